@@ -1,0 +1,47 @@
+"""JSON encoding for every wire and storage path: orjson behind cattrs preconfigured converters.
+
+orjson was chosen over msgspec by measurement (``benchmarks/bench_json.py``); both are far ahead of
+the standard library, and orjson has a first-party cattrs preconfigured converter.
+
+Hot paths encode each event once: :func:`dumps` returns ``bytes`` ready for a transport, and
+:func:`dumps_line` adds the newline of JSONL framing in the same call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from cattrs.preconf.orjson import make_converter
+
+__all__ = ["dumps", "dumps_line", "loads", "JSONDecodeError", "converter"]
+
+#: The shared converter for attrs classes <-> JSON-ready primitives (snake_case, the domain's names).
+converter = make_converter(omit_if_default=False)
+
+JSONDecodeError = orjson.JSONDecodeError
+
+_OPTS = orjson.OPT_NON_STR_KEYS
+
+
+def dumps(value: Any) -> bytes:
+    """Encode ``value`` (primitives, dicts, lists, attrs instances) as compact UTF-8 JSON bytes.
+
+    Raises:
+        TypeError: ``value`` holds something JSON cannot represent.
+    """
+    return orjson.dumps(value, option=_OPTS)
+
+
+def dumps_line(value: Any) -> bytes:
+    """Like :func:`dumps`, with the trailing ``\\n`` of JSONL framing."""
+    return orjson.dumps(value, option=_OPTS | orjson.OPT_APPEND_NEWLINE)
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """Decode one JSON value.
+
+    Raises:
+        JSONDecodeError: (a ``ValueError``) the input is not valid JSON or not valid UTF-8.
+    """
+    return orjson.loads(data)

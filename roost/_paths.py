@@ -1,0 +1,33 @@
+"""Where Roost keeps its files: ``$ROOST_HOME`` (default ``~/.roost``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["roost_home", "database_path", "config_path", "run_dir"]
+
+
+def roost_home() -> Path:
+    """Return ``$ROOST_HOME`` (default ``~/.roost``), creating it (mode 0700) when missing."""
+    raw = os.environ.get("ROOST_HOME") or str(Path.home() / ".roost")
+    home = Path(raw).expanduser()
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return home
+
+
+def database_path() -> Path:
+    """Return ``$ROOST_HOME/roost.db``."""
+    return roost_home() / "roost.db"
+
+
+def config_path() -> Path:
+    """Return ``$ROOST_HOME/config.toml`` (it may not exist)."""
+    return roost_home() / "config.toml"
+
+
+def run_dir() -> Path:
+    """Return ``$ROOST_HOME/run`` (sockets and pid files), mode 0700."""
+    path = roost_home() / "run"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path

@@ -1,0 +1,18 @@
+"""The ``roost`` command group and its sub-commands' registration."""
+
+from __future__ import annotations
+
+import click
+
+from roost import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "-V", "--version", prog_name="roost")
+def main() -> None:
+    """Roost: a trio runtime for LLM agents.
+
+    One process hosts many threads (conversations), their turns, worker trees of subagents, cron
+    schedules and client connections, each a supervised actor. State lives in SQLite at
+    $ROOST_HOME/roost.db (ROOST_HOME defaults to ~/.roost).
+    """

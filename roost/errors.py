@@ -1,0 +1,263 @@
+"""The one exception tree of Roost.
+
+Every error Roost raises derives from :class:`RoostError`. Foreign errors (sqlite3, httpx, OS) are
+translated at the boundary of the room that meets them and raised ``from`` the original.
+``trio.Cancelled`` is never wrapped or subclassed.
+
+::
+
+    RoostError
+    ├── ActorError                      actor kernel (roost.actors)
+    │   ├── MailboxFull                 tell() on a full mailbox; the sender is never blocked
+    │   ├── MailboxClosed               tell()/ask() on an actor that has stopped
+    │   ├── AskTimeout                  ask() got no reply before its deadline
+    │   └── ActorCrashed                the actor answering an ask() died before replying
+    ├── SupervisorError                 supervision (roost.supervisor)
+    │   ├── RestartIntensityExceeded    too many restarts in the period; escalates to the parent
+    │   └── ChildNotFound               no child with that id
+    ├── StoreError                      persistence (roost.storage)
+    │   ├── StoreBusy                   the database stayed locked past busy_timeout
+    │   ├── StoreClosed                 the writer has stopped
+    │   ├── MigrationError              the schema could not be brought up to date
+    │   ├── LeaseError                  execution leases (roost.storage.leases)
+    │   │   ├── LeaseHeld               another live owner holds the lease
+    │   │   └── StaleLease              the fencing token was superseded; the write changed nothing
+    │   └── NotFound                    no row with that key
+    ├── EngineError                     model engines (roost.engines), see roost.engines for details
+    ├── ToolError                       built-in tools (roost.tools)
+    ├── ConfigError                     settings, config files, provider selection
+    ├── ProtocolError                   one subclass per wire error code; carries ``.code``
+    │   ├── ParseError (parse_error), InvalidRequest (invalid_request),
+    │   ├── MethodNotFound (method_not_found), InvalidParams (invalid_params),
+    │   ├── ThreadNotFound, TurnNotFound, RunNotFound, ThreadBusy, RunNotAttached, StaleTurn,
+    │   └── ReadOnly, ServerOverloaded, Unsupported, InternalError
+    └── UsageError                      misuse of a Roost API by the calling code (a bug, not input)
+        └── LifecycleError              an operation that the object's lifecycle state forbids
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RoostError",
+    "ActorError",
+    "MailboxFull",
+    "MailboxClosed",
+    "AskTimeout",
+    "ActorCrashed",
+    "SupervisorError",
+    "RestartIntensityExceeded",
+    "ChildNotFound",
+    "StoreError",
+    "StoreBusy",
+    "StoreClosed",
+    "MigrationError",
+    "LeaseError",
+    "LeaseHeld",
+    "StaleLease",
+    "NotFound",
+    "EngineError",
+    "ToolError",
+    "ConfigError",
+    "ProtocolError",
+    "ParseError",
+    "InvalidRequest",
+    "MethodNotFound",
+    "InvalidParams",
+    "ThreadNotFound",
+    "TurnNotFound",
+    "RunNotFound",
+    "ThreadBusy",
+    "RunNotAttached",
+    "StaleTurn",
+    "ReadOnly",
+    "ServerOverloaded",
+    "Unsupported",
+    "InternalError",
+    "UsageError",
+    "LifecycleError",
+    "PROTOCOL_ERRORS",
+]
+
+
+class RoostError(Exception):
+    """Root of every error Roost raises."""
+
+
+# -- actors -------------------------------------------------------------------------------------
+
+
+class ActorError(RoostError):
+    """An actor-kernel failure."""
+
+
+class MailboxFull(ActorError):
+    """``tell`` found the recipient's bounded mailbox full; the message was not delivered."""
+
+
+class MailboxClosed(ActorError):
+    """The recipient has stopped (or is stopping) and accepts no more messages."""
+
+
+class AskTimeout(ActorError):
+    """``ask`` received no reply within its timeout."""
+
+
+class ActorCrashed(ActorError):
+    """The actor died before it replied to an ``ask``."""
+
+
+# -- supervision --------------------------------------------------------------------------------
+
+
+class SupervisorError(RoostError):
+    """A supervision failure."""
+
+
+class RestartIntensityExceeded(SupervisorError):
+    """More restarts than the supervisor's intensity allows within its period.
+
+    The supervisor stops all its children and raises this to its own parent (escalation).
+    """
+
+
+class ChildNotFound(SupervisorError):
+    """The supervisor has no child with the given id."""
+
+
+# -- storage ------------------------------------------------------------------------------------
+
+
+class StoreError(RoostError):
+    """A persistence failure."""
+
+
+class StoreBusy(StoreError):
+    """The database stayed locked by another connection past ``busy_timeout``."""
+
+
+class StoreClosed(StoreError):
+    """The store (or its writer) is closed."""
+
+
+class MigrationError(StoreError):
+    """The schema could not be migrated to the current version."""
+
+
+class LeaseError(StoreError):
+    """An execution-lease failure."""
+
+
+class LeaseHeld(LeaseError):
+    """Another live owner holds the lease; its ``owner`` and ``expires_at`` are attached."""
+
+    def __init__(self, message: str, *, owner: str | None = None, expires_at: float | None = None):
+        super().__init__(message)
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class StaleLease(LeaseError):
+    """The fencing token was superseded by a newer acquisition; the guarded write changed nothing."""
+
+
+class NotFound(StoreError):
+    """No row with the given key."""
+
+
+# -- other rooms --------------------------------------------------------------------------------
+
+
+class EngineError(RoostError):
+    """A model-engine failure (see :mod:`roost.engines` for the categories)."""
+
+
+class ToolError(RoostError):
+    """A built-in tool failed in a way its result reports to the model."""
+
+
+class ConfigError(RoostError):
+    """Settings or a configuration file are missing or invalid."""
+
+
+# -- protocol errors: one class per wire code ---------------------------------------------------
+
+
+class ProtocolError(RoostError):
+    """An error a front door reports to its client as ``{"code": ..., "message": ...}``."""
+
+    code: str = "internal_error"
+
+    def __init__(self, message: str = "", *, data: dict | None = None):
+        super().__init__(message or self.code)
+        self.message = message or self.code
+        self.data = data
+
+    def to_wire(self) -> dict:
+        """Return the wire form ``{"code": str, "message": str}`` (plus ``data`` when set)."""
+        out: dict = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+
+def _protocol_error(name: str, code: str, doc: str) -> type[ProtocolError]:
+    cls = type(name, (ProtocolError,), {"code": code, "__doc__": doc, "__module__": __name__})
+    return cls
+
+
+ParseError = _protocol_error("ParseError", "parse_error", "The line is not valid JSON, or is too long.")
+InvalidRequest = _protocol_error(
+    "InvalidRequest", "invalid_request", "The JSON value is not a well-formed request envelope."
+)
+MethodNotFound = _protocol_error("MethodNotFound", "method_not_found", "No such method.")
+InvalidParams = _protocol_error(
+    "InvalidParams", "invalid_params", "Parameters are missing, unknown or of the wrong type."
+)
+ThreadNotFound = _protocol_error("ThreadNotFound", "thread_not_found", "No thread with that id.")
+TurnNotFound = _protocol_error("TurnNotFound", "turn_not_found", "No turn with that id.")
+RunNotFound = _protocol_error("RunNotFound", "run_not_found", "No run with that id.")
+ThreadBusy = _protocol_error(
+    "ThreadBusy", "thread_busy", "The thread is executing (here or in another process)."
+)
+RunNotAttached = _protocol_error(
+    "RunNotAttached", "run_not_attached", "The run is owned by another process."
+)
+StaleTurn = _protocol_error("StaleTurn", "stale_turn", "The expected turn id is not the current one.")
+ReadOnly = _protocol_error("ReadOnly", "read_only", "This client may not mutate.")
+ServerOverloaded = _protocol_error(
+    "ServerOverloaded", "server_overloaded", "A bounded queue or mailbox is full; retry later."
+)
+Unsupported = _protocol_error("Unsupported", "unsupported", "Roost does not have this feature.")
+InternalError = _protocol_error("InternalError", "internal_error", "An unexpected server failure.")
+
+#: Wire code -> exception class, for every ProtocolError subclass.
+PROTOCOL_ERRORS: dict[str, type[ProtocolError]] = {
+    cls.code: cls
+    for cls in (
+        ParseError,
+        InvalidRequest,
+        MethodNotFound,
+        InvalidParams,
+        ThreadNotFound,
+        TurnNotFound,
+        RunNotFound,
+        ThreadBusy,
+        RunNotAttached,
+        StaleTurn,
+        ReadOnly,
+        ServerOverloaded,
+        Unsupported,
+        InternalError,
+    )
+}
+
+
+# -- misuse -------------------------------------------------------------------------------------
+
+
+class UsageError(RoostError):
+    """The calling code misused a Roost API (a bug in the caller, not bad input)."""
+
+
+class LifecycleError(UsageError):
+    """The object's lifecycle state forbids this operation (e.g. starting a stopped actor)."""

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Set up (or refresh) the local virtual environment, then run the demo or the tests.
+
+Usage::
+
+    python3 scripts/dev.py demo [ROOST DEMO ARGS...]   # runs `roost demo` on the scripted engine
+    python3 scripts/dev.py test [PYTEST ARGS...]       # runs the whole test suite
+    python3 scripts/dev.py roost [ARGS...]             # any other `roost` command
+
+The virtual environment lives in ``.venv`` beside this repository. It is created when missing and
+re-installed whenever ``pyproject.toml`` changes (a hash of it is kept in ``.venv/.roost-stamp``).
+Only the Python standard library is used here, so a fresh machine needs nothing but Python 3.11+.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+STAMP = VENV / ".roost-stamp"
+
+
+def _bin(name: str) -> Path:
+    sub = "Scripts" if os.name == "nt" else "bin"
+    return VENV / sub / name
+
+
+def ensure_venv() -> None:
+    """Create ``.venv`` and install Roost with its test extras when missing or stale."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"Roost needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if _bin("python").exists() and STAMP.exists() and STAMP.read_text().strip() == digest:
+        return
+    if not _bin("python").exists():
+        print("creating virtual environment in .venv ...", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True, clear=False).create(VENV)
+    print("installing roost and its test dependencies ...", file=sys.stderr)
+    pip = [str(_bin("python")), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "install", "-e", f"{ROOT}[test]"], check=True)
+    STAMP.write_text(digest)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"demo", "test", "roost"}:
+        print(__doc__, file=sys.stderr)
+        return 2
+    ensure_venv()
+    command, rest = argv[0], argv[1:]
+    env = dict(os.environ)
+    if command == "test":
+        args = [str(_bin("python")), "-m", "pytest", *rest]
+    elif command == "demo":
+        args = [str(_bin("roost")), "demo", *rest]
+    else:
+        args = [str(_bin("roost")), *rest]
+    return subprocess.run(args, cwd=ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
