@@ -18,13 +18,17 @@ translated at the boundary of the room that meets them and raised ``from`` the o
     ├── StoreError                      persistence (roost.storage)
     │   ├── StoreBusy                   the database stayed locked past busy_timeout
     │   ├── StoreClosed                 the writer has stopped
+    │   ├── StoreFull                   the writer's bounded queue is full (submit_nowait)
+    │   ├── Conflict                    a uniqueness or foreign-key constraint refused the write
     │   ├── MigrationError              the schema could not be brought up to date
     │   ├── LeaseError                  execution leases (roost.storage.leases)
     │   │   ├── LeaseHeld               another live owner holds the lease
     │   │   └── StaleLease              the fencing token was superseded; the write changed nothing
     │   └── NotFound                    no row with that key
     ├── EngineError                     model engines (roost.engines), see roost.engines for details
+    │   └── EngineFailure               a model call failed: category, retryable, recovery facts
     ├── ToolError                       built-in tools (roost.tools)
+    │   └── InvalidToolArguments        the model's arguments do not match the tool's schema
     ├── ConfigError                     settings, config files, provider selection
     ├── ProtocolError                   one subclass per wire error code; carries ``.code``
     │   ├── ParseError (parse_error), InvalidRequest (invalid_request),
@@ -50,13 +54,17 @@ __all__ = [
     "StoreError",
     "StoreBusy",
     "StoreClosed",
+    "StoreFull",
+    "Conflict",
     "MigrationError",
     "LeaseError",
     "LeaseHeld",
     "StaleLease",
     "NotFound",
     "EngineError",
+    "EngineFailure",
     "ToolError",
+    "InvalidToolArguments",
     "ConfigError",
     "ProtocolError",
     "ParseError",
@@ -139,6 +147,14 @@ class StoreClosed(StoreError):
     """The store (or its writer) is closed."""
 
 
+class StoreFull(StoreError):
+    """The writer's bounded queue is full; the write was not queued (retry later)."""
+
+
+class Conflict(StoreError):
+    """A uniqueness or foreign-key constraint refused the write; nothing of it was stored."""
+
+
 class MigrationError(StoreError):
     """The schema could not be migrated to the current version."""
 
@@ -171,8 +187,96 @@ class EngineError(RoostError):
     """A model-engine failure (see :mod:`roost.engines` for the categories)."""
 
 
+class EngineFailure(EngineError):
+    """A model call failed; raised by an engine stream in place of its remaining events.
+
+    Attributes:
+        category: one of ``network``, ``auth``, ``rate_limit``, ``provider``, ``invalid_request``,
+            ``context_length``, ``cancelled``.
+        retryable: whether the same request may succeed if sent again later.
+        provider_code: the provider's own error code or type (``"rate_limit_exceeded"``,
+            ``"overloaded_error"``), when it gave one.
+        http_status: the HTTP status of the failed response, when there was one.
+        partial_text: assistant text streamed before the failure (kept, never discarded).
+        attempt_count, retry_count, submission_count, max_attempts, stop_reason,
+        failure_category: the recovery facts of app-server-protocol.md ("Turns and execution
+            runs"): attempts started, retries started, physical provider requests, the attempt
+            limit, why recovery stopped (``non_retryable``, ``retry_limit``, ``replay_unsafe``,
+            ``recovery_unavailable``) and the category that decided it.
+    """
+
+    CATEGORIES = frozenset(
+        {"network", "auth", "rate_limit", "provider", "invalid_request", "context_length", "cancelled"}
+    )
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        category: str,
+        retryable: bool = False,
+        provider_code: str | None = None,
+        http_status: int | None = None,
+        partial_text: str = "",
+        attempt_count: int = 1,
+        retry_count: int = 0,
+        submission_count: int = 1,
+        max_attempts: int = 1,
+        stop_reason: str | None = None,
+    ):
+        if category not in self.CATEGORIES:
+            raise ValueError(f"unknown engine failure category {category!r}")
+        super().__init__(message)
+        self.message = message
+        self.category = category
+        self.retryable = retryable
+        self.provider_code = provider_code
+        self.http_status = http_status
+        self.partial_text = partial_text
+        self.attempt_count = attempt_count
+        self.retry_count = retry_count
+        self.submission_count = submission_count
+        self.max_attempts = max_attempts
+        self.stop_reason = stop_reason or ("retry_limit" if retryable else "non_retryable")
+        self.failure_category = category
+
+    def recovery(self) -> dict:
+        """Return the recovery facts as a dict (the ``turn.error.recovery`` object)."""
+        return {
+            "attempt_count": self.attempt_count,
+            "retry_count": self.retry_count,
+            "submission_count": self.submission_count,
+            "max_attempts": self.max_attempts,
+            "stop_reason": self.stop_reason,
+            "failure_category": self.failure_category,
+        }
+
+    def to_dict(self) -> dict:
+        """Return every field as JSON-ready primitives (for items and wire errors)."""
+        return {
+            "message": self.message,
+            "category": self.category,
+            "retryable": self.retryable,
+            "provider_code": self.provider_code,
+            "http_status": self.http_status,
+            "partial_text": self.partial_text,
+            "recovery": self.recovery(),
+        }
+
+
 class ToolError(RoostError):
     """A built-in tool failed in a way its result reports to the model."""
+
+
+class InvalidToolArguments(ToolError):
+    """The arguments of a tool call do not match the tool's parameter schema.
+
+    ``field`` names the offending argument (``None`` when the arguments are not an object).
+    """
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class ConfigError(RoostError):

@@ -16,3 +16,18 @@ def main() -> None:
     schedules and client connections, each a supervised actor. State lives in SQLite at
     $ROOST_HOME/roost.db (ROOST_HOME defaults to ~/.roost).
     """
+
+
+def _register() -> None:
+    from roost.cli._appserver import app_server_command
+
+    main.add_command(app_server_command)
+    try:
+        from roost.cli._models import models_command
+
+        main.add_command(models_command)
+    except ImportError:
+        pass
+
+
+_register()

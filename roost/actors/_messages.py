@@ -1,0 +1,123 @@
+"""Messages a ThreadActor handles (attrs classes; replies are documented per message)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "Origin", "StartTurn", "InterruptTurn", "QueueInput", "UpdateQueued", "Dequeue", "SteerInput",
+    "Unsteer", "Snapshot", "Subscribe", "Unsubscribe", "UpdateThread", "IsBusy",
+]
+
+
+@attrs.define(eq=False)
+class Origin:
+    """Who started some work: approvals go back to it, never to bystanders.
+
+    ``request_approval(kind, fields) -> bool | None``: None means nobody can be asked.
+    """
+
+    client_id: str = "local"
+    request_approval: Any = None
+    unattended_policy: str = "deny"
+
+
+@attrs.frozen(kw_only=True)
+class StartTurn:
+    """Start a turn. Reply: the turn view (dict). Errors: ThreadBusy, StaleTurn, InvalidParams."""
+
+    prompt: str | None = None
+    images: tuple = ()
+    client_id: str | None = None
+    content_parts: Any = None
+    resume_after_turn_id: str | None = None
+    origin: Origin = attrs.field(factory=Origin)
+    run_id: str | None = None
+    input_id: str | None = None
+    #: set by the front door once the admitting response is on its way; the turn's notifications
+    #: wait for it (bounded), so a client sees the response before turn/started
+    ack: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class InterruptTurn:
+    """Interrupt the active turn (optionally only if it is ``turn_id``). Reply: a result dict."""
+
+    turn_id: str | None = None
+    reason: str = "interrupted"
+
+
+@attrs.frozen(kw_only=True)
+class QueueInput:
+    """Queue input for the next turn (``hold``: keep it as held work). Reply: the input view."""
+
+    prompt: str
+    hold: bool = False
+    client_id: str | None = None
+    images: tuple = ()
+    origin: Origin = attrs.field(factory=Origin)
+
+
+@attrs.frozen(kw_only=True)
+class UpdateQueued:
+    """Replace the prompt of a pending input. Reply: the input view."""
+
+    input_id: str
+    prompt: str
+
+
+@attrs.frozen(kw_only=True)
+class Dequeue:
+    """Withdraw a pending input. Reply: the removed input view."""
+
+    input_id: str
+
+
+@attrs.frozen(kw_only=True)
+class SteerInput:
+    """Steer the active turn (fenced by ``expected_turn_id``), or send a held item. Reply: view."""
+
+    prompt: str | None = None
+    expected_turn_id: str | None = None
+    client_id: str | None = None
+    input_id: str | None = None
+    origin: Origin = attrs.field(factory=Origin)
+
+
+@attrs.frozen(kw_only=True)
+class Unsteer:
+    """Withdraw a steer not yet admitted. Reply: the removed input view."""
+
+    input_id: str
+
+
+@attrs.frozen
+class Snapshot:
+    """Reply: the thread snapshot dict (thread, turns with items, pending and held input)."""
+
+    history_turns: int | None = None
+
+
+@attrs.frozen
+class Subscribe:
+    subscriber: Any
+
+
+@attrs.frozen
+class Unsubscribe:
+    subscriber: Any
+
+
+@attrs.frozen(kw_only=True)
+class UpdateThread:
+    """Change thread metadata or selection (refused with ThreadBusy while executing for selection)."""
+
+    changes: dict
+    selection: bool = False
+
+
+@attrs.frozen
+class IsBusy:
+    """Reply: True while a turn is admitted or running."""

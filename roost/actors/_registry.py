@@ -1,0 +1,96 @@
+"""ThreadRegistry: loads ThreadActors on demand as dynamic children of the threads supervisor."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import trio
+
+from roost.actors._thread import ThreadActor
+from roost.errors import NotFound, ThreadNotFound
+from roost.storage import _threads
+from roost.supervisor import ChildSpec, Restart, Supervisor
+
+__all__ = ["ThreadRegistry"]
+
+
+class ThreadRegistry:
+    """Finds or starts the ThreadActor of a thread.
+
+    Persistent threads are loaded from the store on first use; ephemeral ones exist only here.
+    Each ThreadActor is a *transient* child of ``supervisor``: a crash restarts it from the store.
+    """
+
+    def __init__(self, supervisor: Supervisor, services: Any) -> None:
+        self.supervisor = supervisor
+        self.services = services
+        self.actors: dict[str, ThreadActor] = {}
+        self._ephemeral: dict[str, Any] = {}
+        self._lock = trio.Lock()
+
+    async def create(self, thread: Any, *, ephemeral: bool) -> ThreadActor:
+        """Persist (unless ephemeral) and start a new thread's actor."""
+        if ephemeral:
+            self._ephemeral[thread.id] = thread
+        else:
+            fields = {k: getattr(thread, k) for k in (
+                "title", "cwd", "provider", "model", "effort", "permission_mode", "parent_thread_id", "metadata")}
+            stored = await self.services.store.writer.submit(functools.partial(
+                _threads.create_thread, kind=thread.kind, id=thread.id, **fields))
+            thread = stored
+        return await self.get(thread.id, _thread=thread)
+
+    async def get(self, thread_id: str, *, _thread: Any = None) -> ThreadActor:
+        """The running actor of ``thread_id``.
+
+        Raises:
+            ThreadNotFound: no such thread.
+        """
+        actor = self.actors.get(thread_id)
+        if actor is not None and actor.state.value == "running":
+            return actor
+        async with self._lock:
+            actor = self.actors.get(thread_id)
+            if actor is not None and actor.state.value == "running":
+                return actor
+            ephemeral = thread_id in self._ephemeral
+            if _thread is None:
+                _thread = self._ephemeral.get(thread_id) or await self._load(thread_id)
+            spec = ChildSpec(f"thread:{thread_id}", functools.partial(self._run_actor, thread_id, ephemeral),
+                             restart=Restart.TRANSIENT, shutdown_timeout=15.0)
+            self._pending_thread = _thread
+            try:
+                await self.supervisor.terminate_child(spec.id)
+            except Exception:
+                pass
+            await self.supervisor.start_child(spec)
+            return self.actors[thread_id]
+
+    async def _load(self, thread_id: str) -> Any:
+        store = self.services.store
+
+        def read() -> Any:
+            with store.read() as conn:
+                return _threads.get_thread(conn, thread_id)
+
+        try:
+            return await trio.to_thread.run_sync(read)
+        except NotFound:
+            raise ThreadNotFound(f"no thread {thread_id}") from None
+
+    async def _run_actor(self, thread_id: str, ephemeral: bool, *, task_status: Any) -> None:
+        thread = getattr(self, "_pending_thread", None)
+        if thread is None or thread.id != thread_id:
+            thread = self._ephemeral.get(thread_id) or await self._load(thread_id)
+        self._pending_thread = None
+        actor = ThreadActor(thread, self.services, ephemeral=ephemeral)
+        self.actors[thread_id] = actor
+        await actor.run(task_status=task_status)
+
+    def forget(self, thread_id: str) -> None:
+        self.actors.pop(thread_id, None)
+        self._ephemeral.pop(thread_id, None)
+
+    def loaded(self) -> list[ThreadActor]:
+        return [a for a in self.actors.values() if a.state.value == "running"]

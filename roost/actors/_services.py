@@ -1,0 +1,34 @@
+"""What every domain actor of one process shares: the store, the lease keeper, engines, tools."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+
+__all__ = ["Services"]
+
+
+@attrs.define(eq=False)
+class Services:
+    """Process-wide dependencies handed to ThreadActors (no globals).
+
+    Attributes:
+        store: the open :class:`roost.storage.Store` (its writer is running).
+        keeper: the :class:`roost.storage.LeaseKeeper` service (running).
+        owner: this process's lease owner name (unique per process).
+        engine_for: ``engine_for(thread) -> Engine``; raises ConfigError when unconfigured.
+        tools: model-facing tool name -> :class:`roost.tools.Tool`.
+        lease_ttl: seconds an execution lease lives between renewals.
+        system_prompt: the system prompt of chat threads.
+        max_model_calls: bound on model calls per turn (a runaway tool loop ends the turn failed).
+    """
+
+    store: Any
+    keeper: Any
+    owner: str
+    engine_for: Callable[[Any], Any]
+    tools: dict[str, Any]
+    lease_ttl: float = 15.0
+    system_prompt: str = "You are Roost, a careful coding agent. Use tools when they help."
+    max_model_calls: int = 50

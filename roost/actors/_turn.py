@@ -1,0 +1,255 @@
+"""The turn loop (the TurnActor of DESIGN.md): engine stream -> items -> tools -> approvals.
+
+A turn runs as a task in its ThreadActor's nursery, inside its own cancel scope (interrupt = cancel
+that scope) and under the thread's execution lease (losing the lease cancels the same scope). Its
+clean-up runs shielded and bounded: partial items persist as ``interrupted``, every tool call gets a
+result, and exactly one terminal event (turn/completed or turn/error) is emitted.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from roost.actors._actor import shielded_cleanup
+from roost.engines._types import (
+    AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, TextDelta, ToolCall,
+    ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage, UserMessage,
+)
+from roost.errors import EngineFailure, RoostError
+from roost.storage import _items, _threads
+from roost.storage._rows import new_id, utc_now
+from roost.tools import ToolContext, run_tool
+
+if TYPE_CHECKING:
+    from roost.actors._thread import ThreadActor
+
+__all__ = ["TurnState", "run_turn"]
+
+log = logging.getLogger("roost.turn")
+
+
+class TurnState:
+    """The live state of one admitted turn (owned by its ThreadActor)."""
+
+    def __init__(self, turn_id: str, origin: Any, *, run_id: str | None = None) -> None:
+        self.id = turn_id
+        self.origin = origin
+        self.run_id = run_id
+        self.scope = trio.CancelScope()
+        self.status = "running"
+        self.started_at = utc_now()
+        self.completed_at: str | None = None
+        self.error: dict | None = None
+        self.usage = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0}
+        self.items: list[dict] = []
+        self.interrupt_reason: str | None = None
+        self.done = trio.Event()
+        self.token: int | None = None
+        self.model_calls = 0
+        self.final_text = ""
+
+    def view(self, *, with_items: bool = False) -> dict:
+        view = {
+            "id": self.id, "thread_id": None, "status": self.status, "run_id": self.run_id,
+            "started_at": self.started_at, "completed_at": self.completed_at,
+            "error": self.error, "usage": dict(self.usage),
+        }
+        if with_items:
+            view["items"] = list(self.items)
+        return view
+
+
+def _tool_schemas(tools: dict[str, Any]) -> tuple[ToolSchema, ...]:
+    return tuple(ToolSchema(name=t.name, description=t.description, parameters=t.parameters)
+                 for t in tools.values())
+
+
+async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None:
+    """Run ``turn`` of ``thread`` to its end; emits exactly one terminal event.
+
+    Cancellation: cancelling ``turn.scope`` (interrupt) or losing the lease ends the turn as
+    ``interrupted`` after a shielded, bounded clean-up; the Cancelled does not escape.
+    """
+    open_items: dict[str, dict] = {}  # item id -> view, streamed but not yet completed
+    try:
+        with turn.scope:
+            await _loop(thread, turn, open_items)
+            turn.status = "completed"
+    except EngineFailure as failure:
+        turn.status = "failed"
+        turn.error = _failure_view(failure)
+    except RoostError as exc:
+        turn.status = "failed"
+        turn.error = {"category": "internal", "message": str(exc)}
+    except Exception as exc:  # a bug: the turn fails, the thread lives on
+        log.exception("turn %s crashed", turn.id)
+        turn.status = "failed"
+        turn.error = {"category": "internal", "message": f"{type(exc).__name__}: {exc}"}
+    finally:
+        if turn.status == "running":
+            turn.status = "interrupted"
+            lost = getattr(execution, "lost_reason", None)
+            turn.error = {"category": "cancelled", "message": lost or turn.interrupt_reason or "interrupted"}
+        with shielded_cleanup(10.0):
+            await _settle(thread, turn, open_items)
+
+
+async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict]) -> None:
+    services = thread.services
+    engine = services.engine_for(thread.thread)
+    schemas = _tool_schemas(services.tools)
+    while True:
+        await thread.admit_steers(turn)
+        if turn.model_calls >= services.max_model_calls:
+            raise RoostError(f"turn stopped after {turn.model_calls} model calls")
+        turn.model_calls += 1
+        request = EngineRequest(
+            system=services.system_prompt, history=tuple(thread.history), tools=schemas,
+            model=thread.thread.model, effort=thread.thread.effort, agent=thread.agent_name,
+        )
+        calls = await _sample(thread, turn, engine, request, open_items)
+        if not calls:
+            return
+        for call in calls:
+            await _run_tool_call(thread, turn, call, open_items)
+
+
+async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: EngineRequest,
+                  open_items: dict[str, dict]) -> list[dict]:
+    """One model call: stream deltas to the client, return the tool-call item views requested."""
+    emit = thread.emit
+    tid = thread.thread.id
+    message: dict | None = None
+    reasoning: dict | None = None
+    text_parts: list[str] = []
+    reasoning_parts: list[str] = []
+    calls: dict[str, dict] = {}
+    ended: list[dict] = []
+
+    def start_item(kind: str, **fields: Any) -> dict:
+        view = {"id": new_id("item"), "type": kind, "status": "in_progress", "turn_id": turn.id,
+                "thread_id": tid, **fields}
+        open_items[view["id"]] = view
+        emit("item/started", {"thread_id": tid, "turn_id": turn.id, "item": view})
+        return view
+
+    try:
+        async with engine.stream(request) as events:
+            async for event in events:
+                cls = type(event)
+                if cls is TextDelta:
+                    if message is None:
+                        message = start_item("agent_message", text="")
+                    text_parts.append(event.text)
+                    emit("item/agentMessage/delta",
+                         {"thread_id": tid, "turn_id": turn.id, "item_id": message["id"], "delta": event.text})
+                elif cls is ReasoningDelta:
+                    if reasoning is None:
+                        reasoning = start_item("reasoning", text="")
+                    reasoning_parts.append(event.text)
+                    emit("item/reasoning/delta",
+                         {"thread_id": tid, "turn_id": turn.id, "item_id": reasoning["id"], "delta": event.text})
+                elif cls is ToolCallStart:
+                    calls[event.call_id] = start_item("tool_call", call_id=event.call_id, name=event.name,
+                                                      arguments=None, output=None)
+                elif cls is ToolCallDelta:
+                    view = calls.get(event.call_id)
+                    if view is not None:
+                        emit("item/toolCall/delta", {"thread_id": tid, "turn_id": turn.id,
+                                                     "item_id": view["id"], "delta": event.delta})
+                elif cls is ToolCallEnd:
+                    view = calls.get(event.call_id)
+                    if view is None:
+                        view = calls[event.call_id] = start_item(
+                            "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None)
+                    view["arguments"] = event.arguments
+                    ended.append(view)
+                elif cls is Usage:
+                    for key in ("input_tokens", "output_tokens", "cached_tokens"):
+                        turn.usage[key] += getattr(event, key) or 0
+                    emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
+                elif cls is Finish:
+                    pass
+    finally:
+        # Settle what was streamed: complete on success, keep as interrupted/failed otherwise.
+        if reasoning is not None:
+            reasoning["text"] = "".join(reasoning_parts)
+            thread.history.append(Reasoning(text=reasoning["text"]))
+        if message is not None:
+            message["text"] = "".join(text_parts)
+            turn.final_text = message["text"]
+            thread.history.append(AgentMessage(text=message["text"]))
+    for view in (reasoning, message):
+        if view is not None:
+            await thread.complete_item(turn, view, open_items)
+    return ended
+
+
+async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict]) -> None:
+    tid = thread.thread.id
+    tool = thread.services.tools.get(view["name"])
+    thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"], arguments=view["arguments"] or {}))
+    origin = turn.origin
+
+    def on_output(chunk: str) -> None:
+        thread.emit("item/toolCall/outputDelta",
+                    {"thread_id": tid, "turn_id": turn.id, "item_id": view["id"], "delta": chunk})
+
+    if tool is None:
+        output, is_error, metadata = f"error: unknown tool {view['name']!r}", True, {}
+    else:
+        ctx = ToolContext(
+            cwd=thread.cwd, permission_mode=thread.thread.permission_mode or "standard",
+            on_output=on_output,
+            request_approval=functools.partial(thread.request_approval, turn, view),
+            unattended_policy=getattr(origin, "unattended_policy", "deny"),
+        )
+        result = await run_tool(tool, view["arguments"] or {}, ctx)
+        output, is_error, metadata = result.output, result.is_error, result.metadata
+    view["output"] = output
+    view["is_error"] = is_error
+    if metadata:
+        view["metadata"] = metadata
+    thread.history.append(ToolResult(call_id=view["call_id"], output=output, is_error=is_error))
+    await thread.complete_item(turn, view, open_items, status="failed" if is_error else "completed")
+
+
+def _failure_view(failure: EngineFailure) -> dict:
+    return {
+        "category": failure.category,
+        "message": failure.message,
+        "retryable": failure.retryable,
+        "provider_code": failure.provider_code,
+        "http_status": failure.http_status,
+        "partial_text": failure.partial_text,
+        "recovery": {
+            "attempt_count": failure.attempt_count,
+            "retry_count": failure.retry_count,
+            "submission_count": failure.submission_count,
+            "max_attempts": failure.max_attempts,
+            "stop_reason": failure.stop_reason,
+            "failure_category": failure.category,
+        },
+    }
+
+
+async def _settle(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict]) -> None:
+    """Persist partial items, give every tool call a result, settle pending input, emit the end."""
+    from roost.engines import INTERRUPTED_OUTPUT
+
+    partial_status = "interrupted" if turn.status == "interrupted" else "failed"
+    for view in list(open_items.values()):
+        if view["type"] == "tool_call" and view.get("output") is None:
+            view["output"] = INTERRUPTED_OUTPUT
+            view["is_error"] = True
+            if not any(isinstance(h, ToolCall) and h.call_id == view["call_id"] for h in thread.history):
+                thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
+                                               arguments=view.get("arguments") or {}))
+            thread.history.append(ToolResult(call_id=view["call_id"], output=INTERRUPTED_OUTPUT, is_error=True))
+        await thread.complete_item(turn, view, open_items, status=partial_status)
+    turn.completed_at = utc_now()
+    await thread.finish_turn(turn)

@@ -1,0 +1,86 @@
+"""App-server views of domain rows (snake_case dicts, the shapes of app-server-protocol.md).
+
+Items are stored with their view fields in ``payload`` so a view is one dict merge, and history for
+the engines is rebuilt from the same rows (:func:`history_from_items`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roost.engines._types import AgentMessage, Reasoning, ToolCall, ToolResult, UserMessage, Image
+from roost.engines import INTERRUPTED_OUTPUT
+
+__all__ = ["thread_view", "turn_view", "item_view", "input_view", "history_from_items"]
+
+
+def thread_view(thread: Any, *, ephemeral: bool, status: str, active_turn_id: str | None) -> dict:
+    """The ``thread`` object of thread/* results and notifications."""
+    return {
+        "id": thread.id,
+        "kind": thread.kind,
+        "title": thread.title,
+        "cwd": thread.cwd,
+        "provider": thread.provider,
+        "model": thread.model,
+        "effort": thread.effort,
+        "permission_mode": thread.permission_mode,
+        "pinned": bool(thread.pinned),
+        "archived": bool(thread.archived),
+        "ephemeral": ephemeral,
+        "parent_thread_id": thread.parent_thread_id,
+        "worktree": (thread.metadata or {}).get("worktree"),
+        "status": status,
+        "active_turn_id": active_turn_id,
+        "created_at": thread.created_at,
+        "updated_at": thread.updated_at,
+    }
+
+
+def turn_view(turn: dict) -> dict:
+    """The ``turn`` object: id, thread_id, status, run_id, timestamps, error, usage, items."""
+    return turn
+
+
+def item_view(item_id: str, item_type: str, status: str, turn_id: str | None, thread_id: str,
+              payload: dict | None, seq: int | None = None) -> dict:
+    view = {"id": item_id, "type": item_type, "status": status, "turn_id": turn_id,
+            "thread_id": thread_id}
+    if seq is not None:
+        view["seq"] = seq
+    if payload:
+        view.update(payload)
+    return view
+
+
+def input_view(row: dict) -> dict:
+    """A pending or held user input (turn/queued, held_user_messages...)."""
+    return row
+
+
+def history_from_items(items: list[dict]) -> list:
+    """Engine history from item views in thread order (every tool call followed by its result)."""
+    history: list = []
+    for item in items:
+        kind = item["type"]
+        if kind == "user_message":
+            images = tuple(Image(media_type=i.get("media_type", "image/png"), data=i.get("data", ""))
+                           for i in item.get("images") or ())
+            history.append(UserMessage(text=item.get("text") or "", images=images))
+        elif kind == "agent_message":
+            if item.get("text"):
+                history.append(AgentMessage(text=item["text"]))
+        elif kind == "reasoning":
+            if item.get("text"):
+                history.append(Reasoning(text=item["text"]))
+        elif kind == "tool_call":
+            history.append(ToolCall(call_id=item.get("call_id") or item["id"], name=item["name"],
+                                    arguments=item.get("arguments") or {}))
+            output = item.get("output")
+            if output is None:
+                output, is_error = INTERRUPTED_OUTPUT, True
+            else:
+                is_error = bool(item.get("is_error"))
+            history.append(ToolResult(call_id=item.get("call_id") or item["id"], output=output,
+                                      is_error=is_error))
+    return history

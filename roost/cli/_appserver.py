@@ -1,0 +1,52 @@
+"""``roost app-server``: the app-server protocol over stdio."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+import trio
+
+from roost.cli._engine_options import EngineFlags, engine_options
+from roost.errors import ConfigError
+
+
+def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True):
+    from roost.protocol._engines import EngineCatalog
+
+    try:
+        settings = flags.resolve(allow_scripted_default=allow_scripted_default)
+        return EngineCatalog(settings, pacing=pacing)
+    except ConfigError as exc:
+        return EngineCatalog(None, setup_error=str(exc), pacing=pacing)
+
+
+def setup_logging(verbose: bool) -> None:
+    """Logs go to stderr only: stdout carries protocol lines."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@click.command("app-server")
+@engine_options
+@click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
+def app_server_command(engine_flags: EngineFlags, verbose: bool) -> None:
+    """Serve the app-server protocol (wuu-app-server/v0.1) as JSONL over stdin/stdout.
+
+    Requests are {id, method, params}; responses echo the id; notifications carry a method and
+    params. Stdout carries protocol lines only; logs go to stderr. End of input shuts down cleanly:
+    running turns are interrupted and persisted. With no provider configured, initialize reports
+    status "needs_setup" with the settings to set.
+    """
+    from roost.protocol import open_stdio_stream
+    from roost.protocol._serve_appserver import serve_app_server
+
+    setup_logging(verbose)
+    engines = _engines(engine_flags)
+
+    async def main() -> None:
+        stream = open_stdio_stream()
+        await serve_app_server(stream.receive_stream, stream.send_stream, engines=engines)
+
+    trio.run(main)

@@ -1,0 +1,177 @@
+"""Settings: provider selection from flags, the environment and ``$ROOST_HOME/config.toml``.
+
+Precedence, for each setting separately: command-line flag, then environment variable, then the
+``[provider]`` table of the config file::
+
+    [provider]
+    name = "openai"                 # scripted | openai | openai-responses | anthropic
+    base_url = "http://localhost:11434/v1"
+    model = "llama3.2"
+    script = "demo"                 # scripted: a path or a built-in script name
+    api_key_env = "OPENAI_API_KEY"  # the variable holding the key (never the key itself)
+    connect_timeout = 10.0          # seconds
+    read_timeout = 300.0            # seconds
+    max_attempts = 4
+    [provider.headers]
+    "X-Team" = "research"
+
+Environment: ``ROOST_PROVIDER``, ``ROOST_BASE_URL``, ``ROOST_MODEL``, ``ROOST_SCRIPT``,
+``ROOST_API_KEY_ENV``; keys come from ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` unless
+``--api-key-env NAME`` (or ``api_key_env``) names another variable.
+
+The scripted engine is never chosen silently: with no provider configured, :func:`resolve_provider`
+raises :class:`ConfigError` naming these settings, unless the caller passes
+``allow_scripted_default=True`` (only ``roost demo`` does).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+
+from roost._paths import config_path as default_config_path
+from roost.engines._settings import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS, PROVIDERS, ProviderSettings
+from roost.errors import ConfigError
+
+__all__ = ["ProviderSettings", "resolve_provider", "load_config", "SETUP_HINT"]
+
+#: What to tell a user who has configured no provider.
+SETUP_HINT = (
+    "no model provider is configured. Choose one with --provider "
+    "(scripted|openai|openai-responses|anthropic) or ROOST_PROVIDER, or a [provider] table with "
+    "name = ... in $ROOST_HOME/config.toml; set the model with --model / ROOST_MODEL, the server "
+    "with --base-url / ROOST_BASE_URL, the script with --script / ROOST_SCRIPT (scripted), and the "
+    "API key in OPENAI_API_KEY / ANTHROPIC_API_KEY (or the variable named by --api-key-env)"
+)
+
+_ENV = {
+    "provider": "ROOST_PROVIDER",
+    "base_url": "ROOST_BASE_URL",
+    "model": "ROOST_MODEL",
+    "script": "ROOST_SCRIPT",
+    "api_key_env": "ROOST_API_KEY_ENV",
+}
+
+
+def load_config(path: Path | None = None) -> dict[str, Any]:
+    """Read ``config.toml`` (default ``$ROOST_HOME/config.toml``); a missing file is ``{}``.
+
+    Raises:
+        ConfigError: the file exists but is unreadable or not valid TOML (the message has the path).
+    """
+    path = path if path is not None else default_config_path()
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+
+
+def resolve_provider(
+    *,
+    provider: str | None = None,
+    base_url: str | None = None,
+    model: str | None = None,
+    script: str | None = None,
+    api_key_env: str | None = None,
+    env: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+    allow_scripted_default: bool = False,
+) -> ProviderSettings:
+    """Resolve the provider settings: flags, then environment, then the config file.
+
+    Args:
+        provider, base_url, model, script, api_key_env: command-line flag values (``None`` = not
+            given).
+        env: the environment (default ``os.environ``).
+        config_path: the config file (default ``$ROOST_HOME/config.toml``).
+        allow_scripted_default: with nothing configured, choose the scripted engine with the
+            ``demo`` script instead of failing (``roost demo`` only).
+
+    Returns:
+        The :class:`ProviderSettings`, with the API key read from the environment.
+
+    Raises:
+        ConfigError: no provider is configured (the message names every setting), an unknown
+            provider name, a bad ``[provider]`` table, or a missing API key where one is required
+            (Anthropic, and OpenAI at its default base URL).
+    """
+    env = os.environ if env is None else env
+    if config_path is None and "ROOST_HOME" in env:
+        config_path = Path(env["ROOST_HOME"]).expanduser() / "config.toml"
+    table = load_config(config_path).get("provider", {})
+    if not isinstance(table, dict):
+        raise ConfigError("[provider] in config.toml must be a table")
+    file_values = dict(table)
+    if "name" in file_values and "provider" not in file_values:
+        file_values["provider"] = file_values.pop("name")
+    flags = {"provider": provider, "base_url": base_url, "model": model, "script": script, "api_key_env": api_key_env}
+    chosen: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, flag_value in flags.items():
+        if flag_value:
+            chosen[key], sources[key] = flag_value, "flag"
+        elif env.get(_ENV[key]):
+            chosen[key], sources[key] = env[_ENV[key]], "env"
+        elif file_values.get(key):
+            chosen[key], sources[key] = file_values[key], "file"
+    name = chosen.get("provider")
+    if not name:
+        if not allow_scripted_default:
+            raise ConfigError(SETUP_HINT)
+        name, sources["provider"] = "scripted", "default"
+    if name not in PROVIDERS:
+        raise ConfigError(
+            f"unknown provider {name!r} (from {_describe_source(sources['provider'], 'provider')}); "
+            f"choose one of {', '.join(PROVIDERS)}"
+        )
+    headers = file_values.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ConfigError("[provider.headers] in config.toml must map header names to strings")
+    options: dict[str, Any] = {}
+    for key, kind in (("connect_timeout", float), ("read_timeout", float), ("max_attempts", int)):
+        if key in file_values:
+            try:
+                options[key] = kind(file_values[key])
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"[provider] {key} in config.toml must be a number") from exc
+    if name == "scripted":
+        return ProviderSettings(
+            provider=name,
+            model=chosen.get("model"),
+            script=chosen.get("script") or "demo",
+            source=sources["provider"],
+        )
+    key_env = chosen.get("api_key_env") or DEFAULT_KEY_ENVS[name]
+    api_key = env.get(key_env) or None
+    resolved_base = chosen.get("base_url") or DEFAULT_BASE_URLS[name]
+    needs_key = name == "anthropic" or resolved_base == DEFAULT_BASE_URLS[name]
+    if needs_key and api_key is None:
+        raise ConfigError(
+            f"provider {name!r} needs an API key: set {key_env} (or name another variable with "
+            f"--api-key-env / ROOST_API_KEY_ENV / [provider] api_key_env)"
+        )
+    return ProviderSettings(
+        provider=name,
+        base_url=resolved_base,
+        model=chosen.get("model"),
+        api_key=api_key,
+        api_key_env=key_env,
+        headers={str(k): v for k, v in headers.items()},
+        source=sources["provider"],
+        **options,
+    )
+
+
+def _describe_source(source: str, key: str) -> str:
+    if source == "flag":
+        return f"--{key.replace('_', '-')}"
+    if source == "env":
+        return _ENV[key]
+    return f"[provider] in config.toml"

@@ -1,0 +1,127 @@
+"""Model engines: the scripted default and the OpenAI Chat, OpenAI Responses and Anthropic adapters.
+
+An engine turns an :class:`EngineRequest` into a stream of normalized events::
+
+    async with engine.stream(request) as events:
+        async for event in events:
+            ...   # TextDelta, ReasoningDelta, ToolCallStart/Delta/End, Usage, Finish
+
+Failures are raised as :class:`roost.errors.EngineFailure` (category ``network``, ``auth``,
+``rate_limit``, ``provider``, ``invalid_request``, ``context_length`` or ``cancelled``; retryable;
+provider code; HTTP status; the partial text; and the recovery facts of app-server-protocol.md).
+Leaving the ``stream`` context (also by cancellation) closes the HTTP stream at once.
+
+Layout: ``_types`` (request, history, events), ``_settings`` (ProviderSettings), ``_history``
+(tool-result pairing, argument parsing), ``_http`` (streaming, retries, error mapping),
+``_openai_chat``, ``_openai_responses``, ``_anthropic`` (sans-IO parsers + adapters),
+``_scripted`` (the deterministic engine; ``scripts/demo.yaml``), ``_factory`` (open_engine).
+This room never imports ``roost.actors``, ``roost.protocol`` or ``roost.storage``.
+"""
+
+from __future__ import annotations
+
+from roost.engines._anthropic import AnthropicEngine as AnthropicEngine
+from roost.engines._anthropic import AnthropicParser as AnthropicParser
+from roost.engines._factory import open_engine as open_engine
+from roost.engines._history import INTERRUPTED_OUTPUT as INTERRUPTED_OUTPUT
+from roost.engines._history import pair_tool_results as pair_tool_results
+from roost.engines._history import parse_arguments as parse_arguments
+from roost.engines._http import HttpEngine as HttpEngine
+from roost.engines._http import RetryPolicy as RetryPolicy
+from roost.engines._openai_chat import ChatCompletionsParser as ChatCompletionsParser
+from roost.engines._openai_chat import OpenAIChatEngine as OpenAIChatEngine
+from roost.engines._openai_responses import OpenAIResponsesEngine as OpenAIResponsesEngine
+from roost.engines._openai_responses import ResponsesParser as ResponsesParser
+from roost.engines._scripted import Script as Script
+from roost.engines._scripted import ScriptedEngine as ScriptedEngine
+from roost.engines._scripted import builtin_scripts as builtin_scripts
+from roost.engines._scripted import load_script as load_script
+from roost.engines._scripted import parse_script as parse_script
+from roost.engines._scripted import split_deltas as split_deltas
+from roost.engines._settings import DEFAULT_BASE_URLS as DEFAULT_BASE_URLS
+from roost.engines._settings import DEFAULT_KEY_ENVS as DEFAULT_KEY_ENVS
+from roost.engines._settings import PROVIDERS as PROVIDERS
+from roost.engines._settings import ProviderSettings as ProviderSettings
+from roost.engines._types import FINISH_REASONS as FINISH_REASONS
+from roost.engines._types import AgentMessage as AgentMessage
+from roost.engines._types import Engine as Engine
+from roost.engines._types import EngineEvent as EngineEvent
+from roost.engines._types import EngineRequest as EngineRequest
+from roost.engines._types import Finish as Finish
+from roost.engines._types import HistoryItem as HistoryItem
+from roost.engines._types import Image as Image
+from roost.engines._types import ModelInfo as ModelInfo
+from roost.engines._types import Reasoning as Reasoning
+from roost.engines._types import ReasoningDelta as ReasoningDelta
+from roost.engines._types import TextDelta as TextDelta
+from roost.engines._types import ToolCall as ToolCall
+from roost.engines._types import ToolCallDelta as ToolCallDelta
+from roost.engines._types import ToolCallEnd as ToolCallEnd
+from roost.engines._types import ToolCallStart as ToolCallStart
+from roost.engines._types import ToolResult as ToolResult
+from roost.engines._types import ToolSchema as ToolSchema
+from roost.engines._types import Usage as Usage
+from roost.engines._types import UserMessage as UserMessage
+from roost.errors import EngineFailure as EngineFailure
+
+__all__ = [
+    "AgentMessage",
+    "AnthropicEngine",
+    "AnthropicParser",
+    "ChatCompletionsParser",
+    "DEFAULT_BASE_URLS",
+    "DEFAULT_KEY_ENVS",
+    "Engine",
+    "EngineEvent",
+    "EngineFailure",
+    "EngineRequest",
+    "FINISH_REASONS",
+    "Finish",
+    "HistoryItem",
+    "HttpEngine",
+    "INTERRUPTED_OUTPUT",
+    "Image",
+    "ModelInfo",
+    "OpenAIChatEngine",
+    "OpenAIResponsesEngine",
+    "PROVIDERS",
+    "ProviderSettings",
+    "Reasoning",
+    "ReasoningDelta",
+    "ResponsesParser",
+    "RetryPolicy",
+    "Script",
+    "ScriptedEngine",
+    "TextDelta",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "ToolResult",
+    "ToolSchema",
+    "Usage",
+    "UserMessage",
+    "builtin_scripts",
+    "load_script",
+    "open_engine",
+    "pair_tool_results",
+    "parse_arguments",
+    "parse_script",
+    "split_deltas",
+]
+
+
+def _fix_module_metadata() -> None:
+    import attrs
+
+    for name in __all__:
+        obj = globals()[name]
+        if not getattr(obj, "__module__", "").startswith("roost.engines._"):
+            continue
+        if isinstance(obj, type) and attrs.has(obj):
+            attrs.resolve_types(obj)  # resolve string annotations before __module__ changes
+        if isinstance(obj, type) or callable(obj):
+            obj.__module__ = __name__
+
+
+_fix_module_metadata()

@@ -1,0 +1,241 @@
+"""Anthropic Messages (``POST {base_url}/v1/messages``, ``stream: true``).
+
+Stream format (Anthropic API reference, "Streaming Messages"): ``message_start``, then per content
+block ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``,
+``thinking_delta``) / ``content_block_stop`` keyed by block ``index``, ``message_delta`` (stop reason,
+output usage), terminal ``message_stop``; ``ping`` anywhere; an ``error`` event may arrive after
+HTTP 200.
+
+History rules: roles alternate user/assistant (consecutive same-role turns are merged into one
+message of content blocks), the first message is a user message, tool results are ``tool_result``
+blocks in the following user message, images are base64 ``image`` blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roost._json import JSONDecodeError, loads
+from roost.engines._history import ToolCallBuffer, pair_tool_results
+from roost.engines._http import HttpEngine
+from roost.engines._settings import DEFAULT_BASE_URLS
+from roost.engines._types import (
+    AgentMessage,
+    EngineEvent,
+    EngineRequest,
+    Finish,
+    Reasoning,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallStart,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+from roost.errors import EngineFailure
+
+__all__ = ["AnthropicEngine", "AnthropicParser", "anthropic_messages", "ANTHROPIC_VERSION"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+#: ``max_tokens`` is required by the Messages API; used when the request sets none.
+DEFAULT_MAX_TOKENS = 8192
+_THINKING_BUDGET = {"low": 1024, "medium": 4096, "high": 16384}
+
+_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+
+_ERROR_CATEGORY = {
+    "overloaded_error": ("provider", True),
+    "api_error": ("provider", True),
+    "rate_limit_error": ("rate_limit", True),
+    "authentication_error": ("auth", False),
+    "permission_error": ("auth", False),
+    "invalid_request_error": ("invalid_request", False),
+    "request_too_large": ("invalid_request", False),
+    "not_found_error": ("invalid_request", False),
+}
+
+
+def anthropic_messages(request: EngineRequest) -> list[dict[str, Any]]:
+    """Map the history to alternating Messages API ``messages`` (see the module docstring)."""
+    messages: list[dict[str, Any]] = []
+
+    def add(role: str, block: dict[str, Any]) -> None:
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].append(block)
+        else:
+            messages.append({"role": role, "content": [block]})
+
+    for item in pair_tool_results(request.history):
+        if isinstance(item, UserMessage):
+            for im in item.images:
+                add("user", {"type": "image", "source": {"type": "base64", "media_type": im.media_type, "data": im.data}})
+            add("user", {"type": "text", "text": item.text or "(empty)"})
+        elif isinstance(item, AgentMessage):
+            if item.text:
+                add("assistant", {"type": "text", "text": item.text})
+        elif isinstance(item, ToolCall):
+            add("assistant", {"type": "tool_use", "id": item.call_id, "name": item.name, "input": item.arguments})
+        elif isinstance(item, ToolResult):
+            add(
+                "user",
+                {"type": "tool_result", "tool_use_id": item.call_id, "content": item.output, "is_error": item.is_error},
+            )
+        elif isinstance(item, Reasoning):
+            continue  # thinking blocks need the provider's signature to be replayed
+    if messages and messages[0]["role"] != "user":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continue)"}]})
+    # tool_result blocks must come first in their user message.
+    for message in messages:
+        if message["role"] == "user":
+            message["content"].sort(key=lambda b: b["type"] != "tool_result")
+    return messages
+
+
+class AnthropicParser:
+    """Sans-IO parser of one Messages stream (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self._blocks: dict[int, ToolCallBuffer] = {}
+        self._count = 0
+        self._stop: str | None = None
+        self._input: int | None = None
+        self._cached: int | None = None
+        self._output: int | None = None
+
+    def feed(self, event: str, data: str) -> list[EngineEvent]:
+        try:
+            doc = loads(data)
+        except (JSONDecodeError, ValueError) as exc:
+            raise EngineFailure(f"anthropic: malformed event: {data[:200]!r}", category="provider") from exc
+        kind = doc.get("type") or event
+        if kind == "content_block_delta":
+            delta = doc.get("delta") or {}
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                return [TextDelta(delta["text"])] if delta.get("text") else []
+            if dtype == "input_json_delta":
+                buf = self._blocks.get(doc.get("index"))
+                part = delta.get("partial_json") or ""
+                if buf is None or not part:
+                    return []
+                buf.parts.append(part)
+                return [ToolCallDelta(buf.call_id, part)]
+            if dtype == "thinking_delta":
+                return [ReasoningDelta(delta["thinking"])] if delta.get("thinking") else []
+            return []
+        if kind == "content_block_start":
+            block = doc.get("content_block") or {}
+            if block.get("type") != "tool_use":
+                return []
+            buf = ToolCallBuffer(block.get("id") or "", block.get("name") or "", self._count)
+            self._count += 1
+            self._blocks[doc.get("index")] = buf
+            return [ToolCallStart(buf.call_id, buf.name, buf.index)]
+        if kind == "content_block_stop":
+            buf = self._blocks.get(doc.get("index"))
+            if buf is None or buf.ended:
+                return []
+            return [buf.end()]
+        if kind == "message_start":
+            usage = (doc.get("message") or {}).get("usage") or {}
+            self._input = usage.get("input_tokens")
+            self._cached = usage.get("cache_read_input_tokens")
+            self._output = usage.get("output_tokens")
+            return []
+        if kind == "message_delta":
+            stop = (doc.get("delta") or {}).get("stop_reason")
+            if stop:
+                self._stop = stop
+            usage = doc.get("usage") or {}
+            if usage.get("output_tokens") is not None:
+                self._output = usage["output_tokens"]
+            if usage.get("input_tokens") is not None:
+                self._input = usage["input_tokens"]
+            return []
+        if kind == "message_stop":
+            self.done = True
+            return []
+        if kind == "error":
+            error = doc.get("error") or {}
+            etype = error.get("type")
+            category, retryable = _ERROR_CATEGORY.get(etype, ("provider", False))
+            message = error.get("message") or "unknown error"
+            if category == "invalid_request" and "prompt is too long" in message:
+                category = "context_length"
+            raise EngineFailure(
+                f"anthropic: stream error ({etype}): {message}",
+                category=category,
+                retryable=retryable,
+                provider_code=etype,
+            )
+        return []  # ping and future event types
+
+    def finish(self) -> list[EngineEvent]:
+        if not self.done:
+            raise EngineFailure(
+                "anthropic: the stream ended without message_stop", category="network", retryable=True
+            )
+        out: list[EngineEvent] = [buf.end() for buf in self._blocks.values() if not buf.ended]
+        if self._input is not None or self._output is not None:
+            out.append(Usage(self._input, self._output, self._cached))
+        reason = _STOP.get(self._stop or "end_turn", "stop")
+        out.append(Finish(reason))
+        return out
+
+
+class AnthropicEngine(HttpEngine):
+    """Anthropic Messages adapter; see the module docstring."""
+
+    name = "anthropic"
+
+    def _base(self) -> str:
+        base = (self.settings.base_url or DEFAULT_BASE_URLS["anthropic"]).rstrip("/")
+        return base[:-3] if base.endswith("/v1") else base
+
+    def _url(self) -> str:
+        return self._base() + "/v1/messages"
+
+    def _models_url(self) -> str:
+        return self._base() + "/v1/models?limit=1000"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION, **self.settings.headers}
+        if self.settings.api_key:
+            headers["x-api-key"] = self.settings.api_key
+        return headers
+
+    def _body(self, request: EngineRequest) -> dict[str, Any]:
+        max_tokens = request.max_tokens or DEFAULT_MAX_TOKENS
+        body: dict[str, Any] = {
+            "model": self._model(request),
+            "messages": anthropic_messages(request),
+            "max_tokens": max_tokens,
+            "stream": True,
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+            ]
+        if request.effort in _THINKING_BUDGET:
+            budget = _THINKING_BUDGET[request.effort]
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            body["max_tokens"] = max(max_tokens, budget + 1024)
+        elif request.temperature is not None:
+            body["temperature"] = request.temperature  # thinking forbids a custom temperature
+        return body
+
+    def _parser(self) -> AnthropicParser:
+        return AnthropicParser()

@@ -1,0 +1,359 @@
+"""The HTTP side shared by the provider adapters: one streaming POST with retries, SSE, error mapping.
+
+Each adapter supplies the URL, headers and body for a request and a *parser* (sans-IO: SSE events
+in, normalized events out). This module owns the I/O: ``httpx.AsyncClient`` streaming, SSE framing
+through ``httpx-sse``, retries before the first streamed event, translation of httpx errors and HTTP
+statuses to :class:`roost.errors.EngineFailure`, and closing the response at once when the consumer
+leaves (including when it is cancelled).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+
+import attrs
+import httpx
+import trio
+from httpx_sse import EventSource, SSEError
+
+from roost._json import JSONDecodeError, dumps, loads
+from roost.engines._settings import ProviderSettings
+from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, TextDelta
+from roost.errors import EngineFailure
+
+__all__ = ["RetryPolicy", "StreamParser", "HttpEngine", "failure_from_response", "failure_from_transport"]
+
+#: Seconds a shielded clean-up (closing a response) may take before it is abandoned.
+CLOSE_GRACE = 2.0
+#: Bytes of an error response body read for its message.
+ERROR_BODY_LIMIT = 64 * 1024
+
+
+@attrs.define(kw_only=True)
+class RetryPolicy:
+    """When and how long to wait before sending a model call again.
+
+    Retries happen only before the first streamed event, for connection errors, 408, 409, 429 and
+    5xx. The delay honours ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date, RFC 9110
+    section 10.2.3) up to ``max_retry_after``; otherwise it is exponential backoff with jitter:
+    ``base_delay * 2**(attempt-1)``, capped at ``max_delay``, scaled by a random factor in [0.5, 1).
+
+    Attributes:
+        max_attempts: attempts per call, including the first (>= 1).
+        base_delay, max_delay, max_retry_after: seconds.
+        sleep: the sleep function (tests inject a zero-sleep).
+        random: returns a float in [0, 1) for jitter.
+    """
+
+    max_attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 20.0
+    max_retry_after: float = 60.0
+    sleep: Callable[[float], Awaitable[None]] = trio.sleep
+    random: Callable[[], float] = random.random
+
+    def delay(self, attempt: int, response_headers: httpx.Headers | None) -> float:
+        """Return the seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        hinted = _retry_after(response_headers) if response_headers is not None else None
+        if hinted is not None:
+            return max(0.0, min(hinted, self.max_retry_after))
+        backoff = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+        return backoff * (0.5 + self.random() / 2)
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return float(raw_ms) / 1000.0
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - time.time()
+
+
+class StreamParser(Protocol):
+    """Sans-IO mapping of one provider stream: SSE events in, normalized events out."""
+
+    #: True once the provider's terminal marker was seen; the engine stops reading.
+    done: bool
+
+    def feed(self, event: str, data: str) -> list[EngineEvent]:
+        """Map one SSE event (non-empty ``data``). Raises EngineFailure for error events."""
+        ...
+
+    def finish(self) -> list[EngineEvent]:
+        """Return the closing events. Raises EngineFailure if no terminal marker was seen."""
+        ...
+
+
+def _error_details(body: bytes) -> tuple[str | None, str | None, str | None]:
+    """Return (message, code, type) from an OpenAI or Anthropic error body."""
+    try:
+        doc = loads(body)
+    except (JSONDecodeError, ValueError):
+        text = body.decode("utf-8", "replace").strip()
+        return (text[:500] or None, None, None)
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(err, dict):
+        code = err.get("code")
+        return (err.get("message"), str(code) if code is not None else None, err.get("type"))
+    if isinstance(err, str):
+        return (err, None, None)
+    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+        return (doc["message"], None, doc.get("type"))
+    return (None, None, None)
+
+
+_CONTEXT_HINTS = (
+    "context_length",
+    "context length",
+    "context window",
+    "maximum context",
+    "prompt is too long",
+    "too many tokens",
+)
+
+
+def failure_from_response(status: int, headers: httpx.Headers, body: bytes, *, provider: str) -> EngineFailure:
+    """Translate a non-200 HTTP response into an :class:`EngineFailure`.
+
+    401/403 -> ``auth``; 429 -> ``rate_limit`` (retryable unless the code says the quota is
+    exhausted); 408/409/5xx/529 -> ``provider`` or ``network``, retryable; other 4xx ->
+    ``invalid_request``, or ``context_length`` when the provider's code or message says so.
+    """
+    message, code, etype = _error_details(body)
+    provider_code = code or etype
+    text = f"{provider} returned HTTP {status}" + (f": {message}" if message else "")
+    lowered = " ".join(filter(None, (message, code, etype))).lower()
+    if status in (401, 403):
+        return EngineFailure(text, category="auth", provider_code=provider_code, http_status=status)
+    if status == 429:
+        retryable = code != "insufficient_quota"
+        return EngineFailure(
+            text, category="rate_limit", retryable=retryable, provider_code=provider_code, http_status=status
+        )
+    if status == 408:
+        return EngineFailure(text, category="network", retryable=True, provider_code=provider_code, http_status=status)
+    if status == 409 or status >= 500:
+        return EngineFailure(text, category="provider", retryable=True, provider_code=provider_code, http_status=status)
+    if any(hint in lowered for hint in _CONTEXT_HINTS):
+        return EngineFailure(text, category="context_length", provider_code=provider_code, http_status=status)
+    return EngineFailure(text, category="invalid_request", provider_code=provider_code, http_status=status)
+
+
+def failure_from_transport(exc: httpx.HTTPError, *, provider: str) -> EngineFailure:
+    """Translate an httpx transport error (connect, read, write, timeout, protocol) to ``network``."""
+    kind = type(exc).__name__
+    detail = str(exc) or kind
+    return EngineFailure(
+        f"{provider}: network error ({kind}): {detail}", category="network", retryable=True, provider_code=kind
+    )
+
+
+class HttpEngine:
+    """Base of the provider adapters: settings, the shared ``httpx.AsyncClient``, streaming.
+
+    Subclasses set ``name`` and implement ``_url``, ``_headers``, ``_body``, ``_parser`` and
+    ``_models_url`` / ``_parse_models``.
+
+    Args:
+        settings: the resolved provider settings.
+        client: an ``httpx.AsyncClient`` to use (the engine does not close a client it was given).
+        retry: the retry policy (default: ``RetryPolicy(max_attempts=settings.max_attempts)``).
+    """
+
+    name = "http"
+
+    def __init__(
+        self,
+        settings: ProviderSettings,
+        *,
+        client: httpx.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.settings = settings
+        self.retry = retry or RetryPolicy(max_attempts=settings.max_attempts)
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout),
+            follow_redirects=False,
+        )
+
+    # -- subclass hooks ----------------------------------------------------------------------
+
+    def _url(self) -> str:
+        raise NotImplementedError
+
+    def _headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _body(self, request: EngineRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _parser(self) -> StreamParser:
+        raise NotImplementedError
+
+    def _models_url(self) -> str:
+        raise NotImplementedError
+
+    def _model(self, request: EngineRequest) -> str:
+        model = request.model or self.settings.model
+        if not model:
+            raise EngineFailure(
+                f"{self.name}: no model selected; pass --model or set ROOST_MODEL",
+                category="invalid_request",
+            )
+        return model
+
+    # -- public API ----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def stream(self, request: EngineRequest) -> AsyncIterator[AsyncIterator[EngineEvent]]:
+        """Open a model call; yields the async iterator of its events.
+
+        Raises:
+            EngineFailure: while iterating, in place of the remaining events; carries the
+                recovery facts (attempts, retries, submissions, stop reason).
+
+        Cancellation:
+            Leaving the context, including by cancellation, closes the HTTP response (and its
+            connection) in a shielded clean-up bounded by ``CLOSE_GRACE`` seconds.
+        """
+        async with aclosing(self._events(request)) as events:
+            yield events
+
+    async def list_models(self) -> list[ModelInfo]:
+        """Return the provider's models (``GET .../v1/models``); the configured model is current.
+
+        Raises:
+            EngineFailure: the request failed (network, auth, provider).
+        """
+        try:
+            response = await self._client.get(self._models_url(), headers=self._headers())
+        except httpx.HTTPError as exc:
+            raise failure_from_transport(exc, provider=self.name) from exc
+        if response.status_code != 200:
+            raise failure_from_response(
+                response.status_code, response.headers, response.content, provider=self.name
+            )
+        try:
+            doc = loads(response.content)
+        except (JSONDecodeError, ValueError) as exc:
+            raise EngineFailure(f"{self.name}: model list is not JSON", category="provider") from exc
+        ids = sorted({str(m["id"]) for m in doc.get("data", []) if isinstance(m, dict) and "id" in m})
+        return [ModelInfo(i, i == self.settings.model) for i in ids]
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if the engine created it. Idempotent."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> HttpEngine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- the stream ------------------------------------------------------------------------------
+
+    async def _events(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
+        body = dumps(self._body(request))
+        url = self._url()
+        headers = {"content-type": "application/json", "accept": "text/event-stream", **self._headers()}
+        policy = self.retry
+        max_attempts = max(1, policy.max_attempts)
+        attempt = 0
+        partial: list[str] = []
+        while True:
+            attempt += 1
+            yielded = False
+            retry_headers: httpx.Headers | None = None
+            response: httpx.Response | None = None
+            try:
+                try:
+                    response = await self._client.send(
+                        self._client.build_request("POST", url, content=body, headers=headers), stream=True
+                    )
+                    if response.status_code != 200:
+                        retry_headers = response.headers
+                        raise failure_from_response(
+                            response.status_code,
+                            response.headers,
+                            await _read_limited(response),
+                            provider=self.name,
+                        )
+                    parser = self._parser()
+                    async for sse in EventSource(response).aiter_sse():
+                        if not sse.data:
+                            continue  # keep-alive: comment-only or retry:-only blocks
+                        for event in parser.feed(sse.event, sse.data):
+                            if type(event) is TextDelta:
+                                partial.append(event.text)
+                            yielded = True
+                            yield event
+                        if parser.done:
+                            break
+                    for event in parser.finish():
+                        yielded = True
+                        yield event
+                    return
+                except httpx.HTTPError as exc:
+                    raise failure_from_transport(exc, provider=self.name) from exc
+                except SSEError as exc:
+                    raise EngineFailure(
+                        f"{self.name}: expected an event stream: {exc}", category="provider"
+                    ) from exc
+            except EngineFailure as failure:
+                if failure.retryable and not yielded and attempt < max_attempts:
+                    delay = policy.delay(attempt, retry_headers)
+                    await _close(response)
+                    await policy.sleep(delay)
+                    continue
+                failure.partial_text = "".join(partial)
+                failure.attempt_count = attempt
+                failure.retry_count = attempt - 1
+                failure.submission_count = attempt
+                failure.max_attempts = max_attempts
+                if not failure.retryable:
+                    failure.stop_reason = "non_retryable"
+                elif yielded:
+                    failure.stop_reason = "replay_unsafe"
+                else:
+                    failure.stop_reason = "retry_limit"
+                raise
+            finally:
+                await _close(response)
+
+
+async def _read_limited(response: httpx.Response) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= ERROR_BODY_LIMIT:
+            break
+    return b"".join(chunks)
+
+
+async def _close(response: httpx.Response | None) -> None:
+    """Close ``response`` in a shielded scope bounded by CLOSE_GRACE (idempotent)."""
+    if response is None or response.is_closed:
+        return
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_GRACE):
+        await response.aclose()

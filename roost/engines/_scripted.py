@@ -1,0 +1,368 @@
+"""The scripted engine: deterministic replies from a YAML/JSON script, no network.
+
+Script form (``rules`` are tried in order against the turn's user prompt; the first match wins)::
+
+    rules:
+      - match: {prompt: "regex", agent: "worker-name"}   # both optional; omitted = always
+        steps:                  # one step per model call inside the turn, in order
+          - - {text: "Hello", tokens_per_second: 50}     # streamed as deltas; pacing optional
+            - {tool_call: {name: list_dir, arguments: {path: "."}}}
+          - - {reasoning: "thinking..."}
+            - {delay: 0.5}                               # seconds
+            - {text: "Done."}
+          - - {error: {category: rate_limit, message: "slow down", retryable: true}}
+    default: echo               # no rule matched: reply with the user's prompt
+
+Extensions: ``{text: "...", deltas: N}`` forces exactly N deltas (text shorter than N characters is
+repeated until it is long enough); ``reasoning`` takes the same options; ``tool_call`` may give an
+``id``; ``{usage: {input: 10, output: 5, cached: 0}}`` overrides the computed usage; ``{finish:
+length}`` overrides the finish reason; ``default`` may also be a list of steps. In ``text`` and
+``reasoning``, ``{prompt}``, ``{agent}`` and ``{tool_output}`` (the last tool result in the
+history) are substituted. ``prompt`` is matched with ``re.search``, ``agent`` with ``re.fullmatch``.
+
+Which step runs is the number of model calls already made in this turn, counted from the history
+after the last user message (each run of assistant items, up to its tool results, is one call), so
+the engine is stateless. When the steps run out, the reply is the last step's text.
+
+Determinism: the same script and request always give the same event sequence (no clock, no
+randomness; tool call ids derive from the history length). Pacing (``tokens_per_second``,
+``delay``) only changes timing, and ``pacing=False`` removes it (benchmarks).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+from contextlib import aclosing, asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import attrs
+import trio
+import yaml
+
+from roost._json import JSONDecodeError, dumps, loads
+from roost.engines._types import (
+    AgentMessage,
+    EngineEvent,
+    EngineRequest,
+    Finish,
+    FINISH_REASONS,
+    ModelInfo,
+    Reasoning,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+from roost.errors import ConfigError, EngineFailure
+
+__all__ = ["Script", "Rule", "ScriptedEngine", "load_script", "parse_script", "builtin_scripts", "split_deltas"]
+
+_KINDS = ("text", "reasoning", "tool_call", "delay", "error", "usage", "finish")
+_WORD = re.compile(r"\S+\s*|\s+")
+
+
+@attrs.frozen
+class Rule:
+    """One script rule: optional prompt/agent patterns and its steps (tuple of element tuples)."""
+
+    prompt: re.Pattern[str] | None
+    agent: re.Pattern[str] | None
+    steps: tuple[tuple[dict[str, Any], ...], ...]
+
+    def matches(self, prompt: str, agent: str | None) -> bool:
+        """Whether the rule applies to this prompt and worker name."""
+        if self.prompt is not None and not self.prompt.search(prompt):
+            return False
+        if self.agent is not None and (agent is None or not self.agent.fullmatch(agent)):
+            return False
+        return True
+
+
+@attrs.frozen
+class Script:
+    """A parsed script. ``default`` is ``"echo"`` or a steps tuple."""
+
+    name: str
+    rules: tuple[Rule, ...]
+    default: str | tuple[tuple[dict[str, Any], ...], ...] = "echo"
+
+    def steps_for(self, prompt: str, agent: str | None) -> tuple[tuple[dict[str, Any], ...], ...] | None:
+        """Return the steps of the first matching rule, the default steps, or None for echo."""
+        for rule in self.rules:
+            if rule.matches(prompt, agent):
+                return rule.steps
+        return None if self.default == "echo" else self.default  # type: ignore[return-value]
+
+
+def builtin_scripts() -> list[str]:
+    """Names of the scripts shipped in ``roost/engines/scripts/`` (e.g. ``["demo"]``)."""
+    root = importlib.resources.files("roost.engines") / "scripts"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_script(source: str | Path) -> Script:
+    """Load a script from a ``.yaml``/``.yml``/``.json`` path or a built-in name (``"demo"``).
+
+    Raises:
+        ConfigError: the file is missing, unreadable or not a valid script (the message says where).
+    """
+    text: str
+    name: str
+    path = Path(source).expanduser()
+    if isinstance(source, str) and source in builtin_scripts() and not path.exists():
+        res = importlib.resources.files("roost.engines") / "scripts" / f"{source}.yaml"
+        text, name = res.read_text("utf-8"), source
+    else:
+        try:
+            text = path.read_text("utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read script {str(path)!r}: {exc.strerror or exc}") from exc
+        name = path.stem
+    try:
+        doc = loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (JSONDecodeError, ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"script {str(source)!r} is not valid YAML/JSON: {exc}") from exc
+    return parse_script(doc, name=name)
+
+
+def parse_script(doc: Any, *, name: str = "script") -> Script:
+    """Validate a decoded script document and return a :class:`Script`.
+
+    Raises:
+        ConfigError: the document does not have the script form; the message names the place.
+    """
+    if not isinstance(doc, dict):
+        raise ConfigError(f"script {name!r}: the top level must be a mapping with 'rules'")
+    rules_doc = doc.get("rules") or []
+    if not isinstance(rules_doc, list):
+        raise ConfigError(f"script {name!r}: 'rules' must be a list")
+    rules = []
+    for i, rule in enumerate(rules_doc):
+        where = f"script {name!r} rules[{i}]"
+        if not isinstance(rule, dict):
+            raise ConfigError(f"{where}: must be a mapping")
+        match = rule.get("match") or {}
+        if not isinstance(match, dict):
+            raise ConfigError(f"{where}.match: must be a mapping")
+        rules.append(
+            Rule(
+                _compile(match.get("prompt"), f"{where}.match.prompt"),
+                _compile(match.get("agent"), f"{where}.match.agent"),
+                _steps(rule.get("steps"), where),
+            )
+        )
+    default = doc.get("default", "echo")
+    if default != "echo":
+        default = _steps(default, f"script {name!r} default")
+    return Script(name, tuple(rules), default)
+
+
+def _compile(pattern: Any, where: str) -> re.Pattern[str] | None:
+    if pattern is None:
+        return None
+    try:
+        return re.compile(str(pattern))
+    except re.error as exc:
+        raise ConfigError(f"{where}: invalid regex: {exc}") from exc
+
+
+def _steps(doc: Any, where: str) -> tuple[tuple[dict[str, Any], ...], ...]:
+    if not isinstance(doc, list):
+        raise ConfigError(f"{where}.steps: must be a list of steps")
+    steps = []
+    for s, step in enumerate(doc):
+        elements = [step] if isinstance(step, dict) else step
+        if not isinstance(elements, list):
+            raise ConfigError(f"{where}.steps[{s}]: must be a list of elements")
+        for e, element in enumerate(elements):
+            _check_element(element, f"{where}.steps[{s}][{e}]")
+        steps.append(tuple(elements))
+    return tuple(steps)
+
+
+def _check_element(element: Any, where: str) -> None:
+    if not isinstance(element, dict):
+        raise ConfigError(f"{where}: must be a mapping")
+    kinds = [k for k in _KINDS if k in element]
+    if len(kinds) != 1:
+        raise ConfigError(f"{where}: needs exactly one of {', '.join(_KINDS)}")
+    kind = kinds[0]
+    value = element[kind]
+    if kind == "tool_call" and not (isinstance(value, dict) and isinstance(value.get("name"), str)):
+        raise ConfigError(f"{where}.tool_call: needs a 'name'")
+    if kind == "tool_call" and not isinstance(value.get("arguments", {}), dict):
+        raise ConfigError(f"{where}.tool_call.arguments: must be a mapping")
+    if kind == "error":
+        if not isinstance(value, dict) or value.get("category") not in EngineFailure.CATEGORIES:
+            raise ConfigError(f"{where}.error.category: one of {sorted(EngineFailure.CATEGORIES)}")
+    if kind == "delay" and not (isinstance(value, (int, float)) and value >= 0):
+        raise ConfigError(f"{where}.delay: seconds >= 0")
+    if kind == "finish" and value not in FINISH_REASONS:
+        raise ConfigError(f"{where}.finish: one of {sorted(FINISH_REASONS)}")
+    if kind in ("text", "reasoning") and not isinstance(value, str):
+        raise ConfigError(f"{where}.{kind}: must be a string")
+
+
+def split_deltas(text: str, deltas: int | None = None) -> list[str]:
+    """Split ``text`` into stream deltas deterministically.
+
+    Args:
+        text: the text.
+        deltas: force exactly this many pieces (even character split; text shorter than
+            ``deltas`` characters is repeated until long enough); ``None`` splits by words (each
+            word with its trailing whitespace).
+    """
+    if deltas is None:
+        return _WORD.findall(text)
+    if deltas <= 0 or not text:
+        return [text] if text else []
+    while len(text) < deltas:
+        text += text
+    size = len(text)
+    return [text[i * size // deltas : (i + 1) * size // deltas] for i in range(deltas)]
+
+
+def call_index(request: EngineRequest) -> int:
+    """Number of model calls already made in the current turn (from history after the last user
+    message: each run of assistant items ended by tool results counts as one call)."""
+    count = 0
+    in_call = False
+    for item in request.history:
+        if isinstance(item, UserMessage):
+            count, in_call = 0, False
+        elif isinstance(item, ToolResult):
+            in_call = False
+        elif not in_call:
+            count += 1
+            in_call = True
+    return count
+
+
+def _substitute(text: str, request: EngineRequest) -> str:
+    if "{" not in text:
+        return text
+    tool_output = next((i.output for i in reversed(request.history) if isinstance(i, ToolResult)), "")
+    return (
+        text.replace("{prompt}", request.prompt)
+        .replace("{agent}", request.agent or "")
+        .replace("{tool_output}", tool_output)
+    )
+
+
+def _input_tokens(request: EngineRequest) -> int:
+    words = len(request.system.split())
+    for item in request.history:
+        if isinstance(item, (UserMessage, AgentMessage, Reasoning)):
+            words += len(item.text.split())
+        elif isinstance(item, ToolResult):
+            words += len(item.output.split())
+        elif isinstance(item, ToolCall):
+            words += 1 + len(item.arguments)
+    return words
+
+
+class ScriptedEngine:
+    """Deterministic engine driven by a :class:`Script`; see the module docstring.
+
+    Args:
+        script: the parsed script.
+        pacing: honour ``tokens_per_second`` and ``delay`` with ``trio.sleep``; ``False`` streams
+            with zero latency (benchmarks).
+        model: the name reported as current by :meth:`list_models` (default: the script name).
+    """
+
+    name = "scripted"
+
+    def __init__(self, script: Script, *, pacing: bool = True, model: str | None = None) -> None:
+        self.script = script
+        self.pacing = pacing
+        self.model = model or script.name
+
+    @asynccontextmanager
+    async def stream(self, request: EngineRequest) -> AsyncIterator[AsyncIterator[EngineEvent]]:
+        """Yield the events of the step selected for ``request``.
+
+        Raises:
+            EngineFailure: from an ``error`` element, after the events before it.
+
+        Cancellation:
+            Checkpoints at each element (and each paced delta); cancelling simply stops the stream.
+        """
+        async with aclosing(self._events(request)) as events:
+            yield events
+
+    async def list_models(self) -> list[ModelInfo]:
+        """Return the built-in script names plus this engine's script; the current one is marked."""
+        names = sorted(set(builtin_scripts()) | {self.model})
+        return [ModelInfo(n, n == self.model) for n in names]
+
+    async def aclose(self) -> None:
+        """Nothing to release; present for the Engine interface."""
+
+    async def _events(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
+        steps = self.script.steps_for(request.prompt, request.agent)
+        if not steps:
+            elements: tuple[dict[str, Any], ...] = ({"text": "{prompt}"},)
+        else:
+            index = call_index(request)
+            if index < len(steps):
+                elements = steps[index]
+            else:
+                elements = tuple(e for e in steps[-1] if "text" in e) or ({"text": ""},)
+        out_tokens = 0
+        tool_calls = 0
+        partial: list[str] = []
+        usage: Usage | None = None
+        finish: str | None = None
+        for element in elements:
+            await trio.lowlevel.checkpoint()
+            if "text" in element or "reasoning" in element:
+                is_text = "text" in element
+                raw = element["text"] if is_text else element["reasoning"]
+                rate = element.get("tokens_per_second")
+                pause = 1.0 / rate if self.pacing and rate else 0.0
+                for n, piece in enumerate(split_deltas(_substitute(raw, request), element.get("deltas"))):
+                    if pause and n:
+                        await trio.sleep(pause)
+                    out_tokens += 1
+                    if is_text:
+                        partial.append(piece)
+                        yield TextDelta(piece)
+                    else:
+                        yield ReasoningDelta(piece)
+            elif "tool_call" in element:
+                spec = element["tool_call"]
+                call_id = spec.get("id") or f"call_{len(request.history)}_{tool_calls}"
+                arguments = dict(spec.get("arguments") or {})
+                yield ToolCallStart(call_id, spec["name"], tool_calls)
+                yield ToolCallDelta(call_id, dumps(arguments).decode())
+                yield ToolCallEnd(call_id, spec["name"], arguments)
+                tool_calls += 1
+                out_tokens += 1 + len(arguments)
+            elif "delay" in element:
+                if self.pacing:
+                    await trio.sleep(float(element["delay"]))
+            elif "error" in element:
+                spec = element["error"]
+                raise EngineFailure(
+                    str(spec.get("message") or spec["category"]),
+                    category=spec["category"],
+                    retryable=bool(spec.get("retryable", False)),
+                    provider_code=spec.get("provider_code"),
+                    http_status=spec.get("http_status"),
+                    partial_text="".join(partial),
+                )
+            elif "usage" in element:
+                u = element["usage"] or {}
+                usage = Usage(u.get("input"), u.get("output"), u.get("cached"))
+            elif "finish" in element:
+                finish = element["finish"]
+        yield usage or Usage(_input_tokens(request), out_tokens, 0)
+        yield Finish(finish or ("tool_calls" if tool_calls else "stop"))

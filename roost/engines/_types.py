@@ -1,0 +1,235 @@
+"""Normalized engine types: the request every engine takes and the events every engine streams.
+
+A request is provider-neutral (system prompt, history items, tool schemas, selection); each adapter
+maps it to its provider's wire format. Events are the union :data:`EngineEvent`; failures are not
+events but :class:`roost.errors.EngineFailure` raised by the stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncContextManager, AsyncIterator, Protocol, Union, runtime_checkable
+
+import attrs
+
+__all__ = [
+    "Image",
+    "UserMessage",
+    "AgentMessage",
+    "Reasoning",
+    "ToolCall",
+    "ToolResult",
+    "HistoryItem",
+    "ToolSchema",
+    "EngineRequest",
+    "TextDelta",
+    "ReasoningDelta",
+    "ToolCallStart",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "Usage",
+    "Finish",
+    "EngineEvent",
+    "FINISH_REASONS",
+    "ModelInfo",
+    "Engine",
+]
+
+
+# -- history ------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Image:
+    """An image attached to a user message.
+
+    Attributes:
+        media_type: MIME type, e.g. ``"image/png"``.
+        data: the image bytes, base64-encoded (standard alphabet, no line breaks).
+    """
+
+    media_type: str
+    data: str
+
+    def data_url(self) -> str:
+        """Return the image as an RFC 2397 ``data:`` URL."""
+        return f"data:{self.media_type};base64,{self.data}"
+
+
+@attrs.frozen
+class UserMessage:
+    """A user (or injected) message: text plus optional images."""
+
+    text: str
+    images: tuple[Image, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen
+class AgentMessage:
+    """Text the model produced."""
+
+    text: str
+
+
+@attrs.frozen
+class Reasoning:
+    """Reasoning text the model exposed (adapters that cannot replay it drop it)."""
+
+    text: str
+
+
+@attrs.frozen
+class ToolCall:
+    """A tool call the model made; ``arguments`` is the parsed JSON object."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ToolResult:
+    """The result of the tool call ``call_id``; ``is_error`` marks failed or interrupted calls."""
+
+    call_id: str
+    output: str
+    is_error: bool = False
+
+
+HistoryItem = Union[UserMessage, AgentMessage, Reasoning, ToolCall, ToolResult]
+
+
+@attrs.frozen
+class ToolSchema:
+    """A tool offered to the model; ``parameters`` is a JSON Schema object."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = attrs.field(factory=lambda: {"type": "object", "properties": {}})
+
+
+@attrs.frozen(kw_only=True)
+class EngineRequest:
+    """One model call.
+
+    Attributes:
+        system: the system prompt ("" for none).
+        history: the conversation so far, oldest first.
+        tools: tool schemas offered to the model.
+        model: model id; ``None`` uses the provider settings' model.
+        effort: reasoning effort (``"low"``, ``"medium"``, ``"high"``) or ``None``.
+        max_tokens: output token limit or ``None`` for the adapter's default.
+        temperature: sampling temperature or ``None`` for the provider's default.
+        agent: the worker name for a worker thread (scripted ``match.agent``), ``None`` otherwise.
+    """
+
+    system: str = ""
+    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=tuple)
+    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=tuple)
+    model: str | None = None
+    effort: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    agent: str | None = None
+
+    @property
+    def prompt(self) -> str:
+        """The text of the last user message ("" when there is none)."""
+        for item in reversed(self.history):
+            if isinstance(item, UserMessage):
+                return item.text
+        return ""
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class TextDelta:
+    """A piece of the assistant's text."""
+
+    text: str
+
+
+@attrs.frozen
+class ReasoningDelta:
+    """A piece of the model's exposed reasoning."""
+
+    text: str
+
+
+@attrs.frozen
+class ToolCallStart:
+    """A tool call began; ``index`` is its position among this response's tool calls (0-based)."""
+
+    call_id: str
+    name: str
+    index: int
+
+
+@attrs.frozen
+class ToolCallDelta:
+    """A fragment of a tool call's JSON arguments, as streamed."""
+
+    call_id: str
+    delta: str
+
+
+@attrs.frozen
+class ToolCallEnd:
+    """A tool call completed; ``arguments`` are parsed once, from the whole argument text."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@attrs.frozen
+class Usage:
+    """Token usage of the model call (tokens)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+#: The reasons a stream may finish with.
+FINISH_REASONS = frozenset({"stop", "tool_calls", "length", "content_filter", "cancelled"})
+
+
+@attrs.frozen
+class Finish:
+    """The last event of a successful stream; ``reason`` is one of :data:`FINISH_REASONS`."""
+
+    reason: str = attrs.field(validator=attrs.validators.in_(FINISH_REASONS))
+
+
+EngineEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallDelta, ToolCallEnd, Usage, Finish]
+
+
+@attrs.frozen
+class ModelInfo:
+    """A model an engine offers (``roost models --json`` item ``{id, current}``)."""
+
+    id: str
+    current: bool = False
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A model engine.
+
+    ``stream(request)`` returns an async context manager yielding an async iterator of events. It
+    raises :class:`roost.errors.EngineFailure` on failure. Leaving the context (normally, on error,
+    or because the consumer was cancelled) closes the underlying HTTP stream at once.
+    """
+
+    name: str
+
+    def stream(self, request: EngineRequest) -> AsyncContextManager[AsyncIterator[EngineEvent]]:
+        ...
+
+    async def list_models(self) -> list[ModelInfo]:
+        ...
+
+    async def aclose(self) -> None:
+        ...

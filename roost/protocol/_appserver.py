@@ -1,0 +1,282 @@
+"""The app-server dialect (app-server-protocol.md): one JSONL session over a byte stream.
+
+Requests ``{id, method, params}`` are answered ``{id, result}`` or ``{id, error: {code, message}}``
+with the string codes of :mod:`roost.errors`. Requests are handled in arrival order (so a
+``turn/interrupt`` is never overtaken by an earlier ``turn/start``); none waits for a turn to end,
+so reading never stops while turns run. Notifications from every thread this session touched are
+interleaved with responses. Server-initiated requests (``approval/request``) are sent only if the
+client listed them in ``initialize.params.capabilities.reverse_rpc.methods``.
+
+Method handlers live in ``_as_*`` modules and register themselves with :func:`method`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from roost import __version__
+from roost._json import dumps_line
+from roost.actors._messages import Origin, Subscribe
+from roost.errors import (
+    InternalError, InvalidRequest, MailboxClosed, MailboxFull, MethodNotFound, ProtocolError,
+    RoostError, ServerOverloaded, InvalidParams,
+)
+from roost.protocol._framing import FrameError, LineDecoder, read_frames
+from roost.protocol._outbox import Outbox
+
+__all__ = ["AppServerSession", "method", "PROTOCOL_VERSION", "METHODS"]
+
+log = logging.getLogger("roost.appserver")
+
+#: app-server-protocol.md, "Transport and initialization".
+PROTOCOL_VERSION = "wuu-app-server/v0.1"
+
+Handler = Callable[["AppServerSession", Any], Awaitable[Any]]
+#: method name -> handler, filled by the ``_as_*`` modules.
+METHODS: dict[str, Handler] = {}
+
+
+def method(name: str) -> Callable[[Handler], Handler]:
+    """Register ``fn`` as the handler of app-server method ``name``."""
+
+    def register(fn: Handler) -> Handler:
+        METHODS[name] = fn
+        return fn
+
+    return register
+
+
+class AppServerSession:
+    """One client of the app-server.
+
+    Args:
+        runtime: the running :class:`~roost.supervisor.Runtime`.
+        settings: the default ProviderSettings, or None when no engine is configured.
+        setup_issues: why no engine is usable (reported by ``initialize`` as ``needs_setup``).
+    """
+
+    def __init__(self, runtime: Any, *, engines: Any) -> None:
+        self.runtime = runtime
+        self.engines = engines
+        self.settings = engines.default
+        self.setup_issues = [engines.setup_error] if engines.setup_error else []
+        self.outbox = Outbox(on_overflow=self._on_overflow)
+        self.capabilities: dict = {}
+        self.reverse_methods: set[str] = set()
+        self._reverse: dict[str, trio.MemorySendChannel] = {}
+        self._reverse_counter = 0
+        self.subscribed: set[str] = set()
+        self.shutdown_requested = False
+        self.closed = trio.Event()
+        self.nursery: trio.Nursery | None = None
+        self.client_name = "client"
+        self._acks: list[trio.Event] = []
+
+    def after_response(self) -> trio.Event:
+        """An event set right after the current request's response is queued (or its error)."""
+        event = trio.Event()
+        self._acks.append(event)
+        return event
+
+    def ensure_engine(self, thread: Any) -> None:
+        """Fail fast (``invalid_params`` naming the settings) when no engine can serve ``thread``."""
+        self.engines.settings_for(thread)
+
+    # -- the Subscriber protocol ----------------------------------------------------------------
+
+    def deliver(self, line: bytes) -> None:
+        self.outbox.deliver(line)
+
+    def _on_overflow(self) -> None:
+        self.closed.set()
+
+    # -- outgoing -------------------------------------------------------------------------------
+
+    def send(self, obj: Any) -> None:
+        self.outbox.deliver(dumps_line(obj))
+
+    def notify(self, method_name: str, params: dict) -> None:
+        self.send({"method": method_name, "params": params})
+
+    async def subscribe(self, actor: Any) -> None:
+        """Receive ``actor``'s notifications from now on (idempotent)."""
+        if actor.thread.id not in self.subscribed:
+            self.subscribed.add(actor.thread.id)
+            await actor.ref.ask(Subscribe(self))
+
+    def origin(self) -> Origin:
+        """The Origin of work this session starts: approvals come back here."""
+        can_ask = "approval/request" in self.reverse_methods
+        return Origin(client_id=self.client_name, request_approval=self.request_approval if can_ask else None)
+
+    async def request_approval(self, params: dict) -> bool | None:
+        """Send ``approval/request`` and wait for ``{result: {approved: bool}}``.
+
+        Returns:
+            The decision; None if the session closed before answering (nobody to ask). A malformed
+            answer counts as denied.
+        """
+        if self.closed.is_set():
+            return None
+        self._reverse_counter += 1
+        rid = f"roost-{self._reverse_counter}"
+        send, recv = trio.open_memory_channel[Any](1)
+        self._reverse[rid] = send
+        self.send({"id": rid, "method": "approval/request", "params": params})
+        reply: Any = None
+        try:
+            async with trio.open_nursery() as nursery:
+                async def watch_close() -> None:
+                    await self.closed.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch_close)
+                reply = await recv.receive()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._reverse.pop(rid, None)
+        if reply is None:
+            return None
+        result = reply.get("result") if isinstance(reply, dict) else None
+        return bool(isinstance(result, dict) and result.get("approved") is True)
+
+    # -- serving --------------------------------------------------------------------------------
+
+    async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
+        """Serve until end of input (or ``shutdown``), then interrupt running turns and return."""
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            nursery.start_soon(self._write, send, nursery)
+            try:
+                await self._read(receive)
+            finally:
+                self.closed.set()
+                with trio.CancelScope(shield=True):
+                    await self._interrupt_all()
+                self.outbox.close()
+
+    async def _write(self, send: trio.abc.SendStream, nursery: trio.Nursery) -> None:
+        try:
+            await self.outbox.run_writer(send)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            log.info("client went away")
+            self.closed.set()
+            nursery.cancel_scope.cancel()
+
+    async def _read(self, receive: trio.abc.ReceiveStream) -> None:
+        decoder = LineDecoder()
+        async with trio.open_nursery() as watcher:
+            async def stop_on_close() -> None:
+                await self.closed.wait()
+                watcher.cancel_scope.cancel()
+
+            watcher.start_soon(stop_on_close)
+            try:
+                async for frame in read_frames(receive, decoder):
+                    await self._on_frame(frame)
+                    if self.shutdown_requested:
+                        break
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            watcher.cancel_scope.cancel()
+
+    async def _on_frame(self, frame: Any) -> None:
+        if isinstance(frame, FrameError):
+            self.send({"id": None, "error": {"code": "parse_error", "message": frame.message}})
+            return
+        if not isinstance(frame, dict):
+            self.send({"id": None, "error": InvalidRequest("a request must be a JSON object").to_wire()})
+            return
+        rid = frame.get("id")
+        name = frame.get("method")
+        if name is None and rid is not None and ("result" in frame or "error" in frame):
+            channel = self._reverse.get(str(rid))
+            if channel is not None:
+                try:
+                    channel.send_nowait(frame)
+                except trio.WouldBlock:
+                    pass
+            return
+        if rid is not None and not isinstance(rid, (str, int)) or isinstance(rid, bool):
+            self.send({"id": None, "error": InvalidRequest("id must be a string or an integer").to_wire()})
+            return
+        if not isinstance(name, str) or not name:
+            self.send({"id": rid, "error": InvalidRequest("method must be a non-empty string").to_wire()})
+            return
+        extra = set(frame) - {"id", "method", "params", "jsonrpc"}
+        if extra:
+            self.send({"id": rid, "error": InvalidRequest(f"unknown envelope field(s): {', '.join(sorted(extra))}").to_wire()})
+            return
+        handler = METHODS.get(name)
+        try:
+            await self._handle(rid, name, handler, frame.get("params"))
+        finally:
+            for ack in self._acks:
+                ack.set()
+            self._acks.clear()
+
+    async def _handle(self, rid: Any, name: str, handler: Any, params: Any) -> None:
+        try:
+            if handler is None:
+                raise MethodNotFound(f"unknown method {name!r}")
+            result = await handler(self, params)
+        except ProtocolError as exc:
+            error = exc.to_wire()
+        except (MailboxFull, MailboxClosed) as exc:
+            error = ServerOverloaded(str(exc)).to_wire()
+        except RoostError as exc:
+            error = _map_error(exc).to_wire()
+        except Exception as exc:
+            log.exception("internal error in %s", name)
+            error = InternalError(f"{type(exc).__name__}: {exc}").to_wire()
+        else:
+            if rid is not None:
+                self.send({"id": rid, "result": result})
+            return
+        self.send({"id": rid, "error": error})
+
+    async def _interrupt_all(self) -> None:
+        """End of input: interrupt every running turn and wait (bounded) for them to persist."""
+        from roost.actors._messages import InterruptTurn
+
+        actors = [a for a in self.runtime.registry.loaded() if a.active is not None]
+        for actor in actors:
+            try:
+                actor.ref.tell(InterruptTurn(reason="shutdown"))
+            except RoostError:
+                pass
+        with trio.move_on_after(15):
+            for actor in actors:
+                await actor.idle.wait()
+
+
+def _map_error(exc: RoostError) -> ProtocolError:
+    from roost.errors import ConfigError, NotFound, ThreadNotFound, UsageError
+
+    if isinstance(exc, NotFound):
+        return ThreadNotFound(str(exc))
+    if isinstance(exc, (ConfigError, UsageError)):
+        return InvalidParams(str(exc))
+    return InternalError(f"{type(exc).__name__}: {exc}")
+
+
+def initialize_result(session: AppServerSession) -> dict:
+    settings = session.settings
+    return {
+        "protocol_version": PROTOCOL_VERSION,
+        "status": "needs_setup" if session.setup_issues else "ready",
+        "issues": list(session.setup_issues),
+        "server": {"name": "roost", "version": __version__},
+        "core": {"name": "roost", "version": __version__, "engine": "roost"},
+        "runtime_host": {"kind": "local", "instance_id": session.runtime.services.owner},
+        "workspace": {"root": str(__import__("os").getcwd())},
+        "model": settings.describe() if settings is not None else None,
+        "permissions": {"modes": ["read_only", "standard", "unconfined"], "default": "standard"},
+        "extensions": [],
+        "features": {"ephemeral_threads": True, "worktrees": True, "runs": True, "steering": True,
+                     "held_input": True, "reverse_rpc": ["approval/request"]},
+        "max_parallel": 5,
+    }

@@ -1,0 +1,1 @@
+"""App-server runs: ``run/start`` and ``run/interrupt`` (filled in below)."""

@@ -1,0 +1,291 @@
+"""JSONL framing: one JSON value per line (DESIGN.md section 5, app-server-protocol.md "Transport").
+
+The decoder is sans-IO: :class:`LineDecoder` turns bytes into frames and never touches a stream, so it
+is tested without I/O. :func:`read_frames` and :class:`JsonlWriter` are the thin trio glue that moves
+bytes between a stream and the decoder / encoder; :func:`open_stdio_stream` wraps fds 0 and 1.
+
+Framing rules:
+
+- A line ends with ``\\n``; a ``\\r`` before it is accepted (``\\r\\n``).
+- A line holds one UTF-8 JSON value of at most ``max_line_bytes`` bytes (terminator excluded;
+  default 64 MiB, the app-server's documented stdio line limit).
+- Empty and whitespace-only lines are skipped.
+- A malformed line (bad JSON, invalid UTF-8) yields one :class:`FrameError` and decoding continues
+  with the next line.
+- An oversized line yields one :class:`FrameError` as soon as it is known to be too long; the rest
+  of that line is discarded up to the next newline (so memory stays bounded), then decoding
+  continues.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias
+
+import attrs
+import trio
+
+from roost._json import JSONDecodeError, dumps_line, loads
+from roost.errors import ParseError
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "Frame",
+    "FrameError",
+    "LineDecoder",
+    "read_frames",
+    "JsonlWriter",
+    "open_stdio_stream",
+]
+
+#: The default line limit in bytes (64 MiB), matching the app-server's stdio scanner.
+DEFAULT_MAX_LINE_BYTES = 64 * 2**20
+
+#: Default size in bytes of each ``receive_some`` call made by :func:`read_frames`.
+_RECEIVE_BYTES = 64 * 1024
+
+
+@attrs.frozen
+class FrameError:
+    """A line that did not decode: the error marker a :class:`LineDecoder` yields in its place.
+
+    Attributes:
+        code: the wire error code, always ``"parse_error"``.
+        message: a human-readable reason (bad JSON, invalid UTF-8, or the size limit).
+        oversized: True when the line exceeded ``max_line_bytes``.
+    """
+
+    message: str
+    oversized: bool = False
+    code: str = "parse_error"
+
+    def to_exception(self) -> ParseError:
+        """Return the matching :class:`roost.errors.ParseError` (``.to_wire()`` gives the payload)."""
+        return ParseError(self.message)
+
+
+#: A decoded JSON value (dict, list, str, int, float, bool, None) or a :class:`FrameError`.
+Frame: TypeAlias = Any
+
+
+class LineDecoder:
+    """Incremental sans-IO JSONL decoder.
+
+    Feed it bytes as they arrive, in chunks of any size; it returns the frames of every line
+    completed so far. Work is linear in the input: a chunk is scanned for newlines once, and a
+    partial line is carried in a ``bytearray`` until its newline arrives.
+
+    Args:
+        max_line_bytes: the longest accepted line in bytes, terminator excluded (default 64 MiB).
+
+    Raises:
+        ValueError: ``max_line_bytes`` is not positive.
+    """
+
+    __slots__ = ("_buf", "_discarding", "_max")
+
+    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        if max_line_bytes <= 0:
+            raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes!r}")
+        self._max = max_line_bytes
+        self._buf = bytearray()
+        self._discarding = False
+
+    @property
+    def max_line_bytes(self) -> int:
+        """The line limit in bytes."""
+        return self._max
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of the current partial line held in memory."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Add ``data`` and return the frames of the lines it completes, in order.
+
+        Args:
+            data: the next bytes of the stream (any chunking; may be empty).
+
+        Returns:
+            A list of decoded JSON values and :class:`FrameError` markers, one per non-blank line.
+        """
+        out: list[Frame] = []
+        if not data:
+            return out
+        if isinstance(data, memoryview):
+            data = data.tobytes()
+        if self._discarding:
+            nl = data.find(b"\n")
+            if nl < 0:
+                return out
+            self._discarding = False
+            data = data[nl + 1 :]
+            if not data:
+                return out
+        buf = self._buf
+        buf += data
+        if b"\n" not in data:
+            # No line completed; only check that the partial line is still within the limit.
+            self._check_partial(out)
+            return out
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()
+        limit = self._max
+        append = out.append
+        for line in lines:
+            n = len(line)
+            if n > limit and not (n == limit + 1 and line[-1] == 13):
+                append(_oversized(limit))
+                continue
+            try:
+                append(loads(line))
+            except JSONDecodeError as exc:
+                if line.isspace() or not line:
+                    continue
+                append(_malformed(exc))
+        self._check_partial(out)
+        return out
+
+    def finish(self) -> list[Frame]:
+        """Signal end of input: decode a last line that had no newline, and reset the decoder.
+
+        Returns:
+            The frames of the unterminated last line (empty when there was none).
+        """
+        out: list[Frame] = []
+        if not self._discarding and self._buf:
+            out = self.feed(b"\n")
+        self._buf = bytearray()
+        self._discarding = False
+        return out
+
+    def _check_partial(self, out: list[Frame]) -> None:
+        # A partial line may end with the "\r" of a "\r\n" terminator: allow one extra byte.
+        if len(self._buf) > self._max + 1:
+            out.append(_oversized(self._max))
+            self._buf = bytearray()
+            self._discarding = True
+
+
+def _oversized(limit: int) -> FrameError:
+    return FrameError(f"line exceeds the limit of {limit} bytes", oversized=True)
+
+
+def _malformed(exc: ValueError) -> FrameError:
+    return FrameError(f"invalid JSON line: {exc}")
+
+
+async def read_frames(
+    stream: trio.abc.ReceiveStream,
+    decoder: LineDecoder | None = None,
+    *,
+    receive_bytes: int = _RECEIVE_BYTES,
+) -> AsyncIterator[Frame]:
+    """Yield the frames read from ``stream`` until it reaches end of file.
+
+    Args:
+        stream: the byte stream to read.
+        decoder: the decoder to use (default: a new :class:`LineDecoder` with the 64 MiB limit).
+        receive_bytes: the most bytes asked of each ``receive_some`` call.
+
+    Yields:
+        Decoded JSON values and :class:`FrameError` markers, in line order. At end of file the
+        last unterminated line (if any) is decoded too.
+
+    Raises:
+        trio.BrokenResourceError, trio.ClosedResourceError: from ``stream.receive_some``.
+
+    Cancellation:
+        Each ``receive_some`` is a checkpoint. Cancelled while waiting, no bytes are lost from the
+        decoder (a partial line stays buffered in ``decoder``). Close the generator
+        (``async with contextlib.aclosing(...)``) when abandoning it early.
+    """
+    if decoder is None:
+        decoder = LineDecoder()
+    while True:
+        data = await stream.receive_some(receive_bytes)
+        if not data:
+            for frame in decoder.finish():
+                yield frame
+            return
+        for frame in decoder.feed(data):
+            yield frame
+
+
+class JsonlWriter:
+    """Serialises JSONL lines onto a send stream, one whole line at a time.
+
+    Concurrent senders are served in FIFO order by a :class:`trio.StrictFIFOLock`, so lines never
+    interleave. An async context manager; :meth:`aclose` closes the stream.
+
+    Args:
+        stream: the byte stream to write to.
+    """
+
+    def __init__(self, stream: trio.abc.SendStream) -> None:
+        self._stream = stream
+        self._lock = trio.StrictFIFOLock()
+
+    @property
+    def stream(self) -> trio.abc.SendStream:
+        """The underlying send stream."""
+        return self._stream
+
+    async def send(self, obj: Any) -> None:
+        """Write one line.
+
+        Args:
+            obj: a JSON-ready value (encoded with :func:`roost._json.dumps_line`), or ``bytes``
+                holding one or more pre-encoded lines with their ``\\n``, sent as-is.
+
+        Raises:
+            TypeError: ``obj`` cannot be encoded as JSON.
+            trio.BrokenResourceError: the peer went away.
+            trio.ClosedResourceError: this writer was closed.
+
+        Cancellation:
+            A checkpoint. Cancelled while waiting for the lock, nothing was written. Cancelled
+            inside ``send_all``, part of the line may have been written and the stream is then
+            in an unknown state (trio's ``send_all`` contract): close it.
+        """
+        data = obj if isinstance(obj, (bytes, bytearray, memoryview)) else dumps_line(obj)
+        async with self._lock:
+            await self._stream.send_all(data)
+
+    async def aclose(self) -> None:
+        """Close the underlying stream (idempotent; closes even when cancelled)."""
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> JsonlWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def open_stdio_stream() -> trio.StapledStream:
+    """Wrap the process's stdin (fd 0) and stdout (fd 1) as one trio stream.
+
+    Both fds are ``os.dup``-ed, so closing the returned stream leaves fds 0 and 1 open.
+
+    Returns:
+        A :class:`trio.StapledStream` whose receive half reads fd 0 and whose send half writes
+        fd 1 (each a :class:`trio.lowlevel.FdStream`).
+
+    Raises:
+        OSError: a descriptor could not be duplicated.
+
+    Note:
+        ``FdStream`` puts the descriptor in non-blocking mode, and that flag is shared with the
+        original fd. In a protocol mode nothing else may write to stdout anyway (DESIGN.md
+        section 5): send logs to stderr.
+    """
+    receive = trio.lowlevel.FdStream(os.dup(0))
+    try:
+        send = trio.lowlevel.FdStream(os.dup(1))
+    except BaseException:
+        receive.close()
+        raise
+    return trio.StapledStream(send, receive)

@@ -1,0 +1,145 @@
+"""SQLite connections, transactions and the translation of sqlite3 errors into Roost errors.
+
+Every connection is opened in driver autocommit mode (``isolation_level=None``) so that Roost, not
+the sqlite3 module, decides where transactions begin: write transactions always start with
+``BEGIN IMMEDIATE`` (take the write lock first, so a read-then-write never deadlocks on a lock
+upgrade), nested ones use savepoints (the ``sqlite_utils.Database.atomic`` pattern).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from roost.errors import Conflict, StoreBusy, StoreError
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "connect",
+    "immediate",
+    "is_locked",
+    "translate_error",
+]
+
+#: Seconds a statement waits for another connection's lock before SQLite reports it busy.
+DEFAULT_BUSY_TIMEOUT = 5.0
+#: How many times ``BEGIN IMMEDIATE``/``COMMIT`` is retried after a full busy_timeout.
+_BUSY_RETRIES = 3
+
+_savepoints = itertools.count(1)
+
+
+def connect(
+    path: str | Path, *, query_only: bool = False, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+) -> sqlite3.Connection:
+    """Open a connection with Roost's settings.
+
+    Settings: autocommit driver mode, ``synchronous=NORMAL`` (durable at each WAL checkpoint, never
+    corrupt), ``busy_timeout``, ``foreign_keys=ON``, rows as :class:`sqlite3.Row`, usable from any
+    thread (the caller guarantees one thread at a time). WAL mode is set once by the migration step
+    and is persistent in the file.
+
+    Args:
+        path: the database file.
+        query_only: refuse writes on this connection (``PRAGMA query_only``).
+        busy_timeout: seconds to wait for a lock before an operation reports busy.
+
+    Raises:
+        StoreError: the file cannot be opened.
+    """
+    try:
+        conn = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout
+        )
+    except sqlite3.Error as exc:
+        raise translate_error(exc) from exc
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if query_only:
+        conn.execute("PRAGMA query_only = 1")
+    return conn
+
+
+def is_locked(exc: BaseException) -> bool:
+    """Return whether ``exc`` is SQLite's "database is locked"/"busy" (SQLITE_BUSY/SQLITE_LOCKED)."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in (5, 6)
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def translate_error(exc: sqlite3.Error) -> StoreError:
+    """Map a sqlite3 error to the most specific :class:`~roost.errors.StoreError` (not raised).
+
+    ``database is locked``/busy -> :class:`StoreBusy`; constraint violations (``IntegrityError``)
+    -> :class:`Conflict`; anything else -> :class:`StoreError`. The caller raises it ``from exc``.
+    """
+    if is_locked(exc):
+        return StoreBusy(f"database stayed locked: {exc}")
+    if isinstance(exc, sqlite3.IntegrityError):
+        return Conflict(str(exc))
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+def _execute_retrying(conn: sqlite3.Connection, sql: str) -> None:
+    """Run ``sql`` (BEGIN IMMEDIATE or COMMIT), retrying a few times past busy_timeout."""
+    for attempt in range(_BUSY_RETRIES + 1):
+        try:
+            conn.execute(sql)
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc) or attempt == _BUSY_RETRIES:
+                raise translate_error(exc) from exc
+            time.sleep(0.01 * (attempt + 1))
+
+
+@contextlib.contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Run the block in a write transaction: ``BEGIN IMMEDIATE`` or, nested, a savepoint.
+
+    Outermost: takes the write lock up front (waiting up to busy_timeout, retried a few times),
+    commits on success, rolls back on any ``BaseException`` without masking it. Nested (the
+    connection is already in a transaction, e.g. inside a StoreWriter group): a uniquely named
+    savepoint that rolls back alone.
+
+    This is a blocking call (run it in a worker thread from trio).
+
+    Raises:
+        StoreBusy: the write lock stayed held by another connection past every retry.
+        StoreError: COMMIT failed (the transaction was rolled back).
+    """
+    if conn.in_transaction:
+        name = f"roost_sp_{next(_savepoints)}"
+        conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield conn
+        except BaseException:
+            # A failure may have destroyed the whole transaction (and the savepoint with it).
+            if conn.in_transaction:
+                conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                conn.execute(f"RELEASE SAVEPOINT {name}")
+            raise
+        conn.execute(f"RELEASE SAVEPOINT {name}")
+        return
+    _execute_retrying(conn, "BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    try:
+        _execute_retrying(conn, "COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

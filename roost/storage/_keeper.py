@@ -1,0 +1,244 @@
+"""The LeaseKeeper: renews the leases of this process's executions and fences off lost ones."""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from roost.errors import LifecycleError, StaleLease, StoreClosed, StoreError, StoreFull
+
+from ._writer import StoreWriter
+from .leases import Lease, acquire, fenced, hand_over, release, renew
+
+__all__ = ["LeaseKeeper", "Execution", "default_owner"]
+
+R = TypeVar("R")
+
+
+def default_owner() -> str:
+    """Return a lease owner identity unique to this process: ``"<host>:<pid>:<8 hex>"``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+@attrs.define(eq=False)
+class Execution:
+    """One execution holding a lease; run its work inside :attr:`cancel_scope`.
+
+    Attributes:
+        lease: the current lease (``expires_at`` moves on each renewal; the token never changes).
+        cancel_scope: cancelled when the lease is lost; the caller enters it around the work.
+        lost_reason: ``None`` while held; else why it was lost: ``"superseded"`` (another
+            acquisition, a release or a hand-over made the token stale), ``"expired"`` (renewals
+            failed until the lease expired), ``"keeper_stopped"``.
+        lost: set when the lease is lost.
+        renewals: successful renewals so far.
+        renewed: set at the next successful renewal, then replaced by a fresh event (wait on
+            ``execution.renewed.wait()`` to observe one renewal).
+        handed_over_to: the successor named by :meth:`hand_over`, or ``None``.
+    """
+
+    lease: Lease
+    _writer: StoreWriter
+    cancel_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    lost_reason: str | None = None
+    lost: trio.Event = attrs.field(factory=trio.Event)
+    renewals: int = 0
+    renewed: trio.Event = attrs.field(factory=trio.Event)
+    handed_over_to: str | None = None
+    _done: trio.Event = attrs.field(factory=trio.Event)
+
+    async def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """Run ``fn(conn, *args, **kwargs)`` through the writer, fenced by this execution's token.
+
+        Raises:
+            StaleLease: the token is stale; the write changed nothing and the execution's scope
+                is cancelled (``lost_reason="superseded"``).
+            Whatever :meth:`StoreWriter.submit` raises.
+        """
+        try:
+            return await self._writer.submit(
+                fenced(self.lease.key, self.lease.token, fn), *args, **kwargs
+            )
+        except StaleLease:
+            self._lose("superseded")
+            raise
+
+    async def hand_over(self, successor: str, *, ttl: float | None = None) -> None:
+        """Hand the lease to the owner ``successor`` (see :func:`roost.storage.leases.hand_over`).
+
+        Renewal stops; this execution's writes are stale from now on; the scope is not cancelled
+        (the caller finishes on its own).
+
+        Raises:
+            StaleLease: the lease was already lost (the scope is cancelled).
+        """
+        try:
+            await self._writer.submit(hand_over, self.lease, successor, ttl=ttl)
+        except StaleLease:
+            self._lose("superseded")
+            raise
+        self.handed_over_to = successor
+        self._done.set()
+
+    def _lose(self, reason: str) -> None:
+        if self._done.is_set() or self.lost_reason is not None:
+            return
+        self.lost_reason = reason
+        self.cancel_scope.cancel()
+        self.lost.set()
+
+
+class LeaseKeeper:
+    """A trio service that acquires, renews and releases this process's execution leases.
+
+    Start it with ``await nursery.start(keeper.run)`` after the writer; then::
+
+        async with keeper.hold(thread_lease_key(thread_id), ttl=30) as execution:
+            with execution.cancel_scope:
+                ...  # the execution; writes go through execution.submit(fn, *args)
+
+    Each held lease is renewed every ``ttl * renew_fraction`` seconds through the writer. When a
+    renewal finds the token stale, or renewals keep failing until the lease's wall-clock expiry,
+    the execution's cancel scope is cancelled and ``lost_reason`` recorded.
+
+    Args:
+        writer: the process's :class:`StoreWriter` (all lease operations go through it).
+        owner: this process's owner identity (default :func:`default_owner`).
+        ttl: default lease duration in seconds.
+        renew_fraction: renew after this fraction of the ttl (default 1/3).
+        release_timeout: seconds the shielded release on exit may take.
+        queue_size: bound of the inbound queue of new executions to watch.
+    """
+
+    def __init__(
+        self,
+        writer: StoreWriter,
+        *,
+        owner: str | None = None,
+        ttl: float = 30.0,
+        renew_fraction: float = 1 / 3,
+        release_timeout: float = 5.0,
+        queue_size: int = 256,
+    ) -> None:
+        if not 0 < renew_fraction < 1:
+            raise ValueError("renew_fraction must be between 0 and 1")
+        self.writer = writer
+        self.owner = owner or default_owner()
+        self.ttl = ttl
+        self.renew_fraction = renew_fraction
+        self.release_timeout = release_timeout
+        self._state = _State.NEW
+        self._held: set[Execution] = set()
+        self._send, self._receive = trio.open_memory_channel[Execution](queue_size)
+
+    @property
+    def executions(self) -> frozenset[Execution]:
+        """The executions currently holding a lease through this keeper."""
+        return frozenset(self._held)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled: watch every new execution and renew its lease.
+
+        Cancellation:
+            Renewals stop; every execution still held is cancelled with ``"keeper_stopped"``
+            (its own ``hold`` exit releases the lease).
+        """
+        if self._state is not _State.NEW:
+            raise LifecycleError(f"LeaseKeeper.run called in state {self._state.value}")
+        self._state = _State.RUNNING
+        try:
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                async for execution in self._receive:
+                    nursery.start_soon(self._keep, execution)
+        finally:
+            self._state = _State.STOPPED
+            self._receive.close()
+            for execution in list(self._held):
+                execution._lose("keeper_stopped")
+
+    @asynccontextmanager
+    async def hold(self, key: str, *, ttl: float | None = None) -> AsyncIterator[Execution]:
+        """Acquire lease ``key`` and keep it renewed for the block.
+
+        Args:
+            key: the lease key (e.g. ``thread_lease_key(thread_id)``).
+            ttl: lease duration in seconds (default: the keeper's).
+
+        Yields:
+            The :class:`Execution`; run the work inside its ``cancel_scope``.
+
+        Raises:
+            LeaseHeld: another live owner holds it (nothing was acquired).
+            LifecycleError: the keeper is not running yet. StoreClosed: it has stopped.
+            StoreFull: too many executions are waiting to be watched (the lease is released).
+
+        Cancellation:
+            On exit (normal, error or cancelled) the lease is released under a shielded scope
+            bounded by ``release_timeout``; a release that fails leaves the lease to expire.
+        """
+        if self._state is _State.NEW:
+            raise LifecycleError("LeaseKeeper.hold before the keeper was started")
+        if self._state is _State.STOPPED:
+            raise StoreClosed("the lease keeper has stopped")
+        ttl = self.ttl if ttl is None else ttl
+        lease = await self.writer.submit(acquire, key, self.owner, ttl)
+        execution = Execution(lease, self.writer)
+        self._held.add(execution)
+        try:
+            try:
+                self._send.send_nowait(execution)
+            except trio.WouldBlock:
+                raise StoreFull("the lease keeper's queue is full") from None
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                raise StoreClosed("the lease keeper has stopped") from None
+            yield execution
+        finally:
+            execution._done.set()
+            self._held.discard(execution)
+            if execution.handed_over_to is None:
+                with trio.move_on_after(self.release_timeout) as scope:
+                    scope.shield = True
+                    try:
+                        await self.writer.submit(release, execution.lease)
+                    except StoreError:
+                        pass  # the lease expires on its own; its token fences any late write
+
+    async def _keep(self, execution: Execution) -> None:
+        """Renew ``execution``'s lease until it is done or lost."""
+        interval = execution.lease.ttl * self.renew_fraction
+        while True:
+            with trio.move_on_after(interval):
+                await execution._done.wait()
+                return
+            try:
+                execution.lease = await self.writer.submit(renew, execution.lease)
+            except StaleLease:
+                execution._lose("superseded")
+                return
+            except StoreError:
+                remaining = execution.lease.expires_at - time.time()
+                if remaining <= 0:
+                    execution._lose("expired")
+                    return
+                interval = min(execution.lease.ttl * self.renew_fraction, remaining / 2)
+                continue
+            execution.renewals += 1
+            execution.renewed, fired = trio.Event(), execution.renewed
+            fired.set()
+            interval = execution.lease.ttl * self.renew_fraction

@@ -1,0 +1,77 @@
+"""Start-up reconciliation: close what a dead process left open."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import attrs
+
+from ._connect import immediate
+from ._rows import utc_now
+
+__all__ = ["ReconcileReport", "reconcile"]
+
+# A thread is live when another owner holds an unexpired lease on "thread:<id>".
+_LIVE = """EXISTS (SELECT 1 FROM leases WHERE leases.key = 'thread:' || {col}
+                   AND leases.owner IS NOT NULL AND leases.expires_at > :now)"""
+
+
+@attrs.frozen
+class ReconcileReport:
+    """Rows changed by :func:`reconcile` (counts)."""
+
+    leases_released: int
+    turns_interrupted: int
+    workers_interrupted: int
+    runs_interrupted: int
+
+
+def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None) -> ReconcileReport:
+    """Close the executions a previous process left open (one ``BEGIN IMMEDIATE``; blocking).
+
+    * leases held by ``owner`` (this process's identity, e.g. a fixed owner of a restarted
+      daemon) or expired are released (tokens kept, so they keep growing);
+    * turns and runs still ``running`` become ``interrupted`` (``completed_at`` now), and workers
+      ``running`` or ``queued`` become ``interrupted``, unless their thread is under a live lease of
+      another process (which is still executing it).
+
+    Args:
+        conn: a write-capable connection not in a transaction (or in one: then a savepoint).
+        owner: this process's lease owner identity.
+        now: wall-clock unix seconds (default ``time.time()``).
+
+    Raises:
+        StoreBusy: the write lock could not be taken.
+    """
+    now = time.time() if now is None else now
+    stamp = utc_now()
+    params = {"owner": owner, "now": now, "stamp": stamp}
+    with immediate(conn):
+        leases = conn.execute(
+            """UPDATE leases SET owner = NULL, successor = NULL, expires_at = 0
+               WHERE (owner IS NOT NULL OR successor IS NOT NULL)
+                 AND (owner = :owner OR expires_at <= :now)""",
+            params,
+        ).rowcount
+        turns = conn.execute(
+            f"""UPDATE turns SET status = 'interrupted', completed_at = :stamp
+                WHERE status = 'running' AND NOT {_LIVE.format(col='turns.thread_id')}""",
+            params,
+        ).rowcount
+        workers = conn.execute(
+            f"""UPDATE workers SET status = 'interrupted', updated_at = :stamp
+                WHERE status IN ('running', 'queued')
+                  AND NOT {_LIVE.format(col='workers.thread_id')}
+                  AND NOT {_LIVE.format(col='workers.root_thread_id')}""",
+            params,
+        ).rowcount
+        runs = conn.execute(
+            f"""UPDATE runs SET status = 'interrupted', completed_at = :stamp
+                WHERE status = 'running'
+                  AND CASE WHEN runs.thread_id IS NULL
+                           THEN runs.owner IS NULL OR runs.owner = :owner
+                           ELSE NOT {_LIVE.format(col='runs.thread_id')} END""",
+            params,
+        ).rowcount
+    return ReconcileReport(leases, turns, workers, runs)

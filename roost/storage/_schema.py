@@ -1,0 +1,225 @@
+"""The schema, as versioned migrations (``sqlite_utils.migrations.Migrations``, set ``"roost"``).
+
+Add a migration by appending a new decorated function; never edit one that has shipped. Each run
+of :func:`migrate` applies the pending ones, in order, inside a single ``BEGIN IMMEDIATE``
+transaction together with their records in ``_sqlite_migrations``: two processes that open the
+same file at once serialise on the write lock, and the second finds nothing pending.
+
+Timestamps are ISO 8601 UTC text (``...Z``); lease expiry is unix seconds (REAL). JSON columns hold
+compact JSON text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from roost.errors import MigrationError, StoreError
+
+from ._connect import immediate, translate_error
+
+__all__ = ["MIGRATIONS", "migrate", "schema_version"]
+
+MIGRATIONS = Migrations("roost")
+
+
+def _run(db: sqlite_utils.Database, *statements: str) -> None:
+    for sql in statements:
+        db.execute(sql)
+
+
+@MIGRATIONS(name="0001_core")
+def _m0001_core(db: sqlite_utils.Database) -> None:
+    _run(
+        db,
+        """CREATE TABLE threads (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL DEFAULT 'chat' CHECK (kind IN ('chat', 'orchestration', 'worker')),
+            parent_thread_id TEXT REFERENCES threads(id) ON DELETE SET NULL,
+            title TEXT, cwd TEXT, provider TEXT, model TEXT, effort TEXT, permission_mode TEXT,
+            pinned INTEGER NOT NULL DEFAULT 0,
+            archived INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{}'
+        )""",
+        "CREATE INDEX threads_updated ON threads(archived, updated_at)",
+        "CREATE INDEX threads_parent ON threads(parent_thread_id)",
+        """CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT REFERENCES threads(id) ON DELETE CASCADE,
+            kind TEXT NOT NULL DEFAULT 'turn',
+            status TEXT NOT NULL,
+            owner TEXT,
+            started_at TEXT NOT NULL,
+            completed_at TEXT,
+            error TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}'
+        )""",
+        "CREATE INDEX runs_thread ON runs(thread_id, started_at)",
+        """CREATE TABLE turns (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            status TEXT NOT NULL,
+            run_id TEXT REFERENCES runs(id) ON DELETE SET NULL,
+            started_at TEXT NOT NULL,
+            completed_at TEXT,
+            error TEXT,
+            usage TEXT
+        )""",
+        "CREATE INDEX turns_thread ON turns(thread_id, started_at)",
+        "CREATE INDEX turns_status ON turns(status)",
+        """CREATE TABLE items (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            turn_id TEXT REFERENCES turns(id) ON DELETE SET NULL,
+            seq INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'completed',
+            payload TEXT,
+            text TEXT,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE UNIQUE INDEX items_thread_seq ON items(thread_id, seq)",
+        "CREATE INDEX items_turn ON items(turn_id)",
+        # Full-text search over item text (external content: the text lives once, in items).
+        "CREATE VIRTUAL TABLE items_fts USING fts5(text, content='items', content_rowid='rowid')",
+        """CREATE TRIGGER items_fts_insert AFTER INSERT ON items WHEN new.text IS NOT NULL BEGIN
+            INSERT INTO items_fts(rowid, text) VALUES (new.rowid, new.text);
+        END""",
+        """CREATE TRIGGER items_fts_delete AFTER DELETE ON items WHEN old.text IS NOT NULL BEGIN
+            INSERT INTO items_fts(items_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+        END""",
+        """CREATE TRIGGER items_fts_update AFTER UPDATE OF text ON items BEGIN
+            INSERT INTO items_fts(items_fts, rowid, text)
+                SELECT 'delete', old.rowid, old.text WHERE old.text IS NOT NULL;
+            INSERT INTO items_fts(rowid, text) SELECT new.rowid, new.text WHERE new.text IS NOT NULL;
+        END""",
+        """CREATE TABLE held_input (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('steer', 'queue')),
+            payload TEXT,
+            held INTEGER NOT NULL DEFAULT 0,
+            client_id TEXT,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE UNIQUE INDEX held_input_position ON held_input(thread_id, position)",
+        "CREATE UNIQUE INDEX held_input_client ON held_input(thread_id, client_id)",
+        """CREATE TABLE workers (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            root_thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            parent_id TEXT REFERENCES workers(id) ON DELETE CASCADE,
+            name TEXT,
+            status TEXT NOT NULL,
+            depth INTEGER NOT NULL DEFAULT 0,
+            spawn_order INTEGER NOT NULL DEFAULT 0,
+            result TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX workers_root ON workers(root_thread_id, spawn_order)",
+        """CREATE TABLE schedules (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            cron TEXT NOT NULL,
+            timezone TEXT NOT NULL DEFAULT 'UTC',
+            enabled INTEGER NOT NULL DEFAULT 1,
+            payload TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE schedule_runs (
+            id TEXT PRIMARY KEY,
+            schedule_id TEXT NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
+            slot TEXT NOT NULL,
+            status TEXT NOT NULL,
+            run_id TEXT,
+            created_at TEXT NOT NULL,
+            UNIQUE (schedule_id, slot)
+        )""",
+        """CREATE TABLE daemon_tasks (
+            id TEXT PRIMARY KEY,
+            position INTEGER NOT NULL UNIQUE,
+            status TEXT NOT NULL,
+            payload TEXT,
+            run_id TEXT,
+            client_id TEXT UNIQUE,
+            error TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE leases (
+            key TEXT PRIMARY KEY,
+            owner TEXT,
+            token INTEGER NOT NULL DEFAULT 0,
+            expires_at REAL NOT NULL DEFAULT 0,
+            successor TEXT
+        )""",
+        """CREATE TABLE memory (
+            id TEXT PRIMARY KEY,
+            scope TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            UNIQUE (scope, key)
+        )""",
+        """CREATE TABLE context_files (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            path TEXT NOT NULL,
+            content TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (thread_id, path)
+        )""",
+    )
+
+
+def schema_version(conn: sqlite3.Connection) -> list[str]:
+    """Return the names of the applied migrations, oldest first (read-only).
+
+    Args:
+        conn: any connection to the database.
+    """
+    db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
+    return [m.name for m in MIGRATIONS.applied(db)]
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Bring the schema up to date; idempotent; safe against a concurrent migrator.
+
+    Also switches the file to WAL journal mode (persistent). Blocking.
+
+    Args:
+        conn: an autocommit-mode connection (from :func:`~roost.storage._connect.connect`) that is
+            not in a transaction.
+
+    Returns:
+        The names of the migrations applied by this call (empty when already current).
+
+    Raises:
+        MigrationError: a migration failed; the schema is left at the previous version.
+        StoreBusy: the write lock could not be taken.
+    """
+    try:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    except sqlite3.Error as exc:
+        raise translate_error(exc) from exc
+    if str(mode).lower() != "wal":
+        raise MigrationError(f"could not switch the database to WAL (journal_mode={mode})")
+    db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
+    try:
+        with immediate(conn):
+            pending = [m.name for m in MIGRATIONS.pending(db)]
+            if pending:
+                MIGRATIONS.apply(db)
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise MigrationError(f"migration failed: {exc}") from exc
+    return pending

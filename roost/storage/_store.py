@@ -1,0 +1,153 @@
+"""The Store: one database file, its migrations, its writer and a small pool of read connections."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from roost._paths import database_path
+from roost.errors import StoreClosed
+
+from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate
+from ._schema import migrate
+from ._writer import StoreWriter
+
+__all__ = ["Store", "open_store"]
+
+#: Idle read connections kept for reuse.
+_POOL_MAX = 8
+
+
+class Store:
+    """An open Roost database. Create it with :func:`open_store`.
+
+    Attributes:
+        path: the database file.
+        writer: the process's :class:`StoreWriter` (start it with ``nursery.start(store.writer.run)``).
+    """
+
+    def __init__(self, path: Path, *, busy_timeout: float, batch_max: int, queue_size: int,
+                 _tempdir: str | None = None) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self.writer = StoreWriter(path, batch_max=batch_max, queue_size=queue_size,
+                                  busy_timeout=busy_timeout)
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._tempdir = _tempdir
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """Lend a read-only connection (``PRAGMA query_only``) for the block; thread-safe.
+
+        The connection is in autocommit mode: each statement sees the latest committed state.
+        Wrap several statements in ``BEGIN``/``COMMIT`` for one consistent snapshot. Reads are
+        blocking; offload big ones with ``trio.to_thread.run_sync``.
+
+        Raises:
+            StoreClosed: the store is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = connect(self.path, query_only=True, busy_timeout=self.busy_timeout)
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            with self._lock:
+                if self._closed or len(self._idle) >= _POOL_MAX:
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Run the block in a ``BEGIN IMMEDIATE`` transaction on a fresh connection (blocking).
+
+        For synchronous callers (CLI commands, start-up reconciliation, tests) that are not served
+        by the writer. It competes for the write lock like another process would.
+
+        Raises:
+            StoreClosed: the store is closed.
+            StoreBusy: the write lock stayed held past every retry.
+        """
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        conn = connect(self.path, busy_timeout=self.busy_timeout)
+        try:
+            with immediate(conn):
+                yield conn
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        """Close the idle read connections (idempotent). The writer closes its own on stop.
+
+        An ephemeral store (``open_store(":memory:")``) also deletes its files.
+        """
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        if self._tempdir is not None:
+            shutil.rmtree(self._tempdir, ignore_errors=True)
+            self._tempdir = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_store(
+    path: str | Path | None = None,
+    *,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    batch_max: int = 512,
+    queue_size: int = 4096,
+) -> Store:
+    """Open (creating and migrating as needed) the database and return a :class:`Store`.
+
+    Blocking (migrations run here). Safe to call from several processes at once.
+
+    Args:
+        path: the database file; ``None`` means ``$ROOST_HOME/roost.db``; ``":memory:"`` makes an
+            ephemeral store in a private temporary directory, deleted by :meth:`Store.close`
+            (a real file, because the writer and the readers need separate connections).
+        busy_timeout: seconds a connection waits for another's lock.
+        batch_max: most writes per group commit.
+        queue_size: bound of the writer's queue.
+
+    Raises:
+        MigrationError: the schema could not be brought up to date.
+        StoreBusy: the database stayed locked.
+        StoreError: the file cannot be opened.
+    """
+    tempdir = None
+    if path is None:
+        db_path = database_path()
+    elif str(path) == ":memory:":
+        tempdir = tempfile.mkdtemp(prefix="roost-store-")
+        db_path = Path(tempdir) / "roost.db"
+    else:
+        db_path = Path(path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(db_path, busy_timeout=busy_timeout)
+    try:
+        migrate(conn)
+    finally:
+        conn.close()
+    return Store(db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size,
+                 _tempdir=tempdir)

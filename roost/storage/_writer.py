@@ -1,0 +1,286 @@
+"""The StoreWriter: the one task that owns a process's write connection, with group commit.
+
+Callers queue write functions; the writer takes everything queued (up to ``batch_max``) and runs
+it in one ``BEGIN IMMEDIATE ... COMMIT`` in a worker thread, each function inside its own
+SAVEPOINT. A function that raises rolls back alone and its caller gets the error; the rest of the
+group commits. Callers are woken only after COMMIT returns, so an acknowledged write is durable
+(``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
+transactions, never corrupt the file).
+"""
+
+from __future__ import annotations
+
+import enum
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from roost.errors import LifecycleError, StoreBusy, StoreClosed, StoreError, StoreFull
+
+from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
+
+__all__ = ["StoreWriter", "WriterStats", "WriterState"]
+
+R = TypeVar("R")
+
+#: Re-runs of a group whose transaction was destroyed by a failing write (bounded).
+_MAX_GROUP_RESTARTS = 8
+
+
+class WriterState(enum.Enum):
+    """Lifecycle of a :class:`StoreWriter`."""
+
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+@attrs.define
+class WriterStats:
+    """Counters since the writer was created.
+
+    Attributes:
+        transactions: committed transactions (groups).
+        writes: write functions that ran and committed.
+        failed: write functions that raised (rolled back alone).
+        largest_group: the most writes committed in one transaction.
+    """
+
+    transactions: int = 0
+    writes: int = 0
+    failed: int = 0
+    largest_group: int = 0
+
+
+@attrs.define(eq=False)
+class _Write:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    done: trio.Event | None
+    result: Any = None
+    error: BaseException | None = None
+
+
+class StoreWriter:
+    """The single writer of one process: a trio service with a bounded inbound queue.
+
+    Start it with ``await nursery.start(writer.run)``; it serves until cancelled. Writes may be
+    queued before it starts; they run once it does.
+
+    Args:
+        path: the database file (already migrated).
+        queue_size: bound of the inbound queue (writes waiting for a group).
+        batch_max: most writes committed in one transaction.
+        busy_timeout: seconds the write connection waits for another process's lock.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        queue_size: int = 4096,
+        batch_max: int = 512,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> None:
+        if batch_max < 1 or queue_size < 1:
+            raise ValueError("batch_max and queue_size must be at least 1")
+        self.path = Path(path)
+        self.batch_max = batch_max
+        self.busy_timeout = busy_timeout
+        self.stats = WriterStats()
+        self.state = WriterState.NEW
+        self._send, self._receive = trio.open_memory_channel[_Write](queue_size)
+
+    # -- callers ------------------------------------------------------------------------------
+
+    async def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """Run ``fn(conn, *args, **kwargs)`` in the next group transaction and return its result.
+
+        Waits for queue space (backpressure) and then for the group's COMMIT.
+
+        Args:
+            fn: a blocking function of a connection (in a transaction) and ``args``; it runs in a
+                worker thread, inside its own savepoint.
+
+        Returns:
+            What ``fn`` returned, once it is committed.
+
+        Raises:
+            StoreClosed: the writer has stopped (before or while the write was queued).
+            StoreBusy: the database stayed locked by another process past every retry.
+            Conflict: a constraint refused the write (sqlite3 errors are translated, ``from`` them).
+            Exception: whatever ``fn`` raised; its changes were rolled back, the group's were not.
+
+        Cancellation:
+            Cancelled while waiting for queue space: nothing was queued. Cancelled after that: the
+            write may still commit; its outcome is not reported.
+        """
+        write = _Write(fn, args, kwargs, trio.Event())
+        await self._enqueue(write)
+        assert write.done is not None
+        await write.done.wait()
+        if write.error is not None:
+            raise write.error
+        return write.result  # type: ignore[no-any-return]
+
+    def submit_nowait(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Queue ``fn(conn, *args, **kwargs)`` without waiting (fire-and-forget; not a checkpoint).
+
+        A failure of the write is counted in :attr:`stats` and otherwise dropped.
+
+        Raises:
+            StoreFull: the queue is full; nothing was queued.
+            StoreClosed: the writer has stopped.
+        """
+        if self.state is WriterState.STOPPED:
+            raise StoreClosed("the store writer has stopped")
+        try:
+            self._send.send_nowait(_Write(fn, args, kwargs, None))
+        except trio.WouldBlock:
+            raise StoreFull("the store writer's queue is full") from None
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise StoreClosed("the store writer has stopped") from None
+
+    async def _enqueue(self, write: _Write) -> None:
+        if self.state is WriterState.STOPPED:
+            raise StoreClosed("the store writer has stopped")
+        try:
+            await self._send.send(write)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise StoreClosed("the store writer has stopped") from None
+
+    # -- the service --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve writes until cancelled.
+
+        Opens the write connection, reports ``started``, then repeatedly commits groups.
+
+        Raises:
+            LifecycleError: run twice.
+            StoreError: the connection could not be opened.
+
+        Cancellation:
+            A group being committed when the cancel arrives finishes (its thread is not
+            abandoned) and its callers are answered; writes still queued are answered with
+            :class:`StoreClosed`. The connection is closed.
+        """
+        if self.state is not WriterState.NEW:
+            raise LifecycleError(f"StoreWriter.run called in state {self.state.value}")
+        self.state = WriterState.RUNNING
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = await trio.to_thread.run_sync(
+                lambda: connect(self.path, busy_timeout=self.busy_timeout)
+            )
+            task_status.started()
+            while True:
+                first = await self._receive.receive()
+                group = [first]
+                while len(group) < self.batch_max:
+                    try:
+                        group.append(self._receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                try:
+                    await trio.to_thread.run_sync(self._commit_group, conn, group)
+                except BaseException:
+                    # Only a non-Exception (e.g. KeyboardInterrupt in a write) gets here: the
+                    # group was rolled back; answer its callers before the writer dies.
+                    for write in group:
+                        write.error = StoreClosed("the store writer crashed during this write")
+                    raise
+                finally:
+                    for write in group:
+                        if write.done is not None:
+                            write.done.set()
+        finally:
+            self.state = WriterState.STOPPED
+            self._fail_queued()
+            self._receive.close()
+            if conn is not None:
+                conn.close()
+
+    def _fail_queued(self) -> None:
+        # No checkpoint between this drain and closing the channel, so nothing slips in between.
+        while True:
+            try:
+                write = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.EndOfChannel):
+                break
+            write.error = StoreClosed("the store writer stopped before this write ran")
+            if write.done is not None:
+                write.done.set()
+
+    # -- worker-thread side -------------------------------------------------------------------
+
+    def _commit_group(self, conn: sqlite3.Connection, group: list[_Write]) -> None:
+        """Run one group in one transaction (blocking, in a worker thread)."""
+        pending = list(group)
+        for _ in range(_MAX_GROUP_RESTARTS):
+            for write in pending:
+                write.result, write.error = None, None
+            try:
+                with immediate(conn):
+                    destroyed = self._run_writes(conn, pending)
+                    if destroyed is not None:
+                        # The failing write ended the transaction; `immediate` has nothing to
+                        # commit. Re-run the others in a fresh transaction.
+                        raise _Restart(destroyed)
+            except _Restart as restart:
+                pending = [w for w in pending if w is not restart.write]
+                if not pending:
+                    break
+                continue
+            except StoreError as exc:
+                # BEGIN IMMEDIATE or COMMIT failed: nothing of the group is stored.
+                for write in pending:
+                    write.error = _fresh(exc)
+                return
+            ok = sum(1 for w in pending if w.error is None)
+            self.stats.transactions += 1
+            self.stats.writes += ok
+            self.stats.failed += len(group) - ok
+            self.stats.largest_group = max(self.stats.largest_group, ok)
+            return
+        for write in pending:
+            write.error = StoreError("the write group could not be committed")
+
+    def _run_writes(self, conn: sqlite3.Connection, writes: list[_Write]) -> _Write | None:
+        """Run each write in its own savepoint; return a write that destroyed the transaction."""
+        for write in writes:
+            try:
+                with immediate(conn):
+                    write.result = write.fn(conn, *write.args, **write.kwargs)
+            except sqlite3.Error as exc:
+                write.error = _translate(exc)
+            except Exception as exc:
+                write.error = exc
+            if not conn.in_transaction:
+                return write
+        return None
+
+
+class _Restart(Exception):
+    def __init__(self, write: _Write) -> None:
+        super().__init__("group restart")
+        self.write = write
+
+
+def _translate(exc: sqlite3.Error) -> StoreError:
+    err = translate_error(exc)
+    err.__cause__ = exc
+    return err
+
+
+def _fresh(exc: StoreError) -> StoreError:
+    """A separate exception object per caller (tracebacks of one raise must not be shared)."""
+    err: StoreError = StoreBusy(str(exc)) if isinstance(exc, StoreBusy) else StoreError(str(exc))
+    err.__cause__ = exc.__cause__ or exc
+    return err
+

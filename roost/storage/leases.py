@@ -1,0 +1,226 @@
+"""Execution leases with fencing tokens, shared by every process that opens the database.
+
+A lease is a row ``leases(key, owner, token, expires_at, successor)``. Time is the wall clock
+(``time.time()``, unix seconds) because several OS processes compare it. Rules:
+
+* :func:`acquire` wins when there is no row, the lease expired, it was released, or it was handed
+  over to this very owner; every win increments ``token`` (the fencing token), also for the same
+  owner. The row is never deleted, so tokens only grow.
+* :func:`renew` extends the lease if its token is still current (even past expiry, when nobody
+  else took it: fencing, not the clock, decides who may write).
+* :func:`release` frees it; :func:`hand_over` frees it for one named successor until a deadline.
+* :func:`check_fence` guards a write: call it first inside the write's transaction; a superseded,
+  released or handed-over token raises :class:`StaleLease` and the whole transaction (or the
+  writer's savepoint) rolls back, so the write changes nothing. :func:`fenced` wraps a write
+  function with that check.
+
+All functions take a connection and are blocking. Outside a transaction each runs in its own
+``BEGIN IMMEDIATE``; inside one (e.g. submitted to the :class:`StoreWriter`) in a savepoint.
+The keeper that renews leases for running executions is :class:`~roost.storage.LeaseKeeper`.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import attrs
+
+from roost.errors import LeaseHeld, StaleLease
+
+from ._connect import immediate
+
+__all__ = [
+    "Lease",
+    "acquire",
+    "renew",
+    "release",
+    "hand_over",
+    "check_fence",
+    "fenced",
+    "get_lease",
+    "thread_lease_key",
+]
+
+R = TypeVar("R")
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """A held lease as its holder knows it.
+
+    Attributes:
+        key: what is leased (``thread_lease_key(thread_id)`` for a thread's execution).
+        owner: the holder's identity (one per process, e.g. ``host:pid:nonce``).
+        token: the fencing token of this acquisition (1, 2, 3... per key).
+        expires_at: unix seconds (wall clock) after which others may take it.
+        ttl: the duration, in seconds, each renewal extends it by.
+    """
+
+    key: str
+    owner: str
+    token: int
+    expires_at: float
+    ttl: float
+
+
+def thread_lease_key(thread_id: str) -> str:
+    """Return the lease key of a thread's execution: ``"thread:<thread_id>"``."""
+    return f"thread:{thread_id}"
+
+
+def get_lease(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
+    """Return the lease row as a dict (``key, owner, token, expires_at, successor``) or ``None``.
+
+    Read-only.
+    """
+    row = conn.execute(
+        "SELECT key, owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)
+    ).fetchone()
+    return None if row is None else dict(zip(("key", "owner", "token", "expires_at", "successor"), row))
+
+
+def acquire(
+    conn: sqlite3.Connection, key: str, owner: str, ttl: float, *, now: float | None = None
+) -> Lease:
+    """Take the lease ``key`` for ``owner`` for ``ttl`` seconds.
+
+    Args:
+        conn: a write-capable connection.
+        key: the lease key.
+        owner: the acquiring owner's identity.
+        ttl: seconds until expiry (must be > 0).
+        now: the wall-clock time to use (unix seconds; default ``time.time()``).
+
+    Returns:
+        The new :class:`Lease`, with a token one higher than any before for ``key``.
+
+    Raises:
+        LeaseHeld: another holder's lease is live (or it is handed over to someone else); the
+            error carries that ``owner`` (or the successor) and ``expires_at``.
+        StoreBusy: the write lock could not be taken.
+    """
+    if ttl <= 0:
+        raise ValueError("ttl must be positive seconds")
+    with immediate(conn):
+        now = time.time() if now is None else now
+        row = conn.execute(
+            "SELECT owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)
+        ).fetchone()
+        token = 1
+        if row is not None:
+            holder, old_token, expires_at, successor = row
+            free = holder is None and successor is None
+            if not (free or expires_at <= now or successor == owner):
+                who = holder if holder is not None else f"successor {successor}"
+                raise LeaseHeld(
+                    f"lease {key!r} is held by {who} until {expires_at:.3f}",
+                    owner=holder if holder is not None else successor,
+                    expires_at=expires_at,
+                )
+            token = old_token + 1
+        expires = now + ttl
+        conn.execute(
+            """INSERT INTO leases (key, owner, token, expires_at, successor) VALUES (?, ?, ?, ?, NULL)
+               ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+                   expires_at = excluded.expires_at, successor = NULL""",
+            (key, owner, token, expires),
+        )
+    return Lease(key=key, owner=owner, token=token, expires_at=expires, ttl=ttl)
+
+
+def check_fence(conn: sqlite3.Connection, key: str, token: int) -> None:
+    """Raise :class:`StaleLease` unless ``token`` is the current, held token of ``key``.
+
+    Call it inside the transaction of the write it guards, before the write: the exception rolls
+    the write back (its savepoint in the :class:`StoreWriter`), so it changes nothing.
+
+    Raises:
+        StaleLease: the lease was re-acquired (higher token), released or handed over.
+    """
+    row = conn.execute("SELECT owner, token FROM leases WHERE key = ?", (key,)).fetchone()
+    if row is None or row[0] is None or row[1] != token:
+        current = None if row is None else row[1]
+        raise StaleLease(f"lease {key!r} token {token} is stale (current token {current})")
+
+
+def fenced(key: str, token: int, fn: Callable[..., R]) -> Callable[..., R]:
+    """Return ``fn`` guarded by :func:`check_fence` (for ``writer.submit(fenced(...), *args)``).
+
+    The returned function calls ``check_fence(conn, key, token)`` and then ``fn(conn, *args)``.
+    """
+
+    @functools.wraps(fn)
+    def guarded(conn: sqlite3.Connection, *args: Any, **kwargs: Any) -> R:
+        check_fence(conn, key, token)
+        return fn(conn, *args, **kwargs)
+
+    return guarded
+
+
+def renew(
+    conn: sqlite3.Connection, lease: Lease, ttl: float | None = None, *, now: float | None = None
+) -> Lease:
+    """Extend a held lease to ``now + ttl`` (default: the lease's own ttl).
+
+    Returns:
+        The lease with its new ``expires_at`` (same token).
+
+    Raises:
+        StaleLease: the token was superseded, released or handed over; nothing changed.
+        StoreBusy: the write lock could not be taken.
+    """
+    ttl = lease.ttl if ttl is None else ttl
+    with immediate(conn):
+        check_fence(conn, lease.key, lease.token)
+        now = time.time() if now is None else now
+        conn.execute("UPDATE leases SET expires_at = ? WHERE key = ?", (now + ttl, lease.key))
+    return attrs.evolve(lease, expires_at=now + ttl, ttl=ttl)
+
+
+def release(conn: sqlite3.Connection, lease: Lease) -> bool:
+    """Free the lease if ``lease`` still holds it (idempotent; for clean-up paths).
+
+    Returns:
+        ``True`` if it was released now, ``False`` if the token was already stale.
+
+    Raises:
+        StoreBusy: the write lock could not be taken.
+    """
+    with immediate(conn):
+        cur = conn.execute(
+            """UPDATE leases SET owner = NULL, successor = NULL, expires_at = 0
+               WHERE key = ? AND token = ? AND owner IS NOT NULL""",
+            (lease.key, lease.token),
+        )
+        return cur.rowcount == 1
+
+
+def hand_over(
+    conn: sqlite3.Connection,
+    lease: Lease,
+    successor: str,
+    *,
+    ttl: float | None = None,
+    now: float | None = None,
+) -> None:
+    """Release the lease to the named ``successor``: only it may acquire until the deadline.
+
+    After ``now + ttl`` (default: the lease's ttl) without the successor taking it, anyone may.
+    The old token is stale from this moment (the holder's writes fail).
+
+    Raises:
+        StaleLease: ``lease`` no longer holds it; nothing changed.
+        StoreBusy: the write lock could not be taken.
+    """
+    ttl = lease.ttl if ttl is None else ttl
+    with immediate(conn):
+        check_fence(conn, lease.key, lease.token)
+        now = time.time() if now is None else now
+        conn.execute(
+            "UPDATE leases SET owner = NULL, successor = ?, expires_at = ? WHERE key = ?",
+            (successor, now + ttl, lease.key),
+        )

@@ -1,0 +1,245 @@
+"""The ``shell`` tool: ``/bin/sh -c COMMAND`` in its own process group, output streamed and capped.
+
+Stopping (timeout or cancellation) follows DESIGN.md section 4: the whole process group gets
+SIGTERM, then SIGKILL once the grace period (``ToolContext.kill_grace_s``, default 2 s) has passed
+with any member still running. On cancellation that clean-up runs shielded and bounded, then
+``trio.Cancelled`` propagates.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import signal
+import subprocess
+from typing import Any
+
+import trio
+
+from roost.errors import ToolError
+from roost.tools._model import Tool, ToolContext, ToolResult
+from roost.tools._output import OutputBuffer
+
+__all__ = ["SHELL", "stop_process_group"]
+
+#: Bytes asked of each read of the command's output pipe.
+_CHUNK_BYTES = 64 * 1024
+#: Seconds to keep reading after ``sh`` exits, while a background job still holds the pipe open.
+_DRAIN_AFTER_EXIT_S = 0.5
+#: Seconds between checks that a signalled process group has emptied.
+_POLL_S = 0.02
+#: Most seconds to wait for SIGKILLed members to disappear.
+_KILL_SETTLE_S = 2.0
+#: Extra seconds the shielded clean-up allows beyond the grace period (SIGKILL and reaping).
+_REAP_S = 5.0
+
+_DEFAULT_TIMEOUT_S = 120.0
+_MAX_TIMEOUT_S = 3600.0
+
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {
+            "type": "string",
+            "description": "The command line, run by /bin/sh -c in the working directory.",
+        },
+        "timeout_s": {
+            "type": "number",
+            "description": "Seconds before the command and everything it started are killed.",
+            "minimum": 0.1,
+            "maximum": _MAX_TIMEOUT_S,
+            "default": _DEFAULT_TIMEOUT_S,
+        },
+    },
+    "required": ["command"],
+    "additionalProperties": False,
+}
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to process group ``pgid``; return False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # A member changed credentials (setuid); the others got the signal.
+        return True
+    return True
+
+
+def _group_running(pgid: int) -> bool:
+    """True while some member of process group ``pgid`` is running (zombies do not count)."""
+    if not _killpg(pgid, 0):
+        return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True  # no procfs: a zombie member looks alive; the caller then waits the grace out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # Format: pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def stop_process_group(process: trio.Process, *, grace_s: float) -> None:
+    """Stop ``process`` and every process in its group: SIGTERM, then SIGKILL after ``grace_s``.
+
+    ``process`` must lead its own process group (started with ``start_new_session=True``).
+    Returns once the leader is reaped and no member is left running, or right after SIGKILL.
+
+    Args:
+        process: the group leader.
+        grace_s: seconds the group has to exit after SIGTERM before it gets SIGKILL.
+
+    Cancellation:
+        A checkpoint; callers that must finish clean-up call it shielded, bounded by
+        ``move_on_after``. Cancelled part-way, the group may still be running.
+    """
+    pgid = process.pid
+    if not _killpg(pgid, signal.SIGTERM):
+        await process.wait()
+        return
+    with trio.move_on_after(grace_s):
+        await process.wait()
+        while _group_running(pgid):
+            await trio.sleep(_POLL_S)
+        return
+    _killpg(pgid, signal.SIGKILL)
+    await process.wait()
+    # SIGKILL cannot be caught, but delivery is asynchronous: wait until the members are gone.
+    with trio.move_on_after(_KILL_SETTLE_S):
+        while _group_running(pgid):
+            await trio.sleep(_POLL_S)
+
+
+async def _read_output(
+    stream: trio.abc.ReceiveStream, out: OutputBuffer, ctx: ToolContext, scope: trio.CancelScope
+) -> None:
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    with scope:
+        while True:
+            chunk = await stream.receive_some(_CHUNK_BYTES)
+            if not chunk:
+                break
+            out.add(chunk)
+            ctx.emit(decoder.decode(chunk))
+    ctx.emit(decoder.decode(b"", final=True))
+
+
+async def _pump(process: trio.Process, out: OutputBuffer, ctx: ToolContext) -> None:
+    """Stream output until ``sh`` exits and its pipe reaches EOF (or the drain window closes)."""
+    assert process.stdout is not None
+    reader_scope = trio.CancelScope()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_read_output, process.stdout, out, ctx, reader_scope)
+            await process.wait()
+            # A background job (``cmd &``) may keep the pipe open long after sh exited.
+            reader_scope.deadline = trio.current_time() + _DRAIN_AFTER_EXIT_S
+    except BaseExceptionGroup as group:
+        # Callers see a bare Cancelled (or the single error), never a group of them.
+        raise _single(group) from None
+
+
+def _single(group: BaseExceptionGroup) -> BaseException:
+    """Return the one exception to raise for ``group``: a Cancelled when it holds only those."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    errors = [e for e in leaves if not isinstance(e, trio.Cancelled)]
+    if not errors:
+        return leaves[0]
+    if len(leaves) == 1:
+        return errors[0]
+    return group  # several errors, or errors mixed with Cancelled: keep them all
+
+
+async def _run_shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    command: str = args["command"]
+    timeout_s = float(args["timeout_s"])
+    if not ctx.cwd.is_dir():
+        raise ToolError(f"working directory {str(ctx.cwd)!r} does not exist")
+    env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}
+    try:
+        process = await trio.lowlevel.open_process(
+            ["/bin/sh", "-c", command],
+            cwd=str(ctx.cwd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise ToolError(f"could not start /bin/sh: {exc}") from exc
+    out = OutputBuffer(ctx.output_cap_bytes)
+    started = trio.current_time()
+    stopped = False
+    try:
+        with trio.move_on_after(timeout_s) as deadline:
+            await _pump(process, out, ctx)
+        timed_out = deadline.cancelled_caught
+        if timed_out:
+            await stop_process_group(process, grace_s=ctx.kill_grace_s)
+        stopped = True
+    finally:
+        with trio.CancelScope(shield=True):
+            if not stopped:
+                with trio.move_on_after(ctx.kill_grace_s + _REAP_S):
+                    await stop_process_group(process, grace_s=ctx.kill_grace_s)
+            assert process.stdout is not None
+            await process.stdout.aclose()
+    exit_code = process.returncode
+    text = out.text()
+    if timed_out:
+        text += f"\n[timed out after {timeout_s:g} s; the command's process group was killed]"
+    elif exit_code != 0:
+        text += f"\n[exit code {exit_code}]"
+    return ToolResult(
+        output=text,
+        is_error=timed_out or exit_code != 0,
+        metadata={
+            "exit_code": exit_code,
+            "timed_out": timed_out,
+            "truncated": out.truncated,
+            "output_bytes": out.total_bytes,
+            "duration_s": round(trio.current_time() - started, 3),
+        },
+    )
+
+
+async def _shell_approval(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    return {"command": args["command"]}
+
+
+#: The ``shell`` tool.
+SHELL = Tool(
+    name="shell",
+    description=(
+        "Run a shell command with /bin/sh -c in the working directory. Returns the combined "
+        "stdout and stderr (long output keeps its beginning and end) and the exit code. The "
+        "command and every process it starts are killed when timeout_s elapses."
+    ),
+    parameters=_PARAMETERS,
+    mutating=True,
+    approval_kind="shell_command",
+    run=_run_shell,
+    approval_fields=_shell_approval,
+)

@@ -1,0 +1,111 @@
+"""Provider selection: flags > environment > config.toml; the CLI options and `roost models`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from roost.cli._engine_options import EngineFlags, engine_options
+from roost.cli._models import models_command
+from roost.config import SETUP_HINT, load_config, resolve_provider
+from roost.errors import ConfigError
+
+
+def write_config(home, text: str):
+    path = home / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_nothing_configured_names_the_settings(roost_home):
+    with pytest.raises(ConfigError) as info:
+        resolve_provider(env={"ROOST_HOME": str(roost_home)})
+    message = str(info.value)
+    for name in ("--provider", "ROOST_PROVIDER", "config.toml", "ROOST_MODEL", "ROOST_BASE_URL", "ROOST_SCRIPT", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        assert name in message
+    assert message == SETUP_HINT
+
+
+def test_scripted_only_by_explicit_default(roost_home):
+    settings = resolve_provider(env={"ROOST_HOME": str(roost_home)}, allow_scripted_default=True)
+    assert (settings.provider, settings.script, settings.source) == ("scripted", "demo", "default")
+
+
+def test_precedence_flag_env_file(roost_home):
+    path = write_config(roost_home, '[provider]\nname = "anthropic"\nmodel = "file-model"\nbase_url = "http://file"\nmax_attempts = 2\n[provider.headers]\nX-A = "1"\n')
+    env = {"ANTHROPIC_API_KEY": "ak", "OPENAI_API_KEY": "ok"}
+    s = resolve_provider(env=env, config_path=path)
+    assert (s.provider, s.model, s.base_url, s.api_key, s.max_attempts, s.headers, s.source) == (
+        "anthropic", "file-model", "http://file", "ak", 2, {"X-A": "1"}, "file")
+    env |= {"ROOST_PROVIDER": "openai", "ROOST_MODEL": "env-model"}
+    s = resolve_provider(env=env, config_path=path)
+    assert (s.provider, s.model, s.base_url, s.api_key, s.source) == ("openai", "env-model", "http://file", "ok", "env")
+    s = resolve_provider(provider="openai-responses", model="flag-model", base_url="http://flag", env=env, config_path=path)
+    assert (s.provider, s.model, s.base_url, s.source) == ("openai-responses", "flag-model", "http://flag", "flag")
+    assert "ok" not in repr(s) and s.describe()["api_key_set"] is True
+
+
+def test_api_key_env_and_missing_keys(roost_home):
+    env = {"ROOST_HOME": str(roost_home), "MY_KEY": "secret"}
+    s = resolve_provider(provider="openai", api_key_env="MY_KEY", env=env)
+    assert s.api_key == "secret" and s.base_url == "https://api.openai.com/v1"
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        resolve_provider(provider="openai", env=env)
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
+        resolve_provider(provider="anthropic", base_url="http://local", env=env)
+    # A local OpenAI-compatible server (Ollama, vLLM, ...) needs no key.
+    s = resolve_provider(provider="openai", base_url="http://localhost:11434/v1", env=env)
+    assert s.api_key is None
+
+
+def test_bad_values(roost_home):
+    env = {"ROOST_HOME": str(roost_home)}
+    with pytest.raises(ConfigError, match="unknown provider 'gemini'.*ROOST_PROVIDER"):
+        resolve_provider(env=env | {"ROOST_PROVIDER": "gemini"})
+    path = write_config(roost_home, "[provider\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        resolve_provider(env=env, config_path=path)
+    path = write_config(roost_home, '[provider]\nname = "scripted"\nmax_attempts = "x"\n')
+    with pytest.raises(ConfigError, match="max_attempts"):
+        resolve_provider(env=env, config_path=path)
+    assert load_config(roost_home / "absent.toml") == {}
+
+
+def test_config_file_from_roost_home(roost_home):
+    write_config(roost_home, '[provider]\nname = "scripted"\nscript = "my.yaml"\n')
+    s = resolve_provider(env={"ROOST_HOME": str(roost_home)})
+    assert (s.provider, s.script, s.source) == ("scripted", "my.yaml", "file")
+
+
+def test_engine_options_decorator(roost_home):
+    seen = {}
+
+    @click.command()
+    @engine_options
+    @click.option("--other", default="x")
+    def cmd(engine_flags: EngineFlags, other: str) -> None:
+        seen["flags"] = engine_flags
+        seen["settings"] = engine_flags.resolve(env={"ROOST_HOME": str(roost_home)})
+
+    result = CliRunner().invoke(cmd, ["--provider", "scripted", "--script", "demo", "--model", "m", "--other", "y"])
+    assert result.exit_code == 0, result.output
+    assert seen["flags"] == EngineFlags(provider="scripted", script="demo", model="m")
+    assert seen["settings"].provider == "scripted"
+    result = CliRunner().invoke(cmd, ["--provider", "bogus"])
+    assert result.exit_code == 2
+
+
+def test_models_command_json(roost_home, monkeypatch):
+    runner = CliRunner()
+    result = runner.invoke(models_command, ["--json", "--provider", "scripted"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {"protocolVersion": 1, "items": [{"id": "demo", "current": True}]}
+    result = runner.invoke(models_command, ["--json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["protocolVersion"] == 1 and "ROOST_PROVIDER" in doc["error"]
+    result = runner.invoke(models_command, ["--provider", "scripted"])
+    assert result.exit_code == 0 and result.stdout == "* demo\n"

@@ -1,0 +1,179 @@
+"""Shared HTTP behaviour: retries before the first chunk, error mapping, cancellation, models."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+import pytest
+import trio
+
+from _helpers.sse_server import Reply, collect, json_reply, open_sse_server, sse
+from roost.engines import (
+    EngineRequest,
+    Finish,
+    OpenAIChatEngine,
+    ProviderSettings,
+    RetryPolicy,
+    TextDelta,
+    UserMessage,
+)
+from roost.engines._http import failure_from_response, failure_from_transport
+
+REQ = EngineRequest(history=[UserMessage("hi")])
+OK = sse('data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n', "data: [DONE]\n\n")
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        await trio.lowlevel.checkpoint()
+
+
+def engine(base_url: str, sleeps: Sleeps, attempts: int = 3) -> OpenAIChatEngine:
+    settings = ProviderSettings(provider="openai", base_url=base_url + "/v1", model="m", api_key="k")
+    return OpenAIChatEngine(settings, retry=RetryPolicy(max_attempts=attempts, sleep=sleeps, random=lambda: 0.0))
+
+
+async def test_retries_429_and_5xx_honouring_retry_after_then_succeeds():
+    sleeps = Sleeps()
+    async with open_sse_server() as server:
+        server.add(
+            json_reply(429, b'{"error":{"message":"slow","type":"requests","code":"rate_limit_exceeded"}}', {"retry-after": "7"}),
+            json_reply(503, b'{"error":{"message":"busy"}}'),
+            Reply(chunks=OK),
+        )
+        async with engine(server.base_url, sleeps) as eng:
+            events, failure = await collect(eng, REQ)
+    assert failure is None and events == [TextDelta("ok"), Finish("stop")]
+    assert len(server.requests) == 3
+    # retry-after: 7 honoured; then backoff base 0.5 * 2**1 scaled by jitter factor 0.5.
+    assert sleeps.delays == [7.0, 0.5]
+
+
+async def test_bounded_attempts_and_recovery_facts():
+    sleeps = Sleeps()
+    async with open_sse_server() as server:
+        server.add(*(json_reply(500, b'{"error":{"message":"down","type":"server_error"}}') for _ in range(3)))
+        async with engine(server.base_url, sleeps, attempts=3) as eng:
+            events, failure = await collect(eng, REQ)
+    assert events == []
+    assert failure.category == "provider" and failure.http_status == 500 and failure.retryable
+    assert failure.recovery() == {
+        "attempt_count": 3,
+        "retry_count": 2,
+        "submission_count": 3,
+        "max_attempts": 3,
+        "stop_reason": "retry_limit",
+        "failure_category": "provider",
+    }
+    assert len(sleeps.delays) == 2
+
+
+async def test_auth_and_invalid_request_are_not_retried():
+    sleeps = Sleeps()
+    async with open_sse_server() as server:
+        server.add(
+            json_reply(401, b'{"error":{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}}'),
+            json_reply(400, b'{"error":{"message":"This model\'s maximum context length is 8192 tokens","code":"context_length_exceeded"}}'),
+        )
+        async with engine(server.base_url, sleeps) as eng:
+            _, auth = await collect(eng, REQ)
+            _, ctx = await collect(eng, REQ)
+    assert auth.category == "auth" and auth.provider_code == "invalid_api_key" and auth.stop_reason == "non_retryable"
+    assert ctx.category == "context_length" and ctx.http_status == 400
+    assert len(server.requests) == 2 and sleeps.delays == []
+
+
+async def test_disconnect_before_first_chunk_is_retried_but_not_after():
+    sleeps = Sleeps()
+    async with open_sse_server() as server:
+        server.add(
+            Reply(chunks=[], end="abort"),
+            Reply(chunks=sse('data: {"choices":[{"index":0,"delta":{"content":"par"}}]}\n\n'), end="abort"),
+        )
+        async with engine(server.base_url, sleeps) as eng:
+            events, failure = await collect(eng, REQ)
+    assert events == [TextDelta("par")]
+    assert failure.category == "network" and failure.partial_text == "par"
+    assert failure.attempt_count == 2 and failure.stop_reason == "replay_unsafe"
+
+
+async def test_connection_refused_is_network_failure():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens on this port now
+    sleeps = Sleeps()
+    async with engine(f"http://127.0.0.1:{port}", sleeps, attempts=2) as eng:
+        events, failure = await collect(eng, REQ)
+    assert failure.category == "network" and failure.attempt_count == 2 and failure.stop_reason == "retry_limit"
+
+
+async def test_cancelling_the_consumer_closes_the_http_stream():
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=sse('data: {"choices":[{"index":0,"delta":{"content":"first"}}]}\n\n'), end="hang"))
+        async with engine(server.base_url, Sleeps()) as eng:
+            with trio.fail_after(10):
+                got: list = []
+                with trio.CancelScope() as scope:
+                    async with eng.stream(REQ) as events:
+                        async for event in events:
+                            got.append(event)
+                            scope.cancel()
+                assert scope.cancelled_caught and got == [TextDelta("first")]
+                await server.client_closed.wait()
+
+
+async def test_models_listing_openai_compatible():
+    async with open_sse_server() as server:
+        server.add(json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}, {"id": "a", "object": "model"}]}).encode()))
+        async with engine(server.base_url, Sleeps()) as eng:
+            with trio.fail_after(10):
+                models = await eng.list_models()
+    assert server.requests[0].path == "/v1/models" and server.requests[0].headers["authorization"] == "Bearer k"
+    assert [(m.id, m.current) for m in models] == [("a", False), ("m", True)]
+
+
+async def test_models_listing_failure_is_mapped():
+    async with open_sse_server() as server:
+        server.add(json_reply(401, b'{"error":{"message":"no"}}'))
+        async with engine(server.base_url, Sleeps()) as eng:
+            with trio.fail_after(10), pytest.raises(Exception) as info:
+                await eng.list_models()
+    assert getattr(info.value, "category", None) == "auth"
+
+
+@pytest.mark.parametrize(
+    ("status", "category", "retryable"),
+    [(401, "auth", False), (403, "auth", False), (404, "invalid_request", False), (408, "network", True),
+     (429, "rate_limit", True), (500, "provider", True), (529, "provider", True), (422, "invalid_request", False)],
+)
+def test_status_mapping(status, category, retryable):
+    failure = failure_from_response(status, httpx.Headers(), b"not json", provider="p")
+    assert (failure.category, failure.retryable, failure.http_status) == (category, retryable, status)
+
+
+def test_insufficient_quota_is_not_retryable():
+    failure = failure_from_response(429, httpx.Headers(), b'{"error":{"code":"insufficient_quota","message":"pay"}}', provider="p")
+    assert failure.category == "rate_limit" and not failure.retryable
+
+
+@pytest.mark.parametrize(
+    "exc", [httpx.ConnectError("x"), httpx.ReadTimeout("x"), httpx.RemoteProtocolError("x"), httpx.WriteError("x"), httpx.PoolTimeout("x")]
+)
+def test_transport_errors_map_to_network(exc):
+    failure = failure_from_transport(exc, provider="p")
+    assert failure.category == "network" and failure.retryable and failure.provider_code == type(exc).__name__
+
+
+def test_retry_policy_delays():
+    policy = RetryPolicy(base_delay=1.0, max_delay=5.0, random=lambda: 0.999999)
+    assert [round(policy.delay(n, None), 3) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
+    assert policy.delay(1, httpx.Headers({"retry-after-ms": "250"})) == 0.25
+    assert policy.delay(1, httpx.Headers({"retry-after": "1000"})) == policy.max_retry_after
+    assert policy.delay(1, httpx.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0

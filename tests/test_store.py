@@ -1,0 +1,311 @@
+"""The Store: migrations, the group-commit writer, concurrency, crash safety, the data API."""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from _helpers.storage_procs import Child
+
+import roost.storage as storage
+from roost.errors import Conflict, NotFound, StoreClosed, StoreFull, UsageError
+from roost.storage import (
+    add_held_input,
+    append_item,
+    claim_schedule_slot,
+    create_schedule,
+    create_thread,
+    create_turn,
+    create_worker,
+    enqueue_daemon_task,
+    list_items,
+    open_store,
+    reconcile,
+    schema_version,
+)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "roost.db"
+
+
+def seqs(conn: sqlite3.Connection, thread_id: str) -> list[int]:
+    return [r[0] for r in conn.execute("SELECT seq FROM items WHERE thread_id = ? ORDER BY seq", (thread_id,))]
+
+
+def test_open_store_migrates_once_and_is_idempotent(db: Path) -> None:
+    first = open_store(db)
+    second = open_store(db)
+    with second.read() as conn:
+        assert schema_version(conn) == ["0001_core"]
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"threads", "turns", "items", "runs", "held_input", "workers", "schedules",
+            "schedule_runs", "daemon_tasks", "leases", "memory", "context_files",
+            "items_fts"} <= tables
+    first.close()
+    second.close()
+    first.close()  # idempotent
+
+
+def test_open_store_default_path_is_roost_home(roost_home: Path) -> None:
+    store = open_store()
+    assert store.path == roost_home / "roost.db"
+    assert store.path.exists()
+    store.close()
+
+
+def test_memory_store_is_ephemeral() -> None:
+    store = open_store(":memory:")
+    path = store.path
+    with store.transaction() as conn:
+        create_thread(conn, id="t")
+    assert path.exists()
+    store.close()
+    assert not path.exists()
+    with pytest.raises(StoreClosed):
+        with store.read():
+            pass
+
+
+def test_read_connections_refuse_writes(db: Path) -> None:
+    store = open_store(db)
+    with store.read() as conn, pytest.raises(sqlite3.OperationalError):
+        conn.execute("INSERT INTO leases (key) VALUES ('x')")
+    store.close()
+
+
+async def test_fifty_tasks_append_twenty_items_each_without_gaps(db: Path) -> None:
+    # Two stores (two writers, two write connections) on one file, so the writers really contend
+    # for the lock as two processes would; no "database is locked" may reach a caller.
+    stores = [open_store(db), open_store(db)]
+    with stores[0].transaction() as conn:
+        create_thread(conn, id="t1")
+    errors: list[BaseException] = []
+
+    async def appender(store: storage.Store, n: int) -> None:
+        for i in range(20):
+            try:
+                await store.writer.submit(append_item, "t1", type="user_message",
+                                          payload={"task": n, "i": i})
+            except BaseException as exc:  # recorded, then asserted absent
+                errors.append(exc)
+                raise
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for store in stores:
+                await nursery.start(store.writer.run)
+            async with trio.open_nursery() as tasks:
+                for n in range(50):
+                    tasks.start_soon(appender, stores[n % 2], n)
+            nursery.cancel_scope.cancel()
+    assert errors == []
+    with stores[0].read() as conn:
+        assert seqs(conn, "t1") == list(range(1, 1001))
+        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 1000
+    total = stores[0].writer.stats.writes + stores[1].writer.stats.writes
+    assert total == 1000
+    for store in stores:
+        store.close()
+
+
+async def test_group_commit_batches_queued_writes(db: Path) -> None:
+    store = open_store(db, batch_max=10)
+    with store.transaction() as conn:
+        create_thread(conn, id="t1")
+    for i in range(95):  # queued before the writer starts: the writer finds them all waiting
+        store.writer.submit_nowait(append_item, "t1", type="user_message", payload={"i": i})
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            last = await store.writer.submit(append_item, "t1", type="user_message", payload={})
+            nursery.cancel_scope.cancel()
+    assert last.seq == 96
+    assert store.writer.stats.writes == 96
+    assert store.writer.stats.transactions == 10  # 96 writes, at most 10 per transaction
+    assert store.writer.stats.largest_group == 10
+    store.close()
+
+
+async def test_one_failing_write_rolls_back_alone(db: Path) -> None:
+    store = open_store(db)
+    with store.transaction() as conn:
+        create_thread(conn, id="t1")
+
+    def boom(conn: sqlite3.Connection) -> None:
+        append_item(conn, "t1", type="x")
+        raise ValueError("boom")
+
+    results: dict[str, object] = {}
+
+    async def run(name: str, fn, *args) -> None:
+        try:
+            results[name] = await store.writer.submit(fn, *args)
+        except Exception as exc:
+            results[name] = exc
+
+    # All queued before start, so all three run in one transaction.
+    with trio.fail_after(10):
+        async with trio.open_nursery() as outer:
+            async with trio.open_nursery() as callers:
+                callers.start_soon(run, "a", functools.partial(append_item, type="a"), "t1")
+                callers.start_soon(run, "bad", boom)
+                callers.start_soon(run, "dup", functools.partial(create_thread, id="t1"))
+                callers.start_soon(run, "b", functools.partial(append_item, type="b"), "t1")
+                await trio.testing.wait_all_tasks_blocked()
+                await outer.start(store.writer.run)
+            outer.cancel_scope.cancel()
+    assert isinstance(results["bad"], ValueError)
+    assert isinstance(results["dup"], Conflict)
+    assert isinstance(results["dup"].__cause__, sqlite3.IntegrityError)
+    assert store.writer.stats.transactions == 1
+    with store.read() as conn:
+        items = list_items(conn, "t1")
+        assert [i.seq for i in items] == [1, 2]  # the failed write took no seq
+        assert sorted(i.type for i in items) == ["a", "b"]
+    store.close()
+
+
+async def test_writer_lifecycle_errors(db: Path) -> None:
+    store = open_store(db, queue_size=2)
+    store.writer.submit_nowait(lambda conn: None)
+    store.writer.submit_nowait(lambda conn: None)
+    with pytest.raises(StoreFull):
+        store.writer.submit_nowait(lambda conn: None)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            await store.writer.submit(lambda conn: None)
+            nursery.cancel_scope.cancel()
+    with pytest.raises(StoreClosed):
+        await store.writer.submit(lambda conn: None)
+    with pytest.raises(StoreClosed):
+        store.writer.submit_nowait(lambda conn: None)
+    store.close()
+
+
+async def test_sigkill_mid_write_leaves_a_consistent_database(db: Path) -> None:
+    store = open_store(db)
+    with store.transaction() as conn:
+        create_thread(conn, id="t1")
+    store.close()
+    with trio.fail_after(30):
+        child = await Child.start("writer", str(db), "t1")
+        try:
+            for _ in range(5):
+                await child.expect("committed")
+            child.signal(signal.SIGKILL)  # while it is writing its next groups
+            await child.process.wait()
+        finally:
+            await child.aclose()
+    assert child.process.returncode == -signal.SIGKILL
+    reopened = open_store(db)  # opens and migrates
+    with reopened.read() as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        got = seqs(conn, "t1")
+        assert len(got) >= 1000 and len(got) % 200 == 0  # whole groups only
+        assert got == list(range(1, len(got) + 1))
+        assert schema_version(conn) == ["0001_core"]
+    with reopened.transaction() as conn:
+        conn.execute("INSERT INTO items_fts(items_fts) VALUES ('integrity-check')")
+        item = append_item(conn, "t1", type="after")
+    assert item.seq == len(got) + 1
+    reopened.close()
+
+
+def test_data_api_round_trips(db: Path) -> None:
+    store = open_store(db)
+    with store.transaction() as conn:
+        thread = create_thread(conn, title="Hello", cwd="/tmp", metadata={"k": [1, 2]}, pinned=True)
+        child = create_thread(conn, kind="worker", parent_thread_id=thread.id)
+        turn = create_turn(conn, thread.id)
+        append_item(conn, thread.id, turn_id=turn.id, type="user_message", text="find the llama")
+        storage.update_turn(conn, turn.id, status="completed", usage={"input_tokens": 3})
+        storage.update_thread(conn, thread.id, title="Renamed", archived=True)
+        run = storage.create_run(conn, thread_id=thread.id, owner="me")
+        w1 = create_worker(conn, thread_id=child.id, root_thread_id=thread.id, name="a")
+        w2 = create_worker(conn, thread_id=child.id, root_thread_id=thread.id, parent_id=w1.id)
+        held, created = add_held_input(conn, thread.id, kind="queue", payload={"text": "hi"}, client_id="c1")
+        again, created_again = add_held_input(conn, thread.id, kind="queue", payload={}, client_id="c1")
+        sched = create_schedule(conn, name="nightly", cron="0 3 * * *", payload={"task": "x"})
+        first_claim = claim_schedule_slot(conn, sched.id, "2026-01-01T03:00:00Z")
+        second_claim = claim_schedule_slot(conn, sched.id, "2026-01-01T03:00:00Z")
+        task, _ = enqueue_daemon_task(conn, payload={"task": "y"}, client_id="k")
+        storage.put_memory(conn, "ws:/tmp", "fact", {"v": 1})
+        storage.put_memory(conn, "ws:/tmp", "fact", {"v": 2})
+        storage.put_context_file(conn, thread.id, "README.md", "# hi")
+        with pytest.raises(UsageError):
+            create_thread(conn, kind="bogus")
+    with store.read() as conn:
+        got = storage.get_thread(conn, thread.id)
+        assert (got.title, got.archived, got.pinned, got.metadata) == ("Renamed", True, True, {"k": [1, 2]})
+        assert got.updated_at >= got.created_at
+        assert storage.list_threads(conn) == [child]
+        assert [t.id for t in storage.list_threads(conn, archived=True)] == [thread.id]
+        done = storage.get_turn(conn, turn.id)
+        assert done.status == "completed" and done.completed_at and done.usage == {"input_tokens": 3}
+        hits = storage.search_items(conn, "llama")
+        assert [(h.thread_id, h.seq) for h in hits] == [(thread.id, 1)] and "[llama]" in hits[0].snippet
+        assert storage.search_items(conn, 'NEAR("x" OR') == []  # operators are literal
+        assert storage.get_run(conn, run.id).owner == "me"
+        assert [(w.spawn_order, w.depth) for w in storage.list_workers(conn, thread.id)] == [(1, 0), (2, 1)]
+        assert w2.parent_id == w1.id
+        assert created and not created_again and again.id == held.id
+        assert first_claim is not None and second_claim is None
+        assert storage.list_daemon_tasks(conn)[0].id == task.id
+        assert storage.get_memory(conn, "ws:/tmp", "fact").value == {"v": 2}
+        assert [c.path for c in storage.list_context_files(conn, thread.id)] == ["README.md"]
+        with pytest.raises(NotFound):
+            storage.get_thread(conn, "nope")
+    with store.transaction() as conn:
+        storage.delete_thread(conn, thread.id)
+    with store.read() as conn:
+        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 0
+        assert storage.list_held_input(conn, thread.id) == []
+    store.close()
+
+
+def test_reconcile_interrupts_dead_executions_only(db: Path) -> None:
+    store = open_store(db)
+    with store.transaction() as conn:
+        for tid in ("dead", "live"):
+            create_thread(conn, id=tid)
+            create_turn(conn, tid, id=f"turn-{tid}")
+        create_worker(conn, thread_id="dead", root_thread_id="dead", status="running")
+        storage.acquire(conn, "thread:live", "other-process", 60.0)
+        storage.acquire(conn, "thread:mine", "me", 60.0)
+        report = reconcile(conn, "me")
+    assert report.turns_interrupted == 1 and report.workers_interrupted == 1
+    assert report.leases_released == 1
+    with store.read() as conn:
+        assert storage.get_turn(conn, "turn-dead").status == "interrupted"
+        assert storage.get_turn(conn, "turn-live").status == "running"
+        assert storage.get_lease(conn, "thread:mine")["owner"] is None
+        assert storage.get_lease(conn, "thread:live")["owner"] == "other-process"
+    store.close()
+
+
+def test_public_names_are_exported() -> None:
+    for name in storage.__all__:
+        obj = getattr(storage, name)
+        module = getattr(obj, "__module__", None)
+        if module is not None and callable(obj):
+            assert not module.startswith("roost.storage._"), name
+
+
+def test_sqlite_errors_are_translated() -> None:
+    from roost.errors import StoreBusy, StoreError
+    from roost.storage import translate_error
+
+    locked = sqlite3.OperationalError("database is locked")
+    assert type(translate_error(locked)) is StoreBusy
+    assert type(translate_error(sqlite3.IntegrityError("UNIQUE constraint failed"))) is Conflict
+    assert type(translate_error(sqlite3.OperationalError("no such table: x"))) is StoreError
+    assert type(translate_error(sqlite3.DatabaseError("file is not a database"))) is StoreError
