@@ -120,28 +120,33 @@ async def _spawn_cancel(actors: int) -> dict[str, Any]:
     gc.collect()
     rss0 = current_rss_bytes()
     keep: list[Idle] = []
-    t_cancel0 = 0.0
     async with trio.open_nursery() as nursery:
         t0 = time.perf_counter()
+        c0 = cpu_seconds()
         for _ in range(actors):
             actor = Idle()
             await nursery.start(actor.run)
             keep.append(actor)
         spawn_s = time.perf_counter() - t0
+        spawn_cpu = cpu_seconds() - c0
         await trio.testing.wait_all_tasks_blocked()
         gc.collect()
         rss1 = current_rss_bytes()
         t_cancel0 = time.perf_counter()
+        c1 = cpu_seconds()
         nursery.cancel_scope.cancel()
     cancel_s = time.perf_counter() - t_cancel0
+    cancel_cpu = cpu_seconds() - c1
     stopped = sum(1 for a in keep if a.state.value == "stopped")
     if stopped != actors:
         raise AssertionError(f"only {stopped}/{actors} actors stopped")
     return {
         "spawn_total_s": round(spawn_s, 4),
         "spawn_us_per_actor": round(spawn_s / actors * 1e6, 2),
+        "spawn_cpu_s": round(spawn_cpu, 4),
         "cancel_total_s": round(cancel_s, 4),
         "cancel_us_per_actor": round(cancel_s / actors * 1e6, 2),
+        "cancel_cpu_s": round(cancel_cpu, 4),
         "rss_bytes_per_idle_actor": round((rss1 - rss0) / actors),
     }
 

@@ -1,0 +1,149 @@
+"""End-to-end: `roost app-server` over stdio with the scripted engine (the core path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests._helpers.appserver import RemoteError, open_app_server, scripted_env
+
+SCRIPT = """
+rules:
+  - match: {prompt: "^tool"}
+    steps:
+      - - {text: "Listing."}
+        - {tool_call: {name: list_dir, arguments: {path: "."}}}
+      - - {text: "Done listing."}
+  - match: {prompt: "^slow"}
+    steps:
+      - - {text: "one two three four five six seven eight nine ten", tokens_per_second: 4}
+default: echo
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path, roost_home: Path) -> dict:
+    script = tmp_path / "script.yaml"
+    script.write_text(SCRIPT)
+    return scripted_env(roost_home, script)
+
+
+async def test_initialize_thread_and_turn(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        init = await client.initialize()
+        assert init["protocol_version"] == "wuu-app-server/v0.1"
+        assert init["status"] == "ready"
+        thread = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]
+        assert thread["status"] == "idle" and thread["cwd"] == str(tmp_path)
+        done = await client.run_turn(thread["id"], "hello there", client_id="c-1")
+        turn = done["turn"]
+        assert turn["status"] == "completed"
+        kinds = [i["type"] for i in turn["items"]]
+        assert kinds == ["user_message", "agent_message"]
+        assert turn["items"][0]["source_id"] == "c-1"
+        deltas = [n["params"]["delta"] for n in client.notifications("item/agentMessage/delta")]
+        assert "".join(deltas) == "hello there"
+        assert turn["items"][1]["text"] == "hello there"
+        # response before turn/started, exactly one terminal event
+        methods = [m.get("method") or "response" for m in client.lines]
+        assert methods.index("turn/started") > 0
+        assert len(client.notifications("turn/completed")) == 1
+
+
+async def test_errors_are_structured_and_reading_goes_on(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.send(b"this is not json\n")
+        bad = await client.wait_line(lambda m: "error" in m)
+        assert bad["error"]["code"] == "parse_error"
+        await client.send(b"[1,2]\n")
+        await client.wait_line(lambda m: m.get("error", {}).get("code") == "invalid_request")
+        with pytest.raises(RemoteError) as exc:
+            await client.request("no/such/method")
+        assert exc.value.code == "method_not_found"
+        with pytest.raises(RemoteError) as exc:
+            await client.request("initialize", {"protocol_version": "other/v9"})
+        assert exc.value.code == "invalid_params"
+        with pytest.raises(RemoteError) as exc:
+            await client.request("thread/start", {"bogus": 1})
+        assert exc.value.code == "invalid_params" and "bogus" in exc.value.error["message"]
+        with pytest.raises(RemoteError) as exc:
+            await client.request("turn/start", {"thread_id": "thr_missing", "prompt": "x"})
+        assert exc.value.code == "thread_not_found"
+        with pytest.raises(RemoteError) as exc:
+            await client.request("turn/start", {"thread_id": 5, "prompt": "x"})
+        assert exc.value.code == "invalid_params"
+        assert (await client.initialize())["status"] == "ready"
+
+
+async def test_tool_call_round_trip(env, tmp_path):
+    (tmp_path / "marker.txt").write_text("x")
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        thread = (await client.request("thread/start", {"cwd": str(tmp_path), "permission_mode": "read_only"}))["thread"]
+        done = await client.run_turn(thread["id"], "tool please")
+        items = done["turn"]["items"]
+        tool = next(i for i in items if i["type"] == "tool_call")
+        assert tool["name"] == "list_dir" and "marker.txt" in tool["output"]
+        assert items[-1]["text"] == "Done listing."
+
+
+async def test_interrupt_persists_partial_and_moves_input_to_held(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        thread = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]
+        tid = thread["id"]
+        turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "slow reply"}))["turn"]
+        await client.wait_for("item/agentMessage/delta")
+        await client.request("turn/steer", {"thread_id": tid, "prompt": "steer", "expected_turn_id": turn["id"]})
+        await client.request("turn/queue", {"thread_id": tid, "prompt": "queued"})
+        reply = await client.request("turn/interrupt", {"thread_id": tid})
+        assert reply["interrupted"] is True
+        done = await client.wait_terminal(turn["id"])
+        assert done["turn"]["status"] == "interrupted"
+        partial = [i for i in done["turn"]["items"] if i["type"] == "agent_message"]
+        assert partial and partial[0]["status"] == "interrupted"
+        # interrupt again, and after the end: deterministic answers
+        again = await client.request("turn/interrupt", {"thread_id": tid, "turn_id": turn["id"]})
+        assert again["interrupted"] is False and again["turn"]["status"] == "interrupted"
+        snap = await client.request("thread/resume", {"session_id": tid})
+        held = [h["prompt"] for h in snap["held_user_messages"]]
+        assert held == ["steer", "queued"]
+        assert snap["pending_user_messages"] == []
+    # a new process sees the same durable state
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        snap = await client.request("thread/resume", {"session_id": tid})
+        assert [h["prompt"] for h in snap["held_user_messages"]] == ["steer", "queued"]
+        assert snap["turns"][-1]["status"] == "interrupted"
+        done = await client.run_turn(tid, "after restart")
+        assert done["turn"]["status"] == "completed"
+
+
+async def test_ephemeral_thread_is_not_persisted(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        thread = (await client.request("thread/start", {"ephemeral": True}))["thread"]
+        assert thread["ephemeral"] is True
+        done = await client.run_turn(thread["id"], "memory only")
+        assert done["turn"]["status"] == "completed"
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        with pytest.raises(RemoteError) as exc:
+            await client.request("thread/resume", {"session_id": thread["id"]})
+        assert exc.value.code == "thread_not_found"
+
+
+async def test_needs_setup_without_provider(tmp_path, roost_home):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_PROVIDER")}
+    env["ROOST_HOME"] = str(roost_home)
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        init = await client.initialize()
+        assert init["status"] == "needs_setup"
+        assert any("ROOST_PROVIDER" in issue for issue in init["issues"])
+        thread = (await client.request("thread/start", {}))["thread"]
+        with pytest.raises(RemoteError) as exc:
+            await client.request("turn/start", {"thread_id": thread["id"], "prompt": "x"})
+        assert exc.value.code == "invalid_params" and "ROOST_PROVIDER" in exc.value.error["message"]
