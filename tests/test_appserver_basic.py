@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._helpers.appserver import RemoteError, open_app_server, scripted_env
+from _helpers.appserver import RemoteError, open_app_server, scripted_env
 
 SCRIPT = """
 rules:
