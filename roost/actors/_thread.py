@@ -65,6 +65,7 @@ class ThreadActor(Actor):
         self.consumed_turn_ids: set[str] = set()
         self.idle = trio.Event()
         self.idle.set()
+        self._turn_ended = trio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -242,6 +243,8 @@ class ThreadActor(Actor):
         self.emit(method, {"thread_id": tid, "turn": full})
         turn.done.set()
         self.idle.set()
+        self._turn_ended.set()
+        self._turn_ended = trio.Event()
         if turn.status == "completed":
             self._dispatch_next()
 
@@ -259,6 +262,27 @@ class ThreadActor(Actor):
                                     origin=entry.get("_origin") or _default_origin()))
         except Exception:
             log.exception("thread %s: could not dispatch queued input", self.thread.id)
+
+    def turn_view(self, turn_id: str) -> dict | None:
+        """The latest view of turn ``turn_id`` of this thread, or None."""
+        for turn in reversed(self.turns):
+            if turn["id"] == turn_id:
+                return turn
+        return None
+
+    async def wait_turn_end(self, turn_id: str) -> dict:
+        """Wait until turn ``turn_id`` is terminal; return its view (without items).
+
+        Raises:
+            TurnNotFound: the thread has no such turn.
+        """
+        while True:
+            view = self.turn_view(turn_id)
+            if view is None:
+                raise TurnNotFound(f"thread {self.thread.id} has no turn {turn_id}")
+            if view["status"] not in ("running", "queued"):
+                return view
+            await self._turn_ended.wait()
 
     # -- message handling -----------------------------------------------------------------------
 
