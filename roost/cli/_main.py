@@ -21,7 +21,10 @@ def main() -> None:
 def _register() -> None:
     from roost.cli._appserver import app_server_command
 
+    from roost.cli._demo import demo_command
+
     main.add_command(app_server_command)
+    main.add_command(demo_command)
     try:
         from roost.cli._models import models_command
 
