@@ -171,3 +171,43 @@ async def test_shielded_cleanup_survives_cancel_and_is_bounded(autojump_clock):
                 finished.append("never")
     assert finished == ["short"]
     assert scope.cancelled_caught
+
+
+async def test_stop_by_cancellation_is_not_a_crash_for_askers():
+    """A Cancelled stop answers waiting askers with MailboxClosed, never ActorCrashed(repr)."""
+    results: list[BaseException] = []
+
+    async def asker(ref, msg):
+        try:
+            await ref.ask(msg, timeout=None)
+        except Exception as exc:
+            results.append(exc)
+
+    # Cancelled from outside (the supervisor's way): the running handler's asker and a queued one.
+    actor = Recorder()
+    async with trio.open_nursery() as askers:
+        with trio.CancelScope() as outer:
+            async with trio.open_nursery() as nursery:
+                ref = await nursery.start(actor.run)
+                askers.start_soon(asker, ref, Block(trio.Event()))
+                await trio.testing.wait_all_tasks_blocked()
+                askers.start_soon(asker, ref, Get())
+                await trio.testing.wait_all_tasks_blocked()
+                outer.cancel()
+    assert len(results) == 2
+    assert all(type(e) is MailboxClosed for e in results), results
+    assert not any("Cancelled" in str(e) for e in results)
+    assert actor.state is ActorState.STOPPED and actor.stopped_cleanly
+
+    # stop(): the same answers.
+    results.clear()
+    actor = Recorder()
+    async with trio.open_nursery() as askers:
+        async with trio.open_nursery() as nursery:
+            ref = await nursery.start(actor.run)
+            askers.start_soon(asker, ref, Block(trio.Event()))
+            await trio.testing.wait_all_tasks_blocked()
+            askers.start_soon(asker, ref, Get())
+            await trio.testing.wait_all_tasks_blocked()
+            actor.stop()
+    assert len(results) == 2 and all(type(e) is MailboxClosed for e in results), results

@@ -6,7 +6,9 @@ child tasks of the actor's own nursery (:attr:`Actor.nursery`), so stopping the 
 Replies: a handler's return value answers an ``ask``. A handler that raises a
 :class:`~roost.errors.RoostError` answers the asker with that error and the actor lives on
 (expected errors are replies). Any other exception is a bug: the actor crashes, every pending asker
-gets :class:`~roost.errors.ActorCrashed`, and the exception propagates to its supervisor.
+gets :class:`~roost.errors.ActorCrashed`, and the exception propagates to its supervisor. A stop
+(:meth:`Actor.stop`, or cancellation from outside) is not a crash: askers still waiting, including
+the one whose handler was running, get :class:`~roost.errors.MailboxClosed`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Iterator
 import trio
 
 from roost.actors._mailbox import Envelope, Mailbox, Ref, fail_pending
-from roost.errors import ActorCrashed, LifecycleError, RoostError
+from roost.errors import ActorCrashed, LifecycleError, MailboxClosed, RoostError
 
 __all__ = ["Actor", "ActorState", "shielded_cleanup"]
 
@@ -151,8 +153,14 @@ class Actor:
             self.state = ActorState.STOPPING
             self._nursery = None
             left = self._mailbox.close()
-            reason = f"{self.name} stopped" if crash is None else f"{self.name} crashed: {crash!r}"
-            fail_pending(left, reason)
+            if crash is None or _is_cancellation(crash):
+                # A stop (stop() or cancellation from outside) is not a crash: askers see the
+                # mailbox closed, never an ActorCrashed carrying a repr of Cancelled.
+                for env in left:
+                    if env.reply is not None:
+                        env.reply.set_exception(MailboxClosed(f"{self.name} stopped"))
+            else:
+                fail_pending(left, f"{self.name} crashed: {crash!r}")
             with shielded_cleanup(self.stop_timeout):
                 try:
                     await self.on_stop()
@@ -178,7 +186,10 @@ class Actor:
                 log.warning("%s: %s from a told %s", self.name, exc, type(env.message).__name__)
         except BaseException as exc:
             if env.reply is not None:
-                env.reply.set_exception(ActorCrashed(f"{self.name} crashed: {exc!r}"))
+                if _is_cancellation(exc):
+                    env.reply.set_exception(MailboxClosed(f"{self.name} stopped"))
+                else:
+                    env.reply.set_exception(ActorCrashed(f"{self.name} crashed: {exc!r}"))
             raise
         else:
             if env.reply is not None:
@@ -186,3 +197,12 @@ class Actor:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.state.value}>"
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """True for ``trio.Cancelled`` or a group holding nothing but Cancelled (a stop, not a crash)."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_cancellation(inner) for inner in exc.exceptions)
+    return False

@@ -57,6 +57,7 @@ class QueueInput:
     hold: bool = False
     client_id: str | None = None
     images: tuple = ()
+    content_parts: Any = None
     origin: Origin = attrs.field(factory=Origin)
 
 
@@ -66,6 +67,7 @@ class UpdateQueued:
 
     input_id: str
     prompt: str
+    content_parts: Any = None
 
 
 @attrs.frozen(kw_only=True)
@@ -83,6 +85,8 @@ class SteerInput:
     expected_turn_id: str | None = None
     client_id: str | None = None
     input_id: str | None = None
+    images: tuple = ()
+    content_parts: Any = None
     origin: Origin = attrs.field(factory=Origin)
 
 

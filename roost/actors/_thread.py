@@ -6,7 +6,15 @@ both run a turn of the same thread (the loser gets ``thread_busy``).
 
 Durability (app-server-protocol.md, "Turns and execution runs"): accepted input is committed to
 SQLite before the request is answered; a retry with the same ``client_id`` returns the original
-input instead of a duplicate.
+input instead of a duplicate, and a consumed ``client_id`` is refused.
+
+Leases and other processes: a turn is admitted only once this process holds the thread's execution
+lease. Under the lease the store is the truth: admission settles turns a dead or superseded
+execution left ``running`` (as interrupted) and, when another process changed the thread since this
+actor last looked, reloads the conversation first (so does ``thread/resume`` while idle). A turn's
+end, its held input and the release of the lease commit in one transaction before the terminal
+event goes out, so another process may take the thread as soon as a client sees the turn end.
+Input a dead process left pending is never re-run: it becomes held work.
 """
 
 from __future__ import annotations
@@ -19,16 +27,20 @@ from typing import Any
 import trio
 
 from roost.actors._actor import Actor
+from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
 from roost.actors._hub import EventHub
+from roost.actors._thread_store import (
+    apply_state, hold_inputs, live_elsewhere, load_state, read_state, settle_abandoned, store_changed,
+)
 from roost.actors._messages import (
     Dequeue, InterruptTurn, IsBusy, QueueInput, Snapshot, StartTurn, SteerInput, Subscribe, Unsteer,
     Unsubscribe, UpdateQueued, UpdateThread,
 )
 from roost.actors._turn import TurnState, run_turn
 from roost.actors._views import history_from_items, thread_view
-from roost.engines._types import UserMessage
 from roost.errors import (
-    InvalidParams, LeaseHeld, NotFound, StaleLease, StaleTurn, ThreadBusy, TurnNotFound,
+    InvalidParams, LeaseHeld, LifecycleError, NotFound, RoostError, StaleLease, StaleTurn, StoreBusy,
+    ThreadBusy, TurnNotFound,
 )
 from roost.storage import _items, _threads, leases
 from roost.storage._rows import new_id, utc_now
@@ -36,6 +48,9 @@ from roost.storage._rows import new_id, utc_now
 __all__ = ["ThreadActor"]
 
 log = logging.getLogger("roost.thread")
+
+#: Seconds a shielded write of turn state may take before the caller gives up (StoreBusy).
+_PERSIST_TIMEOUT = 30.0
 
 
 class ThreadActor(Actor):
@@ -66,42 +81,59 @@ class ThreadActor(Actor):
         self.idle = trio.Event()
         self.idle.set()
         self._turn_ended = trio.Event()
+        self._dispatching: dict | None = None         # queued input being started as a turn
+        self._dispatch_cancelled: str | None = None   # why an interrupt withdrew that start
+        self._accepting: set[str] = set()             # input ids whose acceptance write is in flight
+        self._turn_rows = 0                           # turn rows of this thread in the store, last seen
+        self._max_seq = 0                             # highest item seq of this thread, last seen
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def on_start(self) -> None:
         if self.ephemeral:
             return
-        store = self.services.store
+        state = await trio.to_thread.run_sync(load_state, self.services.store, self.thread.id)
+        # Input a dead process left pending is never re-run automatically: it becomes held work
+        # (app-server-protocol.md: a restarted server exposes it through held_user_messages).
+        await self._persist_held(apply_state(self, state), announce=False)
 
-        def load() -> tuple[list, list, list]:
-            with store.read() as conn:
-                turns = _threads.list_turns(conn, self.thread.id)
-                items = _items.list_items(conn, self.thread.id)
-                inputs = _items.list_held_input(conn, self.thread.id)
-                return turns, items, inputs
+    async def _busy_elsewhere(self) -> bool:
+        """Whether another process holds this thread's execution lease now (a store read)."""
+        if self.ephemeral:
+            return False
 
-        turns, items, inputs = await trio.to_thread.run_sync(load)
-        by_turn: dict[str | None, list[dict]] = {}
-        for row in items:
-            view = {"id": row.id, "type": row.type, "status": row.status, "turn_id": row.turn_id,
-                    "thread_id": row.thread_id, "seq": row.seq, **(row.payload or {})}
-            self.items.append(view)
-            by_turn.setdefault(row.turn_id, []).append(view)
-        for row in turns:
-            self.turns.append({
-                "id": row.id, "thread_id": row.thread_id, "status": row.status, "run_id": row.run_id,
-                "started_at": row.started_at, "completed_at": row.completed_at, "error": row.error,
-                "usage": row.usage,
-            })
-            meta = row.error if isinstance(row.error, dict) else {}
-            if meta.get("resume_after_turn_id"):
-                self.consumed_turn_ids.add(meta["resume_after_turn_id"])
-        for row in inputs:
-            view = {"id": row.id, "kind": row.kind, "held": row.held, "client_id": row.client_id,
-                    "position": row.position, **(row.payload or {})}
-            (self.held if row.held else self.pending).append(view)
-        self.history = history_from_items(self.items)
+        def read() -> Any:
+            with self.services.store.read() as conn:
+                return leases.get_lease(conn, leases.thread_lease_key(self.thread.id))
+
+        return live_elsewhere(await trio.to_thread.run_sync(read), self.services.owner)
+
+    async def _refresh_if_changed(self) -> None:
+        """While idle: reload from the store if another process changed this thread."""
+        if self.ephemeral or self.active is not None:
+            return
+        tid, turn_rows, max_seq = self.thread.id, self._turn_rows, self._max_seq
+
+        def check() -> Any:
+            with self.services.store.read() as conn:
+                return read_state(conn, tid) if store_changed(conn, tid, turn_rows, max_seq) else None
+
+        state = await trio.to_thread.run_sync(check)
+        if state is not None and self.active is None:
+            await self._persist_held(apply_state(self, state))
+
+    async def _persist_held(self, entries: list[dict], *, announce: bool = True) -> None:
+        """Make ``entries`` (already in :attr:`held`) durable held work, in order; emit turn/held."""
+        if not entries:
+            return
+        if not self.ephemeral:
+            try:
+                await self.services.store.writer.submit(hold_inputs, self.thread.id, list(entries))
+            except RoostError:
+                log.exception("thread %s: could not make input held work", self.thread.id)
+        if announce:
+            for entry in entries:
+                self.emit("turn/held", {"thread_id": self.thread.id, "input": _public(entry)})
 
     async def on_stop(self) -> None:
         if self.active is not None:
@@ -124,19 +156,39 @@ class ThreadActor(Actor):
     async def persist(self, turn: TurnState | None, fn: Any, *args: Any) -> Any:
         """Run a storage write for this thread (fenced by the turn's lease token when given).
 
+        Returns:
+            What ``fn`` returned (None for an ephemeral thread: nothing is written).
+
         Raises:
-            StaleLease: the turn's lease was superseded; the write changed nothing.
+            StaleLease: the turn's lease was superseded; the write changed nothing, and the
+                turn's execution is cancelled (``lost_reason="superseded"``).
+            StoreBusy: the write did not finish within 30 s (it may still commit).
+
+        Cancellation: the write is shielded (bounded), so the caller's in-memory state can follow
+        what was committed; a pending cancellation is delivered at the caller's next checkpoint.
         """
         if self.ephemeral:
             return None
-        if turn is not None and turn.token is not None:
-            fn = leases.fenced(leases.thread_lease_key(self.thread.id), turn.token, fn)
-        return await self.services.store.writer.submit(fn, *args)
+        execution = turn.execution if turn is not None else None
+        if execution is not None:
+            submit = execution.submit  # fenced by its token; a stale token cancels the execution
+        else:
+            submit = self.services.store.writer.submit
+            if turn is not None and turn.token is not None:
+                fn = leases.fenced(leases.thread_lease_key(self.thread.id), turn.token, fn)
+        result: Any = None
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + _PERSIST_TIMEOUT) as scope:
+            result = await submit(fn, *args)
+        if scope.cancelled_caught:
+            raise StoreBusy(f"thread {self.thread.id}: a write took longer than {_PERSIST_TIMEOUT:g} s")
+        return result
 
     async def complete_item(self, turn: TurnState, view: dict, open_items: dict[str, dict], *,
                             status: str = "completed") -> None:
-        """Persist ``view`` as a settled item and emit item/completed."""
-        open_items.pop(view["id"], None)
+        """Persist ``view`` as a settled item and emit item/completed.
+
+        With the lease lost the write is refused (logged); the item still settles in memory.
+        """
         view["status"] = status
         payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id", "seq")}
         text = view.get("text") if view["type"] in ("agent_message", "user_message") else None
@@ -147,8 +199,10 @@ class ThreadActor(Actor):
         except StaleLease:
             log.warning("thread %s: item %s not persisted, lease lost", self.thread.id, view["id"])
             row = None
+        open_items.pop(view["id"], None)
         if row is not None:
             view["seq"] = row.seq
+            self._max_seq = max(self._max_seq, row.seq)
         self.items.append(view)
         turn.items.append(view)
         self.emit("item/completed", {"thread_id": self.thread.id, "turn_id": turn.id, "item": view})
@@ -163,22 +217,24 @@ class ThreadActor(Actor):
 
     async def admit_steers(self, turn: TurnState) -> None:
         """Admit pending steers into the running turn (called before each model request)."""
-        steers = [p for p in self.pending if p["kind"] == "steer"]
+        steers = [p for p in self.pending if p["kind"] == "steer" and not p.get("_foreign")]
         for steer in steers:
             self.pending.remove(steer)
-            await self._append_user_item(turn, steer["prompt"], source_id=steer.get("client_id"),
-                                         images=steer.get("images"), consume_input=steer["id"])
+            try:
+                await self._append_user_item(turn, steer["prompt"], source_id=steer.get("client_id"),
+                                             images=steer.get("images"), consume_input=steer["id"],
+                                             content_parts=steer.get("content_parts"))
+            except BaseException:
+                # Not admitted (e.g. the lease was lost): it stays pending, and becomes held work
+                # when the turn ends.
+                self.pending.insert(0, steer)
+                raise
             self.emit("turn/steered", {"thread_id": self.thread.id, "turn_id": turn.id, "input": _public(steer)})
 
     async def _append_user_item(self, turn: TurnState, prompt: str, *, source_id: str | None,
                                 images: Any = None, content_parts: Any = None,
                                 consume_input: str | None = None, announce: bool = True) -> dict:
-        view = {"id": new_id("item"), "type": "user_message", "status": "completed", "turn_id": turn.id,
-                "thread_id": self.thread.id, "text": prompt, "source_id": source_id}
-        if images:
-            view["images"] = list(images)
-        if content_parts is not None:
-            view["content_parts"] = content_parts
+        view = self._user_view(turn, prompt, source_id=source_id, images=images, content_parts=content_parts)
         payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id")}
 
         def write(conn: Any) -> Any:
@@ -193,42 +249,62 @@ class ThreadActor(Actor):
         row = await self.persist(turn, write)
         if row is not None:
             view["seq"] = row.seq
+            self._max_seq = max(self._max_seq, row.seq)
         self.items.append(view)
         turn.items.append(view)
-        self.history.append(UserMessage(text=prompt))
+        self.history.extend(history_from_items([view]))  # with its images
         if announce:
             self.emit("item/started", {"thread_id": self.thread.id, "turn_id": turn.id, "item": view})
             self.emit("item/completed", {"thread_id": self.thread.id, "turn_id": turn.id, "item": view})
         return view
 
     async def finish_turn(self, turn: TurnState) -> None:
-        """Persist the turn's end, settle pending input, emit the one terminal event."""
+        """Persist the turn's end, settle pending input, end the execution, emit the terminal event.
+
+        A turn that did not complete turns pending steers and queued input into durable held work,
+        steers first. The turn row, that input and the release of the lease commit in one
+        transaction fenced by the turn's token, before the one terminal event is emitted. If the
+        lease was lost, the turn's own writes are refused (its new holder settles the row); the
+        user's input still becomes held work.
+
+        Cancellation: called from the turn's shielded, bounded clean-up.
+        """
         tid = self.thread.id
         view = turn.view()
         view["thread_id"] = tid
         moved: list[dict] = []
         if turn.status != "completed":
             # Pending steers and queued input become durable held work, steers first.
-            ordered = [p for p in self.pending if p["kind"] == "steer"] + [p for p in self.pending if p["kind"] == "queue"]
-            self.pending = []
+            own = [p for p in self.pending if not p.get("_foreign")]
+            ordered = [p for p in own if p["kind"] == "steer"] + [p for p in own if p["kind"] != "steer"]
+            self.pending = [p for p in self.pending if p.get("_foreign")]
             for entry in ordered:
                 entry["held"] = True
                 self.held.append(entry)
                 moved.append(entry)
+        error = turn.error
+        if turn.resume_after_turn_id:  # kept so the continued turn id stays consumed
+            error = {**(error or {}), "resume_after_turn_id": turn.resume_after_turn_id}
+        execution = turn.execution
 
         def write(conn: Any) -> None:
             _threads.update_turn(conn, turn.id, status=turn.status, completed_at=turn.completed_at,
-                                 error=turn.error, usage=dict(turn.usage))
-            for entry in moved:
-                try:
-                    _items.update_held_input(conn, entry["id"], held=True)
-                except NotFound:
-                    pass
+                                 error=error, usage=dict(turn.usage))
+            hold_inputs(conn, tid, moved)
             _threads.update_thread(conn, tid, updated_at=utc_now())
+            if execution is not None:
+                leases.release(conn, execution.lease)  # the execution ends with its turn row
 
         try:
-            # The turn row is settled even when the lease was lost: reconciliation would do the same.
-            await self.persist(None, write)
+            await self.persist(turn, write)
+        except StaleLease:
+            log.warning("thread %s: turn %s ended after its lease was lost; its end is not persisted",
+                        tid, turn.id)
+            if moved:
+                try:
+                    await self.persist(None, hold_inputs, tid, moved)
+                except Exception:
+                    log.exception("thread %s: could not make input held work", tid)
         except Exception:
             log.exception("thread %s: could not persist the end of turn %s", tid, turn.id)
         for index, existing in enumerate(self.turns):
@@ -245,23 +321,56 @@ class ThreadActor(Actor):
         self.idle.set()
         self._turn_ended.set()
         self._turn_ended = trio.Event()
-        if turn.status == "completed":
-            self._dispatch_next()
 
     def _dispatch_next(self) -> None:
-        """Start the next queued input as a new turn (after a natural end)."""
-        queued = [p for p in self.pending if p["kind"] in ("queue", "steer")]
-        if not queued or self.active is not None:
+        """Start the oldest pending input as a new turn (after a natural end, or queued while idle).
+
+        The start runs as a task of this actor (:meth:`_start_queued`), one at a time; not a checkpoint.
+        """
+        if self.active is not None or self._dispatching is not None:
+            return
+        queued = [p for p in self.pending if not p.get("_foreign")]
+        if not queued:
             return
         entry = queued[0]
-        self.pending.remove(entry)
-        self.emit("turn/dequeued", {"thread_id": self.thread.id, "input": _public(entry)})
         try:
-            self.ref.tell(StartTurn(prompt=entry["prompt"], client_id=entry.get("client_id"),
-                                    images=tuple(entry.get("images") or ()), input_id=entry["id"],
-                                    origin=entry.get("_origin") or _default_origin()))
-        except Exception:
-            log.exception("thread %s: could not dispatch queued input", self.thread.id)
+            nursery = self.nursery
+        except LifecycleError:
+            return  # stopping: the input stays in the store and is held at the next load
+        self.pending.remove(entry)
+        self._dispatching = entry
+        self._dispatch_cancelled = None
+        self.emit("turn/dequeued", {"thread_id": self.thread.id, "input": _public(entry)})
+        nursery.start_soon(self._start_queued, entry)
+
+    async def _start_queued(self, entry: dict) -> None:
+        """Start ``entry`` as a turn; if it cannot start, it and the other pending input are held.
+
+        It cannot start when an interrupt withdrew it first (see :meth:`_interrupt`) or admission
+        fails (e.g. another process holds the lease: ``thread_busy``). Held input is never lost and
+        never re-run automatically.
+        """
+        try:
+            if self._dispatch_cancelled is None:
+                await self._start_turn(StartTurn(
+                    prompt=entry["prompt"], client_id=entry.get("client_id"),
+                    images=tuple(entry.get("images") or ()), input_id=entry["id"],
+                    content_parts=entry.get("content_parts"),
+                    origin=entry.get("_origin") or _default_origin()))
+                return
+            log.info("thread %s: queued input %s withdrawn by an interrupt (%s)", self.thread.id,
+                     entry["id"], self._dispatch_cancelled)
+        except RoostError as exc:
+            log.warning("thread %s: queued input %s could not start a turn: %s", self.thread.id, entry["id"], exc)
+        finally:
+            self._dispatching = None
+        own = [p for p in self.pending if not p.get("_foreign")]
+        self.pending = [p for p in self.pending if p.get("_foreign")]
+        stranded = [entry] + own
+        for item in stranded:
+            item["held"] = True
+            self.held.append(item)
+        await self._persist_held(stranded)
 
     def turn_view(self, turn_id: str) -> dict | None:
         """The latest view of turn ``turn_id`` of this thread, or None."""
@@ -295,15 +404,20 @@ class ThreadActor(Actor):
     async def _start_turn(self, msg: StartTurn) -> dict:
         if self.active is not None:
             raise ThreadBusy(f"thread {self.thread.id} is running turn {self.active.id}")
+        if self._dispatching is not None and msg.input_id != self._dispatching["id"]:
+            raise ThreadBusy(f"thread {self.thread.id} is starting a turn with queued input")
         if msg.resume_after_turn_id is not None:
             latest = self.turns[-1]["id"] if self.turns else None
             if msg.resume_after_turn_id in self.consumed_turn_ids:
                 raise StaleTurn(f"turn {msg.resume_after_turn_id} was already continued")
+            if self.turn_view(msg.resume_after_turn_id) is None:
+                raise TurnNotFound(f"thread {self.thread.id} has no turn {msg.resume_after_turn_id}")
             if msg.resume_after_turn_id != latest:
                 raise StaleTurn(f"resume_after_turn_id {msg.resume_after_turn_id} is not the latest turn ({latest})")
         elif not msg.prompt and not msg.images:
             raise InvalidParams("prompt (or images) is required")
         turn = TurnState(new_id("turn"), msg.origin, run_id=msg.run_id)
+        turn.resume_after_turn_id = msg.resume_after_turn_id
         self.active = turn
         self.idle = trio.Event()
         try:
@@ -319,51 +433,113 @@ class ThreadActor(Actor):
         return view
 
     async def _turn_task(self, turn: TurnState, msg: StartTurn, *, task_status: Any) -> None:
-        """Hold the lease, make the input durable, report admission, then run the turn."""
+        """Hold the lease, make the input durable, report admission, then run the turn.
+
+        Raises (before admission is reported, so to :meth:`_start_turn`):
+            ThreadBusy: another execution holds the thread's lease (another process).
+        """
         tid = self.thread.id
-        keeper = self.services.keeper
         if self.ephemeral:
-            execution = None
             user_item = await self._admit(turn, msg)
             task_status.started()
-            await self._announce(turn, msg, user_item)
-            await run_turn(self, turn, execution)
-            return
-        try:
-            hold = keeper.hold(leases.thread_lease_key(tid), ttl=self.services.lease_ttl)
-            execution = await hold.__aenter__()
-        except LeaseHeld as exc:
-            raise ThreadBusy(f"thread {tid} is executing in another process ({exc.owner})") from None
-        try:
-            turn.token = execution.lease.token
-            turn.scope = execution.cancel_scope
-            user_item = await self._admit(turn, msg)
-            task_status.started()
-            await self._announce(turn, msg, user_item)
-            await run_turn(self, turn, execution)
-        finally:
-            with trio.CancelScope(shield=True):
-                await hold.__aexit__(None, None, None)
+            try:
+                await self._announce(turn, msg, user_item)
+            finally:
+                await run_turn(self, turn, None)
+        else:
+            try:
+                hold = self.services.keeper.hold(leases.thread_lease_key(tid), ttl=self.services.lease_ttl)
+                execution = await hold.__aenter__()
+            except LeaseHeld as exc:
+                raise ThreadBusy(f"thread {tid} is executing in another process ({exc.owner})") from None
+            try:
+                turn.token = execution.lease.token
+                turn.execution = execution
+                if turn.scope.cancel_called:  # interrupted while the lease was being taken
+                    execution.cancel_scope.cancel()
+                turn.scope = execution.cancel_scope
+                try:
+                    user_item = await self._admit(turn, msg)
+                except StaleLease:
+                    raise ThreadBusy(f"thread {tid}: another process took the execution lease") from None
+                task_status.started()
+                try:
+                    await self._announce(turn, msg, user_item)
+                finally:
+                    await run_turn(self, turn, execution)  # settles the turn even if cancelled above
+            finally:
+                with trio.CancelScope(shield=True):
+                    await hold.__aexit__(None, None, None)
+        if turn.status == "completed":
+            self._dispatch_next()
+
+    def _user_view(self, turn: TurnState, prompt: str, *, source_id: str | None, images: Any = None,
+                   content_parts: Any = None) -> dict:
+        """A new user_message item view of ``turn``."""
+        view = {"id": new_id("item"), "type": "user_message", "status": "completed", "turn_id": turn.id,
+                "thread_id": self.thread.id, "text": prompt, "source_id": source_id}
+        if images:
+            view["images"] = list(images)
+        if content_parts is not None:
+            view["content_parts"] = content_parts
+        return view
 
     async def _admit(self, turn: TurnState, msg: StartTurn) -> dict | None:
-        """Make the turn and its user input durable (before the request is answered)."""
+        """Make the turn and its user input durable in one transaction (before the request is answered).
+
+        Under the lease the store is the truth: turns a dead or superseded execution left
+        ``running`` are settled as interrupted, and if another process changed the thread since
+        this actor last looked, the conversation is reloaded before the turn is added.
+
+        Raises:
+            StaleLease: the lease was superseded before the write (nothing was written).
+        """
         tid = self.thread.id
         meta = {"resume_after_turn_id": msg.resume_after_turn_id} if msg.resume_after_turn_id else None
+        user = None
+        if msg.prompt or msg.images:
+            user = self._user_view(turn, msg.prompt or "", source_id=msg.client_id, images=msg.images,
+                                   content_parts=msg.content_parts)
+        payload = {k: v for k, v in (user or {}).items() if k not in ("id", "type", "status", "turn_id", "thread_id")}
 
-        def write(conn: Any) -> None:
+        turn_rows, max_seq = self._turn_rows, self._max_seq
+
+        def write(conn: Any) -> tuple[dict | None, Any]:
+            state = None
+            if settle_abandoned(conn, tid) or store_changed(conn, tid, turn_rows, max_seq):
+                state = read_state(conn, tid)
             _threads.create_turn(conn, tid, id=turn.id, run_id=msg.run_id)
             if meta:
                 _threads.update_turn(conn, turn.id, error=meta)
+            row = None
+            if user is not None:
+                if msg.input_id is not None:
+                    try:
+                        _items.remove_held_input(conn, msg.input_id)
+                    except NotFound:
+                        pass
+                row = _items.append_item(conn, tid, type="user_message", payload=payload,
+                                         text=user["text"], turn_id=turn.id, id=user["id"])
+            return state, row
 
-        await self.persist(turn, write)
+        state, row = await self.persist(turn, write) or (None, None)
+        if state is not None:
+            log.info("thread %s: changed by another process; reloaded at admission", tid)
+            keep = frozenset({msg.input_id}) if msg.input_id else frozenset()
+            await self._persist_held(apply_state(self, state, keep=keep))
+        self._turn_rows += 1
         self.turns.append({"id": turn.id, "thread_id": tid, "status": "running", "run_id": msg.run_id,
                            "started_at": turn.started_at, "completed_at": None, "error": None,
                            "usage": None})
-        if msg.prompt or msg.images:
-            return await self._append_user_item(turn, msg.prompt or "", source_id=msg.client_id,
-                                                images=msg.images, content_parts=msg.content_parts,
-                                                consume_input=msg.input_id, announce=False)
-        return None
+        if user is None:
+            return None
+        if row is not None:
+            user["seq"] = row.seq
+            self._max_seq = max(self._max_seq, row.seq)
+        self.items.append(user)
+        turn.items.append(user)
+        self.history.extend(history_from_items([user]))
+        return user
 
     async def _announce(self, turn: TurnState, msg: StartTurn, user_item: dict | None) -> None:
         """Emit turn/started and the user item, after the admitting response went out (bounded wait)."""
@@ -379,15 +555,32 @@ class ThreadActor(Actor):
             self.emit("item/completed", {"thread_id": tid, "turn_id": turn.id, "item": user_item})
 
     async def _interrupt(self, msg: InterruptTurn) -> dict:
+        """Interrupt the active turn; answered deterministically in every state.
+
+        Active (admitted, also before turn/started went out, or already settling): its scope is
+        cancelled (idempotent) and the reply says ``interrupted: true`` with the turn ``interrupting``.
+        Queued input about to start a turn: the start is withdrawn, the input becomes held work,
+        ``interrupted: true``. Otherwise the latest (or named) turn as it is, ``interrupted: false``.
+        """
         tid = self.thread.id
         active = self.active
+        if active is None and self._dispatching is not None and msg.turn_id is None:
+            if self._dispatch_cancelled is None:
+                self._dispatch_cancelled = msg.reason
+            latest = self.turns[-1] if self.turns else None
+            return {"thread_id": tid, "turn": latest, "interrupted": True,
+                    "input": _public(self._dispatching)}
         if active is not None and (msg.turn_id is None or msg.turn_id == active.id):
-            if active.interrupt_reason is None:
-                active.interrupt_reason = msg.reason
-            active.scope.cancel()
             view = active.view()
             view["thread_id"] = tid
-            view["status"] = "interrupting" if active.status == "running" else active.status
+            if active.interrupt_reason is None:
+                if active.status != "running":
+                    # Already settling with an outcome of its own (completed, failed, lease lost).
+                    return {"thread_id": tid, "turn": view, "interrupted": False}
+                active.interrupt_reason = msg.reason
+                active.scope.cancel()
+            # Asked again while it settles: the same answer as the first time (idempotent).
+            view["status"] = "interrupting"
             return {"thread_id": tid, "turn": view, "interrupted": True}
         if msg.turn_id is not None:
             for turn in self.turns:
@@ -398,20 +591,29 @@ class ThreadActor(Actor):
         return {"thread_id": tid, "turn": latest, "interrupted": False}
 
     async def _accept_input(self, kind: str, prompt: str, *, hold: bool, client_id: str | None,
-                            images: tuple = (), origin: Any = None) -> tuple[dict, bool]:
-        """Durably accept pending input; idempotent per client_id."""
+                            images: tuple = (), origin: Any = None,
+                            content_parts: Any = None) -> tuple[dict, bool]:
+        """Durably accept pending input; idempotent per client_id (a consumed client_id is refused)."""
         if client_id is not None:
             for entry in self.pending + self.held:
                 if entry.get("client_id") == client_id:
                     return entry, False
+            if any(i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
+                raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.thread.id}")
         payload = {"prompt": prompt}
         if images:
             payload["images"] = list(images)
+        if content_parts is not None:
+            payload["content_parts"] = content_parts
         entry = {"id": new_id("input"), "kind": kind, "held": hold, "client_id": client_id, **payload}
         if not self.ephemeral:
-            row, created = await self.services.store.writer.submit(functools.partial(
-                _items.add_held_input, kind=kind, payload=payload, held=hold, client_id=client_id,
-                id=entry["id"]), self.thread.id)
+            self._accepting.add(entry["id"])
+            try:
+                row, created = await self.services.store.writer.submit(functools.partial(
+                    _items.add_held_input, kind=kind, payload=payload, held=hold, client_id=client_id,
+                    id=entry["id"]), self.thread.id)
+            finally:
+                self._accepting.discard(entry["id"])
             if not created:
                 return {"id": row.id, "kind": row.kind, "held": row.held, "client_id": row.client_id,
                         **(row.payload or {})}, False
@@ -425,7 +627,8 @@ class ThreadActor(Actor):
         if not msg.prompt:
             raise InvalidParams("prompt is required")
         entry, created = await self._accept_input("queue", msg.prompt, hold=msg.hold, client_id=msg.client_id,
-                                                  images=msg.images, origin=msg.origin)
+                                                  images=msg.images, origin=msg.origin,
+                                                  content_parts=msg.content_parts)
         public = _public(entry)
         if created:
             self.emit("turn/held" if msg.hold else "turn/queued", {"thread_id": self.thread.id, "input": public})
@@ -437,9 +640,13 @@ class ThreadActor(Actor):
         for entry in self.pending + self.held:
             if entry["id"] == msg.input_id:
                 entry["prompt"] = msg.prompt
+                entry.pop("content_parts", None)
+                if msg.content_parts is not None:
+                    entry["content_parts"] = msg.content_parts
                 payload = {"prompt": msg.prompt}
-                if entry.get("images"):
-                    payload["images"] = entry["images"]
+                for key in ("images", "content_parts"):
+                    if entry.get(key):
+                        payload[key] = entry[key]
                 if not self.ephemeral:
                     await self.services.store.writer.submit(functools.partial(
                         _items.update_held_input, payload=payload), msg.input_id)
@@ -470,20 +677,31 @@ class ThreadActor(Actor):
             entry = next((e for e in self.held + self.pending if e["id"] == msg.input_id), None)
             if entry is None:
                 raise InvalidParams(f"no held input {msg.input_id}")
+            if entry.get("_foreign"):
+                raise ThreadBusy(f"input {msg.input_id} belongs to an execution in another process")
             prompt, client_id = entry["prompt"], entry.get("client_id")
+            images, parts = tuple(entry.get("images") or ()), entry.get("content_parts")
         else:
             if not msg.prompt:
                 raise InvalidParams("prompt (or input_id) is required")
             entry, prompt, client_id = None, msg.prompt, msg.client_id
+            images, parts = msg.images, msg.content_parts
         if self.active is None:
             if msg.expected_turn_id is not None:
                 raise StaleTurn(f"turn {msg.expected_turn_id} is not running on thread {tid}")
-            # Idle: sending input (or a held item) starts a turn with it.
-            if entry is not None:
-                (self.held if entry in self.held else self.pending).remove(entry)
+            # Idle: sending input (or a held item) starts a turn with it. The held item leaves the
+            # held list only once the turn is admitted (if admission fails, it stays held).
+            if entry is None and client_id is not None and any(
+                    i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
+                raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {tid}")
             turn = await self._start_turn(StartTurn(prompt=prompt, client_id=client_id, origin=msg.origin,
+                                                    images=images, content_parts=parts,
                                                     input_id=entry["id"] if entry else None))
-            return {"thread_id": tid, "delivery": "started_turn", "turn": turn}
+            if entry is not None:
+                for bucket in (self.held, self.pending):
+                    if entry in bucket:
+                        bucket.remove(entry)
+            return {"thread_id": tid, "delivery": "queued", "turn": turn}
         if msg.expected_turn_id is not None and msg.expected_turn_id != self.active.id:
             raise StaleTurn(f"expected turn {msg.expected_turn_id}, the active turn is {self.active.id}")
         if entry is not None:
@@ -495,10 +713,12 @@ class ThreadActor(Actor):
                 await self.services.store.writer.submit(functools.partial(
                     _items.update_held_input, kind="steer", held=False), entry["id"])
         else:
-            entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin)
+            entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin,
+                                                images=images, content_parts=parts)
         return {"thread_id": tid, "delivery": "active_turn", "turn_id": self.active.id, "input": _public(entry)}
 
     async def _snapshot(self, msg: Snapshot) -> dict:
+        await self._refresh_if_changed()
         turns = self.turns if msg.history_turns is None else self.turns[-msg.history_turns:]
         by_turn: dict[str | None, list[dict]] = {}
         for item in self.items:
@@ -522,7 +742,7 @@ class ThreadActor(Actor):
         self.hub.unsubscribe(msg.subscriber)
 
     async def _update_thread(self, msg: UpdateThread) -> dict:
-        if msg.selection and self.active is not None:
+        if msg.selection and (self.active is not None or await self._busy_elsewhere()):
             raise ThreadBusy(f"thread {self.thread.id} is executing")
         for key, value in msg.changes.items():
             setattr(self.thread, key, value)
@@ -535,7 +755,10 @@ class ThreadActor(Actor):
         return view
 
     async def _is_busy(self, msg: IsBusy) -> bool:
-        return self.active is not None
+        """True while a turn is admitted here, a queued input is starting, or another process holds the lease."""
+        if self.active is not None or self._dispatching is not None:
+            return True
+        return await self._busy_elsewhere()
 
 
 def _public(entry: dict) -> dict:
@@ -561,4 +784,6 @@ _HANDLERS = {
     Unsubscribe: ThreadActor._unsubscribe,
     UpdateThread: ThreadActor._update_thread,
     IsBusy: ThreadActor._is_busy,
+    RetractFrom: retract_from,
+    ImportHistory: import_history,
 }

@@ -4,6 +4,12 @@ A turn runs as a task in its ThreadActor's nursery, inside its own cancel scope 
 that scope) and under the thread's execution lease (losing the lease cancels the same scope). Its
 clean-up runs shielded and bounded: partial items persist as ``interrupted``, every tool call gets a
 result, and exactly one terminal event (turn/completed or turn/error) is emitted.
+
+An interrupted turn's ``error`` says who stopped it (STYLE.md: attributed cancellation):
+``{"category": "cancelled", "reason": ..., "message": ...}`` with ``reason`` one of
+``interrupted`` (turn/interrupt), ``shutdown`` (end of input), ``timeout``/other run reasons,
+``lease_lost`` (the execution lease was superseded or expired; ``lease`` then names how, and every
+later write of the turn was refused), or ``stopped`` (the thread actor was stopped).
 """
 
 from __future__ import annotations
@@ -17,10 +23,9 @@ import trio
 from roost.actors._actor import shielded_cleanup
 from roost.engines._types import (
     AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, TextDelta, ToolCall,
-    ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage, UserMessage,
+    ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
 )
-from roost.errors import EngineFailure, RoostError
-from roost.storage import _items, _threads
+from roost.errors import EngineFailure, RoostError, StaleLease
 from roost.storage._rows import new_id, utc_now
 from roost.tools import ToolContext, run_tool
 
@@ -49,6 +54,10 @@ class TurnState:
         self.interrupt_reason: str | None = None
         self.done = trio.Event()
         self.token: int | None = None
+        #: the :class:`roost.storage.Execution` holding the thread's lease (None when ephemeral)
+        self.execution: Any = None
+        #: the turn this one continues (``turn/start`` with ``resume_after_turn_id``), or None
+        self.resume_after_turn_id: str | None = None
         self.model_calls = 0
         self.final_text = ""
 
@@ -72,13 +81,18 @@ async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None
     """Run ``turn`` of ``thread`` to its end; emits exactly one terminal event.
 
     Cancellation: cancelling ``turn.scope`` (interrupt) or losing the lease ends the turn as
-    ``interrupted`` after a shielded, bounded clean-up; the Cancelled does not escape.
+    ``interrupted`` after a shielded, bounded clean-up; the Cancelled does not escape. Cancelled
+    from outside (the actor stopping), the turn ends the same way and the Cancelled propagates.
     """
     open_items: dict[str, dict] = {}  # item id -> view, streamed but not yet completed
     try:
         with turn.scope:
             await _loop(thread, turn, open_items)
+            # An interrupt acknowledged while the last (shielded) write ran still wins.
+            await trio.lowlevel.checkpoint_if_cancelled()
             turn.status = "completed"
+    except StaleLease:
+        pass  # a write found the lease superseded (the scope is cancelled too): interrupted below
     except EngineFailure as failure:
         turn.status = "failed"
         turn.error = _failure_view(failure)
@@ -92,8 +106,7 @@ async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None
     finally:
         if turn.status == "running":
             turn.status = "interrupted"
-            lost = getattr(execution, "lost_reason", None)
-            turn.error = {"category": "cancelled", "message": lost or turn.interrupt_reason or "interrupted"}
+            turn.error = _interruption(turn, execution)
         with shielded_cleanup(10.0):
             await _settle(thread, turn, open_items)
 
@@ -113,7 +126,9 @@ async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict
         )
         calls = await _sample(thread, turn, engine, request, open_items)
         if not calls:
-            return
+            if not any(p["kind"] == "steer" and not p.get("_foreign") for p in thread.pending):
+                return
+            continue  # steered during this model response: the same turn takes the steer next
         for call in calls:
             await _run_tool_call(thread, turn, call, open_items)
 
@@ -216,6 +231,25 @@ async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_
         view["metadata"] = metadata
     thread.history.append(ToolResult(call_id=view["call_id"], output=output, is_error=is_error))
     await thread.complete_item(turn, view, open_items, status="failed" if is_error else "completed")
+
+
+_STOP_MESSAGES = {
+    "interrupted": "interrupted by the client",
+    "shutdown": "interrupted: the server is shutting down (end of input)",
+    "stopped": "interrupted: the thread was stopped",
+}
+
+
+def _interruption(turn: TurnState, execution: Any) -> dict:
+    """The ``error`` of an interrupted turn, naming who stopped it (a lost lease first)."""
+    lost = getattr(execution, "lost_reason", None)
+    if lost is not None:
+        return {"category": "cancelled", "reason": "lease_lost", "lease": lost,
+                "message": f"the execution lease was lost ({lost}); the turn was stopped and its "
+                           "later writes were refused"}
+    reason = turn.interrupt_reason or "stopped"
+    return {"category": "cancelled", "reason": reason,
+            "message": _STOP_MESSAGES.get(reason, f"interrupted ({reason})")}
 
 
 def _failure_view(failure: EngineFailure) -> dict:

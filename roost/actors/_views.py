@@ -30,6 +30,8 @@ def thread_view(thread: Any, *, ephemeral: bool, status: str, active_turn_id: st
         "ephemeral": ephemeral,
         "parent_thread_id": thread.parent_thread_id,
         "worktree": (thread.metadata or {}).get("worktree"),
+        "workspace_id": (thread.metadata or {}).get("workspace_id"),
+        "model_options": (thread.metadata or {}).get("model_options") or {},
         "status": status,
         "active_turn_id": active_turn_id,
         "created_at": thread.created_at,

@@ -37,7 +37,8 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool) -> None:
     Requests are {id, method, params}; responses echo the id; notifications carry a method and
     params. Stdout carries protocol lines only; logs go to stderr. End of input shuts down cleanly:
     running turns are interrupted and persisted. With no provider configured, initialize reports
-    status "needs_setup" with the settings to set.
+    status "needs_setup" with the settings to set. Request lines may be up to 64 MiB
+    (ROOST_MAX_LINE_BYTES lowers the limit).
     """
     from roost.protocol import open_stdio_stream
     from roost.protocol._serve_appserver import serve_app_server

@@ -25,6 +25,8 @@ def _register() -> None:
 
     main.add_command(app_server_command)
     main.add_command(demo_command)
+    from roost.cli._exec import exec_command
+    main.add_command(exec_command)
     try:
         from roost.cli._models import models_command
 

@@ -13,6 +13,7 @@ Method handlers live in ``_as_*`` modules and register themselves with :func:`me
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Awaitable, Callable
 
 import trio
@@ -153,9 +154,9 @@ class AppServerSession:
             try:
                 await self._read(receive)
             finally:
-                self.closed.set()
                 with trio.CancelScope(shield=True):
-                    await self._interrupt_all()
+                    await self._interrupt_all()  # sets self.closed once the turns have settled
+                self.closed.set()
                 self.outbox.close()
 
     async def _write(self, send: trio.abc.SendStream, nursery: trio.Nursery) -> None:
@@ -167,7 +168,7 @@ class AppServerSession:
             nursery.cancel_scope.cancel()
 
     async def _read(self, receive: trio.abc.ReceiveStream) -> None:
-        decoder = LineDecoder()
+        decoder = LineDecoder(max_line_bytes=max_line_bytes())
         async with trio.open_nursery() as watcher:
             async def stop_on_close() -> None:
                 await self.closed.wait()
@@ -251,11 +252,30 @@ class AppServerSession:
         with trio.move_on_after(15):
             for actor in actors:
                 await actor.idle.wait()
+        # Only now: a pending approval/request is ended by its turn's interrupt (so the turn settles
+        # as interrupted), not answered "nobody to ask" while the turn could still go on.
+        self.closed.set()
+
+
+def max_line_bytes() -> int:
+    """The longest request line accepted, in bytes: ``ROOST_MAX_LINE_BYTES`` or 64 MiB.
+
+    The variable exists so tests can exercise the oversized-line path without 64 MiB of input.
+    """
+    from roost.protocol._framing import DEFAULT_MAX_LINE_BYTES
+
+    try:
+        value = int(os.environ.get("ROOST_MAX_LINE_BYTES") or DEFAULT_MAX_LINE_BYTES)
+    except ValueError:
+        value = DEFAULT_MAX_LINE_BYTES
+    return value if value > 0 else DEFAULT_MAX_LINE_BYTES
 
 
 def _map_error(exc: RoostError) -> ProtocolError:
-    from roost.errors import ConfigError, NotFound, ThreadNotFound, UsageError
+    from roost.errors import ConfigError, NotFound, StoreBusy, StoreFull, ThreadNotFound, UsageError
 
+    if isinstance(exc, (StoreFull, StoreBusy)):
+        return ServerOverloaded(str(exc))
     if isinstance(exc, NotFound):
         return ThreadNotFound(str(exc))
     if isinstance(exc, (ConfigError, UsageError)):

@@ -1,101 +1,204 @@
 """App-server configuration and engine methods (app-server-protocol.md, "Model and permission
-selection", "Engine inventory and authentication")."""
+selection", "Engine inventory and authentication"): ``config/model/update`` and ``engine/list``.
+
+Roost has one engine, the built-in one, reaching the configured model provider (scripted, OpenAI
+Chat Completions, OpenAI Responses, Anthropic Messages). External engines (Codex, Claude Code,
+OpenCode, ACP agents) are listed as unsupported; provider connections and API keys are configured
+in ``$ROOST_HOME/config.toml`` or the environment, never over the protocol.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from roost.actors._messages import UpdateThread
+from roost.config import resolve_provider
 from roost.engines import PROVIDERS
-from roost.errors import InvalidParams, Unsupported
+from roost.errors import ConfigError, InvalidParams, Unsupported
+from roost.model import Thread
 from roost.protocol._appserver import AppServerSession, method
-from roost.protocol._as_threads import PERMISSION_MODES
+from roost.protocol._as_common import PERMISSION_MODES, check_no_foreign_lease, thread_actor
 from roost.protocol._params import BOOL, DICT, STR, check_params
+
+__all__ = ["EXTERNAL_ENGINES"]
+
+#: External engines of app-server-protocol.md that Roost reports as unsupported.
+EXTERNAL_ENGINES = ("codex", "claude", "opencode", "acp")
+_CONNECTION = ("base_url", "api_key", "keep_selection", "add_model", "remove_model")
+
+
+def _check_selection(p: dict) -> None:
+    if "permission_mode" in p and p["permission_mode"] not in PERMISSION_MODES:
+        raise InvalidParams(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
+    if "provider" in p and p["provider"] not in PROVIDERS:
+        raise InvalidParams(f"provider must be one of {', '.join(PROVIDERS)}")
+    for key in ("model", "effort"):
+        if key in p and not p[key].strip():
+            raise InvalidParams(f"{key} must not be empty")
+    options = p.get("model_options")
+    if options is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
+        raise InvalidParams("model_options must map strings to strings")
+    if "variant" in p:
+        raise Unsupported("variant is an OpenCode selection; Roost's engine has no variants")
 
 
 @method("config/model/update")
 async def config_model_update(session: AppServerSession, params: Any) -> dict:
+    """``config/model/update``: change a conversation's selection, or the workspace defaults.
+
+    With ``thread_id`` (conversation scope): ``provider``, ``model``, ``effort``,
+    ``permission_mode``, ``model_options`` and ``reset_model`` change that thread only; omitted
+    fields keep its selection; changing ``model`` clears the dependent ``effort`` and
+    ``model_options`` unless they are given too; ``reset_model`` clears model, effort and options
+    first. Emits thread/updated. Result ``{thread, model}`` (``model``: the workspace summary).
+
+    Without ``thread_id`` (workspace scope): ``model`` is required; ``provider``, ``effort`` and
+    ``permission_mode`` become defaults for conversations started later in this server; existing
+    conversations keep theirs. Result ``{model, model_aliases, defaults}``.
+
+    Raises:
+        ThreadBusy: the thread is executing (here, or under another process's lease).
+        InvalidParams: bad values, nothing to change, or connection fields with ``thread_id``.
+        Unsupported: provider connection changes (``base_url``, ``api_key``...), ``variant``.
+    """
     p = check_params("config/model/update", params, {
         "thread_id": (STR, False), "provider": (STR, False), "model": (STR, False), "effort": (STR, False),
         "permission_mode": (STR, False), "reset_model": (BOOL, False), "model_options": (DICT, False),
         "base_url": (STR, False), "api_key": (STR, False), "keep_selection": (BOOL, False),
         "variant": (STR, False), "add_model": (STR, False), "remove_model": (STR, False),
     })
-    if "permission_mode" in p and p["permission_mode"] not in PERMISSION_MODES:
-        raise InvalidParams(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
-    if "provider" in p and p["provider"] not in PROVIDERS:
-        raise InvalidParams(f"provider must be one of {', '.join(PROVIDERS)}")
-    connection = {"base_url", "api_key", "keep_selection", "add_model", "remove_model"} & set(p)
+    connection = [k for k in _CONNECTION if k in p]
+    if "thread_id" in p and connection:
+        raise InvalidParams("provider connection changes belong to workspace configuration; "
+                            "send them without thread_id (a request combining both is rejected)")
+    _check_selection(p)
     if "thread_id" in p:
-        if connection:
-            raise InvalidParams("provider connection changes belong to workspace configuration; "
-                                "send them without thread_id")
-        changes: dict = {}
-        if p.get("reset_model"):
-            changes.update(model=None, effort=None)
-        for key in ("provider", "model", "effort", "permission_mode"):
-            if key in p:
-                changes[key] = p[key]
-        if "model_options" in p:
-            actor = await session.runtime.registry.get(p["thread_id"])
-            metadata = dict(actor.thread.metadata or {})
-            metadata["model_options"] = p["model_options"]
-            changes["metadata"] = metadata
-        if not changes:
-            raise InvalidParams("nothing to change: give model, provider, effort, permission_mode or reset_model")
-        actor = await session.runtime.registry.get(p["thread_id"])
-        await session.subscribe(actor)
-        view = await actor.ref.ask(UpdateThread(changes=changes, selection=True))
-        return {"thread": view, "model": _workspace_model(session)}
+        return await _update_thread(session, p)
     if connection:
         raise Unsupported("provider connections are configured in $ROOST_HOME/config.toml or the environment; "
-                          "Roost does not store API keys sent over the protocol")
+                          "Roost does not store API keys or endpoints sent over the protocol")
+    return _update_workspace(session, p)
+
+
+async def _update_thread(session: AppServerSession, p: dict) -> dict:
+    actor = await thread_actor(session, p["thread_id"])
+    thread = actor.thread
+    changes: dict = {}
+    metadata = dict(thread.metadata or {})
+    if p.get("reset_model") or ("model" in p and p["model"] != thread.model):
+        changes.update(model=None, effort=None)
+        metadata.pop("model_options", None)
+    for key in ("provider", "model", "effort", "permission_mode"):
+        if key in p:
+            changes[key] = p[key]
+    if "model_options" in p:
+        metadata["model_options"] = dict(p["model_options"])
+    if metadata != (thread.metadata or {}):
+        changes["metadata"] = metadata
+    if not changes and not p.get("reset_model"):
+        raise InvalidParams("nothing to change: give model, provider, effort, permission_mode, "
+                            "model_options or reset_model")
+    if "provider" in changes or "model" in changes:
+        probe = Thread(id=thread.id, provider=changes.get("provider", thread.provider),
+                       model=changes.get("model", thread.model))
+        session.engines.settings_for(probe)  # InvalidParams when that provider cannot be reached
+    await check_no_foreign_lease(session, thread.id)
+    view = await actor.ref.ask(UpdateThread(changes=changes, selection=True))
+    return {"thread": view, "model": _workspace_model(session)}
+
+
+def _update_workspace(session: AppServerSession, p: dict) -> dict:
+    if p.get("reset_model"):
+        raise InvalidParams("reset_model applies to a conversation: send it with thread_id")
+    if "model_options" in p:
+        raise InvalidParams("model_options is a conversation selection: send it with thread_id")
     if "model" not in p:
         raise InvalidParams("model is required for a workspace update")
-    if session.settings is None:
-        raise InvalidParams(session.setup_issues[0] if session.setup_issues else "no provider configured")
-    import attrs
-
-    session.settings = attrs.evolve(session.settings, model=p["model"])
-    session.engines.default = session.settings
-    return {"model": _workspace_model(session), "model_aliases": {}}
+    current = session.settings
+    provider = p.get("provider") or (current.provider if current else None)
+    if provider is None:
+        raise InvalidParams(session.setup_issues[0] if session.setup_issues else "no provider is configured")
+    if current is not None and provider == current.provider:
+        settings = attrs.evolve(current, model=p["model"])
+    else:
+        try:
+            settings = resolve_provider(provider=provider, model=p["model"])
+        except ConfigError as exc:
+            raise InvalidParams(str(exc)) from None
+    session.settings = settings
+    session.engines.default = settings
+    session.engines.setup_error = None
+    session.setup_issues = []
+    defaults = dict(getattr(session, "workspace_defaults", None) or {})
+    for key in ("effort", "permission_mode"):
+        if key in p:
+            defaults[key] = p[key]
+    session.workspace_defaults = defaults
+    return {"model": _workspace_model(session), "model_aliases": {}, "defaults": defaults}
 
 
 def _workspace_model(session: AppServerSession) -> dict | None:
     return session.settings.describe() if session.settings is not None else None
 
 
+def _providers(session: AppServerSession) -> list[dict]:
+    """Every provider Roost can reach, the configured default first, with its availability."""
+    current = session.settings
+    out = []
+    if current is not None:
+        out.append({"id": current.provider, "default": True, "available": True, **current.describe()})
+    for name in PROVIDERS:
+        if current is not None and name == current.provider:
+            continue
+        try:
+            settings = resolve_provider(provider=name)
+        except ConfigError as exc:
+            out.append({"id": name, "default": False, "available": False, "provider": name, "error": str(exc)})
+        else:
+            out.append({"id": name, "default": False, "available": True, **settings.describe()})
+    return out
+
+
 @method("engine/list")
 async def engine_list(session: AppServerSession, params: Any) -> dict:
+    """``engine/list``: the built-in engine (its providers and models) and unsupported external ones.
+
+    ``include_models: false`` skips model discovery (``models_status: "deferred"``);
+    ``include_quota`` is unsupported (Roost has no subscription adapters).
+    Result ``{engines, settings}``.
+    """
     p = check_params("engine/list", params, {"cwd": (STR, False), "refresh_models": (BOOL, False),
-                                             "include_models": (BOOL, False), "include_quota": (BOOL, False)})
+                                             "include_models": (BOOL, False), "include_quota": (BOOL, False),
+                                             "include_activity": (BOOL, False)})
     if p.get("include_quota"):
         raise Unsupported("subscription quota adapters are not part of Roost")
-    include_models = p.get("include_models", True)
     entry: dict = {
         "id": "roost", "display_name": "Roost built-in engine", "enabled": session.settings is not None,
-        "binary_ok": True, "protocol": "builtin", "permission_modes": ["standard", "read_only", "unconfined"],
-        "providers": [],
+        "binary_ok": True, "protocol": "builtin", "permission_modes": list(PERMISSION_MODES),
+        "providers": _providers(session),
     }
-    if session.settings is not None:
-        entry["providers"].append(session.settings.describe())
     if session.setup_issues:
         entry["error"] = "; ".join(session.setup_issues)
-    if not include_models:
+    if not p.get("include_models", True):
         entry["models_status"] = "deferred"
     elif session.settings is None:
         entry["models"], entry["models_status"] = [], "error"
+        entry["models_error"] = entry.get("error") or "no provider is configured"
     else:
         try:
-            engine = session.engines.engine_for(None)
-            models = await engine.list_models()
-            entry["models"] = [{"id": m.id, "current": m.current} for m in models]
-            entry["models_status"] = "ready" if models else "empty"
+            models = await session.engines.engine_for(None).list_models()
         except Exception as exc:
             entry["models"], entry["models_status"], entry["models_error"] = [], "error", str(exc)
+        else:
+            entry["models"] = [{"id": m.id, "current": m.current} for m in models]
+            entry["models_status"] = "ready" if models else "empty"
     unsupported = [
-        {"id": name, "enabled": False, "binary_ok": False, "error": "unsupported: external engines are not part of Roost",
-         "models_status": "unsupported"}
-        for name in ("codex", "claude", "opencode", "acp")
+        {"id": name, "enabled": False, "binary_ok": False, "models_status": "unsupported",
+         "error": "unsupported: external engines are not part of Roost; use the built-in engine"}
+        for name in EXTERNAL_ENGINES
     ]
-    return {"engines": [entry, *unsupported], "settings": {"default_engine": "roost", "roost": {"enabled": True}}}
+    settings = {"default_engine": "roost", "roost": {"enabled": True},
+                **{name: {"enabled": False} for name in EXTERNAL_ENGINES}}
+    return {"engines": [entry, *unsupported], "settings": settings}

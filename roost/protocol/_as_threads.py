@@ -1,98 +1,102 @@
-"""App-server thread methods (app-server-protocol.md, "Session methods")."""
+"""App-server session methods (app-server-protocol.md, "Transport and initialization", "Session
+methods"): ``initialize``, ``shutdown``, ``thread/start``, ``thread/resume``, ``thread/history/read``,
+``thread/fork`` and ``thread/edit-message``.
+
+Listing, search and organisation (``thread/list``, ``thread/listAll``, ``thread/listArchived``,
+``thread/search``, ``thread/rename``, ``thread/pin``, ``thread/archive``, ``thread/delete``) live in
+:mod:`roost.protocol._as_thread_lists`, imported at the end of this module so that importing this
+module registers every session method.
+"""
 
 from __future__ import annotations
 
-import base64
-import functools
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from roost._json import dumps, loads
-from roost.actors._messages import Snapshot, UpdateThread, IsBusy
-from roost.actors._views import thread_view
-from roost.errors import InvalidParams, NotFound, ThreadBusy, ThreadNotFound, TurnNotFound, Unsupported
+from roost.actors._edit import ImportHistory, RetractFrom, stored_payload
+from roost.actors._messages import Snapshot
+from roost.errors import InvalidParams, ThreadNotFound, TurnNotFound, Unsupported
 from roost.model import Thread
-from roost.protocol._appserver import AppServerSession, initialize_result, method, PROTOCOL_VERSION
+from roost.protocol._appserver import AppServerSession, PROTOCOL_VERSION, initialize_result, method
+from roost.protocol._as_common import (
+    HISTORY_PAGE_TURNS, MAX_PAGE_TURNS, PERMISSION_MODES, check_no_foreign_lease, check_writable, decode_cursor,
+    encode_cursor,
+    page_limit, page_start, read_store, same_dir, thread_actor, thread_snapshot,
+)
 from roost.protocol._params import ANY, BOOL, DICT, INT, STR, check_params
+from roost.protocol._worktree import create_worktree, remove_worktree
 from roost.storage import _items, _threads
 from roost.storage._rows import new_id, utc_now
 
-PERMISSION_MODES = ("read_only", "standard", "unconfined")
-#: Turns per page of ``thread/history/read`` and ``history_page`` snapshots.
-HISTORY_PAGE_TURNS = 20
+__all__ = ["PERMISSION_MODES", "HISTORY_PAGE_TURNS", "BUILTIN_ENGINES"]
+
+#: Engine ids that name Roost's own engine (``thread/start`` ``engine``); others are external.
+BUILTIN_ENGINES = ("roost", "builtin", "wuu")
+
+
+# -- initialize / shutdown ----------------------------------------------------------------------
 
 
 @method("initialize")
 async def initialize(session: AppServerSession, params: Any) -> dict:
+    """``initialize``: check ``protocol_version`` (exact match), record client and capabilities.
+
+    Returns the server description (:func:`initialize_result`); ``status: needs_setup`` with
+    ``issues`` when no engine is usable. Reverse requests are enabled only for the methods listed
+    in ``capabilities.reverse_rpc.methods``.
+    """
     p = check_params("initialize", params, {
         "protocol_version": (STR, False), "client": (DICT, False), "capabilities": (DICT, False),
     })
     version = p.get("protocol_version")
     if version is not None and version != PROTOCOL_VERSION:
         raise InvalidParams(f"unsupported protocol_version {version!r}; this server speaks {PROTOCOL_VERSION}")
-    session.capabilities = p.get("capabilities") or {}
-    reverse = (session.capabilities.get("reverse_rpc") or {}).get("methods") or []
-    session.reverse_methods = {m for m in reverse if isinstance(m, str)}
+    capabilities = p.get("capabilities") or {}
+    reverse = capabilities.get("reverse_rpc") or {}
+    if not isinstance(reverse, dict):
+        raise InvalidParams("capabilities.reverse_rpc must be an object with methods")
+    methods = reverse.get("methods") or []
+    if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
+        raise InvalidParams("capabilities.reverse_rpc.methods must be an array of method names")
     client = p.get("client") or {}
+    session.capabilities = capabilities
+    session.reverse_methods = set(methods)
     session.client_name = str(client.get("name") or "client")
     return initialize_result(session)
 
 
 @method("shutdown")
 async def shutdown(session: AppServerSession, params: Any) -> dict:
+    """``shutdown``: answer, then stop reading; running turns are interrupted and persisted."""
     check_params("shutdown", params, {})
     session.shutdown_requested = True
     return {"ok": True}
 
 
-async def _read(session: AppServerSession, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    store = session.runtime.store
-
-    def run() -> Any:
-        with store.read() as conn:
-            return fn(conn, *args, **kwargs)
-
-    return await trio.to_thread.run_sync(run)
+# -- thread/start -------------------------------------------------------------------------------
 
 
-async def _thread_snapshot(session: AppServerSession, thread_id: str, history_turns: int | None = None) -> dict:
-    actor = await session.runtime.registry.get(thread_id)
-    await session.subscribe(actor)
-    return await actor.ref.ask(Snapshot(history_turns))
-
-
-def _git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise InvalidParams(f"git {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}")
-    return out.stdout.strip()
-
-
-def _create_worktree(cwd: Path, base_revision: str | None, thread_id: str) -> dict:
-    """A detached worktree of the repository at ``cwd``; raises InvalidParams with no side effects."""
-    try:
-        repo = Path(_git(cwd, "rev-parse", "--show-toplevel"))
-    except (InvalidParams, FileNotFoundError, subprocess.TimeoutExpired):
-        raise InvalidParams(f"{cwd} is not inside a git repository; workspace worktree needs one") from None
-    revision = base_revision or "HEAD"
-    try:
-        commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
-    except InvalidParams:
-        raise InvalidParams(f"unknown base_revision {revision!r}") from None
-    from roost._paths import roost_home
-
-    path = roost_home() / "worktrees" / thread_id
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _git(repo, "worktree", "add", "--detach", str(path), commit)
-    return {"path": str(path), "base_commit": commit, "base_repository": str(repo), "base_revision": revision}
+def _workspace_default(session: AppServerSession, key: str) -> Any:
+    """A workspace default set by ``config/model/update`` without ``thread_id`` (or None)."""
+    return (getattr(session, "workspace_defaults", None) or {}).get(key)
 
 
 @method("thread/start")
 async def thread_start(session: AppServerSession, params: Any) -> dict:
+    """``thread/start``: a new conversation; persistent unless ``ephemeral: true``.
+
+    The engine binding (provider, model, effort) and permission mode are fixed at creation and
+    changed only through ``config/model/update``. ``workspace: worktree`` runs the thread in a new
+    detached git worktree (from ``base_revision``, default HEAD); a request that cannot be
+    honoured fails with ``invalid_params`` and leaves no thread and no worktree behind.
+
+    Raises:
+        InvalidParams: bad cwd, mode, workspace or provider; worktree impossible.
+        Unsupported: an external engine, or ``approve_for_me: true`` (Roost has no approval reviewer).
+    """
     p = check_params("thread/start", params, {
         "cwd": (STR, False), "workspace_id": (STR, False), "engine": (STR, False), "provider": (STR, False),
         "model": (STR, False), "effort": (STR, False), "permission_mode": (STR, False),
@@ -100,9 +104,11 @@ async def thread_start(session: AppServerSession, params: Any) -> dict:
         "base_revision": (STR, False), "title": (STR, False), "model_options": (DICT, False),
     })
     engine = p.get("engine", "roost")
-    if engine not in ("roost", "wuu", "builtin"):
+    if engine not in BUILTIN_ENGINES:
         raise Unsupported(f"external engine {engine!r} is not supported by Roost; use the built-in engine")
-    mode = p.get("permission_mode", "standard")
+    if p.get("approve_for_me"):
+        raise Unsupported("approve_for_me: Roost has no automatic approval reviewer; approvals go to the client")
+    mode = p.get("permission_mode") or _workspace_default(session, "permission_mode") or "standard"
     if mode not in PERMISSION_MODES:
         raise InvalidParams(f"permission_mode must be one of {', '.join(PERMISSION_MODES)}")
     workspace = p.get("workspace", "shared")
@@ -113,316 +119,278 @@ async def thread_start(session: AppServerSession, params: Any) -> dict:
     ephemeral = bool(p.get("ephemeral", False))
     if ephemeral and workspace == "worktree":
         raise InvalidParams("ephemeral threads cannot use a worktree")
+    options = p.get("model_options") or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
+        raise InvalidParams("model_options must map strings to strings")
     cwd = Path(p.get("cwd") or os.getcwd()).expanduser()
     if not cwd.is_absolute() or not cwd.is_dir():
         raise InvalidParams(f"cwd {str(cwd)!r} is not an existing absolute directory")
     settings = session.settings
     provider = p.get("provider") or (settings.provider if settings else None)
     model = p.get("model") or (settings.model if settings else None)
+    effort = p.get("effort") or _workspace_default(session, "effort")
     thread_id = new_id("thr")
+    now = utc_now()
     metadata: dict = {}
-    if p.get("model_options"):
-        metadata["model_options"] = p["model_options"]
+    if options:
+        metadata["model_options"] = dict(options)
     if p.get("workspace_id"):
         metadata["workspace_id"] = p["workspace_id"]
-    if workspace == "worktree":
-        worktree = await trio.to_thread.run_sync(_create_worktree, cwd, p.get("base_revision"), thread_id)
-        metadata["worktree"] = worktree
-        cwd = Path(worktree["path"])
-    now = utc_now()
-    thread = Thread(id=thread_id, kind="chat", title=p.get("title"), cwd=str(cwd), provider=provider,
-                    model=model, effort=p.get("effort"), permission_mode=mode, created_at=now,
+    thread = Thread(id=thread_id, kind="chat", title=(p.get("title") or "").strip() or None, cwd=str(cwd),
+                    provider=provider, model=model, effort=effort, permission_mode=mode, created_at=now,
                     updated_at=now, metadata=metadata)
-    actor = await session.runtime.registry.create(thread, ephemeral=ephemeral)
+    if "provider" in p:
+        session.engines.settings_for(thread)  # an unusable explicit binding fails now, not at the first turn
+    worktree = None
+    if workspace == "worktree":
+        worktree = await trio.to_thread.run_sync(create_worktree, cwd, p.get("base_revision"), thread_id)
+        metadata["worktree"] = worktree
+        thread.cwd = worktree["path"]
+    try:
+        actor = await session.runtime.registry.create(thread, ephemeral=ephemeral)
+    except BaseException:
+        if worktree is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(remove_worktree, worktree)
+        raise
     await session.subscribe(actor)
     view = actor.view()
     session.notify("thread/started", {"thread": view})
     return {"thread": view}
 
 
+# -- thread/resume and history pages ------------------------------------------------------------
+
+
+async def _most_recent(session: AppServerSession, cwd: str) -> str:
+    """The most recently updated visible (unarchived chat) thread whose cwd is ``cwd``."""
+
+    def find(conn: Any) -> Any:
+        from roost.storage._threads import THREADS
+
+        rows = THREADS.select(conn, "archived = 0 AND kind = 'chat' AND cwd IS NOT NULL", (),
+                              order="updated_at DESC, id DESC")
+        return next((t for t in rows if same_dir(t.cwd, cwd)), None)
+
+    best = await read_store(session, find)
+    for actor in session.runtime.registry.loaded():
+        t = actor.thread
+        if actor.ephemeral and not t.archived and same_dir(t.cwd, cwd):
+            if best is None or t.updated_at > best.updated_at:
+                best = t
+    if best is None:
+        raise ThreadNotFound(f"no thread for workspace {cwd}")
+    return best.id
+
+
+def _add_cursor(snapshot: dict, thread_id: str) -> dict:
+    turns = snapshot["turns"]
+    snapshot["history_cursor"] = encode_cursor(thread_id, turns[0]["id"]) if snapshot["has_more"] and turns else None
+    return snapshot
+
+
 @method("thread/resume")
 async def thread_resume(session: AppServerSession, params: Any) -> dict:
+    """``thread/resume``: the thread snapshot plus pending and held user input.
+
+    ``session_id`` omitted: the most recent visible thread of the workspace (``cwd``, default the
+    server's working directory). ``history_page`` bounds the turns returned and adds a
+    ``history_cursor`` for ``thread/history/read``. ``response_only`` suppresses the
+    ``thread/resumed`` notification. ``conversation_history`` is accepted and ignored (the spec lets
+    hosts without conversation paging ignore it): the ordinary item format is returned.
+    """
     p = check_params("thread/resume", params, {
         "session_id": (STR, False), "thread_id": (STR, False), "response_only": (BOOL, False),
         "history_page": (ANY, False), "conversation_history": (BOOL, False), "cwd": (STR, False),
     })
     thread_id = p.get("session_id") or p.get("thread_id")
     if thread_id is None:
-        cwd = str(Path(p.get("cwd") or os.getcwd()).resolve())
-        threads = await _read(session, _threads.list_threads, archived=False, kind="chat", limit=500)
-        match = next((t for t in threads if t.cwd and str(Path(t.cwd).resolve()) == cwd), None)
-        if match is None:
-            raise ThreadNotFound(f"no thread for workspace {cwd}")
-        thread_id = match.id
-    page = p.get("history_page")
-    turns_limit = None
-    if page is not None:
-        turns_limit = page.get("turns", HISTORY_PAGE_TURNS) if isinstance(page, dict) else HISTORY_PAGE_TURNS
-        if not isinstance(turns_limit, int) or turns_limit < 1:
-            raise InvalidParams("history_page.turns must be a positive integer")
-    snapshot = await _thread_snapshot(session, thread_id, turns_limit)
-    if turns_limit is not None and snapshot["turns"]:
-        snapshot["history_cursor"] = _encode_cursor(thread_id, snapshot["turns"][0]["id"]) if snapshot["has_more"] else None
+        thread_id = await _most_recent(session, str(Path(p.get("cwd") or os.getcwd()).resolve()))
+    limit = page_limit(p["history_page"]) if "history_page" in p else None
+    snapshot = await thread_snapshot(session, thread_id)
+    if limit is not None:
+        turns = snapshot["turns"]
+        start = page_start(turns, len(turns), limit)
+        snapshot["turns"] = turns[start:]
+        snapshot["has_more"] = start > 0
+        _add_cursor(snapshot, thread_id)
     if not p.get("response_only"):
         session.notify("thread/resumed", {"thread": snapshot["thread"]})
     return snapshot
 
 
-def _encode_cursor(thread_id: str, before_turn_id: str) -> str:
-    return base64.urlsafe_b64encode(dumps({"t": thread_id, "b": before_turn_id})).decode()
-
-
-def _decode_cursor(cursor: str) -> dict:
-    try:
-        data = loads(base64.urlsafe_b64decode(cursor.encode()))
-        if not isinstance(data, dict) or not isinstance(data.get("t"), str) or not isinstance(data.get("b"), str):
-            raise ValueError
-        return data
-    except Exception:
-        raise InvalidParams("history_cursor is not a cursor this server issued") from None
-
-
 @method("thread/history/read")
 async def thread_history_read(session: AppServerSession, params: Any) -> dict:
+    """``thread/history/read``: the page of turns before an opaque ``history_cursor``.
+
+    Without a cursor, the most recent page. Pages hold at most ``limit`` (default 20, at most 100)
+    turns and about 256 KiB of items. The returned ``history_cursor`` is null on the oldest page.
+    """
     p = check_params("thread/history/read", params, {
         "thread_id": (STR, True), "history_cursor": (STR, False), "cursor": (STR, False), "limit": (INT, False),
     })
     limit = p.get("limit", HISTORY_PAGE_TURNS)
-    if limit < 1 or limit > 100:
-        raise InvalidParams("limit must be between 1 and 100")
-    snapshot = await _thread_snapshot(session, p["thread_id"])
+    if not 1 <= limit <= MAX_PAGE_TURNS:
+        raise InvalidParams(f"limit must be between 1 and {MAX_PAGE_TURNS}")
+    snapshot = await thread_snapshot(session, p["thread_id"])
     turns = snapshot["turns"]
     cursor = p.get("history_cursor") or p.get("cursor")
     end = len(turns)
     if cursor is not None:
-        data = _decode_cursor(cursor)
-        if data["t"] != p["thread_id"]:
-            raise InvalidParams("history_cursor belongs to another thread")
+        before = decode_cursor(cursor, p["thread_id"])
         ids = [t["id"] for t in turns]
-        if data["b"] not in ids:
-            raise InvalidParams("history_cursor no longer matches the thread's history")
-        end = ids.index(data["b"])
-    start = max(0, end - limit)
+        if before not in ids:
+            raise InvalidParams("history_cursor no longer matches the thread's history (edited or deleted)")
+        end = ids.index(before)
+    start = page_start(turns, end, limit)
     page = turns[start:end]
-    next_cursor = _encode_cursor(p["thread_id"], page[0]["id"]) if start > 0 and page else None
-    return {"thread_id": p["thread_id"], "turns": page, "history_cursor": next_cursor}
+    next_cursor = encode_cursor(p["thread_id"], page[0]["id"]) if start > 0 and page else None
+    return {"thread_id": p["thread_id"], "turns": page, "history_cursor": next_cursor, "has_more": start > 0}
 
 
-def _list_views(session: AppServerSession, threads: list) -> list[dict]:
-    registry = session.runtime.registry
-    out = []
-    for thread in threads:
-        actor = registry.actors.get(thread.id)
-        active = actor.active.id if actor is not None and actor.active is not None else None
-        out.append(thread_view(thread, ephemeral=False, status="running" if active else "idle", active_turn_id=active))
-    return out
+# -- thread/fork --------------------------------------------------------------------------------
 
 
-def _ephemeral_views(session: AppServerSession) -> list[dict]:
-    return [a.view() for a in session.runtime.registry.loaded() if a.ephemeral and not a.thread.archived]
-
-
-@method("thread/list")
-async def thread_list(session: AppServerSession, params: Any) -> dict:
-    p = check_params("thread/list", params, {"cwd": (STR, False), "limit": (INT, False), "cursor": (STR, False),
-                                             "kind": (STR, False)})
-    limit = p.get("limit", 50)
-    if limit < 1 or limit > 500:
-        raise InvalidParams("limit must be between 1 and 500")
-    threads = await _read(session, _threads.list_threads, archived=False, kind=p.get("kind", "chat"),
-                          updated_before=p.get("cursor"), limit=limit + 1)
-    if "cwd" in p:
-        cwd = str(Path(p["cwd"]).resolve())
-        threads = [t for t in threads if t.cwd and str(Path(t.cwd).resolve()) == cwd]
-    more = len(threads) > limit
-    threads = threads[:limit]
-    views = _list_views(session, threads)
-    if not p.get("cursor"):
-        views = _ephemeral_views(session) + views
-    return {"threads": views, "next_cursor": threads[-1].updated_at if more and threads else None}
-
-
-@method("thread/listAll")
-async def thread_list_all(session: AppServerSession, params: Any) -> dict:
-    p = check_params("thread/listAll", params, {"limit": (INT, False), "cursor": (STR, False)})
-    limit = p.get("limit", 200)
-    threads = await _read(session, _threads.list_threads, archived=None, updated_before=p.get("cursor"), limit=limit + 1)
-    more = len(threads) > limit
-    threads = threads[:limit]
-    return {"threads": _list_views(session, threads), "next_cursor": threads[-1].updated_at if more and threads else None}
-
-
-@method("thread/listArchived")
-async def thread_list_archived(session: AppServerSession, params: Any) -> dict:
-    p = check_params("thread/listArchived", params, {"limit": (INT, False), "cursor": (STR, False)})
-    limit = p.get("limit", 200)
-    threads = await _read(session, _threads.list_threads, archived=True, updated_before=p.get("cursor"), limit=limit + 1)
-    more = len(threads) > limit
-    threads = threads[:limit]
-    return {"threads": _list_views(session, threads), "next_cursor": threads[-1].updated_at if more and threads else None}
-
-
-@method("thread/search")
-async def thread_search(session: AppServerSession, params: Any) -> dict:
-    p = check_params("thread/search", params, {"query": (STR, True), "limit": (INT, False)})
-    limit = p.get("limit", 20)
-    if limit < 1 or limit > 100:
-        raise InvalidParams("limit must be between 1 and 100")
-    query = p["query"].strip()
-
-    def search(conn: Any) -> list[dict]:
-        results: list[dict] = []
-        if not query:
-            for thread in _threads.list_threads(conn, archived=False, kind="chat", limit=limit):
-                results.append({"thread": thread, "snippet": thread.title or "", "message_seq": None})
-            return results
-        seen: set[str] = set()
-        lowered = query.lower()
-        for thread in _threads.list_threads(conn, archived=None, kind="chat", limit=1000):
-            if thread.title and lowered in thread.title.lower():
-                results.append({"thread": thread, "snippet": thread.title, "message_seq": None})
-                seen.add(thread.id)
-        for hit in _items.search_items(conn, query, limit=limit * 4):
-            if hit.thread_id in seen:
-                continue
-            try:
-                thread = _threads.get_thread(conn, hit.thread_id)
-            except NotFound:
-                continue
-            if thread.kind != "chat":
-                continue
-            seen.add(hit.thread_id)
-            results.append({"thread": thread, "snippet": hit.snippet, "message_seq": hit.seq})
-        return results[:limit]
-
-    rows = await _read(session, search)
-    views = _list_views(session, [r["thread"] for r in rows])
-    return {"results": [
-        {"thread": view, "snippet": row["snippet"], **({"message_seq": row["message_seq"]} if row["message_seq"] is not None else {})}
-        for view, row in zip(views, rows)
-    ]}
-
-
-async def _update(session: AppServerSession, thread_id: str, changes: dict) -> dict:
-    actor = await session.runtime.registry.get(thread_id)
-    await session.subscribe(actor)
-    return await actor.ref.ask(UpdateThread(changes=changes))
-
-
-@method("thread/rename")
-async def thread_rename(session: AppServerSession, params: Any) -> dict:
-    p = check_params("thread/rename", params, {"thread_id": (STR, True), "title": (STR, True)})
-    return {"thread": await _update(session, p["thread_id"], {"title": p["title"].strip() or None})}
-
-
-@method("thread/pin")
-async def thread_pin(session: AppServerSession, params: Any) -> dict:
-    p = check_params("thread/pin", params, {"thread_id": (STR, True), "pinned": (BOOL, False)})
-    return {"thread": await _update(session, p["thread_id"], {"pinned": p.get("pinned", True)})}
-
-
-@method("thread/archive")
-async def thread_archive(session: AppServerSession, params: Any) -> dict:
-    p = check_params("thread/archive", params, {"thread_id": (STR, True), "archived": (BOOL, False)})
-    actor = await session.runtime.registry.get(p["thread_id"])
-    if p.get("archived", True) and await actor.ref.ask(IsBusy()):
-        raise ThreadBusy(f"thread {p['thread_id']} is running; interrupt it first")
-    return {"thread": await _update(session, p["thread_id"], {"archived": p.get("archived", True)})}
-
-
-@method("thread/delete")
-async def thread_delete(session: AppServerSession, params: Any) -> dict:
-    p = check_params("thread/delete", params, {"thread_id": (STR, True), "only_if_archived": (BOOL, False)})
-    thread_id = p["thread_id"]
-    registry = session.runtime.registry
-    actor = await registry.get(thread_id)
-    if await actor.ref.ask(IsBusy()):
-        raise ThreadBusy(f"thread {thread_id} is running; interrupt it first")
-    if actor.ephemeral:
-        if p.get("only_if_archived") and not actor.thread.archived:
-            raise InvalidParams(f"thread {thread_id} is not archived")
-    else:
-        from roost.storage import leases
-
-        def delete(conn: Any) -> None:
-            # Checked inside the deletion transaction: a thread restored since the list was read stays.
-            thread = _threads.get_thread(conn, thread_id)
-            if p.get("only_if_archived") and not thread.archived:
-                raise InvalidParams(f"thread {thread_id} is not archived (restored since listed?)")
-            lease = leases.get_lease(conn, leases.thread_lease_key(thread_id))
-            import time as _time
-
-            if lease and lease.get("owner") and (lease.get("expires_at") or 0) > _time.time():
-                raise ThreadBusy(f"thread {thread_id} is executing in another process")
-            _threads.delete_thread(conn, thread_id)
-
-        await session.runtime.store.writer.submit(delete)
-    await registry.supervisor.terminate_child(f"thread:{thread_id}")
-    registry.forget(thread_id)
-    session.subscribed.discard(thread_id)
-    return {"thread_id": thread_id}
+def _cut(snapshot: dict, thread_id: str, turn_id: str | None, item_id: str | None) -> tuple[list, list]:
+    """The settled turns and items of a fork: up to ``turn_id`` and/or ``item_id`` (inclusive)."""
+    turns = [t for t in snapshot["turns"] if t["status"] not in ("running", "queued")]
+    if turn_id is not None:
+        ids = [t["id"] for t in turns]
+        if turn_id not in ids:
+            if any(t["id"] == turn_id for t in snapshot["turns"]):
+                raise InvalidParams(f"turn {turn_id} is still running; fork at a settled turn")
+            raise TurnNotFound(f"thread {thread_id} has no turn {turn_id}")
+        turns = turns[: ids.index(turn_id) + 1]
+    items = [i for t in turns for i in t["items"]]
+    if item_id is not None:
+        ids = [i["id"] for i in items]
+        if item_id not in ids:
+            raise InvalidParams(f"thread {thread_id} has no settled item {item_id}"
+                                + (f" in turn {turn_id}" if turn_id else ""))
+        cut = items[ids.index(item_id)]
+        if turn_id is not None and cut.get("turn_id") != turn_id:
+            raise InvalidParams(f"item {item_id} is not in turn {turn_id}")
+        items = items[: ids.index(item_id) + 1]
+        turn_ids = [t["id"] for t in turns]
+        turns = turns[: turn_ids.index(cut["turn_id"]) + 1]
+    return turns, items
 
 
 @method("thread/fork")
 async def thread_fork(session: AppServerSession, params: Any) -> dict:
+    """``thread/fork``: a new thread with a copy of the source's settled history and selection.
+
+    ``turn_id``/``item_id`` cut the copy after that turn/item. ``target: worktree`` runs the fork
+    in a new detached worktree of the source's project. ``history_page`` bounds the turns in the
+    result and in ``thread/started`` and adds a ``history_cursor``. A fork of an ephemeral thread
+    is ephemeral. The source is never changed.
+
+    Raises:
+        ThreadNotFound, TurnNotFound, InvalidParams; Unsupported for ``mode``.
+    """
     p = check_params("thread/fork", params, {
         "thread_id": (STR, True), "turn_id": (STR, False), "item_id": (STR, False), "target": (STR, False),
         "mode": (STR, False), "history_page": (ANY, False),
     })
+    if "mode" in p:
+        raise Unsupported("thread/fork mode is not supported by Roost; omit it to copy the conversation")
+    target = p.get("target", "shared")
+    if target not in ("shared", "worktree"):
+        raise InvalidParams("target must be shared or worktree")
+    limit = page_limit(p["history_page"]) if "history_page" in p else None
     source = await session.runtime.registry.get(p["thread_id"])
     snapshot = await source.ref.ask(Snapshot(None))
-    items = [i for t in snapshot["turns"] for i in t["items"]]
-    turns = snapshot["turns"]
-    if "turn_id" in p:
-        ids = [t["id"] for t in turns]
-        if p["turn_id"] not in ids:
-            raise TurnNotFound(f"thread {p['thread_id']} has no turn {p['turn_id']}")
-        turns = turns[: ids.index(p["turn_id"]) + 1]
-        keep = {t["id"] for t in turns}
-        items = [i for i in items if i.get("turn_id") in keep]
-    if "item_id" in p:
-        ids = [i["id"] for i in items]
-        if p["item_id"] not in ids:
-            raise InvalidParams(f"thread {p['thread_id']} has no item {p['item_id']}")
-        items = items[: ids.index(p["item_id"]) + 1]
-    if any(t["status"] == "running" for t in turns):
-        turns = [t for t in turns if t["status"] != "running"]
-        live = {t["id"] for t in turns}
-        items = [i for i in items if i.get("turn_id") in live]
+    turns, items = _cut(snapshot, p["thread_id"], p.get("turn_id"), p.get("item_id"))
+    if target == "worktree" and source.ephemeral:
+        raise InvalidParams("an ephemeral thread cannot be forked into a worktree")
     src = source.thread
     now = utc_now()
-    new_thread = Thread(id=new_id("thr"), kind="chat", title=(src.title or "") + " (fork)" if src.title else None,
+    metadata = {k: v for k, v in (src.metadata or {}).items() if k not in ("worktree", "forked_from")}
+    metadata["forked_from"] = {"thread_id": src.id, "turn_id": turns[-1]["id"] if turns else None,
+                               "item_id": p.get("item_id")}
+    new_thread = Thread(id=new_id("thr"), kind="chat", title=f"{src.title} (fork)" if src.title else None,
                         cwd=src.cwd, provider=src.provider, model=src.model, effort=src.effort,
                         permission_mode=src.permission_mode, parent_thread_id=src.id, created_at=now,
-                        updated_at=now, metadata={"forked_from": src.id})
+                        updated_at=now, metadata=metadata)
+    worktree = None
+    if target == "worktree":
+        worktree = await trio.to_thread.run_sync(create_worktree, Path(src.cwd or os.getcwd()), None, new_thread.id)
+        metadata["worktree"] = worktree
+        new_thread.cwd = worktree["path"]
     turn_map = {t["id"]: new_id("turn") for t in turns}
-    if not source.ephemeral:
-        def copy(conn: Any) -> None:
-            fields = {k: getattr(new_thread, k) for k in ("title", "cwd", "provider", "model", "effort",
-                                                          "permission_mode", "parent_thread_id", "metadata")}
-            _threads.create_thread(conn, kind="chat", id=new_thread.id, **fields)
-            for t in turns:
-                _threads.create_turn(conn, new_thread.id, id=turn_map[t["id"]], status=t["status"])
-                _threads.update_turn(conn, turn_map[t["id"]], completed_at=t.get("completed_at"),
-                                     error=t.get("error"), usage=t.get("usage"))
-            for i in items:
-                payload = {k: v for k, v in i.items() if k not in ("id", "type", "status", "turn_id", "thread_id", "seq")}
-                _items.append_item(conn, new_thread.id, type=i["type"], payload=payload,
-                                   text=i.get("text") if i["type"] in ("user_message", "agent_message") else None,
-                                   turn_id=turn_map.get(i.get("turn_id")), status=i["status"])
-
-        await session.runtime.store.writer.submit(copy)
-        actor = await session.runtime.registry.get(new_thread.id)
-    else:
-        actor = await session.runtime.registry.create(new_thread, ephemeral=True)
+    item_map = {i["id"]: new_id("item") for i in items}
+    try:
+        if source.ephemeral:
+            actor = await session.runtime.registry.create(new_thread, ephemeral=True)
+            await actor.ref.ask(ImportHistory(
+                turns=tuple({k: v for k, v in t.items() if k != "items"} | {"id": turn_map[t["id"]]} for t in turns),
+                items=tuple(dict(i, id=item_map[i["id"]], turn_id=turn_map.get(i.get("turn_id"))) for i in items)))
+        else:
+            await session.runtime.store.writer.submit(_copy_history, new_thread, turns, items, turn_map, item_map)
+            actor = await session.runtime.registry.get(new_thread.id)
+    except BaseException:
+        if worktree is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(remove_worktree, worktree)
+        raise
     await session.subscribe(actor)
     forked = await actor.ref.ask(Snapshot(None))
-    session.notify("thread/started", {"thread": forked["thread"]})
-    return {"thread": forked["thread"], "turns": forked["turns"], "worktree": None}
+    result: dict = {"thread": forked["thread"], "turns": forked["turns"], "worktree": worktree}
+    started: dict = {"thread": forked["thread"]}
+    if limit is not None:
+        all_turns = forked["turns"]
+        start = page_start(all_turns, len(all_turns), limit)
+        page = {"turns": all_turns[start:], "has_more": start > 0}
+        _add_cursor(page, new_thread.id)
+        result.update(page)
+        started.update(page)
+    session.notify("thread/started", started)
+    return result
+
+
+def _copy_history(conn: Any, thread: Thread, turns: list, items: list, turn_map: dict, item_map: dict) -> None:
+    """Write a fork: the thread row, its copied turns and items (one transaction)."""
+    fields = {k: getattr(thread, k) for k in ("title", "cwd", "provider", "model", "effort", "permission_mode",
+                                               "parent_thread_id", "metadata")}
+    _threads.create_thread(conn, kind="chat", id=thread.id, **fields)
+    for t in turns:
+        _threads.create_turn(conn, thread.id, id=turn_map[t["id"]], status=t["status"], run_id=None)
+        _threads.update_turn(conn, turn_map[t["id"]], started_at=t.get("started_at"),
+                             completed_at=t.get("completed_at"), error=t.get("error"), usage=t.get("usage"))
+    for i in items:
+        _items.append_item(conn, thread.id, type=i["type"], payload=stored_payload(i), id=item_map[i["id"]],
+                           text=i.get("text") if i["type"] in ("user_message", "agent_message") else None,
+                           turn_id=turn_map.get(i.get("turn_id")), status=i["status"])
+
+
+# -- thread/edit-message ------------------------------------------------------------------------
 
 
 @method("thread/edit-message")
 async def thread_edit_message(session: AppServerSession, params: Any) -> dict:
+    """``thread/edit-message``: retract a user message and everything after it; return the draft.
+
+    The selected user message and every later item leave the active conversation (snapshots,
+    history pages, search, and the model's history); the stored transcript keeps them, marked
+    ``retracted`` (append-only audit). The result is the rewound thread (``thread``, ``turns``) and
+    ``draft``: the selected message's ``prompt``, ``images``, ``content_parts`` and ``client_id``,
+    for the client to edit and send again.
+
+    Raises:
+        ThreadBusy: a turn is running (here or in another process).
+        ReadOnly: the thread is archived.
+        TurnNotFound: no such turn.
+        InvalidParams: no such item in that turn, or it is not a user message.
+    """
     p = check_params("thread/edit-message", params, {"thread_id": (STR, True), "turn_id": (STR, True),
                                                      "item_id": (STR, True)})
-    raise Unsupported("thread/edit-message is not implemented yet in Roost")
+    actor = await thread_actor(session, p["thread_id"])
+    check_writable(actor)
+    await check_no_foreign_lease(session, p["thread_id"])
+    edit = await actor.ref.ask(RetractFrom(turn_id=p["turn_id"], item_id=p["item_id"]))
+    snapshot = await actor.ref.ask(Snapshot(None))
+    return {"thread": snapshot["thread"], "turns": snapshot["turns"], "draft": edit["draft"],
+            "retracted_item_ids": edit["retracted_item_ids"], "retracted_turn_ids": edit["retracted_turn_ids"]}
+
+
+from roost.protocol import _as_thread_lists  # noqa: E402,F401  (registers the list/organise methods)

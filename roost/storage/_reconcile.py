@@ -9,6 +9,7 @@ import attrs
 
 from ._connect import immediate
 from ._rows import utc_now
+from .leases import owner_is_dead
 
 __all__ = ["ReconcileReport", "reconcile"]
 
@@ -31,8 +32,10 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
     """Close the executions a previous process left open (one ``BEGIN IMMEDIATE``; blocking).
 
     * leases held by ``owner`` (this process's identity, e.g. a fixed owner of a restarted
-      daemon) or expired are released (tokens kept, so they keep growing);
-    * turns and runs still ``running`` become ``interrupted`` (``completed_at`` now), and workers
+      daemon), expired, or held by a dead process of this host (:func:`owner_is_dead`) are
+      released (tokens kept, so they keep growing);
+    * turns and runs still ``running`` become ``interrupted`` (``completed_at`` now; a turn's
+      ``error`` gets ``category: "cancelled", reason: "abandoned"``), and workers
       ``running`` or ``queued`` become ``interrupted``, unless their thread is under a live lease of
       another process (which is still executing it).
 
@@ -46,8 +49,17 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
     """
     now = time.time() if now is None else now
     stamp = utc_now()
-    params = {"owner": owner, "now": now, "stamp": stamp}
+    params = {"owner": owner, "now": now, "stamp": stamp,
+              "abandoned": "interrupted: the process running it ended without settling it"}
     with immediate(conn):
+        # A lease whose owner is a dead process of this host is as good as expired (kill -9).
+        held = conn.execute(
+            "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND owner != :owner AND expires_at > :now",
+            params,
+        ).fetchall()
+        for key, holder in held:
+            if owner_is_dead(holder):
+                conn.execute("UPDATE leases SET expires_at = 0 WHERE key = ? AND owner = ?", (key, holder))
         leases = conn.execute(
             """UPDATE leases SET owner = NULL, successor = NULL, expires_at = 0
                WHERE (owner IS NOT NULL OR successor IS NOT NULL)
@@ -55,7 +67,10 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
             params,
         ).rowcount
         turns = conn.execute(
-            f"""UPDATE turns SET status = 'interrupted', completed_at = :stamp
+            f"""UPDATE turns SET status = 'interrupted', completed_at = :stamp,
+                       error = json_set(CASE WHEN json_valid(error) THEN error ELSE '{{}}' END,
+                                        '$.category', 'cancelled', '$.reason', 'abandoned',
+                                        '$.message', :abandoned)
                 WHERE status = 'running' AND NOT {_LIVE.format(col='turns.thread_id')}""",
             params,
         ).rowcount

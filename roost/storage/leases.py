@@ -3,9 +3,9 @@
 A lease is a row ``leases(key, owner, token, expires_at, successor)``. Time is the wall clock
 (``time.time()``, unix seconds) because several OS processes compare it. Rules:
 
-* :func:`acquire` wins when there is no row, the lease expired, it was released, or it was handed
-  over to this very owner; every win increments ``token`` (the fencing token), also for the same
-  owner. The row is never deleted, so tokens only grow.
+* :func:`acquire` wins when there is no row, the lease expired, it was released, it was handed
+  over to this very owner, or its owner is a dead process of this host (:func:`owner_is_dead`);
+  every win increments ``token`` (the fencing token), also for the same owner. The row is never deleted, so tokens only grow.
 * :func:`renew` extends the lease if its token is still current (even past expiry, when nobody
   else took it: fencing, not the clock, decides who may write).
 * :func:`release` frees it; :func:`hand_over` frees it for one named successor until a deadline.
@@ -22,6 +22,8 @@ The keeper that renews leases for running executions is :class:`~roost.storage.L
 from __future__ import annotations
 
 import functools
+import os
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -42,6 +44,7 @@ __all__ = [
     "check_fence",
     "fenced",
     "get_lease",
+    "owner_is_dead",
     "thread_lease_key",
 ]
 
@@ -70,6 +73,40 @@ class Lease:
 def thread_lease_key(thread_id: str) -> str:
     """Return the lease key of a thread's execution: ``"thread:<thread_id>"``."""
     return f"thread:{thread_id}"
+
+
+def owner_is_dead(owner: str | None) -> bool:
+    """Whether ``owner`` names a process of this host that no longer runs.
+
+    Owners made by :func:`roost.storage.default_owner` read ``"<host>:<pid>:<nonce>"``. A lease
+    whose owner is such a process of this host, and that process is gone (or a zombie), is as good
+    as expired: it was killed (``kill -9``) before it could release. Any other owner string, another
+    host's, or a running pid is treated as alive (the clock then decides). A recycled pid only
+    makes a dead owner look alive until its lease expires; never the reverse.
+
+    Blocking but cheap (``kill(pid, 0)`` and one ``/proc`` read).
+    """
+    if not owner:
+        return False
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or parts[0] != socket.gethostname():
+        return False
+    pid = int(parts[1])
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # EPERM: it exists, under another user
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2 :][:1]
+    return state in (b"Z", b"X")
 
 
 def get_lease(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
@@ -114,7 +151,7 @@ def acquire(
         if row is not None:
             holder, old_token, expires_at, successor = row
             free = holder is None and successor is None
-            if not (free or expires_at <= now or successor == owner):
+            if not (free or expires_at <= now or successor == owner or owner_is_dead(holder)):
                 who = holder if holder is not None else f"successor {successor}"
                 raise LeaseHeld(
                     f"lease {key!r} is held by {who} until {expires_at:.3f}",

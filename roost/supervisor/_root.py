@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,11 +21,14 @@ import trio
 
 from roost.actors._registry import ThreadRegistry
 from roost.actors._services import Services
-from roost.storage import LeaseKeeper, open_store, reconcile
+from roost.errors import ConfigError
+from roost.storage import LeaseKeeper, default_owner, open_store, reconcile
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 from roost.supervisor._supervisor import Supervisor
 
-__all__ = ["Runtime", "open_runtime"]
+__all__ = ["Runtime", "open_runtime", "lease_ttl_from_env", "LEASE_TTL_ENV"]
+
+log = logging.getLogger("roost.supervisor")
 
 
 @attrs.define(eq=False)
@@ -42,21 +46,55 @@ class Runtime:
         return self.root.render_tree()
 
 
+#: Environment variable overriding the execution lease duration, in seconds (tests use a short one).
+LEASE_TTL_ENV = "ROOST_LEASE_TTL"
+
+
+def lease_ttl_from_env(default: float) -> float:
+    """Return ``$ROOST_LEASE_TTL`` as seconds (> 0), or ``default`` when it is unset or empty.
+
+    Raises:
+        ConfigError: the variable is set but is not a positive number.
+    """
+    raw = os.environ.get(LEASE_TTL_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{LEASE_TTL_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
 @asynccontextmanager
 async def open_runtime(
     *, engine_for: Any, tools: dict[str, Any], db_path: Path | None = None, owner: str | None = None,
-    lease_ttl: float = 15.0,
+    lease_ttl: float | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start the root tree; yield the :class:`Runtime`; stop it in reverse order on exit.
 
     Start-up reconciliation closes what a dead process left open (running turns -> interrupted,
-    workers -> interrupted, its leases released) before any request is served.
+    workers -> interrupted, its leases released, also unexpired leases of a dead process of this
+    host) before any request is served.
+
+    Args:
+        engine_for: ``engine_for(thread) -> Engine``.
+        tools: model-facing tool name -> Tool.
+        db_path: the database (default ``$ROOST_HOME/roost.db``).
+        owner: this process's lease owner identity (default :func:`roost.storage.default_owner`,
+            ``"<host>:<pid>:<nonce>"``, which lets a successor recognise a killed owner).
+        lease_ttl: execution lease duration in seconds (default ``$ROOST_LEASE_TTL`` or 15 s);
+            leases are renewed every third of it.
 
     Raises:
         StoreError: the database cannot be opened or migrated.
+        ConfigError: ``$ROOST_LEASE_TTL`` is not a positive number.
     """
+    lease_ttl = lease_ttl_from_env(15.0) if lease_ttl is None else lease_ttl
     store = await trio.to_thread.run_sync(lambda: open_store(db_path))
-    owner = owner or f"roost-{os.getpid()}-{os.urandom(3).hex()}"
+    owner = owner or default_owner()
 
     def _reconcile() -> Any:
         with store.transaction() as conn:
@@ -65,6 +103,9 @@ async def open_runtime(
     try:
         report = await trio.to_thread.run_sync(_reconcile)
     except Exception:
+        # Not fatal (e.g. the database stayed locked): leases still expire on their own, and each
+        # admission settles the turns a dead execution left running on its thread.
+        log.warning("start-up reconciliation failed", exc_info=True)
         report = None
     keeper = LeaseKeeper(store.writer, owner=owner, ttl=lease_ttl)
     threads = Supervisor(name="threads", strategy=Strategy.ONE_FOR_ONE, intensity=50, period=10)
