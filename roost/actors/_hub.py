@@ -33,7 +33,12 @@ class EventHub:
     def __init__(self, replay: int = 256) -> None:
         self.seq = 0
         self._subscribers: list[Subscriber] = []
-        self._ring: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=replay)
+        self._ring: collections.deque[tuple[int, str, dict]] = collections.deque(maxlen=replay)
+
+    def use_subscribers(self, subscribers: list[Subscriber]) -> None:
+        """Share ``subscribers`` (a list owned by the registry) so they outlive this hub."""
+        subscribers.extend(s for s in self._subscribers if s not in subscribers)
+        self._subscribers = subscribers
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Add ``subscriber`` (idempotent)."""
@@ -52,14 +57,19 @@ class EventHub:
         return list(self._subscribers)
 
     def emit(self, method: str, params: dict[str, Any]) -> int:
-        """Encode ``{"method", "params"}`` once and deliver it to every subscriber; return its seq."""
+        """Encode ``{"method", "params"}`` once and deliver it to every subscriber; return its seq.
+
+        With no subscriber nothing is encoded (a worker's thread streams to nobody); the replay
+        ring keeps the event and encodes it only if it is ever replayed.
+        """
         self.seq += 1
-        line = dumps_line({"method": method, "params": params})
-        self._ring.append((self.seq, line))
-        for subscriber in self._subscribers:
-            subscriber.deliver(line)
+        self._ring.append((self.seq, method, params))
+        if self._subscribers:
+            line = dumps_line({"method": method, "params": params})
+            for subscriber in self._subscribers:
+                subscriber.deliver(line)
         return self.seq
 
     def since(self, seq: int) -> list[bytes]:
-        """Lines with a seq greater than ``seq`` still in the replay ring."""
-        return [line for s, line in self._ring if s > seq]
+        """Encoded lines with a seq greater than ``seq`` still in the replay ring."""
+        return [dumps_line({"method": m, "params": p}) for s, m, p in self._ring if s > seq]

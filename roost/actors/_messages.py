@@ -8,7 +8,7 @@ import attrs
 
 __all__ = [
     "Origin", "StartTurn", "InterruptTurn", "QueueInput", "UpdateQueued", "Dequeue", "SteerInput",
-    "Unsteer", "Snapshot", "Subscribe", "Unsubscribe", "UpdateThread", "IsBusy",
+    "Unsteer", "DeliverInternal", "Snapshot", "Subscribe", "Unsubscribe", "UpdateThread", "IsBusy",
 ]
 
 
@@ -39,6 +39,8 @@ class StartTurn:
     #: set by the front door once the admitting response is on its way; the turn's notifications
     #: wait for it (bounded), so a client sees the response before turn/started
     ack: Any = None
+    #: started by Roost itself (a worker result resuming an idle root), not by a user
+    internal: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -125,3 +127,16 @@ class UpdateThread:
 @attrs.frozen
 class IsBusy:
     """Reply: True while a turn is admitted or running."""
+
+
+@attrs.frozen(kw_only=True)
+class DeliverInternal:
+    """Input from Roost itself (a worker's result, a parent's message) for this thread.
+
+    Steered into the running turn (admitted at its next model step); with no turn running, it
+    starts an internal turn when ``start_turn`` is true, else waits as pending input. Reply: None.
+    """
+
+    text: str
+    start_turn: bool = True
+    source_id: str = "roost:agent_result"

@@ -27,13 +27,26 @@ class ThreadRegistry:
         self.services = services
         self.actors: dict[str, ThreadActor] = {}
         self._ephemeral: dict[str, Any] = {}
+        #: thread id -> its subscriber list, shared with every instance of its actor, so
+        #: subscriptions survive a restart of the actor
+        self.subscribers: dict[str, list] = {}
+        #: worker thread id -> (WorkerTree, worker id), re-applied when the actor restarts
+        self.worker_links: dict[str, tuple[Any, str]] = {}
         self._lock = trio.Lock()
 
-    async def create(self, thread: Any, *, ephemeral: bool) -> ThreadActor:
-        """Persist (unless ephemeral) and start a new thread's actor."""
+    async def create(self, thread: Any, *, ephemeral: bool, worker: tuple[Any, str] | None = None,
+                     persisted: bool = False) -> ThreadActor:
+        """Persist (unless ephemeral or ``persisted``) and start a new thread's actor.
+
+        Args:
+            worker: ``(tree, worker_id)`` when the thread is a worker of ``tree``.
+            persisted: the caller already wrote the thread row.
+        """
+        if worker is not None:
+            self.worker_links[thread.id] = worker
         if ephemeral:
             self._ephemeral[thread.id] = thread
-        else:
+        elif not persisted:
             fields = {k: getattr(thread, k) for k in (
                 "title", "cwd", "provider", "model", "effort", "permission_mode", "parent_thread_id", "metadata")}
             stored = await self.services.store.writer.submit(functools.partial(
@@ -85,12 +98,20 @@ class ThreadRegistry:
             thread = self._ephemeral.get(thread_id) or await self._load(thread_id)
         self._pending_thread = None
         actor = ThreadActor(thread, self.services, ephemeral=ephemeral)
+        actor.registry = self
+        actor.hub.use_subscribers(self.subscribers.setdefault(thread_id, []))
+        link = self.worker_links.get(thread_id)
+        if link is not None:
+            actor.tree, actor.worker_id = link
+            actor.agent_name = (thread.metadata or {}).get("agent_name") or thread.title
         self.actors[thread_id] = actor
         await actor.run(task_status=task_status)
 
     def forget(self, thread_id: str) -> None:
         self.actors.pop(thread_id, None)
         self._ephemeral.pop(thread_id, None)
+        self.subscribers.pop(thread_id, None)
+        self.worker_links.pop(thread_id, None)
 
     def loaded(self) -> list[ThreadActor]:
         return [a for a in self.actors.values() if a.state.value == "running"]

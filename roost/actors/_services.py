@@ -32,3 +32,5 @@ class Services:
     lease_ttl: float = 15.0
     system_prompt: str = "You are Roost, a careful coding agent. Use tools when they help."
     max_model_calls: int = 50
+    #: offer spawn_agent / send_message / close_agent / wait_agents to the model
+    worker_tools: bool = True

@@ -33,7 +33,7 @@ from roost.actors._thread_store import (
     apply_state, hold_inputs, live_elsewhere, load_state, read_state, settle_abandoned, store_changed,
 )
 from roost.actors._messages import (
-    Dequeue, InterruptTurn, IsBusy, QueueInput, Snapshot, StartTurn, SteerInput, Subscribe, Unsteer,
+    DeliverInternal, Dequeue, InterruptTurn, IsBusy, QueueInput, Snapshot, StartTurn, SteerInput, Subscribe, Unsteer,
     Unsubscribe, UpdateQueued, UpdateThread,
 )
 from roost.actors._turn import TurnState, run_turn
@@ -86,6 +86,9 @@ class ThreadActor(Actor):
         self._accepting: set[str] = set()             # input ids whose acceptance write is in flight
         self._turn_rows = 0                           # turn rows of this thread in the store, last seen
         self._max_seq = 0                             # highest item seq of this thread, last seen
+        self.registry: Any = None                     # the ThreadRegistry that started this actor
+        self.tree: Any = None                         # the WorkerTree this thread belongs to (root's own)
+        self.worker_id: str | None = None             # set when this thread is a worker
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -96,6 +99,47 @@ class ThreadActor(Actor):
         # Input a dead process left pending is never re-run automatically: it becomes held work
         # (app-server-protocol.md: a restarted server exposes it through held_user_messages).
         await self._persist_held(apply_state(self, state), announce=False)
+        if self.thread.kind != "worker" and state.get("has_workers"):
+            tree = await self.ensure_tree()
+            await tree.restore()
+
+    def services_registry(self) -> Any:
+        """The ThreadRegistry (workers start their own ThreadActors through it)."""
+        return self.registry
+
+    def last_agent_text(self) -> str:
+        """The text of this thread's latest agent message ('' if none)."""
+        for item in reversed(self.items):
+            if item["type"] == "agent_message" and item.get("text"):
+                return item["text"]
+        return ""
+
+    async def ensure_tree(self) -> Any:
+        """This root thread's WorkerTree, started in the actor's nursery on first use."""
+        if self.tree is None:
+            from roost.actors._workers import WorkerTree
+
+            self.tree = WorkerTree(self)
+            await self.nursery.start(self.tree.run)
+        return self.tree
+
+    async def deliver_internal(self, text: str, *, start_turn: bool = True) -> None:
+        """Give this thread input from Roost itself (see :class:`DeliverInternal`)."""
+        await self.ref.ask(DeliverInternal(text=text, start_turn=start_turn), timeout=30)
+
+    async def _deliver_internal(self, msg: DeliverInternal) -> None:
+        entry = {"id": new_id("input"), "kind": "steer", "held": False, "client_id": msg.source_id,
+                 "prompt": msg.text, "_internal": True}
+        if self.active is not None or not msg.start_turn:
+            self.pending.append(entry)
+            return
+        origin = self.tree.origin if self.tree is not None and self.tree.origin is not None else None
+        try:
+            await self._start_turn(StartTurn(prompt=msg.text, client_id=msg.source_id, internal=True,
+                                             **({"origin": origin} if origin is not None else {})))
+        except RoostError as exc:
+            log.warning("thread %s: internal input waits (%s)", self.thread.id, exc)
+            self.pending.append(entry)
 
     async def _busy_elsewhere(self) -> bool:
         """Whether another process holds this thread's execution lease now (a store read)."""
@@ -222,7 +266,8 @@ class ThreadActor(Actor):
             self.pending.remove(steer)
             try:
                 await self._append_user_item(turn, steer["prompt"], source_id=steer.get("client_id"),
-                                             images=steer.get("images"), consume_input=steer["id"],
+                                             images=steer.get("images"),
+                                             consume_input=None if steer.get("_internal") else steer["id"],
                                              content_parts=steer.get("content_parts"))
             except BaseException:
                 # Not admitted (e.g. the lease was lost): it stays pending, and becomes held work
@@ -416,6 +461,12 @@ class ThreadActor(Actor):
                 raise StaleTurn(f"resume_after_turn_id {msg.resume_after_turn_id} is not the latest turn ({latest})")
         elif not msg.prompt and not msg.images:
             raise InvalidParams("prompt (or images) is required")
+        if self.tree is not None and self.worker_id is None and not msg.internal:
+            snapshot = self.tree.take_snapshot()
+            if snapshot:  # the next user turn sees the frozen tree; nothing restarts
+                self.pending.insert(0, {"id": new_id("input"), "kind": "steer", "held": False,
+                                        "client_id": "roost:worker_snapshot", "prompt": snapshot,
+                                        "_internal": True})
         turn = TurnState(new_id("turn"), msg.origin, run_id=msg.run_id)
         turn.resume_after_turn_id = msg.resume_after_turn_id
         self.active = turn
@@ -588,6 +639,11 @@ class ThreadActor(Actor):
                     return {"thread_id": tid, "turn": turn, "interrupted": False}
             raise TurnNotFound(f"thread {tid} has no turn {msg.turn_id}")
         latest = self.turns[-1] if self.turns else None
+        if self.tree is not None and self.worker_id is None and self.tree.live:
+            # No active turn, but live workers: freeze them (each emits its terminal agent/updated).
+            frozen = await self.tree.freeze(msg.reason)
+            self.emit("thread/updated", {"thread": self.view()})
+            return {"thread_id": tid, "turn": latest, "interrupted": True, "workers_frozen": frozen}
         return {"thread_id": tid, "turn": latest, "interrupted": False}
 
     async def _accept_input(self, kind: str, prompt: str, *, hold: bool, client_id: str | None,
@@ -730,9 +786,10 @@ class ThreadActor(Actor):
         return {
             "thread": self.view(),
             "turns": out_turns,
-            "pending_user_messages": [_public(e) for e in self.pending],
+            "pending_user_messages": [_public(e) for e in self.pending if not e.get("_internal")],
             "held_user_messages": [_public(e) for e in self.held],
             "has_more": msg.history_turns is not None and len(self.turns) > len(turns),
+            "agents": self.tree.views() if self.tree is not None and self.worker_id is None else [],
         }
 
     async def _subscribe(self, msg: Subscribe) -> None:
@@ -755,6 +812,8 @@ class ThreadActor(Actor):
         return view
 
     async def _is_busy(self, msg: IsBusy) -> bool:
+        if self.tree is not None and self.worker_id is None and self.tree.live:
+            return True
         """True while a turn is admitted here, a queued input is starting, or another process holds the lease."""
         if self.active is not None or self._dispatching is not None:
             return True
@@ -784,6 +843,7 @@ _HANDLERS = {
     Unsubscribe: ThreadActor._unsubscribe,
     UpdateThread: ThreadActor._update_thread,
     IsBusy: ThreadActor._is_busy,
+    DeliverInternal: ThreadActor._deliver_internal,
     RetractFrom: retract_from,
     ImportHistory: import_history,
 }

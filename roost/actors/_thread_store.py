@@ -38,12 +38,15 @@ def read_state(conn: Any, thread_id: str) -> dict:
     """A thread's durable state on ``conn`` (blocking, read-only).
 
     Returns:
-        ``{"turns": [Turn], "items": [Item], "inputs": [HeldInput], "lease": dict | None}``, rows in
-        thread order (items by ``seq``, input by position).
+        ``{"turns": [Turn], "items": [Item], "inputs": [HeldInput], "lease": dict | None,
+        "has_workers": bool}``, rows in thread order (items by ``seq``, input by position);
+        ``has_workers``: the thread is the root of a worker tree.
     """
+    has_workers = conn.execute("SELECT 1 FROM workers WHERE root_thread_id = ? LIMIT 1", (thread_id,)).fetchone()
     return {"turns": _threads.list_turns(conn, thread_id), "items": _items.list_items(conn, thread_id),
             "inputs": _items.list_held_input(conn, thread_id),
-            "lease": leases.get_lease(conn, leases.thread_lease_key(thread_id))}
+            "lease": leases.get_lease(conn, leases.thread_lease_key(thread_id)),
+            "has_workers": has_workers is not None}
 
 
 def load_state(store: Any, thread_id: str) -> dict:

@@ -107,7 +107,8 @@ async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None
         if turn.status == "running":
             turn.status = "interrupted"
             turn.error = _interruption(turn, execution)
-        with shielded_cleanup(10.0):
+        # Bounded, shielded clean-up; a root turn's includes freezing its worker tree.
+        with shielded_cleanup(60.0):
             await _settle(thread, turn, open_items)
 
 
@@ -115,6 +116,14 @@ async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict
     services = thread.services
     engine = services.engine_for(thread.thread)
     schemas = _tool_schemas(services.tools)
+    if services.worker_tools:
+        tree = thread.tree if thread.tree is not None else (None if thread.worker_id else "root")
+        if tree == "root":
+            from roost.actors._workers import agent_tool_schemas
+
+            schemas += agent_tool_schemas(can_spawn=True)
+        elif tree is not None:
+            schemas += tree.tool_schemas(thread)
     while True:
         await thread.admit_steers(turn)
         if turn.model_calls >= services.max_model_calls:
@@ -129,6 +138,9 @@ async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict
             if not any(p["kind"] == "steer" and not p.get("_foreign") for p in thread.pending):
                 return
             continue  # steered during this model response: the same turn takes the steer next
+        # One response's calls go into history together, then each result as its tool ends.
+        thread.history.extend(ToolCall(call_id=c["call_id"], name=c["name"], arguments=c["arguments"] or {})
+                              for c in calls)
         for call in calls:
             await _run_tool_call(thread, turn, call, open_items)
 
@@ -206,8 +218,12 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
 
 async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict]) -> None:
     tid = thread.thread.id
+    from roost.actors._workers import AGENT_TOOL_NAMES
+
+    if view["name"] in AGENT_TOOL_NAMES and thread.services.worker_tools:
+        await _run_agent_tool(thread, turn, view, open_items)
+        return
     tool = thread.services.tools.get(view["name"])
-    thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"], arguments=view["arguments"] or {}))
     origin = turn.origin
 
     def on_output(chunk: str) -> None:
@@ -252,6 +268,18 @@ def _interruption(turn: TurnState, execution: Any) -> dict:
             "message": _STOP_MESSAGES.get(reason, f"interrupted ({reason})")}
 
 
+async def _run_agent_tool(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict]) -> None:
+    """spawn_agent / send_message / close_agent / wait_agents, served by the thread's WorkerTree."""
+    tree = thread.tree if thread.tree is not None else await thread.ensure_tree()
+    output, is_error, metadata = await tree.run_tool(thread, turn, view["name"], view["arguments"] or {})
+    view["output"] = output
+    view["is_error"] = is_error
+    if metadata:
+        view["metadata"] = metadata
+    thread.history.append(ToolResult(call_id=view["call_id"], output=output, is_error=is_error))
+    await thread.complete_item(turn, view, open_items, status="failed" if is_error else "completed")
+
+
 def _failure_view(failure: EngineFailure) -> dict:
     return {
         "category": failure.category,
@@ -285,5 +313,9 @@ async def _settle(thread: ThreadActor, turn: TurnState, open_items: dict[str, di
                                                arguments=view.get("arguments") or {}))
             thread.history.append(ToolResult(call_id=view["call_id"], output=INTERRUPTED_OUTPUT, is_error=True))
         await thread.complete_item(turn, view, open_items, status=partial_status)
+    if turn.status == "interrupted" and thread.tree is not None and thread.worker_id is None:
+        # Interrupting the root turn freezes the whole worker tree before the root's terminal
+        # event, so no worker event follows it.
+        await thread.tree.freeze(turn.interrupt_reason or "interrupted")
     turn.completed_at = utc_now()
     await thread.finish_turn(turn)

@@ -61,14 +61,28 @@ def input_view(row: dict) -> dict:
 
 
 def history_from_items(items: list[dict]) -> list:
-    """Engine history from item views in thread order (every tool call followed by its result)."""
+    """Engine history from item views in thread order.
+
+    Consecutive tool calls (one model response asking for several tools) come first, then their
+    results in the same order, as providers expect; every call gets a result (an interrupted one an
+    error result).
+    """
     history: list = []
+    results: list = []  # results of the current run of tool calls
+
+    def flush() -> None:
+        history.extend(results)
+        results.clear()
+
     for item in items:
         kind = item["type"]
+        if kind != "tool_call":
+            flush()
         if kind == "user_message":
             images = tuple(Image(media_type=i.get("media_type", "image/png"), data=i.get("data", ""))
                            for i in item.get("images") or ())
-            history.append(UserMessage(text=item.get("text") or "", images=images))
+            synthetic = str(item.get("source_id") or "").startswith("roost:")
+            history.append(UserMessage(text=item.get("text") or "", images=images, synthetic=synthetic))
         elif kind == "agent_message":
             if item.get("text"):
                 history.append(AgentMessage(text=item["text"]))
@@ -83,6 +97,7 @@ def history_from_items(items: list[dict]) -> list:
                 output, is_error = INTERRUPTED_OUTPUT, True
             else:
                 is_error = bool(item.get("is_error"))
-            history.append(ToolResult(call_id=item.get("call_id") or item["id"], output=output,
+            results.append(ToolResult(call_id=item.get("call_id") or item["id"], output=output,
                                       is_error=is_error))
+    flush()
     return history

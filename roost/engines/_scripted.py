@@ -231,12 +231,15 @@ def split_deltas(text: str, deltas: int | None = None) -> list[str]:
 
 def call_index(request: EngineRequest) -> int:
     """Number of model calls already made in the current turn (from history after the last user
-    message: each run of assistant items ended by tool results counts as one call)."""
+    message: each run of assistant items ended by tool results counts as one call). Synthetic user
+    messages (injected by Roost mid-turn) do not start a new count."""
     count = 0
     in_call = False
     for item in request.history:
         if isinstance(item, UserMessage):
-            count, in_call = 0, False
+            if not item.synthetic:
+                count = 0
+            in_call = False
         elif isinstance(item, ToolResult):
             in_call = False
         elif not in_call:

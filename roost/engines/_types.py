@@ -57,10 +57,16 @@ class Image:
 
 @attrs.frozen
 class UserMessage:
-    """A user (or injected) message: text plus optional images."""
+    """A user (or injected) message: text plus optional images.
+
+    ``synthetic`` marks input Roost injected itself (a worker's result, a worker-tree snapshot):
+    providers receive it as user input like any other; the scripted engine ignores it when it
+    matches rules against the prompt and counts the model calls of the turn.
+    """
 
     text: str
     images: tuple[Image, ...] = attrs.field(default=(), converter=tuple)
+    synthetic: bool = False
 
 
 @attrs.frozen
@@ -133,9 +139,9 @@ class EngineRequest:
 
     @property
     def prompt(self) -> str:
-        """The text of the last user message ("" when there is none)."""
+        """The text of the last user message not injected by Roost ("" when there is none)."""
         for item in reversed(self.history):
-            if isinstance(item, UserMessage):
+            if isinstance(item, UserMessage) and not item.synthetic:
                 return item.text
         return ""
 

@@ -70,6 +70,7 @@ from ._threads import list_turns as list_turns
 from ._threads import update_run as update_run
 from ._threads import update_thread as update_thread
 from ._threads import update_turn as update_turn
+from ._workers import claim_queued_worker as claim_queued_worker
 from ._workers import create_worker as create_worker
 from ._workers import get_worker as get_worker
 from ._workers import list_workers as list_workers
@@ -99,6 +100,7 @@ __all__ = [
     "create_run", "get_run", "list_runs", "update_run",
     "append_item", "get_item", "list_items", "update_item", "search_items",
     "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
+    "claim_queued_worker",
     "create_worker", "get_worker", "list_workers", "update_worker",
     "create_schedule", "get_schedule", "list_schedules", "update_schedule", "delete_schedule",
     "claim_schedule_slot", "list_schedule_runs", "update_schedule_run",

@@ -36,8 +36,10 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
       released (tokens kept, so they keep growing);
     * turns and runs still ``running`` become ``interrupted`` (``completed_at`` now; a turn's
       ``error`` gets ``category: "cancelled", reason: "abandoned"``), and workers
-      ``running`` or ``queued`` become ``interrupted``, unless their thread is under a live lease of
-      another process (which is still executing it).
+      ``pending``, ``running`` or ``waiting_children`` become ``interrupted``, unless their thread
+      is under a live lease of another process (which is still executing it). ``queued`` workers
+      are kept: a queued spawn survives a restart and is claimed exactly once later
+      (:func:`claim_queued_worker`).
 
     Args:
         conn: a write-capable connection not in a transaction (or in one: then a savepoint).
@@ -76,7 +78,7 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
         ).rowcount
         workers = conn.execute(
             f"""UPDATE workers SET status = 'interrupted', updated_at = :stamp
-                WHERE status IN ('running', 'queued')
+                WHERE status IN ('pending', 'running', 'waiting_children')
                   AND NOT {_LIVE.format(col='workers.thread_id')}
                   AND NOT {_LIVE.format(col='workers.root_thread_id')}""",
             params,

@@ -12,7 +12,7 @@ from roost.model import Worker
 
 from ._rows import TableSpec, new_id, utc_now
 
-__all__ = ["create_worker", "get_worker", "list_workers", "update_worker"]
+__all__ = ["create_worker", "get_worker", "list_workers", "update_worker", "claim_queued_worker"]
 
 WORKERS = TableSpec("workers", Worker, json=frozenset({"result"}), touch="updated_at")
 
@@ -64,3 +64,15 @@ def list_workers(conn: sqlite3.Connection, root_thread_id: str, *, status: str |
 def update_worker(conn: sqlite3.Connection, worker_id: str, **changes: Any) -> Worker:
     """Change worker fields (``status``, ``result``, ``name``) (write). Raises NotFound."""
     return WORKERS.update(conn, worker_id, changes)
+
+
+def claim_queued_worker(conn: sqlite3.Connection, worker_id: str) -> bool:
+    """Move a ``queued`` worker to ``running`` (write); True for exactly one caller.
+
+    The compare-and-set on ``status`` makes the claim exactly-once across processes sharing the
+    database: a queued spawn that survived a restart starts once, however many processes look.
+    """
+    return conn.execute(
+        "UPDATE workers SET status = 'running', updated_at = ? WHERE id = ? AND status = 'queued'",
+        (utc_now(), worker_id),
+    ).rowcount == 1

@@ -128,9 +128,30 @@ async def open_runtime(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(root.run)
+            await _resume_worker_trees(runtime)
             try:
                 yield runtime
             finally:
                 nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+async def _resume_worker_trees(runtime: Runtime) -> None:
+    """Load the root threads that have queued worker spawns, so those start (claimed once each)."""
+    store = runtime.store
+
+    def roots() -> list[str]:
+        with store.read() as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT root_thread_id FROM workers WHERE status = 'queued'")]
+
+    try:
+        thread_ids = await trio.to_thread.run_sync(roots)
+    except Exception:
+        log.exception("could not look for queued worker spawns")
+        return
+    for thread_id in thread_ids:
+        try:
+            await runtime.registry.get(thread_id)
+        except Exception:
+            log.exception("could not resume the worker tree of thread %s", thread_id)

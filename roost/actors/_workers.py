@@ -1,0 +1,629 @@
+"""Worker trees: subagents as supervised actors that freeze on interrupt (app-server-protocol.md,
+"Interruption"; notifications ``agent/updated`` and ``agent/mailbox``).
+
+A :class:`WorkerTree` belongs to one root thread and holds every worker below it, at any depth.
+Each worker is a thread of kind ``worker`` with its own ThreadActor, turns, engine selection, tools
+and execution lease; a *driver* task of the tree starts the worker's turn and waits for its end.
+All drivers run in one nursery inside one cancel scope, so freezing the tree is one cancellation:
+each driver, cancelled, interrupts its worker's turn (partial results are kept) and waits for it to
+settle, shielded and bounded.
+
+States: pending, queued, running, waiting_children (nonterminal); completed, failed, cancelled,
+interrupted (terminal). At most ``max_parallel`` workers of a tree run at once; later spawns are
+``queued`` and start in spawn order as slots free. A worker that ends while its children still run
+parks in ``waiting_children`` and delivers once, after them.
+
+Delivery is exactly once: a finished worker sends one ``agent/mailbox`` message (``agent_result``)
+to its parent, claimed in SQLite (``delivered`` flips 0 -> 1 in the same transaction as the final
+status). A result for the root is steered into the running root turn, or queued as an internal turn
+that resumes the root when it is idle; ``wait_agents`` claims the results it returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from roost.actors._actor import shielded_cleanup
+from roost.engines._types import ToolSchema
+from roost.errors import RoostError
+from roost.storage._rows import new_id, utc_now
+
+if TYPE_CHECKING:
+    from roost.actors._thread import ThreadActor
+
+__all__ = ["WorkerTree", "WorkerState", "AGENT_TOOL_NAMES", "agent_tool_schemas", "TERMINAL", "tree_settings"]
+
+log = logging.getLogger("roost.workers")
+
+TERMINAL = frozenset({"completed", "failed", "cancelled", "interrupted"})
+AGENT_TOOL_NAMES = frozenset({"spawn_agent", "send_message", "close_agent", "wait_agents"})
+#: Characters of a worker's final text kept in its delivered result.
+RESULT_CHARS = 8000
+
+
+def tree_settings() -> tuple[int, int]:
+    """``(max_parallel, max_depth)`` from ``ROOST_MAX_PARALLEL`` / ``ROOST_MAX_DEPTH`` (5 and 3)."""
+    def read(name: str, default: int) -> int:
+        try:
+            value = int(os.environ.get(name, default))
+        except ValueError:
+            return default
+        return value if value >= 1 else default
+
+    return read("ROOST_MAX_PARALLEL", 5), read("ROOST_MAX_DEPTH", 3)
+
+
+def agent_tool_schemas(*, can_spawn: bool) -> tuple[ToolSchema, ...]:
+    """The model-facing subagent tools (``spawn_agent`` only while the depth limit allows)."""
+    target = {"type": "string", "description": "A worker's id or name."}
+    schemas = [
+        ToolSchema(name="send_message", description="Queue a message for a worker, or revive a finished one with it.",
+                   parameters={"type": "object", "properties": {"target": target, "message": {"type": "string"}},
+                               "required": ["target", "message"]}),
+        ToolSchema(name="close_agent", description="Cancel a worker and its children.",
+                   parameters={"type": "object", "properties": {"target": target}, "required": ["target"]}),
+        ToolSchema(name="wait_agents", description="Wait for workers to finish and collect their results.",
+                   parameters={"type": "object", "properties": {
+                       "targets": {"type": "array", "items": {"type": "string"}},
+                       "any": {"type": "boolean", "description": "Return as soon as one target finishes."},
+                       "timeout_s": {"type": "number", "description": "Seconds to wait at most."}}}),
+    ]
+    if can_spawn:
+        schemas.insert(0, ToolSchema(
+            name="spawn_agent", description="Start a subagent (a worker with its own thread) on a task.",
+            parameters={"type": "object", "properties": {
+                "description": {"type": "string"}, "prompt": {"type": "string"}, "name": {"type": "string"},
+                "model": {"type": "string", "description": "Optional model alias."},
+                "run_in_background": {"type": "boolean",
+                                      "description": "Return at once instead of waiting for the result."}},
+                "required": ["prompt"]}))
+    return tuple(schemas)
+
+
+@attrs.define(eq=False)
+class WorkerState:
+    """One worker of a tree (in memory; mirrored in the ``workers`` table)."""
+
+    id: str
+    thread_id: str
+    parent_id: str | None
+    parent_thread_id: str
+    name: str
+    description: str
+    prompt: str
+    depth: int
+    spawn_order: int
+    status: str = "pending"
+    model: str | None = None
+    result: str | None = None
+    partial: bool = False
+    delivered: bool = False
+    turn_id: str | None = None
+    created_at: str = ""
+    updated_at: str = ""
+    children: list[str] = attrs.field(factory=list)
+    child_results: list[dict] = attrs.field(factory=list)
+    ended: trio.Event = attrs.field(factory=trio.Event)
+
+    def view(self, root_thread_id: str) -> dict:
+        return {
+            "id": self.id, "thread_id": self.thread_id, "root_thread_id": root_thread_id,
+            "parent_id": self.parent_id, "name": self.name, "description": self.description,
+            "status": self.status, "depth": self.depth, "spawn_order": self.spawn_order,
+            "model": self.model, "result": self.result, "partial": self.partial,
+            "delivered": self.delivered, "created_at": self.created_at, "updated_at": self.updated_at,
+        }
+
+
+class WorkerTree:
+    """The workers under one root thread.
+
+    Args:
+        root: the root ThreadActor (its hub receives ``agent/updated`` and ``agent/mailbox``).
+        max_parallel: workers running at once in this tree.
+        max_depth: deepest worker level (root = 0; a worker at ``max_depth`` cannot spawn).
+    """
+
+    def __init__(self, root: ThreadActor, *, max_parallel: int | None = None, max_depth: int | None = None) -> None:
+        default_parallel, default_depth = tree_settings()
+        self.root = root
+        self.max_parallel = max_parallel or default_parallel
+        self.max_depth = max_depth or default_depth
+        self.workers: dict[str, WorkerState] = {}
+        self.queue: list[str] = []            # queued worker ids, in spawn order
+        self.running: set[str] = set()
+        self.frozen = False
+        self.snapshot_pending = False
+        self.waiting: set[str] = set()        # ids a wait_agents call is about to claim
+        self.origin: Any = None
+        self._scope = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None
+        self._generation_done = trio.Event()
+        self._spawn_counter = 0
+        self._changed = trio.Event()
+
+    # -- service --------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Host the drivers until cancelled; a freeze ends one generation and starts the next.
+
+        Cancellation: cancelling ``run`` (the root actor stopping) cancels every driver, each of
+        which interrupts its worker's turn under a shielded, bounded clean-up.
+        """
+        started = False
+        while True:
+            done = trio.Event()
+            self._generation_done = done
+            with trio.CancelScope() as self._scope:
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._nursery = nursery
+                        if not started:
+                            started = True
+                            task_status.started()
+                        await trio.sleep_forever()
+                finally:
+                    self._nursery = None
+                    done.set()
+
+    def views(self) -> list[dict]:
+        """Every worker of the tree as an ``agent`` view, in spawn order."""
+        root_id = self.root.thread.id
+        return [w.view(root_id) for w in sorted(self.workers.values(), key=lambda w: w.spawn_order)]
+
+    @property
+    def live(self) -> list[WorkerState]:
+        return [w for w in self.workers.values() if w.status not in TERMINAL]
+
+    def _emit_updated(self, worker: WorkerState) -> None:
+        worker.updated_at = utc_now()
+        self.root.emit("agent/updated", {"thread_id": self.root.thread.id, "agent": worker.view(self.root.thread.id)})
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _persist(self, fn: Any, *args: Any) -> Any:
+        if self.root.ephemeral:
+            return None
+        return await self.root.services.store.writer.submit(fn, *args)
+
+    # -- tools ----------------------------------------------------------------------------------
+
+    def tool_schemas(self, caller: ThreadActor) -> tuple[ToolSchema, ...]:
+        depth = 0 if caller is self.root else self.workers[caller.worker_id].depth
+        return agent_tool_schemas(can_spawn=depth < self.max_depth)
+
+    async def run_tool(self, caller: ThreadActor, turn: Any, name: str, args: dict) -> tuple[str, bool, dict]:
+        """Run a subagent tool for ``caller`` (the root or a worker); returns (output, is_error, metadata)."""
+        self.origin = self.origin or turn.origin
+        try:
+            if name == "spawn_agent":
+                return await self._tool_spawn(caller, turn, args)
+            if name == "wait_agents":
+                return await self._tool_wait(caller, args)
+            if name == "close_agent":
+                worker = self._resolve(caller, args.get("target"))
+                await self.close(worker.id)
+                return f"closed {worker.name} ({worker.id}): {worker.status}", False, {"agent_id": worker.id}
+            if name == "send_message":
+                worker = self._resolve(caller, args.get("target"))
+                message = args.get("message")
+                if not isinstance(message, str) or not message:
+                    raise _ToolInputError("message must be a non-empty string")
+                return await self._send_message(worker, message, turn)
+        except _ToolInputError as exc:
+            return f"error: {exc}", True, {}
+        return f"error: unknown agent tool {name!r}", True, {}
+
+    def _resolve(self, caller: ThreadActor, target: Any) -> WorkerState:
+        if not isinstance(target, str) or not target:
+            raise _ToolInputError("target must be a worker id or name")
+        if target in self.workers:
+            return self.workers[target]
+        parent = None if caller is self.root else caller.worker_id
+        matches = [w for w in self.workers.values() if w.name == target and w.parent_id == parent]
+        matches = matches or [w for w in self.workers.values() if w.name == target]
+        if not matches:
+            raise _ToolInputError(f"no worker named {target!r}")
+        return matches[-1]
+
+    async def _tool_spawn(self, caller: ThreadActor, turn: Any, args: dict) -> tuple[str, bool, dict]:
+        prompt = args.get("prompt") or args.get("task")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise _ToolInputError("prompt must be a non-empty string")
+        parent_id = None if caller is self.root else caller.worker_id
+        depth = 1 if parent_id is None else self.workers[parent_id].depth + 1
+        if depth > self.max_depth:
+            raise _ToolInputError(f"worker depth limit reached ({self.max_depth}); do the work yourself")
+        if self.frozen:
+            raise _ToolInputError("the worker tree is frozen by an interrupt; nothing new starts")
+        name = args.get("name") if isinstance(args.get("name"), str) and args.get("name") else f"worker-{self._spawn_counter + 1}"
+        description = args.get("description") if isinstance(args.get("description"), str) else ""
+        worker = await self.spawn(parent_id=parent_id, parent_thread_id=caller.thread.id, name=name,
+                                  description=description, prompt=prompt, model=args.get("model"))
+        if args.get("run_in_background", False):
+            return (f"spawned {worker.name} ({worker.id}), status {worker.status}; collect its result with "
+                    f"wait_agents or receive it when it finishes", False, {"agent_id": worker.id})
+        return await self._tool_wait(caller, {"targets": [worker.id]})
+
+    async def _tool_wait(self, caller: ThreadActor, args: dict) -> tuple[str, bool, dict]:
+        targets = args.get("targets") or args.get("names")
+        parent = None if caller is self.root else caller.worker_id
+        if targets:
+            if not isinstance(targets, list):
+                raise _ToolInputError("targets must be an array of worker ids or names")
+            chosen = [self._resolve(caller, t) for t in targets]
+        else:
+            chosen = [w for w in self.workers.values() if w.parent_id == parent]
+        if not chosen:
+            return "no workers to wait for", False, {}
+        timeout = args.get("timeout_s")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+            raise _ToolInputError("timeout_s must be a non-negative number")
+        wait_any = bool(args.get("any"))
+        ids = {w.id for w in chosen}
+        self.waiting |= ids
+        try:
+            with trio.move_on_after(timeout if timeout is not None else float("inf")):
+                while True:
+                    ended = [w for w in chosen if w.status in TERMINAL and w.ended.is_set()]
+                    if (wait_any and ended) or len(ended) == len(chosen):
+                        break
+                    await self._changed.wait()
+        finally:
+            self.waiting -= ids
+        lines, results = [], []
+        for worker in chosen:
+            if worker.status in TERMINAL and worker.ended.is_set():
+                claimed = await self._claim(worker)
+                text = worker.result if claimed else "(result already delivered earlier)"
+                lines.append(f"## {worker.name} ({worker.id}): {worker.status}\n{text or ''}")
+                results.append({"agent_id": worker.id, "status": worker.status, "claimed": claimed})
+            else:
+                lines.append(f"## {worker.name} ({worker.id}): still {worker.status}")
+                results.append({"agent_id": worker.id, "status": worker.status, "claimed": False})
+        return "\n\n".join(lines), False, {"agents": results}
+
+    # -- lifecycle of workers -------------------------------------------------------------------
+
+    async def spawn(self, *, parent_id: str | None, parent_thread_id: str, name: str, description: str,
+                    prompt: str, model: str | None = None) -> WorkerState:
+        """Create a worker (its thread and row) and start it, or queue it when no slot is free."""
+        from roost.model import Thread
+        from roost.storage import _threads, _workers
+
+        root = self.root
+        self._spawn_counter += 1
+        parent = self.workers.get(parent_id) if parent_id else None
+        depth = 1 if parent is None else parent.depth + 1
+        now = utc_now()
+        src = root.thread
+        thread = Thread(id=new_id("thr"), kind="worker", title=name, cwd=src.cwd, provider=src.provider,
+                        model=model or src.model, effort=src.effort, permission_mode=src.permission_mode,
+                        parent_thread_id=parent_thread_id, created_at=now, updated_at=now,
+                        metadata={"root_thread_id": src.id, "agent_name": name})
+        worker = WorkerState(id=new_id("wrk"), thread_id=thread.id, parent_id=parent_id,
+                             parent_thread_id=parent_thread_id, name=name, description=description,
+                             prompt=prompt, depth=depth, spawn_order=self._spawn_counter, model=model,
+                             created_at=now, updated_at=now)
+        status = "running" if len(self.running) < self.max_parallel and not self.queue else "queued"
+        worker.status = status
+
+        def write(conn: Any) -> None:
+            fields = {k: getattr(thread, k) for k in ("title", "cwd", "provider", "model", "effort",
+                                                      "permission_mode", "parent_thread_id", "metadata")}
+            _threads.create_thread(conn, kind="worker", id=thread.id, **fields)
+            row = _workers.create_worker(conn, thread_id=thread.id, root_thread_id=src.id, parent_id=parent_id,
+                                         name=name, status=status, id=worker.id)
+            _workers.update_worker(conn, worker.id, result={"description": description, "prompt": prompt,
+                                                            "model": model, "delivered": False})
+            worker.spawn_order = row.spawn_order
+
+        await self._persist(write)
+        await root.services_registry().create(thread, ephemeral=root.ephemeral, worker=(self, worker.id),
+                                              persisted=not root.ephemeral)
+        self.workers[worker.id] = worker
+        if parent is not None:
+            parent.children.append(worker.id)
+        self._emit_updated(worker)
+        if status == "running":
+            self._start_driver(worker)
+        else:
+            self.queue.append(worker.id)
+        return worker
+
+    def _start_driver(self, worker: WorkerState, *, claim: bool = False) -> None:
+        self.running.add(worker.id)
+        worker.status = "running"
+        assert self._nursery is not None
+        self._nursery.start_soon(functools.partial(self._drive, worker, claim=claim), name=f"worker:{worker.id}")
+
+    def _fill_slots(self) -> None:
+        while self.queue and len(self.running) < self.max_parallel and not self.frozen and self._nursery is not None:
+            worker = self.workers[self.queue.pop(0)]
+            if worker.status != "queued":
+                continue
+            self._start_driver(worker, claim=True)
+            self._emit_updated(worker)
+
+    async def restore(self) -> int:
+        """Load this root's workers from the store (a restarted process); start the queued ones.
+
+        Terminal workers come back for reference (wait_agents, snapshots); queued spawns are
+        claimed exactly once (:func:`roost.storage.claim_queued_worker`) as slots free. Returns how
+        many workers were loaded.
+        """
+        from roost.storage import _workers
+
+        root = self.root
+        store = root.services.store
+
+        def read() -> list:
+            with store.read() as conn:
+                return _workers.list_workers(conn, root.thread.id)
+
+        rows = await trio.to_thread.run_sync(read)
+        registry = root.services_registry()
+        for row in rows:
+            data = row.result if isinstance(row.result, dict) else {}
+            parent = self.workers.get(row.parent_id) if row.parent_id else None
+            worker = WorkerState(
+                id=row.id, thread_id=row.thread_id, parent_id=row.parent_id,
+                parent_thread_id=parent.thread_id if parent else root.thread.id, name=row.name or row.id,
+                description=data.get("description") or "", prompt=data.get("prompt") or "",
+                depth=row.depth + 1, spawn_order=row.spawn_order, status=row.status, model=data.get("model"),
+                result=data.get("text"), partial=bool(data.get("partial")), delivered=bool(data.get("delivered")),
+                created_at=row.created_at, updated_at=row.updated_at)
+            if worker.status in TERMINAL:
+                worker.ended.set()
+            self.workers[worker.id] = worker
+            if parent is not None:
+                parent.children.append(worker.id)
+            if registry is not None:
+                registry.worker_links[row.thread_id] = (self, row.id)
+            self._spawn_counter = max(self._spawn_counter, row.spawn_order)
+            if worker.status == "queued":
+                self.queue.append(worker.id)
+        self._fill_slots()
+        return len(rows)
+
+    def _persist_status_soon(self, worker: WorkerState) -> None:
+        from roost.storage import _workers
+
+        if self.root.ephemeral:
+            return
+        try:
+            self.root.services.store.writer.submit_nowait(
+                functools.partial(_workers.update_worker, status=worker.status), worker.id)
+        except RoostError:
+            log.warning("worker %s: status %s not persisted (writer busy)", worker.id, worker.status)
+
+    async def _drive(self, worker: WorkerState, *, message: str | None = None, claim: bool = False) -> None:
+        """Run one turn of ``worker`` and settle it (delivering unless frozen).
+
+        ``claim``: the worker was queued; claim it in the store first (exactly once).
+        """
+        from roost.actors._messages import InterruptTurn, StartTurn
+        from roost.storage import _workers
+
+        registry = self.root.services_registry()
+        actor = None
+        if claim and not self.root.ephemeral:
+            try:
+                claimed = await self._persist(_workers.claim_queued_worker, worker.id)
+            except RoostError:
+                claimed = False
+            if not claimed:  # another process (or an earlier claim) has it
+                self.running.discard(worker.id)
+                log.info("worker %s was claimed elsewhere", worker.id)
+                self._fill_slots()
+                return
+        try:
+            actor = await registry.get(worker.thread_id)
+            turn = await actor.ref.ask(StartTurn(prompt=message or worker.prompt, origin=self.origin or _origin()))
+            worker.turn_id = turn["id"]
+            view = await actor.wait_turn_end(turn["id"])
+            worker.status = {"completed": "completed", "failed": "failed"}.get(view["status"], "interrupted")
+            worker.result = (actor.last_agent_text() or (view.get("error") or {}).get("message") or "")[:RESULT_CHARS]
+            worker.partial = worker.status != "completed"
+        except trio.Cancelled:
+            with shielded_cleanup(15.0):
+                worker.status = "interrupted"
+                worker.partial = True
+                if actor is not None and worker.turn_id is not None:
+                    try:
+                        actor.ref.tell(InterruptTurn(reason="frozen"))
+                        await actor.wait_turn_end(worker.turn_id)
+                    except RoostError:
+                        pass
+                    worker.result = (actor.last_agent_text() or "")[:RESULT_CHARS]
+                await self._settle(worker)
+            raise
+        except Exception as exc:
+            log.exception("worker %s failed", worker.id)
+            worker.status = "failed"
+            worker.result = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.running.discard(worker.id)
+        await self._settle(worker)
+        self._fill_slots()
+
+    async def _settle(self, worker: WorkerState) -> None:
+        """Persist and announce a worker's end; deliver it (or park it in waiting_children)."""
+        from roost.storage import _workers
+
+        if worker.ended.is_set() and worker.status in TERMINAL:
+            return
+        live_children = [c for c in worker.children if self.workers[c].status not in TERMINAL]
+        if live_children and not self.frozen and worker.status == "completed":
+            worker.status = "waiting_children"
+            self._emit_updated(worker)
+            self._persist_status_soon(worker)
+            return
+        worker.ended.set()
+        result = {"text": worker.result, "partial": worker.partial, "description": worker.description,
+                  "prompt": worker.prompt, "model": worker.model, "delivered": worker.delivered,
+                  "child_results": worker.child_results}
+        try:
+            await self._persist(functools.partial(_workers.update_worker, status=worker.status, result=result), worker.id)
+        except RoostError:
+            log.exception("worker %s: final state not persisted", worker.id)
+        self._emit_updated(worker)
+        if not self.frozen and worker.id not in self.waiting:
+            await self._deliver(worker)
+        parent = self.workers.get(worker.parent_id) if worker.parent_id else None
+        if parent is not None and parent.status == "waiting_children":
+            if all(self.workers[c].status in TERMINAL for c in parent.children):
+                parent.status = "completed"
+                await self._settle(parent)
+
+    async def _claim(self, worker: WorkerState) -> bool:
+        """Mark ``worker`` delivered exactly once (in memory and in SQLite); False if it was already."""
+        if worker.delivered:
+            return False
+        worker.delivered = True
+        if not self.root.ephemeral:
+            def write(conn: Any) -> bool:
+                row = conn.execute("SELECT result FROM workers WHERE id = ?", (worker.id,)).fetchone()
+                from roost._json import dumps, loads
+
+                data = loads(row[0]) if row and row[0] else {}
+                if data.get("delivered"):
+                    return False
+                data["delivered"] = True
+                conn.execute("UPDATE workers SET result = ?, updated_at = ? WHERE id = ?",
+                             (dumps(data).decode(), utc_now(), worker.id))
+                return True
+
+            return bool(await self._persist(write))
+        return True
+
+    async def _deliver(self, worker: WorkerState) -> None:
+        """Send the one ``agent/mailbox`` message of ``worker`` to its parent."""
+        if not await self._claim(worker):
+            return
+        message = {"id": new_id("msg"), "kind": "agent_result", "from_agent_id": worker.id,
+                   "from_name": worker.name, "to_agent_id": worker.parent_id, "status": worker.status,
+                   "partial": worker.partial, "result": worker.result, "child_results": worker.child_results}
+        self.root.emit("agent/mailbox", {"thread_id": self.root.thread.id, "message": message})
+        text = (f"[agent_result] {worker.name} ({worker.id}) {worker.status}:\n{worker.result or ''}")
+        parent = self.workers.get(worker.parent_id) if worker.parent_id else None
+        if parent is None:
+            await self.root.deliver_internal(text)
+            return
+        if parent.status == "running":
+            parent_actor = await self.root.services_registry().get(parent.thread_id)
+            await parent_actor.deliver_internal(text, start_turn=False)
+        else:
+            parent.child_results.append({"agent_id": worker.id, "name": worker.name, "status": worker.status,
+                                         "result": worker.result})
+
+    async def close(self, worker_id: str) -> None:
+        """Cancel ``worker_id`` and its children (status cancelled), deepest first."""
+        from roost.actors._messages import InterruptTurn
+
+        worker = self.workers[worker_id]
+        for child in list(worker.children):
+            await self.close(child)
+        if worker.status in TERMINAL:
+            return
+        if worker.id in self.queue:
+            self.queue.remove(worker.id)
+        was_running = worker.id in self.running
+        worker.status = "cancelled"
+        if was_running and worker.turn_id is not None:
+            actor = await self.root.services_registry().get(worker.thread_id)
+            actor.ref.tell(InterruptTurn(reason="closed"))
+            await actor.wait_turn_end(worker.turn_id)
+            worker.result = (actor.last_agent_text() or "")[:RESULT_CHARS]
+            worker.partial = True
+        await self._settle(worker)
+
+    async def _send_message(self, worker: WorkerState, message: str, turn: Any) -> tuple[str, bool, dict]:
+        if self.frozen:
+            raise _ToolInputError("the worker tree is frozen by an interrupt")
+        actor = await self.root.services_registry().get(worker.thread_id)
+        if worker.status in ("running", "waiting_children", "queued", "pending"):
+            await actor.deliver_internal(f"[message from parent] {message}", start_turn=False)
+            return f"queued the message for {worker.name} ({worker.status})", False, {"agent_id": worker.id}
+        # revive a terminal worker with a new turn
+        worker.status = "running" if len(self.running) < self.max_parallel else "queued"
+        worker.ended = trio.Event()
+        worker.delivered = False
+        worker.result = None
+        self._emit_updated(worker)
+        if worker.status == "running":
+            self.running.add(worker.id)
+            assert self._nursery is not None
+            self._nursery.start_soon(functools.partial(self._drive, worker, message=message))
+        else:
+            worker.prompt = message
+            self.queue.append(worker.id)
+        return f"revived {worker.name} with the message ({worker.status})", False, {"agent_id": worker.id}
+
+    # -- freezing -------------------------------------------------------------------------------
+
+    async def freeze(self, reason: str = "interrupted") -> int:
+        """Freeze the whole tree in one cancellation; returns how many workers it stopped.
+
+        Running workers are interrupted (partial results kept), queued spawns are cleared; every
+        worker emits its own terminal ``agent/updated`` (interrupted) before this returns, so no
+        worker event follows the root's terminal event. Nothing is delivered or restarted while
+        frozen; the next user turn gets a snapshot (:meth:`take_snapshot`).
+        """
+        live = self.live
+        if not live:
+            return 0
+        self.frozen = True
+        self.snapshot_pending = True
+        for worker_id in list(self.queue):
+            worker = self.workers[worker_id]
+            worker.status = "interrupted"
+            worker.partial = True
+            await self._settle(worker)
+        self.queue.clear()
+        done = self._generation_done
+        self._scope.cancel()
+        with trio.move_on_after(30):
+            await done.wait()
+        for worker in self.live:  # waiting_children, and any driver cut short
+            worker.status = "interrupted"
+            worker.partial = True
+            await self._settle(worker)
+        return len(live)
+
+    def take_snapshot(self) -> str | None:
+        """Text for the next user turn after a freeze: results, partial results, resume hints.
+
+        Unfreezes the tree; restarts nothing.
+        """
+        if not self.snapshot_pending:
+            return None
+        self.snapshot_pending = False
+        self.frozen = False
+        lines = ["[worker tree snapshot: the previous turn was interrupted; nothing was restarted]"]
+        for worker in sorted(self.workers.values(), key=lambda w: w.spawn_order):
+            if worker.delivered and worker.status == "completed":
+                continue
+            indent = "  " * (worker.depth - 1)
+            kind = "partial result" if worker.partial else "result"
+            text = (worker.result or "").strip() or "(none)"
+            hint = f" To resume it, send_message(target={worker.name!r}, message=...)." if worker.status != "completed" else ""
+            lines.append(f"{indent}- {worker.name} ({worker.id}) {worker.status}; {kind}: {text}.{hint}")
+            worker.delivered = True
+        return "\n".join(lines) if len(lines) > 1 else None
+
+
+class _ToolInputError(Exception):
+    """A subagent tool call with bad arguments (becomes an error result for the model)."""
+
+
+def _origin() -> Any:
+    from roost.actors._messages import Origin
+
+    return Origin()
