@@ -31,5 +31,10 @@ def test_demo_runs_offline_and_exits_cleanly(roost_cmd, tmp_path, roost_home):
     assert text.count("[turn completed") == 3
     assert "notes.txt" in text                       # the list_dir tool saw the work dir
     assert "approval requested: shell_command" in text
+    # the worker tree: two levels, live progress, and the combined result at the end
+    assert "worker scout (depth 1): running" in text
+    assert "worker mapper (depth 2): completed" in text
+    assert "worker reader (depth 1): completed" in text
+    assert "Combined result from the team" in text
     assert "All actors stopped cleanly" in text
     assert (roost_home / "roost.db").exists()

@@ -13,8 +13,8 @@ from roost.cli._render import TextRenderer
 
 DEMO_PROMPTS = (
     "hello",
-    "list the files in this directory",
     "run a shell command",
+    "put a team of workers on this directory",
 )
 
 
@@ -27,8 +27,9 @@ def demo_command(cwd: Path | None, no_color: bool) -> None:
 
     Starts the runtime (store writer, lease keeper, thread supervisor), prints the live supervision
     tree, runs a few turns that stream text and call tools (a shell command goes through the
-    approval path, which the demo answers itself), then stops every actor cleanly. State is kept
-    in $ROOST_HOME/roost.db like any other session.
+    approval path, which the demo answers itself), then puts a tree of workers (subagents, two
+    levels deep) on the working directory, with live progress, and prints their combined result.
+    Every actor stops cleanly at the end. State is kept in $ROOST_HOME/roost.db like any session.
     """
     from roost.actors._messages import Origin, StartTurn, Subscribe
     from roost.engines import ProviderSettings

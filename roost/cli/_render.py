@@ -80,6 +80,19 @@ class TextRenderer:
                 summary += f" {turn['error'].get('category')}: {turn['error'].get('message')}"
             colour = _GREEN if turn["status"] == "completed" else _RED
             out.write(self._c(colour, summary) + "\n")
+        elif method == "agent/updated":
+            self._end_text()
+            agent = params["agent"]
+            indent = "  " * agent.get("depth", 1)
+            colour = {"completed": _GREEN, "failed": _RED, "interrupted": _RED, "cancelled": _RED}.get(agent["status"], _YELLOW)
+            line = f"{indent}⎿ worker {agent['name']} (depth {agent.get('depth')}): {agent['status']}"
+            if agent.get("description"):
+                line += f" — {agent['description']}"
+            out.write(self._c(colour, line) + "\n")
+        elif method == "agent/mailbox":
+            self._end_text()
+            message = params["message"]
+            out.write(self._c(_DIM, f"  ✉ result of {message.get('from_name')} delivered ({message.get('status')})") + "\n")
         elif method == "turn/held":
             self._end_text()
             out.write(self._c(_DIM, f"[held for later: {params['input'].get('prompt')!r}]") + "\n")
