@@ -25,12 +25,14 @@ class EventHub:
     """Fan-out of one thread's notifications.
 
     Args:
-        replay: how many recent lines to keep for late subscribers (a bounded ring).
+        replay: how many recent events to keep for late subscribers (a bounded ring; 0, the
+            default, keeps none: no transport resumes from a seq yet, and a ring costs memory
+            per thread that has streamed).
     """
 
     __slots__ = ("seq", "_subscribers", "_ring")
 
-    def __init__(self, replay: int = 256) -> None:
+    def __init__(self, replay: int = 0) -> None:
         self.seq = 0
         self._subscribers: list[Subscriber] = []
         self._ring: collections.deque[tuple[int, str, dict]] = collections.deque(maxlen=replay)

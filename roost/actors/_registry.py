@@ -32,6 +32,7 @@ class ThreadRegistry:
         self.subscribers: dict[str, list] = {}
         #: worker thread id -> (WorkerTree, worker id), re-applied when the actor restarts
         self.worker_links: dict[str, tuple[Any, str]] = {}
+        self._fresh: set[str] = set()  # created here, nothing to load from the store yet
         self._lock = trio.Lock()
 
     async def create(self, thread: Any, *, ephemeral: bool, worker: tuple[Any, str] | None = None,
@@ -52,6 +53,7 @@ class ThreadRegistry:
             stored = await self.services.store.writer.submit(functools.partial(
                 _threads.create_thread, kind=thread.kind, id=thread.id, **fields))
             thread = stored
+        self._fresh.add(thread.id)
         return await self.get(thread.id, _thread=thread)
 
     async def get(self, thread_id: str, *, _thread: Any = None) -> ThreadActor:
@@ -97,7 +99,8 @@ class ThreadRegistry:
         if thread is None or thread.id != thread_id:
             thread = self._ephemeral.get(thread_id) or await self._load(thread_id)
         self._pending_thread = None
-        actor = ThreadActor(thread, self.services, ephemeral=ephemeral)
+        actor = ThreadActor(thread, self.services, ephemeral=ephemeral, fresh=thread_id in self._fresh)
+        self._fresh.discard(thread_id)  # a restart of the actor loads from the store
         actor.registry = self
         actor.hub.use_subscribers(self.subscribers.setdefault(thread_id, []))
         link = self.worker_links.get(thread_id)

@@ -64,8 +64,9 @@ class ThreadActor(Actor):
 
     mailbox_size = 512
 
-    def __init__(self, thread: Any, services: Any, *, ephemeral: bool = False) -> None:
+    def __init__(self, thread: Any, services: Any, *, ephemeral: bool = False, fresh: bool = False) -> None:
         super().__init__(name=f"thread:{thread.id}")
+        self.fresh = fresh
         self.thread = thread
         self.services = services
         self.ephemeral = ephemeral
@@ -93,8 +94,8 @@ class ThreadActor(Actor):
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        if self.ephemeral:
-            return
+        if self.ephemeral or self.fresh:
+            return  # nothing stored yet (a thread created by this process a moment ago)
         state = await trio.to_thread.run_sync(load_state, self.services.store, self.thread.id)
         # Input a dead process left pending is never re-run automatically: it becomes held work
         # (app-server-protocol.md: a restarted server exposes it through held_user_messages).
@@ -233,23 +234,38 @@ class ThreadActor(Actor):
 
         With the lease lost the write is refused (logged); the item still settles in memory.
         """
-        view["status"] = status
-        payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id", "seq")}
-        text = view.get("text") if view["type"] in ("agent_message", "user_message") else None
+        await self.complete_items(turn, [view], open_items, status=status)
+
+    async def complete_items(self, turn: TurnState, views: list[dict], open_items: dict[str, dict], *,
+                             status: str = "completed") -> None:
+        """Persist several settled items in one write (in order), then emit item/completed for each."""
+        if not views:
+            return
+        tid = self.thread.id
+        rows_in = []
+        for view in views:
+            view["status"] = status
+            payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id", "seq")}
+            text = view.get("text") if view["type"] in ("agent_message", "user_message") else None
+            rows_in.append((view, payload, text))
+
+        def write(conn: Any) -> list:
+            return [_items.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=turn.id,
+                                       status=status, id=v["id"]) for v, payload, text in rows_in]
+
         try:
-            row = await self.persist(turn, functools.partial(
-                _items.append_item, type=view["type"], payload=payload, text=text, turn_id=turn.id,
-                status=status, id=view["id"]), self.thread.id)
+            rows = await self.persist(turn, write) or [None] * len(views)
         except StaleLease:
-            log.warning("thread %s: item %s not persisted, lease lost", self.thread.id, view["id"])
-            row = None
-        open_items.pop(view["id"], None)
-        if row is not None:
-            view["seq"] = row.seq
-            self._max_seq = max(self._max_seq, row.seq)
-        self.items.append(view)
-        turn.items.append(view)
-        self.emit("item/completed", {"thread_id": self.thread.id, "turn_id": turn.id, "item": view})
+            log.warning("thread %s: %d item(s) not persisted, lease lost", tid, len(views))
+            rows = [None] * len(views)
+        for view, row in zip(views, rows):
+            open_items.pop(view["id"], None)
+            if row is not None:
+                view["seq"] = row.seq
+                self._max_seq = max(self._max_seq, row.seq)
+            self.items.append(view)
+            turn.items.append(view)
+            self.emit("item/completed", {"thread_id": tid, "turn_id": turn.id, "item": view})
 
     async def request_approval(self, turn: TurnState, item: dict, kind: str, fields: dict) -> bool | None:
         """Ask the client that started ``turn`` (never a bystander); None if it cannot be asked."""

@@ -58,9 +58,9 @@ def load_state(store: Any, thread_id: str) -> dict:
 def store_changed(conn: Any, thread_id: str, turn_rows: int, max_seq: int) -> bool:
     """Whether the store holds other turns or items than an actor that saw ``turn_rows`` turn rows
     and items up to ``max_seq`` (blocking, read-only)."""
-    if _items.list_items(conn, thread_id, after_seq=max_seq, limit=1):
+    if conn.execute("SELECT 1 FROM items WHERE thread_id = ? AND seq > ? LIMIT 1", (thread_id, max_seq)).fetchone():
         return True
-    return len(_threads.list_turns(conn, thread_id)) != turn_rows
+    return conn.execute("SELECT COUNT(*) FROM turns WHERE thread_id = ?", (thread_id,)).fetchone()[0] != turn_rows
 
 
 def live_elsewhere(lease: dict | None, owner: str) -> bool:

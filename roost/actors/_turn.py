@@ -303,19 +303,21 @@ async def _settle(thread: ThreadActor, turn: TurnState, open_items: dict[str, di
     """Persist partial items, give every tool call a result, settle pending input, emit the end."""
     from roost.engines import INTERRUPTED_OUTPUT
 
+    if turn.status == "interrupted" and thread.tree is not None and thread.worker_id is None:
+        # Interrupting the root turn freezes the whole worker tree first (before the partial
+        # items are written), and before the root's terminal event, so no worker event follows it.
+        await thread.tree.freeze(turn.interrupt_reason or "interrupted")
     partial_status = "interrupted" if turn.status == "interrupted" else "failed"
-    for view in list(open_items.values()):
+    views = list(open_items.values())
+    called = {h.call_id for h in thread.history if isinstance(h, ToolCall)}
+    for view in views:
         if view["type"] == "tool_call" and view.get("output") is None:
             view["output"] = INTERRUPTED_OUTPUT
             view["is_error"] = True
-            if not any(isinstance(h, ToolCall) and h.call_id == view["call_id"] for h in thread.history):
+            if view["call_id"] not in called:
                 thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
                                                arguments=view.get("arguments") or {}))
             thread.history.append(ToolResult(call_id=view["call_id"], output=INTERRUPTED_OUTPUT, is_error=True))
-        await thread.complete_item(turn, view, open_items, status=partial_status)
-    if turn.status == "interrupted" and thread.tree is not None and thread.worker_id is None:
-        # Interrupting the root turn freezes the whole worker tree before the root's terminal
-        # event, so no worker event follows it.
-        await thread.tree.freeze(turn.interrupt_reason or "interrupted")
+    await thread.complete_items(turn, views, open_items, status=partial_status)
     turn.completed_at = utc_now()
     await thread.finish_turn(turn)

@@ -147,6 +147,8 @@ class WorkerTree:
         self._generation_done = trio.Event()
         self._spawn_counter = 0
         self._changed = trio.Event()
+        self._results: list[str] = []            # texts for the root, not yet handed over
+        self._results_ready = trio.Event()
 
     # -- service --------------------------------------------------------------------------------
 
@@ -157,20 +159,40 @@ class WorkerTree:
         which interrupts its worker's turn under a shielded, bounded clean-up.
         """
         started = False
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self._deliverer)
+            while True:
+                done = trio.Event()
+                self._generation_done = done
+                with trio.CancelScope() as self._scope:
+                    try:
+                        async with trio.open_nursery() as nursery:
+                            self._nursery = nursery
+                            if not started:
+                                started = True
+                                task_status.started()
+                            await trio.sleep_forever()
+                    finally:
+                        self._nursery = None
+                        done.set()
+
+    async def _deliverer(self) -> None:
+        """Hand results for the root to it in batches: one steer (or one internal turn) for all the
+        results that arrived meanwhile, so a thousand finishing workers cost the root a few messages."""
         while True:
-            done = trio.Event()
-            self._generation_done = done
-            with trio.CancelScope() as self._scope:
-                try:
-                    async with trio.open_nursery() as nursery:
-                        self._nursery = nursery
-                        if not started:
-                            started = True
-                            task_status.started()
-                        await trio.sleep_forever()
-                finally:
-                    self._nursery = None
-                    done.set()
+            await self._results_ready.wait()
+            self._results_ready = trio.Event()
+            if not self._results:
+                continue
+            batch, self._results = self._results, []
+            try:
+                await self.root.deliver_internal("\n\n".join(batch))
+            except RoostError as exc:  # the root's mailbox is full or slow: try again shortly
+                log.warning("delivering %d worker results to %s failed (%s); retrying", len(batch),
+                            self.root.thread.id, exc)
+                self._results[:0] = batch
+                await trio.sleep(0.05)
+                self._results_ready.set()
 
     def views(self) -> list[dict]:
         """Every worker of the tree as an ``agent`` view, in spawn order."""
@@ -443,14 +465,23 @@ class WorkerTree:
                         pass
                     worker.result = (actor.last_agent_text() or "")[:RESULT_CHARS]
                 await self._settle(worker)
+                self.running.discard(worker.id)
             raise
         except Exception as exc:
             log.exception("worker %s failed", worker.id)
             worker.status = "failed"
             worker.result = f"{type(exc).__name__}: {exc}"
-        finally:
+        except BaseException:
             self.running.discard(worker.id)
-        await self._settle(worker)
+            raise
+        try:
+            await self._settle(worker)
+        except RoostError:  # never let one worker's bookkeeping take the tree down
+            log.exception("worker %s: settling failed", worker.id)
+        finally:
+            # The slot frees once the end is announced, so agent/updated never shows more than
+            # max_parallel workers running.
+            self.running.discard(worker.id)
         self._fill_slots()
 
     async def _settle(self, worker: WorkerState) -> None:
@@ -514,11 +545,17 @@ class WorkerTree:
         text = (f"[agent_result] {worker.name} ({worker.id}) {worker.status}:\n{worker.result or ''}")
         parent = self.workers.get(worker.parent_id) if worker.parent_id else None
         if parent is None:
-            await self.root.deliver_internal(text)
+            self._results.append(text)
+            self._results_ready.set()
             return
         if parent.status == "running":
-            parent_actor = await self.root.services_registry().get(parent.thread_id)
-            await parent_actor.deliver_internal(text, start_turn=False)
+            try:
+                parent_actor = await self.root.services_registry().get(parent.thread_id)
+                await parent_actor.deliver_internal(text, start_turn=False)
+            except RoostError:
+                log.exception("worker %s: result for its parent %s kept as a child result", worker.id, parent.id)
+                parent.child_results.append({"agent_id": worker.id, "name": worker.name,
+                                             "status": worker.status, "result": worker.result})
         else:
             parent.child_results.append({"agent_id": worker.id, "name": worker.name, "status": worker.status,
                                          "result": worker.result})

@@ -233,9 +233,16 @@ def call_index(request: EngineRequest) -> int:
     """Number of model calls already made in the current turn (from history after the last user
     message: each run of assistant items ended by tool results counts as one call). Synthetic user
     messages (injected by Roost mid-turn) do not start a new count."""
+    history = request.history
+    start = 0
+    for index in range(len(history) - 1, -1, -1):  # only the current turn matters
+        item = history[index]
+        if isinstance(item, UserMessage) and not item.synthetic:
+            start = index
+            break
     count = 0
     in_call = False
-    for item in request.history:
+    for item in history[start:]:
         if isinstance(item, UserMessage):
             if not item.synthetic:
                 count = 0

@@ -1,9 +1,12 @@
 """The app-server dialect (app-server-protocol.md): one JSONL session over a byte stream.
 
 Requests ``{id, method, params}`` are answered ``{id, result}`` or ``{id, error: {code, message}}``
-with the string codes of :mod:`roost.errors`. Requests are handled in arrival order (so a
-``turn/interrupt`` is never overtaken by an earlier ``turn/start``); none waits for a turn to end,
-so reading never stops while turns run. Notifications from every thread this session touched are
+with the string codes of :mod:`roost.errors`. Requests for one thread (or one run) are handled in
+arrival order, so a ``turn/interrupt`` is never overtaken by an earlier ``turn/start``; requests for
+different threads run concurrently, so one busy thread never delays another's interrupt. Requests
+naming no thread keep their order among themselves; ``initialize`` and ``shutdown`` wait for
+everything before them. None waits for a turn to end, so reading never stops while turns run; at
+most :data:`MAX_IN_FLIGHT` requests are handled at once (past that, reading pauses: backpressure). Notifications from every thread this session touched are
 interleaved with responses. Server-initiated requests (``approval/request``) are sent only if the
 client listed them in ``initialize.params.capabilities.reverse_rpc.methods``.
 
@@ -12,6 +15,7 @@ Method handlers live in ``_as_*`` modules and register themselves with :func:`me
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 from typing import Any, Awaitable, Callable
@@ -36,6 +40,12 @@ log = logging.getLogger("roost.appserver")
 PROTOCOL_VERSION = "wuu-app-server/v0.1"
 
 Handler = Callable[["AppServerSession", Any], Awaitable[Any]]
+#: Requests handled at once per session; past that the reader waits (backpressure on the client).
+MAX_IN_FLIGHT = 1024
+#: Methods that wait for every earlier request and hold later ones until they finish.
+_BARRIERS = frozenset({"initialize", "shutdown"})
+#: The acknowledgement events of the request being handled (see :meth:`AppServerSession.after_response`).
+_ACKS: contextvars.ContextVar[list] = contextvars.ContextVar("roost_request_acks")
 #: method name -> handler, filled by the ``_as_*`` modules.
 METHODS: dict[str, Handler] = {}
 
@@ -74,12 +84,21 @@ class AppServerSession:
         self.closed = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.client_name = "client"
-        self._acks: list[trio.Event] = []
+        self._chains: dict[str, trio.Event] = {}   # ordering key -> done event of its latest request
+        self._in_flight = trio.Semaphore(MAX_IN_FLIGHT)
+        self._idle = trio.Event()
+        self._idle.set()
+        self._active_requests = 0
+        self._requests: trio.Nursery | None = None  # where request tasks run while reading
 
     def after_response(self) -> trio.Event:
         """An event set right after the current request's response is queued (or its error)."""
         event = trio.Event()
-        self._acks.append(event)
+        acks = _ACKS.get(None)
+        if acks is None:
+            event.set()
+        else:
+            acks.append(event)
         return event
 
     def ensure_engine(self, thread: Any) -> None:
@@ -175,6 +194,7 @@ class AppServerSession:
                 watcher.cancel_scope.cancel()
 
             watcher.start_soon(stop_on_close)
+            self._requests = watcher
             try:
                 async for frame in read_frames(receive, decoder):
                     await self._on_frame(frame)
@@ -182,6 +202,7 @@ class AppServerSession:
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+            await self._idle.wait()  # end of input: let the requests already read finish
             watcher.cancel_scope.cancel()
 
     async def _on_frame(self, frame: Any) -> None:
@@ -212,12 +233,41 @@ class AppServerSession:
             self.send({"id": rid, "error": InvalidRequest(f"unknown envelope field(s): {', '.join(sorted(extra))}").to_wire()})
             return
         handler = METHODS.get(name)
+        params = frame.get("params")
+        if name in _BARRIERS or self._requests is None:
+            await self._idle.wait()
+            await self._run_request(rid, name, handler, params, None, None)
+            return
+        key = _ordering_key(params)
+        await self._in_flight.acquire()
+        previous = self._chains.get(key)
+        done = trio.Event()
+        self._chains[key] = done
+        self._active_requests += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        self._requests.start_soon(self._run_request, rid, name, handler, params, previous, done, key)
+
+    async def _run_request(self, rid: Any, name: str, handler: Any, params: Any,
+                           previous: trio.Event | None, done: trio.Event | None, key: str | None = None) -> None:
+        acks: list[trio.Event] = []
+        token = _ACKS.set(acks)
         try:
-            await self._handle(rid, name, handler, frame.get("params"))
+            if previous is not None:
+                await previous.wait()
+            await self._handle(rid, name, handler, params)
         finally:
-            for ack in self._acks:
+            _ACKS.reset(token)
+            for ack in acks:
                 ack.set()
-            self._acks.clear()
+            if done is not None:
+                done.set()
+                if self._chains.get(key) is done:
+                    del self._chains[key]
+                self._in_flight.release()
+                self._active_requests -= 1
+                if self._active_requests == 0:
+                    self._idle.set()
 
     async def _handle(self, rid: Any, name: str, handler: Any, params: Any) -> None:
         try:
@@ -255,6 +305,16 @@ class AppServerSession:
         # Only now: a pending approval/request is ended by its turn's interrupt (so the turn settles
         # as interrupted), not answered "nobody to ask" while the turn could still go on.
         self.closed.set()
+
+
+def _ordering_key(params: Any) -> str:
+    """The key whose requests must keep their order: the thread (or run) a request names."""
+    if isinstance(params, dict):
+        for field, prefix in (("thread_id", "thread:"), ("session_id", "thread:"), ("run_id", "run:")):
+            value = params.get(field)
+            if isinstance(value, str):
+                return prefix + value
+    return "session"
 
 
 def max_line_bytes() -> int:

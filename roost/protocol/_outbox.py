@@ -19,6 +19,8 @@ log = logging.getLogger("roost.protocol")
 
 #: Lines an outbox holds before its client counts as a slow consumer.
 DEFAULT_OUTBOX_LINES = 65536
+#: Lines waiting before queued lines are copied down to their exact size.
+_TRIM_AFTER = 256
 #: Bytes joined into one write at most.
 _WRITE_CHUNK = 1 << 20
 
@@ -41,6 +43,9 @@ class Outbox:
         """Queue ``line`` (bytes ending in ``\\n``) without blocking; drops it if closed/overflowed."""
         if self.closed or self.overflowed:
             return
+        if self._send.statistics().current_buffer_used > _TRIM_AFTER:
+            # A backlog: keep only the line's bytes (orjson's output buffer is often 4 KiB).
+            line = bytes(memoryview(line))
         try:
             self._send.send_nowait(line)
         except trio.WouldBlock:

@@ -1,0 +1,472 @@
+"""App-server benchmarks (issue 4): turn overhead, delta throughput and interrupt latency.
+
+Runs the real ``roost app-server`` subprocess (scripted engine, a script written to a temporary
+directory, a temporary ``ROOST_HOME``) and talks JSONL to it over stdio with the lean client of
+``benchmarks/_appclient.py``. Every reply streams ``--deltas`` (default 100) text deltas with zero
+latency, the mock stream of the project's bar. Phases, in order, on one server process (after
+``--warmup`` unmeasured turns):
+
+1. ``seq``: one thread, ``--turns`` turns one after another. Latency is ``turn/start`` written to
+   ``turn/completed`` read (p50/p99/mean ms, and p50 of the first and last 10 % of the turns, since
+   a thread's history grows); server CPU per turn from ``/proc/<pid>/stat`` utime+stime (all
+   threads; 10 ms ticks, so averaged over many turns) and for the main (trio) thread alone from
+   ``/proc/<pid>/task/<pid>/stat``; turns/s and deltas/s delivered to the client.
+2. ``conc``: ``--threads`` threads each run ``--turns-per-thread`` turns back to back, all at once;
+   aggregate turns/s and deltas/s, CPU per turn, turn latency under that load.
+3. ``interrupt``: a slow thread (``tokens_per_second: 20``) is interrupted ``--interrupts`` times as
+   soon as its agent message starts streaming: on an otherwise idle server, then while the
+   ``--threads`` other threads stream continuously, ``saturated`` (back-to-back zero-latency
+   turns) and ``paced`` (back-to-back turns at ``--bg-tps`` tokens/s each). Latency is
+   ``turn/interrupt`` written to the terminal ``turn/completed`` (status ``interrupted``) read;
+   the interrupt's own response time is reported as ``..._response_...``.
+
+Server memory: ``VmRSS`` after warm-up and after each phase, ``VmRSS``/``VmHWM`` at the end
+(``/proc/<pid>/status``). ``meets_target`` compares the figures with the project's bar (below).
+
+``--profile PATH`` then runs the ``seq`` phase again on a server under cProfile (a CPU-clock profile
+of the main thread by default, so idle waits cost nothing; ``--profile-clock wall`` uses
+``python -m cProfile -o PATH -m roost app-server``), subtracts a baseline run without the measured
+turns (start-up, warm-up, shutdown), and adds the top functions by own time in µs per turn. The
+profiler inflates small functions (about 4x in total); SQLite commits run in worker threads, which
+cProfile does not see. ``--pythonpath DIR`` runs the server from a candidate copy of the ``roost``
+package (``DIR/roost``) to measure a proposed change against the checkout.
+
+Run: ``.venv/bin/python benchmarks/bench_appserver.py [--turns 300] [--threads 100]
+[--turns-per-thread 10] [--interrupts 30] [--deltas 100] [--bg-tps 50] [--phases conc,interrupt]
+[--profile out.prof]`` (about 40 s on an idle 2-core machine, plus about 20 s with ``--profile``).
+Prints one JSON line (``_ms``, ``_bytes``, ``_mib``, ``_per_s``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _appclient import AppClient, open_app_client  # noqa: E402
+from _util import emit, percentile  # noqa: E402
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_MIB = 1024 * 1024
+PROTOCOL = "wuu-app-server/v0.1"
+#: The project's bar (issue 4): < 10 ms server CPU per turn, interrupts < 5 ms p50, < 80 MiB RSS.
+#: (OpenAI Codex app-server, same 100-delta mock stream: ~55 ms CPU/turn, ~49 ms per sequential
+#: turn, ~8 ms interrupt p50, 208 MiB RSS.)
+TARGET_CPU_MS = 10.0
+TARGET_INTERRUPT_MS = 5.0
+TARGET_RSS_MIB = 80.0
+
+
+# -- the server's /proc figures ---------------------------------------------------------------------
+
+def proc_cpu_s(pid: int, tid: int | None = None) -> float:
+    """CPU seconds (utime + stime) of process ``pid`` (all its threads), or of its task ``tid``."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path, "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def proc_memory(pid: int) -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` of ``pid`` in bytes."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+class CpuMeter:
+    """Server CPU between :meth:`start` and :meth:`stop`, whole process and main thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.total = self.main = 0.0
+
+    def start(self) -> None:
+        self._t0, self._m0 = proc_cpu_s(self.pid), proc_cpu_s(self.pid, self.pid)
+
+    def stop(self) -> None:
+        self.total = proc_cpu_s(self.pid) - self._t0
+        self.main = proc_cpu_s(self.pid, self.pid) - self._m0
+
+
+# -- the script -------------------------------------------------------------------------------------
+
+def write_script(path: Path, *, deltas: int, bg_tps: float) -> None:
+    """The scripted engine's replies: ``slow`` is paced (interrupt target), ``paced`` streams at
+    ``bg_tps`` tokens/s, everything else streams ``deltas`` deltas with zero latency."""
+    text = "Roost streams this reply one small delta at a time to measure turn overhead. "
+    path.write_text(
+        "rules:\n"
+        "  - match: {prompt: \"^slow\"}\n"
+        "    steps:\n"
+        f"      - - {{text: \"{text}\", deltas: 10000, tokens_per_second: 20}}\n"
+        "  - match: {prompt: \"^paced\"}\n"
+        "    steps:\n"
+        f"      - - {{text: \"{text}\", deltas: {deltas}, tokens_per_second: {bg_tps}}}\n"
+        "default:\n"
+        f"  - - {{text: \"{text}\", deltas: {deltas}}}\n"
+    )
+
+
+#: Runs ``roost app-server`` under a cProfile whose timer is the main thread's CPU clock, so idle
+#: waits (epoll, worker threads) cost nothing; the stats are written when the server exits.
+_CPU_PROFILER = (
+    "import cProfile, runpy, sys, time\n"
+    "out = sys.argv[1]\n"
+    "sys.argv = ['roost', 'app-server']\n"
+    "profiler = cProfile.Profile(time.thread_time)\n"
+    "profiler.enable()\n"
+    "try:\n"
+    "    runpy.run_module('roost', run_name='__main__', alter_sys=True)\n"
+    "finally:\n"
+    "    profiler.disable()\n"
+    "    profiler.dump_stats(out)\n"
+)
+
+
+def server_argv(profile: Path | None, clock: str = "wall", *, module: bool = False) -> list[str]:
+    """The server's command line: the ``roost`` script, or ``python -m roost`` (``module``), or
+    under cProfile with the wall clock (``python -m cProfile``) or the main thread's CPU clock."""
+    python = sys.executable
+    if profile is not None and clock == "wall":
+        return [python, "-m", "cProfile", "-o", str(profile), "-m", "roost", "app-server"]
+    if profile is not None:
+        return [python, "-c", _CPU_PROFILER, str(profile)]
+    exe = Path(python).with_name("roost")
+    return [str(exe), "app-server"] if exe.exists() and not module else [python, "-m", "roost", "app-server"]
+
+
+def ms(values: list[float], p: float) -> float:
+    return round(percentile(values, p) * 1000, 3)
+
+
+def log(msg: str) -> None:
+    print(f"bench_appserver: {msg}", file=sys.stderr, flush=True)
+
+
+# -- phases -----------------------------------------------------------------------------------------
+
+async def new_thread(client: AppClient, cwd: str) -> str:
+    return (await client.request("thread/start", {"cwd": cwd}))["thread"]["id"]
+
+
+async def run_turn(client: AppClient, thread_id: str, prompt: str) -> float:
+    """One turn; returns its latency in seconds (request written -> terminal notification read)."""
+    sent, turn = await client.start_turn(thread_id, prompt)
+    params, arrived = await client.wait_terminal(turn["id"])
+    status = params["turn"]["status"]
+    if status != "completed":
+        raise RuntimeError(f"turn {turn['id']} ended {status}: {params['turn'].get('error')}")
+    return arrived - sent
+
+
+async def sequential(client: AppClient, cwd: str, turns: int, deltas: int) -> dict[str, Any]:
+    thread_id = await new_thread(client, cwd)
+    meter = CpuMeter(client.process.pid)
+    latencies: list[float] = []
+    cpu: list[float] = []  # server CPU seconds of each turn (all threads)
+    pid = client.process.pid
+    d0 = client.deltas
+    meter.start()
+    t0 = time.perf_counter()
+    before = proc_cpu_s(pid)
+    for n in range(turns):
+        latencies.append(await run_turn(client, thread_id, f"sequential turn {n}"))
+        after = proc_cpu_s(pid)
+        cpu.append(after - before)
+        before = after
+    elapsed = time.perf_counter() - t0
+    meter.stop()
+    received = client.deltas - d0
+    if received != turns * deltas:
+        raise RuntimeError(f"sequential: expected {turns * deltas} deltas, received {received}")
+    tenth = max(1, turns // 10)
+    return {
+        "seq_turns": turns,
+        "seq_turn_p50_ms": ms(latencies, 50),
+        "seq_turn_p99_ms": ms(latencies, 99),
+        "seq_turn_mean_ms": round(sum(latencies) / turns * 1000, 3),
+        "seq_turn_first10pct_p50_ms": ms(latencies[:tenth], 50),
+        "seq_turn_last10pct_p50_ms": ms(latencies[-tenth:], 50),
+        "seq_cpu_ms_per_turn_first10pct": round(sum(cpu[:tenth]) / tenth * 1000, 3),
+        "seq_cpu_ms_per_turn_last10pct": round(sum(cpu[-tenth:]) / tenth * 1000, 3),
+        "seq_turns_per_s": round(turns / elapsed, 1),
+        "seq_deltas_per_s": round(received / elapsed),
+        "seq_cpu_ms_per_turn": round(meter.total / turns * 1000, 3),
+        "seq_main_thread_cpu_ms_per_turn": round(meter.main / turns * 1000, 3),
+        "seq_cpu_utilisation": round(meter.total / elapsed, 3),
+    }
+
+
+async def concurrent(client: AppClient, thread_ids: list[str], per_thread: int, deltas: int) -> dict[str, Any]:
+    meter = CpuMeter(client.process.pid)
+    latencies: list[float] = []
+    d0 = client.deltas
+
+    async def worker(thread_id: str) -> None:
+        for n in range(per_thread):
+            latencies.append(await run_turn(client, thread_id, f"concurrent turn {n}"))
+
+    meter.start()
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for thread_id in thread_ids:
+            nursery.start_soon(worker, thread_id)
+    elapsed = time.perf_counter() - t0
+    meter.stop()
+    turns = len(thread_ids) * per_thread
+    received = client.deltas - d0
+    if received != turns * deltas:
+        raise RuntimeError(f"concurrent: expected {turns * deltas} deltas, received {received}")
+    return {
+        "conc_threads": len(thread_ids),
+        "conc_turns": turns,
+        "conc_turns_per_s": round(turns / elapsed, 1),
+        "conc_deltas_per_s": round(received / elapsed),
+        "conc_turn_p50_ms": ms(latencies, 50),
+        "conc_turn_p99_ms": ms(latencies, 99),
+        "conc_cpu_ms_per_turn": round(meter.total / turns * 1000, 3),
+        "conc_main_thread_cpu_ms_per_turn": round(meter.main / turns * 1000, 3),
+        "conc_cpu_utilisation": round(meter.total / elapsed, 3),
+    }
+
+
+async def interrupts(client: AppClient, thread_id: str, count: int) -> dict[str, list[float]]:
+    """Interrupt ``count`` slow turns of ``thread_id`` once each is streaming.
+
+    Returns:
+        ``{"terminal": [...], "response": [...]}`` latencies in seconds.
+    """
+    terminal: list[float] = []
+    response: list[float] = []
+    for n in range(count):
+        streaming = client.watch("item/started", thread_id, lambda p: p["item"]["type"] == "agent_message")
+        _, turn = await client.start_turn(thread_id, f"slow turn {n}")
+        with trio.fail_after(60):
+            await streaming.event.wait()
+        if streaming.value is None:
+            raise EOFError("interrupt: the server closed stdout")
+        sent, result, answered = await client.request_timed(
+            "turn/interrupt", {"thread_id": thread_id, "turn_id": turn["id"]})
+        params, arrived = await client.wait_terminal(turn["id"])
+        if params["turn"]["status"] != "interrupted" or not result.get("interrupted"):
+            raise RuntimeError(f"interrupt: turn {turn['id']} ended {params['turn']['status']}, reply {result}")
+        terminal.append(arrived - sent)
+        response.append(answered - sent)
+    return {"terminal": terminal, "response": response}
+
+
+async def interrupts_under_load(client: AppClient, slow_thread: str, bg_threads: list[str], count: int,
+                                prompt: str) -> tuple[dict[str, list[float]], int, float]:
+    """:func:`interrupts` while every thread of ``bg_threads`` runs ``prompt`` turns back to back.
+
+    Returns:
+        The latencies, the background turns completed, and the background deltas/s.
+    """
+    stop = trio.Event()
+    warmed = trio.Event()
+    done = 0
+    first = 0
+
+    async def background(thread_id: str) -> None:
+        nonlocal done, first
+        await run_turn(client, thread_id, prompt)
+        first += 1
+        if first == len(bg_threads):
+            warmed.set()
+        while not stop.is_set():
+            await run_turn(client, thread_id, prompt)
+            done += 1
+
+    async with trio.open_nursery() as nursery:
+        for thread_id in bg_threads:
+            nursery.start_soon(background, thread_id)
+        # Measure once every background thread has completed a turn (all are in their loop).
+        with trio.fail_after(120):
+            await warmed.wait()
+        t0 = time.perf_counter()
+        d1 = client.deltas
+        result = await interrupts(client, slow_thread, count)
+        rate = (client.deltas - d1) / (time.perf_counter() - t0)
+        stop.set()
+    return result, done, rate
+
+
+def summarise(prefix: str, result: dict[str, list[float]]) -> dict[str, float]:
+    return {
+        f"{prefix}_p50_ms": ms(result["terminal"], 50),
+        f"{prefix}_p99_ms": ms(result["terminal"], 99),
+        f"{prefix}_response_p50_ms": ms(result["response"], 50),
+        f"{prefix}_response_p99_ms": ms(result["response"], 99),
+    }
+
+
+# -- profiling --------------------------------------------------------------------------------------
+
+def top_costs(profile: Path, baseline: Path, turns: int, limit: int = 25) -> list[dict[str, Any]]:
+    """The ``limit`` functions with the most own time per turn, from two cProfile runs.
+
+    ``baseline`` is a run without the measured turns (start-up, warm-up, shutdown); subtracting it
+    leaves the cost of ``turns`` sequential turns only. Figures are µs per turn.
+    """
+    import pstats
+
+    base = pstats.Stats(str(baseline)).stats  # type: ignore[attr-defined]
+    rows = []
+    for key, (_, ncalls, tottime, cumtime, _) in pstats.Stats(str(profile)).stats.items():  # type: ignore[attr-defined]
+        b = base.get(key, (0, 0, 0.0, 0.0, None))
+        filename, line, name = key
+        rows.append((tottime - b[2], cumtime - b[3], ncalls - b[1], f"{_short(filename)}:{line}({name})"))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    out = [{"function": where, "own_us_per_turn": round(tot / turns * 1e6, 1),
+            "cum_us_per_turn": round(cum / turns * 1e6, 1), "calls_per_turn": round(n / turns, 2)}
+           for tot, cum, n, where in rows[:limit]]
+    out.insert(0, {"function": "TOTAL (main thread, profiled)", "own_us_per_turn": round(total / turns * 1e6, 1)})
+    return out
+
+
+def _short(filename: str) -> str:
+    for marker in ("/roost/", "/site-packages/", "/lib/python3"):
+        if marker in filename:
+            return filename[filename.index(marker) + 1:]
+    return filename
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+async def run_server(args: argparse.Namespace, tmp: Path, *, profile: Path | None = None,
+                     label: str = "main") -> dict[str, Any]:
+    """Run the phases on one server; with ``profile``, only warm-up and ``--turns`` sequential turns
+    (none when ``label`` is ``"baseline"``) under cProfile."""
+    home = tmp / f"home-{label}"
+    home.mkdir()
+    script = tmp / "bench.yaml"
+    env = dict(os.environ, ROOST_HOME=str(home), ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(script))
+    if args.pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([args.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+    workdir = str(tmp)
+    figures: dict[str, Any] = {}
+    stderr_log = open(tmp / f"server-{label}.log", "wb")
+    try:
+        argv = server_argv(profile, args.profile_clock, module=bool(args.pythonpath))
+        async with open_app_client(argv, env=env, cwd=workdir, stderr=stderr_log) as client:
+            pid = client.process.pid
+            await client.request("initialize", {"protocol_version": PROTOCOL, "client": {"name": "bench"}})
+            # Warm-up: imports, caches, the SQLite page cache (not measured).
+            warm = await new_thread(client, workdir)
+            for n in range(args.warmup):
+                await run_turn(client, warm, f"warm-up {n}")
+            mem = proc_memory(pid)
+            figures["rss_after_warmup_bytes"] = mem["VmRSS"]
+            if label == "baseline":
+                return figures
+            log(f"sequential: {args.turns} turns ({label})")
+            figures.update(await sequential(client, workdir, args.turns, args.deltas))
+            if profile is not None:
+                return figures
+            figures["rss_after_seq_bytes"] = proc_memory(pid)["VmRSS"]
+            threads = [await new_thread(client, workdir) for _ in range(args.threads)]
+            if "conc" in args.phases:
+                log(f"concurrent: {args.threads} threads x {args.turns_per_thread} turns")
+                figures.update(await concurrent(client, threads, args.turns_per_thread, args.deltas))
+                figures["rss_after_conc_bytes"] = proc_memory(pid)["VmRSS"]
+            if "interrupt" in args.phases:
+                slow = await new_thread(client, workdir)
+                log(f"interrupt: {args.interrupts} idle")
+                figures.update(summarise("interrupt_idle", await interrupts(client, slow, args.interrupts)))
+                log(f"interrupt: {args.interrupts} with {args.threads} threads streaming back to back")
+                result, done, rate = await interrupts_under_load(client, slow, threads, args.interrupts, "load")
+                figures.update(summarise("interrupt_saturated", result))
+                figures["interrupt_saturated_bg_turns"] = done
+                figures["interrupt_saturated_bg_deltas_per_s"] = round(rate)
+                figures["rss_after_saturated_bytes"] = proc_memory(pid)["VmRSS"]
+                log(f"interrupt: {args.interrupts} with {args.threads} threads streaming at {args.bg_tps} tokens/s")
+                result, done, rate = await interrupts_under_load(client, slow, threads, args.interrupts, "paced")
+                figures.update(summarise("interrupt_paced", result))
+                figures["interrupt_paced_bg_tokens_per_s_each"] = args.bg_tps
+                figures["interrupt_paced_bg_deltas_per_s"] = round(rate)
+            mem = proc_memory(pid)
+            figures["rss_end_bytes"] = mem["VmRSS"]
+            figures["rss_peak_bytes"] = mem["VmHWM"]
+            figures["rss_end_mib"] = round(mem["VmRSS"] / _MIB, 1)
+            figures["rss_peak_mib"] = round(mem["VmHWM"] / _MIB, 1)
+    except BaseException:
+        stderr_log.close()
+        tail = (tmp / f"server-{label}.log").read_bytes()[-4000:].decode(errors="replace")
+        log(f"the server's stderr ended with:\n{tail}")
+        raise
+    finally:
+        stderr_log.close()
+    return figures
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="roost-bench-") as raw:
+        tmp = Path(raw)
+        write_script(tmp / "bench.yaml", deltas=args.deltas, bg_tps=args.bg_tps)
+        figures: dict[str, Any] = {"deltas_per_reply": args.deltas, "cpus": os.cpu_count()}
+        figures.update(await run_server(args, tmp))
+        if args.profile:
+            log(f"profile: {args.turns} sequential turns under cProfile -> {args.profile}")
+            prof = Path(args.profile).resolve()
+            prof.parent.mkdir(parents=True, exist_ok=True)
+            baseline = prof.with_name(prof.name + ".baseline")
+            await run_server(args, tmp, profile=baseline, label="baseline")
+            profiled = await run_server(args, tmp, profile=prof, label="profile")
+            figures["profile_seq_turn_p50_ms"] = profiled["seq_turn_p50_ms"]
+            figures["profile_seq_cpu_ms_per_turn"] = profiled["seq_cpu_ms_per_turn"]
+            figures["profile_top_own_time"] = top_costs(prof, baseline, args.turns)
+    checks = {
+        "seq_cpu_ms_per_turn": TARGET_CPU_MS, "conc_cpu_ms_per_turn": TARGET_CPU_MS,
+        "interrupt_idle_p50_ms": TARGET_INTERRUPT_MS, "interrupt_saturated_p50_ms": TARGET_INTERRUPT_MS,
+        "interrupt_paced_p50_ms": TARGET_INTERRUPT_MS, "rss_peak_mib": TARGET_RSS_MIB,
+    }
+    figures["meets_target"] = {key: figures[key] < limit for key, limit in checks.items() if key in figures}
+    figures["wall_s"] = round(time.perf_counter() - started, 1)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=300, help="sequential turns on one thread")
+    parser.add_argument("--warmup", type=int, default=20, help="unmeasured warm-up turns")
+    parser.add_argument("--threads", type=int, default=100, help="concurrent threads (and background threads)")
+    parser.add_argument("--turns-per-thread", type=int, default=10, help="turns per concurrent thread")
+    parser.add_argument("--interrupts", type=int, default=30, help="interrupts per interrupt scenario")
+    parser.add_argument("--deltas", type=int, default=100, help="text deltas per reply")
+    parser.add_argument("--bg-tps", type=float, default=50.0,
+                        help="tokens/s of each background thread in the paced interrupt scenario")
+    parser.add_argument("--profile", metavar="PATH", default=None,
+                        help="also profile the sequential phase with cProfile into PATH")
+    parser.add_argument("--profile-clock", choices=("cpu", "wall"), default="cpu",
+                        help="cProfile timer: the main thread's CPU time (default; idle waits cost "
+                             "nothing) or wall time (python -m cProfile; idle waits show as epoll.poll)")
+    parser.add_argument("--pythonpath", metavar="DIR", default=None,
+                        help="run the server as python -m roost with DIR first on PYTHONPATH "
+                             "(measure a candidate copy of the roost package)")
+    parser.add_argument("--phases", default="conc,interrupt",
+                        help="phases after the sequential one, comma-separated: conc, interrupt "
+                             "(default both; empty for the sequential phase only)")
+    args = parser.parse_args(argv)
+    args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
+    emit(trio.run(main_async, args))
+
+
+if __name__ == "__main__":
+    main()
