@@ -27,6 +27,9 @@ __all__ = ["Actor", "ActorState", "shielded_cleanup"]
 
 log = logging.getLogger("roost.actors")
 
+#: Messages an actor handles per scheduler round when its mailbox has a backlog.
+_DRAIN = 64
+
 
 class ActorState(enum.Enum):
     """Lifecycle of an actor; it only moves forward."""
@@ -169,12 +172,20 @@ class Actor:
             self.state = ActorState.STOPPED
 
     async def _loop(self) -> None:
+        # After one blocking receive, handle up to _DRAIN - 1 more waiting messages without a
+        # scheduler round each; then yield again, so other tasks (and stop()) wait at most that long.
         while True:
             try:
                 env = await self._mailbox.get()
             except trio.EndOfChannel:
                 return
             await self._dispatch(env)
+            for _ in range(_DRAIN - 1):
+                try:
+                    env = self._mailbox.get_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                await self._dispatch(env)
 
     async def _dispatch(self, env: Envelope) -> None:
         try:
