@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from _helpers.appserver import RemoteError, open_app_server, scripted_env
+from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error
 
 SCRIPT = """
 rules:
@@ -54,13 +54,6 @@ def env(tmp_path: Path, roost_home: Path) -> dict:
     return scripted_env(roost_home, script)
 
 
-async def expect_error(client, method: str, params: dict, code: str, *, contains: str | None = None) -> dict:
-    with pytest.raises(RemoteError) as exc:
-        await client.request(method, params)
-    assert exc.value.code == code, exc.value.error
-    if contains is not None:
-        assert contains in exc.value.error["message"], exc.value.error
-    return exc.value.error
 
 
 async def start_gated(client, tid: str, prompt: str = "gated write") -> tuple[dict, dict]:

@@ -178,3 +178,16 @@ async def open_app_server(*, env: dict[str, str], cwd: Path | None = None, args:
                 process.kill()
                 await process.wait()
             nursery.cancel_scope.cancel()
+
+
+async def expect_error(client: AppServerClient, method: str, params: dict, code: str, *,
+                       contains: str | None = None) -> dict:
+    """Send a request that must fail with ``code`` (and a message containing ``contains``)."""
+    try:
+        await client.request(method, params)
+    except RemoteError as exc:
+        assert exc.code == code, exc.error
+        if contains is not None:
+            assert contains in exc.error["message"], exc.error
+        return exc.error
+    raise AssertionError(f"{method} succeeded; expected error {code}")
