@@ -9,10 +9,19 @@ __all__ = ["roost_home", "database_path", "config_path", "run_dir"]
 
 
 def roost_home() -> Path:
-    """Return ``$ROOST_HOME`` (default ``~/.roost``), creating it (mode 0700) when missing."""
+    """Return ``$ROOST_HOME`` (default ``~/.roost``), creating it (mode 0700) when missing.
+
+    Raises:
+        ConfigError: it exists and is not a directory, or cannot be created.
+    """
     raw = os.environ.get("ROOST_HOME") or str(Path.home() / ".roost")
     home = Path(raw).expanduser()
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        from roost.errors import ConfigError
+
+        raise ConfigError(f"ROOST_HOME {str(home)!r} is not a usable directory: {exc.strerror or exc}") from exc
     return home
 
 

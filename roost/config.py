@@ -26,6 +26,7 @@ raises :class:`ConfigError` naming these settings, unless the caller passes
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from pathlib import Path
@@ -69,7 +70,7 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
 
 
@@ -105,7 +106,15 @@ def resolve_provider(
     env = os.environ if env is None else env
     if config_path is None and "ROOST_HOME" in env:
         config_path = Path(env["ROOST_HOME"]).expanduser() / "config.toml"
-    table = load_config(config_path).get("provider", {})
+    try:
+        table = load_config(config_path).get("provider", {})
+    except ConfigError as exc:
+        if not (provider or env.get(_ENV["provider"])):
+            raise
+        # The provider is chosen by a flag or the environment, which come first: a broken file
+        # must not block them (its other settings are ignored, with a warning).
+        logging.getLogger("roost.config").warning("ignoring the config file: %s", exc)
+        table = {}
     if not isinstance(table, dict):
         raise ConfigError("[provider] in config.toml must be a table")
     file_values = dict(table)

@@ -261,3 +261,26 @@ async def test_interrupt_right_after_queueing_on_an_idle_thread(env, tmp_path):
             assert len(terminal_events(client, turn_id)) == 1
             assert snap["held_user_messages"] == [] and snap["pending_user_messages"] == []
         assert snap["thread"]["status"] == "idle"
+
+
+async def test_sigterm_shuts_down_like_end_of_input(tmp_path, roost_home):
+    import signal as _signal
+
+    script = tmp_path / "slow.yaml"
+    script.write_text('rules:\n  - steps:\n      - - {text: "a b c d e f g h i j k l m n o p", tokens_per_second: 4}\n')
+    env = scripted_env(roost_home, script)
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "go"}))["turn"]
+        await client.wait_for("item/agentMessage/delta")
+        client.process.send_signal(_signal.SIGTERM)
+        done = await client.wait_terminal(turn["id"])
+        assert done["turn"]["status"] == "interrupted"
+        assert await client.process.wait() == 0
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        snap = await client.request("thread/resume", {"session_id": tid})
+        assert snap["turns"][-1]["status"] == "interrupted"
+        partial = [i for i in snap["turns"][-1]["items"] if i["type"] == "agent_message"]
+        assert partial and partial[0]["text"].startswith("a ")

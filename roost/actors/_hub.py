@@ -8,11 +8,14 @@ so one slow client never slows the turn or the other clients.
 from __future__ import annotations
 
 import collections
+import logging
 from typing import Any, Protocol
 
 from roost._json import dumps_line
 
 __all__ = ["Subscriber", "EventHub"]
+
+log = logging.getLogger("roost.hub")
 
 
 class Subscriber(Protocol):
@@ -68,8 +71,12 @@ class EventHub:
         self._ring.append((self.seq, method, params))
         if self._subscribers:
             line = dumps_line({"method": method, "params": params})
-            for subscriber in self._subscribers:
-                subscriber.deliver(line)
+            for subscriber in list(self._subscribers):
+                try:
+                    subscriber.deliver(line)
+                except Exception:  # a broken subscriber is dropped; the thread goes on
+                    log.exception("dropping a subscriber that failed to take an event")
+                    self.unsubscribe(subscriber)
         return self.seq
 
     def since(self, seq: int) -> list[bytes]:

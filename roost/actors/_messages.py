@@ -16,7 +16,9 @@ __all__ = [
 class Origin:
     """Who started some work: approvals go back to it, never to bystanders.
 
-    ``request_approval(kind, fields) -> bool | None``: None means nobody can be asked.
+    ``await request_approval(params) -> bool | None`` with ``params`` = ``{thread_id, turn_id,
+    item_id, kind, ...the kind's fields}`` (wire-protocol.md approval kinds); None means nobody
+    can be asked, and ``unattended_policy`` (``deny`` or ``allow``) decides.
     """
 
     client_id: str = "local"

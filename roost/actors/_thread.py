@@ -348,11 +348,14 @@ class ThreadActor(Actor):
             error = {**(error or {}), "resume_after_turn_id": turn.resume_after_turn_id}
         execution = turn.execution
 
+        self.thread.updated_at = utc_now()
+        updated_at = self.thread.updated_at
+
         def write(conn: Any) -> None:
             _threads.update_turn(conn, turn.id, status=turn.status, completed_at=turn.completed_at,
                                  error=error, usage=dict(turn.usage))
             hold_inputs(conn, tid, moved)
-            _threads.update_thread(conn, tid, updated_at=utc_now())
+            _threads.update_thread(conn, tid, updated_at=updated_at)
             if execution is not None:
                 leases.release(conn, execution.lease)  # the execution ends with its turn row
 
@@ -649,6 +652,10 @@ class ThreadActor(Actor):
             # Asked again while it settles: the same answer as the first time (idempotent).
             view["status"] = "interrupting"
             return {"thread_id": tid, "turn": view, "interrupted": True}
+        if not self.ephemeral and await self._busy_elsewhere():
+            # The turn runs in another process: this one cannot interrupt it (app-server-protocol.md
+            # answers run/interrupt of a run attached elsewhere the same way, run_not_attached).
+            raise ThreadBusy(f"thread {tid} is executing in another process; interrupt it through that app-server")
         if msg.turn_id is not None:
             for turn in self.turns:
                 if turn["id"] == msg.turn_id:
@@ -828,9 +835,10 @@ class ThreadActor(Actor):
         return view
 
     async def _is_busy(self, msg: IsBusy) -> bool:
+        """True while a turn is admitted here, a queued input is starting, workers of this root
+        are live, or another process holds the lease."""
         if self.tree is not None and self.worker_id is None and self.tree.live:
             return True
-        """True while a turn is admitted here, a queued input is starting, or another process holds the lease."""
         if self.active is not None or self._dispatching is not None:
             return True
         return await self._busy_elsewhere()

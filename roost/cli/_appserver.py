@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 import click
@@ -35,8 +36,8 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool) -> None:
     """Serve the app-server protocol (wuu-app-server/v0.1) as JSONL over stdin/stdout.
 
     Requests are {id, method, params}; responses echo the id; notifications carry a method and
-    params. Stdout carries protocol lines only; logs go to stderr. End of input shuts down cleanly:
-    running turns are interrupted and persisted. With no provider configured, initialize reports
+    params. Stdout carries protocol lines only; logs go to stderr. End of input (or SIGTERM) shuts
+    down cleanly: running turns are interrupted and persisted. With no provider configured, initialize reports
     status "needs_setup" with the settings to set. Request lines may be up to 64 MiB
     (ROOST_MAX_LINE_BYTES lowers the limit).
     """
@@ -48,6 +49,18 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool) -> None:
 
     async def main() -> None:
         stream = open_stdio_stream()
-        await serve_app_server(stream.receive_stream, stream.send_stream, engines=engines)
+        async with trio.open_nursery() as nursery:
+            async def stop_on_sigterm() -> None:
+                # SIGTERM ends input like EOF: running turns are interrupted and persisted.
+                with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        await stream.receive_stream.aclose()
+                        return
 
-    trio.run(main)
+            nursery.start_soon(stop_on_sigterm)
+            await serve_app_server(stream.receive_stream, stream.send_stream, engines=engines)
+            nursery.cancel_scope.cancel()
+
+    from roost.cli._runner import run_main
+
+    run_main(main, command="app-server")

@@ -19,7 +19,7 @@ DEMO_PROMPTS = (
 
 
 @click.command("demo")
-@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--cwd", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Working directory the demo's tools see (default: the current one).")
 @click.option("--no-color", is_flag=True, help="Plain output without ANSI colours.")
 def demo_command(cwd: Path | None, no_color: bool) -> None:
@@ -69,4 +69,6 @@ def demo_command(cwd: Path | None, no_color: bool) -> None:
         await engines.aclose()
         click.echo("\nAll actors stopped cleanly. Try `roost app-server` next; see README.md.")
 
-    trio.run(main)
+    from roost.cli._runner import run_main
+
+    run_main(main, command="demo")

@@ -254,10 +254,8 @@ def exec_command(engine_flags: EngineFlags, prompt: str, as_json: bool, cwd: Pat
         click.echo(f"roost exec: {exc}", err=True)
         sys.exit(2)
     directory = (cwd or Path(os.getcwd())).resolve()
-    try:
-        code = trio.run(lambda: run_exec(prompt, settings=settings, as_json=as_json, cwd=directory,
-                                         ephemeral=ephemeral, permission_mode=permission_mode))
-    except RoostError as exc:
-        click.echo(f"roost exec: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(1)
+    from roost.cli._runner import run_main
+
+    code = run_main(lambda: run_exec(prompt, settings=settings, as_json=as_json, cwd=directory,
+                                     ephemeral=ephemeral, permission_mode=permission_mode), command="exec")
     sys.exit(code)

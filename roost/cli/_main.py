@@ -27,6 +27,14 @@ def _register() -> None:
     main.add_command(demo_command)
     from roost.cli._exec import exec_command
     main.add_command(exec_command)
+    from roost.cli._schedule import schedule_command
+    main.add_command(schedule_command)
+    from roost.cli._serve import serve_command
+    main.add_command(serve_command)
+    from roost.cli._resources import register_resources
+    register_resources(main)
+    from roost.cli._repl import repl_command
+    main.add_command(repl_command)
     try:
         from roost.cli._models import models_command
 

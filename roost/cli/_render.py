@@ -12,6 +12,18 @@ __all__ = ["TextRenderer"]
 _DIM, _BOLD, _CYAN, _YELLOW, _RED, _GREEN, _RESET = "\033[2m", "\033[1m", "\033[36m", "\033[33m", "\033[31m", "\033[32m", "\033[0m"
 
 
+def silence_stdout() -> None:
+    """Point stdout at /dev/null (after its reader went away) so exit-time flushes stay quiet."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 class TextRenderer:
     """A hub Subscriber that prints a turn as it happens: text streamed, tools and results framed.
 
@@ -25,14 +37,21 @@ class TextRenderer:
         self.color = self.out.isatty() if color is None else color
         self._open_text: str | None = None
         self.final_status: str | None = None
+        self.closed = False
         self.final_turn: dict | None = None
 
     def _c(self, code: str, text: str) -> str:
         return f"{code}{text}{_RESET}" if self.color else text
 
     def deliver(self, line: bytes) -> None:
+        if self.closed:
+            return
         message = loads(line)
-        self.render(message.get("method", ""), message.get("params") or {})
+        try:
+            self.render(message.get("method", ""), message.get("params") or {})
+        except BrokenPipeError:  # e.g. `roost demo | head`: stop writing, quietly
+            self.closed = True
+            silence_stdout()
 
     def _end_text(self) -> None:
         if self._open_text is not None:

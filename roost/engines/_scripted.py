@@ -123,7 +123,9 @@ def load_script(source: str | Path) -> Script:
         try:
             text = path.read_text("utf-8")
         except OSError as exc:
-            raise ConfigError(f"cannot read script {str(path)!r}: {exc.strerror or exc}") from exc
+            builtins = ", ".join(builtin_scripts())
+            raise ConfigError(f"cannot read script {str(path)!r}: {exc.strerror or exc} "
+                              f"(built-in scripts: {builtins})") from exc
         name = path.stem
     try:
         doc = loads(text) if path.suffix == ".json" else yaml.safe_load(text)

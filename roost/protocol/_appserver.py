@@ -26,6 +26,7 @@ from roost import __version__
 from roost._json import dumps_line
 from roost.actors._messages import Origin, Subscribe
 from roost.errors import (
+    Unsupported,
     InternalError, InvalidRequest, MailboxClosed, MailboxFull, MethodNotFound, ProtocolError,
     RoostError, ServerOverloaded, InvalidParams,
 )
@@ -228,11 +229,16 @@ class AppServerSession:
         if not isinstance(name, str) or not name:
             self.send({"id": rid, "error": InvalidRequest("method must be a non-empty string").to_wire()})
             return
+        if rid is None:  # app-server-protocol.md: requests carry an id, and the response echoes it
+            self.send({"id": None, "error": InvalidRequest(f"{name}: id is required").to_wire()})
+            return
         extra = set(frame) - {"id", "method", "params", "jsonrpc"}
         if extra:
             self.send({"id": rid, "error": InvalidRequest(f"unknown envelope field(s): {', '.join(sorted(extra))}").to_wire()})
             return
         handler = METHODS.get(name)
+        if handler is None and name in UNSUPPORTED_METHODS:
+            handler = _unsupported
         params = frame.get("params")
         if name in _BARRIERS or self._requests is None:
             await self._idle.wait()
@@ -305,6 +311,20 @@ class AppServerSession:
         # Only now: a pending approval/request is ended by its turn's interrupt (so the turn settles
         # as interrupted), not answered "nobody to ask" while the turn could still go on.
         self.closed.set()
+
+
+#: Methods of app-server-protocol.md for product features Roost does not have (spec/README.md:
+#: they answer ``unsupported`` rather than ``method_not_found``).
+UNSUPPORTED_METHODS = frozenset({
+    "usage/overview", "settings/usage", "thread/activity/read", "thread/attachment/read",
+    "thread/content/read", "engine/update", "engine/auth/methods", "engine/authenticate",
+    "engine/auth/cancel", "config/model-catalog/refresh", "config/model-catalog/providers",
+    "process/list", "process/cancel-notifications", "process/read", "process/stop",
+})
+
+
+async def _unsupported(session: AppServerSession, params: Any) -> Any:
+    raise Unsupported("Roost does not have this feature (see the project README)")
 
 
 def _ordering_key(params: Any) -> str:

@@ -28,6 +28,11 @@ class EngineCatalog:
         self.setup_error = setup_error
         self.pacing = pacing
         self._engines: dict[tuple, Any] = {}
+        if default is not None and default.provider == "scripted":
+            try:  # a missing or invalid script is a setup problem, reported before any turn
+                self.engine_for(None)
+            except InvalidParams as exc:
+                self.default, self.setup_error = None, f"the scripted engine's script is unusable: {exc}"
 
     def settings_for(self, thread: Any) -> ProviderSettings:
         """The settings a thread's turns use.

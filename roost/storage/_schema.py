@@ -223,3 +223,30 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     except Exception as exc:
         raise MigrationError(f"migration failed: {exc}") from exc
     return pending
+
+
+@MIGRATIONS(name="0002_schedule_jobs")
+def _m0002_schedule_jobs(db: sqlite_utils.Database) -> None:
+    """ScheduledJob fields (wire-protocol.md) and per-run records for schedules."""
+    _run(
+        db,
+        "ALTER TABLE schedules ADD COLUMN description TEXT",
+        "ALTER TABLE schedules ADD COLUMN task TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE schedules ADD COLUMN config TEXT",
+        "ALTER TABLE schedules ADD COLUMN work_dir TEXT",
+        "ALTER TABLE schedules ADD COLUMN catch_up TEXT NOT NULL DEFAULT 'once'",
+        "ALTER TABLE schedules ADD COLUMN overlap TEXT NOT NULL DEFAULT 'skip'",
+        "ALTER TABLE schedules ADD COLUMN next_run TEXT",
+        "CREATE INDEX schedules_next_run ON schedules(enabled, next_run)",
+        "ALTER TABLE schedule_runs ADD COLUMN started_at TEXT",
+        "ALTER TABLE schedule_runs ADD COLUMN finished_at TEXT",
+        "ALTER TABLE schedule_runs ADD COLUMN session_id TEXT",
+        "ALTER TABLE schedule_runs ADD COLUMN outcome TEXT",
+        "ALTER TABLE schedule_runs ADD COLUMN owner TEXT",
+        "ALTER TABLE schedule_runs ADD COLUMN source TEXT NOT NULL DEFAULT 'cron'",
+        "CREATE INDEX schedule_runs_status ON schedule_runs(status)",
+        # One row, bumped in the same transaction as every schedule change, so a daemon can tell
+        # "something changed" with one cheap read.
+        "CREATE TABLE schedule_changes (id INTEGER PRIMARY KEY CHECK (id = 1), counter INTEGER NOT NULL)",
+        "INSERT INTO schedule_changes (id, counter) VALUES (1, 0)",
+    )

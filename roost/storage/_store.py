@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from roost._paths import database_path
-from roost.errors import StoreClosed
+from roost.errors import StoreClosed, StoreError
 
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate
 from ._schema import migrate
@@ -143,11 +143,17 @@ def open_store(
         db_path = Path(tempdir) / "roost.db"
     else:
         db_path = Path(path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    conn = connect(db_path, busy_timeout=busy_timeout)
     try:
-        migrate(conn)
-    finally:
-        conn.close()
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create {db_path.parent}: {exc.strerror or exc}") from exc
+    try:
+        conn = connect(db_path, busy_timeout=busy_timeout)
+        try:
+            migrate(conn)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:  # "file is not a database", a corrupt header...
+        raise StoreError(f"{db_path} is not a usable Roost database ({exc}); move it aside to start afresh") from exc
     return Store(db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size,
                  _tempdir=tempdir)

@@ -1,0 +1,197 @@
+"""Benchmark ``roost serve``: many WebSocket clients attached while tasks stream.
+
+Starts the real daemon (scripted engine, ``--stamp-events`` so each broadcast event carries its
+emit time), attaches ``--clients`` WebSocket clients from ``--procs`` client processes, dispatches
+``--tasks`` tasks over the Unix socket (``--max-concurrent`` = tasks, so they stream at once), each
+streaming ``--deltas`` token events at ``--rate`` deltas/s, and prints one JSON line:
+
+* ``connections_per_s``: clients attached (``hello`` received) per second, all processes at once;
+* ``idle_conn_kib``: growth of the daemon's RSS per idle attached connection (KiB);
+* ``events_per_s``: broadcast events received by all clients per second of streaming;
+* ``latency_ms_p50`` / ``latency_ms_p99``: emit (daemon clock) to receipt (client clock), same host,
+  sampled on the first 25 clients of each process;
+* ``delivered`` / ``expected``: events received vs. events broadcast times clients.
+
+Usage: ``python benchmarks/bench_serve.py [--clients 1000] [--tasks 20] [--deltas 50] [--rate 10]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLED = 25
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def worker(port: int, count: int, expected_tokens: int) -> None:
+    """Client process: attach ``count`` clients, print 'ready', wait for 'go' on stdin, count events."""
+    from trio_websocket import ConnectionClosed, open_websocket_url
+
+    try:
+        import orjson as fastjson
+        loads = fastjson.loads
+    except ImportError:
+        loads = json.loads
+    latencies: list[float] = []
+    received = [0]
+    done = [0]
+    all_attached = trio.Event()
+    attached = [0]
+    go = trio.Event()
+    finished = trio.Event()
+    limiter = trio.CapacityLimiter(64)
+
+    async def client(index: int) -> None:
+        async with limiter:
+            ws_cm = open_websocket_url(f"ws://127.0.0.1:{port}/attach", max_message_size=64 << 20)
+            ws = await ws_cm.__aenter__()
+            await ws.get_message()    # hello
+        attached[0] += 1
+        if attached[0] == count:
+            all_attached.set()
+        tokens = 0
+        sample = index < SAMPLED
+        try:
+            while tokens < expected_tokens:
+                message = await ws.get_message()
+                now = time.time()
+                received[0] += 1
+                if '"token"' in message[:20]:
+                    tokens += 1
+                if sample:
+                    event = loads(message)
+                    if "t" in event:
+                        latencies.append((now - event["t"]) * 1000)
+        except ConnectionClosed:
+            pass
+        done[0] += 1
+        if done[0] == count:
+            finished.set()
+        await go.wait()
+        await ws_cm.__aexit__(None, None, None)
+
+    async with trio.open_nursery() as nursery:
+        for index in range(count):
+            nursery.start_soon(client, index)
+        await all_attached.wait()
+        print("ready", flush=True)
+        with trio.move_on_after(600):
+            await finished.wait()
+        print(json.dumps({"received": received[0], "latencies": latencies}), flush=True)
+        go.set()
+
+
+async def main(args: argparse.Namespace) -> dict:
+    home = tempfile.mkdtemp(prefix="roost-bench-serve-")
+    script = Path(home) / "script.json"
+    script.write_text(json.dumps({"rules": [{"match": {"prompt": "^stream"}, "steps": [[
+        {"text": "tok " * args.deltas, "deltas": args.deltas, "tokens_per_second": args.rate}]]}],
+        "default": "echo"}))
+    sock = os.path.join(home, "d.sock")
+    env = dict(os.environ, ROOST_HOME=home)
+    exe = Path(sys.executable).with_name("roost")
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "roost"]
+    daemon = await trio.lowlevel.open_process(
+        [*argv, "serve", "--provider", "scripted", "--script", str(script), "--socket", sock, "--http-port", "0",
+         "--max-concurrent", str(args.tasks), "--stamp-events"], stdout=subprocess.PIPE, env=env)
+    try:
+        line = b""
+        while b"\n" not in line:
+            line += await daemon.stdout.receive_some(4096)
+        port = json.loads(line.split(b"\n")[0])["httpPort"]
+        base_rss = rss_kib(daemon.pid)
+        per = [args.clients // args.procs + (1 if i < args.clients % args.procs else 0) for i in range(args.procs)]
+        # events per client: per task agent_starting + deltas tokens
+        expected_tokens = args.tasks * args.deltas
+        started = time.perf_counter()
+        workers = [await trio.lowlevel.open_process(
+            [sys.executable, __file__, "--worker", str(port), str(n), str(expected_tokens)],
+            stdout=subprocess.PIPE, stdin=subprocess.PIPE) for n in per]
+        readers = []
+        for proc in workers:
+            buf = b""
+            while b"ready\n" not in buf:
+                data = await proc.stdout.receive_some(4096)
+                if not data:
+                    raise RuntimeError("a client process died")
+                buf += data
+            readers.append(buf.split(b"ready\n", 1)[1])
+        attach_s = time.perf_counter() - started
+        await trio.sleep(1.0)        # let the daemon settle before measuring idle memory
+        idle_rss = rss_kib(daemon.pid)
+        stream = await trio.open_unix_socket(sock)
+        start = time.perf_counter()
+        for i in range(args.tasks):
+            await stream.send_all(json.dumps({"type": "user_input", "text": f"stream {i}"}).encode() + b"\n")
+        results, buf = 0, b""
+        while results < args.tasks:
+            buf += await stream.receive_some(1 << 16)
+            *lines, buf = buf.split(b"\n")
+            results += sum(1 for l in lines if b'"type":"result"' in l)
+        outputs = []
+        for proc, rest in zip(workers, readers):
+            buf = rest
+            while b"\n" not in buf:
+                buf += await proc.stdout.receive_some(1 << 20)
+            while True:
+                try:
+                    outputs.append(json.loads(buf.split(b"\n")[0]))
+                    break
+                except json.JSONDecodeError:
+                    buf += await proc.stdout.receive_some(1 << 20)
+        elapsed = time.perf_counter() - start
+        for proc in workers:
+            await proc.stdin.send_all(b"go\n")
+            proc.kill()
+        await stream.aclose()
+        latencies = sorted(x for o in outputs for x in o["latencies"])
+        received = sum(o["received"] for o in outputs)
+
+        def pct(p: float) -> float:
+            return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 2) if latencies else None
+
+        return {"bench": "serve", "clients": args.clients, "tasks": args.tasks, "deltas_per_task": args.deltas,
+                "rate_per_task": args.rate, "connections_per_s": round(args.clients / attach_s, 1),
+                "idle_conn_kib": round((idle_rss - base_rss) / args.clients, 1),
+                "events_per_s": round(received / elapsed, 1), "stream_s": round(elapsed, 2),
+                "latency_ms_p50": pct(0.50), "latency_ms_p99": pct(0.99),
+                "delivered": received, "expected": args.clients * args.tasks * (args.deltas + 1)}
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        with trio.move_on_after(10):
+            await daemon.wait()
+        if daemon.returncode is None:
+            daemon.kill()
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        trio.run(worker, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        sys.exit(0)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument("--deltas", type=int, default=50)
+    parser.add_argument("--rate", type=float, default=10.0)
+    parser.add_argument("--procs", type=int, default=4)
+    print(json.dumps(trio.run(main, parser.parse_args())))

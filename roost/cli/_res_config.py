@@ -1,0 +1,232 @@
+"""``roost plugins``, ``roost config --list``, ``roost validate PATH`` and ``roost init [PATH]``.
+
+Orchestration configs and templates are :mod:`roost.orchestration`'s. The default config folder
+is ``.roost/config`` of the current directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from roost.cli._res_common import emit_item, emit_items, fail, json_option
+from roost.orchestration import TEMPLATES, OrchestrationConfig, render_template, validate_config_file
+from roost.protocol._wire_types import (
+    ConfigSummary,
+    InitResult,
+    Plugin,
+    PluginFunction,
+    Template,
+    Validation,
+    ValidationIssue,
+)
+
+__all__ = ["plugins_command", "config_command", "validate_command", "init_command", "builtin_plugins",
+           "DEFAULT_CONFIG_DIR", "DEFAULT_CONFIG_FILE"]
+
+DEFAULT_CONFIG_DIR = Path(".roost") / "config"
+DEFAULT_CONFIG_FILE = DEFAULT_CONFIG_DIR / "orchestration.yaml"
+#: Model id written by ``init`` when neither --model, ROOST_MODEL nor config.toml names one.
+FALLBACK_MODEL = "gpt-4o-mini"
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+#: Built-in plugin -> the tool names it groups (tools not listed form a plugin of their own).
+_GROUPS = {"shell": ("shell",), "files": ("read_file", "write_file", "list_dir", "search_files")}
+_GITIGNORE_LINES = ("# Roost: keep the config, ignore local state", ".roost/*", "!.roost/config/")
+
+
+def builtin_plugins() -> list[Plugin]:
+    """The built-in tool groups: ``shell``, ``files`` (from :func:`roost.tools.builtin_tools`) and
+    ``agents`` (the subagent tools), each with its functions in declaration order."""
+    from roost.actors._workers import agent_tool_schemas
+    from roost.tools import builtin_tools
+
+    tools = builtin_tools()
+    plugins: list[Plugin] = []
+    grouped: set[str] = set()
+    for group, names in _GROUPS.items():
+        functions = [PluginFunction(name=n, description=tools[n].description) for n in names if n in tools]
+        grouped.update(names)
+        if functions:
+            plugins.append(Plugin(name=group, source="builtin", functions=functions))
+    for name, tool in tools.items():
+        if name not in grouped:
+            plugins.append(Plugin(name=name, source="builtin",
+                                  functions=[PluginFunction(name=name, description=tool.description)]))
+    agents = [PluginFunction(name=s.name, description=s.description) for s in agent_tool_schemas(can_spawn=True)]
+    plugins.append(Plugin(name="agents", source="builtin", functions=agents))
+    return plugins
+
+
+@click.command("plugins")
+@json_option
+@click.option("--plugin", "plugin_name", default=None, help="Only this plugin (no match is an error).")
+def plugins_command(as_json: bool, plugin_name: str | None) -> None:
+    """List the tool plugins agents can use. --json: Plugin items."""
+    plugins = builtin_plugins()
+    if plugin_name is not None:
+        plugins = [p for p in plugins if p.name.lower() == plugin_name.lower()]
+        if not plugins:
+            known = ", ".join(p.name for p in builtin_plugins())
+            fail("plugins", f"no plugin named {plugin_name!r} (known: {known})", as_json=as_json)
+    if as_json:
+        emit_items(plugins)
+        return
+    for p in plugins:
+        click.echo(f"{p.name} ({p.source})")
+        for f in p.functions:
+            click.echo(f"  {f.name}: {f.description}")
+
+
+def summarize(path: Path, config: OrchestrationConfig | None, error: str | None) -> ConfigSummary:
+    """The ConfigSummary of a config file (``config`` None when it did not load)."""
+    if config is None:
+        return ConfigSummary(path=str(path), name=None, description=None, agents=[], selection_type=None,
+                             error=error or "the file did not load")
+    return ConfigSummary(path=str(path), name=config.name, description=config.description,
+                         agents=[a.name for a in config.agents], selection_type=config.selection.type, error=error)
+
+
+def _config_files(directory: Path) -> list[Path]:
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if d != "agents" and not d.startswith("."))
+        found.extend(Path(root) / f for f in files if f.lower().endswith(_CONFIG_SUFFIXES))
+    return sorted(found)
+
+
+@click.command("config")
+@json_option
+@click.option("--list", "list_configs", is_flag=True, help="List the orchestration configs in --dir.")
+@click.option("--dir", "directory", type=click.Path(), default=str(DEFAULT_CONFIG_DIR),
+              show_default=True, help="The config folder (files in agents/ folders are skipped).")
+def config_command(as_json: bool, list_configs: bool, directory: str) -> None:
+    """Orchestration configs: --list them (--json: ConfigSummary items)."""
+    if not list_configs:
+        fail("config", "nothing to do: use --list", as_json=as_json)
+    root = Path(directory).resolve()
+    if not root.is_dir():
+        fail("config", f"no config folder at {root}", as_json=as_json)
+    rows = []
+    for path in _config_files(root):
+        config, issues = validate_config_file(path)
+        errors = [i.message for i in issues if i.level == "error"]
+        rows.append(summarize(path, config, "; ".join(errors) or None))
+    if as_json:
+        emit_items(rows)
+        return
+    if not rows:
+        click.echo(f"no configs in {root}")
+    for row in rows:
+        status = f"error: {row.error}" if row.error else f"{len(row.agents)} agents, {row.selection_type}"
+        click.echo(f"{row.path}  {row.name or ''}  {status}")
+
+
+@click.command("validate")
+@click.argument("path", type=click.Path())
+@json_option
+def validate_command(path: str, as_json: bool) -> None:
+    """Check the orchestration config PATH; exit status 1 when it has errors.
+
+    --json prints the Validation item in every case (also when invalid).
+    """
+    file = Path(path).expanduser().resolve()
+    config, found = validate_config_file(file)
+    issues = [ValidationIssue(level=i.level, message=i.message) for i in found]
+    errors = [i.message for i in issues if i.level == "error"]
+    summary = None if config is None else summarize(file, config, "; ".join(errors) or None)
+    result = Validation(path=str(file), valid=not errors, issues=issues, config=summary)
+    if as_json:
+        emit_item(result)
+    else:
+        for issue in issues:
+            click.echo(f"{issue.level}: {issue.message}", err=issue.level == "error")
+        click.echo(f"{file}: {'valid' if result.valid else 'invalid'}")
+    if errors:
+        raise SystemExit(1)
+
+
+def _default_model_and_endpoint() -> tuple[str, str | None]:
+    from roost.config import load_config
+
+    try:
+        table = load_config().get("provider", {})
+    except Exception:
+        table = {}
+    table = table if isinstance(table, dict) else {}
+    model = os.environ.get("ROOST_MODEL") or table.get("model") or FALLBACK_MODEL
+    endpoint = os.environ.get("ROOST_BASE_URL") or table.get("base_url") or None
+    return str(model), (str(endpoint) if endpoint else None)
+
+
+def _ensure_gitignore(project: Path) -> None:
+    path = project / ".gitignore"
+    existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    have = {line.strip() for line in existing.splitlines()}
+    missing = [line for line in _GITIGNORE_LINES if line not in have]
+    if not missing:
+        return
+    prefix = "" if not existing or existing.endswith("\n") else "\n"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(prefix + "\n".join(missing) + "\n")
+
+
+@click.command("init")
+@click.argument("path", required=False, type=click.Path())
+@json_option
+@click.option("--template", "template_key", default="assistant", show_default=True, help="The template's key.")
+@click.option("--list-templates", is_flag=True, help="List the templates (--json: Template items).")
+@click.option("--model", default=None, help="Model id for the agents (default: ROOST_MODEL or config.toml).")
+@click.option("--endpoint", default=None, help="Server base URL (default: ROOST_BASE_URL or config.toml).")
+@click.option("--force", is_flag=True, help="Overwrite files that exist.")
+@click.option("--no-interactive", is_flag=True, help="Accepted for compatibility: init never prompts.")
+def init_command(path: str | None, as_json: bool, template_key: str, list_templates: bool, model: str | None,
+                 endpoint: str | None, force: bool, no_interactive: bool) -> None:
+    """Write an orchestration config and its agent files from a template.
+
+    PATH is the config file (default .roost/config/orchestration.yaml; a directory gets
+    orchestration.yaml inside it); agent files go to agents/ beside it. Also creates .roost/ in
+    the current directory and adds Roost's lines to its .gitignore. Files that exist are an error
+    unless --force. --json: an InitResult item.
+    """
+    if list_templates:
+        rows = [Template(key=t.key, label=t.label, description=t.description) for t in TEMPLATES.values()]
+        if as_json:
+            emit_items(rows)
+        else:
+            for t in rows:
+                click.echo(f"{t.key:12} {t.label}: {t.description}")
+        return
+    if template_key not in TEMPLATES:
+        fail("init", f"unknown template {template_key!r} (one of {', '.join(TEMPLATES)})", as_json=as_json)
+    default_model, default_endpoint = _default_model_and_endpoint()
+    model = model or default_model
+    endpoint = endpoint or default_endpoint
+    project = Path.cwd()
+    target = Path(path).expanduser() if path else DEFAULT_CONFIG_FILE
+    if target.is_dir() or (path or "").endswith(("/", os.sep)):
+        target = target / "orchestration.yaml"
+    target = (project / target).resolve()
+    config_text, agent_texts = render_template(template_key, model=model, endpoint=endpoint)
+    agent_paths = {target.parent / "agents" / name: text for name, text in agent_texts.items()}
+    if not force:
+        existing = [str(p) for p in (target, *agent_paths) if p.exists()]
+        if existing:
+            fail("init", f"file(s) exist (use --force to overwrite): {', '.join(existing)}", as_json=as_json)
+    try:
+        (project / ".roost").mkdir(exist_ok=True)
+        for file, text in ((target, config_text), *agent_paths.items()):
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(text, encoding="utf-8")
+        _ensure_gitignore(project)
+    except OSError as exc:
+        fail("init", f"cannot write {exc.filename}: {exc.strerror or exc}", as_json=as_json)
+    result = InitResult(template=template_key, model=model, endpoint=endpoint, config_path=str(target),
+                        agent_files=[str(p) for p in agent_paths])
+    if as_json:
+        emit_item(result)
+    else:
+        click.echo(f"wrote {target}")
+        for p in agent_paths:
+            click.echo(f"wrote {p}")

@@ -1,0 +1,257 @@
+"""``roost sessions``: orchestration sessions and REPL chats (wire-protocol.md Session, ReplSession).
+
+Roost keeps both as threads: orchestration sessions are threads of kind ``orchestration``, REPL
+chats threads of kind ``chat``. A session's fields come from the thread row and its metadata:
+
+* ``task``: ``metadata["task"]`` (else the first user message), first line, at most 120 characters;
+* ``configPath``: ``metadata["config_path"]``; ``workingDirectory``: the thread's ``cwd``;
+* ``isComplete``: ``metadata["is_complete"]`` when set, else whether the thread's latest run
+  ended ``completed``;
+* ``autoTitle`` (chats): ``metadata["auto_title"]``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any
+
+import click
+
+from roost._json import dumps
+from roost.cli._res_common import fail, emit_item, emit_items, json_option, open_cli_store
+from roost.errors import NotFound, RoostError
+from roost.protocol._wire_types import AgentMessage, ReplSession, Session, SessionDetail, ToolCallSummary
+
+__all__ = ["sessions_command", "session_rows", "repl_rows", "session_detail"]
+
+_TASK_CHARS = 120
+_PREVIEW_CHARS = 500
+_ARGS_SUMMARY_CHARS = 120
+
+
+def _first_user_text(conn: sqlite3.Connection, thread_id: str) -> str:
+    row = conn.execute("SELECT text FROM items WHERE thread_id = ? AND type = 'user_message' ORDER BY seq LIMIT 1",
+                       (thread_id,)).fetchone()
+    return (row[0] or "") if row else ""
+
+
+def _task_of(conn: sqlite3.Connection, thread: Any) -> str:
+    task = (thread.metadata or {}).get("task")
+    text = task if isinstance(task, str) else _first_user_text(conn, thread.id)
+    lines = text.strip().splitlines()
+    return (lines[0] if lines else "")[:_TASK_CHARS]
+
+
+def _is_complete(conn: sqlite3.Connection, thread: Any) -> bool:
+    flag = (thread.metadata or {}).get("is_complete")
+    if flag is not None:
+        return bool(flag)
+    row = conn.execute("SELECT status FROM runs WHERE thread_id = ? ORDER BY started_at DESC, rowid DESC LIMIT 1",
+                       (thread.id,)).fetchone()
+    return bool(row and row[0] == "completed")
+
+
+def _turn_count(conn: sqlite3.Connection, thread_id: str) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM turns WHERE thread_id = ?", (thread_id,)).fetchone()[0])
+
+
+def _in_project(directory: str | None, project: str | None) -> bool:
+    if project is None:
+        return True
+    if not directory:
+        return False
+    d = os.path.normpath(directory)
+    return d == project or d.startswith(project.rstrip(os.sep) + os.sep)
+
+
+#: Most threads one listing reads.
+_MAX_THREADS = 100_000
+
+
+def _threads(conn: sqlite3.Connection, kind: str) -> list[Any]:
+    from roost.storage import list_threads
+
+    return list_threads(conn, archived=None, kind=kind, limit=_MAX_THREADS)
+
+
+def session_rows(conn: sqlite3.Connection, *, include_complete: bool, project: str | None) -> list[Session]:
+    """Return orchestration sessions, most recently updated first (read-only)."""
+    out = []
+    for thread in _threads(conn, "orchestration"):
+        if not _in_project(thread.cwd, project):
+            continue
+        complete = _is_complete(conn, thread)
+        if complete and not include_complete:
+            continue
+        out.append(Session(
+            session_id=thread.id, task=_task_of(conn, thread), working_directory=thread.cwd,
+            config_path=(thread.metadata or {}).get("config_path"), started_at=thread.created_at,
+            last_updated_at=thread.updated_at, is_complete=complete, turn_count=_turn_count(conn, thread.id)))
+    return out
+
+
+def repl_rows(conn: sqlite3.Connection, *, project: str | None) -> list[ReplSession]:
+    """Return REPL chats (threads of kind ``chat``), newest first (read-only)."""
+    out = []
+    rows = sorted(_threads(conn, "chat"), key=lambda t: (t.created_at, t.id), reverse=True)
+    for thread in rows:
+        if not _in_project(thread.cwd, project):
+            continue
+        meta = thread.metadata or {}
+        out.append(ReplSession(
+            session_id=thread.id, model_id=thread.model or "", cwd=thread.cwd or "", title=thread.title,
+            auto_title=meta.get("auto_title"), started_at=thread.created_at, last_updated_at=thread.updated_at,
+            turn_index=_turn_count(conn, thread.id),
+            first_user_message=_first_user_text(conn, thread.id)[:_PREVIEW_CHARS]))
+    return out
+
+
+def _args_summary(arguments: Any) -> str:
+    if isinstance(arguments, dict) and len(arguments) == 1:
+        (value,) = arguments.values()
+        text = value if isinstance(value, str) else dumps(value).decode()
+    else:
+        text = dumps(arguments if arguments is not None else {}).decode()
+    text = " ".join(text.split())
+    return text if len(text) <= _ARGS_SUMMARY_CHARS else text[: _ARGS_SUMMARY_CHARS - 1] + "…"
+
+
+def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
+    """Return one orchestration session with its messages (read-only).
+
+    Messages: each user message (agent ``Human``, or ``Orchestrator`` for an injected correction,
+    role ``user``), each agent message (role ``assistant``, the agent from the item or
+    ``Assistant``), each compaction summary. A turn's tool calls go to the agent message that
+    follows them (the turn's last one when none follows); the turn's token usage to its last
+    agent message (null on the others).
+
+    Raises:
+        NotFound: no orchestration session has this id.
+    """
+    from roost.storage import get_thread, list_items, list_turns
+
+    thread = get_thread(conn, session_id)
+    if thread.kind != "orchestration":
+        raise NotFound(f"{session_id!r} is not an orchestration session")
+    turns = list_turns(conn, thread.id)
+    turn_index = {t.id: i for i, t in enumerate(turns)}
+    usage = {t.id: t.usage if isinstance(t.usage, dict) else None for t in turns}
+    messages: list[dict[str, Any]] = []
+    pending: dict[str | None, list[ToolCallSummary]] = {}
+    last_agent: dict[str | None, dict[str, Any]] = {}
+    for item in list_items(conn, thread.id):
+        p = item.payload if isinstance(item.payload, dict) else {}
+        index = turn_index.get(item.turn_id, max(len(turns) - 1, 0))
+        if item.type == "tool_call":
+            ok = p.get("output") is not None and not p.get("is_error") and item.status == "completed"
+            pending.setdefault(item.turn_id, []).append(
+                ToolCallSummary(name=str(p.get("name") or ""), args_summary=_args_summary(p.get("arguments")),
+                                succeeded=bool(ok)))
+            continue
+        if item.type == "user_message":
+            synthetic = str(p.get("source_id") or "").startswith("roost:")
+            agent = p.get("agent") or ("Orchestrator" if synthetic else "Human")
+            role = "user"
+        elif item.type in ("agent_message", "compaction"):
+            agent, role = p.get("agent") or p.get("agent_name") or "Assistant", "assistant"
+        else:
+            continue
+        msg = {"agent_name": str(agent), "role": role, "content": item.text or p.get("text") or p.get("summary") or "",
+               "turn_index": index, "timestamp": item.created_at, "input_tokens": None, "output_tokens": None,
+               "is_compaction_summary": item.type == "compaction", "tool_calls": []}
+        if role == "assistant":
+            msg["tool_calls"] = pending.pop(item.turn_id, [])
+            last_agent[item.turn_id] = msg
+        messages.append(msg)
+    for turn_id, calls in pending.items():
+        if turn_id in last_agent:
+            last_agent[turn_id]["tool_calls"].extend(calls)
+    for turn_id, msg in last_agent.items():
+        u = usage.get(turn_id) or {}
+        if u:
+            msg["input_tokens"] = u.get("input_tokens")
+            msg["output_tokens"] = u.get("output_tokens")
+    return SessionDetail(
+        session_id=thread.id, task=_task_of(conn, thread), working_directory=thread.cwd,
+        config_path=(thread.metadata or {}).get("config_path"), started_at=thread.created_at,
+        last_updated_at=thread.updated_at, is_complete=_is_complete(conn, thread),
+        messages=[AgentMessage(**m) for m in messages])
+
+
+@click.command("sessions")
+@json_option
+@click.option("--all", "include_all", is_flag=True, help="Include completed sessions.")
+@click.option("--project", type=click.Path(), default=None,
+              help="Only sessions that ran in this directory (or below it).")
+@click.option("--show", "show_id", metavar="ID", default=None, help="Show one session with its messages.")
+@click.option("--repl", "repl", is_flag=True, help="List REPL chats instead, newest first.")
+@click.option("--delete", "delete_id", metavar="ID", default=None, help="Delete a session (and its turns and items).")
+def sessions_command(as_json: bool, include_all: bool, project: str | None, show_id: str | None, repl: bool,
+                     delete_id: str | None) -> None:
+    """List orchestration sessions (incomplete ones unless --all), or show, list chats, delete.
+
+    --json prints one wire-protocol line: Session items, a SessionDetail item (--show), or
+    ReplSession items (--repl). --delete reports by exit status and cannot be combined with --json.
+    """
+    if delete_id is not None:
+        if as_json:
+            fail("sessions", "--json can't be combined with --delete", as_json=True)
+        _delete(delete_id)
+        return
+    project_dir = os.path.abspath(project) if project else None
+    try:
+        with open_cli_store() as store, store.read() as conn:
+            if show_id is not None:
+                if not show_id.strip() or any(c.isspace() or ord(c) < 32 for c in show_id):
+                    fail("sessions", f"malformed session id {show_id!r}", as_json=as_json)
+                try:
+                    detail = session_detail(conn, show_id)
+                except NotFound:
+                    fail("sessions", f"no session with id {show_id!r}", as_json=as_json)
+                if as_json:
+                    emit_item(detail)
+                else:
+                    _print_detail(detail)
+                return
+            rows: list[Any] = (repl_rows(conn, project=project_dir) if repl else
+                               session_rows(conn, include_complete=include_all, project=project_dir))
+    except RoostError as exc:
+        fail("sessions", str(exc), as_json=as_json)
+    if as_json:
+        emit_items(rows)
+        return
+    if not rows:
+        click.echo("no chats" if repl else "no sessions")
+    for row in rows:
+        if repl:
+            label = row.title or row.auto_title or row.first_user_message[:60]
+            click.echo(f"{row.session_id}  {row.last_updated_at}  {label}")
+        else:
+            state = "complete" if row.is_complete else "incomplete"
+            click.echo(f"{row.session_id}  {row.last_updated_at}  {state:10}  {row.task}")
+
+
+def _delete(session_id: str) -> None:
+    from roost.storage import delete_thread, get_thread
+
+    try:
+        with open_cli_store() as store, store.transaction() as conn:
+            thread = get_thread(conn, session_id)
+            if thread.kind == "worker":
+                raise NotFound(f"no session with id {session_id!r}")
+            delete_thread(conn, session_id)
+    except NotFound:
+        fail("sessions", f"no session with id {session_id!r}", as_json=False)
+    except RoostError as exc:
+        fail("sessions", str(exc), as_json=False)
+
+
+def _print_detail(detail: SessionDetail) -> None:
+    click.echo(f"session {detail.session_id}  ({'complete' if detail.is_complete else 'incomplete'})")
+    click.echo(f"task: {detail.task}")
+    for m in detail.messages:
+        click.echo(f"\n[{m.turn_index}] {m.agent_name} ({m.role}):")
+        for call in m.tool_calls:
+            click.echo(f"  $ {call.name} {call.args_summary} {'ok' if call.succeeded else 'failed'}")
+        click.echo(m.content)

@@ -1,0 +1,187 @@
+"""``roost schedule ...``: cron jobs, edited directly in the database (no daemon needed).
+
+Mutations (``add``, ``remove``, ``enable``, ``disable``, ``run``) report success by exit status
+(wire-protocol.md "Resource queries"); a failure exits 1, with ``--json`` after printing the error
+envelope ``{"protocolVersion":1,"error":...}``. ``list --json`` prints ``ScheduledJob`` items
+ordered by next run. Each mutation bumps the ``schedule_changes`` counter in its transaction, so a
+running ``roost serve`` scheduler picks it up (see :mod:`roost.actors._scheduler`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from roost._json import dumps_line
+from roost.errors import RoostError
+from roost.scheduling import format_slot, parse_cron, parse_slot
+from roost.storage import _schedules2 as db
+from roost.storage import open_store
+
+__all__ = ["schedule_command", "job_item"]
+
+#: wire-protocol.md "Versioning".
+PROTOCOL_VERSION = 1
+
+UTC = datetime.timezone.utc
+
+_json_option = click.option("--json", "as_json", is_flag=True,
+                            help="On failure print one wire-protocol error envelope (exit 1).")
+
+
+def _fail(as_json: bool, command: str, message: str) -> None:
+    if as_json:
+        sys.stdout.buffer.write(dumps_line({"protocolVersion": PROTOCOL_VERSION, "error": message}))
+        sys.stdout.flush()
+    else:
+        click.echo(f"roost schedule {command}: {message}", err=True)
+    sys.exit(1)
+
+
+def _mutate(as_json: bool, command: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(conn, ...)`` in one write transaction; on a Roost error, fail (exit 1)."""
+    try:
+        store = open_store()
+        try:
+            with store.transaction() as conn:
+                return fn(conn, *args, **kwargs)
+        finally:
+            store.close()
+    except (RoostError, ValueError) as exc:
+        _fail(as_json, command, str(exc))
+
+
+def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
+    """Render a job as a wire-protocol ``ScheduledJob`` (camelCase; nullable fields present).
+
+    ``due``: enabled and its next run time has passed. ``catchUp`` and ``overlap`` are additive
+    fields beyond the spec.
+    """
+    next_run = parse_slot(job.next_run) if job.next_run else None
+    return {
+        "name": job.name,
+        "description": job.description,
+        "cron": job.cron,
+        "task": job.task,
+        "config": job.config,
+        "workDir": job.work_dir,
+        "enabled": job.enabled,
+        "due": bool(job.enabled and next_run is not None and next_run <= now),
+        "createdAt": job.created_at,
+        "lastRun": job.last_run,
+        "nextRun": job.next_run,
+        "catchUp": job.catch_up,
+        "overlap": job.overlap,
+    }
+
+
+@click.group("schedule")
+def schedule_command() -> None:
+    """Cron schedules that start runs in `roost serve` (5-field cron, UTC)."""
+
+
+@schedule_command.command("add")
+@click.argument("name")
+@click.option("--cron", "cron", required=True, help='5-field cron expression, UTC, e.g. "0 9 * * 1-5".')
+@click.option("--task", required=True, help="The task text each run starts with.")
+@click.option("--config", type=click.Path(), default=None, help="Orchestration config for the run.")
+@click.option("--work-dir", type=click.Path(), default=None, help="Directory the run works in.")
+@click.option("--description", default=None)
+@click.option("--catch-up", type=click.Choice(["once", "none"]), default="once", show_default=True,
+              help="Slots missed while no daemon ran: run the latest once, or none.")
+@click.option("--overlap", type=click.Choice(["skip", "queue"]), default="skip", show_default=True,
+              help="A slot due while the previous run still runs: skip it, or queue it.")
+@_json_option
+def add_command(name: str, cron: str, task: str, config: str | None, work_dir: str | None,
+                description: str | None, catch_up: str, overlap: str, as_json: bool) -> None:
+    """Add schedule NAME. An expression that can never fire (February 31) is refused."""
+    now = datetime.datetime.now(UTC)
+    try:
+        expr = parse_cron(cron, now=now)
+        next_run = format_slot(expr.next_after(now))
+    except ValueError as exc:
+        _fail(as_json, "add", str(exc))
+        return
+    if not name.strip():
+        _fail(as_json, "add", "the name must not be empty")
+    work = os.path.abspath(work_dir) if work_dir else None
+    _mutate(as_json, "add", db.add_job, name=name, cron=expr.text, task=task, next_run=next_run,
+            description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap)
+    if not as_json:
+        click.echo(f"added {name}: next run {next_run}")
+
+
+@schedule_command.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one wire-protocol JSON line ({protocolVersion, items}).")
+def list_command(as_json: bool) -> None:
+    """List schedules, ordered by next run."""
+    try:
+        store = open_store()
+        try:
+            with store.read() as conn:
+                jobs = db.list_jobs(conn)
+        finally:
+            store.close()
+    except RoostError as exc:
+        _fail(as_json, "list", str(exc))
+        return
+    now = datetime.datetime.now(UTC)
+    items = [job_item(j, now) for j in jobs]
+    if as_json:
+        sys.stdout.buffer.write(dumps_line({"protocolVersion": PROTOCOL_VERSION, "items": items}))
+        sys.stdout.flush()
+        return
+    if not items:
+        click.echo("no schedules")
+        return
+    for it in items:
+        state = "enabled" if it["enabled"] else "disabled"
+        due = " due" if it["due"] else ""
+        click.echo(f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {it['nextRun'] or 'never'}"
+                   f"  last {it['lastRun'] or '-'}  {it['task'][:60]}")
+
+
+@schedule_command.command("remove")
+@click.argument("name")
+@_json_option
+def remove_command(name: str, as_json: bool) -> None:
+    """Remove schedule NAME and its run records."""
+    _mutate(as_json, "remove", db.remove_job, name)
+
+
+@schedule_command.command("enable")
+@click.argument("name")
+@_json_option
+def enable_command(name: str, as_json: bool) -> None:
+    """Enable schedule NAME; its next run is the first slot from now (no catch-up of the pause)."""
+
+    def enable(conn: Any) -> None:
+        job = db.get_job(conn, name)
+        now = datetime.datetime.now(UTC)
+        try:
+            next_run: str | None = format_slot(parse_cron(job.cron, now=now).next_after(now))
+        except ValueError:
+            next_run = None  # an old row that can never fire: enabled, but never due
+        db.set_job_enabled(conn, name, True, next_run=next_run)
+
+    _mutate(as_json, "enable", enable)
+
+
+@schedule_command.command("disable")
+@click.argument("name")
+@_json_option
+def disable_command(name: str, as_json: bool) -> None:
+    """Disable schedule NAME (a run in progress is not stopped)."""
+    _mutate(as_json, "disable", db.set_job_enabled, name, False, next_run=None)
+
+
+@schedule_command.command("run")
+@click.argument("name")
+@_json_option
+def run_command(name: str, as_json: bool) -> None:
+    """Fire schedule NAME now: the running `roost serve` daemon dispatches it once."""
+    _mutate(as_json, "run", db.request_run, name)

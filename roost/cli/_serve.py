@@ -1,0 +1,172 @@
+"""``roost serve``: the daemon many clients attach to (Unix socket + WebSocket ``/attach``).
+
+wire-protocol.md, "Live sessions" and "Daemon events (serve socket)"; the mechanics are in
+:mod:`roost.protocol._serve_daemon`. On start the daemon prints one JSON line to stdout,
+``{"type": "listening", "protocolVersion": 1, "socket": PATH, "httpPort": PORT|null, "pid": PID}``,
+and then logs only to stderr.
+
+Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in the store and
+resumed by the next daemon), 1 when another daemon owns the socket path or on a runtime error,
+2 on a configuration error (no provider, unreadable tokens file or TLS files).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import ssl
+import sys
+from pathlib import Path
+
+from typing import Any
+
+import click
+import trio
+
+from roost._json import dumps_line
+from roost.cli._appserver import setup_logging
+from roost.cli._engine_options import EngineFlags, engine_options
+from roost.errors import ConfigError, RoostError
+
+__all__ = ["serve_command", "run_serve"]
+
+
+async def run_serve(options: object, engines: object) -> int:
+    """Run the daemon until SIGINT/SIGTERM; return the exit status.
+
+    Raises:
+        DaemonRunning: another daemon owns the socket path (nothing was started).
+    """
+    from roost.protocol._serve_daemon import ServeDaemon, claim_socket_path
+    from roost.supervisor._root import open_runtime
+    from roost.tools import builtin_tools
+
+    lock_fd = claim_socket_path(options.socket_path)  # type: ignore[attr-defined]
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:  # type: ignore[attr-defined]
+                default = engines.default  # type: ignore[attr-defined]
+                daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,  # type: ignore[arg-type]
+                                     model=default.model if default else None)
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(daemon.run)
+                    await _start_scheduler(runtime, daemon)
+                    sys.stdout.buffer.write(dumps_line({
+                        "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),  # type: ignore[attr-defined]
+                        "httpPort": daemon.http_port, "pid": os.getpid()}))
+                    sys.stdout.buffer.flush()
+                    async for _ in signals:
+                        nursery.cancel_scope.cancel()
+                        break
+        return 0
+    finally:
+        await engines.aclose()  # type: ignore[attr-defined]
+        os.close(lock_fd)
+
+
+async def _start_scheduler(runtime: Any, daemon: Any) -> None:
+    """Start the cron Scheduler as a permanent child of the root supervisor; it fires due
+    schedule slots as tasks of this daemon's TaskQueue (approvals follow the unattended policy)."""
+    from roost.actors._scheduler import Scheduler, TaskOutcomes
+    from roost.supervisor import ChildSpec, Restart
+
+    daemon.outcomes = TaskOutcomes(daemon.queue.lookup)
+
+    async def start_scheduler(*, task_status: Any) -> None:
+        scheduler = Scheduler(runtime.store, dispatch=daemon.queue.dispatch, wait_task=daemon.outcomes.wait,
+                              owner=runtime.services.owner)
+        await scheduler.run(task_status=task_status)
+
+    await runtime.root.start_child(ChildSpec("scheduler", start_scheduler, restart=Restart.PERMANENT,
+                                             shutdown_timeout=10))
+
+
+@click.command("serve")
+@engine_options
+@click.option("--work-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Directory tasks run in; also names the default socket (default: the current directory).")
+@click.option("--socket", "socket_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Unix socket path (default $ROOST_HOME/run/<hash of the work dir>.sock).")
+@click.option("--http-port", type=click.IntRange(0, 65535), default=None,
+              help="Also listen for WebSocket clients at ws://HOST:PORT/attach (0 picks a free port).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface for --http-port.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="PEM certificate: serve wss:// (needs --tls-key).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="PEM private key for --tls-cert.")
+@click.option("--tokens-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Bearer tokens, one per line: 'full <token>' or 'read <token>'.")
+@click.option("--reconnect-grace", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Seconds a pending approval waits for its client to reconnect.")
+@click.option("--unattended-policy", type=click.Choice(["deny", "allow"]), default="deny", show_default=True,
+              help="Answer to an approval nobody can be asked.")
+@click.option("--max-concurrent", type=click.IntRange(1), default=1, show_default=True,
+              help="Tasks running at once.")
+@click.option("--max-queued", type=click.IntRange(1), default=1000, show_default=True,
+              help="Queued tasks allowed before user_input gets server_overloaded.")
+@click.option("--permission-mode", type=click.Choice(["read_only", "standard", "unconfined"]),
+              default="standard", show_default=True, help="What task tools may do; standard asks approval.")
+@click.option("--token-warn-threshold", type=click.IntRange(1), default=None,
+              help="Input tokens at which a task sends token_budget_warning once.")
+@click.option("--outbox-lines", type=click.IntRange(1), default=None, hidden=True,
+              help="Lines a client's outbox holds before it counts as a slow consumer.")
+@click.option("--kick-grace", type=click.FloatRange(0), default=10.0, hidden=True,
+              help="Seconds a slow consumer may still read what was queued before it is closed.")
+@click.option("--stamp-events", is_flag=True, hidden=True,
+              help="Add the emit time (unix seconds) as 't' to broadcast events (benchmarks).")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
+def serve_command(engine_flags: EngineFlags, work_dir: Path | None, socket_path: Path | None,
+                  http_port: int | None, host: str, tls_cert: Path | None, tls_key: Path | None,
+                  tokens_file: Path | None, reconnect_grace: float, unattended_policy: str, max_concurrent: int,
+                  max_queued: int, permission_mode: str, token_warn_threshold: int | None,
+                  outbox_lines: int | None, kick_grace: float, stamp_events: bool, verbose: bool) -> None:
+    """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
+
+    Each user_input (or plain text line) becomes a task, run FIFO by --max-concurrent runners on
+    its own thread. Progress events go to every client; approvals and results only to the client
+    that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN (or ROOST_SERVE_TOKEN) or
+    --tokens-file is required on the WebSocket when set.
+    """
+    from roost.protocol._engines import EngineCatalog
+    from roost.protocol._outbox import DEFAULT_OUTBOX_LINES
+    from roost.protocol._serve_auth import ServeAuth
+    from roost.protocol._serve_daemon import DaemonRunning, ServeOptions, default_socket_path
+
+    setup_logging(verbose)
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    try:
+        settings = engine_flags.resolve()
+        auth = ServeAuth.load(tokens_file=tokens_file)
+        context = None
+        if tls_cert is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            try:
+                context.load_cert_chain(str(tls_cert), str(tls_key))
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"cannot load the TLS certificate/key: {exc}") from exc
+    except ConfigError as exc:
+        click.echo(f"roost serve: {exc}", err=True)
+        sys.exit(2)
+    directory = (work_dir or Path(os.getcwd())).resolve()
+    options = ServeOptions(
+        socket_path=(socket_path or default_socket_path(directory)).absolute(), work_dir=directory,
+        http_port=http_port, host=host, ssl_context=context, auth=auth, reconnect_grace=reconnect_grace,
+        unattended_policy=unattended_policy, max_concurrent=max_concurrent, max_queued=max_queued,
+        outbox_lines=outbox_lines or DEFAULT_OUTBOX_LINES, kick_grace=kick_grace,
+        permission_mode=permission_mode, warn_threshold=token_warn_threshold,
+        stamp_events=stamp_events)
+    if len(os.fsencode(str(options.socket_path))) > 107:   # sun_path is 108 bytes with its NUL
+        click.echo(f"roost serve: the socket path is too long for a Unix socket ({options.socket_path}); "
+                   "give a shorter one with --socket", err=True)
+        sys.exit(2)
+    engines = EngineCatalog(settings)
+    try:
+        code = trio.run(run_serve, options, engines)
+    except DaemonRunning as exc:
+        click.echo(f"roost serve: {exc}", err=True)
+        sys.exit(1)
+    except RoostError as exc:
+        click.echo(f"roost serve: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(code)

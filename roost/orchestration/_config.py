@@ -1,0 +1,435 @@
+"""Orchestration configs: YAML (or JSON) files describing a team of agents, loaded with cattrs.
+
+The format (keys in PascalCase, under a top-level ``Orchestration`` key)::
+
+    Orchestration:
+      Name: DevTeam
+      Description: Plans, writes and reviews code.
+      Models:                       # aliases reusable by agents
+        fast: {ModelId: gpt-4o-mini, Endpoint: http://localhost:11434/v1}
+      Agents:
+        - Name: Planner
+          Description: Breaks the task down.
+          Instructions: You plan. Say HANDOFF TO DEVELOPER when done.
+          Model: fast               # an alias of Models, a model id, or {ModelId, Endpoint}
+          Plugins: [files]
+        - File: agents/developer.yaml   # the agent's mapping in its own file (relative to this one)
+      Selection:                    # sequential | roundrobin | keyword | llm
+        Type: keyword
+        DefaultAgent: Planner
+        Routes:
+          - {Keyword: HANDOFF TO DEVELOPER, Agent: Developer, SourceAgents: [Planner]}
+      Termination:                  # regex | maxiterations | token_budget | composite
+        Type: composite
+        Mode: any                   # composite: any (default) or all
+        Strategies:
+          - {Type: regex, Pattern: APPROVED}
+          - {Type: maxiterations, MaxIterations: 20}
+          - {Type: token_budget, MaxTokens: 200000}
+
+Selection defaults to sequential, termination to 10 iterations. Keys Roost does not know are
+warnings, not errors (a config written for a newer release still loads). Every error names the
+path of the bad field, e.g. ``Orchestration.Agents[1].Name: required``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+import yaml
+from cattrs.gen import make_dict_structure_fn, override
+
+from roost._json import JSONDecodeError, loads
+from roost.errors import ConfigError
+
+__all__ = [
+    "SELECTION_TYPES",
+    "TERMINATION_TYPES",
+    "ModelSpec",
+    "AgentSpec",
+    "Route",
+    "Selection",
+    "Termination",
+    "OrchestrationConfig",
+    "ConfigIssue",
+    "ConfigInvalid",
+    "load_config_file",
+    "validate_config_file",
+]
+
+SELECTION_TYPES = ("sequential", "roundrobin", "keyword", "llm")
+TERMINATION_TYPES = ("regex", "maxiterations", "token_budget", "composite")
+_SELECTION_ALIASES = {"round_robin": "roundrobin", "round-robin": "roundrobin"}
+_TERMINATION_ALIASES = {"max_iterations": "maxiterations", "tokenbudget": "token_budget",
+                        "token-budget": "token_budget", "max-iterations": "maxiterations"}
+_DEFAULT_MAX_ITERATIONS = 10
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """A model: its id and, optionally, the provider and the server's base URL."""
+
+    model_id: str
+    provider: str | None = None
+    endpoint: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AgentSpec:
+    """One agent of the team; ``model`` is an alias of ``Models``, a model id, or a ModelSpec."""
+
+    name: str
+    description: str | None = None
+    instructions: str = ""
+    model: ModelSpec | str | None = None
+    plugins: list[str] = attrs.field(factory=list)
+    file: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Route:
+    """keyword selection: when ``keyword`` appears in a message of a source agent, ``agent`` speaks next."""
+
+    keyword: str
+    agent: str
+    source_agents: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class Selection:
+    """Which agent speaks next: ``type`` is one of :data:`SELECTION_TYPES`."""
+
+    type: str = "sequential"
+    default_agent: str | None = None
+    routes: list[Route] = attrs.field(factory=list)
+    model: ModelSpec | str | None = None
+    prompt: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Termination:
+    """When the run ends: ``type`` is one of :data:`TERMINATION_TYPES`.
+
+    ``regex``: ``pattern`` matches a message (of ``agent_names`` when given); ``maxiterations``:
+    after ``max_iterations`` agent turns; ``token_budget``: once ``max_tokens`` tokens were used;
+    ``composite``: ``strategies`` combined with ``mode`` ``any`` or ``all``.
+    """
+
+    type: str = "maxiterations"
+    pattern: str | None = None
+    agent_names: list[str] = attrs.field(factory=list)
+    max_iterations: int | None = None
+    max_tokens: int | None = None
+    mode: str = "any"
+    strategies: list[Termination] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class OrchestrationConfig:
+    """A loaded orchestration config; ``path`` is the absolute file it came from."""
+
+    path: str = ""
+    name: str = ""
+    description: str | None = None
+    models: dict[str, ModelSpec] = attrs.field(factory=dict)
+    agents: list[AgentSpec] = attrs.field(factory=list)
+    selection: Selection = attrs.field(factory=Selection)
+    termination: Termination = attrs.field(
+        factory=lambda: Termination(type="maxiterations", max_iterations=_DEFAULT_MAX_ITERATIONS))
+
+    def resolve_model(self, agent: AgentSpec) -> ModelSpec | None:
+        """Return an agent's model with a ``Models`` alias resolved (``None``: the provider's default)."""
+        if isinstance(agent.model, str):
+            return self.models.get(agent.model) or ModelSpec(model_id=agent.model)
+        return agent.model
+
+
+for _cls in (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig):
+    attrs.resolve_types(_cls, globals(), locals())
+del _cls
+
+
+@attrs.frozen
+class ConfigIssue:
+    """A finding of :func:`validate_config_file`: ``level`` ``error`` or ``warning``."""
+
+    level: str
+    message: str
+
+
+class ConfigInvalid(ConfigError):
+    """The config has errors; ``issues`` lists all of them (errors and warnings)."""
+
+    def __init__(self, message: str, issues: list[ConfigIssue]) -> None:
+        super().__init__(message)
+        self.issues = issues
+
+
+def _pascal(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=False)
+
+    def model_hook(value: Any, _: Any) -> ModelSpec | str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return conv.structure(value, ModelSpec)
+
+    conv.register_structure_hook(ModelSpec | str | None, model_hook)  # type: ignore[arg-type]
+
+    def strict_str(value: Any, _: Any) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {type(value).__name__}")
+        return value
+
+    def strict_int(value: Any, _: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"expected an integer, got {type(value).__name__}")
+        return value
+
+    conv.register_structure_hook(str, strict_str)
+    conv.register_structure_hook(int, strict_int)
+    for cls in (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig):
+        renames = {a.name: override(rename=_pascal(a.name)) for a in attrs.fields(cls) if a.name != "path"}
+        if cls is AgentSpec:
+            renames["file"] = override(omit=True)
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **renames))
+    return conv
+
+
+_converter = _make_converter()
+_KNOWN_KEYS = {cls: {_pascal(a.name) for a in attrs.fields(cls)} for cls in
+               (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig)}
+
+
+def _read_document(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text") from exc
+    if path.suffix.lower() == ".json":
+        try:
+            return loads(text)
+        except JSONDecodeError as exc:
+            raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+
+
+def _unknown_keys(raw: Any, cls: type, where: str, out: list[ConfigIssue]) -> None:
+    """Warn about keys ``cls`` does not define, recursively."""
+    if not isinstance(raw, dict):
+        return
+    for key, value in raw.items():
+        if key not in _KNOWN_KEYS[cls]:
+            out.append(ConfigIssue("warning", f"{where}.{key}: unknown key, ignored"))
+            continue
+        if cls is OrchestrationConfig and key == "Agents" and isinstance(value, list):
+            for i, agent in enumerate(value):
+                _unknown_keys(agent, AgentSpec, f"{where}.Agents[{i}]", out)
+        elif cls is OrchestrationConfig and key == "Selection":
+            _unknown_keys(value, Selection, f"{where}.Selection", out)
+        elif cls is OrchestrationConfig and key == "Termination":
+            _unknown_keys(value, Termination, f"{where}.Termination", out)
+        elif cls is Termination and key == "Strategies" and isinstance(value, list):
+            for i, sub in enumerate(value):
+                _unknown_keys(sub, Termination, f"{where}.Strategies[{i}]", out)
+        elif cls is Selection and key == "Routes" and isinstance(value, list):
+            for i, route in enumerate(value):
+                _unknown_keys(route, Route, f"{where}.Routes[{i}]", out)
+
+
+def _expand_agent_files(body: dict[str, Any], base: Path, issues: list[ConfigIssue]) -> None:
+    """Replace ``{File: path}`` agent entries with the mapping read from that file."""
+    agents = body.get("Agents")
+    if not isinstance(agents, list):
+        return
+    for i, entry in enumerate(agents):
+        if not (isinstance(entry, dict) and "File" in entry):
+            continue
+        where = f"Orchestration.Agents[{i}].File"
+        ref = entry["File"]
+        if not isinstance(ref, str) or not ref:
+            issues.append(ConfigIssue("error", f"{where}: expected a path"))
+            continue
+        path = (base / ref).resolve()
+        try:
+            loaded = _read_document(path)
+        except ConfigError as exc:
+            issues.append(ConfigIssue("error", f"{where}: {exc}"))
+            continue
+        if isinstance(loaded, dict) and isinstance(loaded.get("Agent"), dict):
+            loaded = loaded["Agent"]
+        if not isinstance(loaded, dict):
+            issues.append(ConfigIssue("error", f"{where}: {path} must hold a mapping of agent fields"))
+            continue
+        agents[i] = {**loaded, **{k: v for k, v in entry.items() if k != "File"}, "_file": str(path)}
+
+
+def _structure_errors(exc: Exception) -> list[str]:
+    messages = cattrs.transform_error(exc, path="Orchestration")
+    out = []
+    for msg in messages:
+        # "invalid value for type, expected str @ Orchestration.Agents[0].Name" -> path first
+        text, _, where = msg.partition(" @ ")
+        where = re.sub(r"\.(\w+)", lambda m: "." + _pascal(m.group(1)), where) if where else "Orchestration"
+        text = text.replace("required field missing", "required")
+        out.append(f"{where}: {text}")
+    return out
+
+
+def _normalise(body: dict[str, Any]) -> None:
+    """Lower-case the Type names and map their aliases, in place."""
+    sel = body.get("Selection")
+    if isinstance(sel, dict) and isinstance(sel.get("Type"), str):
+        t = sel["Type"].strip().lower()
+        sel["Type"] = _SELECTION_ALIASES.get(t, t)
+
+    def term(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("Type"), str):
+                t = node["Type"].strip().lower()
+                node["Type"] = _TERMINATION_ALIASES.get(t, t)
+            for sub in node.get("Strategies") or [] if isinstance(node.get("Strategies"), list) else []:
+                term(sub)
+
+    term(body.get("Termination"))
+
+
+def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
+    """Semantic checks that the types alone cannot express."""
+    def error(msg: str) -> None:
+        issues.append(ConfigIssue("error", msg))
+
+    names = [a.name for a in config.agents]
+    if not config.agents:
+        error("Orchestration.Agents: at least one agent is required")
+    seen: set[str] = set()
+    for i, agent in enumerate(config.agents):
+        if not agent.name.strip():
+            error(f"Orchestration.Agents[{i}].Name: must not be empty")
+        elif agent.name in seen:
+            error(f"Orchestration.Agents[{i}].Name: duplicate agent name {agent.name!r}")
+        seen.add(agent.name)
+        if not agent.instructions.strip():
+            issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Instructions: empty"))
+        if isinstance(agent.model, ModelSpec) and not agent.model.model_id.strip():
+            error(f"Orchestration.Agents[{i}].Model.ModelId: must not be empty")
+    for alias, spec in config.models.items():
+        if not spec.model_id.strip():
+            error(f"Orchestration.Models.{alias}.ModelId: must not be empty")
+    sel = config.selection
+    if sel.type not in SELECTION_TYPES:
+        error(f"Orchestration.Selection.Type: unknown selection {sel.type!r} (one of {', '.join(SELECTION_TYPES)})")
+    if sel.default_agent is not None and sel.default_agent not in names:
+        error(f"Orchestration.Selection.DefaultAgent: no agent named {sel.default_agent!r}")
+    if sel.type == "keyword" and not sel.routes:
+        error("Orchestration.Selection.Routes: keyword selection needs at least one route")
+    for i, route in enumerate(sel.routes):
+        where = f"Orchestration.Selection.Routes[{i}]"
+        if not route.keyword.strip():
+            error(f"{where}.Keyword: must not be empty")
+        if route.agent not in names:
+            error(f"{where}.Agent: no agent named {route.agent!r}")
+        for j, src in enumerate(route.source_agents):
+            if src not in names:
+                error(f"{where}.SourceAgents[{j}]: no agent named {src!r}")
+    _check_termination(config.termination, "Orchestration.Termination", names, error)
+
+
+def _check_termination(term: Termination, where: str, names: list[str], error: Any) -> None:
+    if term.type not in TERMINATION_TYPES:
+        error(f"{where}.Type: unknown termination {term.type!r} (one of {', '.join(TERMINATION_TYPES)})")
+        return
+    if term.type == "regex":
+        if not term.pattern:
+            error(f"{where}.Pattern: required for regex termination")
+        else:
+            try:
+                re.compile(term.pattern)
+            except re.error as exc:
+                error(f"{where}.Pattern: not a valid regular expression ({exc})")
+        for j, agent in enumerate(term.agent_names):
+            if agent not in names:
+                error(f"{where}.AgentNames[{j}]: no agent named {agent!r}")
+    elif term.type == "maxiterations":
+        if term.max_iterations is None or term.max_iterations < 1:
+            error(f"{where}.MaxIterations: required, a positive integer")
+    elif term.type == "token_budget":
+        if term.max_tokens is None or term.max_tokens < 1:
+            error(f"{where}.MaxTokens: required, a positive integer of tokens")
+    else:
+        if term.mode not in ("any", "all"):
+            error(f"{where}.Mode: must be any or all, not {term.mode!r}")
+        if not term.strategies:
+            error(f"{where}.Strategies: composite termination needs at least one strategy")
+        for i, sub in enumerate(term.strategies):
+            _check_termination(sub, f"{where}.Strategies[{i}]", names, error)
+
+
+def validate_config_file(path: str | os.PathLike[str]) -> tuple[OrchestrationConfig | None, list[ConfigIssue]]:
+    """Load and check an orchestration config, collecting every issue (blocking file I/O).
+
+    Args:
+        path: the YAML (``.yaml``/``.yml``, or any other suffix) or JSON (``.json``) file.
+
+    Returns:
+        ``(config, issues)``: ``config`` is ``None`` when the file could not be read, parsed or
+        structured; otherwise it is returned even when semantic checks found errors. Each issue's
+        message starts with the path of the field (``Orchestration.Agents[0].Name: ...``) or the
+        file.
+    """
+    file = Path(path).expanduser().resolve()
+    issues: list[ConfigIssue] = []
+    try:
+        raw = _read_document(file)
+    except ConfigError as exc:
+        return None, [ConfigIssue("error", str(exc))]
+    if not isinstance(raw, dict) or not isinstance(raw.get("Orchestration"), dict):
+        return None, [ConfigIssue("error", f"{file}: the top level must be a mapping with an Orchestration key")]
+    body = dict(raw["Orchestration"])
+    _expand_agent_files(body, file.parent, issues)
+    if any(i.level == "error" for i in issues):
+        return None, issues
+    _normalise(body)
+    _unknown_keys({k: v for k, v in body.items()}, OrchestrationConfig, "Orchestration", issues)
+    issues[:] = [i for i in issues if not i.message.endswith("._file: unknown key, ignored")]
+    files = {}
+    if isinstance(body.get("Agents"), list):
+        for i, agent in enumerate(body["Agents"]):
+            if isinstance(agent, dict) and "_file" in agent:
+                files[i] = agent.pop("_file")
+    try:
+        config = _converter.structure(body, OrchestrationConfig)
+    except Exception as exc:  # cattrs raises ClassValidationError / BaseValidationError groups
+        return None, issues + [ConfigIssue("error", m) for m in _structure_errors(exc)]
+    if files:
+        config = attrs.evolve(config, agents=[attrs.evolve(a, file=files.get(i)) for i, a in enumerate(config.agents)])
+    config = attrs.evolve(config, path=str(file))
+    _check(config, issues)
+    return config, issues
+
+
+def load_config_file(path: str | os.PathLike[str]) -> OrchestrationConfig:
+    """Load an orchestration config that must be free of errors (warnings are allowed).
+
+    Raises:
+        ConfigInvalid: (a :class:`ConfigError`) the file is missing, unparsable, or has errors;
+            the message lists every error with the path of its field.
+    """
+    config, issues = validate_config_file(path)
+    errors = [i.message for i in issues if i.level == "error"]
+    if config is None or errors:
+        raise ConfigInvalid(f"{Path(path)}: " + "; ".join(errors), issues)
+    return config

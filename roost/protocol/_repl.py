@@ -1,0 +1,575 @@
+"""``roost repl --vscode``: one chat per process over stdio (wire-protocol.md, "Live sessions").
+
+The chat is a Roost thread of kind ``chat``; ``--resume ID`` continues one. The process speaks the
+stdio chat dialect: JSONL events on stdout (``ready`` first, ``session_end`` last), JSONL input on
+stdin (``user_input``, ``approval_response``, ``question_response``, ``interrupt``).
+
+Data flow: the ThreadActor's hub delivers app-server-shaped notification lines to
+:class:`ReplSession` (a hub subscriber); :class:`~roost.protocol._repl_events.ChatTranslator`
+turns them into stdio events, which go through the bounded :class:`~roost.protocol._outbox.Outbox`
+to stdout. Prompts (approvals, questions) go through the same outbox, so every event keeps the
+order in which it happened.
+
+Behaviour:
+
+* ``user_input`` while idle starts a turn (text, optional images ``{name, data}`` with ``data`` a
+  base64 ``data:`` URL). While a reply streams it is steered into the running turn
+  (``interjection {status: joined}`` once the model sees it); if the turn ends first, it starts
+  the next turn (``interjection {status: carried}``, and that turn's ``turn_start.text`` is it).
+* A slash command: ``/help``, ``/status``, ``/title <text>``, ``/exit`` (``/quit``). Mid-turn
+  commands (``ready.midTurnCommands``) answer with ``applied``; while idle a command ends with
+  ``message_end`` (``toolCalls: []``) so the client re-enables its input, like fuseraft.
+* ``interrupt`` (or SIGINT) cancels the running turn only: the turn ends ``cancelled`` and the
+  process lives on. With no turn running it answers ``cancelled`` at once.
+* End of input (or ``/exit``): a running turn is interrupted and persisted (bounded wait), then
+  ``session_end`` is sent and the process exits 0.
+* A line that is not JSON, not an object, or of an unknown type gets an ``error`` event; the chat
+  goes on.
+* Subagents: a worker's tool calls are sent as ``tool_call`` with ``agent`` (its name); they are
+  not counted in the chat's ``message_end.toolCalls``. Their approvals come to this client too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from roost._json import dumps_line, loads
+from roost.errors import RoostError
+from roost.protocol._framing import FrameError, LineDecoder, read_frames
+from roost.protocol._outbox import Outbox
+from roost.protocol._repl_events import ChatTranslator, replay_event
+from roost.protocol._repl_prompts import PromptBroker, ask_user_tool
+
+__all__ = ["ReplSession", "serve_repl", "PROTOCOL_VERSION", "MID_TURN_COMMANDS"]
+
+log = logging.getLogger("roost.repl")
+
+#: wire-protocol.md, "Versioning".
+PROTOCOL_VERSION = 1
+#: Slash commands that may be sent while a reply is still streaming.
+MID_TURN_COMMANDS = ("/help", "/status", "/title")
+#: Seconds a running turn may take to persist after end of input or ``/exit``.
+_SHUTDOWN_GRACE = 15.0
+#: Default context window in tokens for ``status.context`` (``ROOST_CONTEXT_WINDOW`` overrides).
+_CONTEXT_WINDOW = 128_000
+_DATA_URL = re.compile(r"^data:(image/[A-Za-z0-9.+-]+);base64,(.*)$", re.DOTALL)
+_HELP = """**Commands**
+
+- `/status`: status-line numbers (model, turn, context use, tokens)
+- `/title <text>`: name this chat
+- `/exit`: end the chat
+
+Mid-turn: `/help`, `/status`, `/title`. Interrupt a reply with `interrupt` (or SIGINT)."""
+
+
+def decode_images(images: Any) -> tuple:
+    """Wire images ``[{name, data: "data:image/...;base64,..."}]`` -> Roost image dicts.
+
+    Returns:
+        ``({"media_type", "data", "original"?}, ...)`` validated like the app-server's images.
+
+    Raises:
+        InvalidParams: not a list, a missing or non-``data:`` URL, bad base64, too large.
+    """
+    from roost.errors import InvalidParams
+    from roost.protocol._as_turns import check_images
+
+    if images is None:
+        return ()
+    if not isinstance(images, list):
+        raise InvalidParams("images must be a list of {name, data}")
+    out = []
+    for index, image in enumerate(images):
+        data = image.get("data") if isinstance(image, dict) else None
+        match = _DATA_URL.match(data) if isinstance(data, str) else None
+        if match is None:
+            raise InvalidParams(f"images[{index}].data must be a base64 data URL (data:image/...;base64,...)")
+        entry = {"media_type": match.group(1), "data": "".join(match.group(2).split())}
+        if isinstance(image.get("name"), str):
+            entry["original"] = image["name"]
+        out.append(entry)
+    return check_images(out)
+
+
+class ReplSession:
+    """One stdio chat: the hub subscriber, the input dispatcher and the prompt broker's owner.
+
+    Args:
+        actor: the chat's ThreadActor (subscribed by :func:`serve_repl`).
+        outbox: where every event line goes (bounded; drained by the writer task).
+        broker: the prompt broker (approvals, questions).
+        model: the model name shown in ``ready`` and ``status``.
+        questions: whether ``ask_user`` is offered.
+        turn_index: the number of turns the chat already has.
+    """
+
+    def __init__(self, actor: Any, outbox: Outbox, broker: PromptBroker, *, model: str,
+                 questions: bool, turn_index: int = 0, registry: Any = None) -> None:
+        from roost.actors._messages import Origin
+
+        self.actor = actor
+        self.outbox = outbox
+        self.broker = broker
+        self.model = model
+        self.questions = questions
+        self.translator = ChatTranslator(cwd=actor.cwd, turn_index=turn_index)
+        self.origin = Origin(client_id="repl", request_approval=broker.request_approval)
+        self.nursery: trio.Nursery | None = None
+        self.exit_requested = False
+        self._first_prompt: str | None = None
+        self.registry = registry
+        self._taps: dict[str, _WorkerTap] = {}   # worker thread id -> its tap
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def emit(self, event: dict) -> None:
+        """Queue one event line (never blocks; once the bounded outbox is full, lines are dropped
+        and a slow-consumer warning is logged)."""
+        self.outbox.deliver(dumps_line(event))
+
+    def deliver(self, line: bytes) -> None:
+        """Hub subscriber: translate one notification line and queue its events."""
+        message = loads(line)
+        method = message.get("method") or ""
+        params = message.get("params") or {}
+        if method == "item/completed" and self._first_prompt is None:
+            item = params.get("item") or {}
+            if item.get("type") == "user_message" and not str(item.get("source_id") or "").startswith("roost:"):
+                self._first_prompt = item.get("text") or ""
+        if method == "agent/updated":
+            self._tap_worker(params.get("agent") or {})
+        terminal = method in ("turn/completed", "turn/error")
+        was_busy = self.translator.busy
+        for event in self.translator.translate(method, params):
+            self.emit(event)
+        if terminal and was_busy and not self.translator.busy:
+            self.emit(self.status_event())
+            self._after_turn(params.get("turn") or {})
+
+    def announce_tool_call(self, item_id: Any) -> None:
+        """Send the pending ``tool_call`` of ``item_id`` (before its ``approval_request``)."""
+        for event in self.translator.announce_tool_call(item_id):
+            self.emit(event)
+        for tap in self._taps.values():
+            tap.announce(item_id)
+
+    def untap_workers(self) -> None:
+        """Stop following subagents (the chat is ending)."""
+        for thread_id, tap in list(self._taps.items()):
+            subscribers = self.registry.subscribers.get(thread_id) or []
+            if tap in subscribers:
+                subscribers.remove(tap)
+        self._taps.clear()
+
+    def _tap_worker(self, agent: dict) -> None:
+        """Follow a subagent's thread, so its tool calls show as ``tool_call`` with ``agent`` set.
+
+        Called synchronously from the root hub's ``agent/updated``, which a new worker's tree emits
+        before the worker's turn starts, so no call of it is missed. The tap joins the registry's
+        shared subscriber list of the worker thread (it outlives restarts of that actor).
+        """
+        thread_id = agent.get("thread_id")
+        if self.registry is None or not isinstance(thread_id, str):
+            return
+        subscribers = self.registry.subscribers.setdefault(thread_id, [])
+        tap = self._taps.get(thread_id)
+        if agent.get("status") in ("completed", "failed", "interrupted", "cancelled"):
+            if tap is not None and tap in subscribers:
+                subscribers.remove(tap)
+            self._taps.pop(thread_id, None)
+        elif tap is None:
+            # The call that spawned the worker (the chat's, or its parent worker's) is running:
+            # announce it before the worker's own calls.
+            parent = next((t for t in self._taps.values() if t.worker_id == agent.get("parent_id")), None)
+            if parent is not None:
+                parent.announce_running()
+            else:
+                for event in self.translator.announce_running():
+                    self.emit(event)
+            tap = self._taps[thread_id] = _WorkerTap(self, str(agent.get("name") or "agent"), agent.get("id"))
+            subscribers.append(tap)
+
+    def status_event(self) -> dict:
+        """The ``status`` event: model, turn, context use (0-1), level, modes, token totals."""
+        t = self.translator
+        try:
+            window = int(os.environ.get("ROOST_CONTEXT_WINDOW") or _CONTEXT_WINDOW)
+        except ValueError:
+            window = _CONTEXT_WINDOW
+        context = min(1.0, t.last_input_tokens / window) if window > 0 else 0.0
+        level = "ok" if context < 0.75 else "warning" if context < 0.9 else "critical"
+        modes = [self.actor.thread.permission_mode or "standard"] + (["questions"] if self.questions else [])
+        return {"type": "status", "model": self.model, "turn": t.turn_index, "context": round(context, 4),
+                "level": level, "modes": modes, "input": t.input_tokens, "output": t.output_tokens,
+                "cached": t.cached_tokens}
+
+    def title_event(self) -> dict:
+        thread = self.actor.thread
+        return {"type": "title", "sessionId": thread.id, "title": thread.title,
+                "autoTitle": (thread.metadata or {}).get("auto_title")}
+
+    def ready_event(self) -> dict:
+        thread = self.actor.thread
+        return {"type": "ready", "protocolVersion": PROTOCOL_VERSION, "sessionId": thread.id,
+                "model": self.model, "title": thread.title,
+                "autoTitle": (thread.metadata or {}).get("auto_title"),
+                "midTurnCommands": list(MID_TURN_COMMANDS)}
+
+    def _after_turn(self, turn: dict) -> None:
+        """After a turn's terminal events: carry unadmitted mid-turn input; name the chat."""
+        held, self.translator.held = self.translator.held, []
+        if self.nursery is None:
+            return
+        if held and not self.exit_requested:
+            # Busy from now on, so input read meanwhile joins the carried turn instead of racing it.
+            self.translator.expect_turn(carried_text="\n\n".join(str(h.get("prompt") or "") for h in held))
+            self.nursery.start_soon(self._carry, held)
+        elif turn.get("status") == "completed" and self._first_prompt \
+                and not (self.actor.thread.metadata or {}).get("auto_title"):
+            self.nursery.start_soon(self._auto_title, self._first_prompt)
+
+    async def _carry(self, held: list[dict]) -> None:
+        """Start the next turn with the messages the last turn never admitted."""
+        from roost.actors._messages import SteerInput
+
+        self.emit({"type": "interjection", "status": "carried", "count": len(held)})
+        try:
+            first = await self.actor.ref.ask(SteerInput(input_id=held[0]["id"], origin=self.origin))
+            turn_id = (first.get("turn") or {}).get("id")
+            for entry in held[1:]:
+                await self.actor.ref.ask(SteerInput(input_id=entry["id"], expected_turn_id=turn_id,
+                                                    origin=self.origin))
+        except RoostError as exc:
+            if not self.translator._turn_id:
+                self.translator.abandon_turn()
+            self.emit({"type": "error", "text": f"could not carry the message over: {exc}"})
+
+    async def _auto_title(self, prompt: str) -> None:
+        from roost.actors._messages import UpdateThread
+
+        first = (prompt.strip().splitlines() or [""])[0]
+        auto = first if len(first) <= 60 else first[:59] + "…"
+        metadata = dict(self.actor.thread.metadata or {}, auto_title=auto)
+        try:
+            await self.actor.ref.ask(UpdateThread(changes={"metadata": metadata}))
+        except RoostError as exc:
+            log.warning("could not store the chat's auto title: %s", exc)
+            return
+        self.emit(self.title_event())
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def interrupt(self, reason: str = "interrupted") -> None:
+        """Cancel the running turn; with none running, answer ``cancelled`` at once."""
+        from roost.actors._messages import InterruptTurn
+
+        if not self.translator.busy:
+            self.emit({"type": "cancelled"})
+            return
+        try:
+            self.actor.ref.tell(InterruptTurn(reason=reason))
+        except RoostError as exc:
+            self.emit({"type": "error", "text": f"could not interrupt: {exc}"})
+
+    async def handle(self, frame: Any) -> None:
+        """Dispatch one decoded input line (or a :class:`FrameError`)."""
+        if isinstance(frame, FrameError):
+            self.emit({"type": "error", "text": f"invalid input line ({frame.message}); expected one JSON object"})
+            return
+        if not isinstance(frame, dict):
+            self.emit({"type": "error", "text": "an input line must be a JSON object with a type"})
+            return
+        kind = frame.get("type")
+        if kind == "user_input":
+            await self._user_input(frame)
+        elif kind == "interrupt":
+            self.interrupt()
+        elif kind in ("approval_response", "question_response"):
+            if not self.broker.answer(frame):
+                what = "approval_request" if kind == "approval_response" else "question"
+                self.emit({"type": "error", "text": f"{kind} ignored: no {what} is pending"})
+        else:
+            self.emit({"type": "error", "text": f"unknown input type {kind!r}"})
+
+    async def _user_input(self, frame: dict) -> None:
+        from roost.errors import InvalidParams
+
+        text = frame.get("text")
+        if text is not None and not isinstance(text, str):
+            self.emit({"type": "error", "text": "user_input.text must be a string"})
+            return
+        text = text or ""
+        try:
+            images = decode_images(frame.get("images"))
+        except InvalidParams as exc:
+            self.emit({"type": "error", "text": str(exc)})
+            return
+        if text.strip().startswith("/") and not images:
+            await self._command(text.strip())
+            return
+        if not text.strip() and not images:
+            self.emit({"type": "error", "text": "user_input needs text (or images)"})
+            return
+        if self.translator.busy:
+            await self._steer(text, images)
+        else:
+            await self._start(text, images)
+
+    async def _start(self, text: str, images: tuple) -> None:
+        from roost.actors._messages import StartTurn
+
+        self.translator.expect_turn()
+        try:
+            await self.actor.ref.ask(StartTurn(prompt=text or None, images=images, origin=self.origin))
+        except RoostError as exc:
+            if self.translator._turn_id is None:
+                self.translator.abandon_turn()
+            self.emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
+
+    async def _steer(self, text: str, images: tuple) -> None:
+        from roost.actors._messages import SteerInput
+
+        try:
+            reply = await self.actor.ref.ask(SteerInput(prompt=text, images=images, origin=self.origin))
+        except RoostError as exc:
+            self.emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
+            return
+        if reply.get("delivery") == "queued":  # the turn had just ended: this started a new one
+            self.translator.busy = True
+
+    async def _command(self, line: str) -> None:
+        from roost.actors._messages import UpdateThread
+
+        command, _, arg = line.partition(" ")
+        command, arg = command.lower(), arg.strip()
+        mid_turn = self.translator.busy
+        if mid_turn and command not in MID_TURN_COMMANDS and command not in ("/exit", "/quit"):
+            self.emit({"type": "error", "text": f"{command} cannot be used while a reply is streaming; "
+                                                f"mid-turn commands: {', '.join(MID_TURN_COMMANDS)}"})
+            return
+        message = ""
+        if command in ("/exit", "/quit"):
+            self.exit_requested = True
+            return
+        if command == "/help":
+            self.emit({"type": "text", "text": _HELP})
+            message = "help shown"
+        elif command == "/status":
+            self.emit(self.status_event())
+            message = "status sent"
+        elif command == "/title":
+            if not arg:
+                self.emit({"type": "error", "text": "usage: /title <text>"})
+                return
+            try:
+                await self.actor.ref.ask(UpdateThread(changes={"title": arg}))
+            except RoostError as exc:
+                self.emit({"type": "error", "text": f"could not set the title: {exc}"})
+                return
+            self.emit(self.title_event())
+            message = f"title set to {arg!r}"
+        else:
+            self.emit({"type": "error", "text": f"unknown command {command}; try /help"})
+            return
+        if mid_turn:
+            self.emit({"type": "applied", "command": command, "message": message})
+        else:
+            self.emit({"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []})
+
+    async def shutdown(self) -> None:
+        """Interrupt a running turn (reason ``shutdown``) and wait, bounded, for it to persist."""
+        from roost.actors._messages import InterruptTurn
+
+        self.exit_requested = True
+        if self.translator.busy or self.actor.active is not None:
+            try:
+                self.actor.ref.tell(InterruptTurn(reason="shutdown"))
+            except RoostError:
+                pass
+            with trio.move_on_after(_SHUTDOWN_GRACE):
+                await self.actor.idle.wait()
+        self.broker.close()
+
+
+class _WorkerTap:
+    """A subscriber of one subagent's thread: its tool calls become ``tool_call {.., agent}``."""
+
+    def __init__(self, session: ReplSession, name: str, worker_id: Any) -> None:
+        self.session = session
+        self.name = name
+        self.worker_id = worker_id
+        self.translator = ChatTranslator(cwd=session.actor.cwd)
+
+    def _emit(self, events: list[dict]) -> None:
+        for event in events:
+            if event["type"] == "tool_call":
+                self.session.emit({**event, "agent": self.name})
+
+    def deliver(self, line: bytes) -> None:
+        message = loads(line)
+        method = message.get("method") or ""
+        if method in ("item/started", "item/completed", "item/toolCall/delta", "item/toolCall/outputDelta"):
+            self._emit(self.translator.translate(method, message.get("params") or {}))
+
+    def announce(self, item_id: Any) -> None:
+        self._emit(self.translator.announce_tool_call(item_id))
+
+    def announce_running(self) -> None:
+        self._emit(self.translator.announce_running())
+
+
+async def _open_chat(runtime: Any, *, resume: str | None, cwd: Path, settings: Any,
+                     permission_mode: str) -> Any:
+    """The chat's ThreadActor: the resumed thread, or a new ``chat`` thread in ``cwd``.
+
+    Raises:
+        ThreadNotFound: ``resume`` names no thread. InvalidParams: it is not a chat.
+    """
+    from roost.errors import InvalidParams
+    from roost.model import Thread
+    from roost.storage import new_id, utc_now
+
+    if resume is not None:
+        actor = await runtime.registry.get(resume)
+        if actor.thread.kind != "chat":
+            raise InvalidParams(f"{resume} is a {actor.thread.kind} thread, not a chat")
+        return actor
+    now = utc_now()
+    thread = Thread(id=new_id("thr"), kind="chat", cwd=str(cwd), provider=settings.provider,
+                    model=settings.model, permission_mode=permission_mode, created_at=now, updated_at=now)
+    return await runtime.registry.create(thread, ephemeral=False)
+
+
+async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, engines: Any,
+                     cwd: Path, resume: str | None = None, permission_mode: str = "standard",
+                     questions: bool = False, db_path: Path | None = None,
+                     handle_sigint: bool = True) -> int:
+    """Serve one stdio chat until end of input or ``/exit``; return the exit status.
+
+    Args:
+        receive, send: the client's byte streams (stdin / stdout).
+        engines: the :class:`~roost.protocol._engines.EngineCatalog` (``default`` None = unconfigured).
+        cwd: the new chat's working directory (a resumed chat keeps its own).
+        resume: the id of a chat thread to continue (its earlier turns are sent as ``replay``).
+        permission_mode: a new chat's permission mode (``standard`` asks approvals).
+        questions: offer the ``ask_user`` tool (FUSERAFT_VSCODE_QUESTIONS=1).
+        db_path: the database (default ``$ROOST_HOME/roost.db``).
+        handle_sigint: SIGINT interrupts the running turn (only from the main thread).
+
+    Returns:
+        0 after a normal end; 1 when the chat could not be opened (unknown ``--resume`` id, the
+        store); 2 when no model provider is configured. Each failure is first reported as an
+        ``error`` event, then ``session_end``.
+
+    Cancellation: cancelled from outside, the runtime stops (a running turn settles as interrupted
+    in its shielded clean-up) and no ``session_end`` is promised.
+    """
+    from roost.supervisor._root import open_runtime
+    from roost.tools import builtin_tools
+
+    outbox = Outbox()
+    code = 0
+    session: ReplSession | None = None
+
+    def emit(event: dict) -> None:
+        outbox.deliver(dumps_line(event))
+
+    broker = PromptBroker(emit, before_approval=lambda item_id: session and session.announce_tool_call(item_id))
+
+    def on_sigint() -> None:
+        if session is not None:
+            session.interrupt()
+        else:
+            emit({"type": "cancelled"})  # nothing is running yet; the process lives on
+
+    async with trio.open_nursery() as writer:
+        async def write() -> None:
+            try:
+                await outbox.run_writer(send)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                log.info("the client closed stdout")
+
+        writer.start_soon(write)
+        signals_scope = trio.CancelScope()
+        if handle_sigint:
+            async def signals(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                with signals_scope:
+                    await _sigint(on_sigint, task_status=task_status)
+
+            await writer.start(signals)
+        try:
+            if engines.default is None:
+                emit({"type": "error", "text": engines.setup_error or "no model provider is configured"})
+                code = 2
+                return code
+            tools = builtin_tools()
+            if questions:
+                tools["ask_user"] = ask_user_tool(broker)
+            async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:
+                try:
+                    actor = await _open_chat(runtime, resume=resume, cwd=cwd, settings=engines.default,
+                                             permission_mode=permission_mode)
+                    snapshot = await actor.ref.ask(_snapshot()) if resume is not None else None
+                except RoostError as exc:
+                    emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
+                    code = 1
+                    return code
+                model = actor.thread.model or engines.default.model or engines.default.provider
+                turns = len(snapshot["turns"]) if snapshot else 0
+                session = ReplSession(actor, outbox, broker, model=model, questions=questions, turn_index=turns,
+                                      registry=runtime.registry)
+                await _serve(session, receive, snapshot)
+        finally:
+            broker.close()
+            emit({"type": "session_end"})
+            outbox.close()
+            signals_scope.cancel()  # the writer task drains what is queued, then returns
+    return code
+
+
+def _snapshot() -> Any:
+    from roost.actors._messages import Snapshot
+
+    return Snapshot()
+
+
+async def _serve(session: ReplSession, receive: trio.abc.ReceiveStream, snapshot: dict | None) -> None:
+    from roost.actors._messages import Subscribe, Unsubscribe
+
+    actor = session.actor
+    await actor.ref.ask(Subscribe(session))
+    try:
+        session.emit(session.ready_event())
+        if snapshot is not None:
+            session.emit(replay_event(snapshot))
+        async with trio.open_nursery() as nursery:
+            session.nursery = nursery
+            async for frame in read_frames(receive, LineDecoder()):
+                await session.handle(frame)
+                if session.exit_requested:
+                    break
+            await session.shutdown()
+            nursery.cancel_scope.cancel()
+    finally:
+        session.nursery = None
+        session.untap_workers()
+        with trio.CancelScope(shield=True):
+            try:
+                await actor.ref.ask(Unsubscribe(session), timeout=5)
+            except RoostError:
+                pass
+
+
+async def _sigint(on_sigint: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """SIGINT cancels the running turn only (wire-protocol.md "Input": ``interrupt``)."""
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        async for _ in signals:
+            on_sigint()

@@ -1,0 +1,296 @@
+"""Wire-protocol item types of the ``--json`` resource queries and their envelopes.
+
+Each attrs class below is one item type of ``spec/wire-protocol.md`` ("Resource queries"), with
+the Python field names in snake_case. :data:`wire_converter` unstructures them to the wire's
+camelCase names (``session_id`` -> ``sessionId``) and never omits a field: a nullable field that
+is ``None`` is sent as ``null`` (wire-protocol.md: "A field documented as nullable is present with
+null, not omitted"). Timestamps are ISO 8601 UTC strings, as the store keeps them.
+
+The envelopes (wire-protocol.md, "Resource queries")::
+
+    {"protocolVersion":1,"items":[...]}     many things (an empty result is "items":[])
+    {"protocolVersion":1,"item":{...}}      one thing
+    {"protocolVersion":1,"error":"..."}     a failure (the command exits with status 1)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+from cattrs.gen import make_dict_unstructure_fn, override
+from cattrs.preconf.orjson import make_converter
+
+from roost._json import dumps_line
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "wire_converter",
+    "to_wire",
+    "items_envelope",
+    "item_envelope",
+    "error_envelope",
+    "Session",
+    "SessionDetail",
+    "AgentMessage",
+    "ToolCallSummary",
+    "ReplSession",
+    "Memory",
+    "MemoryAgent",
+    "ContextItem",
+    "ContextFileInfo",
+    "ScheduledJob",
+    "ConfigSummary",
+    "ValidationIssue",
+    "Validation",
+    "Template",
+    "InitResult",
+    "PluginFunction",
+    "Plugin",
+    "Model",
+]
+
+#: wire-protocol.md, "Versioning".
+PROTOCOL_VERSION = 1
+
+_CAMEL_RE = re.compile(r"_([a-z0-9])")
+
+
+def camel(name: str) -> str:
+    """Return the camelCase spelling of a snake_case name (``turn_index`` -> ``turnIndex``)."""
+    return _CAMEL_RE.sub(lambda m: m.group(1).upper(), name)
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallSummary:
+    """``{name, argsSummary, succeeded}`` of one tool call in an AgentMessage."""
+
+    name: str
+    args_summary: str
+    succeeded: bool
+
+
+@attrs.frozen(kw_only=True)
+class AgentMessage:
+    """One message of an orchestration session (SessionDetail, run --bridge ``agent_message``)."""
+
+    agent_name: str
+    role: str
+    content: str
+    turn_index: int
+    timestamp: str
+    input_tokens: int | None
+    output_tokens: int | None
+    is_compaction_summary: bool
+    tool_calls: list[ToolCallSummary] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class Session:
+    """An orchestration session (a Roost thread of kind ``orchestration``)."""
+
+    session_id: str
+    task: str
+    working_directory: str | None
+    config_path: str | None
+    started_at: str
+    last_updated_at: str
+    is_complete: bool
+    turn_count: int
+
+
+@attrs.frozen(kw_only=True)
+class SessionDetail:
+    """A Session's fields but ``turnCount``, plus its ``messages``."""
+
+    session_id: str
+    task: str
+    working_directory: str | None
+    config_path: str | None
+    started_at: str
+    last_updated_at: str
+    is_complete: bool
+    messages: list[AgentMessage] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class ReplSession:
+    """A REPL chat (a Roost thread of kind ``chat``)."""
+
+    session_id: str
+    model_id: str
+    cwd: str
+    title: str | None
+    auto_title: str | None
+    started_at: str
+    last_updated_at: str
+    turn_index: int
+    first_user_message: str
+
+
+@attrs.frozen(kw_only=True)
+class Memory:
+    """One typed memory entry (type ``user``, ``feedback``, ``project`` or ``reference``)."""
+
+    guid: str
+    name: str
+    type: str
+    description: str
+    body: str
+
+
+@attrs.frozen(kw_only=True)
+class MemoryAgent:
+    """An agent with at least one memory, and how many it has."""
+
+    agent: str
+    count: int
+
+
+@attrs.frozen(kw_only=True)
+class ContextFileInfo:
+    """``{relativePath, sizeBytes}`` of one imported context file (size in bytes)."""
+
+    relative_path: str
+    size_bytes: int
+
+
+@attrs.frozen(kw_only=True)
+class ContextItem:
+    """Reference material imported into a project's context."""
+
+    name: str
+    description: str | None
+    source_path: str
+    imported_at: str
+    size_bytes: int
+    files: list[ContextFileInfo] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class ScheduledJob:
+    """A cron job (``schedule list --json``)."""
+
+    name: str
+    description: str | None
+    cron: str
+    task: str
+    config: str | None
+    work_dir: str | None
+    enabled: bool
+    due: bool
+    created_at: str
+    last_run: str | None
+    next_run: str | None
+
+
+@attrs.frozen(kw_only=True)
+class ConfigSummary:
+    """One orchestration config file; ``name``/``description``/``selectionType`` null when it failed to load."""
+
+    path: str
+    name: str | None
+    description: str | None
+    agents: list[str]
+    selection_type: str | None
+    error: str | None
+
+
+@attrs.frozen(kw_only=True)
+class ValidationIssue:
+    """``{level, message}``; level ``error`` or ``warning``."""
+
+    level: str
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class Validation:
+    """The result of ``validate PATH``: valid when no issue has level ``error``."""
+
+    path: str
+    valid: bool
+    issues: list[ValidationIssue]
+    config: ConfigSummary | None
+
+
+@attrs.frozen(kw_only=True)
+class Template:
+    """A config template of ``init``."""
+
+    key: str
+    label: str
+    description: str
+
+
+@attrs.frozen(kw_only=True)
+class InitResult:
+    """What ``init`` wrote: absolute paths of the config and of its agent files."""
+
+    template: str
+    model: str
+    endpoint: str | None
+    config_path: str
+    agent_files: list[str]
+
+
+@attrs.frozen(kw_only=True)
+class PluginFunction:
+    """``{name, description}`` of one tool a plugin provides."""
+
+    name: str
+    description: str
+
+
+@attrs.frozen(kw_only=True)
+class Plugin:
+    """A group of tools: ``source`` is ``builtin`` or ``mcp``."""
+
+    name: str
+    source: str
+    functions: list[PluginFunction]
+
+
+@attrs.frozen(kw_only=True)
+class Model:
+    """A model of the configured provider; ``current`` marks the configured default."""
+
+    id: str
+    current: bool
+
+
+def _make_converter() -> Any:
+    conv = make_converter(omit_if_default=False)
+
+    def factory(cls: type) -> Any:
+        renames = {a.name: override(rename=camel(a.name), omit_if_default=False) for a in attrs.fields(cls)}
+        return make_dict_unstructure_fn(cls, conv, **renames)
+
+    conv.register_unstructure_hook_factory(attrs.has, factory)
+    return conv
+
+
+#: The wire dialect's converter: attrs instances -> camelCase dicts with every field present.
+wire_converter = _make_converter()
+
+
+def to_wire(value: Any) -> Any:
+    """Unstructure an item (or a list of items) to JSON-ready camelCase primitives."""
+    return wire_converter.unstructure(value)
+
+
+def items_envelope(items: Iterable[Any]) -> bytes:
+    """Return the ``{"protocolVersion":1,"items":[...]}`` line (with its newline)."""
+    return dumps_line({"protocolVersion": PROTOCOL_VERSION, "items": [to_wire(i) for i in items]})
+
+
+def item_envelope(item: Any) -> bytes:
+    """Return the ``{"protocolVersion":1,"item":{...}}`` line (with its newline)."""
+    return dumps_line({"protocolVersion": PROTOCOL_VERSION, "item": to_wire(item)})
+
+
+def error_envelope(message: str) -> bytes:
+    """Return the ``{"protocolVersion":1,"error":"..."}`` line (with its newline)."""
+    return dumps_line({"protocolVersion": PROTOCOL_VERSION, "error": message})

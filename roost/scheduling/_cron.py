@@ -1,0 +1,180 @@
+"""Five-field cron expressions evaluated in UTC, with vixie-cron day matching.
+
+Rules (pinned by ``tests/test_schedule_cron.py``):
+
+* Exactly five whitespace-separated fields: minute (0-59), hour (0-23), day of month (1-31),
+  month (1-12 or ``jan``-``dec``), day of week (0-7 or ``sun``-``sat``; 0 and 7 are Sunday).
+  Each field is ``*``, a number or name, a range ``a-b``, a step ``*/n`` or ``a-b/n``, or a comma
+  list of those. A 6-field (seconds) expression, ``@daily``-style nicknames and the non-standard
+  ``L``, ``W``, ``#``, ``?`` and ``H`` are rejected.
+* Times are UTC. Every input and output is a timezone-aware UTC ``datetime``; the host's ``TZ``
+  has no effect on any result.
+* Day of month and day of week combine as in vixie cron: when either field *starts with* ``*``
+  (including ``*/2``), a day must match both fields; when both are restricted, a day matching
+  either field fires. So ``0 0 30 2 1`` fires at midnight on every Monday of February (there is
+  no February 30), ``0 0 */2 * 1`` only on odd-numbered days that are Mondays, and ``0 0 30 2 *``
+  never fires.
+* An expression is valid only if it has a next fire time (searched up to 50 years ahead). One
+  that can never fire (``0 0 31 2 *``) raises :class:`NeverFires`.
+
+croniter does the calendar search; this module decides the syntax and the day rule (croniter's
+``day_or`` otherwise treats ``*/2`` as a restriction, unlike vixie).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import re
+
+import attrs
+from croniter import croniter
+from croniter.croniter import CroniterBadCronError, CroniterBadDateError, CroniterError
+
+from roost.errors import UsageError
+
+__all__ = ["CronExpr", "InvalidCron", "NeverFires", "parse_cron", "format_slot", "parse_slot"]
+
+UTC = datetime.timezone.utc
+
+_NAMES = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|sun|mon|tue|wed|thu|fri|sat"
+_ATOM = rf"(?:\d+|{_NAMES})"
+_TERM = rf"(?:\*|{_ATOM}(?:-{_ATOM})?)(?:/\d+)?"
+_FIELD = re.compile(rf"^{_TERM}(?:,{_TERM})*$", re.IGNORECASE)
+_FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
+
+
+class InvalidCron(UsageError, ValueError):
+    """The text is not a valid 5-field cron expression (syntax or range)."""
+
+
+class NeverFires(InvalidCron):
+    """The expression is well formed but has no fire time (e.g. ``0 0 31 2 *``)."""
+
+
+@attrs.frozen
+class CronExpr:
+    """A validated 5-field UTC cron expression. Build it with :func:`parse_cron`.
+
+    Attributes:
+        text: the expression as given (whitespace normalised to single spaces).
+        day_or: vixie rule: ``True`` when both day fields are restricted (either matches).
+    """
+
+    text: str
+    day_or: bool
+
+    def next_after(self, after: datetime.datetime) -> datetime.datetime:
+        """Return the first fire time strictly after ``after`` (aware UTC, whole minute).
+
+        Not thread-safe (a croniter iterator per expression text is reused); call it from one
+        thread, e.g. the trio thread.
+
+        Args:
+            after: an aware datetime (any zone; converted to UTC).
+
+        Raises:
+            NeverFires: no fire time within 50 years of ``after``.
+            UsageError: ``after`` is naive.
+        """
+        if after.tzinfo is None:
+            raise UsageError("cron times must be timezone-aware (UTC)")
+        after = after.astimezone(UTC)
+        it = _ITERATORS.get(self)
+        try:
+            if it is None:
+                it = croniter(self.text, after, day_or=self.day_or)
+                if len(_ITERATORS) >= _CACHE_MAX:
+                    _ITERATORS.clear()
+                _ITERATORS[self] = it
+            else:
+                it.set_current(after, force=True)
+            nxt = it.get_next(datetime.datetime)
+        except CroniterBadDateError as exc:
+            raise NeverFires(f"cron {self.text!r} never fires") from exc
+        return nxt.astimezone(UTC)
+
+    def due_slots(
+        self, start: datetime.datetime, end: datetime.datetime, *, limit: int
+    ) -> tuple[list[datetime.datetime], datetime.datetime]:
+        """Return the fire times ``t`` with ``start <= t <= end`` (oldest first, only the
+        ``limit`` most recent) and the first fire time after ``end``.
+
+        Raises:
+            NeverFires: as :meth:`next_after`.
+        """
+        out: list[datetime.datetime] = []
+        t = self.next_after(start - datetime.timedelta(microseconds=1))
+        while t <= end:
+            out.append(t)
+            if len(out) > limit:
+                del out[0]
+            t = self.next_after(t)
+        return out, t
+
+
+#: Reused croniter iterators, by expression (bounded; cleared when full).
+_ITERATORS: dict[CronExpr, croniter] = {}
+_CACHE_MAX = 4096
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(norm: str) -> CronExpr:
+    fields = norm.split(" ")
+    if len(fields) != 5:
+        raise InvalidCron(
+            f"cron {norm!r} has {len(fields)} field(s); exactly 5 are required "
+            "(minute hour day-of-month month day-of-week, UTC)"
+        )
+    for name, field in zip(_FIELD_NAMES, fields):
+        if not _FIELD.match(field):
+            raise InvalidCron(f"cron {norm!r}: unsupported {name} field {field!r}")
+    dom, dow = fields[2], fields[4]
+    expr = CronExpr(norm, day_or=not (dom.startswith("*") or dow.startswith("*")))
+    try:
+        croniter(norm, day_or=expr.day_or)
+    except (CroniterBadCronError, CroniterError, ValueError) as exc:
+        raise InvalidCron(f"cron {norm!r}: {exc}") from exc
+    return expr
+
+
+def parse_cron(text: str, *, now: datetime.datetime | None = None, check_fires: bool = True) -> CronExpr:
+    """Validate ``text`` and return a :class:`CronExpr` (syntax checks are cached per text).
+
+    Args:
+        text: the expression.
+        now: the reference time for the "can fire" check (default: the current UTC time).
+        check_fires: also check that it has a next fire time after ``now``.
+
+    Raises:
+        InvalidCron: not 5 fields, unsupported syntax, or a value out of range.
+        NeverFires: it can never fire (only with ``check_fires``).
+    """
+    fields = str(text).split()
+    if len(fields) != 5:
+        raise InvalidCron(
+            f"cron {text!r} has {len(fields)} field(s); exactly 5 are required "
+            "(minute hour day-of-month month day-of-week, UTC)"
+        )
+    expr = _compile(" ".join(fields))
+    if check_fires:
+        expr.next_after(now or datetime.datetime.now(UTC))
+    return expr
+
+
+def format_slot(t: datetime.datetime) -> str:
+    """Return the canonical text of a time: ISO 8601 UTC with microseconds and ``Z``.
+
+    The same format as stored record timestamps, so text order is time order.
+    """
+    if t.tzinfo is None:
+        raise UsageError("slot times must be timezone-aware (UTC)")
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_slot(text: str) -> datetime.datetime:
+    """Parse text written by :func:`format_slot` (or any ISO 8601 with an offset) to aware UTC."""
+    value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)

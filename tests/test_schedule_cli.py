@@ -1,0 +1,121 @@
+"""`roost schedule ...`: a few runs of the real command, the rest through click in-process."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+
+from click.testing import CliRunner
+
+from roost.cli._main import main
+from roost.storage import _schedules2 as db
+from roost.storage import open_store
+
+
+def real(cmd, *args, env=None):
+    """The real `roost` command in a subprocess."""
+    return subprocess.run([*cmd, "schedule", *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def cli(*args):
+    """The same click command in-process (process start-up costs ~1 s; behaviour is identical)."""
+    return CliRunner().invoke(main, ["schedule", *args], catch_exceptions=False)
+
+
+def items_of(stdout):
+    doc = json.loads(stdout)
+    assert doc["protocolVersion"] == 1 and stdout.count("\n") == 1
+    return doc["items"]
+
+
+def test_real_command_end_to_end(roost_cmd, tmp_path):
+    env = dict(os.environ, TZ="Pacific/Chatham")  # UTC+13:45: the host zone changes nothing
+    ok = real(roost_cmd, "add", "nightly", "--cron", "0 3 * * *", "--task", "tidy up",
+              "--description", "every night", "--work-dir", str(tmp_path), "--config", "c.yaml",
+              "--overlap", "queue", "--catch-up", "none", env=env)
+    assert ok.returncode == 0, ok.stderr
+    bad = real(roost_cmd, "add", "feb31", "--cron", "0 0 31 2 *", "--task", "t", "--json")
+    assert bad.returncode == 1
+    assert json.loads(bad.stdout) == {"protocolVersion": 1, "error": "cron '0 0 31 2 *' never fires"}
+    listed = real(roost_cmd, "list", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    (nightly,) = items_of(listed.stdout)
+    assert set(nightly) >= {"name", "description", "cron", "task", "config", "workDir", "enabled", "due",
+                            "createdAt", "lastRun", "nextRun"}
+    assert (nightly["description"], nightly["cron"], nightly["task"], nightly["config"], nightly["workDir"],
+            nightly["enabled"], nightly["due"], nightly["lastRun"]) == (
+        "every night", "0 3 * * *", "tidy up", "c.yaml", str(tmp_path), True, False, None)
+    assert nightly["nextRun"].endswith("T03:00:00.000000Z") and nightly["createdAt"].endswith("Z")
+    assert (nightly["overlap"], nightly["catchUp"]) == ("queue", "none")
+    gone = real(roost_cmd, "remove", "nope")
+    assert gone.returncode == 1 and "no schedule named 'nope'" in gone.stderr and gone.stdout == ""
+
+
+def test_add_list_enable_disable_run_remove():
+    assert items_of(cli("list", "--json").stdout) == []
+    assert cli("add", "nightly", "--cron", "0 3 * * *", "--task", "t").exit_code == 0
+    assert cli("add", "often", "--cron", "*/1 * * * *", "--task", "t", "--json").stdout == ""
+    items = items_of(cli("list", "--json").stdout)
+    assert [i["name"] for i in items] == ["often", "nightly"]  # ordered by next run
+    assert items[0]["description"] is None and items[0]["workDir"] is None and items[0]["config"] is None
+    assert cli("disable", "often").exit_code == 0
+    assert [i["enabled"] for i in items_of(cli("list", "--json").stdout) if i["name"] == "often"] == [False]
+    assert cli("enable", "often").exit_code == 0
+    assert [i["enabled"] for i in items_of(cli("list", "--json").stdout) if i["name"] == "often"] == [True]
+    assert cli("run", "often").exit_code == 0
+    assert cli("remove", "often").exit_code == 0
+    assert [i["name"] for i in items_of(cli("list", "--json").stdout)] == ["nightly"]
+    human = cli("list")
+    assert human.exit_code == 0 and "nightly" in human.stdout and "0 3 * * *" in human.stdout
+
+
+def test_failures_exit_1_with_an_error_envelope():
+    assert cli("add", "dup", "--cron", "* * * * *", "--task", "t").exit_code == 0
+    cases = [
+        (["add", "x", "--cron", "0 0 * * * *", "--task", "t"], "exactly 5"),
+        (["add", "x", "--cron", "0 0 L * *", "--task", "t"], "unsupported"),
+        (["add", "dup", "--cron", "* * * * *", "--task", "t"], "a schedule named 'dup' exists"),
+        (["remove", "nope"], "no schedule named 'nope'"),
+        (["enable", "nope"], "no schedule named 'nope'"),
+        (["disable", "nope"], "no schedule named 'nope'"),
+        (["run", "nope"], "no schedule named 'nope'"),
+    ]
+    for args, message in cases:
+        out = cli(*args, "--json")
+        assert out.exit_code == 1, args
+        doc = json.loads(out.stdout)
+        assert set(doc) == {"protocolVersion", "error"} and doc["protocolVersion"] == 1
+        assert message in doc["error"]
+
+
+def test_feb30_monday_rule():
+    assert cli("add", "feb", "--cron", "0 0 30 2 1", "--task", "t").exit_code == 0
+    (item,) = items_of(cli("list", "--json").stdout)
+    next_run = datetime.datetime.fromisoformat(item["nextRun"].replace("Z", "+00:00"))
+    assert next_run.month == 2 and next_run.weekday() == 0  # a Monday of February (vixie OR)
+
+
+def test_due_last_run_and_an_old_unparsable_row(roost_home):
+    assert cli("add", "ok", "--cron", "* * * * *", "--task", "t").exit_code == 0
+    store = open_store(roost_home / "roost.db")
+    try:
+        with store.transaction() as conn:
+            conn.execute("UPDATE schedules SET next_run = '2020-01-01T00:00:00.000000Z' WHERE name = 'ok'")
+            job = db.get_job(conn, "ok")
+            run_id = db.claim_slot(conn, job.id, "2019-12-31T23:59:00.000000Z", "x")
+            db.mark_run_started(conn, run_id, "task_9", "2019-12-31T23:59:01.000000Z")
+            conn.execute(
+                """INSERT INTO schedules (id, name, cron, created_at, updated_at, task, next_run)
+                   VALUES ('s_old', 'old', '0 0 31 2 *', '2019-01-01T00:00:00.000000Z',
+                           '2019-01-01T00:00:00.000000Z', 'legacy', NULL)""")
+    finally:
+        store.close()
+    items = {i["name"]: i for i in items_of(cli("list", "--json").stdout)}
+    assert items["ok"]["due"] is True and items["ok"]["lastRun"] == "2019-12-31T23:59:01.000000Z"
+    assert items["old"]["nextRun"] is None and items["old"]["due"] is False
+    assert cli("disable", "ok").exit_code == 0
+    assert {i["name"]: i["due"] for i in items_of(cli("list", "--json").stdout)}["ok"] is False
+    assert cli("enable", "old").exit_code == 0  # enabled, but it can never be due
+    assert {i["name"]: i["due"] for i in items_of(cli("list", "--json").stdout)}["old"] is False

@@ -1,0 +1,67 @@
+"""Unit tests of the serve daemon's pure parts: event translation, tokens, client ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roost.errors import ConfigError
+from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
+from roost.protocol._serve_events import TaskEventTranslator, approval_event, args_summary, result_event
+
+
+def test_translation_of_a_turn() -> None:
+    t = TaskEventTranslator("s1", "assistant", warn_threshold=100)
+    assert t.translate("turn/started", {"turn": {"id": "t"}}) == [
+        {"type": "agent_starting", "agent": "assistant", "sessionId": "s1"}]
+    assert t.translate("item/agentMessage/delta", {"delta": "hi"}) == [
+        {"type": "token", "sessionId": "s1", "agent": "assistant", "text": "hi"}]
+    assert t.translate("item/started", {"item": {"id": "i1", "type": "tool_call", "name": "shell"}}) == []
+    assert t.translate("item/toolCall/delta", {"item_id": "i1", "delta": '{"command": "ls -la"}'}) == []
+    [calling] = t.translate("item/toolCall/outputDelta", {"item_id": "i1", "delta": "x"})
+    assert calling == {"type": "tool_calling", "agent": "assistant", "tool": "shell", "argsSummary": "ls -la",
+                       "sessionId": "s1"}
+    # announced once only, also when it completes
+    assert t.translate("item/completed", {"item": {"id": "i1", "type": "tool_call", "name": "shell"}}) == []
+    assert t.translate("turn/usage", {"usage": {"input_tokens": 99}}) == []
+    [warning] = t.translate("turn/usage", {"usage": {"input_tokens": 150}})
+    assert warning["type"] == "token_budget_warning" and warning["warnThreshold"] == 100
+    assert t.translate("turn/usage", {"usage": {"input_tokens": 300}}) == []
+    assert t.translate("item/reasoning/delta", {"delta": "hmm"}) == []
+
+
+def test_args_summary_and_events() -> None:
+    assert args_summary({"path": "a.txt", "limit": 5}) == '{"path":"a.txt","limit":5}'
+    assert len(args_summary({"command": "x" * 500})) == 120
+    assert args_summary(None) == ""
+    event = approval_event("s", {"thread_id": "t", "turn_id": "u", "item_id": "i", "kind": "shell_command",
+                                 "command": "rm -rf x"})
+    assert event == {"type": "approval_request", "kind": "shell_command", "command": "rm -rf x", "sessionId": "s"}
+    result = result_event(session_id="s", task="t", succeeded=False, error_message=None, last_agent=None,
+                          last_message=None)
+    assert set(result) == {"type", "sessionId", "task", "succeeded", "errorMessage", "lastAgent", "lastMessage"}
+
+
+def test_tokens(tmp_path: Path) -> None:
+    assert ServeAuth.load(environ={}).check(None) is not None          # no token configured: open
+    file = tmp_path / "tokens"
+    file.write_text("# comment\n\nfull aaa\nread bbb\nccc\n")
+    auth = ServeAuth.load(tokens_file=file, environ={"ROOST_SERVE_TOKEN": "ddd"})
+    assert auth.check(None) is None and auth.check("zzz") is None
+    assert not auth.check("aaa").read_only and not auth.check("ccc").read_only and not auth.check("ddd").read_only
+    assert auth.check("bbb").read_only
+    assert auth.check("aaa").scope != auth.check("ccc").scope
+    file.write_text("admin eee\n")
+    with pytest.raises(ConfigError):
+        ServeAuth.load(tokens_file=file, environ={})
+    assert ServeAuth.load(environ={"FUSERAFT_SERVE_TOKEN": "x"}).check("x") is not None
+
+
+def test_headers() -> None:
+    assert bearer_token("Bearer abc") == "abc" and bearer_token("bearer  abc ") == "abc"
+    assert bearer_token("Basic abc") is None and bearer_token(None) is None and bearer_token("Bearer ") is None
+    assert parse_client_id(None) is None and parse_client_id("a-B_9") == "a-B_9"
+    for bad in ("", "a b", "x" * 65, "é"):
+        with pytest.raises(ValueError):
+            parse_client_id(bad)
