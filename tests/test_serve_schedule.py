@@ -37,4 +37,11 @@ async def test_schedule_run_fires_once_through_the_daemon(tmp_path: Path, roost_
                         break
                     await trio.sleep(0.2)
             assert job["nextRun"] is not None and job["due"] is False
-            assert sid
+            # the run is a session like any daemon task, complete once it finished
+            with trio.fail_after(30):
+                while True:
+                    sessions = json.loads(roost("sessions", "--json", "--all").stdout)["items"]
+                    if sessions and sessions[0]["isComplete"]:
+                        break
+                    await trio.sleep(0.2)
+            assert sessions[0]["sessionId"] == sid and sessions[0]["task"] == "scheduled hello"

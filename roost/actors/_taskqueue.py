@@ -305,6 +305,8 @@ class TaskQueue:
         try:
             await self.runtime.store.writer.submit(update_daemon_task, task.id, status="finished",
                                                    payload=task.payload())
+            if succeeded:  # the session is complete (``roost sessions --json`` lists incomplete ones)
+                await self.runtime.store.writer.submit(_mark_complete, task.id)
         except RoostError:
             log.exception("task %s: could not persist its result", task.id)
         self.listener.task_finished(task)
@@ -323,3 +325,15 @@ class TaskQueue:
                         provider=self.provider, model=self.model, permission_mode=self.permission_mode,
                         created_at=now, updated_at=now, metadata={"serveTask": True, "config": task.config})
         return await self.runtime.registry.create(thread, ephemeral=False)
+
+
+def _mark_complete(conn: Any, thread_id: str) -> None:
+    """Set ``metadata["is_complete"]`` on a task's thread (write; a missing thread is skipped)."""
+    from roost.errors import NotFound
+    from roost.storage import _threads
+
+    try:
+        thread = _threads.get_thread(conn, thread_id)
+    except NotFound:
+        return
+    _threads.update_thread(conn, thread_id, metadata={**(thread.metadata or {}), "is_complete": True})
