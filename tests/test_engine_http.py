@@ -11,6 +11,7 @@ import trio
 
 from _helpers.sse_server import Reply, collect, json_reply, open_sse_server, sse
 from roost.engines import (
+    Retrying,
     EngineRequest,
     Finish,
     OpenAIChatEngine,
@@ -49,7 +50,9 @@ async def test_retries_429_and_5xx_honouring_retry_after_then_succeeds():
         )
         async with engine(server.base_url, sleeps) as eng:
             events, failure = await collect(eng, REQ)
-    assert failure is None and events == [TextDelta("ok"), Finish("stop")]
+    # each retry is announced (a progress event, before any content), then the content streams
+    assert failure is None and events == [Retrying(1, 3, 7.0, "rate_limit"), Retrying(2, 3, 0.5, "provider"),
+                                          TextDelta("ok"), Finish("stop")]
     assert len(server.requests) == 3
     # retry-after: 7 honoured; then backoff base 0.5 * 2**1 scaled by jitter factor 0.5.
     assert sleeps.delays == [7.0, 0.5]
@@ -61,7 +64,7 @@ async def test_bounded_attempts_and_recovery_facts():
         server.add(*(json_reply(500, b'{"error":{"message":"down","type":"server_error"}}') for _ in range(3)))
         async with engine(server.base_url, sleeps, attempts=3) as eng:
             events, failure = await collect(eng, REQ)
-    assert events == []
+    assert [type(e).__name__ for e in events] == ["Retrying", "Retrying"]
     assert failure.category == "provider" and failure.http_status == 500 and failure.retryable
     assert failure.recovery() == {
         "attempt_count": 3,
@@ -98,7 +101,7 @@ async def test_disconnect_before_first_chunk_is_retried_but_not_after():
         )
         async with engine(server.base_url, sleeps) as eng:
             events, failure = await collect(eng, REQ)
-    assert events == [TextDelta("par")]
+    assert [e for e in events if not isinstance(e, Retrying)] == [TextDelta("par")]
     assert failure.category == "network" and failure.partial_text == "par"
     assert failure.attempt_count == 2 and failure.stop_reason == "replay_unsafe"
 

@@ -49,6 +49,10 @@ rules:
       - - {tool_call: {name: spawn_agent, arguments: {name: helper, description: "lists", prompt: "List it."}}}
       - - {tool_call: {name: wait_agents, arguments: {targets: [helper]}}}
       - - {text: "Team done."}
+  - match: {prompt: "^flaky"}
+    steps:
+      - - {retrying: {attempt: 1, max: 3, reason: rate_limit}}
+        - {text: "recovered"}
   - match: {prompt: "^slow"}
     steps:
       - - {text: "a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n o p", tokens_per_second: 5}
@@ -182,6 +186,12 @@ async def test_ready_tokens_tools_status_and_session_end(env, work):
         assert result["id"] == call["id"] and result["ok"] is True and "marker.txt" in result["output"]
         assert call["_index"] < result["_index"] < end["_index"]
         assert end["turnIndex"] == 1 and end["toolCalls"] == ["list_dir"]
+
+        start = await repl.say("flaky provider")  # a provider retry is announced before the text
+        end = await repl.wait("message_end", start=start)
+        retry = await repl.wait("retrying", start=start)
+        assert retry["attempt"] == 1 and retry["max"] == 3
+        assert retry["_index"] < (await repl.wait("token", start=start))["_index"]
         assert await repl.close() == 0
     assert repl.events[-1]["type"] == "session_end"
     assert repl.types().count("session_end") == 1

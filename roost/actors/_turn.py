@@ -22,7 +22,7 @@ import trio
 
 from roost.actors._actor import shielded_cleanup
 from roost.engines._types import (
-    AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, TextDelta, ToolCall,
+    AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, Retrying, TextDelta, ToolCall,
     ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
 )
 from roost.errors import EngineFailure, RoostError, StaleLease
@@ -201,6 +201,10 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
                     emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
                 elif cls is Finish:
                     pass
+                elif cls is Retrying:
+                    emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
+                        "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
+                        "delay_s": event.delay_s, "reason": event.reason}})
     finally:
         # Settle what was streamed: complete on success, keep as interrupted/failed otherwise.
         if reasoning is not None:

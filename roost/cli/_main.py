@@ -33,6 +33,8 @@ def _register() -> None:
     main.add_command(serve_command)
     from roost.cli._resources import register_resources
     register_resources(main)
+    from roost.cli._attach import attach_command
+    main.add_command(attach_command)
     from roost.cli._repl import repl_command
     main.add_command(repl_command)
     try:

@@ -61,6 +61,7 @@ from roost.engines._types import ToolCallStart as ToolCallStart
 from roost.engines._types import ToolResult as ToolResult
 from roost.engines._types import ToolSchema as ToolSchema
 from roost.engines._types import Usage as Usage
+from roost.engines._types import Retrying as Retrying
 from roost.engines._types import UserMessage as UserMessage
 from roost.errors import EngineFailure as EngineFailure
 
@@ -100,6 +101,7 @@ __all__ = [
     "ToolResult",
     "ToolSchema",
     "Usage",
+    "Retrying",
     "UserMessage",
     "builtin_scripts",
     "load_script",

@@ -22,7 +22,7 @@ from httpx_sse import EventSource, SSEError
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._settings import ProviderSettings
-from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, TextDelta
+from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, Retrying, TextDelta
 from roost.errors import EngineFailure
 
 __all__ = ["RetryPolicy", "StreamParser", "HttpEngine", "failure_from_response", "failure_from_transport"]
@@ -322,6 +322,7 @@ class HttpEngine:
                 if failure.retryable and not yielded and attempt < max_attempts:
                     delay = policy.delay(attempt, retry_headers)
                     await _close(response)
+                    yield Retrying(attempt, max_attempts, delay, failure.category)  # progress only
                     await policy.sleep(delay)
                     continue
                 failure.partial_text = "".join(partial)

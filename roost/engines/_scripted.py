@@ -43,6 +43,7 @@ import yaml
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._types import (
+    Retrying,
     AgentMessage,
     EngineEvent,
     EngineRequest,
@@ -64,7 +65,7 @@ from roost.errors import ConfigError, EngineFailure
 
 __all__ = ["Script", "Rule", "ScriptedEngine", "load_script", "parse_script", "builtin_scripts", "split_deltas"]
 
-_KINDS = ("text", "reasoning", "tool_call", "delay", "error", "usage", "finish")
+_KINDS = ("text", "reasoning", "tool_call", "delay", "error", "usage", "finish", "retrying")
 _WORD = re.compile(r"\S+\s*|\s+")
 
 
@@ -376,5 +377,9 @@ class ScriptedEngine:
                 usage = Usage(u.get("input"), u.get("output"), u.get("cached"))
             elif "finish" in element:
                 finish = element["finish"]
+            elif "retrying" in element:  # simulate a provider retry: {retrying: {attempt, max, reason}}
+                spec = element["retrying"] or {}
+                yield Retrying(int(spec.get("attempt", 1)), int(spec.get("max", 3)), 0.0,
+                               str(spec.get("reason", "rate_limit")))
         yield usage or Usage(_input_tokens(request), out_tokens, 0)
         yield Finish(finish or ("tool_calls" if tool_calls else "stop"))

@@ -28,6 +28,7 @@ __all__ = [
     "ToolCallEnd",
     "Usage",
     "Finish",
+    "Retrying",
     "EngineEvent",
     "FINISH_REASONS",
     "ModelInfo",
@@ -209,7 +210,21 @@ class Finish:
     reason: str = attrs.field(validator=attrs.validators.in_(FINISH_REASONS))
 
 
-EngineEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallDelta, ToolCallEnd, Usage, Finish]
+@attrs.frozen
+class Retrying:
+    """A failed attempt is about to be retried (only before any content was streamed).
+
+    ``attempt`` is the number of the attempt that failed (1-based), ``max_attempts`` the limit,
+    ``delay_s`` the seconds waited before the next one, ``reason`` the failure category.
+    """
+
+    attempt: int
+    max_attempts: int
+    delay_s: float = 0.0
+    reason: str = ""
+
+
+EngineEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallDelta, ToolCallEnd, Usage, Finish, Retrying]
 
 
 @attrs.frozen

@@ -186,6 +186,9 @@ class ChatTranslator:
             return []
         if method == "turn/usage":
             return []
+        if method == "turn/event" and (params.get("event") or {}).get("type") == "retrying":
+            event = params["event"]  # wire-protocol.md: retrying {attempt, max}
+            return [{"type": "retrying", "attempt": event.get("attempt"), "max": event.get("max_attempts")}]
         if method in _TERMINAL:
             return self._turn_ended(params.get("turn") or {})
         return []

@@ -1,0 +1,223 @@
+"""End-to-end tests of ``roost attach`` against a real ``roost serve`` (Unix socket and WebSocket).
+
+The attach command runs as a subprocess with piped stdin/stdout; tests write stdin lines only after
+seeing the output they answer (the ``approve? [y/N]`` prompt, a ``result``), never after sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from _helpers.appserver import roost_argv
+from _helpers.serve_client import open_daemon
+
+TIMEOUT = 30.0
+SCRIPT = {
+    "rules": [
+        {"match": {"prompt": "^approve"},
+         "steps": [[{"tool_call": {"name": "shell", "arguments": {"command": "echo approved-run"}}}],
+                   [{"text": "tool said: {tool_output}"}]]},
+    ],
+    "default": "echo",
+}
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(SCRIPT))
+    return path
+
+
+class Attach:
+    """A running ``roost attach``: ``out`` accumulates stdout, ``err`` stderr."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.out = ""
+        self.err = ""
+        self._changed = trio.Event()
+        self._eof = 0
+
+    async def _pump(self, stream: trio.abc.ReceiveStream, name: str) -> None:
+        while data := await stream.receive_some(1 << 16):
+            setattr(self, name, getattr(self, name) + data.decode())
+            self._changed.set()
+            self._changed = trio.Event()
+        self._eof += 1
+        self._changed.set()
+
+    async def wait_text(self, text: str, *, count: int = 1) -> None:
+        """Wait until ``text`` occurs ``count`` times on stdout."""
+        with trio.fail_after(TIMEOUT):
+            while self.out.count(text) < count:
+                if self._eof == 2:
+                    raise AssertionError(f"attach ended before {text!r}:\n{self.out}\n{self.err}")
+                await self._changed.wait()
+
+    def lines(self) -> list[dict]:
+        return [json.loads(line) for line in self.out.splitlines() if line.strip()]
+
+    async def wait_event(self, kind: str, *, count: int = 1) -> dict:
+        with trio.fail_after(TIMEOUT):
+            while len(found := [e for e in self.lines() if e.get("type") == kind]) < count:
+                if self._eof == 2:
+                    raise AssertionError(f"attach ended before {kind!r}:\n{self.out}\n{self.err}")
+                await self._changed.wait()
+        return found[count - 1]
+
+    async def send(self, line: str) -> None:
+        await self.process.stdin.send_all(line.encode() + b"\n")
+
+    async def finish(self) -> int:
+        """Close stdin and wait for the exit status (and all output)."""
+        await self.process.stdin.aclose()
+        with trio.fail_after(TIMEOUT):
+            code = await self.process.wait()
+            while self._eof < 2:
+                await self._changed.wait()
+        return code
+
+
+async def _run(nursery: trio.Nursery, args: list[str], *, env: dict | None = None,
+               cwd: str | None = None) -> Attach:
+    environ = dict(os.environ)
+    environ.pop("FUSERAFT_SERVE_TOKEN", None)
+    environ.pop("ROOST_SERVE_TOKEN", None)
+    environ.update(env or {})
+    process = await trio.lowlevel.open_process([*roost_argv(), "attach", *args], stdin=subprocess.PIPE,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               env=environ, cwd=cwd)
+    attach = Attach(process)
+    nursery.start_soon(attach._pump, process.stdout, "out")
+    nursery.start_soon(attach._pump, process.stderr, "err")
+    return attach
+
+
+async def test_json_passes_lines_through_over_the_socket(script: Path) -> None:
+    async with open_daemon(script=script) as daemon, trio.open_nursery() as nursery:
+        attach = await _run(nursery, ["--json", daemon.socket])
+        hello = await attach.wait_event("hello")
+        assert hello == {"type": "hello", "protocolVersion": 1, "clientId": None, "readOnly": False,
+                         "inFlight": None, "pendingResults": []}
+        await attach.send(json.dumps({"type": "user_input", "text": "hi json"}))
+        first = await attach.wait_event("result")
+        assert first["task"] == "hi json" and first["succeeded"] is True and first["lastMessage"] == "hi json"
+        # a plain text line is forwarded unchanged (the daemon takes it as a task too)
+        await attach.send("approve please")
+        request = await attach.wait_event("approval_request")
+        assert request["kind"] == "shell_command" and request["command"] == "echo approved-run"
+        await attach.send(json.dumps({"type": "approval_response", "approved": True}))
+        second = await attach.wait_event("result", count=2)
+        assert second["task"] == "approve please" and "approved-run" in second["lastMessage"]
+        assert await attach.finish() == 0
+        # every stdout line is a daemon line, compact JSON exactly as the daemon wrote it
+        for line in attach.out.splitlines():
+            assert json.dumps(json.loads(line), separators=(",", ":"), ensure_ascii=False) == line
+        types = [e["type"] for e in attach.lines()]
+        assert types[0] == "hello" and types.count("queued") == 2 and "agent_starting" in types
+        assert "tool_calling" in types and "token" in types and types[-1] == "result"
+
+
+async def test_readable_mode_dispatches_and_answers_approvals(script: Path) -> None:
+    async with open_daemon(script=script) as daemon, trio.open_nursery() as nursery:
+        attach = await _run(nursery, [daemon.socket])
+        await attach.wait_text(f"attached to {daemon.socket} (protocol 1, read-write)")
+        await attach.send("approve the first")
+        await attach.wait_text("approve? [y/N] ")
+        assert "queued, position 0" in attach.out and "assistant is starting" in attach.out
+        assert "assistant calls shell: echo approved-run" in attach.out
+        assert "approval needed: shell_command\n  command: echo approved-run\n" in attach.out
+        await attach.send("y")
+        await attach.wait_text("result: succeeded ('approve the first')")
+        await attach.wait_text("  assistant: tool said: approved-run")
+        await attach.send("approve the second")
+        await attach.wait_text("approve? [y/N] ", count=2)
+        await attach.send("n")
+        await attach.wait_text("result: succeeded ('approve the second')")
+        await attach.wait_text("  assistant: tool said: Denied")
+        assert await attach.finish() == 0
+        assert "approved\n" in attach.out and "denied\n" in attach.out
+        after_denial = attach.out.split("approve? [y/N] ")[2]
+        assert "tool said: approved-run" not in after_denial     # the denied command never ran
+
+
+async def test_approval_after_stdin_closed_is_denied_and_exit_waits_for_result(script: Path) -> None:
+    async with open_daemon(script=script) as daemon, trio.open_nursery() as nursery:
+        attach = await _run(nursery, [daemon.socket])
+        await attach.send("approve nobody answers")
+        assert await attach.finish() == 0
+        assert "(stdin is closed: denied)" in attach.out
+        assert "result: succeeded ('approve nobody answers')" in attach.out
+        assert "tool said: Denied" in attach.out
+
+
+async def test_websocket_with_token_and_client_id(script: Path) -> None:
+    async with open_daemon(script=script, token="s3cret") as daemon, trio.open_nursery() as nursery:
+        url = f"ws://127.0.0.1:{daemon.port}/attach"
+        # the token comes from the environment (ROOST_ spelling); --token would override it
+        attach = await _run(nursery, [url, "--client-id", "alice"], env={"ROOST_SERVE_TOKEN": "s3cret"})
+        await attach.wait_text(f"attached to {url} (protocol 1, client id alice, read-write)")
+        await attach.send("over the websocket")
+        await attach.wait_text("result: succeeded ('over the websocket')")
+        assert await attach.finish() == 0
+        # --json over the WebSocket with --token
+        attach = await _run(nursery, ["--json", "--token", "s3cret", url])
+        await attach.send("json over ws")
+        result = await attach.wait_event("result")
+        assert result["lastMessage"] == "json over ws"
+        assert await attach.finish() == 0
+        # a wrong token: the handshake is refused, exit 1 naming the URL
+        attach = await _run(nursery, [url, "--token", "wrong"])
+        assert await attach.finish() == 1
+        assert f"cannot attach to the daemon at {url}: HTTP 401" in attach.err
+
+
+async def test_unreachable_daemon_and_usage_errors(tmp_path: Path, roost_home: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        missing = str(tmp_path / "none.sock")
+        attach = await _run(nursery, [missing])
+        assert await attach.finish() == 1
+        assert f"cannot connect to the daemon at {missing}" in attach.err
+        # the default target: the daemon of the current directory, under $ROOST_HOME/run
+        attach = await _run(nursery, [], cwd=str(tmp_path))
+        assert await attach.finish() == 1
+        assert f"cannot connect to the daemon at {roost_home / 'run'}/" in attach.err
+        attach = await _run(nursery, ["ws://127.0.0.1:1/attach"])
+        assert await attach.finish() == 1
+        assert "cannot attach to the daemon at ws://127.0.0.1:1/attach" in attach.err
+        for args in (["http://127.0.0.1:1/attach"], ["--client-id", "not valid!"], ["--nope"]):
+            attach = await _run(nursery, args)
+            assert await attach.finish() == 2, args
+            assert attach.out == ""
+
+
+def test_renderer_file_write_diff_unknown_kind_and_token_lines() -> None:
+    from roost.cli._attach import Renderer
+
+    out: list[str] = []
+    renderer = Renderer(out.append)
+    renderer.event({"type": "token", "sessionId": "thr_0123456789", "agent": "a", "text": "hel"}, where="x")
+    renderer.event({"type": "token", "sessionId": "thr_0123456789", "agent": "a", "text": "lo"}, where="x")
+    renderer.event({"type": "approval_request", "kind": "file_write", "plugin": "files", "action": "write",
+                    "path": "f.txt", "oldContent": "one\ntwo\n", "newContent": "one\nTWO\n",
+                    "sessionId": "thr_0123456789"}, where="x")
+    renderer.event({"type": "approval_request", "kind": "teleport", "where": "mars",
+                    "sessionId": "thr_0123456789"}, where="x")
+    renderer.event({"type": "something_new", "sessionId": "thr_0123456789"}, where="x")
+    text = "".join(out)
+    assert text.startswith("[thr_01234567] a: hello\n[thr_01234567] approval needed: file_write\n")
+    assert "  files.write f.txt\n  --- a/f.txt\n  +++ b/f.txt\n" in text
+    assert "  -two\n  +TWO\n" in text
+    assert "approval needed: teleport\n" in text and '"where": "mars"' in text
+    # a line rendered while a prompt is open starts on a fresh line
+    assert "  +TWO\napprove? [y/N] \n[thr_01234567] approval needed: teleport\n" in text
+    assert text.endswith("approve? [y/N] ") and text.count("approve? [y/N] ") == 2
+    renderer.answer("denied")
+    assert "".join(out).endswith("approve? [y/N] denied\n")
