@@ -188,6 +188,7 @@ async def test_ready_tokens_tools_status_and_session_end(env, work):
         assert end["turnIndex"] == 1 and end["toolCalls"] == ["list_dir"]
 
         start = await repl.say("flaky provider")  # a provider retry is announced before the text
+        assert not repl.types().count("warning")  # the context is nowhere near full
         end = await repl.wait("message_end", start=start)
         retry = await repl.wait("retrying", start=start)
         assert retry["attempt"] == 1 and retry["max"] == 3
@@ -319,6 +320,8 @@ async def test_mid_turn_input_joins_or_is_carried(env, work):
         assert applied["command"] == "/title"
         title = await repl.wait("title", start=start)
         assert title["title"] == "Mid chat"
+        info = await repl.wait("info", start=start)
+        assert "Mid chat" in info["text"]
         await repl.send({"type": "approval_response", "approved": False})
         joined = await repl.wait("interjection", start=start)
         assert joined["status"] == "joined" and joined["count"] == 1
@@ -437,7 +440,7 @@ async def test_text_mode_without_vscode(env, work):
     assert "$ shell: echo hi" in lines
     assert "approve shell_command {'command': 'echo hi'}? [y/N]" in lines
     assert "Shell: hi" in lines          # approved: the command ran
-    assert lines[-1] == "(title: Named)"
+    assert "(title: Named)" in lines
 
 
 async def test_subagent_tool_calls_carry_the_agent_name(env, work):
@@ -452,4 +455,15 @@ async def test_subagent_tool_calls_carry_the_agent_name(env, work):
         assert end["toolCalls"] == ["spawn_agent", "wait_agents"]  # the chat's own calls only
         results = [e for e in repl.events[start:end["_index"]] if e["type"] == "tool_result"]
         assert [r["name"] for r in results] == ["spawn_agent", "wait_agents"]
+        assert await repl.close() == 0
+
+
+async def test_warning_when_the_context_fills_up(env, work):
+    async with open_repl({**env, "ROOST_CONTEXT_WINDOW": "20"}, work) as repl:
+        await repl.wait("ready")
+        start = await repl.say("hello there, this prompt is long enough to fill a tiny context window")
+        status = await repl.wait("status", start=start)
+        assert status["level"] in ("warning", "critical")
+        warning = await repl.wait("warning", start=start)
+        assert "% full" in warning["text"]
         assert await repl.close() == 0

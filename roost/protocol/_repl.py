@@ -150,7 +150,10 @@ class ReplSession:
         for event in self.translator.translate(method, params):
             self.emit(event)
         if terminal and was_busy and not self.translator.busy:
-            self.emit(self.status_event())
+            status = self.status_event()
+            self.emit(status)
+            if status["level"] != "ok":  # the user should know before the context runs out
+                self.emit({"type": "warning", "text": f"The context is {round(status['context'] * 100)}% full."})
             self._after_turn(params.get("turn") or {})
 
     def announce_tool_call(self, item_id: Any) -> None:
@@ -375,6 +378,7 @@ class ReplSession:
                 return
             self.emit(self.title_event())
             message = f"title set to {arg!r}"
+            self.emit({"type": "info", "text": f"Title set to {arg!r}."})
         else:
             self.emit({"type": "error", "text": f"unknown command {command}; try /help"})
             return
