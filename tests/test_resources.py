@@ -29,37 +29,7 @@ PLUGIN = {"name", "source", "functions"}
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)$")
 
 
-async def roost(env: dict, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    with trio.fail_after(30):
-        return await trio.run_process([*roost_argv(), *args], env=env, cwd=str(cwd), capture_stdout=True,
-                                      capture_stderr=True, check=False, stdin=subprocess.DEVNULL)
-
-def _cli_sync(args: tuple[str, ...], cwd: Path, env: dict | None) -> subprocess.CompletedProcess:
-    from click.testing import CliRunner
-
-    from roost.cli._main import main
-
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
-    finally:
-        os.chdir(old)
-    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout_bytes, result.stderr_bytes)
-
-
-async def cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run a `roost` command in this process (the same click entry point, without a process start)."""
-    with trio.fail_after(30):
-        return await trio.to_thread.run_sync(_cli_sync, args, cwd, env)
-
-
-async def roost_all(env: dict, *commands: tuple[str, ...], cwd: Path) -> list[subprocess.CompletedProcess]:
-    """Run commands in order: the first as the real `roost` process, the others in-process (:func:`cli`)."""
-    results = [await roost(env, *commands[0], cwd=cwd)]
-    for args in commands[1:]:
-        results.append(await cli(*args, cwd=cwd))
-    return results
+from _helpers.cli import cli, roost, roost_all  # noqa: E402
 
 
 
