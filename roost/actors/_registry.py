@@ -116,5 +116,41 @@ class ThreadRegistry:
         self.subscribers.pop(thread_id, None)
         self.worker_links.pop(thread_id, None)
 
+    def unloadable(self, actor: ThreadActor) -> bool:
+        """Whether ``actor`` can be stopped now and reloaded from the store later without loss:
+        persistent, no turn admitted or starting, no pending input, no subscriber, no live workers."""
+        return (not actor.ephemeral and actor.state.value == "running" and actor.active is None
+                and actor._dispatching is None and not actor.pending and not actor.hub.subscribers
+                and (actor.tree is None or actor.worker_id is not None or not actor.tree.live))
+
+    async def run_idle_unloader(self, *, idle_s: float, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Stop ThreadActors that stayed idle for ``idle_s`` seconds (DESIGN.md: idle unload).
+
+        A thread is idle when :meth:`unloadable` holds and it emitted no event between two sweeps
+        ``idle_s`` apart. Its actor is stopped (the store keeps everything) and is loaded again by
+        the next :meth:`get`. Memory then stays proportional to the threads in use, not to every
+        thread a long-running process ever touched.
+        """
+        task_status.started()
+        seen: dict[str, tuple[int, int]] = {}
+        while True:
+            await trio.sleep(idle_s)
+            for thread_id, actor in list(self.actors.items()):
+                if not self.unloadable(actor):
+                    seen.pop(thread_id, None)
+                    continue
+                mark = (actor.hub.seq, len(actor.items))
+                if seen.get(thread_id) != mark:
+                    seen[thread_id] = mark
+                    continue
+                seen.pop(thread_id, None)
+                async with self._lock:
+                    if self.actors.get(thread_id) is actor and self.unloadable(actor):
+                        self.actors.pop(thread_id, None)
+                        try:
+                            await self.supervisor.terminate_child(f"thread:{thread_id}")
+                        except Exception:
+                            pass
+
     def loaded(self) -> list[ThreadActor]:
         return [a for a in self.actors.values() if a.state.value == "running"]

@@ -5,11 +5,13 @@
     root (one_for_one, intensity 3 per 10 s)
     ├── store_writer     permanent   the single SQLite writer, group commit
     ├── lease_keeper     permanent   renews this process's execution leases
-    └── threads          permanent   supervisor of ThreadActors (transient, loaded on demand)
+    ├── threads          permanent   supervisor of ThreadActors (transient, loaded on demand)
+    └── thread_unloader  permanent   stops ThreadActors idle for ROOST_IDLE_UNLOAD_S (reloaded on use)
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from contextlib import asynccontextmanager
@@ -121,6 +123,8 @@ async def open_runtime(
             ChildSpec("store_writer", store.writer.run, restart=Restart.PERMANENT, shutdown_timeout=10),
             ChildSpec("lease_keeper", keeper.run, restart=Restart.PERMANENT, shutdown_timeout=5),
             ChildSpec("threads", run_threads, restart=Restart.PERMANENT, shutdown_timeout=30),
+            ChildSpec("thread_unloader", functools.partial(registry.run_idle_unloader, idle_s=idle_unload_s()),
+                      restart=Restart.PERMANENT, shutdown_timeout=5),
         ],
         name="root",
     )
@@ -155,3 +159,12 @@ async def _resume_worker_trees(runtime: Runtime) -> None:
             await runtime.registry.get(thread_id)
         except Exception:
             log.exception("could not resume the worker tree of thread %s", thread_id)
+
+
+def idle_unload_s() -> float:
+    """Seconds a thread stays idle before its actor is unloaded: ``ROOST_IDLE_UNLOAD_S`` (300)."""
+    try:
+        value = float(os.environ.get("ROOST_IDLE_UNLOAD_S") or 300)
+    except ValueError:
+        return 300.0
+    return value if value > 0 else 300.0
