@@ -43,6 +43,12 @@ class StartTurn:
     ack: Any = None
     #: started by Roost itself (a worker result resuming an idle root), not by a user
     internal: bool = False
+    #: orchestration: the agent taking this turn (scripted ``match.agent``, the agent_message's
+    #: ``agent``) and its instructions as the turn's system prompt (None: the thread's defaults)
+    agent: str | None = None
+    system_prompt: str | None = None
+    #: orchestration: the tool names this turn may use (None: every tool of the process)
+    tools: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)

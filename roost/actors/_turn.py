@@ -60,6 +60,10 @@ class TurnState:
         self.resume_after_turn_id: str | None = None
         self.model_calls = 0
         self.final_text = ""
+        #: orchestration agent turn: the agent's name and system prompt (see StartTurn)
+        self.agent: str | None = None
+        self.system_prompt: str | None = None
+        self.tools: tuple[str, ...] | None = None
 
     def view(self, *, with_items: bool = False) -> dict:
         view = {
@@ -115,8 +119,8 @@ async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None
 async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict]) -> None:
     services = thread.services
     engine = services.engine_for(thread.thread)
-    schemas = _tool_schemas(services.tools)
-    if services.worker_tools:
+    schemas = _tool_schemas({n: t for n, t in services.tools.items() if turn.tools is None or n in turn.tools})
+    if services.worker_tools and turn.tools is None:
         tree = thread.tree if thread.tree is not None else (None if thread.worker_id else "root")
         if tree == "root":
             from roost.actors._workers import agent_tool_schemas
@@ -124,14 +128,16 @@ async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict
             schemas += agent_tool_schemas(can_spawn=True)
         elif tree is not None:
             schemas += tree.tool_schemas(thread)
+    start = len(thread.history)  # an agent turn sees earlier turns' messages as input
     while True:
         await thread.admit_steers(turn)
         if turn.model_calls >= services.max_model_calls:
             raise RoostError(f"turn stopped after {turn.model_calls} model calls")
         turn.model_calls += 1
+        history = tuple(thread.history) if turn.agent is None else _agent_view(thread.history, start)
         request = EngineRequest(
-            system=services.system_prompt, history=tuple(thread.history), tools=schemas,
-            model=thread.thread.model, effort=thread.thread.effort, agent=thread.agent_name,
+            system=turn.system_prompt or services.system_prompt, history=history, tools=schemas,
+            model=thread.thread.model, effort=thread.thread.effort, agent=turn.agent or thread.agent_name,
         )
         calls = await _sample(thread, turn, engine, request, open_items)
         if not calls:
@@ -143,6 +149,20 @@ async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict
                               for c in calls)
         for call in calls:
             await _run_tool_call(thread, turn, call, open_items)
+
+
+def _agent_view(history: list, start: int) -> tuple:
+    """An orchestration agent's history: other turns' agent messages become input (user
+    messages), their reasoning is dropped; the current turn (from ``start``) is unchanged."""
+    from roost.engines._types import UserMessage
+
+    earlier = []
+    for item in history[:start]:
+        if isinstance(item, AgentMessage):
+            earlier.append(UserMessage(text=item.text))
+        elif not isinstance(item, Reasoning):
+            earlier.append(item)
+    return tuple(earlier) + tuple(history[start:])
 
 
 async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: EngineRequest,
@@ -170,7 +190,8 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
                 cls = type(event)
                 if cls is TextDelta:
                     if message is None:
-                        message = start_item("agent_message", text="")
+                        message = start_item("agent_message", text="",
+                                             **({"agent": turn.agent} if turn.agent else {}))
                     text_parts.append(event.text)
                     emit("item/agentMessage/delta",
                          {"thread_id": tid, "turn_id": turn.id, "item_id": message["id"], "delta": event.text})
@@ -224,10 +245,10 @@ async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_
     tid = thread.thread.id
     from roost.actors._workers import AGENT_TOOL_NAMES
 
-    if view["name"] in AGENT_TOOL_NAMES and thread.services.worker_tools:
+    if view["name"] in AGENT_TOOL_NAMES and thread.services.worker_tools and turn.tools is None:
         await _run_agent_tool(thread, turn, view, open_items)
         return
-    tool = thread.services.tools.get(view["name"])
+    tool = thread.services.tools.get(view["name"]) if turn.tools is None or view["name"] in turn.tools else None
     origin = turn.origin
 
     def on_output(chunk: str) -> None:

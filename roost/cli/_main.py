@@ -37,6 +37,8 @@ def _register() -> None:
     main.add_command(attach_command)
     from roost.cli._repl import repl_command
     main.add_command(repl_command)
+    from roost.cli._run import run_command
+    main.add_command(run_command)
     try:
         from roost.cli._models import models_command
 

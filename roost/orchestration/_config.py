@@ -18,7 +18,8 @@ The format (keys in PascalCase, under a top-level ``Orchestration`` key)::
         Type: keyword
         DefaultAgent: Planner
         Routes:
-          - {Keyword: HANDOFF TO DEVELOPER, Agent: Developer, SourceAgents: [Planner]}
+          - {Keyword: HANDOFF TO DEVELOPER, Agent: Developer, SourceAgents: [Planner],
+             RequireHumanApproval: true}   # ask (route_approval) before this handoff
       Termination:                  # regex | maxiterations | token_budget | composite
         Type: composite
         Mode: any                   # composite: any (default) or all
@@ -98,6 +99,8 @@ class Route:
     keyword: str
     agent: str
     source_agents: list[str] = attrs.field(factory=list)
+    #: ask a human (``approval_request`` kind ``route_approval``) before handing off
+    require_human_approval: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -194,8 +197,14 @@ def _make_converter() -> cattrs.Converter:
             raise TypeError(f"expected an integer, got {type(value).__name__}")
         return value
 
+    def strict_bool(value: Any, _: Any) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {type(value).__name__}")
+        return value
+
     conv.register_structure_hook(str, strict_str)
     conv.register_structure_hook(int, strict_int)
+    conv.register_structure_hook(bool, strict_bool)  # else the int hook (bool is an int) refuses it
     for cls in (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig):
         renames = {a.name: override(rename=_pascal(a.name)) for a in attrs.fields(cls) if a.name != "path"}
         if cls is AgentSpec:

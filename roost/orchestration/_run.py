@@ -1,0 +1,389 @@
+"""Running an orchestration: agents take turns on one thread of kind ``orchestration``.
+
+A run is a thread of kind ``orchestration`` (``roost sessions`` lists it; its metadata holds
+``task``, ``config_path``, ``is_complete`` and the run's progress, so ``--resume`` continues it).
+Each agent turn is a turn of that thread, started with the agent's name and its instructions as
+the turn's system prompt (``StartTurn.agent`` / ``StartTurn.system_prompt``: one ThreadActor per
+run rather than one per agent, the smaller change). The first turn's input is the task (agent
+``Human``); each later turn continues the conversation without new input, or with a correction from
+``Orchestrator`` (a user message whose ``source_id`` is ``roost:orchestrator``). The turn loop
+shows an agent the earlier agents' messages as input (see ``roost.actors._turn._agent_view``).
+An agent's ``Plugins`` limit the tools of its turns (``StartTurn.tools``: ``files``, ``shell`` or
+tool names; none listed: every tool). Not applied yet: an agent's own ``Model`` (every agent uses
+the run's provider settings).
+
+Events (wire-protocol.md, "Run events (run bridge)") go to ``emit`` as camelCase dicts:
+``agent_starting``, ``tool_calling``, ``token_budget_warning``, ``agent_message``; the caller sends
+``ready`` and ``result``. Approvals (the tools' ``shell_command``/``file_write``/``tool_action`` and
+keyword selection's ``route_approval``) go to ``request_approval(params) -> bool | None``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import attrs
+import trio
+
+from roost._json import dumps, loads
+from roost.orchestration._config import AgentSpec, OrchestrationConfig
+from roost.orchestration._policy import (
+    WARN_FRACTION, Progress, first_agent, keyword_handoff, next_sequential, terminated, token_budget,
+)
+from roost.protocol._wire_types import AgentMessage, ToolCallSummary, to_wire
+
+__all__ = ["Orchestrator", "RunOutcome", "ORCHESTRATOR_SOURCE", "args_summary"]
+
+log = logging.getLogger("roost.orchestration")
+
+#: The ``source_id`` of an injected correction (``roost:`` marks input from Roost itself).
+ORCHESTRATOR_SOURCE = "roost:orchestrator"
+_ARGS_SUMMARY_CHARS = 120
+_SELECTOR_SYSTEM = ("You choose which agent of a team speaks next. Reply with exactly one agent name "
+                    "from the list, and nothing else.")
+
+
+def args_summary(arguments: Any) -> str:
+    """A one-line summary of tool arguments (the single value, else compact JSON), <= 120 chars."""
+    if isinstance(arguments, dict) and len(arguments) == 1:
+        (value,) = arguments.values()
+        text = value if isinstance(value, str) else dumps(value).decode()
+    else:
+        text = dumps(arguments if arguments is not None else {}).decode()
+    text = " ".join(text.split())
+    return text if len(text) <= _ARGS_SUMMARY_CHARS else text[: _ARGS_SUMMARY_CHARS - 1] + "…"
+
+
+@attrs.define(kw_only=True)
+class RunOutcome:
+    """How a run ended: ``status`` ``completed``, ``failed`` or ``interrupted``."""
+
+    status: str
+    error_message: str | None = None
+    reason: str | None = None
+
+
+class _TurnWatch:
+    """A thread subscriber translating one run's notifications into run events, synchronously.
+
+    Translation happens in :meth:`deliver` (called by the thread's hub as each notification is
+    emitted), so a tool's ``tool_calling`` is always out before that tool's ``approval_request``.
+    """
+
+    def __init__(self, emit: Callable[[dict], None]) -> None:
+        self.emit = emit
+        self.agent: str | None = None
+        self.turn_id: str | None = None
+        self.calls: dict[str, dict] = {}       # item id -> {name, args, announced}
+        self.ended: dict[str, dict] = {}       # turn id -> the terminal turn view (with items)
+        self.changed = trio.Event()
+
+    def announce(self, item_id: str | None) -> None:
+        """Emit ``tool_calling`` for tool-call item ``item_id`` once (no-op if unknown/done)."""
+        call = self.calls.get(item_id or "")
+        if call is None or call["announced"]:
+            return
+        call["announced"] = True
+        try:
+            arguments = call["arguments"] if call["arguments"] is not None else loads("".join(call["deltas"]) or "{}")
+        except ValueError:
+            arguments = "".join(call["deltas"])
+        self.emit({"type": "tool_calling", "agent": self.agent, "tool": call["name"],
+                   "argsSummary": args_summary(arguments)})
+
+    def deliver(self, line: bytes) -> None:
+        message = loads(line)
+        method, params = message.get("method"), message.get("params") or {}
+        item = params.get("item") or {}
+        if method == "item/started" and item.get("type") == "tool_call":
+            self.calls[item["id"]] = {"name": item.get("name"), "arguments": None, "deltas": [], "announced": False}
+        elif method == "item/toolCall/delta":
+            call = self.calls.get(params.get("item_id"))
+            if call is not None:
+                call["deltas"].append(params.get("delta") or "")
+        elif method == "item/toolCall/outputDelta":
+            self.announce(params.get("item_id"))
+        elif method == "item/completed" and item.get("type") == "tool_call":
+            call = self.calls.get(item["id"])
+            if call is not None:
+                call["arguments"] = item.get("arguments")
+            self.announce(item["id"])
+        elif method in ("turn/completed", "turn/error"):
+            turn = params.get("turn") or {}
+            self.ended[turn.get("id")] = turn
+            self.changed.set()
+            self.changed = trio.Event()
+
+
+class Orchestrator:
+    """Drives one orchestration run on an open runtime.
+
+    Args:
+        config: the loaded config.
+        actor: the run's ThreadActor (a thread of kind ``orchestration``).
+        engine_for: ``engine_for(thread) -> Engine`` (the selector model of ``llm`` selection).
+        emit: sends one run event (a camelCase dict); must not block.
+        request_approval: ``await request_approval(params) -> bool | None`` with ``params`` =
+            ``{kind, ...fields}``; None means nobody can be asked (denied).
+    """
+
+    def __init__(self, config: OrchestrationConfig, actor: Any, *, engine_for: Callable[[Any], Any],
+                 emit: Callable[[dict], None], request_approval: Any) -> None:
+        self.config = config
+        self.actor = actor
+        self.engine_for = engine_for
+        self.emit = emit
+        self.request_approval = request_approval
+        self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
+        meta = actor.thread.metadata or {}
+        saved = meta.get("orchestration") if isinstance(meta.get("orchestration"), dict) else {}
+        fields = {a.name for a in attrs.fields(Progress)}
+        self.progress = Progress(**{k: v for k, v in saved.items() if k in fields})
+        self.watch = _TurnWatch(emit)
+        self.active_turn: str | None = None
+        self.scope = trio.CancelScope()
+        self.interrupted: str | None = None
+        self.starting = False
+
+    # -- control ------------------------------------------------------------------------------
+
+    def interrupt(self, reason: str = "interrupted") -> None:
+        """Stop the run: interrupt the running agent turn (it persists as interrupted), or cancel
+        whatever the run waits on. Idempotent; not a checkpoint."""
+        from roost.actors._messages import InterruptTurn
+        from roost.errors import RoostError
+
+        if self.interrupted is not None:
+            return
+        self.interrupted = reason
+        if self.starting:
+            return  # the turn being admitted is interrupted as soon as its id is known
+        if self.active_turn is not None:
+            try:
+                self.actor.ref.tell(InterruptTurn(turn_id=self.active_turn, reason=reason))
+                return
+            except RoostError:
+                pass
+        self.scope.cancel()
+
+    async def tool_approval(self, params: dict) -> bool | None:
+        """The Origin hook of agent turns: announce the tool call, then ask the client."""
+        self.watch.announce(params.get("item_id"))
+        return await self.request_approval(params)
+
+    # -- the run ------------------------------------------------------------------------------
+
+    async def run(self, task: str) -> RunOutcome:
+        """Run agent turns until termination, failure or interruption.
+
+        Returns:
+            The outcome; the thread's metadata records the progress and ``is_complete``.
+
+        Cancellation: :meth:`interrupt` ends the run as ``interrupted`` (the running turn is
+        persisted as interrupted, and ``--resume`` continues with the same agent).
+        """
+        from roost.actors._messages import Subscribe, Unsubscribe
+
+        await self.actor.ref.ask(Subscribe(self.watch))
+        outcome: RunOutcome | None = None
+        try:
+            with self.scope:
+                outcome = await self._loop(task)
+            if self.scope.cancelled_caught or (outcome is None and self.interrupted):
+                outcome = RunOutcome(status="interrupted", error_message=f"interrupted ({self.interrupted})")
+            return outcome
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                await self.actor.ref.ask(Unsubscribe(self.watch), timeout=5)
+
+    async def _loop(self, task: str) -> RunOutcome:
+        from roost.actors._messages import Origin, Snapshot, StartTurn
+
+        p = self.progress
+        snapshot = await self.actor.ref.ask(Snapshot(history_turns=1))
+        latest = snapshot["turns"][-1]["id"] if snapshot["turns"] else None
+        if p.next_agent is None:
+            p.next_agent = first_agent(self.config)
+        origin = Origin(client_id="run", request_approval=self.tool_approval, unattended_policy="deny")
+        if p.selecting and p.last_agent is not None:  # interrupted while choosing: choose again
+            outcome = await self._choose(p.last_agent, p.last_text)
+            if outcome is not None:
+                return outcome
+        while True:
+            if self.interrupted:
+                return RunOutcome(status="interrupted", error_message=f"interrupted ({self.interrupted})")
+            agent = self.agents[p.next_agent]
+            common = {"agent": agent.name, "system_prompt": agent.instructions or None, "origin": origin,
+                      "tools": _tool_names(agent.plugins)}
+            if latest is None:
+                start = StartTurn(prompt=task, **common)
+            elif p.correction is not None:
+                start = StartTurn(prompt=p.correction, client_id=ORCHESTRATOR_SOURCE, **common)
+                self._emit_message("Orchestrator", "user", p.correction, None, 0.0)
+            else:
+                start = StartTurn(resume_after_turn_id=latest, **common)
+            self.watch.agent = agent.name
+            self.emit({"type": "agent_starting", "agent": agent.name})
+            began = trio.current_time()
+            self.starting = True
+            try:
+                view = await self.actor.ref.ask(start)
+            finally:
+                self.starting = False
+            latest = self.active_turn = self.watch.turn_id = view["id"]
+            if self.interrupted:  # asked while the turn was being admitted
+                reason, self.interrupted = self.interrupted, None
+                self.interrupt(reason=reason)
+            while view["id"] not in self.watch.ended:
+                await self.watch.changed.wait()
+            turn = self.watch.ended[view["id"]]
+            self.active_turn = None
+            p.correction = None
+            usage = turn.get("usage") or {}
+            p.input_tokens += int(usage.get("input_tokens") or 0)
+            p.output_tokens += int(usage.get("output_tokens") or 0)
+            p.tokens = p.input_tokens + p.output_tokens
+            text = self._emit_turn(agent.name, turn, trio.current_time() - began)
+            if turn.get("status") != "completed":
+                await self._save(complete=False)
+                error = turn.get("error") or {}
+                if turn.get("status") == "interrupted":
+                    return RunOutcome(status="interrupted", error_message=error.get("message") or "interrupted")
+                return RunOutcome(status="failed",
+                                  error_message=f"{agent.name}: {error.get('message') or 'the turn failed'}")
+            p.iterations += 1
+            self._budget_warning(agent.name)
+            reason = terminated(self.config.termination, p, agent.name, text)
+            if reason is not None:
+                await self._save(complete=True)
+                return RunOutcome(status="completed", reason=reason)
+            outcome = await self._choose(agent.name, text)
+            if outcome is not None:
+                return outcome
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    async def _choose(self, speaker: str, text: str) -> RunOutcome | None:
+        """Choose the next agent (saving first, so a resumed run chooses again); an outcome when
+        sequential selection has run out of agents."""
+        p = self.progress
+        p.selecting, p.last_agent, p.last_text = True, speaker, text
+        await self._save(complete=False)
+        nxt = await self._select(speaker, text)
+        p.selecting = False
+        if nxt is None:
+            await self._save(complete=True)
+            return RunOutcome(status="completed", reason="every agent has spoken (sequential selection)")
+        p.next_agent = nxt
+        await self._save(complete=False)
+        return None
+
+    async def _select(self, speaker: str, text: str) -> str | None:
+        kind = self.config.selection.type
+        if kind == "sequential":
+            return next_sequential(self.config, speaker, cycle=False)
+        if kind == "roundrobin":
+            return next_sequential(self.config, speaker, cycle=True)
+        if kind == "llm":
+            return await self._llm_select(speaker, text)
+        handoff = keyword_handoff(self.config, speaker, text)
+        self.progress.correction = handoff.correction
+        route = handoff.route
+        if route is not None and route.require_human_approval:
+            approved = await self.request_approval({"kind": "route_approval", "keyword": route.keyword,
+                                                    "sourceAgent": speaker, "targetAgent": route.agent})
+            if approved is not True:
+                self.progress.correction = (f"The handoff from {speaker} to {route.agent} was not approved by a "
+                                            f"human. {speaker}, continue without handing off to {route.agent}.")
+                return speaker
+        return handoff.agent
+
+    async def _llm_select(self, speaker: str, text: str) -> str:
+        """Ask the selector model (scripted: rules for agent ``selector``) who speaks next."""
+        from roost.engines._types import EngineRequest, TextDelta, Usage, UserMessage
+
+        sel = self.config.selection
+        roster = "\n".join(f"- {a.name}: {a.description or ''}".rstrip() for a in self.config.agents)
+        prompt = (f"Task: {(self.actor.thread.metadata or {}).get('task', '')}\n\nAgents:\n{roster}\n\n"
+                  f"Last message from {speaker}:\n{text}\n\nWhich agent speaks next?")
+        request = EngineRequest(system=sel.prompt or _SELECTOR_SYSTEM, history=(UserMessage(text=prompt),),
+                                agent="selector")
+        parts: list[str] = []
+        engine = self.engine_for(self.actor.thread)
+        async with engine.stream(request) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                elif isinstance(event, Usage):
+                    self.progress.input_tokens += event.input_tokens or 0
+                    self.progress.output_tokens += event.output_tokens or 0
+        self.progress.tokens = self.progress.input_tokens + self.progress.output_tokens
+        answer = "".join(parts).strip()
+        names = [a.name for a in self.config.agents]
+        for name in names:
+            if answer.lower().strip(" .'\"`*") == name.lower():
+                return name
+        hits = sorted((answer.lower().find(n.lower()), n) for n in names if n.lower() in answer.lower())
+        if hits:
+            return hits[0][1]
+        log.warning("selector answered %r, not an agent name; %s speaks next", answer, first_agent(self.config))
+        return first_agent(self.config)
+
+    def _budget_warning(self, agent: str) -> None:
+        budget = token_budget(self.config.termination)
+        if budget is None or self.progress.warned:
+            return
+        threshold = int(budget * WARN_FRACTION)
+        if self.progress.tokens >= threshold:
+            self.progress.warned = True
+            self.emit({"type": "token_budget_warning", "agent": agent, "inputTokens": self.progress.tokens,
+                       "warnThreshold": threshold})
+
+    def _emit_message(self, agent: str, role: str, content: str, turn: dict | None, elapsed: float,
+                      calls: list[ToolCallSummary] | None = None) -> None:
+        usage = (turn or {}).get("usage") or {}
+        message = AgentMessage(
+            agent_name=agent, role=role, content=content, turn_index=len(self.actor.turns) - (0 if turn is None else 1),
+            timestamp=(turn or {}).get("completed_at") or _now(), is_compaction_summary=False,
+            input_tokens=usage.get("input_tokens") if turn else None,
+            output_tokens=usage.get("output_tokens") if turn else None, tool_calls=calls or [])
+        self.emit({"type": "agent_message", "message": to_wire(message), "elapsedMs": int(elapsed * 1000)})
+
+    def _emit_turn(self, agent: str, turn: dict, elapsed: float) -> str:
+        """Send the turn's ``agent_message``; return its text (the last agent message of the turn)."""
+        items = turn.get("items") or []
+        texts = [i.get("text") or "" for i in items if i.get("type") == "agent_message" and i.get("text")]
+        calls = [ToolCallSummary(name=str(i.get("name") or ""), args_summary=args_summary(i.get("arguments")),
+                                 succeeded=i.get("status") == "completed" and not i.get("is_error"))
+                 for i in items if i.get("type") == "tool_call"]
+        text = texts[-1] if texts else ""
+        if texts or calls or turn.get("status") == "completed":
+            self._emit_message(agent, "assistant", text, turn, elapsed, calls)
+        return text
+
+    async def _save(self, *, complete: bool) -> None:
+        from roost.actors._messages import UpdateThread
+
+        meta = dict(self.actor.thread.metadata or {})
+        meta["orchestration"] = attrs.asdict(self.progress)
+        meta["is_complete"] = complete
+        with trio.CancelScope(shield=True):
+            await self.actor.ref.ask(UpdateThread(changes={"metadata": meta}), timeout=30)
+
+
+#: Built-in plugin -> its tool names (``roost plugins``); any other plugin name is a tool name.
+_PLUGIN_GROUPS = {"shell": ("shell",), "files": ("read_file", "write_file", "list_dir", "search_files")}
+
+
+def _tool_names(plugins: list[str]) -> tuple[str, ...] | None:
+    """The tools an agent may use: those of its ``Plugins`` (none listed: every tool)."""
+    if not plugins:
+        return None
+    return tuple(name for plugin in plugins for name in _PLUGIN_GROUPS.get(plugin, (plugin,)))
+
+
+def _now() -> str:
+    from roost.storage import utc_now
+
+    return utc_now()

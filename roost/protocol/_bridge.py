@@ -1,0 +1,195 @@
+"""``roost run``: one orchestration session, as the run bridge (JSONL on stdio) or for a terminal.
+
+wire-protocol.md, "Run events (run bridge)": the first event is ``ready {protocolVersion,
+sessionId, task, config, resumed, agents}``; then ``agent_starting``, ``tool_calling``,
+``token_budget_warning``, ``agent_message {message, elapsedMs}`` and ``approval_request`` (answered
+by ``approval_response`` on stdin); ``result`` is the last event and its ``exitCode`` is the
+process's. Input is ``approval_response`` and ``interrupt`` (``user_input`` is not read); an
+interrupt or SIGINT ends the session with ``succeeded: false`` (exit code 130), and ``--resume``
+continues it. A run that fails before it starts sends only ``result`` with ``sessionId: null``
+(exit code 1).
+
+Exit codes: 0 the run completed (a termination strategy, or sequential selection ran out of
+agents), 1 it failed (or could not start), 130 it was interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Any, Callable
+
+import trio
+
+from roost._json import dumps_line
+from roost.errors import ConfigError, NotFound, RoostError, ThreadNotFound
+
+__all__ = ["run_session", "run_bridge", "failed_result", "PROTOCOL_VERSION"]
+
+log = logging.getLogger("roost.run")
+
+PROTOCOL_VERSION = 1
+_EXIT = {"completed": 0, "failed": 1, "interrupted": 130}
+
+
+def failed_result(message: str, *, task: str | None = None, config: str | None = None) -> dict:
+    """The ``result`` of a run that failed before it started (``sessionId`` null, exit code 1)."""
+    return {"type": "result", "sessionId": None, "task": task, "config": config, "succeeded": False,
+            "errorMessage": message, "exitCode": 1, "turns": 0, "elapsedSeconds": 0.0,
+            "inputTokens": 0, "outputTokens": 0}
+
+
+async def run_session(*, config_path: str | None, task: str | None, resume_id: str | None, settings: Any,
+                      cwd: Path, emit: Callable[[dict], None], request_approval: Any,
+                      on_orchestrator: Callable[[Any], None] | None = None) -> dict:
+    """Run (or resume) one orchestration session; return its ``result`` event (also emitted).
+
+    Args:
+        config_path: the orchestration config (with ``resume_id``: optional, default the
+            session's own).
+        task: the task (required without ``resume_id``).
+        resume_id: a session to continue (``--resume``).
+        settings: :class:`roost.engines.ProviderSettings` of the agents' model.
+        cwd: the session's working directory.
+        emit: sends one run event dict (must not block).
+        request_approval: ``await request_approval(params) -> bool | None``.
+        on_orchestrator: called with the :class:`Orchestrator` once it exists (to interrupt it).
+
+    Cancellation: interrupt through the orchestrator (``interrupt()``); cancelling this call
+    stops the run abruptly (the running turn is persisted as interrupted by the runtime).
+    """
+    from roost.model import Thread
+    from roost.orchestration import load_config_file
+    from roost.orchestration._run import Orchestrator
+    from roost.protocol._engines import EngineCatalog
+    from roost.storage import new_id, utc_now
+    from roost.supervisor._root import open_runtime
+    from roost.tools import builtin_tools
+
+    began = trio.current_time()
+    config = None
+    if config_path is not None:
+        try:
+            config = await trio.to_thread.run_sync(load_config_file, config_path)
+        except ConfigError as exc:
+            result = failed_result(str(exc), task=task, config=config_path)
+            emit(result)
+            return result
+    engines = EngineCatalog(settings)
+    try:
+        async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
+            if resume_id is not None:
+                try:
+                    actor = await runtime.registry.get(resume_id)
+                except (NotFound, ThreadNotFound):
+                    actor = None
+                meta = actor.thread.metadata or {} if actor is not None else {}
+                problem = (f"no session with id {resume_id!r}" if actor is None or actor.thread.kind != "orchestration"
+                           else f"session {resume_id} is already complete" if meta.get("is_complete") else None)
+                if problem is None and config is None:
+                    try:
+                        config = await trio.to_thread.run_sync(load_config_file, str(meta.get("config_path")))
+                    except ConfigError as exc:
+                        problem = str(exc)
+                if problem is not None:
+                    result = failed_result(problem, task=meta.get("task"), config=config_path or meta.get("config_path"))
+                    emit(result)
+                    return result
+                task = str(meta.get("task") or "")
+            else:
+                now = utc_now()
+                thread = Thread(id=new_id("thr"), kind="orchestration", cwd=str(cwd), provider=settings.provider,
+                                model=settings.model, permission_mode="standard", created_at=now, updated_at=now,
+                                metadata={"task": task, "config_path": config.path, "is_complete": False})
+                actor = await runtime.registry.create(thread, ephemeral=False)
+            orch = Orchestrator(config, actor, engine_for=engines.engine_for, emit=emit,
+                                request_approval=request_approval)
+            if on_orchestrator is not None:
+                on_orchestrator(orch)
+            emit({"type": "ready", "protocolVersion": PROTOCOL_VERSION, "sessionId": actor.thread.id, "task": task,
+                  "config": config.path, "resumed": resume_id is not None,
+                  "agents": [a.name for a in config.agents]})
+            try:
+                outcome = await orch.run(task or "")
+            except RoostError as exc:
+                log.exception("run %s failed", actor.thread.id)
+                from roost.orchestration._run import RunOutcome
+
+                outcome = RunOutcome(status="failed", error_message=str(exc))
+            p = orch.progress
+            result = {"type": "result", "sessionId": actor.thread.id, "task": task, "config": config.path,
+                      "succeeded": outcome.status == "completed",
+                      "errorMessage": None if outcome.status == "completed" else outcome.error_message,
+                      "exitCode": _EXIT[outcome.status], "turns": p.iterations,
+                      "elapsedSeconds": round(trio.current_time() - began, 3),
+                      "inputTokens": p.input_tokens, "outputTokens": p.output_tokens}
+    except RoostError as exc:
+        result = failed_result(str(exc), task=task, config=config_path)
+    finally:
+        with trio.CancelScope(shield=True):
+            await engines.aclose()
+    emit(result)
+    return result
+
+
+async def run_bridge(*, config_path: str | None, task: str | None, resume_id: str | None, settings: Any,
+                     cwd: Path, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> int:
+    """Serve one run bridge session on ``receive``/``send`` (stdin/stdout); return the exit code.
+
+    Input lines: ``approval_response`` answers the pending ``approval_request`` (anything
+    malformed is a denial); ``interrupt`` (or SIGINT) interrupts the session. Other lines, and
+    lines that are not JSON, are ignored. At end of input, approvals can no longer be asked and
+    are denied (the unattended policy).
+    """
+    from roost.protocol._framing import FrameError, LineDecoder, read_frames
+    from roost.protocol._outbox import Outbox
+    from roost.protocol._repl_prompts import PromptBroker
+
+    outbox = Outbox()
+    state: dict[str, Any] = {"orch": None, "pending_interrupt": False}
+
+    def emit(event: dict) -> None:
+        outbox.deliver(dumps_line(event))
+
+    broker = PromptBroker(emit)
+
+    def interrupt() -> None:
+        orch = state["orch"]
+        if orch is None:
+            state["pending_interrupt"] = True
+        else:
+            orch.interrupt("interrupted")
+
+    def on_orchestrator(orch: Any) -> None:
+        state["orch"] = orch
+        if state["pending_interrupt"]:
+            orch.interrupt("interrupted")
+
+    async def read_input() -> None:
+        async for frame in read_frames(receive, LineDecoder()):
+            if isinstance(frame, FrameError) or not isinstance(frame, dict):
+                continue
+            kind = frame.get("type")
+            if kind == "approval_response":
+                broker.answer(frame)
+            elif kind == "interrupt":
+                interrupt()
+        broker.close()  # end of input: nobody left to ask (a pending approval is denied)
+
+    async def sigint() -> None:
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                interrupt()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.run_writer, send)
+        async with trio.open_nursery() as inputs:
+            inputs.start_soon(read_input)
+            inputs.start_soon(sigint)
+            result = await run_session(config_path=config_path, task=task, resume_id=resume_id,
+                                       settings=settings, cwd=cwd, emit=emit,
+                                       request_approval=broker.request_approval, on_orchestrator=on_orchestrator)
+            inputs.cancel_scope.cancel()
+        outbox.close()
+    return int(result["exitCode"])
