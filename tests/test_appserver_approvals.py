@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from _helpers.appserver import open_app_server, scripted_env
+from _helpers.appserver import open_app_server, scripted_env, script_env
 
 SCRIPT = """
 rules:
@@ -34,9 +34,7 @@ APPROVALS = {"reverse_rpc": {"methods": ["approval/request"]}}
 
 @pytest.fixture
 def env(tmp_path: Path, roost_home: Path) -> dict:
-    script = tmp_path / "script.yaml"
-    script.write_text(SCRIPT)
-    return scripted_env(roost_home, script)
+    return script_env(tmp_path, roost_home, SCRIPT)
 
 
 def approval_requests(client) -> list[dict]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers.appserver import RemoteError, open_app_server, scripted_env
+from _helpers.appserver import RemoteError, open_app_server, scripted_env, script_env
 
 SCRIPT = """
 rules:
@@ -24,9 +24,7 @@ default: echo
 
 @pytest.fixture
 def env(tmp_path: Path, roost_home: Path) -> dict:
-    script = tmp_path / "script.yaml"
-    script.write_text(SCRIPT)
-    return scripted_env(roost_home, script)
+    return script_env(tmp_path, roost_home, SCRIPT)
 
 
 async def test_initialize_thread_and_turn(env, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error
+from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error, script_env
 
 SCRIPT = """
 rules:
@@ -25,9 +25,7 @@ APPROVALS = {"reverse_rpc": {"methods": ["approval/request"]}}
 
 @pytest.fixture
 def env(tmp_path: Path, roost_home: Path) -> dict:
-    script = tmp_path / "script.yaml"
-    script.write_text(SCRIPT)
-    return scripted_env(roost_home, script)
+    return script_env(tmp_path, roost_home, SCRIPT)
 
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers.appserver import RemoteError, open_app_server, scripted_env
+from _helpers.appserver import RemoteError, open_app_server, scripted_env, script_env
 
 SCRIPT = r"""
 rules:
@@ -44,9 +44,7 @@ TERMINAL = ("completed", "failed", "interrupted", "timed_out", "cancelled")
 
 @pytest.fixture
 def env(tmp_path: Path, roost_home: Path) -> dict:
-    script = tmp_path / "script.yaml"
-    script.write_text(SCRIPT)
-    return scripted_env(roost_home, script)
+    return script_env(tmp_path, roost_home, SCRIPT)
 
 
 async def _thread(client, tmp_path: Path, **extra) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error
+from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error, script_env
 
 SCRIPT = """
 rules:
@@ -23,9 +23,7 @@ default: echo
 
 @pytest.fixture
 def env(tmp_path: Path, roost_home: Path) -> dict:
-    script = tmp_path / "script.yaml"
-    script.write_text(SCRIPT)
-    return scripted_env(roost_home, script)
+    return script_env(tmp_path, roost_home, SCRIPT)
 
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error
+from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error, script_env
 
 SCRIPT = """
 rules:
@@ -49,9 +49,7 @@ PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n fake image bytes").decode()
 
 @pytest.fixture
 def env(tmp_path: Path, roost_home: Path) -> dict:
-    script = tmp_path / "script.yaml"
-    script.write_text(SCRIPT)
-    return scripted_env(roost_home, script)
+    return script_env(tmp_path, roost_home, SCRIPT)
 
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from _helpers.appserver import open_app_server, roost_argv, scripted_env
+from _helpers.appserver import open_app_server, roost_argv, scripted_env, script_env
 
 SCRIPT = """
 rules:
@@ -33,9 +33,7 @@ default: echo
 
 @pytest.fixture
 def env(tmp_path: Path, roost_home: Path) -> dict:
-    script = tmp_path / "script.yaml"
-    script.write_text(SCRIPT)
-    return scripted_env(roost_home, script)
+    return script_env(tmp_path, roost_home, SCRIPT)
 
 
 async def _exec(env: dict, *args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Callable
 import pytest
 import trio
 
-from _helpers.appserver import roost_argv, scripted_env
+from _helpers.appserver import roost_argv, scripted_env, iter_lines, script_env
 
 TIMEOUT = 20.0
 
@@ -70,19 +70,12 @@ class ReplClient:
         self._changed = trio.Event()
 
     async def _reader(self) -> None:
-        buf = b""
         assert self.process.stdout is not None
-        while True:
-            data = await self.process.stdout.receive_some(1 << 16)
-            if not data:
-                self.eof = True
-                self._wake()
-                return
-            buf += data
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                self.events.append(json.loads(line))  # stdout carries protocol lines only
+        async for line in iter_lines(self.process.stdout):
+            self.events.append(json.loads(line))  # stdout carries protocol lines only
             self._wake()
+        self.eof = True
+        self._wake()
 
     def _wake(self) -> None:
         self._changed.set()
@@ -147,9 +140,7 @@ async def open_repl(env: dict, cwd: Path, *args: str) -> AsyncIterator[ReplClien
 
 @pytest.fixture
 def env(tmp_path: Path, roost_home: Path) -> dict:
-    script = tmp_path / "script.yaml"
-    script.write_text(SCRIPT)
-    return scripted_env(roost_home, script)
+    return script_env(tmp_path, roost_home, SCRIPT)
 
 
 @pytest.fixture

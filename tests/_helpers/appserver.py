@@ -54,25 +54,18 @@ class AppServerClient:
         self.approval_handler: Callable[[dict], Any] | None = None
 
     async def _reader(self) -> None:
-        buf = b""
         assert self.process.stdout is not None
-        while True:
-            data = await self.process.stdout.receive_some(1 << 16)
-            if not data:
-                self.eof = True
-                self._wake()
-                return
-            buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                self.raw.append(line)
-                msg = json.loads(line)
-                self.lines.append(msg)
-                if msg.get("method") == "approval/request" and "id" in msg and self.approval_handler:
-                    answer = self.approval_handler(msg["params"])
-                    if answer is not None:
-                        await self.send({"id": msg["id"], "result": {"approved": bool(answer)}})
-                self._wake()
+        async for line in iter_lines(self.process.stdout):
+            self.raw.append(line)
+            msg = json.loads(line)
+            self.lines.append(msg)
+            if msg.get("method") == "approval/request" and "id" in msg and self.approval_handler:
+                answer = self.approval_handler(msg["params"])
+                if answer is not None:
+                    await self.send({"id": msg["id"], "result": {"approved": bool(answer)}})
+            self._wake()
+        self.eof = True
+        self._wake()
 
     def _wake(self) -> None:
         self._changed.set()
@@ -143,6 +136,26 @@ class AppServerClient:
             lambda m: m.get("method") in ("turn/completed", "turn/error") and m["params"]["turn"]["id"] == turn_id,
             start=start, timeout=timeout)
         return line["params"]
+
+
+async def iter_lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[bytes]:
+    """The newline-terminated lines of ``stream`` (without the newline), until end of file."""
+    buf = b""
+    while True:
+        data = await stream.receive_some(1 << 16)
+        if not data:
+            return
+        buf += data
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            yield line
+
+
+def script_env(tmp_path: Path, home: Path, script_text: str, **extra: str) -> dict[str, str]:
+    """Write ``script_text`` as ``tmp_path/script.yaml`` and return :func:`scripted_env` for it."""
+    script = tmp_path / "script.yaml"
+    script.write_text(script_text)
+    return scripted_env(home, script, **extra)
 
 
 def scripted_env(home: Path, script: Path | str | None = None, **extra: str) -> dict[str, str]:
