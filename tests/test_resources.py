@@ -251,17 +251,45 @@ async def test_context_add_list_read_by_tool_and_remove(env, tmp_path):
 
 
 async def test_plugins_json_and_filter(env, tmp_path):
-    q_all, q_files, q_missing = await roost_all(
+    q_all, q_files, q_missing, q_memory = await roost_all(
         env, ("plugins", "--json"), ("plugins", "--plugin", "files", "--json"),
-        ("plugins", "--plugin", "mcp-x", "--json"), cwd=tmp_path)
+        ("plugins", "--plugin", "mcp-x", "--json"), ("plugins", "--plugin", "MEMORY", "--json"), cwd=tmp_path)
     plugins = envelope(q_all)
-    assert [p["name"] for p in plugins] == ["shell", "files", "agents"]
+    assert [p["name"] for p in plugins] == ["shell", "files", "memory", "agents"]
     for p in plugins:
         assert set(p) == PLUGIN and p["source"] == "builtin" and p["functions"]
         assert all(set(f) == {"name", "description"} and f["description"] for f in p["functions"])
     files = envelope(q_files)
     assert [f["name"] for f in files[0]["functions"]] == ["read_file", "write_file", "list_dir", "search_files"]
     assert "no plugin named 'mcp-x'" in error_of(q_missing)
+    memory = envelope(q_memory)
+    assert len(memory) == 1 and set(memory[0]) == PLUGIN and memory[0]["name"] == "memory"
+    assert memory[0]["source"] == "builtin"
+    assert [f["name"] for f in memory[0]["functions"]] == ["memory_save", "memory_recall", "context_read"]
+    assert all(set(f) == {"name", "description"} and f["description"] for f in memory[0]["functions"])
+
+
+def test_plugin_groups_match_roost_plugins():
+    from roost.cli._res_config import builtin_plugins
+    from roost.tools import PLUGIN_GROUPS
+
+    listed = {p.name: tuple(f.name for f in p.functions) for p in builtin_plugins()}
+    assert {name: listed[name] for name in PLUGIN_GROUPS} == PLUGIN_GROUPS
+
+
+async def test_validate_warns_about_unknown_plugins(env, tmp_path):
+    config = tmp_path / "team.yaml"
+    config.write_text("Orchestration:\n  Agents:\n"
+                      "    - {Name: A, Instructions: a, Plugins: [files, memory, shell, memory_recall, agents]}\n"
+                      "    - {Name: B, Instructions: b, Plugins: [memroy, files]}\n")
+    proc = await cli("validate", str(config), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr                 # a warning does not make it invalid
+    item = envelope(proc, "item")
+    assert item["valid"] is True
+    assert [i for i in item["issues"] if "Plugins" in i["message"]] == [{
+        "level": "warning",
+        "message": "Orchestration.Agents[1].Plugins: 'memroy' is neither a plugin nor a known tool "
+                   "(see roost plugins); it gives the agent no tool"}]
 
 
 async def test_models_json_envelopes(env, tmp_path, roost_home):

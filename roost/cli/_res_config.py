@@ -24,6 +24,7 @@ from roost.protocol._wire_types import (
 )
 
 __all__ = ["plugins_command", "config_command", "validate_command", "init_command", "builtin_plugins",
+           "known_plugin_names", "plugin_warnings",
            "DEFAULT_CONFIG_DIR", "DEFAULT_CONFIG_FILE"]
 
 DEFAULT_CONFIG_DIR = Path(".roost") / "config"
@@ -31,32 +32,61 @@ DEFAULT_CONFIG_FILE = DEFAULT_CONFIG_DIR / "orchestration.yaml"
 #: Model id written by ``init`` when neither --model, ROOST_MODEL nor config.toml names one.
 FALLBACK_MODEL = "gpt-4o-mini"
 _CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
-#: Built-in plugin -> the tool names it groups (tools not listed form a plugin of their own).
-_GROUPS = {"shell": ("shell",), "files": ("read_file", "write_file", "list_dir", "search_files")}
 _GITIGNORE_LINES = ("# Roost: keep the config, ignore local state", ".roost/*", "!.roost/config/")
 
 
-def builtin_plugins() -> list[Plugin]:
-    """The built-in tool groups: ``shell``, ``files`` (from :func:`roost.tools.builtin_tools`) and
-    ``agents`` (the subagent tools), each with its functions in declaration order."""
-    from roost.actors._workers import agent_tool_schemas
-    from roost.tools import builtin_tools
+def _memory_tool_descriptions() -> dict[str, str]:
+    """``{name: description}`` of the memory tools (built over no store: only their text is read)."""
+    from roost.tools import memory_tools
 
-    tools = builtin_tools()
+    return {name: tool.description for name, tool in memory_tools(None).items()}
+
+
+def builtin_plugins() -> list[Plugin]:
+    """Return the built-in tool plugins, each with its functions in declaration order.
+
+    The groups of :data:`roost.tools.PLUGIN_GROUPS` come first (``shell``, ``files``, ``memory``),
+    then any built-in tool no group holds as a plugin of its own, then ``agents`` (the subagent
+    tools). Descriptions are the tools' own (:func:`roost.tools.builtin_tools`,
+    :func:`roost.tools.memory_tools`); a group none of whose tools exists is left out.
+    """
+    from roost.actors._workers import agent_tool_schemas
+    from roost.tools import PLUGIN_GROUPS, builtin_tools
+
+    descriptions = {name: tool.description for name, tool in builtin_tools().items()}
+    standalone = list(descriptions)
+    descriptions.update(_memory_tool_descriptions())
     plugins: list[Plugin] = []
     grouped: set[str] = set()
-    for group, names in _GROUPS.items():
-        functions = [PluginFunction(name=n, description=tools[n].description) for n in names if n in tools]
+    for group, names in PLUGIN_GROUPS.items():
+        functions = [PluginFunction(name=n, description=descriptions[n]) for n in names if n in descriptions]
         grouped.update(names)
         if functions:
             plugins.append(Plugin(name=group, source="builtin", functions=functions))
-    for name, tool in tools.items():
+    for name in standalone:
         if name not in grouped:
             plugins.append(Plugin(name=name, source="builtin",
-                                  functions=[PluginFunction(name=name, description=tool.description)]))
+                                  functions=[PluginFunction(name=name, description=descriptions[name])]))
     agents = [PluginFunction(name=s.name, description=s.description) for s in agent_tool_schemas(can_spawn=True)]
     plugins.append(Plugin(name="agents", source="builtin", functions=agents))
     return plugins
+
+
+def known_plugin_names() -> frozenset[str]:
+    """Return every name an agent's ``Plugins`` may use: the plugins of :func:`builtin_plugins`
+    and their tools' names."""
+    plugins = builtin_plugins()
+    return frozenset({p.name for p in plugins} | {f.name for p in plugins for f in p.functions})
+
+
+def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
+    """Return a ``warning`` for each ``Plugins`` entry of ``config``'s agents that names neither a
+    plugin nor a known tool (``Orchestration.Agents[i].Plugins: ...``); such an entry gives no tool."""
+    known = known_plugin_names()
+    return [ValidationIssue(level="warning",
+                            message=f"Orchestration.Agents[{i}].Plugins: {name!r} is neither a plugin nor a "
+                                    f"known tool (see roost plugins); it gives the agent no tool")
+            for i, agent in enumerate(config.agents) for name in agent.plugins if name not in known]
 
 
 @click.command("plugins")
@@ -134,6 +164,8 @@ def validate_command(path: str, as_json: bool) -> None:
     file = Path(path).expanduser().resolve()
     config, found = validate_config_file(file)
     issues = [ValidationIssue(level=i.level, message=i.message) for i in found]
+    if config is not None:
+        issues += plugin_warnings(config)
     errors = [i.message for i in issues if i.level == "error"]
     summary = None if config is None else summarize(file, config, "; ".join(errors) or None)
     result = Validation(path=str(file), valid=not errors, issues=issues, config=summary)

@@ -28,7 +28,7 @@ from roost.storage import LeaseKeeper, default_owner, open_store, reconcile
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 from roost.supervisor._supervisor import Supervisor
 
-__all__ = ["Runtime", "open_runtime", "lease_ttl_from_env", "LEASE_TTL_ENV"]
+__all__ = ["Runtime", "open_runtime", "lease_ttl_from_env", "with_memory_tools", "LEASE_TTL_ENV"]
 
 log = logging.getLogger("roost.supervisor")
 
@@ -73,7 +73,7 @@ def lease_ttl_from_env(default: float) -> float:
 @asynccontextmanager
 async def open_runtime(
     *, engine_for: Any, tools: dict[str, Any], db_path: Path | None = None, owner: str | None = None,
-    lease_ttl: float | None = None,
+    lease_ttl: float | None = None, memory: bool = True,
 ) -> AsyncIterator[Runtime]:
     """Start the root tree; yield the :class:`Runtime`; stop it in reverse order on exit.
 
@@ -83,12 +83,14 @@ async def open_runtime(
 
     Args:
         engine_for: ``engine_for(thread) -> Engine``.
-        tools: model-facing tool name -> Tool.
+        tools: model-facing tool name -> Tool (not changed: the runtime's threads get a copy).
         db_path: the database (default ``$ROOST_HOME/roost.db``).
         owner: this process's lease owner identity (default :func:`roost.storage.default_owner`,
             ``"<host>:<pid>:<nonce>"``, which lets a successor recognise a killed owner).
         lease_ttl: execution lease duration in seconds (default ``$ROOST_LEASE_TTL`` or 15 s);
             leases are renewed every third of it.
+        memory: also offer ``memory_save``, ``memory_recall`` and ``context_read`` over this
+            runtime's store (see :func:`with_memory_tools`); False offers ``tools`` alone.
 
     Raises:
         StoreError: the database cannot be opened or migrated.
@@ -97,6 +99,8 @@ async def open_runtime(
     lease_ttl = lease_ttl_from_env(15.0) if lease_ttl is None else lease_ttl
     store = await trio.to_thread.run_sync(lambda: open_store(db_path))
     owner = owner or default_owner()
+    if memory:
+        tools = with_memory_tools(tools, store)
 
     def _reconcile() -> Any:
         with store.transaction() as conn:
@@ -159,6 +163,19 @@ async def _resume_worker_trees(runtime: Runtime) -> None:
             await runtime.registry.get(thread_id)
         except Exception:
             log.exception("could not resume the worker tree of thread %s", thread_id)
+
+
+def with_memory_tools(tools: dict[str, Any], store: Any) -> dict[str, Any]:
+    """Return ``tools`` plus the memory tools over ``store`` (a new dict; ``tools`` is not changed).
+
+    The memory tools (:func:`roost.tools.memory_tools`: ``memory_save``, ``memory_recall``,
+    ``context_read``) take each call's agent from ``ToolContext.agent``, so one set serves every
+    thread. A name ``tools`` already has keeps its tool (a caller's own ``memory_save`` wins).
+    """
+    from roost.tools import memory_tools
+
+    extra = {name: tool for name, tool in memory_tools(store).items() if name not in tools}
+    return {**tools, **extra}
 
 
 def idle_unload_s() -> float:

@@ -2,7 +2,9 @@
 
 Layout: ``_model`` (Tool, ToolContext, ToolResult), ``_schema`` (argument validation), ``_policy``
 (run_tool: permission modes, approvals, error results), ``_shell`` and ``_files`` (the built-ins),
-``_output`` (capped output), ``_builtin`` (the registry).
+``_output`` (capped output), ``_builtin`` (the registry), ``_memory_tools`` (memory_save,
+memory_recall, context_read over the store), ``_plugins`` (the plugin groups of an agent's
+``Plugins``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from roost.tools._builtin import builtin_tools as builtin_tools
 from roost.tools._files import resolve_path as resolve_path
 from roost.tools._files import unified_diff as unified_diff
+from roost.tools._memory_tools import memory_tools as memory_tools
 from roost.tools._model import APPROVAL_KINDS as APPROVAL_KINDS
 from roost.tools._model import DEFAULT_KILL_GRACE_S as DEFAULT_KILL_GRACE_S
 from roost.tools._model import DEFAULT_OUTPUT_CAP_BYTES as DEFAULT_OUTPUT_CAP_BYTES
@@ -21,6 +24,8 @@ from roost.tools._model import ToolContext as ToolContext
 from roost.tools._model import ToolResult as ToolResult
 from roost.tools._model import UnattendedPolicy as UnattendedPolicy
 from roost.tools._output import OutputBuffer as OutputBuffer
+from roost.tools._plugins import PLUGIN_GROUPS as PLUGIN_GROUPS
+from roost.tools._plugins import plugin_tool_names as plugin_tool_names
 from roost.tools._policy import approval_request_for as approval_request_for
 from roost.tools._policy import run_tool as run_tool
 from roost.tools._schema import validate_args as validate_args
@@ -31,6 +36,7 @@ __all__ = [
     "DEFAULT_KILL_GRACE_S",
     "DEFAULT_OUTPUT_CAP_BYTES",
     "PERMISSION_MODES",
+    "PLUGIN_GROUPS",
     "ApprovalRequester",
     "OutputBuffer",
     "PermissionMode",
@@ -40,6 +46,8 @@ __all__ = [
     "UnattendedPolicy",
     "approval_request_for",
     "builtin_tools",
+    "memory_tools",
+    "plugin_tool_names",
     "resolve_path",
     "run_tool",
     "stop_process_group",
@@ -54,6 +62,8 @@ for _obj in (
     ToolResult,
     approval_request_for,
     builtin_tools,
+    memory_tools,
+    plugin_tool_names,
     resolve_path,
     run_tool,
     stop_process_group,

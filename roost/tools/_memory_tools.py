@@ -14,7 +14,9 @@ The data functions (``*_rows`` readers, ``*_write`` writers) take a ``sqlite3`` 
 storage room's functions: pass writers to ``store.writer.submit`` or call them under
 ``store.transaction()``; call readers on ``store.read()``. :func:`memory_tools` builds the
 model-facing tools ``memory_save``, ``memory_recall`` and ``context_read`` (not mutating: they only
-change Roost's own store).
+change Roost's own store). A tool call's memory scope is its ``ToolContext.agent`` (the orchestration
+agent running it), else the ``agent`` the tools were built for, else the shared store; recalling
+reads the agent's own entries and the shared ones.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "context_items",
     "remove_context",
     "read_context_file",
+    "recall_entries",
     "memory_tools",
     "MAX_CONTEXT_BYTES",
 ]
@@ -236,18 +239,57 @@ def _project_with_context(conn: sqlite3.Connection, cwd: Path) -> Path:
     return cwd
 
 
+def recall_entries(conn: sqlite3.Connection, agent: str | None) -> list[dict[str, Any]]:
+    """Return the entries ``agent`` recalls: its own, then the shared ones it does not shadow (read-only).
+
+    An agent sees its own store (scope ``memory:agent:<name>``) and the shared one (scope
+    ``memory``): the shared store is where people put what every agent should know (``roost memory``
+    without ``--agent``), so an agent recalling only its own entries would miss it. An own entry hides
+    a shared entry of the same name. With ``agent`` None only the shared store is read.
+
+    Returns:
+        ``{guid, name, type, description, body, shared: bool}`` dicts: the agent's own entries by
+        name, then the shared ones by name.
+    """
+    own = [{**e, "shared": False} for e in memory_entries(conn, agent)] if agent else []
+    names = {e["name"] for e in own}
+    shared = [{**e, "shared": True} for e in memory_entries(conn, None) if e["name"] not in names]
+    return own + shared
+
+
+def _matches(entry: dict[str, Any], words: list[str], kind: str | None) -> bool:
+    """Whether ``entry`` has type ``kind`` (any when empty) and contains every one of ``words``."""
+    if kind and entry["type"] != kind:
+        return False
+    haystack = f"{entry['name']} {entry['description']} {entry['body']}".lower()
+    return all(w in haystack for w in words)
+
+
+def _format_entry(entry: dict[str, Any]) -> str:
+    """One recalled entry as Markdown: ``## name (type[, shared])``, description, body."""
+    label = f"{entry['type']}, shared" if entry.get("shared") else entry["type"]
+    return f"## {entry['name']} ({label})\n{entry['description']}\n\n{entry['body']}"
+
+
 def memory_tools(store: Any, *, agent: str | None = None) -> dict[str, Tool]:
     """Return the tools ``memory_save``, ``memory_recall`` and ``context_read`` by name.
 
     Args:
         store: the running :class:`roost.storage.Store` (its writer must be running: saves go
             through ``store.writer.submit``; reads use ``store.read()`` in a worker thread).
-        agent: whose memory the tools use (``None``: the shared store). Context is found from the
-            call's ``ToolContext.cwd`` (the nearest directory, going up, with imported context).
+        agent: whose memory the tools use when a call's ``ToolContext.agent`` is None (``None``:
+            the shared store). Each call uses ``ctx.agent`` first, so one set of tools registered
+            for a whole runtime serves every orchestration agent with its own memory.
+            ``memory_save`` writes to that agent's store; ``memory_recall`` reads it and the shared
+            store (see :func:`recall_entries`). Context is found from the call's
+            ``ToolContext.cwd`` (the nearest directory, going up, with imported context).
 
     Cancellation: a cancelled save may still commit (the writer owns the transaction); reads are
     abandoned.
     """
+
+    def agent_of(ctx: ToolContext) -> str | None:
+        return ctx.agent or agent or None
 
     async def read(fn: Any, *args: Any) -> Any:
         def run() -> Any:
@@ -257,21 +299,20 @@ def memory_tools(store: Any, *, agent: str | None = None) -> dict[str, Tool]:
         return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
 
     async def save(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        who = agent_of(ctx)
         value = await store.writer.submit(
-            lambda conn: save_memory(conn, agent=agent, name=args["name"], type=args["type"],
+            lambda conn: save_memory(conn, agent=who, name=args["name"], type=args["type"],
                                      description=args.get("description") or "", body=args["body"]))
         return ToolResult(output=f"saved memory {value['name']!r} ({value['type']})",
-                          metadata={"guid": value["guid"]})
+                          metadata={"guid": value["guid"], "agent": who})
 
     async def recall(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        entries = await read(memory_entries, agent)
-        query = (args.get("query") or "").lower().split()
-        kind = args.get("type")
-        hits = [e for e in entries if (not kind or e["type"] == kind)
-                and all(w in f"{e['name']} {e['description']} {e['body']}".lower() for w in query)]
+        entries = await read(recall_entries, agent_of(ctx))
+        words = (args.get("query") or "").lower().split()
+        hits = [e for e in entries if _matches(e, words, args.get("type"))]
         if not hits:
             return ToolResult(output="no matching memories")
-        text = "\n\n".join(f"## {e['name']} ({e['type']})\n{e['description']}\n\n{e['body']}" for e in hits)
+        text = "\n\n".join(_format_entry(e) for e in hits)
         return ToolResult(output=cap_text(text, ctx.output_cap_bytes)[0])
 
     async def context_read(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -311,7 +352,8 @@ def memory_tools(store: Any, *, agent: str | None = None) -> dict[str, Tool]:
                  "description": {"type": "string", "description": "A one-line summary."},
                  "body": string}, "required": ["name", "type", "body"]}),
         Tool(name="memory_recall", mutating=False, run=recall,
-             description="Recall remembered entries; all of them, or those matching every word of query.",
+             description=("Recall remembered entries (your own and the shared ones); all of them, or those "
+                          "matching every word of query (and type, when given)."),
              parameters={"type": "object", "properties": {
                  "query": string, "type": {"type": "string", "enum": list(MEMORY_TYPES)}}}),
         Tool(name="context_read", mutating=False, run=context_read,

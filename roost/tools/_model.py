@@ -82,6 +82,8 @@ class ToolContext:
         output_cap_bytes: the most bytes of output kept in a result (default 64 KiB).
         kill_grace_s: seconds between SIGTERM and SIGKILL when stopping a process group
             (default 2 s).
+        agent: the orchestration agent running the tool (memory scope), None outside
+            orchestrations.
     """
 
     cwd: Path = attrs.field(validator=_check_cwd)
@@ -95,6 +97,9 @@ class ToolContext:
     )
     output_cap_bytes: int = attrs.field(default=DEFAULT_OUTPUT_CAP_BYTES)
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
+    agent: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
 
     @output_cap_bytes.validator
     def _check_cap(self, attribute: Any, value: int) -> None:
