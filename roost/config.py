@@ -32,11 +32,13 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
+import attrs
+
 from roost._paths import config_path as default_config_path
 from roost.engines._settings import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS, PROVIDERS, ProviderSettings
 from roost.errors import ConfigError
 
-__all__ = ["ProviderSettings", "resolve_provider", "load_config", "SETUP_HINT"]
+__all__ = ["ProviderSettings", "resolve_provider", "derive_provider", "load_config", "SETUP_HINT"]
 
 #: What to tell a user who has configured no provider.
 SETUP_HINT = (
@@ -176,6 +178,57 @@ def resolve_provider(
         source=sources["provider"],
         **options,
     )
+
+
+def derive_provider(
+    base: ProviderSettings | None,
+    *,
+    provider: str | None = None,
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key_env: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ProviderSettings:
+    """Settings for one agent's model (an orchestration ``Models`` alias), derived from the run's.
+
+    What the alias leaves out comes from ``base`` when it names the same provider (its base URL,
+    key, headers and timeouts), else from the provider's defaults. The scripted engine keeps the
+    run's script and ignores ``base_url`` and keys.
+
+    Args:
+        base: the run's resolved settings, or None when no provider is configured.
+        provider, base_url, model, api_key_env: the alias's ``Provider``, ``Endpoint``,
+            ``ModelId`` and ``ApiKeyEnv`` (None: not given).
+        env: the environment (default ``os.environ``) for the API key.
+
+    Raises:
+        ConfigError: no provider (neither the alias nor the run names one), an unknown
+            provider, or a missing API key where one is required.
+    """
+    env = os.environ if env is None else env
+    name = provider or (base.provider if base is not None else None)
+    if name is None:
+        raise ConfigError(SETUP_HINT)
+    if name not in PROVIDERS:
+        raise ConfigError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
+    same = base is not None and base.provider == name
+    if name == "scripted":
+        script = base.script if same else "demo"
+        return ProviderSettings(provider=name, model=model or (base.model if same else None), script=script,
+                                source="config")
+    if same and base_url is None and api_key_env is None:
+        return attrs.evolve(base, model=model or base.model)
+    key_env = api_key_env or (base.api_key_env if same else None) or DEFAULT_KEY_ENVS[name]
+    resolved_base = base_url or (base.base_url if same else None) or DEFAULT_BASE_URLS[name]
+    api_key = env.get(key_env) or None
+    if api_key is None and (name == "anthropic" or resolved_base == DEFAULT_BASE_URLS[name]):
+        raise ConfigError(f"provider {name!r} needs an API key: set {key_env}")
+    options: dict[str, Any] = {}
+    if same:
+        options = {"headers": dict(base.headers), "connect_timeout": base.connect_timeout,
+                   "read_timeout": base.read_timeout, "max_attempts": base.max_attempts}
+    return ProviderSettings(provider=name, base_url=resolved_base, model=model or (base.model if same else None),
+                            api_key=api_key, api_key_env=key_env, source="config", **options)
 
 
 def _describe_source(source: str, key: str) -> str:

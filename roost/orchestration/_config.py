@@ -7,12 +7,15 @@ The format (keys in PascalCase, under a top-level ``Orchestration`` key)::
       Description: Plans, writes and reviews code.
       Models:                       # aliases reusable by agents
         fast: {ModelId: gpt-4o-mini, Endpoint: http://localhost:11434/v1}
+        careful: {Provider: anthropic, ModelId: claude-sonnet-4-5, ApiKeyEnv: TEAM_ANTHROPIC_KEY,
+                  MaxTokens: 4096, Temperature: 0.2}
       Agents:
         - Name: Planner
           Description: Breaks the task down.
           Instructions: You plan. Say HANDOFF TO DEVELOPER when done.
           Model: fast               # an alias of Models, a model id, or {ModelId, Endpoint}
-          Plugins: [files]
+          Plugins: [files, memory]
+          MaxToolRounds: 8          # tool-calling responses per turn; then it must answer
         - File: agents/developer.yaml   # the agent's mapping in its own file (relative to this one)
       Selection:                    # sequential | roundrobin | keyword | llm
         Type: keyword
@@ -73,11 +76,24 @@ _DEFAULT_MAX_ITERATIONS = 10
 
 @attrs.frozen(kw_only=True)
 class ModelSpec:
-    """A model: its id and, optionally, the provider and the server's base URL."""
+    """A model alias: the model id and, optionally, how to reach it and how to sample.
+
+    Attributes:
+        model_id: the provider's model id.
+        provider: ``scripted``, ``openai``, ``openai-responses`` or ``anthropic`` (None: the
+            run's provider).
+        endpoint: the server's base URL (None: the run's, or the provider's default).
+        api_key_env: the environment variable holding the API key (never the key itself).
+        max_tokens: output tokens per model call (None: the adapter's default).
+        temperature: sampling temperature (None: the provider's default).
+    """
 
     model_id: str
     provider: str | None = None
     endpoint: str | None = None
+    api_key_env: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -89,6 +105,8 @@ class AgentSpec:
     instructions: str = ""
     model: ModelSpec | str | None = None
     plugins: list[str] = attrs.field(factory=list)
+    #: model responses with tool calls allowed per turn (None: no limit but the process's)
+    max_tool_rounds: int | None = None
     file: str | None = None
 
 
@@ -145,8 +163,9 @@ class OrchestrationConfig:
     termination: Termination = attrs.field(
         factory=lambda: Termination(type="maxiterations", max_iterations=_DEFAULT_MAX_ITERATIONS))
 
-    def resolve_model(self, agent: AgentSpec) -> ModelSpec | None:
-        """Return an agent's model with a ``Models`` alias resolved (``None``: the provider's default)."""
+    def resolve_model(self, agent: AgentSpec | Selection) -> ModelSpec | None:
+        """Return an agent's (or the selector's) model with a ``Models`` alias resolved
+        (``None``: the run's provider and model)."""
         if isinstance(agent.model, str):
             return self.models.get(agent.model) or ModelSpec(model_id=agent.model)
         return agent.model
@@ -202,6 +221,12 @@ def _make_converter() -> cattrs.Converter:
             raise TypeError(f"expected true or false, got {type(value).__name__}")
         return value
 
+    def strict_float(value: Any, _: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"expected a number, got {type(value).__name__}")
+        return float(value)
+
+    conv.register_structure_hook(float, strict_float)
     conv.register_structure_hook(str, strict_str)
     conv.register_structure_hook(int, strict_int)
     conv.register_structure_hook(bool, strict_bool)  # else the int hook (bool is an int) refuses it
@@ -333,11 +358,16 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
         seen.add(agent.name)
         if not agent.instructions.strip():
             issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Instructions: empty"))
-        if isinstance(agent.model, ModelSpec) and not agent.model.model_id.strip():
-            error(f"Orchestration.Agents[{i}].Model.ModelId: must not be empty")
+        if isinstance(agent.model, ModelSpec):
+            _check_model(agent.model, f"Orchestration.Agents[{i}].Model", error)
+        elif isinstance(agent.model, str) and not agent.model.strip():
+            error(f"Orchestration.Agents[{i}].Model: must not be empty")
+        if agent.max_tool_rounds is not None and agent.max_tool_rounds < 0:
+            error(f"Orchestration.Agents[{i}].MaxToolRounds: must be 0 or more")
     for alias, spec in config.models.items():
-        if not spec.model_id.strip():
-            error(f"Orchestration.Models.{alias}.ModelId: must not be empty")
+        _check_model(spec, f"Orchestration.Models.{alias}", error)
+    if isinstance(config.selection.model, ModelSpec):
+        _check_model(config.selection.model, "Orchestration.Selection.Model", error)
     sel = config.selection
     if sel.type not in SELECTION_TYPES:
         error(f"Orchestration.Selection.Type: unknown selection {sel.type!r} (one of {', '.join(SELECTION_TYPES)})")
@@ -355,6 +385,21 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
             if src not in names:
                 error(f"{where}.SourceAgents[{j}]: no agent named {src!r}")
     _check_termination(config.termination, "Orchestration.Termination", names, error)
+
+
+def _check_model(spec: ModelSpec, where: str, error: Any) -> None:
+    from roost.engines._settings import PROVIDERS
+
+    if not spec.model_id.strip():
+        error(f"{where}.ModelId: must not be empty")
+    if spec.provider is not None and spec.provider not in PROVIDERS:
+        error(f"{where}.Provider: unknown provider {spec.provider!r} (one of {', '.join(PROVIDERS)})")
+    if spec.endpoint is not None and not re.match(r"^https?://", spec.endpoint):
+        error(f"{where}.Endpoint: must be an http:// or https:// URL")
+    if spec.max_tokens is not None and spec.max_tokens < 1:
+        error(f"{where}.MaxTokens: must be a positive number of tokens")
+    if spec.temperature is not None and not 0 <= spec.temperature <= 2:
+        error(f"{where}.Temperature: must be between 0 and 2")
 
 
 def _check_termination(term: Termination, where: str, names: list[str], error: Any) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from roost.config import resolve_provider
+from roost.config import derive_provider, resolve_provider
 from roost.engines import ProviderSettings, open_engine
 from roost.errors import ConfigError, InvalidParams
 
@@ -53,8 +53,33 @@ class EngineCatalog:
             raise InvalidParams(str(exc)) from None
 
     def engine_for(self, thread: Any) -> Any:
-        settings = self.settings_for(thread)
-        key = (settings.provider, settings.base_url, settings.model, settings.script)
+        """The engine of ``thread``'s turns (opened once per selection).
+
+        Raises:
+            InvalidParams: see :meth:`settings_for`, or the engine cannot be opened.
+        """
+        return self.engine_for_settings(self.settings_for(thread))
+
+    def settings_for_model(self, *, provider: str | None = None, endpoint: str | None = None,
+                           model: str | None = None, api_key_env: str | None = None) -> ProviderSettings:
+        """Settings for an orchestration model alias, derived from the default (see
+        :func:`roost.config.derive_provider`).
+
+        Raises:
+            ConfigError: no provider, an unknown one, or a missing API key.
+        """
+        if self.default is None and provider is None:
+            raise ConfigError(self.setup_error or "no model provider is configured")
+        return derive_provider(self.default, provider=provider, base_url=endpoint, model=model,
+                               api_key_env=api_key_env)
+
+    def engine_for_settings(self, settings: ProviderSettings) -> Any:
+        """The engine for ``settings`` (opened on first use, then shared).
+
+        Raises:
+            InvalidParams: the engine cannot be opened (e.g. an unusable script).
+        """
+        key = (settings.provider, settings.base_url, settings.model, settings.script, settings.api_key_env)
         engine = self._engines.get(key)
         if engine is None:
             try:
