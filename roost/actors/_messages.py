@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 __all__ = [
-    "Origin", "StartTurn", "InterruptTurn", "QueueInput", "UpdateQueued", "Dequeue", "SteerInput",
+    "Origin", "AgentTurn", "StartTurn", "InterruptTurn", "QueueInput", "UpdateQueued", "Dequeue", "SteerInput",
     "Unsteer", "DeliverInternal", "Snapshot", "Subscribe", "Unsubscribe", "UpdateThread", "IsBusy",
 ]
 
@@ -27,6 +27,32 @@ class Origin:
 
 
 @attrs.frozen(kw_only=True)
+class AgentTurn:
+    """An orchestration agent's settings for one turn (``StartTurn.agent``).
+
+    Attributes:
+        name: the agent (scripted ``match.agent``; the agent_message item's ``agent``).
+        system_prompt: the agent's instructions (None: the process's system prompt).
+        tools: the tool names the turn may use (None: every tool of the process).
+        engine: the agent's own engine (its ``Model``), or None for the thread's.
+        model: the model id sent to ``engine`` (None: the thread's).
+        max_tokens: output token limit per model call, or None for the adapter's default.
+        temperature: sampling temperature, or None for the provider's default.
+        max_tool_rounds: model responses with tool calls allowed in the turn (None: the
+            process limit); once used, the next call offers no tools and must answer.
+    """
+
+    name: str
+    system_prompt: str | None = None
+    tools: tuple[str, ...] | None = None
+    engine: Any = None
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    max_tool_rounds: int | None = None
+
+
+@attrs.frozen(kw_only=True)
 class StartTurn:
     """Start a turn. Reply: the turn view (dict). Errors: ThreadBusy, StaleTurn, InvalidParams."""
 
@@ -43,12 +69,9 @@ class StartTurn:
     ack: Any = None
     #: started by Roost itself (a worker result resuming an idle root), not by a user
     internal: bool = False
-    #: orchestration: the agent taking this turn (scripted ``match.agent``, the agent_message's
-    #: ``agent``) and its instructions as the turn's system prompt (None: the thread's defaults)
-    agent: str | None = None
-    system_prompt: str | None = None
-    #: orchestration: the tool names this turn may use (None: every tool of the process)
-    tools: tuple[str, ...] | None = None
+    #: orchestration: the agent taking this turn, with its own prompt, tools and model
+    #: (None: an ordinary turn with the thread's settings)
+    agent: AgentTurn | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -488,7 +488,7 @@ class ThreadActor(Actor):
                                         "_internal": True})
         turn = TurnState(new_id("turn"), msg.origin, run_id=msg.run_id)
         turn.resume_after_turn_id = msg.resume_after_turn_id
-        turn.agent, turn.system_prompt, turn.tools = msg.agent, msg.system_prompt, msg.tools
+        turn.agent = msg.agent
         self.active = turn
         self.idle = trio.Event()
         try:

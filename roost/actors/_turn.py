@@ -60,10 +60,14 @@ class TurnState:
         self.resume_after_turn_id: str | None = None
         self.model_calls = 0
         self.final_text = ""
-        #: orchestration agent turn: the agent's name and system prompt (see StartTurn)
-        self.agent: str | None = None
-        self.system_prompt: str | None = None
-        self.tools: tuple[str, ...] | None = None
+        #: orchestration agent turn: the agent's settings (:class:`AgentTurn`), else None
+        self.agent: Any = None
+        self.tool_rounds = 0
+
+    @property
+    def tools(self) -> tuple[str, ...] | None:
+        """The tool names this turn may use (None: every tool)."""
+        return self.agent.tools if self.agent is not None else None
 
     def view(self, *, with_items: bool = False) -> dict:
         view = {
@@ -118,27 +122,31 @@ async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None
 
 async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict]) -> None:
     services = thread.services
-    engine = services.engine_for(thread.thread)
+    agent = turn.agent
+    engine = agent.engine if agent is not None and agent.engine is not None else services.engine_for(thread.thread)
     schemas = _tool_schemas({n: t for n, t in services.tools.items() if turn.tools is None or n in turn.tools})
-    if services.worker_tools and turn.tools is None:
+    if services.worker_tools:
         tree = thread.tree if thread.tree is not None else (None if thread.worker_id else "root")
         if tree == "root":
             from roost.actors._workers import agent_tool_schemas
 
-            schemas += agent_tool_schemas(can_spawn=True)
-        elif tree is not None:
-            schemas += tree.tool_schemas(thread)
+            worker_schemas = agent_tool_schemas(can_spawn=True)
+        else:
+            worker_schemas = tree.tool_schemas(thread) if tree is not None else ()
+        schemas += tuple(s for s in worker_schemas if turn.tools is None or s.name in turn.tools)
     start = len(thread.history)  # an agent turn sees earlier turns' messages as input
     while True:
         await thread.admit_steers(turn)
         if turn.model_calls >= services.max_model_calls:
             raise RoostError(f"turn stopped after {turn.model_calls} model calls")
         turn.model_calls += 1
-        history = tuple(thread.history) if turn.agent is None else _agent_view(thread.history, start)
-        request = EngineRequest(
-            system=turn.system_prompt or services.system_prompt, history=history, tools=schemas,
-            model=thread.thread.model, effort=thread.thread.effort, agent=turn.agent or thread.agent_name,
-        )
+        if agent is None:
+            request = EngineRequest(
+                system=services.system_prompt, history=tuple(thread.history), tools=schemas,
+                model=thread.thread.model, effort=thread.thread.effort, agent=thread.agent_name,
+            )
+        else:
+            request = _agent_request(thread, turn, schemas, start)
         calls = await _sample(thread, turn, engine, request, open_items)
         if not calls:
             if not any(p["kind"] == "steer" and not p.get("_foreign") for p in thread.pending):
@@ -147,8 +155,34 @@ async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict
         # One response's calls go into history together, then each result as its tool ends.
         thread.history.extend(ToolCall(call_id=c["call_id"], name=c["name"], arguments=c["arguments"] or {})
                               for c in calls)
+        out_of_rounds = not request.tools and bool(schemas)
         for call in calls:
-            await _run_tool_call(thread, turn, call, open_items)
+            if out_of_rounds:  # asked for tools after its last round: answered, not run
+                await _refuse_tool_call(thread, turn, call, open_items, f"error: no tool rounds left "
+                                        f"(MaxToolRounds {agent.max_tool_rounds}); answer without tools")
+            else:
+                await _run_tool_call(thread, turn, call, open_items)
+        turn.tool_rounds += 1
+        if out_of_rounds:
+            return
+
+
+def _agent_request(thread: ThreadActor, turn: TurnState, schemas: tuple, start: int) -> EngineRequest:
+    """The model call of an orchestration agent's turn: its prompt, model options and view of the
+    conversation; past its ``max_tool_rounds`` no tools are offered and a note says so."""
+    from roost.engines._types import UserMessage
+
+    agent = turn.agent
+    history = _agent_view(thread.history, start)
+    if agent.max_tool_rounds is not None and turn.tool_rounds >= agent.max_tool_rounds and schemas:
+        schemas = ()
+        history += (UserMessage(text=f"[Roost] You have used all {agent.max_tool_rounds} tool rounds of this "
+                                     "turn. Answer now, without calling tools.", synthetic=True),)
+    return EngineRequest(
+        system=agent.system_prompt or thread.services.system_prompt, history=history, tools=schemas,
+        model=agent.model or thread.thread.model, effort=thread.thread.effort, agent=agent.name,
+        max_tokens=agent.max_tokens, temperature=agent.temperature,
+    )
 
 
 def _agent_view(history: list, start: int) -> tuple:
@@ -191,7 +225,7 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
                 if cls is TextDelta:
                     if message is None:
                         message = start_item("agent_message", text="",
-                                             **({"agent": turn.agent} if turn.agent else {}))
+                                             **({"agent": turn.agent.name} if turn.agent else {}))
                     text_parts.append(event.text)
                     emit("item/agentMessage/delta",
                          {"thread_id": tid, "turn_id": turn.id, "item_id": message["id"], "delta": event.text})
@@ -245,10 +279,11 @@ async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_
     tid = thread.thread.id
     from roost.actors._workers import AGENT_TOOL_NAMES
 
-    if view["name"] in AGENT_TOOL_NAMES and thread.services.worker_tools and turn.tools is None:
+    allowed = turn.tools is None or view["name"] in turn.tools
+    if view["name"] in AGENT_TOOL_NAMES and thread.services.worker_tools and allowed:
         await _run_agent_tool(thread, turn, view, open_items)
         return
-    tool = thread.services.tools.get(view["name"]) if turn.tools is None or view["name"] in turn.tools else None
+    tool = thread.services.tools.get(view["name"]) if allowed else None
     origin = turn.origin
 
     def on_output(chunk: str) -> None:
@@ -256,16 +291,27 @@ async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_
                     {"thread_id": tid, "turn_id": turn.id, "item_id": view["id"], "delta": chunk})
 
     if tool is None:
-        output, is_error, metadata = f"error: unknown tool {view['name']!r}", True, {}
-    else:
-        ctx = ToolContext(
-            cwd=thread.cwd, permission_mode=thread.thread.permission_mode or "standard",
-            on_output=on_output,
-            request_approval=functools.partial(thread.request_approval, turn, view),
-            unattended_policy=getattr(origin, "unattended_policy", "deny"),
-        )
-        result = await run_tool(tool, view["arguments"] or {}, ctx)
-        output, is_error, metadata = result.output, result.is_error, result.metadata
+        await _refuse_tool_call(thread, turn, view, open_items, f"error: unknown tool {view['name']!r}")
+        return
+    ctx = ToolContext(
+        cwd=thread.cwd, permission_mode=thread.thread.permission_mode or "standard",
+        on_output=on_output,
+        request_approval=functools.partial(thread.request_approval, turn, view),
+        unattended_policy=getattr(origin, "unattended_policy", "deny"),
+        agent=turn.agent.name if turn.agent is not None else None,
+    )
+    result = await run_tool(tool, view["arguments"] or {}, ctx)
+    await _finish_tool_call(thread, turn, view, open_items, result.output, result.is_error, result.metadata)
+
+
+async def _refuse_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict],
+                            message: str) -> None:
+    """End a tool call without running it: its result is the error ``message``."""
+    await _finish_tool_call(thread, turn, view, open_items, message, True, {})
+
+
+async def _finish_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict],
+                            output: str, is_error: bool, metadata: dict) -> None:
     view["output"] = output
     view["is_error"] = is_error
     if metadata:
@@ -297,12 +343,7 @@ async def _run_agent_tool(thread: ThreadActor, turn: TurnState, view: dict, open
     """spawn_agent / send_message / close_agent / wait_agents, served by the thread's WorkerTree."""
     tree = thread.tree if thread.tree is not None else await thread.ensure_tree()
     output, is_error, metadata = await tree.run_tool(thread, turn, view["name"], view["arguments"] or {})
-    view["output"] = output
-    view["is_error"] = is_error
-    if metadata:
-        view["metadata"] = metadata
-    thread.history.append(ToolResult(call_id=view["call_id"], output=output, is_error=is_error))
-    await thread.complete_item(turn, view, open_items, status="failed" if is_error else "completed")
+    await _finish_tool_call(thread, turn, view, open_items, output, is_error, metadata)
 
 
 def _failure_view(failure: EngineFailure) -> dict:
