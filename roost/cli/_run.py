@@ -6,6 +6,11 @@
   (``[turn N, agent X, T tokens, S s]``) before each agent turn; approvals cannot be asked, so
   mutating tools and routes needing approval are denied. ``--json`` prints only the ``result``
   object at the end (one line).
+* ``--hitl`` (human in the loop, not with ``--bridge``): after each agent turn the run pauses and
+  reads one line from stdin: an empty line goes on, ``/stop`` (or end of input) stops the run
+  (``--resume`` continues it), anything else is a message from the human that the next agent
+  receives as input. Approvals are asked on the terminal too (``y`` approves; anything else
+  denies). Prompts go to stderr, so stdout stays the transcript (or the ``--json`` result).
 
 Exit status: the result's ``exitCode`` (0 completed, 1 failed or could not start, 130
 interrupted); 2 on a usage error (e.g. ``--hitl`` with ``--bridge``).
@@ -75,12 +80,52 @@ class _Transcript:
         self.out.flush()
 
 
+class _HumanInTheLoop:
+    """``--hitl``: pauses after agent turns and asks approvals, reading lines from stdin.
+
+    stdin is read in a worker thread that is abandoned on cancellation (SIGINT), so an interrupt
+    never waits for a line.
+    """
+
+    def __init__(self, err: Any) -> None:
+        self.err = err
+        self.eof = False
+
+    async def _ask(self, prompt: str) -> str | None:
+        if self.eof:
+            return None
+        self.err.write(prompt)
+        self.err.flush()
+        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            self.eof = True
+            return None
+        return line.rstrip("\r\n")
+
+    async def after_turn(self, agent: str, text: str) -> Any:
+        from roost.orchestration._run import STOP
+
+        line = await self._ask(f"[{agent} is done] Enter: continue · a message: send it to the next agent · "
+                               "/stop: stop (resumable)\n> ")
+        if line is None or line.strip() == "/stop":
+            return STOP
+        return line.strip() or None
+
+    async def approve(self, params: dict) -> bool | None:
+        kind = params.get("kind")
+        detail = {k: v for k, v in params.items() if k not in ("kind", "item_id") and v not in (None, "")}
+        summary = ", ".join(f"{k}: {v}" for k, v in detail.items())
+        line = await self._ask(f"approve {kind} ({summary[:300]})? [y/N] ")
+        return None if line is None else line.strip().lower() in ("y", "yes")
+
+
 async def _run_plain(*, config: str | None, task: str | None, resume_id: str | None, settings: Any,
-                     cwd: Path, as_json: bool) -> int:
+                     cwd: Path, as_json: bool, hitl: bool = False) -> int:
     from roost.protocol._bridge import run_session
 
     printer = _Transcript(sys.stdout, quiet=as_json)
     holder: dict[str, Any] = {"orch": None, "sigint": False}
+    human = _HumanInTheLoop(sys.stderr) if hitl else None
 
     async def nobody(params: dict) -> None:
         return None  # nobody to ask: the unattended policy (deny) decides
@@ -100,7 +145,8 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
 
         nursery.start_soon(sigint)
         result = await run_session(config_path=config, task=task, resume_id=resume_id, settings=settings, cwd=cwd,
-                                   emit=printer.emit, request_approval=nobody, on_orchestrator=on_orchestrator)
+                                   emit=printer.emit, request_approval=human.approve if human else nobody,
+                                   on_orchestrator=on_orchestrator, after_turn=human.after_turn if human else None)
         nursery.cancel_scope.cancel()
     return int(result["exitCode"])
 
@@ -112,7 +158,8 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
               help="The orchestration config (YAML).")
 @click.option("--resume", "resume_id", metavar="ID", default=None, help="Continue an interrupted session.")
 @click.option("--bridge", is_flag=True, help="Speak the run bridge protocol (JSONL) on stdio.")
-@click.option("--hitl", is_flag=True, help="Pause for a human after each turn (not with --bridge).")
+@click.option("--hitl", is_flag=True, help="Human in the loop: pause after each agent turn for Enter, a "
+              "message to the next agent, or /stop; ask approvals on the terminal (not with --bridge).")
 @click.option("--json", "as_json", is_flag=True, help="Print one summary object (the result) at the end.")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
 def run_command(engine_flags: EngineFlags, task: str | None, config: str | None, resume_id: str | None,
@@ -127,8 +174,6 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
 
     if hitl and bridge:
         raise click.UsageError("--hitl can't be combined with --bridge (the bridge never pauses after a turn)")
-    if hitl:
-        raise click.UsageError("--hitl is not supported yet")
     if resume_id is None and (not config or not task or not task.strip()):
         raise click.UsageError("give -c CONFIG and a TASK, or --resume ID")
     if resume_id is not None and task:
@@ -162,5 +207,5 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
         code = run_main(main, command="run")
     else:
         code = run_main(lambda: _run_plain(config=config_path, task=task, resume_id=resume_id, settings=settings,
-                                           cwd=cwd, as_json=as_json), command="run")
+                                           cwd=cwd, as_json=as_json, hitl=hitl), command="run")
     sys.exit(code)

@@ -52,6 +52,8 @@ class Progress:
     output_tokens: int = 0
     next_agent: str | None = None
     correction: str | None = None
+    #: ``--hitl``: the human's message for the next agent's turn, or None
+    human_input: str | None = None
     warned: bool = False
     #: set while the next agent is being chosen (a route approval may be pending): a resumed run
     #: chooses again from ``last_agent``'s message ``last_text``

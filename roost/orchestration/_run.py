@@ -1,16 +1,14 @@
-"""Running an orchestration: agents take turns on one thread of kind ``orchestration``.
+"""Running an orchestration: agents take turns on one conversation thread of kind ``orchestration``.
 
 A run is a thread of kind ``orchestration`` (``roost sessions`` lists it; its metadata holds
 ``task``, ``config_path``, ``is_complete`` and the run's progress, so ``--resume`` continues it).
-Each agent turn is a turn of that thread, started with the agent's name and its instructions as
-the turn's system prompt (``StartTurn.agent`` / ``StartTurn.system_prompt``: one ThreadActor per
-run rather than one per agent, the smaller change). The first turn's input is the task (agent
-``Human``); each later turn continues the conversation without new input, or with a correction from
-``Orchestrator`` (a user message whose ``source_id`` is ``roost:orchestrator``). The turn loop
-shows an agent the earlier agents' messages as input (see ``roost.actors._turn._agent_view``).
-An agent's ``Plugins`` limit the tools of its turns (``StartTurn.tools``: ``files``, ``shell`` or
-tool names; none listed: every tool). Not applied yet: an agent's own ``Model`` (every agent uses
-the run's provider settings).
+Each agent is an :class:`~roost.orchestration._agents.AgentActor` under the run's supervisor
+(:func:`~roost.orchestration._agents.run_supervisor`); the :class:`Orchestrator` asks the chosen
+agent to ``Speak`` and the agent takes a turn of the run's thread with its own instructions, tools,
+model and tool-round limit. The first turn's input is the task (agent ``Human``); each later turn
+continues the conversation without new input, or with a correction from ``Orchestrator`` (a user
+message whose ``source_id`` is ``roost:orchestrator``) or a human's message (``--hitl``). The turn
+loop shows an agent the earlier agents' messages as input (``roost.actors._turn._agent_view``).
 
 Events (wire-protocol.md, "Run events (run bridge)") go to ``emit`` as camelCase dicts:
 ``agent_starting``, ``tool_calling``, ``token_budget_warning``, ``agent_message``; the caller sends
@@ -27,18 +25,23 @@ import attrs
 import trio
 
 from roost._json import dumps, loads
+from roost.orchestration._agents import Speak, agent_child_id, model_options, resolve_agents, run_supervisor
 from roost.orchestration._config import AgentSpec, OrchestrationConfig
 from roost.orchestration._policy import (
     WARN_FRACTION, Progress, first_agent, keyword_handoff, next_sequential, terminated, token_budget,
 )
 from roost.protocol._wire_types import AgentMessage, ToolCallSummary, to_wire
 
-__all__ = ["Orchestrator", "RunOutcome", "ORCHESTRATOR_SOURCE", "args_summary"]
+__all__ = ["Orchestrator", "RunOutcome", "ORCHESTRATOR_SOURCE", "HUMAN_SOURCE", "STOP", "args_summary"]
 
 log = logging.getLogger("roost.orchestration")
 
 #: The ``source_id`` of an injected correction (``roost:`` marks input from Roost itself).
 ORCHESTRATOR_SOURCE = "roost:orchestrator"
+#: The ``source_id`` of a human's message typed between agent turns (``--hitl``).
+HUMAN_SOURCE = "human"
+#: What an ``after_turn`` hook returns to stop the run (resumable, like an interrupt).
+STOP = object()
 _ARGS_SUMMARY_CHARS = 120
 _SELECTOR_SYSTEM = ("You choose which agent of a team speaks next. Reply with exactly one agent name "
                     "from the list, and nothing else.")
@@ -122,20 +125,31 @@ class Orchestrator:
     Args:
         config: the loaded config.
         actor: the run's ThreadActor (a thread of kind ``orchestration``).
-        engine_for: ``engine_for(thread) -> Engine`` (the selector model of ``llm`` selection).
+        engines: the :class:`roost.protocol._engines.EngineCatalog` (agents' and the selector's
+            models; the thread's engine for agents without a ``Model``).
         emit: sends one run event (a camelCase dict); must not block.
         request_approval: ``await request_approval(params) -> bool | None`` with ``params`` =
             ``{kind, ...fields}``; None means nobody can be asked (denied).
+        after_turn: ``--hitl``: ``await after_turn(agent, text)`` after each agent turn that does
+            not end the run, returning None (go on), a message from the human for the next agent
+            (str), or :data:`STOP` (end the run as interrupted; ``--resume`` continues it).
+
+    Raises:
+        ConfigError: an agent's model cannot be used (see
+            :func:`~roost.orchestration._agents.resolve_agents`).
     """
 
-    def __init__(self, config: OrchestrationConfig, actor: Any, *, engine_for: Callable[[Any], Any],
-                 emit: Callable[[dict], None], request_approval: Any) -> None:
+    def __init__(self, config: OrchestrationConfig, actor: Any, *, engines: Any,
+                 emit: Callable[[dict], None], request_approval: Any, after_turn: Any = None) -> None:
         self.config = config
         self.actor = actor
-        self.engine_for = engine_for
+        self.engines = engines
         self.emit = emit
         self.request_approval = request_approval
+        self.after_turn = after_turn
         self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
+        self.agent_turns = resolve_agents(config, engines)
+        self.supervisor: Any = None
         meta = actor.thread.metadata or {}
         saved = meta.get("orchestration") if isinstance(meta.get("orchestration"), dict) else {}
         fields = {a.name for a in attrs.fields(Progress)}
@@ -189,7 +203,11 @@ class Orchestrator:
         outcome: RunOutcome | None = None
         try:
             with self.scope:
-                outcome = await self._loop(task)
+                async with trio.open_nursery() as nursery:
+                    sup = run_supervisor(self.actor.thread.id, self.agent_turns, self.actor.ref)
+                    self.supervisor = await nursery.start(sup.run)
+                    outcome = await self._loop(task)
+                    nursery.cancel_scope.cancel()  # stops the agent actors, in reverse order
             if self.scope.cancelled_caught or (outcome is None and self.interrupted):
                 outcome = RunOutcome(status="interrupted", error_message=f"interrupted ({self.interrupted})")
             return outcome
@@ -198,7 +216,7 @@ class Orchestrator:
                 await self.actor.ref.ask(Unsubscribe(self.watch), timeout=5)
 
     async def _loop(self, task: str) -> RunOutcome:
-        from roost.actors._messages import Origin, Snapshot, StartTurn
+        from roost.actors._messages import Origin, Snapshot
 
         p = self.progress
         snapshot = await self.actor.ref.ask(Snapshot(history_turns=1))
@@ -214,21 +232,21 @@ class Orchestrator:
             if self.interrupted:
                 return RunOutcome(status="interrupted", error_message=f"interrupted ({self.interrupted})")
             agent = self.agents[p.next_agent]
-            common = {"agent": agent.name, "system_prompt": agent.instructions or None, "origin": origin,
-                      "tools": _tool_names(agent.plugins)}
             if latest is None:
-                start = StartTurn(prompt=task, **common)
+                speak = Speak(prompt=task, origin=origin)
+            elif p.human_input is not None:
+                speak = Speak(prompt=p.human_input, client_id=HUMAN_SOURCE, origin=origin)
             elif p.correction is not None:
-                start = StartTurn(prompt=p.correction, client_id=ORCHESTRATOR_SOURCE, **common)
+                speak = Speak(prompt=p.correction, client_id=ORCHESTRATOR_SOURCE, origin=origin)
                 self._emit_message("Orchestrator", "user", p.correction, None, 0.0)
             else:
-                start = StartTurn(resume_after_turn_id=latest, **common)
+                speak = Speak(resume_after_turn_id=latest, origin=origin)
             self.watch.agent = agent.name
             self.emit({"type": "agent_starting", "agent": agent.name})
             began = trio.current_time()
             self.starting = True
             try:
-                view = await self.actor.ref.ask(start)
+                view = await self.supervisor.child_value(agent_child_id(agent.name)).ask(speak)
             finally:
                 self.starting = False
             latest = self.active_turn = self.watch.turn_id = view["id"]
@@ -239,7 +257,7 @@ class Orchestrator:
                 await self.watch.changed.wait()
             turn = self.watch.ended[view["id"]]
             self.active_turn = None
-            p.correction = None
+            p.correction = p.human_input = None
             usage = turn.get("usage") or {}
             p.input_tokens += int(usage.get("input_tokens") or 0)
             p.output_tokens += int(usage.get("output_tokens") or 0)
@@ -258,6 +276,15 @@ class Orchestrator:
             if reason is not None:
                 await self._save(complete=True)
                 return RunOutcome(status="completed", reason=reason)
+            if self.after_turn is not None:
+                p.selecting, p.last_agent, p.last_text = True, agent.name, text  # resumed: choose next
+                await self._save(complete=False)
+                answer = await self.after_turn(agent.name, text)
+                if answer is STOP:
+                    return RunOutcome(status="interrupted", error_message="stopped by the human (--hitl)")
+                if isinstance(answer, str) and answer.strip():
+                    p.human_input = answer.strip()
+                    self._emit_message("Human", "user", p.human_input, None, 0.0)
             outcome = await self._choose(agent.name, text)
             if outcome is not None:
                 return outcome
@@ -310,7 +337,11 @@ class Orchestrator:
         request = EngineRequest(system=sel.prompt or _SELECTOR_SYSTEM, history=(UserMessage(text=prompt),),
                                 agent="selector")
         parts: list[str] = []
-        engine = self.engine_for(self.actor.thread)
+        engine, model, max_tokens, temperature = model_options(self.config.resolve_model(sel), self.engines)
+        if engine is None:
+            engine = self.engines.engine_for(self.actor.thread)
+        request = attrs.evolve(request, model=model or self.actor.thread.model, max_tokens=max_tokens,
+                               temperature=temperature)
         async with engine.stream(request) as events:
             async for event in events:
                 if isinstance(event, TextDelta):
@@ -371,16 +402,6 @@ class Orchestrator:
         with trio.CancelScope(shield=True):
             await self.actor.ref.ask(UpdateThread(changes={"metadata": meta}), timeout=30)
 
-
-#: Built-in plugin -> its tool names (``roost plugins``); any other plugin name is a tool name.
-_PLUGIN_GROUPS = {"shell": ("shell",), "files": ("read_file", "write_file", "list_dir", "search_files")}
-
-
-def _tool_names(plugins: list[str]) -> tuple[str, ...] | None:
-    """The tools an agent may use: those of its ``Plugins`` (none listed: every tool)."""
-    if not plugins:
-        return None
-    return tuple(name for plugin in plugins for name in _PLUGIN_GROUPS.get(plugin, (plugin,)))
 
 
 def _now() -> str:

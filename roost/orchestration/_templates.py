@@ -40,7 +40,7 @@ TEMPLATES: dict[str, ConfigTemplate] = {
             agents=(("Assistant", "A general software assistant.",
                      "You are a helpful software assistant. Use the tools to read and write files and run "
                      "commands to complete the user's task. When you are done, say TASK COMPLETE.",
-                     ("files", "shell")),),
+                     ("files", "shell", "memory")),),
             selection={"Type": "sequential"},
             termination={"Type": "composite", "Strategies": [
                 {"Type": "regex", "Pattern": "TASK COMPLETE"}, {"Type": "maxiterations", "MaxIterations": 20}]},
@@ -53,7 +53,7 @@ TEMPLATES: dict[str, ConfigTemplate] = {
             agents=(
                 ("Planner", "Breaks the task into steps.",
                  "You plan the work: read the code, then write a short numbered plan. End with "
-                 "HANDOFF TO DEVELOPER on its own line.", ("files",)),
+                 "HANDOFF TO DEVELOPER on its own line.", ("files", "memory")),
                 ("Developer", "Implements the plan.",
                  "You implement the plan with the file and shell tools and run the tests. End with "
                  "HANDOFF TO REVIEWER on its own line.", ("files", "shell")),
@@ -72,6 +72,10 @@ TEMPLATES: dict[str, ConfigTemplate] = {
         ),
     )
 }
+
+
+#: the tool-calling responses each template agent may make per turn before it must answer
+_MAX_TOOL_ROUNDS = 25
 
 
 def _slug(name: str) -> str:
@@ -103,7 +107,7 @@ def render_template(key: str, *, model: str, endpoint: str | None) -> tuple[str,
         fname = f"{_slug(name)}.yaml"
         files[fname] = yaml.safe_dump(
             {"Name": name, "Description": description, "Instructions": instructions, "Model": "default",
-             "Plugins": list(plugins)}, sort_keys=False, width=100)
+             "Plugins": list(plugins), "MaxToolRounds": _MAX_TOOL_ROUNDS}, sort_keys=False, width=100)
         refs.append({"File": f"agents/{fname}"})
     config = {"Orchestration": {"Name": template.name, "Description": template.description,
                                 "Models": {"default": spec}, "Agents": refs,

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import trio
 
 from roost._json import dumps_line
-from roost.errors import ConfigError, NotFound, RoostError, ThreadNotFound
+from roost.errors import ConfigError, InvalidParams, NotFound, RoostError, ThreadNotFound
 
 __all__ = ["run_session", "run_bridge", "failed_result", "PROTOCOL_VERSION"]
 
@@ -42,7 +42,7 @@ def failed_result(message: str, *, task: str | None = None, config: str | None =
 
 async def run_session(*, config_path: str | None, task: str | None, resume_id: str | None, settings: Any,
                       cwd: Path, emit: Callable[[dict], None], request_approval: Any,
-                      on_orchestrator: Callable[[Any], None] | None = None) -> dict:
+                      on_orchestrator: Callable[[Any], None] | None = None, after_turn: Any = None) -> dict:
     """Run (or resume) one orchestration session; return its ``result`` event (also emitted).
 
     Args:
@@ -55,12 +55,14 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
         emit: sends one run event dict (must not block).
         request_approval: ``await request_approval(params) -> bool | None``.
         on_orchestrator: called with the :class:`Orchestrator` once it exists (to interrupt it).
+        after_turn: ``--hitl``'s pause after each agent turn (see :class:`Orchestrator`).
 
     Cancellation: interrupt through the orchestrator (``interrupt()``); cancelling this call
     stops the run abruptly (the running turn is persisted as interrupted by the runtime).
     """
     from roost.model import Thread
     from roost.orchestration import load_config_file
+    from roost.orchestration._agents import resolve_agents
     from roost.orchestration._run import Orchestrator
     from roost.protocol._engines import EngineCatalog
     from roost.storage import new_id, utc_now
@@ -77,6 +79,15 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
             emit(result)
             return result
     engines = EngineCatalog(settings)
+    if config is not None:
+        try:  # each agent's model, before anything starts
+            resolve_agents(config, engines)
+        except (ConfigError, InvalidParams) as exc:
+            with trio.CancelScope(shield=True):
+                await engines.aclose()
+            result = failed_result(str(exc), task=task, config=config_path)
+            emit(result)
+            return result
     try:
         async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
             if resume_id is not None:
@@ -103,8 +114,8 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
                                 model=settings.model, permission_mode="standard", created_at=now, updated_at=now,
                                 metadata={"task": task, "config_path": config.path, "is_complete": False})
                 actor = await runtime.registry.create(thread, ephemeral=False)
-            orch = Orchestrator(config, actor, engine_for=engines.engine_for, emit=emit,
-                                request_approval=request_approval)
+            orch = Orchestrator(config, actor, engines=engines, emit=emit, request_approval=request_approval,
+                                after_turn=after_turn)
             if on_orchestrator is not None:
                 on_orchestrator(orch)
             emit({"type": "ready", "protocolVersion": PROTOCOL_VERSION, "sessionId": actor.thread.id, "task": task,
