@@ -14,9 +14,19 @@ from roost.storage import _schedules2 as db
 from roost.storage import open_store
 
 
-def real(cmd, *args, env=None):
+def real(cmd, *args, env=None, cwd=None):
     """The real `roost` command in a subprocess."""
-    return subprocess.run([*cmd, "schedule", *args], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run([*cmd, "schedule", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+
+
+CONFIG = """
+Orchestration:
+  Name: Team
+  Agents:
+    - {Name: Solo, Instructions: "You work alone."}
+  Selection: {Type: sequential}
+  Termination: {Type: maxiterations, MaxIterations: 1}
+"""
 
 
 def cli(*args):
@@ -32,9 +42,10 @@ def items_of(stdout):
 
 def test_real_command_end_to_end(roost_cmd, tmp_path):
     env = dict(os.environ, TZ="Pacific/Chatham")  # UTC+13:45: the host zone changes nothing
+    (tmp_path / "c.yaml").write_text(CONFIG)
     ok = real(roost_cmd, "add", "nightly", "--cron", "0 3 * * *", "--task", "tidy up",
               "--description", "every night", "--work-dir", str(tmp_path), "--config", "c.yaml",
-              "--overlap", "queue", "--catch-up", "none", env=env)
+              "--overlap", "queue", "--catch-up", "none", env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     bad = real(roost_cmd, "add", "feb31", "--cron", "0 0 31 2 *", "--task", "t", "--json")
     assert bad.returncode == 1
@@ -46,7 +57,7 @@ def test_real_command_end_to_end(roost_cmd, tmp_path):
                             "createdAt", "lastRun", "nextRun"}
     assert (nightly["description"], nightly["cron"], nightly["task"], nightly["config"], nightly["workDir"],
             nightly["enabled"], nightly["due"], nightly["lastRun"]) == (
-        "every night", "0 3 * * *", "tidy up", "c.yaml", str(tmp_path), True, False, None)
+        "every night", "0 3 * * *", "tidy up", str(tmp_path / "c.yaml"), str(tmp_path), True, False, None)
     assert nightly["nextRun"].endswith("T03:00:00.000000Z") and nightly["createdAt"].endswith("Z")
     assert (nightly["overlap"], nightly["catchUp"]) == ("queue", "none")
     gone = real(roost_cmd, "remove", "nope")

@@ -19,6 +19,8 @@ Contract of the injected coroutine functions:
   TaskQueue's ``dispatch``); ``client_id`` is ``None`` (nobody to ask: approvals follow the
   unattended policy), ``source`` is ``"schedule"``. The task id is the run's session id; the run record
   (``schedule_runs.session_id``) links it to the job and slot.
+  ``config`` is the job's orchestration config (``schedule add --config``, an absolute path) or
+  None: the TaskQueue then runs the daemon's ``roost serve -c`` default, or one agent without one.
 * ``wait_task(task_id) -> outcome``: wait until the task ends and return ``"succeeded"``,
   ``"failed"`` or ``"interrupted"``; raise :class:`LookupError` (or
   :class:`~roost.errors.NotFound`) for a task the queue does not know (e.g. lost in a restart).

@@ -1,11 +1,15 @@
 """The serve daemon's task queue: durable FIFO tasks, positions, N concurrent runners.
 
 DESIGN.md section 2 (``TaskQueue``, permanent) and wire-protocol.md "Daemon events". A task is one
-prompt run on its own thread (kind ``orchestration``) by one agent with the configured provider.
+prompt run on its own thread (kind ``orchestration``) with the configured provider: by the team of
+agents of its orchestration config (its own, else the daemon's ``roost serve -c`` default, fixed
+when it is dispatched), or, without any config, by one agent in one turn.
+
 Tasks are rows of ``daemon_tasks`` (:func:`roost.storage.enqueue_daemon_task`), so a daemon killed
 with tasks queued or running keeps them: on start :meth:`TaskQueue.restore` puts running ones first
-(they are *resumed*: a new turn on their saved thread continues the work) and queued ones after,
-in their order; finished tasks whose result no client collected stay listed for their client.
+(they are *resumed*: a new turn on their saved thread continues the work; an orchestrated task's
+run continues from the progress saved in its thread's metadata) and queued ones after, in their
+order; finished tasks whose result no client collected stay listed for their client.
 
 Task lifecycle (``daemon_tasks.status``)::
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import os
 from typing import Any, Protocol
 
 import attrs
@@ -32,7 +37,7 @@ import trio
 from roost._json import loads
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe, Unsubscribe
-from roost.errors import RoostError, ServerOverloaded, ThreadNotFound
+from roost.errors import ConfigError, RoostError, ServerOverloaded, ThreadNotFound
 from roost.storage import enqueue_daemon_task, list_daemon_tasks, new_id, update_daemon_task, utc_now
 
 __all__ = ["TaskQueue", "QueuedTask", "TaskListener", "RESUME_PROMPT"]
@@ -61,6 +66,13 @@ class QueuedTask:
     result: dict | None = None
     turn_id: str | None = None
     actor: Any = None
+    orchestrator: Any = None           # the running Orchestrator of an orchestrated task
+    interrupt_pending: bool = False    # interrupted before its Orchestrator existed
+
+    @property
+    def orchestrated(self) -> bool:
+        """True when the task runs an orchestration config (many agents), not one agent's turn."""
+        return bool(self.config)
 
     def payload(self) -> dict:
         return {"task": self.task, "config": self.config, "workDir": self.work_dir, "clientId": self.client_id,
@@ -73,6 +85,10 @@ class TaskListener(Protocol):
     def task_started(self, task: QueuedTask) -> None: ...
 
     def task_notification(self, task: QueuedTask, method: str, params: dict) -> None: ...
+
+    def task_event(self, task: QueuedTask, event: dict) -> None:
+        """An orchestrated task's run event (``agent_starting``, ``tool_calling``,
+        ``token_budget_warning``, ``agent_message``; camelCase dicts of the Orchestrator)."""
 
     async def request_approval(self, task: QueuedTask, params: dict) -> bool | None: ...
 
@@ -106,11 +122,16 @@ class TaskQueue:
         unattended_policy: ``"deny"`` or ``"allow"``: the approval decision when nobody can be asked.
         permission_mode: the permission mode of task threads (default ``standard``: mutations ask).
         default_work_dir: a task's working directory when it names none (absolute path).
+        default_config: the orchestration config (absolute path) of tasks dispatched without one
+            (``roost serve -c``); None: such tasks run one agent's turn.
+        engines: the daemon's :class:`roost.protocol._engines.EngineCatalog` (the Orchestrator's
+            selector model for ``llm`` selection).
     """
 
     def __init__(self, runtime: Any, listener: TaskListener, *, provider: str | None, model: str | None,
                  max_concurrent: int = 1, max_queued: int = 1000, unattended_policy: str = "deny",
-                 permission_mode: str = "standard", default_work_dir: str = ".") -> None:
+                 permission_mode: str = "standard", default_work_dir: str = ".",
+                 default_config: str | None = None, engines: Any = None) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.runtime = runtime
@@ -122,6 +143,8 @@ class TaskQueue:
         self.unattended_policy = unattended_policy
         self.permission_mode = permission_mode
         self.default_work_dir = default_work_dir
+        self.default_config = default_config
+        self.engines = engines
         self.tasks: dict[str, QueuedTask] = {}
         self._queued: collections.deque[str] = collections.deque()
         self._wake = trio.Event()
@@ -134,7 +157,9 @@ class TaskQueue:
 
         Args:
             task: the prompt.
-            config: the orchestration config path it names (recorded; the configured provider runs it).
+            config: the orchestration config the task runs (default: the queue's ``default_config``;
+                neither: one agent's turn). A relative path is taken from the task's working
+                directory. It is loaded when the task starts: an unusable config fails the task.
             work_dir: the working directory (default: the daemon's).
             client_id: the owning client's key: its approvals and result go to it (None: nobody,
                 the unattended policy answers approvals).
@@ -152,6 +177,9 @@ class TaskQueue:
         """
         if len(self._queued) >= self.max_queued:
             raise ServerOverloaded(f"the task queue is full ({self.max_queued} queued); retry later")
+        config = config or self.default_config
+        if config:
+            config = os.path.join(work_dir or self.default_work_dir, os.path.expanduser(config))
         item = QueuedTask(id=new_id("thr"), task=task, config=config, work_dir=work_dir, client_id=client_id,
                           source=source)
         await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
@@ -205,10 +233,19 @@ class TaskQueue:
         self.tasks.pop(task_id, None)
 
     def interrupt(self, client_id: str) -> int:
-        """Interrupt the running turns of the client's tasks; return how many were asked to stop."""
+        """Interrupt the running turns (orchestrated tasks: the runs) of the client's tasks; return
+        how many were asked to stop."""
         count = 0
         for task in self.tasks.values():
-            if task.client_id == client_id and task.status == "running" and task.actor is not None:
+            if task.client_id != client_id or task.status != "running":
+                continue
+            if task.orchestrator is not None:
+                task.orchestrator.interrupt("interrupted by client")
+                count += 1
+            elif task.orchestrated:   # still starting: its run is interrupted as soon as it exists
+                task.interrupt_pending = True
+                count += 1
+            elif task.actor is not None:
                 try:
                     task.actor.ref.tell(InterruptTurn(turn_id=task.turn_id, reason="interrupted by client"))
                     count += 1
@@ -267,30 +304,34 @@ class TaskQueue:
             await self._run(task)
 
     async def _run(self, task: QueuedTask) -> None:
+        """Run one task to its end and record its result (never raises a RoostError).
+
+        A task with a config runs that orchestration (:meth:`_orchestrate`), one without runs
+        one turn of the default agent (:meth:`_single_turn`). Either way the result is
+        ``{succeeded, errorMessage, lastAgent, lastMessage}``, persisted with the task and sent
+        to the listener's ``task_finished``.
+        """
         task.status = "running"
-        succeeded, error, last = False, None, None
+        result = _result(False, None)
         sink = _Sink(task, self.listener)
         actor = None
         try:
             await self.runtime.store.writer.submit(update_daemon_task, task.id, status="running")
             self.listener.task_started(task)
-            actor = await self._thread(task)
+            config = await self._load_config(task)
+            actor = await self._thread(task, config)
             task.actor = actor
             await actor.ref.ask(Subscribe(sink))
-            origin = Origin(client_id=task.client_id or "serve",
-                            request_approval=functools.partial(self.listener.request_approval, task),
-                            unattended_policy=self.unattended_policy)
-            prompt = RESUME_PROMPT.format(task=task.task) if task.resumed else task.task
-            turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
-            task.turn_id = turn["id"]
-            view = await actor.wait_turn_end(turn["id"])
-            succeeded = view.get("status") == "completed"
-            if not succeeded:
-                error = (view.get("error") or {}).get("message") or f"the turn ended {view.get('status')}"
-            last = actor.last_agent_text() or None
+            if config is None:
+                result = await self._single_turn(task, actor)
+            else:
+                result = await self._orchestrate(task, actor, config)
+        except ConfigError as exc:
+            result = _result(False, str(exc))
+            log.warning("task %s: its config is unusable: %s", task.id, exc)
         except RoostError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            log.warning("task %s failed: %s", task.id, error)
+            result = _result(False, f"{type(exc).__name__}: {exc}")
+            log.warning("task %s failed: %s", task.id, result["errorMessage"])
         finally:
             with shielded_cleanup(_CLEANUP):
                 if actor is not None:
@@ -298,21 +339,113 @@ class TaskQueue:
                         await actor.ref.ask(Unsubscribe(sink))
                     except RoostError:
                         pass
-        task.actor = None
-        task.result = {"succeeded": succeeded, "errorMessage": error, "lastAgent": "assistant" if last else None,
-                       "lastMessage": last}
+        task.actor = task.orchestrator = None
+        task.interrupt_pending = False
+        await self._finish(task, result)
+
+    async def _finish(self, task: QueuedTask, result: dict) -> None:
+        """Record ``result`` as the task's (status ``finished``; its session complete when it
+        succeeded) and tell the listener. A store failure is logged, the listener still told."""
+        task.result = result
         task.status = "finished"
         try:
             await self.runtime.store.writer.submit(update_daemon_task, task.id, status="finished",
                                                    payload=task.payload())
-            if succeeded:  # the session is complete (``roost sessions --json`` lists incomplete ones)
+            if result["succeeded"]:  # the session is complete (``roost sessions --json`` lists incomplete ones)
                 await self.runtime.store.writer.submit(_mark_complete, task.id)
         except RoostError:
             log.exception("task %s: could not persist its result", task.id)
         self.listener.task_finished(task)
 
-    async def _thread(self, task: QueuedTask) -> Any:
-        """The task's thread actor: loaded when it exists (a resumed task), else created."""
+    async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:
+        """Run the task as one turn of the default agent (a resumed task: :data:`RESUME_PROMPT`).
+
+        Returns:
+            The task result dict (``lastAgent`` ``"assistant"`` when the agent said something).
+
+        Raises:
+            RoostError: the turn could not be started or awaited.
+        """
+        origin = Origin(client_id=task.client_id or "serve",
+                        request_approval=functools.partial(self.listener.request_approval, task),
+                        unattended_policy=self.unattended_policy)
+        prompt = RESUME_PROMPT.format(task=task.task) if task.resumed else task.task
+        turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
+        task.turn_id = turn["id"]
+        view = await actor.wait_turn_end(turn["id"])
+        succeeded = view.get("status") == "completed"
+        error = None
+        if not succeeded:
+            error = (view.get("error") or {}).get("message") or f"the turn ended {view.get('status')}"
+        last = actor.last_agent_text() or None
+        return _result(succeeded, error, "assistant" if last else None, last)
+
+    async def _orchestrate(self, task: QueuedTask, actor: Any, config: Any) -> dict:
+        """Run the task as an orchestration of ``config`` on its thread ``actor``.
+
+        A resumed task continues where the previous daemon's run stopped (the Orchestrator keeps
+        its progress in the thread's metadata): the same task text, no resume prompt. The run's
+        events go to the listener's ``task_event``; its approvals (tool approvals and keyword
+        routes' ``route_approval``) to the task's client, like a single agent's.
+
+        Returns:
+            The task result dict: ``succeeded`` when the run completed; ``lastAgent`` and
+            ``lastMessage`` from the last agent message of an agent (not the Orchestrator's
+            corrections).
+
+        Raises:
+            RoostError: the run could not start (a failure inside the run is its outcome).
+        """
+        from roost.orchestration._run import Orchestrator
+
+        last: dict[str, str | None] = {"agent": None, "message": None}
+
+        def emit(event: dict) -> None:
+            if event.get("type") == "agent_message":
+                message = event.get("message") or {}
+                if message.get("role") == "assistant":
+                    last["agent"], last["message"] = message.get("agentName"), message.get("content") or None
+            try:
+                self.listener.task_event(task, event)
+            except Exception:
+                log.exception("task %s: could not render a run event", task.id)
+
+        orch = Orchestrator(config, actor, engines=self.engines, emit=emit,
+                            request_approval=functools.partial(self._ask, task))
+        task.orchestrator = orch
+        if task.interrupt_pending:
+            orch.interrupt("interrupted by client")
+        outcome = await orch.run(task.task)
+        succeeded = outcome.status == "completed"
+        error = None if succeeded else outcome.error_message or f"the run ended {outcome.status}"
+        return _result(succeeded, error, last["agent"], last["message"])
+
+    async def _ask(self, task: QueuedTask, params: dict) -> bool | None:
+        """An orchestrated task's approval: asked of its client; when nobody answers (None), the
+        unattended policy decides (``allow``: True; ``deny``: None, which the run denies)."""
+        answer = await self.listener.request_approval(task, params)
+        if answer is None and self.unattended_policy == "allow":
+            return True
+        return answer
+
+    async def _load_config(self, task: QueuedTask) -> Any:
+        """The task's orchestration config (loaded in a worker thread), or None without one.
+
+        Raises:
+            ConfigError: (``ConfigInvalid``) the file is missing, unparsable or has errors.
+        """
+        if not task.config:
+            return None
+        from roost.orchestration import load_config_file
+
+        return await trio.to_thread.run_sync(load_config_file, task.config)
+
+    async def _thread(self, task: QueuedTask, config: Any = None) -> Any:
+        """The task's thread actor: loaded when it exists (a resumed task), else created.
+
+        An orchestrated task's thread carries the run's metadata (``task``, ``config_path``,
+        ``is_complete``) as ``roost run`` sessions do, besides ``serveTask`` and ``config``.
+        """
         from roost.model import Thread
 
         if task.resumed:
@@ -321,10 +454,19 @@ class TaskQueue:
             except ThreadNotFound:
                 pass
         now = utc_now()
+        metadata: dict[str, Any] = {"serveTask": True, "config": task.config}
+        if config is not None:
+            metadata.update({"task": task.task, "config_path": config.path, "is_complete": False})
         thread = Thread(id=task.id, kind="orchestration", title=task.task[:120], cwd=task.work_dir or self.default_work_dir,
                         provider=self.provider, model=self.model, permission_mode=self.permission_mode,
-                        created_at=now, updated_at=now, metadata={"serveTask": True, "config": task.config})
+                        created_at=now, updated_at=now, metadata=metadata)
         return await self.runtime.registry.create(thread, ephemeral=False)
+
+
+def _result(succeeded: bool, error: str | None, last_agent: str | None = None,
+            last_message: str | None = None) -> dict:
+    """A task result: ``{succeeded, errorMessage, lastAgent, lastMessage}`` (wire-protocol ``result``)."""
+    return {"succeeded": succeeded, "errorMessage": error, "lastAgent": last_agent, "lastMessage": last_message}
 
 
 def _mark_complete(conn: Any, thread_id: str) -> None:

@@ -88,7 +88,9 @@ def schedule_command() -> None:
 @click.argument("name")
 @click.option("--cron", "cron", required=True, help='5-field cron expression, UTC, e.g. "0 9 * * 1-5".')
 @click.option("--task", required=True, help="The task text each run starts with.")
-@click.option("--config", type=click.Path(), default=None, help="Orchestration config for the run.")
+@click.option("--config", type=click.Path(), default=None,
+              help="Orchestration config (YAML) the run's team of agents follows; checked now, stored as an "
+                   "absolute path (default: the daemon's `roost serve -c`, else one agent).")
 @click.option("--work-dir", type=click.Path(), default=None, help="Directory the run works in.")
 @click.option("--description", default=None)
 @click.option("--catch-up", type=click.Choice(["once", "none"]), default="once", show_default=True,
@@ -98,7 +100,8 @@ def schedule_command() -> None:
 @_json_option
 def add_command(name: str, cron: str, task: str, config: str | None, work_dir: str | None,
                 description: str | None, catch_up: str, overlap: str, as_json: bool) -> None:
-    """Add schedule NAME. An expression that can never fire (February 31) is refused."""
+    """Add schedule NAME. An expression that can never fire (February 31) is refused, and so is an
+    unusable --config (missing, unparsable or with errors): nothing is stored then."""
     now = datetime.datetime.now(UTC)
     try:
         expr = parse_cron(cron, now=now)
@@ -108,11 +111,28 @@ def add_command(name: str, cron: str, task: str, config: str | None, work_dir: s
         return
     if not name.strip():
         _fail(as_json, "add", "the name must not be empty")
+    config = _checked_config(as_json, config)
     work = os.path.abspath(work_dir) if work_dir else None
     _mutate(as_json, "add", db.add_job, name=name, cron=expr.text, task=task, next_run=next_run,
             description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap)
     if not as_json:
         click.echo(f"added {name}: next run {next_run}")
+
+
+def _checked_config(as_json: bool, config: str | None) -> str | None:
+    """The absolute path of a valid orchestration config (None without one); an unusable one
+    fails the command (exit 1, see :func:`_fail`) naming every error."""
+    if config is None:
+        return None
+    from roost.errors import ConfigError
+    from roost.orchestration import load_config_file
+
+    path = os.path.abspath(os.path.expanduser(config))
+    try:
+        load_config_file(path)
+    except ConfigError as exc:
+        _fail(as_json, "add", f"invalid --config: {exc}")
+    return path
 
 
 @schedule_command.command("list")

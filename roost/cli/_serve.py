@@ -7,7 +7,8 @@ and then logs only to stderr.
 
 Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in the store and
 resumed by the next daemon), 1 when another daemon owns the socket path or on a runtime error,
-2 on a configuration error (no provider, unreadable tokens file or TLS files).
+2 on a configuration error (no provider, unreadable tokens file or TLS files, an unusable ``-c``
+orchestration config).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def run_serve(options: object, engines: object) -> int:
             async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:  # type: ignore[attr-defined]
                 default = engines.default  # type: ignore[attr-defined]
                 daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,  # type: ignore[arg-type]
-                                     model=default.model if default else None)
+                                     model=default.model if default else None, engines=engines)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(daemon.run)
                     await _start_scheduler(runtime, daemon)
@@ -81,8 +82,27 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
                                              shutdown_timeout=10))
 
 
+def _check_config(path: Path | None) -> str | None:
+    """Validate the ``-c`` orchestration config; return its absolute path (None without one).
+
+    Raises:
+        ConfigError: (``ConfigInvalid``) the file is missing, unparsable or has errors.
+    """
+    if path is None:
+        return None
+    from roost.orchestration import load_config_file
+
+    absolute = os.path.abspath(os.path.expanduser(str(path)))
+    load_config_file(absolute)
+    return absolute
+
+
 @click.command("serve")
 @engine_options
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Orchestration config (YAML) that runs each task dispatched without its own (client "
+                   "user_input, MCP dispatch_task, schedules without --config); checked at start. "
+                   "Without it such a task is one agent's turn.")
 @click.option("--work-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Directory tasks run in; also names the default socket (default: the current directory).")
 @click.option("--socket", "socket_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -115,7 +135,7 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
 @click.option("--stamp-events", is_flag=True, hidden=True,
               help="Add the emit time (unix seconds) as 't' to broadcast events (benchmarks).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
-def serve_command(engine_flags: EngineFlags, work_dir: Path | None, socket_path: Path | None,
+def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path | None, socket_path: Path | None,
                   http_port: int | None, host: str, tls_cert: Path | None, tls_key: Path | None,
                   tokens_file: Path | None, reconnect_grace: float, unattended_policy: str, max_concurrent: int,
                   max_queued: int, permission_mode: str, token_warn_threshold: int | None,
@@ -123,8 +143,9 @@ def serve_command(engine_flags: EngineFlags, work_dir: Path | None, socket_path:
     """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
 
     Each user_input (or plain text line) becomes a task, run FIFO by --max-concurrent runners on
-    its own thread. Progress events go to every client; approvals and results only to the client
-    that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN (or ROOST_SERVE_TOKEN) or
+    its own thread, by the team of agents of the -c orchestration config (or one agent without
+    it). Progress events go to every client; approvals (also agent handoffs that need a human)
+    and results only to the client that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN (or ROOST_SERVE_TOKEN) or
     --tokens-file is required on the WebSocket when set.
     """
     from roost.protocol._engines import EngineCatalog
@@ -137,6 +158,7 @@ def serve_command(engine_flags: EngineFlags, work_dir: Path | None, socket_path:
         raise click.UsageError("--tls-cert and --tls-key go together")
     try:
         settings = engine_flags.resolve()
+        config_path = _check_config(config)
         auth = ServeAuth.load(tokens_file=tokens_file)
         context = None
         if tls_cert is not None:
@@ -155,7 +177,7 @@ def serve_command(engine_flags: EngineFlags, work_dir: Path | None, socket_path:
         unattended_policy=unattended_policy, max_concurrent=max_concurrent, max_queued=max_queued,
         outbox_lines=outbox_lines or DEFAULT_OUTBOX_LINES, kick_grace=kick_grace,
         permission_mode=permission_mode, warn_threshold=token_warn_threshold,
-        stamp_events=stamp_events)
+        stamp_events=stamp_events, config=config_path)
     if len(os.fsencode(str(options.socket_path))) > 107:   # sun_path is 108 bytes with its NUL
         click.echo(f"roost serve: the socket path is too long for a Unix socket ({options.socket_path}); "
                    "give a shorter one with --socket", err=True)

@@ -14,6 +14,9 @@ wire-protocol.md, "Live sessions" (serve socket and serve WebSocket), "Handshake
 
 Progress events (``agent_starting``, ``tool_calling``, ``token_budget_warning``, ``task_resumed``,
 and the additive ``token``) are broadcast to every attached client, encoded once.
+A task with an orchestration config (its own, or ``roost serve -c``) is run by that team of agents:
+its ``agent_starting`` events name each agent in turn, and its keyword routes' ``route_approval``
+prompts go to the dispatching client like tool approvals.
 
 With ``--http-port``, :func:`roost.protocol._serve_http.serve_http` owns the TCP port and serves
 ``/attach`` (trio-websocket) and ``/mcp`` (the MCP tools) on it; without the ``mcp`` SDK installed
@@ -122,6 +125,8 @@ class ServeOptions:
     permission_mode: str = "standard"
     warn_threshold: int | None = None
     agent_name: str = "assistant"
+    #: the orchestration config (absolute path) of tasks dispatched without one (``-c``); None: one agent
+    config: str | None = None
     #: add ``"t"`` (unix seconds, float) to each broadcast event when it is emitted (benchmarks)
     stamp_events: bool = False
 
@@ -162,7 +167,8 @@ class ClientState:
 class ServeDaemon:
     """The daemon: clients, broadcast, approval and result routing, listeners (see the module doc)."""
 
-    def __init__(self, runtime: Any, options: ServeOptions, *, provider: str | None, model: str | None) -> None:
+    def __init__(self, runtime: Any, options: ServeOptions, *, provider: str | None, model: str | None,
+                 engines: Any = None) -> None:
         self.runtime = runtime
         self.options = options
         #: set by ``roost serve`` when its Scheduler runs (``TaskOutcomes`` of roost.actors._scheduler)
@@ -170,7 +176,8 @@ class ServeDaemon:
         self.queue = TaskQueue(runtime, self, provider=provider, model=model,
                                max_concurrent=options.max_concurrent, max_queued=options.max_queued,
                                unattended_policy=options.unattended_policy,
-                               permission_mode=options.permission_mode, default_work_dir=str(options.work_dir))
+                               permission_mode=options.permission_mode, default_work_dir=str(options.work_dir),
+                               default_config=options.config, engines=engines)
         self.clients: dict[str, ClientState] = {}
         self.connections: set[ConnectionActor] = set()
         self._translators: dict[str, TaskEventTranslator] = {}
@@ -411,7 +418,8 @@ class ServeDaemon:
         translator = self._translators.get(task.id)
         if translator is None:
             translator = self._translators[task.id] = TaskEventTranslator(
-                task.id, self.options.agent_name, warn_threshold=self.options.warn_threshold)
+                task.id, self.options.agent_name, warn_threshold=self.options.warn_threshold,
+                orchestrated=task.orchestrated)
         return translator
 
     def task_started(self, task: QueuedTask) -> None:
@@ -425,6 +433,12 @@ class ServeDaemon:
     def task_notification(self, task: QueuedTask, method: str, params: dict) -> None:
         for event in self._translator(task).translate(method, params):
             self.broadcast(event)
+
+    def task_event(self, task: QueuedTask, event: dict) -> None:
+        """Broadcast the daemon events of an orchestrated task's run event (see
+        :meth:`TaskEventTranslator.run_event`: ``agent_starting`` and ``token_budget_warning``)."""
+        for out in self._translator(task).run_event(event):
+            self.broadcast(out)
 
     async def request_approval(self, task: QueuedTask, params: dict) -> bool | None:
         """Ask the task's client (see the module doc); None = nobody answered (unattended policy)."""

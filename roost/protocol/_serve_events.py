@@ -20,6 +20,14 @@ tool call running or completed    ``tool_calling`` {agent, tool, argsSummary, se
 
 Everything else is dropped. The translator keeps a little state per task (which tool calls were
 announced), so there is one :class:`TaskEventTranslator` per task.
+
+An *orchestrated* task (one run with an orchestration config, many agents taking turns) also has
+the :class:`~roost.orchestration._run.Orchestrator`'s run events, fed to :meth:`TaskEventTranslator.run_event`:
+its ``agent_starting`` names the agent of the next turn (so ``turn/started`` sends nothing then,
+and later ``token``/``tool_calling`` events carry that agent), its ``token_budget_warning`` (from
+the config's ``token_budget`` termination) replaces the translator's own warning, and its
+``tool_calling`` (the thread's notifications already give it) and ``agent_message`` (not a daemon
+event) are dropped. Each daemon event therefore goes out exactly once per occurrence.
 """
 
 from __future__ import annotations
@@ -53,13 +61,18 @@ class TaskEventTranslator:
     Args:
         session_id: the task's ``sessionId``.
         agent: the agent name shown in ``agent`` fields.
-        warn_threshold: input tokens at which ``token_budget_warning`` is sent once (None: never).
+        warn_threshold: input tokens at which ``token_budget_warning`` is sent once (None: never);
+            ignored for an orchestrated task (its config's ``token_budget`` warns instead).
+        orchestrated: the task runs an orchestration: ``agent_starting`` and the token budget
+            warning come from :meth:`run_event`, not from the thread's notifications.
     """
 
-    def __init__(self, session_id: str, agent: str, *, warn_threshold: int | None = None) -> None:
+    def __init__(self, session_id: str, agent: str, *, warn_threshold: int | None = None,
+                 orchestrated: bool = False) -> None:
         self.session_id = session_id
         self.agent = agent
-        self.warn_threshold = warn_threshold
+        self.orchestrated = orchestrated
+        self.warn_threshold = None if orchestrated else warn_threshold
         self._warned = False
         self._calls: dict[str, dict] = {}     # item id -> {"name", "args": [str], "announced"}
 
@@ -69,6 +82,8 @@ class TaskEventTranslator:
             delta = params.get("delta") or ""
             return [{"type": "token", "sessionId": self.session_id, "agent": self.agent, "text": delta}] if delta else []
         if method == "turn/started":
+            if self.orchestrated:  # the orchestrator's own agent_starting came just before
+                return []
             return [{"type": "agent_starting", "agent": self.agent, "sessionId": self.session_id}]
         if method == "item/started":
             item = params.get("item") or {}
@@ -95,6 +110,29 @@ class TaskEventTranslator:
                 self._warned = True
                 return [{"type": "token_budget_warning", "agent": self.agent, "inputTokens": tokens,
                          "warnThreshold": self.warn_threshold, "sessionId": self.session_id}]
+        return []
+
+    def run_event(self, event: dict) -> list[dict]:
+        """Return the daemon events for one orchestrator run event (see the module doc).
+
+        Args:
+            event: ``{"type": "agent_starting", "agent"}``, ``{"type": "token_budget_warning",
+                "agent", "inputTokens", "warnThreshold"}``, ``{"type": "tool_calling", ...}`` or
+                ``{"type": "agent_message", "message", "elapsedMs"}``.
+
+        Returns:
+            ``[agent_starting {agent, sessionId}]`` (and the agent becomes the current one),
+            ``[token_budget_warning {agent, inputTokens, warnThreshold, sessionId}]``, or ``[]``
+            for the others.
+        """
+        kind = event.get("type")
+        if kind == "agent_starting":
+            self.agent = str(event.get("agent") or self.agent)
+            return [{"type": "agent_starting", "agent": self.agent, "sessionId": self.session_id}]
+        if kind == "token_budget_warning":
+            return [{"type": "token_budget_warning", "agent": event.get("agent") or self.agent,
+                     "inputTokens": event.get("inputTokens"), "warnThreshold": event.get("warnThreshold"),
+                     "sessionId": self.session_id}]
         return []
 
     def announce(self, item_id: Any, arguments: Any = None, *, name: str | None = None) -> list[dict]:
