@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import trio
 
@@ -241,6 +241,16 @@ class ThreadActor(Actor):
         """Persist several settled items in one write (in order), then emit item/completed for each."""
         if not views:
             return
+        write = self._items_write(turn, views, status)
+        try:
+            rows = await self.persist(turn, write)
+        except StaleLease:
+            log.warning("thread %s: %d item(s) not persisted, lease lost", self.thread.id, len(views))
+            rows = None
+        self._items_settled(turn, views, rows, open_items)
+
+    def _items_write(self, turn: TurnState, views: list[dict], status: str) -> Callable[[Any], list]:
+        """Mark ``views`` settled with ``status``; return the write appending them (-> rows)."""
         tid = self.thread.id
         rows_in = []
         for view in views:
@@ -253,12 +263,13 @@ class ThreadActor(Actor):
             return [_items.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=turn.id,
                                        status=status, id=v["id"]) for v, payload, text in rows_in]
 
-        try:
-            rows = await self.persist(turn, write) or [None] * len(views)
-        except StaleLease:
-            log.warning("thread %s: %d item(s) not persisted, lease lost", tid, len(views))
-            rows = [None] * len(views)
-        for view, row in zip(views, rows):
+        return write
+
+    def _items_settled(self, turn: TurnState, views: list[dict], rows: list | None,
+                       open_items: dict[str, dict]) -> None:
+        """Record settled ``views`` (their ``rows``, None when not persisted); emit item/completed."""
+        tid = self.thread.id
+        for view, row in zip(views, rows or [None] * len(views)):
             open_items.pop(view["id"], None)
             if row is not None:
                 view["seq"] = row.seq
@@ -319,17 +330,21 @@ class ThreadActor(Actor):
             self.emit("item/completed", {"thread_id": self.thread.id, "turn_id": turn.id, "item": view})
         return view
 
-    async def finish_turn(self, turn: TurnState) -> None:
+    async def finish_turn(self, turn: TurnState, *, settle: list[dict] | None = None,
+                          settle_status: str = "interrupted", open_items: dict[str, dict] | None = None) -> None:
         """Persist the turn's end, settle pending input, end the execution, emit the terminal event.
 
         A turn that did not complete turns pending steers and queued input into durable held work,
-        steers first. The turn row, that input and the release of the lease commit in one
-        transaction fenced by the turn's token, before the one terminal event is emitted. If the
-        lease was lost, the turn's own writes are refused (its new holder settles the row); the
-        user's input still becomes held work.
+        steers first. The turn row, that input, the items of ``settle`` (items still open when the
+        turn stopped, settled with ``settle_status``) and the release of the lease commit in one
+        transaction fenced by the turn's token, before the one terminal event is emitted: an
+        interrupt costs one store round trip. If the lease was lost, the turn's own writes are
+        refused (its new holder settles the row); the user's input still becomes held work.
 
         Cancellation: called from the turn's shielded, bounded clean-up.
         """
+        settle = settle or []
+        items_write = self._items_write(turn, settle, settle_status) if settle else None
         tid = self.thread.id
         view = turn.view()
         view["thread_id"] = tid
@@ -351,16 +366,19 @@ class ThreadActor(Actor):
         self.thread.updated_at = utc_now()
         updated_at = self.thread.updated_at
 
-        def write(conn: Any) -> None:
+        def write(conn: Any) -> list | None:
+            rows = items_write(conn) if items_write is not None else None
             _threads.update_turn(conn, turn.id, status=turn.status, completed_at=turn.completed_at,
                                  error=error, usage=dict(turn.usage))
             hold_inputs(conn, tid, moved)
             _threads.update_thread(conn, tid, updated_at=updated_at)
             if execution is not None:
                 leases.release(conn, execution.lease)  # the execution ends with its turn row
+            return rows
 
+        rows = None
         try:
-            await self.persist(turn, write)
+            rows = await self.persist(turn, write)
         except StaleLease:
             log.warning("thread %s: turn %s ended after its lease was lost; its end is not persisted",
                         tid, turn.id)
@@ -371,6 +389,8 @@ class ThreadActor(Actor):
                     log.exception("thread %s: could not make input held work", tid)
         except Exception:
             log.exception("thread %s: could not persist the end of turn %s", tid, turn.id)
+        if settle:
+            self._items_settled(turn, settle, rows, open_items if open_items is not None else {})
         for index, existing in enumerate(self.turns):
             if existing["id"] == turn.id:
                 self.turns[index] = view

@@ -384,6 +384,5 @@ async def _settle(thread: ThreadActor, turn: TurnState, open_items: dict[str, di
                 thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
                                                arguments=view.get("arguments") or {}))
             thread.history.append(ToolResult(call_id=view["call_id"], output=INTERRUPTED_OUTPUT, is_error=True))
-    await thread.complete_items(turn, views, open_items, status=partial_status)
     turn.completed_at = utc_now()
-    await thread.finish_turn(turn)
+    await thread.finish_turn(turn, settle=views, settle_status=partial_status, open_items=open_items)
