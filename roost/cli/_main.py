@@ -2,12 +2,52 @@
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from roost import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+#: Sub-command name -> (module, attribute): each module is imported only when its command runs
+#: (or for ``roost --help``), so a quick ``roost sessions --json`` does not import the runtime,
+#: the engines and the daemon.
+_COMMANDS = {
+    "demo": ("roost.cli._demo", "demo_command"),
+    "app-server": ("roost.cli._appserver", "app_server_command"),
+    "exec": ("roost.cli._exec", "exec_command"),
+    "serve": ("roost.cli._serve", "serve_command"),
+    "attach": ("roost.cli._attach", "attach_command"),
+    "repl": ("roost.cli._repl", "repl_command"),
+    "run": ("roost.cli._run", "run_command"),
+    "schedule": ("roost.cli._schedule", "schedule_command"),
+    "sessions": ("roost.cli._res_sessions", "sessions_command"),
+    "memory": ("roost.cli._res_memory", "memory_group"),
+    "context": ("roost.cli._res_memory", "context_group"),
+    "plugins": ("roost.cli._res_config", "plugins_command"),
+    "config": ("roost.cli._res_config", "config_command"),
+    "validate": ("roost.cli._res_config", "validate_command"),
+    "init": ("roost.cli._res_config", "init_command"),
+    "models": ("roost.cli._models", "models_command"),
+}
+
+
+class _LazyGroup(click.Group):
+    """A click group whose sub-commands are imported on first use (click's documented
+    "lazily loading subcommands" pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module = importlib.import_module(target[0])
+        return getattr(module, target[1])
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="roost")
 def main() -> None:
     """Roost: a trio runtime for LLM agents.
@@ -16,35 +56,3 @@ def main() -> None:
     schedules and client connections, each a supervised actor. State lives in SQLite at
     $ROOST_HOME/roost.db (ROOST_HOME defaults to ~/.roost).
     """
-
-
-def _register() -> None:
-    from roost.cli._appserver import app_server_command
-
-    from roost.cli._demo import demo_command
-
-    main.add_command(app_server_command)
-    main.add_command(demo_command)
-    from roost.cli._exec import exec_command
-    main.add_command(exec_command)
-    from roost.cli._schedule import schedule_command
-    main.add_command(schedule_command)
-    from roost.cli._serve import serve_command
-    main.add_command(serve_command)
-    from roost.cli._resources import register_resources
-    register_resources(main)
-    from roost.cli._attach import attach_command
-    main.add_command(attach_command)
-    from roost.cli._repl import repl_command
-    main.add_command(repl_command)
-    from roost.cli._run import run_command
-    main.add_command(run_command)
-    try:
-        from roost.cli._models import models_command
-
-        main.add_command(models_command)
-    except ImportError:
-        pass
-
-
-_register()
