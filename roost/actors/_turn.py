@@ -26,6 +26,7 @@ from roost.engines._types import (
     ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
 )
 from roost.errors import EngineFailure, RoostError, StaleLease
+from roost.storage._processes import tool_process_hook
 from roost.storage._rows import new_id, utc_now
 from roost.tools import ToolContext, run_tool
 
@@ -299,6 +300,7 @@ async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_
         request_approval=functools.partial(thread.request_approval, turn, view),
         unattended_policy=getattr(origin, "unattended_policy", "deny"),
         agent=turn.agent.name if turn.agent is not None else None,
+        on_process=tool_process_hook(thread.services.store.writer, thread.services.owner, tid),
     )
     result = await run_tool(tool, view["arguments"] or {}, ctx)
     await _finish_tool_call(thread, turn, view, open_items, result.output, result.is_error, result.metadata)

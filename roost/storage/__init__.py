@@ -3,9 +3,10 @@
 Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translation), ``_schema``
 (versioned migrations), ``_writer`` (:class:`StoreWriter`), ``_store`` (:class:`Store`,
 :func:`open_store`), ``leases`` and ``_keeper`` (execution leases, :class:`LeaseKeeper`),
-``_reconcile`` and the data modules ``_threads``, ``_items``, ``_workers``, ``_schedules``,
-``_memory``: plain functions of a connection, writers to be passed to
-:meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`.
+``_reconcile``, ``_processes`` (tool process groups, reaped after a crash) and the data modules
+``_threads``, ``_items``, ``_workers``, ``_schedules``, ``_memory``: plain functions of a
+connection, writers to be passed to :meth:`StoreWriter.submit`, readers to be called on
+:meth:`Store.read`.
 
 This room never imports ``roost.actors`` or ``roost.protocol``.
 
@@ -38,6 +39,12 @@ from ._memory import list_context_files as list_context_files
 from ._memory import list_memory as list_memory
 from ._memory import put_context_file as put_context_file
 from ._memory import put_memory as put_memory
+from ._processes import ProcessHook as ProcessHook
+from ._processes import forget_tool_process as forget_tool_process
+from ._processes import list_tool_processes as list_tool_processes
+from ._processes import reap_tool_processes as reap_tool_processes
+from ._processes import record_tool_process as record_tool_process
+from ._processes import tool_process_hook as tool_process_hook
 from ._reconcile import ReconcileReport as ReconcileReport
 from ._reconcile import reconcile as reconcile
 from ._rows import new_id as new_id
@@ -107,6 +114,8 @@ __all__ = [
     "enqueue_daemon_task", "list_daemon_tasks", "update_daemon_task",
     "put_memory", "get_memory", "list_memory", "delete_memory",
     "put_context_file", "list_context_files", "delete_context_file",
+    "ProcessHook", "record_tool_process", "forget_tool_process", "list_tool_processes",
+    "reap_tool_processes", "tool_process_hook",
 ]
 
 for _name in __all__:

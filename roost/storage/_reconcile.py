@@ -8,6 +8,7 @@ import time
 import attrs
 
 from ._connect import immediate
+from ._processes import reap_tool_processes
 from ._rows import utc_now
 from .leases import owner_is_dead
 
@@ -20,12 +21,13 @@ _LIVE = """EXISTS (SELECT 1 FROM leases WHERE leases.key = 'thread:' || {col}
 
 @attrs.frozen
 class ReconcileReport:
-    """Rows changed by :func:`reconcile` (counts)."""
+    """Rows changed by :func:`reconcile` (counts), and leftover tool process groups killed."""
 
     leases_released: int
     turns_interrupted: int
     workers_interrupted: int
     runs_interrupted: int
+    tool_processes_killed: int = 0
 
 
 def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None) -> ReconcileReport:
@@ -40,6 +42,9 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
       is under a live lease of another process (which is still executing it). ``queued`` workers
       are kept: a queued spawn survives a restart and is claimed exactly once later
       (:func:`claim_queued_worker`).
+    * tool process groups (shell commands) recorded by ``owner`` or by a dead process of this
+      host are sent SIGKILL when they still run and are the recorded ones (leader start time),
+      and their rows deleted (:func:`~roost.storage.reap_tool_processes`).
 
     Args:
         conn: a write-capable connection not in a transaction (or in one: then a savepoint).
@@ -91,4 +96,5 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
                            ELSE NOT {_LIVE.format(col='runs.thread_id')} END""",
             params,
         ).rowcount
-    return ReconcileReport(leases, turns, workers, runs)
+        killed = reap_tool_processes(conn, owner)
+    return ReconcileReport(leases, turns, workers, runs, killed)

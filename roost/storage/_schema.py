@@ -250,3 +250,20 @@ def _m0002_schedule_jobs(db: sqlite_utils.Database) -> None:
         "CREATE TABLE schedule_changes (id INTEGER PRIMARY KEY CHECK (id = 1), counter INTEGER NOT NULL)",
         "INSERT INTO schedule_changes (id, counter) VALUES (1, 0)",
     )
+
+
+@MIGRATIONS(name="0003_tool_processes")
+def _m0003_tool_processes(db: sqlite_utils.Database) -> None:
+    """Running tool process groups, so start-up reconciliation can kill a dead process's leftovers."""
+    _run(
+        db,
+        """CREATE TABLE tool_processes (
+            pgid INTEGER NOT NULL,
+            owner TEXT NOT NULL,
+            start_ticks INTEGER NOT NULL,
+            boot_id TEXT,
+            thread_id TEXT,
+            started_at TEXT NOT NULL,
+            PRIMARY KEY (owner, pgid)
+        )""",
+    )

@@ -84,6 +84,12 @@ class ToolContext:
             (default 2 s).
         agent: the orchestration agent running the tool (memory scope), None outside
             orchestrations.
+        on_process: ``async (pgid, running) -> None``: told of each process group a tool starts
+            (``running=True``, right after the start) and when the call is done with it
+            (``running=False``; not said while a group it failed to stop still runs), e.g.
+            :func:`roost.storage.tool_process_hook`, which records groups so a restart can kill
+            a killed process's leftovers. Its errors are logged, never fail the call. ``None``:
+            nobody is told.
     """
 
     cwd: Path = attrs.field(validator=_check_cwd)
@@ -100,6 +106,7 @@ class ToolContext:
     agent: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
     )
+    on_process: Callable[[int, bool], Awaitable[None]] | None = None
 
     @output_cap_bytes.validator
     def _check_cap(self, attribute: Any, value: int) -> None:

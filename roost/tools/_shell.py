@@ -4,14 +4,36 @@ Stopping (timeout or cancellation) follows DESIGN.md section 4: the whole proces
 SIGTERM, then SIGKILL once the grace period (``ToolContext.kill_grace_s``, default 2 s) has passed
 with any member still running. On cancellation that clean-up runs shielded and bounded, then
 ``trio.Cancelled`` propagates.
+
+Because the group is a session of its own, it does not die with Roost. Two measures keep a
+killed Roost (SIGKILL) from leaving commands running forever:
+
+* Linux: ``sh`` gets ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` before it execs, so it dies with Roost.
+  The kernel sends that signal when the *thread* that forked the child exits, not the process.
+  ``trio.lowlevel.open_process`` forks in a worker thread of trio's cache, and idle workers exit
+  after 10 s, which would kill the command mid-run; so :func:`spawn_shell` forks on the trio
+  thread itself (``subprocess.Popen`` there, blocking it for the fork and exec: well under a
+  millisecond to a few) and wraps the result as a ``trio.Process``. The signal does not reach
+  ``sh``'s children (the setting is cleared on fork) and is cleared on exec of set-uid binaries.
+* Durable reaping: ``ToolContext.on_process`` is told of each group (e.g.
+  :func:`roost.storage.tool_process_hook` records it in the store), and start-up reconciliation
+  kills the groups of a dead predecessor (:func:`roost.storage.reap_tool_processes`).
+
+Elsewhere (or if libc's ``prctl`` or trio's ``Process._create`` is missing) the command starts
+through ``trio.lowlevel.open_process`` without the death signal.
 """
 
 from __future__ import annotations
 
 import codecs
+import ctypes
+import functools
+import logging
 import os
 import signal
 import subprocess
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -20,7 +42,9 @@ from roost.errors import ToolError
 from roost.tools._model import Tool, ToolContext, ToolResult
 from roost.tools._output import OutputBuffer
 
-__all__ = ["SHELL", "stop_process_group"]
+__all__ = ["SHELL", "spawn_shell", "stop_process_group"]
+
+log = logging.getLogger("roost.tools")
 
 #: Bytes asked of each read of the command's output pipe.
 _CHUNK_BYTES = 64 * 1024
@@ -32,6 +56,10 @@ _POLL_S = 0.02
 _KILL_SETTLE_S = 2.0
 #: Extra seconds the shielded clean-up allows beyond the grace period (SIGKILL and reaping).
 _REAP_S = 5.0
+#: Most seconds the shielded clean-up gives ``ToolContext.on_process`` to hear of the end.
+_NOTIFY_S = 5.0
+#: ``prctl`` option (linux/prctl.h): the signal a process gets when its parent thread exits.
+_PR_SET_PDEATHSIG = 1
 
 _DEFAULT_TIMEOUT_S = 120.0
 _MAX_TIMEOUT_S = 3600.0
@@ -89,6 +117,94 @@ def _group_running(pgid: int) -> bool:
         if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             return True
     return False
+
+
+@functools.lru_cache(maxsize=1)
+def _libc_prctl() -> Callable[..., int] | None:
+    """Return libc's ``prctl`` (ctypes), or None off Linux or when it cannot be found."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl  # type: ignore[no-any-return]
+
+
+def _pdeathsig_preexec() -> Callable[[], None] | None:
+    """Return a ``preexec_fn`` giving the child SIGKILL when its parent thread exits, or None.
+
+    It runs in the forked child before exec (only the forking thread exists there), calling an
+    already-resolved ctypes function: no import, no lock. If the parent died between the fork and
+    the ``prctl`` (the child was re-parented), the child kills itself.
+    """
+    prctl = _libc_prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+    sigkill = int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sigkill)
+
+    return preexec
+
+
+async def spawn_shell(command: str, *, cwd: str, env: dict[str, str]) -> trio.Process:
+    """Start ``/bin/sh -c command`` leading a new session, stdout+stderr on one pipe, stdin null.
+
+    On Linux the child gets ``PR_SET_PDEATHSIG`` = SIGKILL and is forked on the calling (trio)
+    thread, so it dies when that thread, i.e. Roost, does (see the module docstring); the call
+    blocks the trio thread for the fork and exec. Elsewhere it is
+    ``trio.lowlevel.open_process`` (forks in a worker thread), without the death signal.
+
+    Args:
+        command: the command line for ``sh -c``.
+        cwd: the working directory.
+        env: the complete environment.
+
+    Returns:
+        The ``trio.Process`` (``stdout`` is the combined output stream; ``pid`` is the pgid).
+
+    Raises:
+        OSError: the process could not be started.
+    """
+    argv = ["/bin/sh", "-c", command]
+    preexec = _pdeathsig_preexec()
+    create = getattr(trio.Process, "_create", None)
+    if preexec is None or create is None:
+        return await trio.lowlevel.open_process(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    read_fd, write_fd = os.pipe()
+    try:
+        try:
+            popen = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
+                start_new_session=True, preexec_fn=preexec,
+            )
+        finally:
+            os.close(write_fd)
+        stdout = trio.lowlevel.FdStream(read_fd)
+    except BaseException:
+        os.close(read_fd)
+        raise
+    return create(popen, None, stdout, None)  # type: ignore[no-any-return]
+
+
+async def _notify(ctx: ToolContext, pgid: int, running: bool) -> None:
+    """Tell ``ctx.on_process`` (if set) about group ``pgid``; its errors are logged, not raised."""
+    if ctx.on_process is None:
+        return
+    try:
+        await ctx.on_process(pgid, running)
+    except Exception:
+        log.warning("on_process(%d, %s) failed", pgid, running, exc_info=True)
 
 
 async def stop_process_group(process: trio.Process, *, grace_s: float) -> None:
@@ -178,21 +294,14 @@ async def _run_shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError(f"working directory {str(ctx.cwd)!r} does not exist")
     env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}
     try:
-        process = await trio.lowlevel.open_process(
-            ["/bin/sh", "-c", command],
-            cwd=str(ctx.cwd),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = await spawn_shell(command, cwd=str(ctx.cwd), env=env)
     except OSError as exc:
         raise ToolError(f"could not start /bin/sh: {exc}") from exc
     out = OutputBuffer(ctx.output_cap_bytes)
     started = trio.current_time()
-    stopped = False
+    stopped = timed_out = False
     try:
+        await _notify(ctx, process.pid, True)
         with trio.move_on_after(timeout_s) as deadline:
             await _pump(process, out, ctx)
         timed_out = deadline.cancelled_caught
@@ -206,6 +315,10 @@ async def _run_shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
                     await stop_process_group(process, grace_s=ctx.kill_grace_s)
             assert process.stdout is not None
             await process.stdout.aclose()
+            # A group that a stop could not empty stays known (a restart may still reap it).
+            if not ((timed_out or not stopped) and _group_running(process.pid)):
+                with trio.move_on_after(_NOTIFY_S):
+                    await _notify(ctx, process.pid, False)
     exit_code = process.returncode
     text = out.text()
     if timed_out:
