@@ -137,3 +137,21 @@ async def test_broker_one_prompt_at_a_time_and_malformed_denies():
         broker.close()  # the chat ends: the pending prompt gets no answer
     assert results["q"] is None
     assert await broker.request_approval({"kind": "shell_command", "command": "x"}) is None
+
+
+def test_assistant_replies_for_copy():
+    from roost.protocol._repl_events import assistant_replies
+
+    def turn(*items: dict) -> dict:
+        return {"id": "t", "items": list(items)}
+
+    snapshot = {"turns": [
+        turn({"type": "user_message", "text": "hi"}, {"type": "agent_message", "text": "Hello."}),
+        turn({"type": "user_message", "text": "go"}, {"type": "agent_message", "text": "Writing."},
+             {"type": "tool_call", "name": "write_file"}, {"type": "agent_message", "text": "Done."}),
+        turn({"type": "user_message", "text": "interrupted early"}),  # no reply: left out
+        turn({"type": "user_message", "text": "x"}, {"type": "agent_message", "text": ""}),
+    ]}
+    assert assistant_replies(snapshot) == ["Hello.", "Writing.\n\nDone."]
+    assert assistant_replies({"turns": []}) == []
+    assert assistant_replies({}) == []

@@ -39,7 +39,8 @@ def repl_command(engine_flags: EngineFlags, vscode: bool, no_banner: bool, resum
     earlier turns as a replay event.
 
     Without --vscode the same chat is read from the terminal and rendered as text: type a message
-    (or a slash command); answer approvals with y/N and questions with a line.
+    (or a slash command, or !command to run a shell command); answer approvals with y/N and
+    questions with a line.
 
     Exit status: 0 after end of input or /exit, 1 when the chat cannot be opened, 2 when no model
     provider is configured.
@@ -133,8 +134,27 @@ class TextFrontEnd:
                 self._line(str(turn.get("assistant") or ""))
         elif kind == "interjection":
             self._line(f"(your message was {event.get('status')})")
+        elif kind in ("shell_start", "shell_output", "shell_end"):
+            self._render_shell(event)
+        elif kind == "copy":  # no clipboard here: show the text to copy
+            self._line(f"(to copy)\n{event.get('text') or ''}")
         self.out.flush()
         self.err.flush()
+
+    def _render_shell(self, event: dict) -> None:
+        """A ``!command``: ``! command``, its output as it comes, then how it ended (if not 0)."""
+        kind = event["type"]
+        if kind == "shell_start":
+            self._line(f"! {event.get('command')}")
+        elif kind == "shell_output":
+            text = str(event.get("text") or "")
+            if text:
+                self.out.write(text)
+                self.in_text = not text.endswith("\n")  # so the next line starts on its own
+        elif event.get("interrupted"):
+            self._line("(shell command stopped)")
+        elif event.get("exitCode") not in (0, None):
+            self._line(f"(exit code {event.get('exitCode')})")
 
     def input_line(self, typed: str) -> dict:
         """The input line for one typed line (see the class docstring)."""

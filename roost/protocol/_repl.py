@@ -16,13 +16,20 @@ Behaviour:
   base64 ``data:`` URL). While a reply streams it is steered into the running turn
   (``interjection {status: joined}`` once the model sees it); if the turn ends first, it starts
   the next turn (``interjection {status: carried}``, and that turn's ``turn_start.text`` is it).
-* A slash command: ``/help``, ``/status``, ``/title <text>``, ``/exit`` (``/quit``). Mid-turn
-  commands (``ready.midTurnCommands``) answer with ``applied``; while idle a command ends with
-  ``message_end`` (``toolCalls: []``) so the client re-enables its input, like fuseraft.
+* A slash command: ``/help``, ``/status``, ``/title <text>``, ``/copy [N]``, ``/exit`` (``/quit``).
+  Mid-turn commands (``ready.midTurnCommands``) answer with ``applied``; while idle a command ends
+  with ``message_end`` (``toolCalls: []``) so the client re-enables its input, like fuseraft.
+  ``/copy`` sends ``copy {text}``: the last assistant reply (``/copy N``: the Nth-last).
+* ``!command`` (the user's own action, so no approval): ``/bin/sh -c command`` in the chat's
+  directory, sent as ``shell_start {command}``, ``shell_output {text}`` chunks (stdout and stderr
+  merged, at most 100,000 characters, then a truncation notice) and ``shell_end {exitCode,
+  truncated, interrupted}``, then ``message_end``. Refused (``error``) while a reply streams; while
+  it runs, other input is refused except ``/exit``.
 * ``interrupt`` (or SIGINT) cancels the running turn only: the turn ends ``cancelled`` and the
-  process lives on. With no turn running it answers ``cancelled`` at once.
-* End of input (or ``/exit``): a running turn is interrupted and persisted (bounded wait), then
-  ``session_end`` is sent and the process exits 0.
+  process lives on. A running ``!command`` is stopped instead (its whole process group): it ends
+  with ``shell_end`` and ``cancelled``. With nothing running it answers ``cancelled`` at once.
+* End of input (or ``/exit``): a running turn is interrupted and persisted (bounded wait), a
+  running ``!command`` is stopped, then ``session_end`` is sent and the process exits 0.
 * A line that is not JSON, not an object, or of an unknown type gets an ``error`` event; the chat
   goes on.
 * Subagents: a worker's tool calls are sent as ``tool_call`` with ``agent`` (its name); they are
@@ -44,8 +51,9 @@ from roost._json import dumps_line, loads
 from roost.errors import RoostError
 from roost.protocol._framing import FrameError, LineDecoder, read_frames
 from roost.protocol._outbox import Outbox
-from roost.protocol._repl_events import ChatTranslator, replay_event
+from roost.protocol._repl_events import ChatTranslator, assistant_replies, replay_event
 from roost.protocol._repl_prompts import PromptBroker, ask_user_tool
+from roost.protocol._repl_shell import ShellEscape
 
 __all__ = ["ReplSession", "serve_repl", "PROTOCOL_VERSION", "MID_TURN_COMMANDS"]
 
@@ -64,6 +72,8 @@ _HELP = """**Commands**
 
 - `/status`: status-line numbers (model, turn, context use, tokens)
 - `/title <text>`: name this chat
+- `/copy [N]`: copy the last (or the Nth-last) assistant reply
+- `!<command>`: run a shell command in the chat's directory (no approval; `interrupt` stops it)
 - `/exit`: end the chat
 
 Mid-turn: `/help`, `/status`, `/title`. Interrupt a reply with `interrupt` (or SIGINT)."""
@@ -126,6 +136,7 @@ class ReplSession:
         self._first_prompt: str | None = None
         self.registry = registry
         self._taps: dict[str, _WorkerTap] = {}   # worker thread id -> its tap
+        self._shell: ShellEscape | None = None   # the running ``!command``, if any
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -270,9 +281,13 @@ class ReplSession:
     # -- input ----------------------------------------------------------------------------------
 
     def interrupt(self, reason: str = "interrupted") -> None:
-        """Cancel the running turn; with none running, answer ``cancelled`` at once."""
+        """Stop a running ``!command``, else cancel the running turn; with neither, answer
+        ``cancelled`` at once."""
         from roost.actors._messages import InterruptTurn
 
+        if self._shell is not None:
+            self._shell.stop()  # its task sends shell_end, then cancelled
+            return
         if not self.translator.busy:
             self.emit({"type": "cancelled"})
             return
@@ -314,8 +329,15 @@ class ReplSession:
         except InvalidParams as exc:
             self.emit({"type": "error", "text": str(exc)})
             return
-        if text.strip().startswith("/") and not images:
-            await self._command(text.strip())
+        line = text.strip()
+        if self._shell is not None and line.split(" ")[0].lower() not in ("/exit", "/quit"):
+            self.emit({"type": "error", "text": "a shell command (!) is running; send interrupt to stop it"})
+            return
+        if line.startswith("!") and not images:
+            self._shell_escape(line[1:].strip())
+            return
+        if line.startswith("/") and not images:
+            await self._command(line)
             return
         if not text.strip() and not images:
             self.emit({"type": "error", "text": "user_input needs text (or images)"})
@@ -346,6 +368,59 @@ class ReplSession:
             return
         if reply.get("delivery") == "queued":  # the turn had just ended: this started a new one
             self.translator.busy = True
+
+    def _shell_escape(self, command: str) -> None:
+        """``!command``: run ``command`` in the background as a :class:`ShellEscape`.
+
+        Refused with an ``error`` event while a reply streams or without a command. When it ends,
+        ``message_end`` follows its ``shell_end`` (``cancelled`` when it was interrupted).
+        """
+        if self.translator.busy:
+            self.emit({"type": "error", "text": "!commands cannot be used while a reply is streaming; "
+                                                f"mid-turn commands: {', '.join(MID_TURN_COMMANDS)}"})
+            return
+        if not command:
+            self.emit({"type": "error", "text": "usage: !<shell command>"})
+            return
+        if self.nursery is None:
+            self.emit({"type": "error", "text": "the chat is not accepting commands"})
+            return
+        self._shell = ShellEscape(command, cwd=self.actor.cwd, emit=self.emit)
+        self.nursery.start_soon(self._run_shell, self._shell)
+
+    async def _run_shell(self, escape: ShellEscape) -> None:
+        """Run ``escape``; then end it like a command: ``message_end`` (``cancelled`` if stopped)."""
+        try:
+            ran = await escape.run()
+        finally:
+            self._shell = None
+        if ran and not self.exit_requested:
+            self.emit({"type": "cancelled"} if escape.interrupted else
+                      {"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []})
+
+    async def _reply_to_copy(self, arg: str) -> str | None:
+        """The text ``/copy [N]`` copies: the Nth-last assistant reply (default the last).
+
+        Returns:
+            The reply's text, or None after sending an ``error`` event (a bad N, too few replies,
+            the snapshot failed).
+        """
+        from roost.actors._messages import Snapshot
+
+        if arg and not (arg.isdecimal() and int(arg) >= 1):
+            self.emit({"type": "error", "text": "usage: /copy [N] (N >= 1: the Nth-last reply)"})
+            return None
+        nth = int(arg) if arg else 1
+        try:
+            replies = assistant_replies(await self.actor.ref.ask(Snapshot()))
+        except RoostError as exc:
+            self.emit({"type": "error", "text": f"could not read the chat: {exc}"})
+            return None
+        if len(replies) < nth:
+            have = f"only {len(replies)} repl{'y' if len(replies) == 1 else 'ies'}" if replies else "no reply yet"
+            self.emit({"type": "error", "text": f"nothing to copy: the chat has {have}"})
+            return None
+        return replies[-nth]
 
     async def _command(self, line: str) -> None:
         from roost.actors._messages import UpdateThread
@@ -379,6 +454,12 @@ class ReplSession:
             self.emit(self.title_event())
             message = f"title set to {arg!r}"
             self.emit({"type": "info", "text": f"Title set to {arg!r}."})
+        elif command == "/copy":
+            text = await self._reply_to_copy(arg)
+            if text is None:
+                return
+            self.emit({"type": "copy", "text": text})
+            message = "reply copied"
         else:
             self.emit({"type": "error", "text": f"unknown command {command}; try /help"})
             return
@@ -388,10 +469,16 @@ class ReplSession:
             self.emit({"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []})
 
     async def shutdown(self) -> None:
-        """Interrupt a running turn (reason ``shutdown``) and wait, bounded, for it to persist."""
+        """Stop a running ``!command``; interrupt a running turn (reason ``shutdown``) and wait,
+        bounded, for each to end (the turn to persist)."""
         from roost.actors._messages import InterruptTurn
 
         self.exit_requested = True
+        shell = self._shell
+        if shell is not None:
+            shell.stop()
+            with trio.move_on_after(_SHUTDOWN_GRACE):
+                await shell.done.wait()
         if self.translator.busy or self.actor.active is not None:
             try:
                 self.actor.ref.tell(InterruptTurn(reason="shutdown"))

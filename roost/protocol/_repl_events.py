@@ -36,7 +36,7 @@ from typing import Any
 
 from roost._json import JSONDecodeError, dumps, loads
 
-__all__ = ["ChatTranslator", "TOOL_OUTPUT_CHARS", "tool_summary", "replay_event"]
+__all__ = ["ChatTranslator", "TOOL_OUTPUT_CHARS", "tool_summary", "replay_event", "assistant_replies"]
 
 #: ``tool_result.output`` is capped at this many characters (wire-protocol.md, "Turn events").
 TOOL_OUTPUT_CHARS = 100_000
@@ -71,6 +71,28 @@ def tool_summary(name: str, args: Any) -> str:
     return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
 
 
+def _turn_summary(turn: dict) -> tuple[dict, bool]:
+    """One turn of a snapshot as ``({user, assistant, toolCalls}, compacted)``.
+
+    ``user`` is the turn's first user message text (Roost's own synthetic messages skipped),
+    ``assistant`` its agent messages joined by blank lines, ``toolCalls`` the names of its tool calls
+    in order; ``compacted`` is True when the turn holds a compaction item.
+    """
+    user, assistant, calls = None, [], []
+    compacted = False
+    for item in turn.get("items") or []:
+        kind = item.get("type")
+        if kind == "user_message" and user is None and not str(item.get("source_id") or "").startswith("roost:"):
+            user = item.get("text") or ""
+        elif kind == "agent_message" and item.get("text"):
+            assistant.append(item["text"])
+        elif kind == "tool_call":
+            calls.append(item.get("name"))
+        elif kind == "compaction":
+            compacted = True
+    return {"user": user or "", "assistant": "\n\n".join(assistant), "toolCalls": calls}, compacted
+
+
 def replay_event(snapshot: dict, *, limit: int = 100) -> dict:
     """The ``replay`` event of a resumed chat from a ThreadActor snapshot.
 
@@ -87,19 +109,29 @@ def replay_event(snapshot: dict, *, limit: int = 100) -> dict:
     out = []
     compacted = False
     for turn in turns[-limit:] if limit else []:
-        user, assistant, calls = None, [], []
-        for item in turn.get("items") or []:
-            kind = item.get("type")
-            if kind == "user_message" and user is None and not str(item.get("source_id") or "").startswith("roost:"):
-                user = item.get("text") or ""
-            elif kind == "agent_message" and item.get("text"):
-                assistant.append(item["text"])
-            elif kind == "tool_call":
-                calls.append(item.get("name"))
-            elif kind == "compaction":
-                compacted = True
-        out.append({"user": user or "", "assistant": "\n\n".join(assistant), "toolCalls": calls})
+        summary, turn_compacted = _turn_summary(turn)
+        compacted = compacted or turn_compacted
+        out.append(summary)
     return {"type": "replay", "total": len(turns), "compacted": compacted, "turns": out}
+
+
+def assistant_replies(snapshot: dict) -> list[str]:
+    """The chat's assistant replies, oldest first, for ``/copy``.
+
+    Args:
+        snapshot: the reply to :class:`roost.actors._messages.Snapshot` (``turns`` with ``items``).
+
+    Returns:
+        One string per turn that has agent text: its agent messages joined by blank lines (as
+        ``replay`` shows them). Turns without any agent text (e.g. interrupted before the model
+        spoke) are left out.
+    """
+    replies = []
+    for turn in snapshot.get("turns") or []:
+        text = _turn_summary(turn)[0]["assistant"]
+        if text:
+            replies.append(text)
+    return replies
 
 
 class ChatTranslator:
