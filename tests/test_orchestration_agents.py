@@ -238,3 +238,41 @@ async def test_an_agent_with_the_agents_plugin_spawns_workers(tmp_path: Path) ->
     developer = next(e["message"] for e in _bridge_events(done)
                      if e["type"] == "agent_message" and e["message"]["agentName"] == "Developer")
     assert [(c["name"], c["succeeded"]) for c in developer["toolCalls"]] == [("spawn_agent", True), ("list_dir", False)]
+
+
+async def test_plain_run_reports_a_failure_to_start_on_stderr(tmp_path: Path) -> None:
+    _, env = _team(tmp_path)
+    done = await _roost(tmp_path, env, "run", "-c", str(tmp_path / "missing.yaml"), "Build it")
+    assert done.returncode == 1
+    assert done.stdout == b""
+    assert done.stderr.decode().startswith("roost run: error: ") and "missing.yaml" in done.stderr.decode()
+    usage = await _roost(tmp_path, env, "run", "--bridge", "--json", "-c", "x.yaml", "Build it")
+    assert usage.returncode == 2 and b"--json" in usage.stderr
+
+
+async def test_plain_run_marks_failed_tool_calls(tmp_path: Path) -> None:
+    config, env = _team(tmp_path, rounds="1")
+    done = await _roost(tmp_path, env, "run", "-c", str(config), "Build it")
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert "  (1 tool call failed: list_dir)\nDeveloper:" in out
+    assert "[turn 1 · Planner · 0 tokens so far ·" in out and "(3 turns," in out
+
+
+@pytest.mark.parametrize(("fragment", "expected"), [
+    ("Plugins: [files]", "Orchestration.Agents[1].Plugins: expected a list, got str"),
+    ("Model: %(planner_model)s", "Orchestration.Agents[0].Model"),
+])
+def test_strings_are_not_read_as_lists(tmp_path: Path, fragment: str, expected: str) -> None:
+    config, _ = _team(tmp_path)
+    text = config.read_text().replace("Plugins: [files]", "Plugins: files")
+    config.write_text(text)
+    _, issues = validate_config_file(config)
+    errors = [i.message for i in issues if i.level == "error"]
+    if fragment.startswith("Plugins"):
+        assert expected in errors, errors
+    else:  # an unknown alias is a warning, not an error
+        config.write_text(TEAM % {"endpoint": "http://127.0.0.1:9/v1", "planner_model": "nosuch", "rounds": "null"})
+        _, issues = validate_config_file(config)
+        assert [i.message for i in issues if i.level == "warning" and "nosuch" in i.message] == [
+            "Orchestration.Agents[0].Model: 'nosuch' is not an alias of Models (remote); it is used as a model id"]

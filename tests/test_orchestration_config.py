@@ -74,7 +74,7 @@ def test_defaults_and_json_format(tmp_path):
 
 
 @pytest.mark.parametrize("body, expected", [
-    ("Name: 3\nAgents: [{Name: A, Instructions: x}]", "Orchestration.Name: invalid value for type, expected str"),
+    ("Name: 3\nAgents: [{Name: A, Instructions: x}]", "Orchestration.Name: expected a string, got int"),
     ("Agents: [{Name: A, Instructions: x}, {Instructions: y}]", "Orchestration.Agents[1].Name: required"),
     ("Agents: []", "Orchestration.Agents: at least one agent is required"),
     ("Agents: [{Name: A}, {Name: A}]", "Orchestration.Agents[1].Name: duplicate agent name 'A'"),
@@ -87,7 +87,7 @@ def test_defaults_and_json_format(tmp_path):
     ("Agents: [{Name: A}]\nTermination: {Type: composite, Strategies: [{Type: maxiterations}]}",
      "Orchestration.Termination.Strategies[0].MaxIterations: required"),
     ("Agents: [{Name: A}]\nTermination: {Type: max_iterations, MaxIterations: many}",
-     "Orchestration.Termination.MaxIterations: invalid value"),
+     "Orchestration.Termination.MaxIterations: expected an integer, got str"),
     ("Agents: [{Name: A}]\nTermination: {Type: token_budget}", "Orchestration.Termination.MaxTokens: required"),
     ("Agents: [{File: agents/missing.yaml}]", "Orchestration.Agents[0].File: cannot read"),
 ])

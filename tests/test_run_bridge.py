@@ -381,3 +381,59 @@ async def test_agent_plugins_limit_its_tools(tmp_path: Path) -> None:
     assert dev["content"] == "Shell said: error: unknown tool 'shell'"
     assert dev["toolCalls"] == [{"name": "shell", "argsSummary": "echo built > out.txt", "succeeded": False}]
     assert code == 0 and not (tmp_path / "out.txt").exists()
+
+
+async def test_bad_input_lines_get_error_events_and_a_malformed_answer_denies(tmp_path: Path) -> None:
+    config, script = _setup(tmp_path, script=SHELL_SCRIPT)
+    with trio.fail_after(DEADLINE):
+        bridge = await open_bridge(tmp_path, script, "-c", str(config), "Task")
+        await bridge.until("ready")
+        await bridge.send({"type": "approval_response", "approved": True})  # nothing pending yet
+        early = await bridge.until("error")
+        await bridge.send({"type": "frobnicate"})
+        unknown = await bridge.until("error")
+        await bridge.until("approval_request")
+        await bridge.proc.stdin.send_all(b"{not json\n")  # the pending approval is denied
+        malformed = await bridge.until("error")
+        result, code = await bridge.finish()
+    assert "no approval is pending" in early["text"]
+    assert "unknown input type 'frobnicate'" in unknown["text"]
+    assert "the pending approval is denied" in malformed["text"]
+    assert not (tmp_path / "out.txt").exists()  # the shell command was denied, not run
+    assert code == 0 and result["succeeded"] is True
+
+
+async def test_a_closed_stdout_interrupts_quietly_and_the_run_resumes(tmp_path: Path) -> None:
+    config, script = _setup(tmp_path, script=SHELL_SCRIPT)
+    env = dict(os.environ, ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(script))
+    with trio.fail_after(DEADLINE):
+        proc = await trio.lowlevel.open_process(
+            [*roost_argv(), "run", "--bridge", "-c", str(config), "Task"], cwd=str(tmp_path), env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = b""
+        while b"\n" not in first:
+            first += await proc.stdout.receive_some(65536)
+        await proc.stdout.aclose()  # like `| head -1`
+        errors = b""
+        while chunk := await proc.stderr.receive_some(65536):
+            errors += chunk
+        code = await proc.wait()
+    ready = json.loads(first.split(b"\n")[0])
+    assert ready["type"] == "ready" and code in (1, 130)
+    assert b"Traceback" not in errors, errors.decode()
+    with trio.fail_after(DEADLINE):
+        resumed = await open_bridge(tmp_path, script, "--resume", ready["sessionId"])
+        await resumed.until("approval_request")
+        await resumed.send({"type": "approval_response", "approved": True})
+        result, code = await resumed.finish()
+    assert result["succeeded"] is True and code == 0
+
+
+async def test_sigterm_interrupts_resumably(tmp_path: Path) -> None:
+    config, script = _setup(tmp_path, script=SHELL_SCRIPT)
+    with trio.fail_after(DEADLINE):
+        bridge = await open_bridge(tmp_path, script, "-c", str(config), "Task")
+        await bridge.until("approval_request")
+        bridge.proc.send_signal(signal.SIGTERM)
+        result, code = await bridge.finish()
+    assert result["succeeded"] is False and code == 130 and result["sessionId"]

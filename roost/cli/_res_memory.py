@@ -142,7 +142,7 @@ def context_add(source: str, name: str | None, description: str | None, force: b
         fail("context add", f"cannot read {exc.filename or src}: {exc.strerror or exc}", as_json=False)
     except RoostError as exc:
         fail("context add", str(exc), as_json=False)
-    click.echo(f"imported {len(files)} files as {name or src.name!r}", err=True)
+    click.echo(f"imported {len(files)} file{'' if len(files) == 1 else 's'} as {name or src.name!r}", err=True)
 
 
 @context_group.command("remove")

@@ -13,7 +13,9 @@
   denies). Prompts go to stderr, so stdout stays the transcript (or the ``--json`` result).
 
 Exit status: the result's ``exitCode`` (0 completed, 1 failed or could not start, 130
-interrupted); 2 on a usage error (e.g. ``--hitl`` with ``--bridge``).
+interrupted by an interrupt line, SIGINT or SIGTERM; either way ``--resume`` continues it); 1 when
+stdout's reader went away (the run is interrupted, resumably); 2 on a usage error (e.g. ``--hitl``
+with ``--bridge``).
 """
 
 from __future__ import annotations
@@ -35,49 +37,82 @@ __all__ = ["run_command"]
 
 
 class _Transcript:
-    """Prints run events for a person (the non-bridge mode)."""
+    """Prints run events for a person (the non-bridge mode).
 
-    def __init__(self, out: Any, *, quiet: bool) -> None:
+    A run that fails before it starts (``result`` with ``sessionId`` null) is reported on stderr
+    as ``roost run: error: ...``. When stdout's reader goes away (``| head``), ``on_broken`` is
+    called once (the run is interrupted, resumably) and nothing more is written.
+    """
+
+    def __init__(self, out: Any, *, quiet: bool, on_broken: Any = None) -> None:
         self.out = out
         self.quiet = quiet
+        self.on_broken = on_broken
+        self.broken = False
         self.turns = 0
         self.tokens = 0
         self.started = None
 
     def emit(self, event: dict) -> None:
+        if event.get("type") == "result" and event.get("sessionId") is None:
+            click.echo(f"roost run: error: {event.get('errorMessage')}", err=True)
+            return
+        if self.broken:
+            return
+        try:
+            text = self._render(event)
+            if text:
+                self.out.write(text)
+                self.out.flush()
+        except (BrokenPipeError, ValueError):  # ValueError: stdout was closed
+            self.broken = True
+            from roost.cli._render import silence_stdout
+
+            silence_stdout()
+            if self.on_broken is not None:
+                self.on_broken()
+
+    def _render(self, event: dict) -> str:
         kind = event.get("type")
         if self.quiet:
-            if kind == "result":
-                self.out.write(dumps(event).decode() + "\n")
-                self.out.flush()
-            return
+            return dumps(event).decode() + "\n" if kind == "result" else ""
         now = trio.current_time()
         self.started = self.started if self.started is not None else now
         if kind == "ready":
             verb = "resuming" if event.get("resumed") else "starting"
-            self.out.write(f"{verb} session {event['sessionId']}: {event['task']}\n"
-                           f"agents: {', '.join(event['agents'])}\n")
-        elif kind == "agent_starting":
+            return (f"{verb} session {event['sessionId']}: {event['task']}\n"
+                    f"agents: {', '.join(event['agents'])}\n")
+        if kind == "agent_starting":
             self.turns += 1
-            self.out.write(f"\n[turn {self.turns} · {event['agent']} · {self.tokens} tokens · "
-                           f"{now - self.started:.1f} s]\n")
-        elif kind == "tool_calling":
-            self.out.write(f"  $ {event['tool']} {event['argsSummary']}\n")
-        elif kind == "token_budget_warning":
-            self.out.write(f"  ! token budget: {event['inputTokens']} tokens used "
-                           f"(warning at {event['warnThreshold']})\n")
-        elif kind == "agent_message":
+            return (f"\n[turn {self.turns} · {event['agent']} · {self.tokens} tokens so far · "
+                    f"{now - self.started:.1f} s]\n")
+        if kind == "tool_calling":
+            return f"  $ {event['tool']} {event['argsSummary']}\n"
+        if kind == "token_budget_warning":
+            return f"  ! token budget: {event['inputTokens']} tokens used (warning at {event['warnThreshold']})\n"
+        if kind == "agent_message":
             m = event["message"]
             self.tokens += (m.get("inputTokens") or 0) + (m.get("outputTokens") or 0)
-            self.out.write(f"{m['agentName']}: {m['content']}\n")
-        elif kind == "result":
+            failed = [c["name"] for c in m.get("toolCalls") or [] if not c.get("succeeded")]
+            note = f"  ({len(failed)} tool call{_s(len(failed))} failed: {', '.join(failed)})\n" if failed else ""
+            return f"{note}{m['agentName']}: {m['content']}\n"
+        if kind == "result":
             state = "completed" if event["succeeded"] else f"did not complete: {event.get('errorMessage')}"
-            session = event.get("sessionId")
-            self.out.write(f"\nsession {session} {state} ({event['turns']} turns, "
-                           f"{event['inputTokens']}+{event['outputTokens']} tokens, {event['elapsedSeconds']} s)\n")
-            if session and not event["succeeded"]:
-                self.out.write(f"resume with: roost run --resume {session}\n")
-        self.out.flush()
+            session = event["sessionId"]
+            text = (f"\nsession {session} {state} ({event['turns']} turn{_s(event['turns'])}, "
+                    f"{event['inputTokens']}+{event['outputTokens']} tokens, {event['elapsedSeconds']} s)\n")
+            if not event["succeeded"]:
+                text += f"resume with: roost run --resume {session}\n"
+            return text
+        return ""
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
+#: approval fields that identify, rather than describe, what is asked (not shown to the human)
+_INTERNAL_FIELDS = frozenset({"kind", "item_id", "thread_id", "turn_id", "call_id", "sessionId"})
 
 
 class _HumanInTheLoop:
@@ -113,7 +148,7 @@ class _HumanInTheLoop:
 
     async def approve(self, params: dict) -> bool | None:
         kind = params.get("kind")
-        detail = {k: v for k, v in params.items() if k not in ("kind", "item_id") and v not in (None, "")}
+        detail = {k: v for k, v in params.items() if k not in _INTERNAL_FIELDS and v not in (None, "")}
         summary = ", ".join(f"{k}: {v}" for k, v in detail.items())
         line = await self._ask(f"approve {kind} ({summary[:300]})? [y/N] ")
         return None if line is None else line.strip().lower() in ("y", "yes")
@@ -123,8 +158,14 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
                      cwd: Path, as_json: bool, hitl: bool = False) -> int:
     from roost.protocol._bridge import run_session
 
-    printer = _Transcript(sys.stdout, quiet=as_json)
-    holder: dict[str, Any] = {"orch": None, "sigint": False}
+    holder: dict[str, Any] = {"orch": None, "signal": None}
+
+    def stop(reason: str) -> None:
+        holder["signal"] = holder["signal"] or reason
+        if holder["orch"] is not None:
+            holder["orch"].interrupt(reason)
+
+    printer = _Transcript(sys.stdout, quiet=as_json, on_broken=lambda: stop("stdout closed"))
     human = _HumanInTheLoop(sys.stderr) if hitl else None
 
     async def nobody(params: dict) -> None:
@@ -132,22 +173,22 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
 
     def on_orchestrator(orch: Any) -> None:
         holder["orch"] = orch
-        if holder["sigint"]:
-            orch.interrupt("SIGINT")
+        if holder["signal"]:
+            orch.interrupt(holder["signal"])
 
     async with trio.open_nursery() as nursery:
         async def sigint() -> None:
-            with trio.open_signal_receiver(signal.SIGINT) as signals:
-                async for _ in signals:
-                    holder["sigint"] = True
-                    if holder["orch"] is not None:
-                        holder["orch"].interrupt("SIGINT")
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    stop(signal.Signals(signum).name)
 
         nursery.start_soon(sigint)
         result = await run_session(config_path=config, task=task, resume_id=resume_id, settings=settings, cwd=cwd,
                                    emit=printer.emit, request_approval=human.approve if human else nobody,
                                    on_orchestrator=on_orchestrator, after_turn=human.after_turn if human else None)
         nursery.cancel_scope.cancel()
+    if printer.broken:
+        return 1 if result["exitCode"] == 0 else int(result["exitCode"])
     return int(result["exitCode"])
 
 
@@ -168,10 +209,13 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
 
     With --bridge, stdout carries wire-protocol run events (ready first, result last) and stdin
     takes approval_response and interrupt lines. Exit status: the result's exitCode (0
-    completed, 1 failed, 130 interrupted).
+    completed, 1 failed or could not start, 130 interrupted by an interrupt line, Ctrl-C or
+    SIGTERM; --resume ID continues an interrupted run).
     """
     from roost.cli._appserver import setup_logging
 
+    if as_json and bridge:
+        raise click.UsageError("--json has no effect with --bridge (the bridge already speaks JSONL)")
     if hitl and bridge:
         raise click.UsageError("--hitl can't be combined with --bridge (the bridge never pauses after a turn)")
     if resume_id is None and (not config or not task or not task.strip()):

@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
 import attrs
 import cattrs
 import yaml
+from cattrs.cols import list_structure_factory, mapping_structure_factory
 from cattrs.gen import make_dict_structure_fn, override
 
 from roost._json import JSONDecodeError, loads
@@ -226,6 +228,23 @@ def _make_converter() -> cattrs.Converter:
             raise TypeError(f"expected a number, got {type(value).__name__}")
         return float(value)
 
+    def strict_container(kind: type, factory: Any, noun: str) -> Any:
+        """A hook factory for ``list[...]``/``dict[...]`` refusing other shapes (cattrs would
+        read a string as a list of characters)."""
+        def make(type_: Any) -> Any:
+            base = factory(type_, conv)
+
+            def hook(value: Any, t: Any) -> Any:
+                if not isinstance(value, kind):
+                    raise TypeError(f"expected {noun}, got {type(value).__name__}")
+                return base(value, t)
+            return hook
+        return make
+
+    conv.register_structure_hook_factory(lambda t: typing.get_origin(t) is list,
+                                         strict_container(list, list_structure_factory, "a list"))
+    conv.register_structure_hook_factory(lambda t: typing.get_origin(t) is dict,
+                                         strict_container(dict, mapping_structure_factory, "a mapping"))
     conv.register_structure_hook(float, strict_float)
     conv.register_structure_hook(str, strict_str)
     conv.register_structure_hook(int, strict_int)
@@ -311,13 +330,23 @@ def _expand_agent_files(body: dict[str, Any], base: Path, issues: list[ConfigIss
         agents[i] = {**loaded, **{k: v for k, v in entry.items() if k != "File"}, "_file": str(path)}
 
 
+def _format_error(exc: BaseException, type_: Any) -> str:
+    """One structuring error as a reader would want it (our hooks' ``expected ...`` messages)."""
+    if isinstance(exc, TypeError) and str(exc).startswith("expected "):
+        return str(exc)
+    if isinstance(exc, ValueError) and type_ in (int, float):
+        return f"expected a number, got {exc}"
+    return cattrs.v.format_exception(exc, type_)
+
+
 def _structure_errors(exc: Exception) -> list[str]:
-    messages = cattrs.transform_error(exc, path="Orchestration")
+    messages = cattrs.transform_error(exc, path="Orchestration", format_exception=_format_error)
     out = []
     for msg in messages:
-        # "invalid value for type, expected str @ Orchestration.Agents[0].Name" -> path first
+        # "expected a list, got str @ Orchestration.agents[0].plugins" -> path first, PascalCase
         text, _, where = msg.partition(" @ ")
         where = re.sub(r"\.(\w+)", lambda m: "." + _pascal(m.group(1)), where) if where else "Orchestration"
+        where = re.sub(r"\['([^']*)'\]", r".\1", where)  # Models['fast'] -> Models.fast
         text = text.replace("required field missing", "required")
         out.append(f"{where}: {text}")
     return out
@@ -358,6 +387,9 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
         seen.add(agent.name)
         if not agent.instructions.strip():
             issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Instructions: empty"))
+        if isinstance(agent.model, str) and config.models and agent.model not in config.models:
+            issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Model: {agent.model!r} is not an alias "
+                                                 f"of Models ({', '.join(config.models)}); it is used as a model id"))
         if isinstance(agent.model, ModelSpec):
             _check_model(agent.model, f"Orchestration.Agents[{i}].Model", error)
         elif isinstance(agent.model, str) and not agent.model.strip():

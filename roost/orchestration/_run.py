@@ -209,7 +209,7 @@ class Orchestrator:
                     outcome = await self._loop(task)
                     nursery.cancel_scope.cancel()  # stops the agent actors, in reverse order
             if self.scope.cancelled_caught or (outcome is None and self.interrupted):
-                outcome = RunOutcome(status="interrupted", error_message=f"interrupted ({self.interrupted})")
+                outcome = RunOutcome(status="interrupted", error_message=_interrupted(self.interrupted))
             return outcome
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(10):
@@ -230,7 +230,7 @@ class Orchestrator:
                 return outcome
         while True:
             if self.interrupted:
-                return RunOutcome(status="interrupted", error_message=f"interrupted ({self.interrupted})")
+                return RunOutcome(status="interrupted", error_message=_interrupted(self.interrupted))
             agent = self.agents[p.next_agent]
             if latest is None:
                 speak = Speak(prompt=task, origin=origin)
@@ -402,6 +402,13 @@ class Orchestrator:
         with trio.CancelScope(shield=True):
             await self.actor.ref.ask(UpdateThread(changes={"metadata": meta}), timeout=30)
 
+
+
+def _interrupted(reason: str | None) -> str:
+    """The run's error message for an interrupt with ``reason`` (as a turn's would read)."""
+    from roost.actors._turn import _STOP_MESSAGES
+
+    return _STOP_MESSAGES.get(reason or "", f"interrupted ({reason})")
 
 
 def _now() -> str:

@@ -148,10 +148,12 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
                      cwd: Path, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> int:
     """Serve one run bridge session on ``receive``/``send`` (stdin/stdout); return the exit code.
 
-    Input lines: ``approval_response`` answers the pending ``approval_request`` (anything
-    malformed is a denial); ``interrupt`` (or SIGINT) interrupts the session. Other lines, and
-    lines that are not JSON, are ignored. At end of input, approvals can no longer be asked and
-    are denied (the unattended policy).
+    Input lines: ``approval_response`` answers the pending ``approval_request``; ``interrupt``
+    (or SIGINT/SIGTERM) interrupts the session. A line that is not a JSON object gets an
+    ``error`` event and, while an approval is pending, denies it (wire-protocol.md: "Anything
+    malformed counts as denied"); an unknown type, or an ``approval_response`` with no approval
+    pending, gets an ``error`` event and is otherwise ignored. At end of input, approvals can no
+    longer be asked and are denied (the unattended policy).
     """
     from roost.protocol._framing import FrameError, LineDecoder, read_frames
     from roost.protocol._outbox import Outbox
@@ -177,24 +179,45 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
         if state["pending_interrupt"]:
             orch.interrupt("interrupted")
 
+    def refuse(text: str) -> None:
+        emit({"type": "error", "text": text})
+
     async def read_input() -> None:
         async for frame in read_frames(receive, LineDecoder()):
             if isinstance(frame, FrameError) or not isinstance(frame, dict):
+                reason = frame.message if isinstance(frame, FrameError) else "an input line must be a JSON object"
+                if broker.pending_kind == "approval":  # anything malformed counts as denied
+                    broker.answer({"type": "approval_response", "approved": False})
+                    reason += "; the pending approval is denied"
+                refuse(reason)
                 continue
             kind = frame.get("type")
             if kind == "approval_response":
-                broker.answer(frame)
+                if not broker.answer(frame):
+                    refuse("approval_response ignored: no approval is pending")
             elif kind == "interrupt":
                 interrupt()
+            else:
+                refuse(f"unknown input type {kind!r} (expected approval_response or interrupt)")
         broker.close()  # end of input: nobody left to ask (a pending approval is denied)
 
     async def sigint() -> None:
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 interrupt()
 
+    async def write_output() -> None:
+        try:
+            await outbox.run_writer(send)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, BrokenPipeError):
+            # Nobody reads the events any more: stop the run (resumable) rather than crash.
+            log.warning("stdout was closed; interrupting the run")
+            state["stdout_gone"] = True
+            outbox.close()
+            interrupt()
+
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(outbox.run_writer, send)
+        nursery.start_soon(write_output)
         async with trio.open_nursery() as inputs:
             inputs.start_soon(read_input)
             inputs.start_soon(sigint)
@@ -203,4 +226,9 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
                                        request_approval=broker.request_approval, on_orchestrator=on_orchestrator)
             inputs.cancel_scope.cancel()
         outbox.close()
+    if state.get("stdout_gone"):
+        from roost.cli._render import silence_stdout
+
+        silence_stdout()
+        return 1 if result["exitCode"] == 0 else int(result["exitCode"])
     return int(result["exitCode"])
