@@ -1,0 +1,253 @@
+"""A thread's pending input: queued turns, steers into the running turn, and held work.
+
+:class:`PendingInputs` is the part of :class:`~roost.actors._thread.ThreadActor` that owns
+``pending`` (input waiting for the next turn, or a steer for the running one) and ``held``
+(durable work that is never re-run by itself), split out of the actor's module to keep each
+module readable; the actor inherits it. Every method runs inside the ThreadActor (its mailbox
+serialises them), and relies on the actor's ``thread``, ``services``, ``ephemeral``, ``pending``,
+``held``, ``active``, ``emit``, ``_start_turn`` and ``_append_user_item``.
+
+Durability (app-server-protocol.md, "Turns and execution runs"): accepted input is committed to
+SQLite before the request is answered; a retry with the same ``client_id`` returns the original
+input instead of a duplicate, and a consumed ``client_id`` is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from roost.actors._messages import Dequeue, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued
+from roost.actors._thread_store import hold_inputs
+from roost.actors._turn import TurnState
+from roost.errors import InvalidParams, LifecycleError, RoostError, StaleTurn, ThreadBusy
+from roost.storage import _items
+from roost.storage._rows import new_id
+
+__all__ = ["PendingInputs", "public_input", "default_origin"]
+
+log = logging.getLogger("roost.thread")
+
+
+def public_input(entry: dict) -> dict:
+    """An input entry without its private (``_``-prefixed) keys: the wire view."""
+    return {k: v for k, v in entry.items() if not k.startswith("_")}
+
+
+def default_origin() -> Any:
+    """The origin of input whose client is gone (the defaults: nobody to ask)."""
+    from roost.actors._messages import Origin
+
+    return Origin()
+
+
+class PendingInputs:
+    """Queue, steer and held-work handling of a ThreadActor (a mixin; see the module doc)."""
+
+    async def _persist_held(self, entries: list[dict], *, announce: bool = True) -> None:
+        """Make ``entries`` (already in :attr:`held`) durable held work, in order; emit turn/held."""
+        if not entries:
+            return
+        if not self.ephemeral:
+            try:
+                await self.services.store.writer.submit(hold_inputs, self.thread.id, list(entries))
+            except RoostError:
+                log.exception("thread %s: could not make input held work", self.thread.id)
+        if announce:
+            for entry in entries:
+                self.emit("turn/held", {"thread_id": self.thread.id, "input": public_input(entry)})
+
+    async def admit_steers(self, turn: TurnState) -> None:
+        """Admit pending steers into the running turn (called before each model request)."""
+        steers = [p for p in self.pending if p["kind"] == "steer" and not p.get("_foreign")]
+        for steer in steers:
+            self.pending.remove(steer)
+            try:
+                await self._append_user_item(turn, steer["prompt"], source_id=steer.get("client_id"),
+                                             images=steer.get("images"),
+                                             consume_input=None if steer.get("_internal") else steer["id"],
+                                             content_parts=steer.get("content_parts"))
+            except BaseException:
+                # Not admitted (e.g. the lease was lost): it stays pending, and becomes held work
+                # when the turn ends.
+                self.pending.insert(0, steer)
+                raise
+            self.emit("turn/steered", {"thread_id": self.thread.id, "turn_id": turn.id, "input": public_input(steer)})
+
+    def _dispatch_next(self) -> None:
+        """Start the oldest pending input as a new turn (after a natural end, or queued while idle).
+
+        The start runs as a task of this actor (:meth:`_start_queued`), one at a time; not a checkpoint.
+        """
+        if self.active is not None or self._dispatching is not None:
+            return
+        queued = [p for p in self.pending if not p.get("_foreign")]
+        if not queued:
+            return
+        entry = queued[0]
+        try:
+            nursery = self.nursery
+        except LifecycleError:
+            return  # stopping: the input stays in the store and is held at the next load
+        self.pending.remove(entry)
+        self._dispatching = entry
+        self._dispatch_cancelled = None
+        self.emit("turn/dequeued", {"thread_id": self.thread.id, "input": public_input(entry)})
+        nursery.start_soon(self._start_queued, entry)
+
+    async def _start_queued(self, entry: dict) -> None:
+        """Start ``entry`` as a turn; if it cannot start, it and the other pending input are held.
+
+        It cannot start when an interrupt withdrew it first (see :meth:`_interrupt`) or admission
+        fails (e.g. another process holds the lease: ``thread_busy``). Held input is never lost and
+        never re-run automatically.
+        """
+        try:
+            if self._dispatch_cancelled is None:
+                await self._start_turn(StartTurn(
+                    prompt=entry["prompt"], client_id=entry.get("client_id"),
+                    images=tuple(entry.get("images") or ()), input_id=entry["id"],
+                    content_parts=entry.get("content_parts"),
+                    origin=entry.get("_origin") or default_origin()))
+                return
+            log.info("thread %s: queued input %s withdrawn by an interrupt (%s)", self.thread.id,
+                     entry["id"], self._dispatch_cancelled)
+        except RoostError as exc:
+            log.warning("thread %s: queued input %s could not start a turn: %s", self.thread.id, entry["id"], exc)
+        finally:
+            self._dispatching = None
+        own = [p for p in self.pending if not p.get("_foreign")]
+        self.pending = [p for p in self.pending if p.get("_foreign")]
+        stranded = [entry] + own
+        for item in stranded:
+            item["held"] = True
+            self.held.append(item)
+        await self._persist_held(stranded)
+
+    async def _accept_input(self, kind: str, prompt: str, *, hold: bool, client_id: str | None,
+                            images: tuple = (), origin: Any = None,
+                            content_parts: Any = None) -> tuple[dict, bool]:
+        """Durably accept pending input; idempotent per client_id (a consumed client_id is refused)."""
+        if client_id is not None:
+            for entry in self.pending + self.held:
+                if entry.get("client_id") == client_id:
+                    return entry, False
+            if any(i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
+                raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.thread.id}")
+        payload = {"prompt": prompt}
+        if images:
+            payload["images"] = list(images)
+        if content_parts is not None:
+            payload["content_parts"] = content_parts
+        entry = {"id": new_id("input"), "kind": kind, "held": hold, "client_id": client_id, **payload}
+        if not self.ephemeral:
+            self._accepting.add(entry["id"])
+            try:
+                row, created = await self.services.store.writer.submit(functools.partial(
+                    _items.add_held_input, kind=kind, payload=payload, held=hold, client_id=client_id,
+                    id=entry["id"]), self.thread.id)
+            finally:
+                self._accepting.discard(entry["id"])
+            if not created:
+                return {"id": row.id, "kind": row.kind, "held": row.held, "client_id": row.client_id,
+                        **(row.payload or {})}, False
+            entry["position"] = row.position
+        if origin is not None:
+            entry["_origin"] = origin
+        (self.held if hold else self.pending).append(entry)
+        return entry, True
+
+    async def _queue(self, msg: QueueInput) -> dict:
+        if not msg.prompt:
+            raise InvalidParams("prompt is required")
+        entry, created = await self._accept_input("queue", msg.prompt, hold=msg.hold, client_id=msg.client_id,
+                                                  images=msg.images, origin=msg.origin,
+                                                  content_parts=msg.content_parts)
+        public = public_input(entry)
+        if created:
+            self.emit("turn/held" if msg.hold else "turn/queued", {"thread_id": self.thread.id, "input": public})
+            if not msg.hold and self.active is None:
+                self._dispatch_next()
+        return public
+
+    async def _update_queued(self, msg: UpdateQueued) -> dict:
+        for entry in self.pending + self.held:
+            if entry["id"] == msg.input_id:
+                entry["prompt"] = msg.prompt
+                entry.pop("content_parts", None)
+                if msg.content_parts is not None:
+                    entry["content_parts"] = msg.content_parts
+                payload = {"prompt": msg.prompt}
+                for key in ("images", "content_parts"):
+                    if entry.get(key):
+                        payload[key] = entry[key]
+                if not self.ephemeral:
+                    await self.services.store.writer.submit(functools.partial(
+                        _items.update_held_input, payload=payload), msg.input_id)
+                self.emit("turn/queued", {"thread_id": self.thread.id, "input": public_input(entry)})
+                return public_input(entry)
+        raise InvalidParams(f"no pending input {msg.input_id}")
+
+    async def _remove_input(self, input_id: str, kinds: tuple[str, ...], event: str) -> dict:
+        for bucket in (self.pending, self.held):
+            for entry in bucket:
+                if entry["id"] == input_id and entry["kind"] in kinds:
+                    bucket.remove(entry)
+                    if not self.ephemeral:
+                        await self.services.store.writer.submit(_items.remove_held_input, input_id)
+                    self.emit(event, {"thread_id": self.thread.id, "input": public_input(entry)})
+                    return public_input(entry)
+        raise InvalidParams(f"no pending input {input_id}")
+
+    async def _dequeue(self, msg: Dequeue) -> dict:
+        return await self._remove_input(msg.input_id, ("queue", "steer"), "turn/dequeued")
+
+    async def _unsteer(self, msg: Unsteer) -> dict:
+        return await self._remove_input(msg.input_id, ("steer",), "turn/unsteered")
+
+    async def _steer(self, msg: SteerInput) -> dict:
+        tid = self.thread.id
+        if msg.input_id is not None:
+            entry = next((e for e in self.held + self.pending if e["id"] == msg.input_id), None)
+            if entry is None:
+                raise InvalidParams(f"no held input {msg.input_id}")
+            if entry.get("_foreign"):
+                raise ThreadBusy(f"input {msg.input_id} belongs to an execution in another process")
+            prompt, client_id = entry["prompt"], entry.get("client_id")
+            images, parts = tuple(entry.get("images") or ()), entry.get("content_parts")
+        else:
+            if not msg.prompt:
+                raise InvalidParams("prompt (or input_id) is required")
+            entry, prompt, client_id = None, msg.prompt, msg.client_id
+            images, parts = msg.images, msg.content_parts
+        if self.active is None:
+            if msg.expected_turn_id is not None:
+                raise StaleTurn(f"turn {msg.expected_turn_id} is not running on thread {tid}")
+            # Idle: sending input (or a held item) starts a turn with it. The held item leaves the
+            # held list only once the turn is admitted (if admission fails, it stays held).
+            if entry is None and client_id is not None and any(
+                    i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
+                raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {tid}")
+            turn = await self._start_turn(StartTurn(prompt=prompt, client_id=client_id, origin=msg.origin,
+                                                    images=images, content_parts=parts,
+                                                    input_id=entry["id"] if entry else None))
+            if entry is not None:
+                for bucket in (self.held, self.pending):
+                    if entry in bucket:
+                        bucket.remove(entry)
+            return {"thread_id": tid, "delivery": "queued", "turn": turn}
+        if msg.expected_turn_id is not None and msg.expected_turn_id != self.active.id:
+            raise StaleTurn(f"expected turn {msg.expected_turn_id}, the active turn is {self.active.id}")
+        if entry is not None:
+            (self.held if entry in self.held else self.pending).remove(entry)
+            entry["kind"] = "steer"
+            entry["held"] = False
+            self.pending.append(entry)
+            if not self.ephemeral:
+                await self.services.store.writer.submit(functools.partial(
+                    _items.update_held_input, kind="steer", held=False), entry["id"])
+        else:
+            entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin,
+                                                images=images, content_parts=parts)
+        return {"thread_id": tid, "delivery": "active_turn", "turn_id": self.active.id, "input": public_input(entry)}
