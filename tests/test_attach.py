@@ -158,6 +158,52 @@ async def test_approval_after_stdin_closed_is_denied_and_exit_waits_for_result(s
         assert "tool said: Denied" in attach.out
 
 
+async def _piped(daemon_socket: str, lines: str) -> tuple[int, str, str]:
+    """Run ``roost attach`` with all of ``lines`` on a pipe at once (read ahead of any event)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN")}
+    with trio.fail_after(TIMEOUT):
+        done = await trio.run_process([*roost_argv(), "attach", daemon_socket], stdin=lines.encode(),
+                                      capture_stdout=True, capture_stderr=True, check=False, env=environ)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_piped_stdin_answers_approvals_with_the_lines_after_the_task(script: Path) -> None:
+    # `printf 'approve piped\ny\ny\n' | roost attach`: the "y" lines read while the task is in
+    # flight are held; the approval takes the first, the one left over becomes the next task
+    async with open_daemon(script=script) as daemon:
+        code, out, err = await _piped(daemon.socket, "approve piped\ny\ny\n")
+    assert code == 0, (out, err)
+    assert "approval needed: shell_command\n  command: echo approved-run\napprove? [y/N] approved\n" in out
+    assert "stdin is closed" not in out
+    assert "result: succeeded ('approve piped')\n  assistant: tool said: approved-run" in out
+    assert out.count("queued, position") == 2                 # "approve piped", then the left-over "y"
+    assert out.index("result: succeeded ('approve piped')") < out.index("result: succeeded ('y')")
+
+
+async def test_piped_stdin_tasks_and_answers_in_order(script: Path) -> None:
+    # each task takes the answers after it; a blank answer denies; lines left are the next tasks
+    lines = "approve one\nyes\napprove two\n\nplain three\n"
+    async with open_daemon(script=script) as daemon:
+        code, out, err = await _piped(daemon.socket, lines)
+    assert code == 0, (out, err)
+    results = [line for line in out.splitlines() if "] result: " in line]
+    assert [r.split("] ", 1)[1] for r in results] == [
+        "result: succeeded ('approve one')", "result: succeeded ('approve two')",
+        "result: succeeded ('plain three')"]
+    first, second = out.split("approve? [y/N] ")[1:]
+    assert first.startswith("approved\n") and "tool said: approved-run" in first
+    assert second.startswith("denied\n") and "tool said: Denied" in second
+    assert out.count("queued, position") == 3
+
+
+async def test_piped_approval_with_no_line_left_is_denied(script: Path) -> None:
+    async with open_daemon(script=script) as daemon:
+        code, out, err = await _piped(daemon.socket, "approve nobody\n")
+    assert code == 0, (out, err)
+    assert "approve? [y/N] n (stdin is closed: denied)\n" in out
+    assert "result: succeeded ('approve nobody')" in out and "tool said: Denied" in out
+
+
 async def test_websocket_with_token_and_client_id(script: Path) -> None:
     async with open_daemon(script=script, token="s3cret") as daemon, trio.open_nursery() as nursery:
         url = f"ws://127.0.0.1:{daemon.port}/attach"
@@ -221,3 +267,34 @@ def test_renderer_file_write_diff_unknown_kind_and_token_lines() -> None:
     assert text.endswith("approve? [y/N] ") and text.count("approve? [y/N] ") == 2
     renderer.answer("denied")
     assert "".join(out).endswith("approve? [y/N] denied\n")
+
+
+async def test_terminal_stdin_sends_each_line_at_once_and_piped_stdin_holds_it() -> None:
+    from roost.cli._attach import AttachClient
+
+    class Link:
+        def __init__(self) -> None:
+            self.sent: list[dict] = []
+
+        async def send(self, line: str) -> None:
+            self.sent.append(json.loads(line))
+
+    for hold in (False, True):
+        link, out = Link(), []
+        client = AttachClient(link, json_mode=False, where="x", write=out.append, hold_lines=hold)
+        await client._track({"type": "hello", "protocolVersion": 1, "inFlight": None})
+        await client.stdin_line("first")
+        await client._track({"type": "queued", "sessionId": "s1", "position": 0})
+        await client.stdin_line("second")        # typed while "first" runs
+        sent = [m.get("text") for m in link.sent]
+        assert sent == (["first", "second"] if not hold else ["first"]), hold
+        await client._track({"type": "approval_request", "kind": "shell_command", "command": "ls",
+                             "sessionId": "s1"})
+        if hold:   # the held line answered the approval (it was not "y": denied)
+            assert link.sent[-1] == {"type": "approval_response", "approved": False}
+        else:      # a terminal user answers after the prompt
+            await client.stdin_line("y")
+            assert link.sent[-1] == {"type": "approval_response", "approved": True}
+        await client._track({"type": "result", "sessionId": "s1", "task": "first", "succeeded": True})
+        await client.stdin_ended()
+        assert client.done.is_set() is hold          # the terminal's "second" still awaits its result

@@ -130,3 +130,25 @@ def test_due_last_run_and_an_old_unparsable_row(roost_home):
     assert {i["name"]: i["due"] for i in items_of(cli("list", "--json").stdout)}["ok"] is False
     assert cli("enable", "old").exit_code == 0  # enabled, but it can never be due
     assert {i["name"]: i["due"] for i in items_of(cli("list", "--json").stdout)}["old"] is False
+
+
+def test_add_refuses_a_work_dir_that_is_not_a_directory(roost_cmd, tmp_path):
+    # the real command: a missing --work-dir or a file is refused (exit 1, nothing stored); an
+    # existing directory given relatively is stored as an absolute path
+    missing = tmp_path / "nonexistent" / "dir"
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    gone = real(roost_cmd, "add", "lost", "--cron", "0 3 * * *", "--task", "t", "--work-dir", str(missing))
+    assert gone.returncode == 1 and gone.stdout == ""
+    assert gone.stderr == f"roost schedule add: invalid --work-dir: {missing} does not exist\n"
+    filed = real(roost_cmd, "add", "filed", "--cron", "0 3 * * *", "--task", "t", "--work-dir", "file.txt",
+                 "--json", cwd=tmp_path)
+    assert filed.returncode == 1
+    assert json.loads(filed.stdout) == {"protocolVersion": 1,
+                                        "error": f"invalid --work-dir: {a_file} is not a directory"}
+    assert items_of(real(roost_cmd, "list", "--json").stdout) == []
+    (tmp_path / "sub").mkdir()
+    ok = real(roost_cmd, "add", "here", "--cron", "0 3 * * *", "--task", "t", "--work-dir", "sub", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    (item,) = items_of(real(roost_cmd, "list", "--json").stdout)
+    assert item["workDir"] == str(tmp_path / "sub")

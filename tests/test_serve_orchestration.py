@@ -11,6 +11,7 @@ run their own config (or the daemon's default). Unusable configs are refused up 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -147,8 +148,30 @@ async def test_route_approval_goes_to_the_dispatching_client(tmp_path: Path) -> 
     assert result["succeeded"] is True and result["lastAgent"] == "Reviewer"
     assert result["lastMessage"] == "Looks good. APPROVED"
     assert not other.of_type("approval_request")
+    # a route approval has no tool call: the only tool_calling is the Developer's real one
+    # (never an empty one before the route_approval)
+    for client in (owner, other):
+        assert [(e["agent"], e["tool"]) for e in _of(client, "tool_calling", sid)] == [("Developer", "list_dir")]
     planner = "".join(e["text"] for e in _of(owner, "token", sid) if e["agent"] == "Planner")
     assert planner == "Plan ready. HANDOFF TO DEVELOPER" * 2      # it spoke again after the denial
+
+
+async def test_piped_attach_answers_a_route_approval(tmp_path: Path) -> None:
+    # the new-user trial: `printf 'Ship it\ny\n' | roost attach` with a keyword route that needs a
+    # human: "y" answers the route approval (it is not queued as a task) and no empty
+    # "Planner calls : " line is shown before the approval
+    config, script = _write(tmp_path, selection=KEYWORD)
+    async with open_daemon(script=script, args=["-c", str(config)]) as daemon:
+        done = await trio.run_process([*roost_argv(), "attach", daemon.socket], stdin=b"Ship it\ny\n",
+                                      capture_stdout=True, capture_stderr=True, check=False)
+    out = done.stdout.decode()
+    assert done.returncode == 0, (out, done.stderr.decode())
+    assert "approval needed: route_approval\n  Planner -> Developer (keyword 'HANDOFF TO DEVELOPER')" in out
+    assert "approve? [y/N] approved\n" in out
+    assert "calls : " not in out and "Planner calls" not in out
+    assert "Developer calls list_dir" in out
+    assert out.count("queued, position") == 1                 # "y" was an answer, not a task
+    assert "result: succeeded ('Ship it')" in out and "  Reviewer: Looks good. APPROVED" in out
 
 
 async def test_unattended_route_is_denied_and_token_budget_warns_once(tmp_path: Path) -> None:
@@ -232,6 +255,30 @@ def test_serve_refuses_an_unusable_config(tmp_path: Path) -> None:
         assert done.stderr.startswith("roost serve: ") and hint in done.stderr
     helped = subprocess.run([*roost_argv(), "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert "-c, --config" in helped.stdout
+
+
+def test_serve_refuses_a_config_whose_agent_model_cannot_be_used(tmp_path: Path) -> None:
+    # the Developer's model alias names a key variable that is unset: like `roost run`, the daemon
+    # refuses the config at start (exit 2, naming the agent and the variable) instead of failing
+    # every task later
+    script = tmp_path / "script.yaml"
+    script.write_text(SCRIPT)
+    config = tmp_path / "keyless.yaml"
+    config.write_text(TEAM.replace("  Agents:\n", "  Models:\n"
+                                   "    claude: {Provider: anthropic, ModelId: x, ApiKeyEnv: ROOST_TEST_UNSET_KEY}\n"
+                                   "  Agents:\n").replace(
+        'Instructions: "You write code."}', 'Instructions: "You write code.", Model: claude}') % {
+        "selection": ROUNDROBIN, "termination": UNTIL_APPROVED})
+    env = {k: v for k, v in os.environ.items() if k != "ROOST_TEST_UNSET_KEY"}
+    socket_path = short_socket_path()
+    done = subprocess.run([*roost_argv(), "serve", "--provider", "scripted", "--script", str(script),
+                           "--socket", socket_path, "-c", str(config)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""                                  # it never listened
+    assert done.stderr.startswith("roost serve: ") and "keyless.yaml" in done.stderr
+    assert "agent Developer" in done.stderr and "ROOST_TEST_UNSET_KEY" in done.stderr
+    assert not os.path.exists(socket_path)
 
 
 @pytest.mark.parametrize("as_json", [False, True])

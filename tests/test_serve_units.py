@@ -65,3 +65,17 @@ def test_headers() -> None:
     for bad in ("", "a b", "x" * 65, "é"):
         with pytest.raises(ValueError):
             parse_client_id(bad)
+
+
+def test_announce_never_sends_a_nameless_tool_call() -> None:
+    t = TaskEventTranslator("s1", "Planner", orchestrated=True)
+    # a route approval has no tool call (no item id): nothing to announce
+    assert t.announce(None) == []
+    # an item whose name is not known yet stays unannounced until a notification names it
+    assert t.announce("i1") == []
+    assert t.translate("item/toolCall/delta", {"item_id": "i1", "delta": '{"path": "."}'}) == []
+    assert t.translate("item/completed", {"item": {"id": "i1", "type": "tool_call", "name": "list_dir"}}) == [
+        {"type": "tool_calling", "agent": "Planner", "tool": "list_dir", "argsSummary": ".", "sessionId": "s1"}]
+    assert t.translate("item/started", {"item": {"id": "i2", "type": "tool_call", "name": "shell"}}) == []
+    assert [e["tool"] for e in t.announce("i2")] == ["shell"]
+    assert t.announce("i2") == []

@@ -8,6 +8,12 @@ wire-protocol.md, "Live sessions" (serve socket, serve WebSocket), "Handshake ev
   non-blank stdin line is sent as a task (``user_input``). An ``approval_request`` is shown with its
   kind and fields (a ``file_write`` as a unified diff) followed by ``approve? [y/N]``; the next stdin
   line answers it: ``y``/``yes`` approves, anything else denies (never auto-approved).
+  When stdin is not a terminal (piped or a file, read ahead of the events), lines are *held* while
+  this client has a task in flight (from sending it until its ``result``): each ``approval_request``
+  takes the next held (or next read) line as its answer, and the lines still held when the task
+  finishes become the next tasks, one at a time, in order. So piping the lines ``task`` and ``y``
+  runs ``task`` and approves its first approval. On a terminal every line typed while no approval is
+  asked is sent as a task at once.
 * ``--json``: every line from the daemon is written to stdout unchanged, and every stdin line is
   forwarded to the daemon unchanged.
 
@@ -27,6 +33,7 @@ import difflib
 import json
 import os
 import sys
+from collections import deque
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -313,22 +320,29 @@ class AttachClient:
         write: writes text to stdout (and flushes).
     """
 
-    def __init__(self, link: _Link, *, json_mode: bool, where: str, write: Callable[[str], None]) -> None:
+    def __init__(self, link: _Link, *, json_mode: bool, where: str, write: Callable[[str], None],
+                 hold_lines: bool = False) -> None:
         self.link = link
         self.json_mode = json_mode
         self.where = where
         self.write = write
+        self.hold_lines = hold_lines and not json_mode
         self.renderer = Renderer(write)
         self.acks = 0                       # dispatches sent, awaiting ``queued`` or an ``error``
         self.waiting: set[str] = set()      # our sessionIds awaiting their ``result``
+        self.held: deque[str] = deque()     # stdin lines read while a task was in flight (hold_lines)
         self.approval_pending = False
         self.stdin_done = False
         self.closed = False
         self.hello_seen = False
         self.done = trio.Event()            # stdin ended and nothing is outstanding
 
+    def in_flight(self) -> bool:
+        """A task of this client is being queued, is queued or is running (no ``result`` yet)."""
+        return self.acks > 0 or bool(self.waiting)
+
     def _check_done(self) -> None:
-        if self.stdin_done and self.hello_seen and self.acks <= 0 and not self.waiting \
+        if self.stdin_done and self.hello_seen and not self.in_flight() and not self.held \
                 and not self.approval_pending:
             self.done.set()
 
@@ -376,11 +390,31 @@ class AttachClient:
             self.waiting.discard(event.get("sessionId"))
         elif kind == "approval_request":
             self.approval_pending = True
-            if self.stdin_done:   # nobody is left to answer: deny, never approve
+            if self.held:         # a line read ahead (piped stdin) answers it
+                await self._answer_with(self.held.popleft())
+            elif self.stdin_done:   # nobody is left to answer: deny, never approve
                 if not self.json_mode:
                     self.renderer.answer("n (stdin is closed: denied)")
                 await self._answer(False)
+        await self._release_held()
         self._check_done()
+
+    async def _release_held(self) -> None:
+        """With no task in flight, send the next held non-blank line as the next task."""
+        while self.held and not self.in_flight() and not self.approval_pending:
+            line = self.held.popleft()
+            if line.strip():
+                await self._dispatch(line)
+
+    async def _dispatch(self, text: str) -> None:
+        self.acks += 1
+        await self._send(json.dumps({"type": "user_input", "text": text}))
+
+    async def _answer_with(self, raw: str) -> None:
+        """Answer the pending approval with stdin line ``raw``: ``y``/``yes`` approves, else deny."""
+        approved = raw.strip().lower() in ("y", "yes")
+        self.renderer.answer("approved" if approved else "denied")
+        await self._answer(approved)
 
     async def _answer(self, approved: bool) -> None:
         self.approval_pending = False
@@ -392,28 +426,30 @@ class AttachClient:
             stripped = raw.strip()
             if stripped:
                 message: Any = None
-                if stripped.startswith("{"):
+                if stripped.startswith(("{", "[")):
                     try:
                         message = json.loads(stripped)
                     except ValueError:
                         message = None
                 kind = message.get("type") if isinstance(message, dict) else None
-                if not isinstance(message, dict) or kind == "user_input":
+                # plain text is a task; a broken JSON line is refused by the daemon (no queued)
+                if not stripped.startswith(("{", "[")) or kind == "user_input":
                     self.acks += 1
                 elif kind == "approval_response":
                     self.approval_pending = False
             await self._send(raw)
             return
         if self.approval_pending:
-            approved = raw.strip().lower() in ("y", "yes")
-            self.renderer.answer("approved" if approved else "denied")
-            await self._answer(approved)
+            await self._answer_with(raw)
+            return
+        if self.hold_lines and self.in_flight():
+            self.held.append(raw)     # the answer to an approval to come, or the next task
             return
         if raw.strip():
-            self.acks += 1
-            await self._send(json.dumps({"type": "user_input", "text": raw}))
+            await self._dispatch(raw)
 
     async def stdin_ended(self) -> None:
+        """Stdin reached end of file: deny a pending approval (nobody is left to answer it)."""
         self.stdin_done = True
         if self.approval_pending:
             if not self.json_mode:
@@ -447,7 +483,8 @@ async def run_attach(target: str, *, token: str | None, client_id: str | None, j
         sys.stdout.flush()
 
     async with open_link(target, token=token, client_id=client_id) as link:
-        client = AttachClient(link, json_mode=json_mode, where=target, write=write)
+        client = AttachClient(link, json_mode=json_mode, where=target, write=write,
+                              hold_lines=not _stdin_is_tty())
         async with trio.open_nursery() as nursery:
             async def receive() -> None:
                 await client.receive()
@@ -468,6 +505,13 @@ async def run_attach(target: str, *, token: str | None, client_id: str | None, j
     return 0 if client.stdin_done and not client.waiting and client.acks <= 0 else 1
 
 
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):   # closed or replaced stdin
+        return False
+
+
 def _warn(text: str) -> None:
     sys.stdout.flush()
     click.echo(f"roost attach: {text}", err=True)
@@ -486,8 +530,16 @@ def attach_command(target: str | None, token: str | None, client_id: str | None,
 
     Without TARGET, the daemon of the current directory ($ROOST_HOME/run/<hash>.sock). Events are
     rendered readably; each stdin line is sent as a task; an approval is asked as `approve? [y/N]`
-    and answered by the next stdin line. Exits 0 at end of stdin after the last result, 1 when the
-    daemon is unreachable, 2 on usage errors.
+    and answered by the next stdin line (y/yes approves, anything else denies).
+
+    With stdin piped (not a terminal), lines read while your task is in flight (sent, until its
+    result) are held: each approval takes the next held line as its answer, and lines left when
+    the task finishes are sent as the next tasks, one at a time. E.g. piping the three lines
+    "fix the bug", "y", "n" runs the task, approves its first approval and denies the second. An
+    approval with no line left to answer it at end of stdin is denied.
+
+    Exits 0 at end of stdin after the last result, 1 when the daemon is unreachable, 2 on usage
+    errors.
     """
     from roost.protocol._serve_auth import parse_client_id
     from roost.protocol._serve_daemon import default_socket_path

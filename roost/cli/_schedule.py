@@ -91,7 +91,9 @@ def schedule_command() -> None:
 @click.option("--config", type=click.Path(), default=None,
               help="Orchestration config (YAML) the run's team of agents follows; checked now, stored as an "
                    "absolute path (default: the daemon's `roost serve -c`, else one agent).")
-@click.option("--work-dir", type=click.Path(), default=None, help="Directory the run works in.")
+@click.option("--work-dir", type=click.Path(), default=None,
+              help="Directory the run works in; must exist, stored as an absolute path "
+                   "(default: the daemon's --work-dir).")
 @click.option("--description", default=None)
 @click.option("--catch-up", type=click.Choice(["once", "none"]), default="once", show_default=True,
               help="Slots missed while no daemon ran: run the latest once, or none.")
@@ -100,8 +102,11 @@ def schedule_command() -> None:
 @_json_option
 def add_command(name: str, cron: str, task: str, config: str | None, work_dir: str | None,
                 description: str | None, catch_up: str, overlap: str, as_json: bool) -> None:
-    """Add schedule NAME. An expression that can never fire (February 31) is refused, and so is an
-    unusable --config (missing, unparsable or with errors): nothing is stored then."""
+    """Add schedule NAME. An expression that can never fire (February 31) is refused, and so are an
+    unusable --config (missing, unparsable or with errors) and a --work-dir that is not an existing
+    directory: nothing is stored then. The config's agent models (provider, API key variable) are
+    not checked here: the daemon's environment and provider settings decide them, and each run
+    that cannot use them fails with the reason."""
     now = datetime.datetime.now(UTC)
     try:
         expr = parse_cron(cron, now=now)
@@ -112,11 +117,24 @@ def add_command(name: str, cron: str, task: str, config: str | None, work_dir: s
     if not name.strip():
         _fail(as_json, "add", "the name must not be empty")
     config = _checked_config(as_json, config)
-    work = os.path.abspath(work_dir) if work_dir else None
+    work = _checked_work_dir(as_json, work_dir)
     _mutate(as_json, "add", db.add_job, name=name, cron=expr.text, task=task, next_run=next_run,
             description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap)
     if not as_json:
         click.echo(f"added {name}: next run {next_run}")
+
+
+def _checked_work_dir(as_json: bool, work_dir: str | None) -> str | None:
+    """The absolute path of an existing directory (None without one); anything else fails the
+    command (exit 1, see :func:`_fail`)."""
+    if not work_dir:
+        return None
+    path = os.path.abspath(os.path.expanduser(work_dir))
+    if not os.path.exists(path):
+        _fail(as_json, "add", f"invalid --work-dir: {path} does not exist")
+    if not os.path.isdir(path):
+        _fail(as_json, "add", f"invalid --work-dir: {path} is not a directory")
+    return path
 
 
 def _checked_config(as_json: bool, config: str | None) -> str | None:

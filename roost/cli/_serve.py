@@ -8,7 +8,7 @@ and then logs only to stderr.
 Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in the store and
 resumed by the next daemon), 1 when another daemon owns the socket path or on a runtime error,
 2 on a configuration error (no provider, unreadable tokens file or TLS files, an unusable ``-c``
-orchestration config).
+orchestration config, or one with an agent whose model cannot be used, e.g. an unset API key variable).
 """
 
 from __future__ import annotations
@@ -82,18 +82,31 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
                                              shutdown_timeout=10))
 
 
-def _check_config(path: Path | None) -> str | None:
-    """Validate the ``-c`` orchestration config; return its absolute path (None without one).
+def _check_config(path: Path | None, engines: Any) -> str | None:
+    """Validate the ``-c`` orchestration config and its agents' models; return its absolute path
+    (None without one).
+
+    Each agent's model is resolved against ``engines`` (the daemon's
+    :class:`~roost.protocol._engines.EngineCatalog`), as ``roost run`` does before a run, so a
+    config whose agents cannot run (unknown provider, unset API key variable, unusable engine) is
+    refused at start instead of failing every task.
 
     Raises:
-        ConfigError: (``ConfigInvalid``) the file is missing, unparsable or has errors.
+        ConfigError: (``ConfigInvalid``) the file is missing, unparsable or has errors, or an
+            agent's model cannot be used (the message names the agent).
     """
     if path is None:
         return None
+    from roost.errors import InvalidParams
     from roost.orchestration import load_config_file
+    from roost.orchestration._agents import resolve_agents
 
     absolute = os.path.abspath(os.path.expanduser(str(path)))
-    load_config_file(absolute)
+    config = load_config_file(absolute)
+    try:
+        resolve_agents(config, engines)
+    except (ConfigError, InvalidParams) as exc:
+        raise ConfigError(f"{absolute}: {exc}") from None
     return absolute
 
 
@@ -101,7 +114,8 @@ def _check_config(path: Path | None) -> str | None:
 @engine_options
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Orchestration config (YAML) that runs each task dispatched without its own (client "
-                   "user_input, MCP dispatch_task, schedules without --config); checked at start. "
+                   "user_input, MCP dispatch_task, schedules without --config); checked at start, "
+                   "with each agent's model (provider, API key variable). "
                    "Without it such a task is one agent's turn.")
 @click.option("--work-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Directory tasks run in; also names the default socket (default: the current directory).")
@@ -156,9 +170,11 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
     setup_logging(verbose)
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
+    engines = None
     try:
         settings = engine_flags.resolve()
-        config_path = _check_config(config)
+        engines = EngineCatalog(settings)
+        config_path = _check_config(config, engines)
         auth = ServeAuth.load(tokens_file=tokens_file)
         context = None
         if tls_cert is not None:
@@ -168,6 +184,8 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigError(f"cannot load the TLS certificate/key: {exc}") from exc
     except ConfigError as exc:
+        if engines is not None:
+            trio.run(engines.aclose)
         click.echo(f"roost serve: {exc}", err=True)
         sys.exit(2)
     directory = (work_dir or Path(os.getcwd())).resolve()
@@ -181,8 +199,8 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
     if len(os.fsencode(str(options.socket_path))) > 107:   # sun_path is 108 bytes with its NUL
         click.echo(f"roost serve: the socket path is too long for a Unix socket ({options.socket_path}); "
                    "give a shorter one with --socket", err=True)
+        trio.run(engines.aclose)
         sys.exit(2)
-    engines = EngineCatalog(settings)
     try:
         code = trio.run(run_serve, options, engines)
     except DaemonRunning as exc:

@@ -355,17 +355,19 @@ class ServeDaemon:
     # -- input --------------------------------------------------------------------------------------
 
     async def _handle(self, conn: ConnectionActor, line: str) -> None:
+        """Handle one input line: plain text is a task; a line starting with ``{`` or ``[`` must be
+        a JSON object input message (anything else there gets an ``invalid_request`` error and is
+        not queued)."""
         text = line.strip()
         if not text:
             return
-        message: Any = None
-        if text.startswith("{"):
-            try:
-                message = loads(text)
-            except (JSONDecodeError, ValueError):
-                message = None
-        if not isinstance(message, dict):
+        if not text.startswith(("{", "[")):   # a plain text line is a task
             await self._dispatch(conn, text)
+            return
+        message = _json_object(text)
+        if message is None:
+            conn.send(_error("the line starts like JSON but is not a JSON object; send a JSON input "
+                             "message or plain text (not starting with '{' or '[')", "invalid_request"))
             return
         kind = message.get("type")
         if kind == "user_input":
@@ -441,9 +443,15 @@ class ServeDaemon:
             self.broadcast(out)
 
     async def request_approval(self, task: QueuedTask, params: dict) -> bool | None:
-        """Ask the task's client (see the module doc); None = nobody answered (unattended policy)."""
-        for event in self._translator(task).announce(params.get("item_id")):
-            self.broadcast(event)
+        """Ask the task's client (see the module doc); None = nobody answered (unattended policy).
+
+        A tool approval (with an ``item_id``) first announces its tool call (``tool_calling``); a
+        route approval has no tool call, so nothing is announced for it.
+        """
+        item_id = params.get("item_id")
+        if item_id is not None:
+            for event in self._translator(task).announce(item_id):
+                self.broadcast(event)
         if task.client_id is None:
             return None
         client = self._client(task.client_id)
@@ -568,6 +576,15 @@ async def _unix_lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:
             line = bytes(buffer[:index])
             del buffer[: index + 1]
             yield line.decode("utf-8", "replace")
+
+
+def _json_object(text: str) -> dict | None:
+    """``text`` parsed as a JSON object, or None when it is not valid JSON or not an object."""
+    try:
+        message = loads(text)
+    except (JSONDecodeError, ValueError):
+        return None
+    return message if isinstance(message, dict) else None
 
 
 def _error(text: str, code: str) -> dict:

@@ -139,12 +139,17 @@ class TaskEventTranslator:
         """The ``tool_calling`` event for tool call ``item_id`` if not yet announced, else ``[]``.
 
         Called when the call starts running (output, an approval) or completes; ``arguments``
-        overrides the streamed argument text.
+        overrides the streamed argument text. Nothing is sent without an item id or while the
+        tool's name is unknown (a ``tool_calling`` always names its tool): the call stays
+        unannounced until a later notification names it.
         """
+        if item_id is None:
+            return []
         call = self._calls.get(item_id)
         if call is None:
             call = self._calls[item_id] = {"name": name, "args": [], "announced": False}
-        if call["announced"]:
+        call["name"] = call["name"] or name
+        if call["announced"] or not call["name"]:
             return []
         call["announced"] = True
         if arguments is None and call["args"]:
@@ -153,7 +158,7 @@ class TaskEventTranslator:
                 arguments = loads(raw)
             except (JSONDecodeError, ValueError):
                 arguments = raw
-        return [{"type": "tool_calling", "agent": self.agent, "tool": call["name"] or name or "",
+        return [{"type": "tool_calling", "agent": self.agent, "tool": call["name"],
                  "argsSummary": args_summary(arguments), "sessionId": self.session_id}]
 
 

@@ -1,0 +1,71 @@
+"""End-to-end tests of ``roost serve``'s input lines: plain text is a task, broken JSON is not.
+
+wire-protocol.md "Input": on the serve socket a plain text line is dispatched as a task; a line that
+starts like JSON (``{`` or ``[``) but is not a JSON object is an input error (an ``error`` event,
+nothing queued), on the Unix socket and on the WebSocket alike.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from _helpers.appserver import roost_argv
+from _helpers.serve_client import open_daemon
+
+#: not JSON, a JSON array, a truncated object, an array holding an input message
+BROKEN = ["{not json", "[1,2]", '{"type": "user_input", "text": "hi"', '[{"type": "user_input", "text": "hi"}]']
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"default": "echo"}))
+    return path
+
+
+async def _refused_then_plain_text_runs(client) -> None:
+    """Send each broken line (each gets an error, none is queued), then a plain text task."""
+    await client.wait_for("hello")
+    for line in BROKEN:
+        start = len(client.events)
+        await client.send(line)
+        error = await client.wait_for("error", start=start)
+        assert error["code"] == "invalid_request" and "not a JSON object" in error["text"], line
+    await client.send("plain text still works")
+    result = await client.wait_for("result")
+    assert result["task"] == "plain text still works" and result["lastMessage"] == "plain text still works"
+    assert len(client.of_type("queued")) == 1 and len(client.of_type("error")) == len(BROKEN)
+    assert len(client.of_type("result")) == 1
+
+
+async def test_broken_json_on_the_unix_socket_is_an_error_not_a_task(script: Path) -> None:
+    async with open_daemon(script=script) as daemon:
+        async with daemon.unix() as client:
+            await _refused_then_plain_text_runs(client)
+    sessions = json.loads((await trio.run_process([*roost_argv(), "sessions", "--json", "--all"],
+                                                  capture_stdout=True)).stdout)["items"]
+    assert [s["task"] for s in sessions] == ["plain text still works"]
+
+
+async def test_broken_json_on_the_websocket_is_an_error_not_a_task(script: Path) -> None:
+    async with open_daemon(script=script) as daemon:
+        async with daemon.ws(client_id="w") as client:
+            await _refused_then_plain_text_runs(client)
+
+
+async def test_attach_json_mode_does_not_wait_for_a_refused_line(script: Path) -> None:
+    # `roost attach --json` forwards a broken JSON line unchanged; it does not count it as a task
+    # (the daemon refuses it), so attach ends at end of stdin once its real task has its result
+    lines = "{broken\n[1,2]\nplain task\n"
+    async with open_daemon(script=script) as daemon:
+        done = await trio.run_process([*roost_argv(), "attach", "--json", daemon.socket], stdin=lines.encode(),
+                                      capture_stdout=True, capture_stderr=True, check=False)
+    events = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert done.returncode == 0, done.stderr.decode()
+    assert [e["code"] for e in events if e["type"] == "error"] == ["invalid_request"] * 2
+    assert [e["task"] for e in events if e["type"] == "result"] == ["plain task"]
+    assert len([e for e in events if e["type"] == "queued"]) == 1
