@@ -173,6 +173,7 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
 
     def on_orchestrator(orch: Any) -> None:
         holder["orch"] = orch
+        printer.turns = orch.progress.iterations  # a resumed run goes on counting
         if holder["signal"]:
             orch.interrupt(holder["signal"])
 

@@ -352,6 +352,14 @@ def _structure_errors(exc: Exception) -> list[str]:
     return out
 
 
+def _in_file(message: str, files: dict[int, str]) -> str:
+    """Name the agent file an ``Orchestration.Agents[i]...`` message is about, if it has one."""
+    match = re.match(r"Orchestration\.Agents\[(\d+)\]", message)
+    if match and int(match.group(1)) in files:
+        return f"{message} (in {files[int(match.group(1))]})"
+    return message
+
+
 def _normalise(body: dict[str, Any]) -> None:
     """Lower-case the Type names and map their aliases, in place."""
     sel = body.get("Selection")
@@ -499,7 +507,7 @@ def validate_config_file(path: str | os.PathLike[str]) -> tuple[OrchestrationCon
     try:
         config = _converter.structure(body, OrchestrationConfig)
     except Exception as exc:  # cattrs raises ClassValidationError / BaseValidationError groups
-        return None, issues + [ConfigIssue("error", m) for m in _structure_errors(exc)]
+        return None, issues + [ConfigIssue("error", _in_file(m, files)) for m in _structure_errors(exc)]
     if files:
         config = attrs.evolve(config, agents=[attrs.evolve(a, file=files.get(i)) for i, a in enumerate(config.agents)])
     config = attrs.evolve(config, path=str(file))

@@ -67,6 +67,11 @@ class RunOutcome:
     reason: str | None = None
 
 
+#: Notifications the run does not translate (hub lines start with ``{"method":"<method>"``).
+_IGNORED = tuple(b'{"method":"%s"' % m for m in (b"item/agentMessage/delta", b"item/reasoning/delta",
+                                                 b"turn/usage", b"turn/event"))
+
+
 class _TurnWatch:
     """A thread subscriber translating one run's notifications into run events, synchronously.
 
@@ -96,6 +101,8 @@ class _TurnWatch:
                    "argsSummary": args_summary(arguments)})
 
     def deliver(self, line: bytes) -> None:
+        if line.startswith(_IGNORED):  # the hot path: a streamed delta is not decoded here
+            return
         message = loads(line)
         method, params = message.get("method"), message.get("params") or {}
         item = params.get("item") or {}
