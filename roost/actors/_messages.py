@@ -8,7 +8,7 @@ import attrs
 
 __all__ = [
     "Origin", "AgentTurn", "StartTurn", "InterruptTurn", "QueueInput", "UpdateQueued", "Dequeue", "SteerInput",
-    "Unsteer", "DeliverInternal", "Snapshot", "Subscribe", "Unsubscribe", "UpdateThread", "IsBusy",
+    "Unsteer", "DeliverInternal", "Snapshot", "Subscribe", "Unsubscribe", "UpdateThread", "IsBusy", "Compact",
 ]
 
 
@@ -171,3 +171,28 @@ class DeliverInternal:
     text: str
     start_turn: bool = True
     source_id: str = "roost:agent_result"
+
+
+@attrs.frozen(kw_only=True)
+class Compact:
+    """Replace the thread's model-facing history with a model-written summary (compaction).
+
+    Runs as a turn of its own (see :mod:`roost.actors._compact`): the model is asked, without
+    tools, to summarise the conversation; its summary is stored as an item of type ``compaction``
+    in the same transaction that ends the turn, and from then on the engine history starts with it.
+
+    Attributes:
+        instructions: extra instructions for the summary (e.g. what to keep), or None.
+        origin: who asked (the turn's origin; compaction asks no approvals).
+
+    Reply: once the compaction turn is admitted (under the thread's lease, the turn row written),
+    the compaction item view as it will be stored, still ``{"id", "type": "compaction", "status":
+    "in_progress", "turn_id", "thread_id", "instructions", "source_id"}``; the summary follows as
+    ``item/completed`` and the turn's terminal event (``turn/completed``, or ``turn/error`` when the
+    model call failed). :func:`roost.actors._compact.compact_thread` waits for that end.
+    Errors: ThreadBusy (a turn is running, queued input is starting, or another process holds
+    the thread), InvalidParams (nothing to compact: no history since the latest compaction).
+    """
+
+    instructions: str | None = None
+    origin: Origin = attrs.field(factory=Origin)

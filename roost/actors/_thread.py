@@ -28,6 +28,7 @@ from typing import Any, Callable
 import trio
 
 from roost.actors._actor import Actor
+from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
 from roost.actors._hub import EventHub
 from roost.actors._thread_store import (
@@ -676,4 +677,5 @@ _HANDLERS = {
     DeliverInternal: ThreadActor._deliver_internal,
     RetractFrom: retract_from,
     ImportHistory: import_history,
+    Compact: compact,
 }

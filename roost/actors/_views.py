@@ -11,7 +11,15 @@ from typing import Any
 from roost.engines._types import AgentMessage, Reasoning, ToolCall, ToolResult, UserMessage, Image
 from roost.engines import INTERRUPTED_OUTPUT
 
-__all__ = ["thread_view", "turn_view", "item_view", "input_view", "history_from_items"]
+__all__ = [
+    "thread_view", "turn_view", "item_view", "input_view", "history_from_items", "latest_compaction",
+    "summary_message", "SUMMARY_PREFIX", "SUMMARY_SOURCE_ID",
+]
+
+#: The text before a compaction's summary in the user message that stands for the compacted history.
+SUMMARY_PREFIX = "Summary of the conversation so far: "
+#: ``source_id`` of that (synthetic, Roost-injected) message.
+SUMMARY_SOURCE_ID = "roost:compaction"
 
 
 def thread_view(thread: Any, *, ephemeral: bool, status: str, active_turn_id: str | None) -> dict:
@@ -60,8 +68,28 @@ def input_view(row: dict) -> dict:
     return row
 
 
+def latest_compaction(items: list[dict]) -> int:
+    """The index in ``items`` (item views in thread order) of the latest completed ``compaction``
+    item, or -1 when there is none."""
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if item["type"] == "compaction" and item.get("status", "completed") == "completed":
+            return index
+    return -1
+
+
+def summary_message(item: dict) -> UserMessage:
+    """The engine message standing for the history a ``compaction`` item replaced: a synthetic
+    user message ``"Summary of the conversation so far: <summary>"``."""
+    return UserMessage(text=SUMMARY_PREFIX + (item.get("text") or ""), synthetic=True)
+
+
 def history_from_items(items: list[dict]) -> list:
     """Engine history from item views in thread order.
+
+    History starts at the latest completed ``compaction`` item: the model sees its summary as a
+    synthetic user message (:func:`summary_message`), then the items after it; the items before it
+    stay in the thread (the transcript is append-only) but leave the model's context.
 
     Consecutive tool calls (one model response asking for several tools) come first, then their
     results in the same order, as providers expect; every call gets a result (an interrupted one an
@@ -69,6 +97,10 @@ def history_from_items(items: list[dict]) -> list:
     """
     history: list = []
     results: list = []  # results of the current run of tool calls
+    start = latest_compaction(items)
+    if start >= 0:
+        history.append(summary_message(items[start]))
+        items = items[start + 1:]
 
     def flush() -> None:
         history.extend(results)

@@ -20,6 +20,10 @@ length}`` overrides the finish reason; ``default`` may also be a list of steps. 
 ``reasoning``, ``{prompt}``, ``{agent}`` and ``{tool_output}`` (the last tool result in the
 history) are substituted. ``prompt`` is matched with ``re.search``, ``agent`` with ``re.fullmatch``.
 
+A compaction's summary request (:mod:`roost.actors._compact`) has ``agent`` ``compactor``, no
+tools, and ends with the user prompt ``"Summarize the conversation so far. ..."``: match it with
+``match: {agent: compactor}``; with ``default: echo`` the summary is that prompt.
+
 Which step runs is the number of model calls already made in this turn, counted from the history
 after the last user message (each run of assistant items, up to its tool results, is one call), so
 the engine is stateless. When the steps run out, the reply is the last step's text.

@@ -16,10 +16,16 @@ Behaviour:
   base64 ``data:`` URL). While a reply streams it is steered into the running turn
   (``interjection {status: joined}`` once the model sees it); if the turn ends first, it starts
   the next turn (``interjection {status: carried}``, and that turn's ``turn_start.text`` is it).
-* A slash command: ``/help``, ``/status``, ``/title <text>``, ``/copy [N]``, ``/exit`` (``/quit``).
+* A slash command: ``/help``, ``/status``, ``/title <text>``, ``/copy [N]``, ``/compact
+  [instructions]``, ``/exit`` (``/quit``).
   Mid-turn commands (``ready.midTurnCommands``) answer with ``applied``; while idle a command ends
   with ``message_end`` (``toolCalls: []``) so the client re-enables its input, like fuseraft.
   ``/copy`` sends ``copy {text}``: the last assistant reply (``/copy N``: the Nth-last).
+* ``/compact [instructions]`` (not mid-turn): the model summarises the chat and the summary
+  replaces the history it sees (a compaction turn, :mod:`roost.actors._compact`; the transcript
+  keeps every message). While it runs the chat is busy (``interrupt`` cancels it, input is
+  steered and starts the next turn afterwards); it ends with ``compacted`` then ``message_end``
+  (``toolCalls: []``), or ``error`` (nothing to compact, the model call failed) / ``cancelled``.
 * ``!command`` (the user's own action, so no approval): ``/bin/sh -c command`` in the chat's
   directory, sent as ``shell_start {command}``, ``shell_output {text}`` chunks (stdout and stderr
   merged, at most 100,000 characters, then a truncation notice) and ``shell_end {exitCode,
@@ -73,6 +79,7 @@ _HELP = """**Commands**
 - `/status`: status-line numbers (model, turn, context use, tokens)
 - `/title <text>`: name this chat
 - `/copy [N]`: copy the last (or the Nth-last) assistant reply
+- `/compact [instructions]`: replace the conversation the model sees with a summary of it
 - `!<command>`: run a shell command in the chat's directory (no approval; `interrupt` stops it)
 - `/exit`: end the chat
 
@@ -422,6 +429,23 @@ class ReplSession:
             return None
         return replies[-nth]
 
+    async def _compact(self, instructions: str) -> None:
+        """``/compact [instructions]``: start a compaction turn (the chat is busy until it ends).
+
+        Its events come through the translator: ``compacted`` and ``message_end`` when it
+        completes, ``error`` when it fails, ``cancelled`` when interrupted. Refused at once
+        (``error``) when there is nothing to compact or the thread is busy.
+        """
+        from roost.actors._messages import Compact
+
+        self.translator.expect_compaction()
+        try:
+            await self.actor.ref.ask(Compact(instructions=instructions or None, origin=self.origin))
+        except RoostError as exc:
+            if self.translator._turn_id is None:
+                self.translator.abandon_turn()
+            self.emit({"type": "error", "text": f"could not compact: {exc}"})
+
     async def _command(self, line: str) -> None:
         from roost.actors._messages import UpdateThread
 
@@ -454,6 +478,9 @@ class ReplSession:
             self.emit(self.title_event())
             message = f"title set to {arg!r}"
             self.emit({"type": "info", "text": f"Title set to {arg!r}."})
+        elif command == "/compact":
+            await self._compact(arg)
+            return  # compacted and message_end follow from the compaction turn's events
         elif command == "/copy":
             text = await self._reply_to_copy(arg)
             if text is None:

@@ -9,7 +9,8 @@ files, usage) and never touches a stream, so it is tested without I/O.
 Mapping (notification -> events):
 
 ========================================  =================================================
-``turn/started``                          ``turn_start {text}`` (text carried over, else "")
+``turn/started``                          ``turn_start {text}`` (text carried over, else ""),
+                                          nothing for a compaction turn
 ``item/agentMessage/delta``               ``token {text}``
 ``item/reasoning/delta``                  ``thinking {text}``
 ``item/toolCall/delta``                   (arguments accumulated for ``tool_call``)
@@ -18,6 +19,7 @@ its output streaming, its completion
 ``item/completed`` (tool_call)            ``tool_result {id, name, ok, output}`` and, for a
                                           successful ``write_file``, ``file_changed {path,
                                           sigil, added, removed}``
+``item/completed`` (compaction)           ``compacted`` (the history was replaced by a summary)
 ``turn/steered``                          ``interjection {status: joined, count: 1}``
 ``turn/completed`` (completed)            ``file_changes {changes}`` (if any), ``message_end
                                           {turnIndex, toolCalls, inputTokens, outputTokens,
@@ -25,6 +27,10 @@ its output streaming, its completion
 ``turn/completed`` (interrupted)          ``file_changes`` (if any), ``cancelled``
 ``turn/error`` (failed)                   ``file_changes`` (if any), ``error {text}``
 ========================================  =================================================
+
+A compaction turn (``/compact``, announced with :meth:`ChatTranslator.expect_compaction`) has no
+``turn_start``; it ends like a turn (``message_end`` with ``toolCalls: []``, ``error`` or
+``cancelled``) and counts as a turn of the chat (``turnIndex`` advances, as a resume counts it).
 
 Sigils follow the fuseraft client: ``A`` added (created), ``M`` modified.
 """
@@ -163,6 +169,7 @@ class ChatTranslator:
         self._changes: dict[str, str] = {}
         self._calls: dict[str, dict] = {}      # item id -> {name, args_json, announced}
         self._turn_id: str | None = None
+        self._compacting = False               # the current (or expected) turn is a compaction
 
     # -- state the session drives ---------------------------------------------------------------
 
@@ -171,10 +178,16 @@ class ChatTranslator:
         self.busy = True
         self.carried_text = carried_text
 
+    def expect_compaction(self) -> None:
+        """A compaction turn is being started (``/compact``): mark busy; it gets no ``turn_start``."""
+        self.expect_turn()
+        self._compacting = True
+
     def abandon_turn(self) -> None:
         """The turn could not start (admission failed): not busy any more."""
         self.busy = False
         self.carried_text = ""
+        self._compacting = False
 
     # -- translation ----------------------------------------------------------------------------
 
@@ -206,6 +219,8 @@ class ChatTranslator:
             item = params.get("item") or {}
             if item.get("type") == "tool_call":
                 return self._tool_completed(item)
+            if item.get("type") == "compaction" and item.get("status") == "completed":
+                return [{"type": "compacted"}]
             return []
         if method == "turn/started":
             return self._turn_started(params)
@@ -262,7 +277,7 @@ class ChatTranslator:
         self._changes = {}
         self._calls = {}
         text, self.carried_text = self.carried_text, ""
-        return [{"type": "turn_start", "text": text}]
+        return [] if self._compacting else [{"type": "turn_start", "text": text}]
 
     def _tool_completed(self, item: dict) -> list[dict]:
         item_id = item.get("id")
@@ -310,9 +325,12 @@ class ChatTranslator:
         self.input_tokens += inp
         self.output_tokens += out
         self.cached_tokens += cached
-        if inp:
-            self.last_input_tokens = inp
         status = turn.get("status")
+        if self._compacting and status == "completed":
+            # The next request holds about the summary instead of the whole history.
+            self.last_input_tokens = out
+        elif inp:
+            self.last_input_tokens = inp
         if status == "completed":
             events.append({
                 "type": "message_end", "turnIndex": self.turn_index, "toolCalls": list(self._tool_names),
@@ -327,6 +345,7 @@ class ChatTranslator:
             events.append({"type": "cancelled"})
         self.turn_index += 1  # every admitted turn is a turn of the thread (as a resume counts them)
         self.busy = False
+        self._compacting = False
         self._turn_id = None
         self._calls = {}
         return events
