@@ -31,6 +31,7 @@ from roost.errors import (
     RoostError, ServerOverloaded, InvalidParams,
 )
 from roost.protocol._framing import FrameError, LineDecoder, read_frames
+from roost.protocol._coalesce import APP_SERVER_DELTAS
 from roost.protocol._outbox import Outbox
 
 __all__ = ["AppServerSession", "method", "PROTOCOL_VERSION", "METHODS"]
@@ -75,7 +76,7 @@ class AppServerSession:
         self.engines = engines
         self.settings = engines.default
         self.setup_issues = [engines.setup_error] if engines.setup_error else []
-        self.outbox = Outbox(on_overflow=self._on_overflow)
+        self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS)
         self.capabilities: dict = {}
         self.reverse_methods: set[str] = set()
         self._reverse: dict[str, trio.MemorySendChannel] = {}

@@ -3,7 +3,8 @@
 Every line for a client goes through :meth:`Outbox.deliver`, which never blocks: a full outbox marks
 the client a slow consumer and closes it (DESIGN.md section 4, "Events") so that it cannot slow the
 turn or other clients. The writer drains every line waiting and sends them in one write (one
-syscall for a burst of deltas), never reordering.
+syscall for a burst of deltas), never reordering; when that backlog is long it first merges runs of
+consecutive deltas of one stream (``coalesce``, see :mod:`roost.protocol._coalesce`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 from typing import Callable
 
 import trio
+
+from roost.protocol._coalesce import COALESCE_AFTER
 
 __all__ = ["Outbox", "DEFAULT_OUTBOX_LINES"]
 
@@ -31,11 +34,18 @@ class Outbox:
     Args:
         capacity: lines that may wait (bounded).
         on_overflow: called once when a line does not fit (the slow-consumer policy).
+        coalesce: merges a backlog's deltas (``lines -> lines``, order kept), applied to a batch
+            of at least :data:`~roost.protocol._coalesce.COALESCE_AFTER` waiting lines; None
+            writes every line as it is.
     """
 
-    def __init__(self, capacity: int = DEFAULT_OUTBOX_LINES, *, on_overflow: Callable[[], None] | None = None):
+    def __init__(self, capacity: int = DEFAULT_OUTBOX_LINES, *, on_overflow: Callable[[], None] | None = None,
+                 coalesce: Callable[[list[bytes]], list[bytes]] | None = None):
         self._send, self._recv = trio.open_memory_channel[bytes](capacity)
         self._on_overflow = on_overflow
+        self._coalesce = coalesce
+        #: lines merged away by ``coalesce`` so far
+        self.coalesced = 0
         self.overflowed = False
         self.closed = False
 
@@ -82,4 +92,8 @@ class Outbox:
                     break
                 batch.append(line)
                 size += len(line)
-            await stream.send_all(b"".join(batch) if len(batch) > 1 else first)
+            if self._coalesce is not None and len(batch) >= COALESCE_AFTER:
+                merged = self._coalesce(batch)
+                self.coalesced += len(batch) - len(merged)
+                batch = merged
+            await stream.send_all(b"".join(batch) if len(batch) > 1 else batch[0])

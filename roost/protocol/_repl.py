@@ -56,6 +56,7 @@ import trio
 from roost._json import dumps_line, loads
 from roost.errors import RoostError
 from roost.protocol._framing import FrameError, LineDecoder, read_frames
+from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._outbox import Outbox
 from roost.protocol._repl_events import ChatTranslator, assistant_replies, replay_event
 from roost.protocol._repl_prompts import PromptBroker, ask_user_tool
@@ -592,7 +593,7 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
     from roost.supervisor._root import open_runtime
     from roost.tools import builtin_tools
 
-    outbox = Outbox()
+    outbox = Outbox(coalesce=WIRE_TOKENS)
     code = 0
     session: ReplSession | None = None
 

@@ -1,0 +1,114 @@
+"""Delta coalescing for an outbox that runs behind.
+
+DESIGN.md section 4, "Events": "Deltas are coalesced when an outbox runs behind, never reordered."
+When a client reads slower than its events arrive, its :class:`~roost.protocol._outbox.Outbox`
+holds a backlog; before writing a backlog the writer passes it through a :class:`DeltaCoalescer`,
+which merges each run of *consecutive* streamed-text lines of the same stream (same item, or same
+session and agent) into one line whose text is the run's texts joined. Every other line is left
+as it is and nothing moves past anything else, so a client that concatenates deltas sees exactly
+the same text, in fewer lines: a lagging client catches up instead of falling further behind.
+
+A client keeping up never sees a merged line: the writer only coalesces a batch of at least
+:data:`COALESCE_AFTER` waiting lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from roost._json import dumps_line, loads
+
+__all__ = ["DeltaCoalescer", "COALESCE_AFTER", "APP_SERVER_DELTAS", "WIRE_TOKENS"]
+
+#: Lines waiting in one batch before the writer coalesces them (the outbox "runs behind").
+COALESCE_AFTER = 256
+
+
+@attrs.frozen
+class DeltaCoalescer:
+    """Merges runs of consecutive delta lines of one stream (see the module doc).
+
+    Attributes:
+        prefixes: how a mergeable line starts (its first key, e.g. ``{"method":"item/...delta"``;
+            Roost encodes each event's discriminating key first).
+        key_fields: the fields that name the stream (with ``container``); lines merge only when
+            the discriminator and all of these are equal.
+        text_field: the field holding the text piece.
+        container: the key of the object holding the fields (``"params"``), or None for the top
+            level.
+    """
+
+    prefixes: tuple[bytes, ...]
+    key_fields: tuple[str, ...]
+    text_field: str
+    container: str | None = None
+
+    def __call__(self, lines: list[bytes]) -> list[bytes]:
+        """Return ``lines`` with each run of same-stream delta lines merged into one line.
+
+        Args:
+            lines: encoded lines (each ending in ``\\n``), oldest first.
+
+        Returns:
+            The lines to write, in the same order; a line that is not valid JSON is kept as is.
+        """
+        out: list[bytes] = []
+        run: list[tuple[bytes, dict]] = []
+        run_key: Any = None
+        for line in lines:
+            parsed = self._parse(line) if line.startswith(self.prefixes) else None
+            if parsed is None:
+                self._flush(run, out)
+                run, run_key = [], None
+                out.append(line)
+                continue
+            key = self._key(parsed)
+            if run and key != run_key:
+                self._flush(run, out)
+                run = []
+            run.append((line, parsed))
+            run_key = key
+        self._flush(run, out)
+        return out
+
+    def _parse(self, line: bytes) -> dict | None:
+        try:
+            message = loads(line)
+        except ValueError:
+            return None
+        body = message.get(self.container) if self.container else message
+        if not isinstance(body, dict) or not isinstance(body.get(self.text_field), str):
+            return None
+        return message
+
+    def _key(self, message: dict) -> tuple:
+        body = message[self.container] if self.container else message
+        head = message.get("method", message.get("type"))
+        return (head, *(body.get(field) for field in self.key_fields))
+
+    def _flush(self, run: list[tuple[bytes, dict]], out: list[bytes]) -> None:
+        if not run:
+            return
+        if len(run) == 1:
+            out.append(run[0][0])
+            return
+        first = run[0][1]
+        body = first[self.container] if self.container else first
+        texts = [(m[self.container] if self.container else m)[self.text_field] for _, m in run]
+        body[self.text_field] = "".join(texts)
+        out.append(dumps_line(first))
+
+
+#: The app-server dialect's streamed deltas (app-server-protocol.md; ``params.delta`` per item).
+APP_SERVER_DELTAS = DeltaCoalescer(
+    prefixes=tuple(b'{"method":"%s"' % m for m in (
+        b"item/agentMessage/delta", b"item/reasoning/delta", b"item/toolCall/delta",
+        b"item/toolCall/outputDelta")),
+    key_fields=("thread_id", "turn_id", "item_id"), text_field="delta", container="params")
+
+#: The wire protocol's streamed text (wire-protocol.md: ``token``/``thinking`` ``{text}``; on the
+#: serve socket also ``sessionId`` and ``agent``, which name the stream).
+WIRE_TOKENS = DeltaCoalescer(prefixes=(b'{"type":"token"', b'{"type":"thinking"'),
+                             key_fields=("sessionId", "agent"), text_field="text")
