@@ -134,6 +134,38 @@ async def test_group_commit_batches_queued_writes(db: Path) -> None:
     store.close()
 
 
+async def test_an_urgent_write_commits_ahead_of_the_queue_in_a_group_of_its_own(db: Path) -> None:
+    store = open_store(db, batch_max=10)
+    with store.transaction() as conn:
+        create_thread(conn, id="t1")
+    order: list[str] = []
+
+    def note(conn, label: str) -> str:
+        order.append(label)
+        return label
+
+    for i in range(50):  # a backlog of five groups
+        store.writer.submit_nowait(note, f"queued {i}")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.writer.run)
+            await trio.testing.wait_all_tasks_blocked()  # the writer is committing its first group
+            assert await store.writer.submit_urgent(note, "urgent") == "urgent"
+            tail = await store.writer.submit(note, "last")
+            nursery.cancel_scope.cancel()
+    assert tail == "last" and order[-1] == "last"
+    assert order.index("urgent") <= 10  # after at most the group in flight, not behind the backlog
+    assert [o for o in order if o.startswith("queued")] == [f"queued {i}" for i in range(50)]  # FIFO kept
+    store.close()
+    stopped = open_store(db)
+    with pytest.raises(StoreClosed):  # a stopped writer refuses urgent writes like others
+        async with trio.open_nursery() as nursery:
+            await nursery.start(stopped.writer.run)
+            nursery.cancel_scope.cancel()
+        await stopped.writer.submit_urgent(note, "late")
+    stopped.close()
+
+
 async def test_one_failing_write_rolls_back_alone(db: Path) -> None:
     store = open_store(db)
     with store.transaction() as conn:

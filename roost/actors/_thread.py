@@ -188,8 +188,11 @@ class ThreadActor(PendingInputs, Actor):
         return thread_view(self.thread, ephemeral=self.ephemeral, status=status,
                            active_turn_id=self.active.id if self.active else None)
 
-    async def persist(self, turn: TurnState | None, fn: Any, *args: Any) -> Any:
+    async def persist(self, turn: TurnState | None, fn: Any, *args: Any, urgent: bool = False) -> Any:
         """Run a storage write for this thread (fenced by the turn's lease token when given).
+
+        ``urgent`` writes skip the writer's queue (:meth:`roost.storage.StoreWriter.submit_urgent`):
+        the end of an interrupted turn, which a client is waiting on.
 
         Returns:
             What ``fn`` returned (None for an ephemeral thread: nothing is written).
@@ -206,9 +209,11 @@ class ThreadActor(PendingInputs, Actor):
             return None
         execution = turn.execution if turn is not None else None
         if execution is not None:
-            submit = execution.submit  # fenced by its token; a stale token cancels the execution
+            # fenced by its token; a stale token cancels the execution
+            submit = execution.submit_urgent if urgent else execution.submit
         else:
-            submit = self.services.store.writer.submit
+            writer = self.services.store.writer
+            submit = writer.submit_urgent if urgent else writer.submit
             if turn is not None and turn.token is not None:
                 fn = leases.fenced(leases.thread_lease_key(self.thread.id), turn.token, fn)
         result: Any = None
@@ -351,7 +356,7 @@ class ThreadActor(PendingInputs, Actor):
 
         rows = None
         try:
-            rows = await self.persist(turn, write)
+            rows = await self.persist(turn, write, urgent=turn.status != "completed")
         except StaleLease:
             log.warning("thread %s: turn %s ended after its lease was lost; its end is not persisted",
                         tid, turn.id)

@@ -78,6 +78,18 @@ class Execution:
             self._lose("superseded")
             raise
 
+    async def submit_urgent(self, fn: Callable[..., R], *args: Any) -> R:
+        """:meth:`submit` ahead of the writer's queue (:meth:`StoreWriter.submit_urgent`).
+
+        Raises:
+            The errors of :meth:`submit`.
+        """
+        try:
+            return await self._writer.submit_urgent(fenced(self.lease.key, self.lease.token, fn), *args)
+        except StaleLease:
+            self._lose("superseded")
+            raise
+
     async def hand_over(self, successor: str, *, ttl: float | None = None) -> None:
         """Hand the lease to the owner ``successor`` (see :func:`roost.storage.leases.hand_over`).
 

@@ -2,7 +2,8 @@
 
 Callers queue write functions; the writer takes everything queued (up to ``batch_max``) and runs
 it in one ``BEGIN IMMEDIATE ... COMMIT`` in a worker thread, each function inside its own
-SAVEPOINT. A function that raises rolls back alone and its caller gets the error; the rest of the
+SAVEPOINT. :meth:`StoreWriter.submit_urgent` writes (the end of an interrupted turn) skip the
+queue: they commit in a group of their own, right after the group being committed. A function that raises rolls back alone and its caller gets the error; the rest of the
 group commits. Callers are woken only after COMMIT returns, so an acknowledged write is durable
 (``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
 transactions, never corrupt the file).
@@ -10,6 +11,7 @@ transactions, never corrupt the file).
 
 from __future__ import annotations
 
+import collections
 import enum
 import sqlite3
 from collections.abc import Callable
@@ -29,6 +31,8 @@ R = TypeVar("R")
 
 #: Re-runs of a group whose transaction was destroyed by a failing write (bounded).
 _MAX_GROUP_RESTARTS = 8
+#: Put on the queue to wake the writer for an urgent write (never run).
+_WAKE: Any = object()
 
 
 class WriterState(enum.Enum):
@@ -95,6 +99,7 @@ class StoreWriter:
         self.stats = WriterStats()
         self.state = WriterState.NEW
         self._send, self._receive = trio.open_memory_channel[_Write](queue_size)
+        self._urgent: collections.deque[_Write] = collections.deque()
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -122,6 +127,32 @@ class StoreWriter:
         """
         write = _Write(fn, args, kwargs, trio.Event())
         await self._enqueue(write)
+        assert write.done is not None
+        await write.done.wait()
+        if write.error is not None:
+            raise write.error
+        return write.result  # type: ignore[no-any-return]
+
+    async def submit_urgent(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """:meth:`submit`, ahead of the queue: ``fn`` commits in a group of its own, right after
+        the group being committed (if any), before the writes that were queued.
+
+        For the few writes a person waits on under load: the end of an interrupted turn, whose
+        terminal event is sent only once it is durable. The caller must not depend on a write of
+        its own that is still queued (an actor's writes are awaited one at a time, so they never
+        are). Not subject to the queue bound.
+
+        Raises:
+            The errors of :meth:`submit`.
+        """
+        if self.state is WriterState.STOPPED:
+            raise StoreClosed("the store writer has stopped")
+        write = _Write(fn, args, kwargs, trio.Event())
+        self._urgent.append(write)
+        try:
+            self._send.send_nowait(_WAKE)   # a full queue means the writer is not waiting anyway
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
         assert write.done is not None
         await write.done.wait()
         if write.error is not None:
@@ -180,13 +211,9 @@ class StoreWriter:
             )
             task_status.started()
             while True:
-                first = await self._receive.receive()
-                group = [first]
-                while len(group) < self.batch_max:
-                    try:
-                        group.append(self._receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
+                group = await self._next_group()
+                if not group:
+                    continue
                 try:
                     await trio.to_thread.run_sync(self._commit_group, conn, group)
                 except BaseException:
@@ -206,6 +233,28 @@ class StoreWriter:
             if conn is not None:
                 conn.close()
 
+    async def _next_group(self) -> list[_Write]:
+        """The next writes to commit together: the urgent ones alone, else what is queued (up to
+        ``batch_max``); empty after a wake-up whose urgent writes were already taken."""
+        if not self._urgent:
+            first = await self._receive.receive()
+            if first is not _WAKE and not self._urgent:
+                group = [first]
+                while len(group) < self.batch_max:
+                    try:
+                        write = self._receive.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    if write is _WAKE:
+                        break  # urgent writes are waiting: keep this group short
+                    group.append(write)
+                return group
+            if first is not _WAKE:  # an urgent write came in meanwhile: it goes first
+                self._urgent.append(first)
+        group = list(self._urgent)
+        self._urgent.clear()
+        return group
+
     def _fail_queued(self) -> None:
         # No checkpoint between this drain and closing the channel, so nothing slips in between.
         while True:
@@ -213,6 +262,13 @@ class StoreWriter:
                 write = self._receive.receive_nowait()
             except (trio.WouldBlock, trio.ClosedResourceError, trio.EndOfChannel):
                 break
+            if write is _WAKE:
+                continue
+            write.error = StoreClosed("the store writer stopped before this write ran")
+            if write.done is not None:
+                write.done.set()
+        while self._urgent:
+            write = self._urgent.popleft()
             write.error = StoreClosed("the store writer stopped before this write ran")
             if write.done is not None:
                 write.done.set()
