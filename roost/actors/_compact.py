@@ -41,13 +41,10 @@ import trio
 
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import Compact, Origin, StartTurn
-from roost.actors._turn import TurnState, _failure_view, _interruption
+from roost.actors._turn import TurnState, turn_outcome
 from roost.actors._views import SUMMARY_SOURCE_ID, history_from_items, latest_compaction
 from roost.engines._types import EngineRequest, Retrying, TextDelta, Usage, UserMessage
-from roost.errors import (
-    EngineFailure, InvalidParams, LeaseHeld, RoostError, StaleLease, ThreadBusy,
-)
-from roost.storage import leases
+from roost.errors import InvalidParams, RoostError, ThreadBusy
 from roost.storage._rows import new_id, utc_now
 
 if TYPE_CHECKING:
@@ -136,46 +133,16 @@ async def compact(actor: ThreadActor, msg: Compact) -> dict:
 
 async def _compaction_task(actor: ThreadActor, turn: TurnState, view: dict, instructions: str | None, *,
                            task_status: Any) -> None:
-    """Hold the lease, write the turn row, report admission, then run the compaction turn.
+    """Hold the lease, write the turn row, report admission, then run the compaction turn
+    (:meth:`ThreadActor.run_admitted`; the turn gets no user message).
 
     Raises (before admission is reported, so to :func:`compact`):
         ThreadBusy: another execution holds the thread's lease (another process).
     """
-    tid = actor.thread.id
-    start = StartTurn(origin=turn.origin)  # no prompt: the turn gets no user message
-    if actor.ephemeral:
-        await actor._admit(turn, start)
-        task_status.started()
-        try:
-            await actor._announce(turn, start, None)
-        finally:
-            await _run_compaction(actor, turn, view, instructions, None)
-    else:
-        try:
-            hold = actor.services.keeper.hold(leases.thread_lease_key(tid), ttl=actor.services.lease_ttl)
-            execution = await hold.__aenter__()
-        except LeaseHeld as exc:
-            raise ThreadBusy(f"thread {tid} is executing in another process ({exc.owner})") from None
-        try:
-            turn.token = execution.lease.token
-            turn.execution = execution
-            if turn.scope.cancel_called:  # interrupted while the lease was being taken
-                execution.cancel_scope.cancel()
-            turn.scope = execution.cancel_scope
-            try:
-                await actor._admit(turn, start)
-            except StaleLease:
-                raise ThreadBusy(f"thread {tid}: another process took the execution lease") from None
-            task_status.started()
-            try:
-                await actor._announce(turn, start, None)
-            finally:
-                await _run_compaction(actor, turn, view, instructions, execution)
-        finally:
-            with trio.CancelScope(shield=True):
-                await hold.__aexit__(None, None, None)
-    if turn.status == "completed":
-        actor._dispatch_next()  # input sent while it ran starts the next turn
+    async def body(execution: Any) -> None:
+        await _run_compaction(actor, turn, view, instructions, execution)
+
+    await actor.run_admitted(turn, StartTurn(origin=turn.origin), body, task_status=task_status)
 
 
 async def _run_compaction(actor: ThreadActor, turn: TurnState, view: dict, instructions: str | None,
@@ -186,7 +153,7 @@ async def _run_compaction(actor: ThreadActor, turn: TurnState, view: dict, instr
     turn ``interrupted`` after a shielded, bounded clean-up (no compaction item is written).
     """
     try:
-        with turn.scope:
+        with turn_outcome(turn, execution), turn.scope:
             request = compaction_request(actor, instructions)
             summary = await _summarize(actor, turn, request)
             if not summary:
@@ -195,22 +162,7 @@ async def _run_compaction(actor: ThreadActor, turn: TurnState, view: dict, instr
             view["text"] = summary
             turn.final_text = summary
             turn.status = "completed"
-    except StaleLease:
-        pass  # the lease was superseded (the scope is cancelled too): interrupted below
-    except EngineFailure as failure:
-        turn.status = "failed"
-        turn.error = _failure_view(failure)
-    except RoostError as exc:
-        turn.status = "failed"
-        turn.error = {"category": "internal", "message": str(exc)}
-    except Exception as exc:  # a bug: the compaction fails, the thread lives on
-        log.exception("compaction turn %s crashed", turn.id)
-        turn.status = "failed"
-        turn.error = {"category": "internal", "message": f"{type(exc).__name__}: {exc}"}
     finally:
-        if turn.status == "running":
-            turn.status = "interrupted"
-            turn.error = _interruption(turn, execution)
         with shielded_cleanup(60.0):
             await _settle(actor, turn, view)
 

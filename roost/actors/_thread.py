@@ -457,14 +457,26 @@ class ThreadActor(PendingInputs, Actor):
         Raises (before admission is reported, so to :meth:`_start_turn`):
             ThreadBusy: another execution holds the thread's lease (another process).
         """
+        await self.run_admitted(turn, msg, functools.partial(run_turn, self, turn), task_status=task_status)
+
+    async def run_admitted(self, turn: TurnState, start: StartTurn, body: Any, *, task_status: Any) -> None:
+        """Run an admitted turn: hold the thread's execution lease (persistent threads), write the
+        turn row and its input (:meth:`_admit`), report admission, announce it, then
+        ``await body(execution)`` (``execution`` None for an ephemeral thread), which must settle
+        the turn even when cancelled; release the lease. A completed turn starts queued input next.
+
+        Raises (before admission is reported, so to the ``nursery.start`` caller):
+            ThreadBusy: another execution holds the thread's lease (another process), or took it
+                while the turn was being admitted.
+        """
         tid = self.thread.id
         if self.ephemeral:
-            user_item = await self._admit(turn, msg)
+            user_item = await self._admit(turn, start)
             task_status.started()
             try:
-                await self._announce(turn, msg, user_item)
+                await self._announce(turn, start, user_item)
             finally:
-                await run_turn(self, turn, None)
+                await body(None)
         else:
             try:
                 hold = self.services.keeper.hold(leases.thread_lease_key(tid), ttl=self.services.lease_ttl)
@@ -478,14 +490,14 @@ class ThreadActor(PendingInputs, Actor):
                     execution.cancel_scope.cancel()
                 turn.scope = execution.cancel_scope
                 try:
-                    user_item = await self._admit(turn, msg)
+                    user_item = await self._admit(turn, start)
                 except StaleLease:
                     raise ThreadBusy(f"thread {tid}: another process took the execution lease") from None
                 task_status.started()
                 try:
-                    await self._announce(turn, msg, user_item)
+                    await self._announce(turn, start, user_item)
                 finally:
-                    await run_turn(self, turn, execution)  # settles the turn even if cancelled above
+                    await body(execution)  # settles the turn even if cancelled above
             finally:
                 with trio.CancelScope(shield=True):
                     await hold.__aexit__(None, None, None)

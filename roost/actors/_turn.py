@@ -14,8 +14,10 @@ later write of the turn was refused), or ``stopped`` (the thread actor was stopp
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -95,11 +97,29 @@ async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None
     """
     open_items: dict[str, dict] = {}  # item id -> view, streamed but not yet completed
     try:
-        with turn.scope:
+        with turn_outcome(turn, execution), turn.scope:
             await _loop(thread, turn, open_items)
             # An interrupt acknowledged while the last (shielded) write ran still wins.
             await trio.lowlevel.checkpoint_if_cancelled()
             turn.status = "completed"
+    finally:
+        # Bounded, shielded clean-up; a root turn's includes freezing its worker tree.
+        with shielded_cleanup(60.0):
+            await _settle(thread, turn, open_items)
+
+
+@contextlib.contextmanager
+def turn_outcome(turn: TurnState, execution: Any) -> Iterator[None]:
+    """Record how a turn's body ended in ``turn.status`` / ``turn.error``.
+
+    The body sets ``status = "completed"`` itself when it finishes. An engine failure or a
+    :class:`RoostError` fails the turn (``failed``, with an error view); any other exception is a
+    bug, logged, and fails the turn too: the thread lives on. A superseded lease
+    (:class:`StaleLease`) or a cancellation leaves it ``interrupted``, naming who stopped it.
+    Cancellation and other BaseExceptions propagate; the rest are absorbed.
+    """
+    try:
+        yield
     except StaleLease:
         pass  # a write found the lease superseded (the scope is cancelled too): interrupted below
     except EngineFailure as failure:
@@ -116,9 +136,6 @@ async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None
         if turn.status == "running":
             turn.status = "interrupted"
             turn.error = _interruption(turn, execution)
-        # Bounded, shielded clean-up; a root turn's includes freezing its worker tree.
-        with shielded_cleanup(60.0):
-            await _settle(thread, turn, open_items)
 
 
 async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict]) -> None:
