@@ -284,3 +284,30 @@ async def test_sigterm_shuts_down_like_end_of_input(tmp_path, roost_home):
         assert snap["turns"][-1]["status"] == "interrupted"
         partial = [i for i in snap["turns"][-1]["items"] if i["type"] == "agent_message"]
         assert partial and partial[0]["text"].startswith("a ")
+
+
+async def test_kill_9_while_a_tool_runs_keeps_the_call_and_reaps_its_processes(env, tmp_path, pidfile):
+    """The started tool call is durable before it runs: after kill -9 and a restart it is in the
+    history as interrupted (the model is told it was cut short), and its processes are gone."""
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        tid = await start_thread(client, tmp_path, permission_mode="unconfined")
+        start = len(client.lines)
+        await client.request("turn/start", {"thread_id": tid, "prompt": "shell-wait"})
+        await wait_output(client, "started", start=start)
+        shell_pid, background_pid = (int(p) for p in pidfile.read_text().split())
+        client.process.kill()
+        await client.process.wait()
+
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        with trio.fail_after(10):  # start-up reconciliation reaped the dead process's tool group
+            while alive(shell_pid) or alive(background_pid):
+                await trio.sleep(0.05)
+        snap = await client.request("thread/resume", {"session_id": tid})
+        killed = snap["turns"][-1]
+        assert killed["status"] == "interrupted" and killed["error"]["reason"] == "abandoned"
+        tool = next(i for i in killed["items"] if i["type"] == "tool_call")
+        assert tool["status"] == "interrupted" and tool["name"] == "shell"
+        assert "sleep 1000" in tool["arguments"]["command"]
+        after = await client.run_turn(tid, "what happened")
+        assert after["turn"]["items"][-1]["text"] == f"tool said: {INTERRUPTED_OUTPUT}"

@@ -244,19 +244,45 @@ class ThreadActor(PendingInputs, Actor):
             rows = None
         self._items_settled(turn, views, rows, open_items)
 
+    async def checkpoint_item(self, turn: TurnState, view: dict) -> None:
+        """Store ``view`` (an item still in progress, e.g. a tool call about to run) now, so a
+        crash cannot lose it; its completion then updates the row. A write refused because the
+        lease was lost is logged: the turn is being stopped anyway.
+        """
+        if self.ephemeral or view["id"] in turn.checkpointed:
+            return
+        tid = self.thread.id
+        payload, text = _item_payload(view)
+
+        def write(conn: Any) -> Any:
+            return _items.append_item(conn, tid, type=view["type"], payload=payload, text=text, turn_id=turn.id,
+                                      status="in_progress", id=view["id"])
+
+        try:
+            row = await self.persist(turn, write)
+        except StaleLease:
+            log.warning("thread %s: item %s not checkpointed, lease lost", tid, view["id"])
+            return
+        turn.checkpointed.add(view["id"])
+        if row is not None:
+            view["seq"] = row.seq
+            self._max_seq = max(self._max_seq, row.seq)
+
     def _items_write(self, turn: TurnState, views: list[dict], status: str) -> Callable[[Any], list]:
-        """Mark ``views`` settled with ``status``; return the write appending them (-> rows)."""
+        """Mark ``views`` settled with ``status``; return the write storing them (-> rows): an
+        append, or an update of an item checkpointed while in progress."""
         tid = self.thread.id
         rows_in = []
         for view in views:
             view["status"] = status
-            payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id", "seq")}
-            text = view.get("text") if view["type"] in ("agent_message", "user_message") else None
-            rows_in.append((view, payload, text))
+            payload, text = _item_payload(view)
+            rows_in.append((view, payload, text, view["id"] in turn.checkpointed))
 
         def write(conn: Any) -> list:
-            return [_items.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=turn.id,
-                                       status=status, id=v["id"]) for v, payload, text in rows_in]
+            return [_items.update_item(conn, v["id"], payload=payload, text=text, status=status) if stored
+                    else _items.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=turn.id,
+                                            status=status, id=v["id"])
+                    for v, payload, text, stored in rows_in]
 
         return write
 
@@ -676,6 +702,13 @@ class ThreadActor(PendingInputs, Actor):
         if self.active is not None or self._dispatching is not None:
             return True
         return await self._busy_elsewhere()
+
+
+def _item_payload(view: dict) -> tuple[dict, str | None]:
+    """An item view's stored ``payload`` (the fields without columns) and searchable ``text``."""
+    payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id", "seq")}
+    text = view.get("text") if view["type"] in ("agent_message", "user_message") else None
+    return payload, text
 
 
 _HANDLERS = {

@@ -166,5 +166,8 @@ def settle_abandoned(conn: Any, thread_id: str) -> int:
                      message="interrupted: its execution ended without settling it (the process "
                              "died or lost the execution lease)")
         _threads.update_turn(conn, row.id, status="interrupted", error=error)
+        # a started tool call checkpointed by the dead execution ends with its turn
+        conn.execute("UPDATE items SET status = 'interrupted' WHERE turn_id = ? AND status = 'in_progress'",
+                     (row.id,))
         count += 1
     return count

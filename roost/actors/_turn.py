@@ -66,6 +66,8 @@ class TurnState:
         #: orchestration agent turn: the agent's settings (:class:`AgentTurn`), else None
         self.agent: Any = None
         self.tool_rounds = 0
+        #: ids of this turn's items stored while still in progress (their end is an update)
+        self.checkpointed: set[str] = set()
 
     @property
     def tools(self) -> tuple[str, ...] | None:
@@ -311,6 +313,9 @@ async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_
     if tool is None:
         await _refuse_tool_call(thread, turn, view, open_items, f"error: unknown tool {view['name']!r}")
         return
+    # The call is about to run: make it durable first, so that a process killed while it runs
+    # still leaves a record that the command ran (the item settles as interrupted on restart).
+    await thread.checkpoint_item(turn, view)
     ctx = ToolContext(
         cwd=thread.cwd, permission_mode=thread.thread.permission_mode or "standard",
         on_output=on_output,
@@ -341,7 +346,7 @@ async def _finish_tool_call(thread: ThreadActor, turn: TurnState, view: dict, op
 
 _STOP_MESSAGES = {
     "interrupted": "interrupted by the client",
-    "shutdown": "interrupted: the server is shutting down (end of input)",
+    "shutdown": "interrupted: the server is shutting down (end of input or SIGTERM)",
     "stopped": "interrupted: the thread was stopped",
 }
 

@@ -81,6 +81,12 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
                 WHERE status = 'running' AND NOT {_LIVE.format(col='turns.thread_id')}""",
             params,
         ).rowcount
+        # Items checkpointed while running (a started tool call) end with their turn.
+        conn.execute(
+            """UPDATE items SET status = 'interrupted'
+                WHERE status = 'in_progress'
+                  AND turn_id IN (SELECT id FROM turns WHERE status = 'interrupted')"""
+        )
         workers = conn.execute(
             f"""UPDATE workers SET status = 'interrupted', updated_at = :stamp
                 WHERE status IN ('pending', 'running', 'waiting_children')
