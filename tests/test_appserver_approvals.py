@@ -71,6 +71,22 @@ async def test_shell_command_approved_and_denied(env, tmp_path):
         assert denied["status"] == "completed" and denied["items"][-1]["text"] == "Shell step done."
 
 
+async def test_a_repeated_initialize_keeps_the_capabilities_it_does_not_name(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize(capabilities=APPROVALS)
+        again = await client.request("initialize", {"protocol_version": "wuu-app-server/v0.1"})
+        assert again["protocol_version"] == "wuu-app-server/v0.1"
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        asked: list[dict] = []
+        client.approval_handler = lambda params: asked.append(params) or True
+        done = (await client.run_turn(tid, "shell please"))["turn"]
+        assert [p["kind"] for p in asked] == ["shell_command"] and "approved-42" in tool_item(done)["output"]
+        # naming capabilities again replaces them: without approval/request the tool is denied
+        await client.request("initialize", {"capabilities": {}})
+        denied = (await client.run_turn(tid, "shell again"))["turn"]
+        assert len(asked) == 1 and tool_item(denied)["is_error"] is True
+
+
 async def test_file_write_fields_and_malformed_answers(env, tmp_path):
     target = tmp_path / "notes.txt"
     target.write_text("old text\n")

@@ -78,6 +78,8 @@ class AppServerSession:
         self.setup_issues = [engines.setup_error] if engines.setup_error else []
         self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS)
         self.capabilities: dict = {}
+        #: whether an `initialize` was answered (a repeated one keeps what it does not name)
+        self.initialized = False
         self.reverse_methods: set[str] = set()
         self._reverse: dict[str, trio.MemorySendChannel] = {}
         self._reverse_counter = 0

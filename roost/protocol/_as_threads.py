@@ -46,7 +46,8 @@ async def initialize(session: AppServerSession, params: Any) -> dict:
 
     Returns the server description (:func:`initialize_result`); ``status: needs_setup`` with
     ``issues`` when no engine is usable. Reverse requests are enabled only for the methods listed
-    in ``capabilities.reverse_rpc.methods``.
+    in ``capabilities.reverse_rpc.methods``. A repeated ``initialize`` replaces what it names:
+    without ``capabilities`` (or ``client``) the earlier ones stay, so approvals keep working.
     """
     p = check_params("initialize", params, {
         "protocol_version": (STR, False), "client": (DICT, False), "capabilities": (DICT, False),
@@ -61,10 +62,12 @@ async def initialize(session: AppServerSession, params: Any) -> dict:
     methods = reverse.get("methods") or []
     if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
         raise InvalidParams("capabilities.reverse_rpc.methods must be an array of method names")
-    client = p.get("client") or {}
-    session.capabilities = capabilities
-    session.reverse_methods = set(methods)
-    session.client_name = str(client.get("name") or "client")
+    if "capabilities" in p or not session.initialized:
+        session.capabilities = capabilities
+        session.reverse_methods = set(methods)
+    if "client" in p or not session.initialized:
+        session.client_name = str((p.get("client") or {}).get("name") or "client")
+    session.initialized = True
     return initialize_result(session)
 
 
