@@ -133,7 +133,7 @@ async def test_run_transcript_with_progress_lines(tmp_path: Path) -> None:
     assert "[turn 1 · Planner · 0 tokens so far ·" in out and "[turn 3 · Reviewer ·" in out
     assert "  $ list_dir .\n" in out
     assert "Planner: Plan ready.\n" in out and "Developer: Code written.\n" in out and "Reviewer: APPROVED\n" in out
-    assert " completed (3 turns," in out
+    assert " completed: " in out and " (3 turns," in out
 
 
 async def test_run_usage_errors(tmp_path: Path) -> None:

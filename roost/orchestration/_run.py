@@ -157,6 +157,8 @@ class Orchestrator:
         self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
         self.agent_turns = resolve_agents(config, engines)
         self.supervisor: Any = None
+        #: how the run ended (set when :meth:`run` returns)
+        self.outcome: RunOutcome | None = None
         meta = actor.thread.metadata or {}
         saved = meta.get("orchestration") if isinstance(meta.get("orchestration"), dict) else {}
         fields = {a.name for a in attrs.fields(Progress)}
@@ -217,6 +219,7 @@ class Orchestrator:
                     nursery.cancel_scope.cancel()  # stops the agent actors, in reverse order
             if self.scope.cancelled_caught or (outcome is None and self.interrupted):
                 outcome = RunOutcome(status="interrupted", error_message=_interrupted(self.interrupted))
+            self.outcome = outcome
             return outcome
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(10):

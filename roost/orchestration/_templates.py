@@ -35,13 +35,14 @@ TEMPLATES: dict[str, ConfigTemplate] = {
         ConfigTemplate(
             key="assistant",
             label="Single assistant",
-            description="One agent with file and shell tools that works until it says TASK COMPLETE.",
+            description="One agent with file, shell and memory tools that keeps working, turn after turn, "
+                        "until it says TASK COMPLETE (at most 20 turns).",
             name="Assistant",
             agents=(("Assistant", "A general software assistant.",
                      "You are a helpful software assistant. Use the tools to read and write files and run "
                      "commands to complete the user's task. When you are done, say TASK COMPLETE.",
                      ("files", "shell", "memory")),),
-            selection={"Type": "sequential"},
+            selection={"Type": "roundrobin"},  # one agent: it continues until the termination
             termination={"Type": "composite", "Strategies": [
                 {"Type": "regex", "Pattern": "TASK COMPLETE"}, {"Type": "maxiterations", "MaxIterations": 20}]},
         ),
