@@ -160,11 +160,13 @@ async def test_lost_lease_cancels_the_turn_and_fences_its_writes(tmp_path, roost
         assert done["turn"]["error"]["reason"] == "lease_lost"
         assert done["turn"]["error"]["lease"] == "superseded"
         assert not alive(shell_pid)  # the tool's process group was stopped
-        # Its later writes were refused: neither the tool item nor the turn's end reached SQLite.
+        # Its later writes were refused: the tool call stored when it started (under the valid
+        # lease) stays in progress, and the turn's end never reached SQLite.
         with sqlite3.connect(roost_home / "roost.db") as db:
-            stored = [r[0] for r in db.execute("SELECT type FROM items WHERE turn_id = ?", (turn["id"],))]
+            stored = [tuple(r) for r in db.execute("SELECT type, status FROM items WHERE turn_id = ? ORDER BY seq",
+                                                   (turn["id"],))]
             status = db.execute("SELECT status FROM turns WHERE id = ?", (turn["id"],)).fetchone()[0]
-        assert stored == ["user_message"] and status == "running"
+        assert stored == [("user_message", "completed"), ("tool_call", "in_progress")] and status == "running"
         with pytest.raises(RemoteError) as exc:
             await client.request("turn/start", {"thread_id": tid, "prompt": "hello"})
         assert exc.value.code == "thread_busy"
@@ -176,6 +178,7 @@ async def test_lost_lease_cancels_the_turn_and_fences_its_writes(tmp_path, roost
         snap = await client.request("thread/resume", {"session_id": tid})
         assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed"]
         assert snap["turns"][0]["error"]["reason"] == "abandoned"
+        assert [i["status"] for i in snap["turns"][0]["items"] if i["type"] == "tool_call"] == ["interrupted"]
 
 
 async def test_queued_input_that_cannot_start_is_held_not_lost(tmp_path, roost_home):

@@ -258,12 +258,13 @@ def test_renderer_file_write_diff_unknown_kind_and_token_lines() -> None:
                     "sessionId": "thr_0123456789"}, where="x")
     renderer.event({"type": "something_new", "sessionId": "thr_0123456789"}, where="x")
     text = "".join(out)
-    assert text.startswith("[thr_01234567] a: hello\n[thr_01234567] approval needed: file_write\n")
+    # the whole session id (as `roost sessions --show` takes it), never a shortened one
+    assert text.startswith("[thr_0123456789] a: hello\n[thr_0123456789] approval needed: file_write\n")
     assert "  files.write f.txt\n  --- a/f.txt\n  +++ b/f.txt\n" in text
     assert "  -two\n  +TWO\n" in text
     assert "approval needed: teleport\n" in text and '"where": "mars"' in text
     # a line rendered while a prompt is open starts on a fresh line
-    assert "  +TWO\napprove? [y/N] \n[thr_01234567] approval needed: teleport\n" in text
+    assert "  +TWO\napprove? [y/N] \n[thr_0123456789] approval needed: teleport\n" in text
     assert text.endswith("approve? [y/N] ") and text.count("approve? [y/N] ") == 2
     renderer.answer("denied")
     assert "".join(out).endswith("approve? [y/N] denied\n")
@@ -298,3 +299,52 @@ async def test_terminal_stdin_sends_each_line_at_once_and_piped_stdin_holds_it()
         await client._track({"type": "result", "sessionId": "s1", "task": "first", "succeeded": True})
         await client.stdin_ended()
         assert client.done.is_set() is hold          # the terminal's "second" still awaits its result
+
+
+SLOW_SCRIPT = {
+    "rules": [{"match": {"prompt": "^sleepy"},
+               "steps": [[{"text": "a slow reply of many many words indeed", "tokens_per_second": 2}]]}],
+    "default": "echo",
+}
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+async def test_daemon_going_away_with_stdin_still_open_exits_1_cleanly(tmp_path: Path, how: str) -> None:
+    # `(printf 'sleepy term\ny\n'; sleep 20) | roost attach SOCK`, then the daemon dies: attach's
+    # stdin reader thread is still blocked in a read; the process must still exit 1 cleanly (it
+    # used to abort with "Fatal Python error: _enter_buffered_busy", exit 134)
+    import signal
+
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(SLOW_SCRIPT))
+    async with open_daemon(script=path) as daemon, trio.open_nursery() as nursery:
+        attach = await _run(nursery, [daemon.socket])
+        await attach.send("sleepy term")
+        await attach.send("y")               # held: stdin stays open after it
+        await attach.wait_text("assistant: ")  # the slow reply is streaming
+        daemon.process.send_signal(getattr(signal, how))
+        with trio.fail_after(TIMEOUT):
+            code = await attach.process.wait()
+            while attach._eof < 2:
+                await attach._changed.wait()
+        assert code == 1, (attach.out, attach.err)
+        assert "roost attach: " in attach.err and "the daemon closed the connection" in attach.err \
+            or "connection lost" in attach.err, attach.err
+        assert "Fatal Python error" not in attach.err and "Traceback" not in attach.err, attach.err
+        await attach.process.stdin.aclose()
+
+
+async def test_session_ids_are_shown_whole_and_accepted_by_sessions_show(script: Path) -> None:
+    import re
+
+    async with open_daemon(script=script) as daemon:
+        code, out, err = await _piped(daemon.socket, "hello ids\n")
+        assert code == 0, (out, err)
+        ids = set(re.findall(r"^\[([^\]]+)\] ", out, re.M))
+        assert len(ids) == 1, out
+        (sid,) = ids
+        with trio.fail_after(TIMEOUT):
+            shown = await trio.run_process([*roost_argv(), "sessions", "--show", sid], capture_stdout=True,
+                                           capture_stderr=True, check=False)
+    assert shown.returncode == 0, (sid, shown.stderr.decode())
+    assert "hello ids" in shown.stdout.decode()

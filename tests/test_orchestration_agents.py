@@ -276,3 +276,38 @@ def test_strings_are_not_read_as_lists(tmp_path: Path, fragment: str, expected: 
         _, issues = validate_config_file(config)
         assert [i.message for i in issues if i.level == "warning" and "nosuch" in i.message] == [
             "Orchestration.Agents[0].Model: 'nosuch' is not an alias of Models (remote); it is used as a model id"]
+
+
+async def test_hitl_sigint_at_the_pause_prompt_with_stdin_open_exits_130_cleanly(tmp_path: Path) -> None:
+    # SIGINT while `roost run --hitl` waits at its pause prompt, stdin kept open: the thread reading
+    # stdin is abandoned still blocked; the process must exit 130 without "Fatal Python error"
+    import signal
+
+    config, env = _team(tmp_path)
+    process = await trio.lowlevel.open_process(
+        [*roost_argv(), "run", "--hitl", "-c", str(config), "Build it"], env=env, cwd=str(tmp_path),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = bytearray(), bytearray()
+
+    async def pump(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
+        while data := await stream.receive_some(1 << 16):
+            into.extend(data)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump, process.stdout, out)
+            nursery.start_soon(pump, process.stderr, err)
+            with trio.fail_after(30):
+                while b"[Planner is done]" not in err:
+                    assert process.poll() is None, err.decode()
+                    await trio.sleep(0.05)
+                process.send_signal(signal.SIGINT)
+                code = await process.wait()
+    finally:
+        await process.stdin.aclose()
+        if process.poll() is None:
+            process.kill()
+            await process.wait()
+    print(err.decode()); assert code == 130, err.decode()
+    assert "Fatal Python error" not in err.decode() and "Traceback" not in err.decode(), err.decode()
+    assert "resume with: roost run --resume" in out.decode()

@@ -196,7 +196,7 @@ async def test_config_list_and_validate(env, tmp_path):
     assert set(by_name) == {"broken.yml", "orchestration.yaml", "two.json"}   # agents/ is skipped
     assert by_name["orchestration.yaml"] == {
         "path": str(config_dir / "orchestration.yaml"), "name": "Assistant", "description": by_name["orchestration.yaml"]["description"],
-        "agents": ["Assistant"], "selectionType": "sequential", "error": None}
+        "agents": ["Assistant"], "selectionType": "roundrobin", "error": None}
     broken = by_name["broken.yml"]
     assert broken["name"] is None and broken["description"] is None and broken["selectionType"] is None
     assert "Orchestration.Agents[0].Name: required" in broken["error"]

@@ -64,7 +64,8 @@ def test_real_command_end_to_end(roost_cmd, tmp_path):
     assert gone.returncode == 1 and "no schedule named 'nope'" in gone.stderr and gone.stdout == ""
 
 
-def test_add_list_enable_disable_run_remove():
+def test_add_list_enable_disable_run_remove(monkeypatch):
+    monkeypatch.setattr("roost.cli._schedule.CLAIM_WAIT", 0.1)  # no daemon will claim the run
     assert items_of(cli("list", "--json").stdout) == []
     assert cli("add", "nightly", "--cron", "0 3 * * *", "--task", "t").exit_code == 0
     assert cli("add", "often", "--cron", "*/1 * * * *", "--task", "t", "--json").stdout == ""
@@ -152,3 +153,37 @@ def test_add_refuses_a_work_dir_that_is_not_a_directory(roost_cmd, tmp_path):
     assert ok.returncode == 0, ok.stderr
     (item,) = items_of(real(roost_cmd, "list", "--json").stdout)
     assert item["workDir"] == str(tmp_path / "sub")
+
+
+def test_add_prints_the_same_lower_case_message_with_and_without_a_config(tmp_path):
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    plain = cli("add", "nightly", "--cron", "0 3 * * *", "--task", "t")
+    team = cli("add", "team", "--cron", "0 4 * * *", "--task", "t", "--config", str(tmp_path / "c.yaml"),
+               "--work-dir", str(tmp_path))
+    assert plain.exit_code == 0 and team.exit_code == 0
+    assert plain.stdout.startswith("added nightly: next run ") and plain.stdout.endswith("T03:00:00.000000Z\n")
+    assert team.stdout.startswith("added team: next run ") and team.stdout.endswith("T04:00:00.000000Z\n")
+    assert plain.stderr == team.stderr == ""
+
+
+def test_run_says_the_request_waits_for_a_daemon_when_none_runs(monkeypatch, roost_home):
+    # no `roost serve` for this ROOST_HOME: the request is stored; one line on stderr says so.
+    # (A stale lock file without its socket, and an unlocked one, are no daemon either.)
+    run = roost_home / "run"
+    run.mkdir()
+    (run / "gone.sock.lock").write_text("")
+    (run / "idle.sock.lock").write_text("")
+    (run / "idle.sock").write_text("")
+    monkeypatch.setattr("roost.cli._schedule.CLAIM_WAIT", 0.3)
+    assert cli("add", "nightly", "--cron", "0 3 * * *", "--task", "t").exit_code == 0
+    fired = cli("run", "nightly")
+    assert fired.exit_code == 0 and fired.stdout == ""
+    assert fired.stderr == ("run of nightly requested; no roost serve is running: it starts when one does\n")
+    as_json = cli("run", "nightly", "--json")  # --json: unchanged, nothing printed on success
+    assert as_json.exit_code == 0 and as_json.stdout == "" and as_json.stderr == ""
+    store = open_store(roost_home / "roost.db")
+    try:
+        with store.read() as conn:
+            assert [r.slot.startswith("manual:") for r in db.list_requested_runs(conn)] == [True, True]
+    finally:
+        store.close()

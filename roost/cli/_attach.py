@@ -217,7 +217,7 @@ class Renderer:
 
     def event(self, event: dict, *, where: str) -> None:
         kind = event.get("type")
-        sid = _short(event.get("sessionId"))
+        sid = _sid(event.get("sessionId"))
         if kind == "hello":
             flags = [f"protocol {event.get('protocolVersion')}"]
             if event.get("clientId"):
@@ -226,11 +226,11 @@ class Renderer:
             self.line(f"attached to {where} ({', '.join(flags)})")
             flight = event.get("inFlight")
             if isinstance(flight, dict):
-                self.line(f"in flight: [{_short(flight.get('sessionId'))}] {flight.get('task')!r} "
+                self.line(f"in flight: [{_sid(flight.get('sessionId'))}] {flight.get('task')!r} "
                           f"({flight.get('status')}, position {flight.get('position')})")
             pending = event.get("pendingResults") or []
             if pending:
-                self.line("results from while you were away: " + ", ".join(_short(p) for p in pending))
+                self.line("results from while you were away: " + ", ".join(_sid(p) for p in pending))
         elif kind == "queued":
             self.line(f"[{sid}] queued, position {event.get('position')}")
         elif kind == "agent_starting":
@@ -271,7 +271,7 @@ class Renderer:
     def approval(self, event: dict) -> None:
         """Show an ``approval_request`` and the ``approve? [y/N]`` prompt (no newline after it)."""
         kind = event.get("kind")
-        self.line(f"[{_short(event.get('sessionId'))}] approval needed: {kind}")
+        self.line(f"[{_sid(event.get('sessionId'))}] approval needed: {kind}")
         if kind == "shell_command":
             self.line(f"  command: {event.get('command')}")
         elif kind == "tool_action":
@@ -303,8 +303,9 @@ class Renderer:
 _PROMPT = "\0prompt"
 
 
-def _short(session_id: Any) -> str:
-    return str(session_id)[:12] if session_id else "-"
+def _sid(session_id: Any) -> str:
+    """The session id as shown: whole, so it can be pasted into ``roost sessions --show``."""
+    return str(session_id) if session_id else "-"
 
 
 # -- the client ---------------------------------------------------------------------------------------
@@ -459,13 +460,19 @@ class AttachClient:
 
 
 async def _read_stdin(client: AttachClient) -> None:
-    """Feed stdin lines to ``client`` one at a time (a worker thread reads; works for ttys, pipes, files)."""
-    stdin = sys.stdin.buffer
+    """Feed stdin lines to ``client`` one at a time (a worker thread reads; works for ttys, pipes, files).
+
+    The thread is abandoned when the connection ends; it reads with ``os.read`` (see
+    :mod:`roost.cli._stdin`), so the process still exits cleanly while it blocks.
+    """
+    from roost.cli._stdin import StdinLines
+
+    stdin = StdinLines()
     while True:
-        data = await trio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
+        data = await stdin.readline()
         if not data:
             break
-        await client.stdin_line(data.decode("utf-8", "replace").rstrip("\r\n"))
+        await client.stdin_line(data.rstrip("\r\n"))
     await client.stdin_ended()
 
 

@@ -204,9 +204,12 @@ async def run_text_repl(*, engines: Any, cwd: Path, resume: str | None, permissi
             nursery.cancel_scope.cancel()
 
         async def read_terminal() -> None:
+            from roost.cli._stdin import StdinLines
+
+            stdin = StdinLines()  # os.read: an abandoned read never blocks the exit (see _stdin)
             while True:
                 await front.may_read.wait()
-                typed = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+                typed = await stdin.readline()
                 if not typed:
                     break
                 await to_chat_send.send_all(dumps_line(front.input_line(typed)))

@@ -44,10 +44,11 @@ class _Transcript:
     called once (the run is interrupted, resumably) and nothing more is written.
     """
 
-    def __init__(self, out: Any, *, quiet: bool, on_broken: Any = None) -> None:
+    def __init__(self, out: Any, *, quiet: bool, on_broken: Any = None, reason: Any = None) -> None:
         self.out = out
         self.quiet = quiet
         self.on_broken = on_broken
+        self.reason = reason or (lambda: None)  # why a completed run stopped (its termination)
         self.broken = False
         self.turns = 0
         self.tokens = 0
@@ -97,7 +98,9 @@ class _Transcript:
             note = f"  ({len(failed)} tool call{_s(len(failed))} failed: {', '.join(failed)})\n" if failed else ""
             return f"{note}{m['agentName']}: {m['content']}\n"
         if kind == "result":
-            state = "completed" if event["succeeded"] else f"did not complete: {event.get('errorMessage')}"
+            why = self.reason()
+            state = (f"completed: {why}" if why else "completed") if event["succeeded"] \
+                else f"did not complete: {event.get('errorMessage')}"
             session = event["sessionId"]
             text = (f"\nsession {session} {state} ({event['turns']} turn{_s(event['turns'])}, "
                     f"{event['inputTokens']}+{event['outputTokens']} tokens, {event['elapsedSeconds']} s)\n")
@@ -119,19 +122,23 @@ class _HumanInTheLoop:
     """``--hitl``: pauses after agent turns and asks approvals, reading lines from stdin.
 
     stdin is read in a worker thread that is abandoned on cancellation (SIGINT), so an interrupt
-    never waits for a line.
+    never waits for a line; it reads with ``os.read`` (:mod:`roost.cli._stdin`), so the process
+    exits cleanly while that thread still blocks.
     """
 
     def __init__(self, err: Any) -> None:
+        from roost.cli._stdin import StdinLines
+
         self.err = err
         self.eof = False
+        self.stdin = StdinLines()
 
     async def _ask(self, prompt: str) -> str | None:
         if self.eof:
             return None
         self.err.write(prompt)
         self.err.flush()
-        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        line = await self.stdin.readline()
         if not line:
             self.eof = True
             return None
@@ -165,7 +172,11 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
         if holder["orch"] is not None:
             holder["orch"].interrupt(reason)
 
-    printer = _Transcript(sys.stdout, quiet=as_json, on_broken=lambda: stop("stdout closed"))
+    def reason() -> str | None:
+        outcome = getattr(holder["orch"], "outcome", None)
+        return outcome.reason if outcome is not None else None
+
+    printer = _Transcript(sys.stdout, quiet=as_json, on_broken=lambda: stop("stdout closed"), reason=reason)
     human = _HumanInTheLoop(sys.stderr) if hitl else None
 
     async def nobody(params: dict) -> None:

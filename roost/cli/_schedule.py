@@ -1,10 +1,11 @@
 """``roost schedule ...``: cron jobs, edited directly in the database (no daemon needed).
 
 Mutations (``add``, ``remove``, ``enable``, ``disable``, ``run``) report success by exit status
-(wire-protocol.md "Resource queries"); a failure exits 1, with ``--json`` after printing the error
-envelope ``{"protocolVersion":1,"error":...}``. ``list --json`` prints ``ScheduledJob`` items
-ordered by next run. Each mutation bumps the ``schedule_changes`` counter in its transaction, so a
-running ``roost serve`` scheduler picks it up (see :mod:`roost.actors._scheduler`).
+(wire-protocol.md "Resource queries"; without ``--json``, ``add`` also prints ``added NAME: next
+run ...`` and ``run`` says on stderr whether a running daemon starts it); a failure exits 1, with
+``--json`` after printing the error envelope ``{"protocolVersion":1,"error":...}``. ``list --json``
+prints ``ScheduledJob`` items ordered by next run. Each mutation bumps the ``schedule_changes``
+counter in its transaction, so a running ``roost serve`` scheduler picks it up (see :mod:`roost.actors._scheduler`).
 """
 
 from __future__ import annotations
@@ -221,5 +222,79 @@ def disable_command(name: str, as_json: bool) -> None:
 @click.argument("name")
 @_json_option
 def run_command(name: str, as_json: bool) -> None:
-    """Fire schedule NAME now: the running `roost serve` daemon dispatches it once."""
-    _mutate(as_json, "run", db.request_run, name)
+    """Fire schedule NAME now: the running `roost serve` daemon dispatches it once. With no
+    daemon running, the request is kept and the next `roost serve` started dispatches it.
+
+    Prints one line on stderr saying which (nothing with --json)."""
+    run = _mutate(as_json, "run", db.request_run, name)
+    if as_json:
+        return
+    if _daemon_running() or _claimed_soon(run.id):
+        click.echo(f"run of {name} requested; the running daemon starts it", err=True)
+    else:
+        click.echo(f"run of {name} requested; no roost serve is running: it starts when one does", err=True)
+
+
+#: How long ``schedule run`` waits for a daemon it cannot see by its lock to claim the request
+#: (a scheduler notices a change within its ``change_poll`` of 1 s).
+CLAIM_WAIT = 2.5
+
+
+def _daemon_running() -> bool:
+    """Whether a ``roost serve`` holds the single-daemon lock of a socket in ``$ROOST_HOME/run``.
+
+    ``roost serve`` takes an exclusive ``flock`` on ``SOCKET.lock`` for its whole life (see
+    ``claim_socket_path``); a lock file whose socket exists and whose lock cannot be shared is held
+    by a live daemon. (A daemon given ``--socket`` outside ``$ROOST_HOME/run`` is not seen here.)
+    """
+    import errno
+    import fcntl
+
+    from roost._paths import roost_home
+
+    try:
+        locks = sorted((roost_home() / "run").glob("*.lock"))
+    except (RoostError, OSError):
+        return False
+    for lock in locks:
+        if not os.path.exists(str(lock)[: -len(".lock")]):
+            continue  # no socket: its daemon is gone (a daemon keeps its socket while it runs)
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return True
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    return False
+
+
+def _claimed_soon(run_id: str) -> bool:
+    """Whether a daemon's scheduler claims manual run ``run_id`` within :data:`CLAIM_WAIT` seconds
+    (a daemon whose socket lies outside ``$ROOST_HOME/run``)."""
+    import time
+
+    deadline = time.monotonic() + CLAIM_WAIT
+    try:
+        store = open_store()
+    except RoostError:
+        return False
+    try:
+        while True:
+            with store.read() as conn:
+                row = conn.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None or row[0] != "requested":
+                return row is not None
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+    except Exception:  # noqa: BLE001 - only the message depends on it; the request is stored
+        return False
+    finally:
+        store.close()
