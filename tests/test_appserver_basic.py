@@ -98,26 +98,32 @@ async def test_interrupt_persists_partial_and_moves_input_to_held(env, tmp_path)
         tid = thread["id"]
         turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "slow reply"}))["turn"]
         await client.wait_for("item/agentMessage/delta")
-        await client.request("turn/steer", {"thread_id": tid, "prompt": "steer", "expected_turn_id": turn["id"]})
+        # the steer cuts the streaming reply and joins the turn, whose next reply is slow again
+        await client.request("turn/steer", {"thread_id": tid, "prompt": "slow steer", "expected_turn_id": turn["id"]})
+        await client.wait_for("turn/steered")
+        first = await client.wait_for("item/started", lambda p: p["item"]["type"] == "agent_message")
+        await client.wait_for("item/started", lambda p: p["item"]["type"] == "agent_message"
+                              and p["item"]["id"] != first["item"]["id"])
         await client.request("turn/queue", {"thread_id": tid, "prompt": "queued"})
         reply = await client.request("turn/interrupt", {"thread_id": tid})
         assert reply["interrupted"] is True
         done = await client.wait_terminal(turn["id"])
         assert done["turn"]["status"] == "interrupted"
         partial = [i for i in done["turn"]["items"] if i["type"] == "agent_message"]
-        assert partial and partial[0]["status"] == "interrupted"
+        assert partial[0]["steered"] is True and partial[-1]["status"] == "interrupted"
+        assert [i["text"] for i in done["turn"]["items"] if i["type"] == "user_message"] == ["slow reply", "slow steer"]
         # interrupt again, and after the end: deterministic answers
         again = await client.request("turn/interrupt", {"thread_id": tid, "turn_id": turn["id"]})
         assert again["interrupted"] is False and again["turn"]["status"] == "interrupted"
         snap = await client.request("thread/resume", {"session_id": tid})
         held = [h["prompt"] for h in snap["held_user_messages"]]
-        assert held == ["steer", "queued"]
+        assert held == ["queued"]
         assert snap["pending_user_messages"] == []
     # a new process sees the same durable state
     async with open_app_server(env=env, cwd=tmp_path) as client:
         await client.initialize()
         snap = await client.request("thread/resume", {"session_id": tid})
-        assert [h["prompt"] for h in snap["held_user_messages"]] == ["steer", "queued"]
+        assert [h["prompt"] for h in snap["held_user_messages"]] == ["queued"]
         assert snap["turns"][-1]["status"] == "interrupted"
         done = await client.run_turn(tid, "after restart")
         assert done["turn"]["status"] == "completed"

@@ -151,10 +151,11 @@ async def test_interrupt_in_the_same_write_as_turn_start(env, tmp_path):
 
 async def test_kill_9_mid_turn_then_restart(env, tmp_path, roost_home):
     async with open_app_server(env=env, cwd=tmp_path) as client:
-        tid = await start_thread(client, tmp_path)
+        tid = await start_thread(client, tmp_path, permission_mode="unconfined")
         start = len(client.lines)
-        turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "slow reply"}))["turn"]
-        await client.wait_for("item/agentMessage/delta", start=start)
+        # a running tool call: a steer waits for the next model step (it is not cut in)
+        turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "shell-wait"}))["turn"]
+        await wait_output(client, "started", start=start)
         held = (await client.request("turn/queue", {"thread_id": tid, "prompt": "held one", "hold": True,
                                                     "client_id": "q-1"}))["input"]
         steer = await client.request("turn/steer", {"thread_id": tid, "prompt": "steer one",
@@ -180,7 +181,7 @@ async def test_kill_9_mid_turn_then_restart(env, tmp_path, roost_home):
         killed = snap["turns"][-1]
         assert killed["id"] == turn["id"] and killed["status"] == "interrupted"
         assert killed["error"]["reason"] == "abandoned"  # settled by start-up reconciliation
-        assert [i["text"] for i in killed["items"] if i["type"] == "user_message"] == ["slow reply"]
+        assert [i["text"] for i in killed["items"] if i["type"] == "user_message"] == ["shell-wait"]
         assert snap["pending_user_messages"] == []
         assert [(h["prompt"], h["client_id"]) for h in snap["held_user_messages"]] == [
             ("held one", "q-1"), ("steer one", "s-1")]
@@ -203,7 +204,7 @@ async def test_kill_9_mid_turn_then_restart(env, tmp_path, roost_home):
         snap = await client.request("thread/resume", {"session_id": tid})
         assert [h["id"] for h in snap["held_user_messages"]] == [held["id"]]
         texts = [i["text"] for t in snap["turns"] for i in t["items"] if i["type"] == "user_message"]
-        assert texts == ["slow reply", "after restart", "steer one"]
+        assert texts == ["shell-wait", "after restart", "steer one"]
 
 
 async def test_end_of_input_mid_turn_exits_0_and_persists_the_interruption(env, tmp_path):

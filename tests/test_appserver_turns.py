@@ -324,10 +324,17 @@ async def test_steer_during_the_last_model_response_continues_the_same_turn(env,
         done = (await client.wait_terminal(turn["id"]))["turn"]
         assert done["status"] == "completed"
         assert item_types(done) == ["user_message", "agent_message", "user_message", "agent_message"]
+        # the streaming reply was cut at the steer: its prefix is kept as a steered fragment
+        fragment = done["items"][1]
+        assert fragment["steered"] is True and fragment["status"] == "completed"
+        assert "one two three four five six".startswith(fragment["text"])
+        assert fragment["text"] != "one two three four five six"
         assert done["items"][2]["text"] == "and then?" and done["items"][3]["text"] == "and then?"
+        assert "steered" not in done["items"][3]
         assert (await client.wait_for("turn/steered"))["turn_id"] == turn["id"]
         snap = await client.request("thread/resume", {"session_id": tid, "response_only": True})
         assert len(snap["turns"]) == 1 and snap["pending_user_messages"] == []
+        assert snap["turns"][0]["items"][1]["steered"] is True
         assert not client.notifications("turn/dequeued")
 
 

@@ -250,4 +250,6 @@ class PendingInputs:
         else:
             entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin,
                                                 images=images, content_parts=parts)
+        if self.active is not None:
+            self.active.cut_for_steer()  # a reply streaming text stops here; the steer goes next
         return {"thread_id": tid, "delivery": "active_turn", "turn_id": self.active.id, "input": public_input(entry)}

@@ -68,6 +68,19 @@ class TurnState:
         self.tool_rounds = 0
         #: ids of this turn's items stored while still in progress (their end is an update)
         self.checkpointed: set[str] = set()
+        #: the model response streaming now (cancelled to cut it for a steer), and whether it is
+        #: streaming text with no tool call started (only then is it cut)
+        self.stream_cut: trio.CancelScope | None = None
+        self.text_streaming = False
+
+    def cut_for_steer(self) -> None:
+        """Cut the model response streaming text now, for a steer (app-server-protocol.md:
+        "steering during an active model response closes the visible assistant item at that
+        point, persists the prefix as a non-terminal steered fragment, admits the user item after
+        it, and continues the same turn with the next model request"). A response that started a
+        tool call, or a turn between responses, is not cut: the steer waits for the next step."""
+        if self.stream_cut is not None and self.text_streaming:
+            self.stream_cut.cancel()
 
     @property
     def tools(self) -> tuple[str, ...] | None:
@@ -221,7 +234,12 @@ def _agent_view(history: list, start: int) -> tuple:
 
 async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: EngineRequest,
                   open_items: dict[str, dict]) -> list[dict]:
-    """One model call: stream deltas to the client, return the tool-call item views requested."""
+    """One model call: stream deltas to the client, return the tool-call item views requested.
+
+    A steer arriving while the response streams text cuts it (:meth:`TurnState.cut_for_steer`):
+    the text so far becomes the agent message (marked ``steered``) and no tool call is returned,
+    so the turn loop admits the steer and asks the model again.
+    """
     emit = thread.emit
     tid = thread.thread.id
     message: dict | None = None
@@ -238,60 +256,76 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
         emit("item/started", {"thread_id": tid, "turn_id": turn.id, "item": view})
         return view
 
+    cut = turn.stream_cut = trio.CancelScope()
     try:
-        async with engine.stream(request) as events:
-            async for event in events:
-                cls = type(event)
-                if cls is TextDelta:
-                    if message is None:
-                        message = start_item("agent_message", text="",
-                                             **({"agent": turn.agent.name} if turn.agent else {}))
-                    text_parts.append(event.text)
-                    emit("item/agentMessage/delta",
-                         {"thread_id": tid, "turn_id": turn.id, "item_id": message["id"], "delta": event.text})
-                elif cls is ReasoningDelta:
-                    if reasoning is None:
-                        reasoning = start_item("reasoning", text="")
-                    reasoning_parts.append(event.text)
-                    emit("item/reasoning/delta",
-                         {"thread_id": tid, "turn_id": turn.id, "item_id": reasoning["id"], "delta": event.text})
-                elif cls is ToolCallStart:
-                    calls[event.call_id] = start_item("tool_call", call_id=event.call_id, name=event.name,
-                                                      arguments=None, output=None)
-                elif cls is ToolCallDelta:
-                    view = calls.get(event.call_id)
-                    if view is not None:
-                        emit("item/toolCall/delta", {"thread_id": tid, "turn_id": turn.id,
-                                                     "item_id": view["id"], "delta": event.delta})
-                elif cls is ToolCallEnd:
-                    view = calls.get(event.call_id)
-                    if view is None:
-                        view = calls[event.call_id] = start_item(
-                            "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None)
-                    view["arguments"] = event.arguments
-                    ended.append(view)
-                elif cls is Usage:
-                    for key in ("input_tokens", "output_tokens", "cached_tokens"):
-                        turn.usage[key] += getattr(event, key) or 0
-                    emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
-                elif cls is Finish:
-                    pass
-                elif cls is Retrying:
-                    emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
-                        "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
-                        "delay_s": event.delay_s, "reason": event.reason}})
+        with cut:
+            async with engine.stream(request) as events:
+                async for event in events:
+                    cls = type(event)
+                    if cls is TextDelta:
+                        if message is None:
+                            message = start_item("agent_message", text="",
+                                                 **({"agent": turn.agent.name} if turn.agent else {}))
+                            turn.text_streaming = not calls
+                        text_parts.append(event.text)
+                        emit("item/agentMessage/delta",
+                             {"thread_id": tid, "turn_id": turn.id, "item_id": message["id"], "delta": event.text})
+                    elif cls is ReasoningDelta:
+                        if reasoning is None:
+                            reasoning = start_item("reasoning", text="")
+                        reasoning_parts.append(event.text)
+                        emit("item/reasoning/delta",
+                             {"thread_id": tid, "turn_id": turn.id, "item_id": reasoning["id"], "delta": event.text})
+                    elif cls is ToolCallStart:
+                        turn.text_streaming = False  # a response that calls tools is not cut
+                        calls[event.call_id] = start_item("tool_call", call_id=event.call_id, name=event.name,
+                                                          arguments=None, output=None)
+                    elif cls is ToolCallDelta:
+                        view = calls.get(event.call_id)
+                        if view is not None:
+                            emit("item/toolCall/delta", {"thread_id": tid, "turn_id": turn.id,
+                                                         "item_id": view["id"], "delta": event.delta})
+                    elif cls is ToolCallEnd:
+                        turn.text_streaming = False
+                        view = calls.get(event.call_id)
+                        if view is None:
+                            view = calls[event.call_id] = start_item(
+                                "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None)
+                        view["arguments"] = event.arguments
+                        ended.append(view)
+                    elif cls is Usage:
+                        for key in ("input_tokens", "output_tokens", "cached_tokens"):
+                            turn.usage[key] += getattr(event, key) or 0
+                        emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
+                    elif cls is Finish:
+                        pass
+                    elif cls is Retrying:
+                        emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
+                            "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
+                            "delay_s": event.delay_s, "reason": event.reason}})
     finally:
+        turn.stream_cut, turn.text_streaming = None, False
         # Settle what was streamed: complete on success, keep as interrupted/failed otherwise.
         if reasoning is not None:
             reasoning["text"] = "".join(reasoning_parts)
             thread.history.append(Reasoning(text=reasoning["text"]))
         if message is not None:
             message["text"] = "".join(text_parts)
+            if cut.cancelled_caught:
+                message["steered"] = True  # a fragment: the reply was cut here for a steer
             turn.final_text = message["text"]
             thread.history.append(AgentMessage(text=message["text"]))
     for view in (reasoning, message):
         if view is not None:
             await thread.complete_item(turn, view, open_items)
+    if cut.cancelled_caught and calls:
+        # A tool call began in the instant the cut took effect: it never runs.
+        for view in calls.values():
+            thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
+                                           arguments=view.get("arguments") or {}))
+            await _refuse_tool_call(thread, turn, view, open_items,
+                                    "error: not run: the response was cut here for a steer")
+        return []
     return ended
 
 
