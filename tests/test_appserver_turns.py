@@ -476,3 +476,32 @@ async def test_end_of_input_interrupts_and_persists_running_turns(env, tmp_path)
         assert stored["status"] == "interrupted"
         partial = stored["items"][1]
         assert partial["type"] == "agent_message" and partial["status"] == "interrupted" and partial["text"]
+
+
+async def test_withdrawal_fences_retries_in_its_delivery_mode(env, tmp_path):
+    """app-server-protocol.md: cancellation fences retries in that delivery mode; switching
+    between queue and steering supersedes the previous mode's cancellation. Durable."""
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize(capabilities=APPROVALS)
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        turn, request = await start_gated(client, tid)  # a turn waits on an approval: input stays pending
+        queued = (await client.request("turn/queue", {"thread_id": tid, "prompt": "q", "client_id": "c-1"}))["input"]
+        await client.request("turn/dequeue", {"thread_id": tid, "input_id": queued["id"]})
+        await expect_error(client, "turn/queue", {"thread_id": tid, "prompt": "q", "client_id": "c-1"},
+                           "invalid_params")
+        # steering with the same client_id switches mode: accepted, and it lifts the queue fence
+        steer = await client.request("turn/steer", {"thread_id": tid, "prompt": "s", "client_id": "c-1",
+                                                    "expected_turn_id": turn["id"]})
+        await client.request("turn/unsteer", {"thread_id": tid, "input_id": steer["input"]["id"]})
+        await expect_error(client, "turn/steer", {"thread_id": tid, "prompt": "s", "client_id": "c-1",
+                                                  "expected_turn_id": turn["id"]}, "invalid_params")
+        await answer(client, request, False)
+        await client.wait_terminal(turn["id"])
+    async with open_app_server(env=env, cwd=tmp_path) as client:  # the fence survives a restart
+        await client.initialize()
+        await client.request("thread/resume", {"session_id": tid})
+        await expect_error(client, "turn/steer", {"thread_id": tid, "prompt": "s", "client_id": "c-1"},
+                           "invalid_params")
+        again = (await client.request("turn/queue", {"thread_id": tid, "prompt": "q again", "client_id": "c-1",
+                                                     "hold": True}))["input"]
+        assert again["client_id"] == "c-1" and again["prompt"] == "q again"

@@ -10,6 +10,13 @@ serialises them), and relies on the actor's ``thread``, ``services``, ``ephemera
 Durability (app-server-protocol.md, "Turns and execution runs"): accepted input is committed to
 SQLite before the request is answered; a retry with the same ``client_id`` returns the original
 input instead of a duplicate, and a consumed ``client_id`` is refused.
+
+Cancellation fences (same section: "Cancellation fences retries in that delivery mode; explicitly
+switching between queue and steering supersedes the previous mode's cancellation"): withdrawing
+input (``turn/dequeue``: mode ``queue``; ``turn/unsteer``: mode ``steer``) records its
+``client_id`` with the mode in the thread's metadata (``withdrawn_client_ids``, committed with the
+removal). A later ``turn/queue`` or ``turn/steer`` with that ``client_id`` in the same mode is
+refused; in the other mode it is accepted and lifts the fence.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from roost.actors._messages import Dequeue, QueueInput, StartTurn, SteerInput, U
 from roost.actors._thread_store import hold_inputs
 from roost.actors._turn import TurnState
 from roost.errors import InvalidParams, LifecycleError, RoostError, StaleTurn, ThreadBusy
-from roost.storage import _items
+from roost.storage import _items, _threads
 from roost.storage._rows import new_id
 
 __all__ = ["PendingInputs", "public_input", "default_origin"]
@@ -129,12 +136,15 @@ class PendingInputs:
                             images: tuple = (), origin: Any = None,
                             content_parts: Any = None) -> tuple[dict, bool]:
         """Durably accept pending input; idempotent per client_id (a consumed client_id is refused)."""
+        mode = "steer" if kind == "steer" else "queue"
+        superseded = False
         if client_id is not None:
             for entry in self.pending + self.held:
                 if entry.get("client_id") == client_id:
                     return entry, False
             if any(i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
                 raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.thread.id}")
+            superseded = self._check_fence(client_id, mode)
         payload = {"prompt": prompt}
         if images:
             payload["images"] = list(images)
@@ -156,7 +166,48 @@ class PendingInputs:
         if origin is not None:
             entry["_origin"] = origin
         (self.held if hold else self.pending).append(entry)
+        if superseded:  # switching delivery mode supersedes the other mode's withdrawal
+            await self._set_fence(client_id, None)
         return entry, True
+
+    def _check_fence(self, client_id: str, mode: str) -> bool:
+        """Refuse ``client_id`` in ``mode`` if input with it was withdrawn in that mode; return
+        whether a withdrawal in the other mode exists (which this use supersedes).
+
+        Raises:
+            InvalidParams: fenced.
+        """
+        fence = self._fences().get(client_id)
+        if fence == mode:
+            verb = "turn/unsteer" if mode == "steer" else "turn/dequeue"
+            raise InvalidParams(f"client_id {client_id!r} was withdrawn with {verb}; a retry in the same "
+                                "delivery mode is refused (use a new client_id)")
+        return fence is not None
+
+    def _fences(self) -> dict[str, str]:
+        """``client_id -> mode`` of withdrawn input (see the module doc)."""
+        fences = (self.thread.metadata or {}).get("withdrawn_client_ids")
+        return fences if isinstance(fences, dict) else {}
+
+    async def _set_fence(self, client_id: str, mode: str | None, *, remove_input: str | None = None) -> None:
+        """Record (``mode``) or lift (None) the fence of ``client_id``, durably; with
+        ``remove_input``, in the same transaction as removing that pending input."""
+        fences = dict(self._fences())
+        if mode is None:
+            fences.pop(client_id, None)
+        else:
+            fences[client_id] = mode
+        metadata = {**(self.thread.metadata or {}), "withdrawn_client_ids": fences}
+        if not self.ephemeral:
+            tid = self.thread.id
+
+            def write(conn: Any) -> None:
+                if remove_input is not None:
+                    _items.remove_held_input(conn, remove_input)
+                _threads.update_thread(conn, tid, metadata=metadata)
+
+            await self.services.store.writer.submit(write)
+        self.thread.metadata = metadata
 
     async def _queue(self, msg: QueueInput) -> dict:
         if not msg.prompt:
@@ -194,7 +245,10 @@ class PendingInputs:
             for entry in bucket:
                 if entry["id"] == input_id and entry["kind"] in kinds:
                     bucket.remove(entry)
-                    if not self.ephemeral:
+                    if entry.get("client_id"):  # fence retries in this delivery mode
+                        mode = "steer" if event == "turn/unsteered" else "queue"
+                        await self._set_fence(entry["client_id"], mode, remove_input=input_id)
+                    elif not self.ephemeral:
                         await self.services.store.writer.submit(_items.remove_held_input, input_id)
                     self.emit(event, {"thread_id": self.thread.id, "input": public_input(entry)})
                     return public_input(entry)
@@ -226,9 +280,13 @@ class PendingInputs:
                 raise StaleTurn(f"turn {msg.expected_turn_id} is not running on thread {tid}")
             # Idle: sending input (or a held item) starts a turn with it. The held item leaves the
             # held list only once the turn is admitted (if admission fails, it stays held).
-            if entry is None and client_id is not None and any(
-                    i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
-                raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {tid}")
+            superseded = False
+            if entry is None and client_id is not None:
+                if any(i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
+                    raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {tid}")
+                superseded = self._check_fence(client_id, "steer")
+            if superseded:
+                await self._set_fence(client_id, None)
             turn = await self._start_turn(StartTurn(prompt=prompt, client_id=client_id, origin=msg.origin,
                                                     images=images, content_parts=parts,
                                                     input_id=entry["id"] if entry else None))
