@@ -429,7 +429,7 @@ async def test_text_mode_without_vscode(env, work):
     assert lines[0].startswith("roost chat thr_")
     assert lines[1] == "hello text"
     assert "$ shell: echo hi" in lines
-    assert "approve shell_command {'command': 'echo hi'}? [y/N]" in lines
+    assert "approve shell_command (command: echo hi)? [y/N]" in lines
     assert "Shell: hi" in lines          # approved: the command ran
     assert "(title: Named)" in lines
 

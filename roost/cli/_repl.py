@@ -107,8 +107,10 @@ class TextFrontEnd:
             self._line(f"  {event.get('sigil')} {event.get('path')} (+{event.get('added')} -{event.get('removed')})")
         elif kind == "approval_request":
             self.pending = "approval"
-            fields = {k: v for k, v in event.items() if k not in ("type", "kind", "oldContent", "newContent")}
-            self._line(f"approve {event.get('kind')} {fields}? [y/N]")
+            fields = {k: v for k, v in event.items()
+                      if k not in ("type", "kind", "oldContent", "newContent", "sessionId") and v not in (None, "")}
+            detail = ", ".join(f"{k}: {v}" for k, v in fields.items())
+            self._line(f"approve {event.get('kind')} ({detail[:300]})? [y/N]")
         elif kind == "question":
             self.pending = "question"
             options = ", ".join(event.get("options") or [])
