@@ -418,7 +418,9 @@ def _interrupted(reason: str | None) -> str:
     """The run's error message for an interrupt with ``reason`` (as a turn's would read)."""
     from roost.actors._turn import _STOP_MESSAGES
 
-    return _STOP_MESSAGES.get(reason or "", f"interrupted ({reason})")
+    if reason in _STOP_MESSAGES:
+        return _STOP_MESSAGES[reason]
+    return reason if (reason or "").startswith("interrupted") else f"interrupted ({reason})"
 
 
 def _now() -> str:
