@@ -1,0 +1,133 @@
+"""``roost app-server --print-schema``: the printed JSON Schema describes the real messages.
+
+An end-to-end session through the real command (scripted engine) drives initialize, thread/start,
+turns with a tool call and an approval, a worker tree, the pending-input methods, lists, fork,
+runs and errors; every line the server writes is validated against the printed schema, and every
+response's ``result`` against the definition of the method it answers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from _helpers.appserver import open_app_server, roost_argv, script_env
+
+SCRIPT = """
+rules:
+  - match: {prompt: "^tool"}
+    steps:
+      - - {text: "Listing."}
+        - {tool_call: {name: list_dir, arguments: {path: "."}}}
+      - - {text: "Writing."}
+        - {tool_call: {name: write_file, arguments: {path: "x.txt", content: "hi"}}}
+      - - {text: "Done."}
+  - match: {prompt: "^spawn"}
+    steps:
+      - - {tool_call: {name: spawn_agent, arguments: {name: w1, task: "hello"}}}
+      - - {tool_call: {name: wait_agents, arguments: {}}}
+      - - {text: "ok"}
+default: echo
+"""
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    out = subprocess.run([*roost_argv(), "app-server", "--print-schema"], capture_output=True, check=True)
+    value = json.loads(out.stdout)
+    jsonschema.Draft202012Validator.check_schema(value)
+    return value
+
+
+def _validator(schema: dict, pointer: str | None = None) -> jsonschema.Draft202012Validator:
+    target = schema if pointer is None else {"$ref": pointer, "$defs": schema["$defs"]}
+    return jsonschema.Draft202012Validator(target)
+
+
+def test_schema_covers_every_method_and_rejects_what_the_server_rejects(schema):
+    from roost.protocol._as_schema import METHODS, UNSUPPORTED_METHODS  # importing it registers every handler
+
+    assert set(schema["x-methods"]) == set(METHODS) | set(UNSUPPORTED_METHODS)
+    start = _validator(schema, schema["x-methods"]["turn/start"]["params"])
+    assert start.is_valid({"thread_id": "thr_1", "prompt": "hi"})
+    assert not start.is_valid({"prompt": "hi"})                       # thread_id is required
+    assert not start.is_valid({"thread_id": "thr_1", "bogus": 1})     # unknown params are refused
+    assert not start.is_valid({"thread_id": 5})                       # wrong type
+    assert start.is_valid({"thread_id": "thr_1", "client_id": None})  # null = absent
+
+
+async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path: Path, roost_home: Path):
+    project = tmp_path / "project"
+    project.mkdir()
+    env = script_env(tmp_path, roost_home, SCRIPT)
+    answered: list[tuple[str, dict]] = []  # (method, response envelope)
+    async with open_app_server(env=env, cwd=project) as client:
+        client.approval_handler = lambda params: True
+
+        async def call(method: str, params: dict) -> dict:
+            reply = await client.request_raw(method, params)
+            answered.append((method, reply))
+            return reply.get("result") or {}
+
+        await call("initialize", {"protocol_version": "wuu-app-server/v0.1",
+                                  "capabilities": {"reverse_rpc": {"methods": ["approval/request"]}}})
+        tid = (await call("thread/start", {}))["thread"]["id"]
+        for prompt in ("hello", "tool please", "spawn one"):
+            start = len(client.lines)
+            turn = (await call("turn/start", {"thread_id": tid, "prompt": prompt}))["turn"]
+            await client.wait_terminal(turn["id"], start=start)
+        for method, params in [
+            ("thread/list", {}), ("thread/listAll", {}), ("thread/listArchived", {}),
+            ("thread/search", {"query": "hello"}), ("thread/rename", {"thread_id": tid, "title": "T"}),
+            ("thread/pin", {"thread_id": tid}), ("thread/resume", {"session_id": tid}),
+            ("thread/history/read", {"thread_id": tid}), ("engine/list", {}),
+            ("turn/interrupt", {"thread_id": tid}),
+        ]:
+            await call(method, params)
+        held = (await call("turn/queue", {"thread_id": tid, "prompt": "later", "hold": True}))["input"]
+        await call("turn/update-queued", {"thread_id": tid, "input_id": held["id"], "prompt": "later 2"})
+        await call("turn/dequeue", {"thread_id": tid, "input_id": held["id"]})
+        fork = (await call("thread/fork", {"thread_id": tid}))["thread"]["id"]
+        await call("config/model/update", {"thread_id": fork, "model": "other"})
+        run = (await call("run/start", {"thread_id": fork, "prompt": "run it"}))["run"]
+        await client.wait_for("run/updated", lambda p: p["run"]["id"] == run["id"]
+                              and p["run"]["status"] not in ("queued", "running"))
+        await call("run/interrupt", {"run_id": run["id"]})
+        await call("thread/archive", {"thread_id": fork})
+        await call("thread/delete", {"thread_id": fork, "only_if_archived": True})
+        for method, params in [("turn/start", {"thread_id": "thr_missing", "prompt": "x"}),
+                               ("usage/overview", {}), ("no/such", {}), ("thread/start", {"bogus": 1})]:
+            await call(method, params)
+        await call("shutdown", {})
+
+    whole = _validator(schema)
+    for line in client.lines:
+        errors = sorted(whole.iter_errors(line), key=str)
+        assert not errors, (line, [e.message for e in errors][:3])
+    notified = {m["method"] for m in client.lines if "method" in m}
+    for expected in ("thread/started", "turn/started", "item/started", "item/completed", "turn/completed",
+                     "item/agentMessage/delta", "item/toolCall/delta", "approval/request", "agent/updated",
+                     "turn/held", "run/started", "run/updated"):
+        assert expected in notified, expected
+    results_checked = 0
+    for method, reply in answered:
+        if "result" in reply:
+            _validator(schema, schema["x-methods"][method]["result"]).validate(reply["result"])
+            results_checked += 1
+        elif method == "usage/overview":
+            assert reply["error"]["code"] == "unsupported"
+    assert results_checked >= 20
+
+
+def test_schema_is_not_vacuous(schema):
+    """A thread missing the fields the server always sends, an unknown notification and an unknown
+    error code all fail validation."""
+    assert not _validator(schema, "#/$defs/Thread").is_valid({"id": "thr_1"})
+    whole = _validator(schema)
+    assert not whole.is_valid({"method": "turn/finished", "params": {"thread_id": "t"}})
+    assert not whole.is_valid({"id": 1, "error": {"code": "oops", "message": "m"}})
+    assert whole.is_valid({"id": 1, "error": {"code": "thread_busy", "message": "m"}})
