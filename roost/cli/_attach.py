@@ -527,9 +527,11 @@ def _warn(text: str) -> None:
 @click.command("attach")
 @click.argument("target", required=False)
 @click.option("--token", envvar=["FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN"], default=None,
-              help="Bearer token for ws:// (default: $FUSERAFT_SERVE_TOKEN or $ROOST_SERVE_TOKEN).")
+              help="Bearer token for ws:// (default: $FUSERAFT_SERVE_TOKEN, the wire protocol's name, "
+                   "or its Roost twin $ROOST_SERVE_TOKEN).")
 @click.option("--client-id", default=None,
-              help="Fuseraft-Client-Id (1-64 of A-Z a-z 0-9 - _) to keep your tasks across reconnects (ws://).")
+              help="Sent as the Fuseraft-Client-Id header (the wire protocol's name; 1-64 of A-Z a-z 0-9 - _) "
+                   "to keep your tasks across reconnects (ws://).")
 @click.option("--json", "json_mode", is_flag=True,
               help="Pass every daemon line through to stdout and every stdin line to the daemon unchanged.")
 def attach_command(target: str | None, token: str | None, client_id: str | None, json_mode: bool) -> None:

@@ -30,6 +30,9 @@ def demo_command(cwd: Path | None, no_color: bool) -> None:
     approval path, which the demo answers itself), then puts a tree of workers (subagents, two
     levels deep) on the working directory, with live progress, and prints their combined result.
     Every actor stops cleanly at the end. State is kept in $ROOST_HOME/roost.db like any session.
+
+    Exit status: 0 when the demo finished; 2 when the runtime cannot start (for example, an
+    unwritable $ROOST_HOME).
     """
     from roost.actors._messages import Origin, StartTurn, Subscribe
     from roost.engines import ProviderSettings

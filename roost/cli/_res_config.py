@@ -93,7 +93,13 @@ def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
 @json_option
 @click.option("--plugin", "plugin_name", default=None, help="Only this plugin (no match is an error).")
 def plugins_command(as_json: bool, plugin_name: str | None) -> None:
-    """List the tool plugins agents can use. --json: Plugin items."""
+    """List the tool plugins agents can use. --json: Plugin items.
+
+    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+
+    Exit status: 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
+    usage error.
+    """
     plugins = builtin_plugins()
     if plugin_name is not None:
         plugins = [p for p in plugins if p.name.lower() == plugin_name.lower()]
@@ -132,7 +138,13 @@ def _config_files(directory: Path) -> list[Path]:
 @click.option("--dir", "directory", type=click.Path(), default=str(DEFAULT_CONFIG_DIR),
               show_default=True, help="The config folder (files in agents/ folders are skipped).")
 def config_command(as_json: bool, list_configs: bool, directory: str) -> None:
-    """Orchestration configs: --list them (--json: ConfigSummary items)."""
+    """Orchestration configs: --list them (--json: ConfigSummary items).
+
+    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+
+    Exit status: 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
+    usage error.
+    """
     if not list_configs:
         fail("config", "nothing to do: use --list", as_json=as_json)
     root = Path(directory).resolve()
@@ -160,6 +172,9 @@ def validate_command(path: str, as_json: bool) -> None:
     """Check the orchestration config PATH; exit status 1 when it has errors.
 
     --json prints the Validation item in every case (also when invalid).
+
+    Exit status: 0 when the config is valid (warnings allowed); 1 when it has errors or cannot be
+    read; 2 for a usage error.
     """
     file = Path(path).expanduser().resolve()
     config, found = validate_config_file(file)
@@ -221,6 +236,10 @@ def init_command(path: str | None, as_json: bool, template_key: str, list_templa
     orchestration.yaml inside it); agent files go to agents/ beside it. Also creates .roost/ in
     the current directory and adds Roost's lines to its .gitignore. Files that exist are an error
     unless --force. --json: an InitResult item.
+
+    Exit status: 0 when the files were written (or the templates listed); 1 on failure (an
+    unknown template, files that exist without --force; with --json an error envelope); 2 for a
+    usage error.
     """
     if list_templates:
         rows = [Template(key=t.key, label=t.label, description=t.description) for t in TEMPLATES.values()]

@@ -34,7 +34,13 @@ _dir_option = click.option("--dir", "project", type=click.Path(), default=".", s
 
 @click.group("memory")
 def memory_group() -> None:
-    """Typed memories (user, feedback, project, reference) that agents save and recall."""
+    """Typed memories (user, feedback, project, reference) that agents save and recall.
+
+    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+
+    Exit status (every sub-command): 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
+    usage error.
+    """
 
 
 @memory_group.command("list")
@@ -91,7 +97,13 @@ def memory_delete(name: str, agent: str | None) -> None:
 
 @click.group("context")
 def context_group() -> None:
-    """Reference material imported into a project, readable by agents through context_read."""
+    """Reference material imported into a project, readable by agents through context_read.
+
+    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+
+    Exit status (every sub-command): 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
+    usage error.
+    """
 
 
 @context_group.command("list")

@@ -193,6 +193,9 @@ def sessions_command(as_json: bool, include_all: bool, project: str | None, show
 
     --json prints one wire-protocol line: Session items, a SessionDetail item (--show), or
     ReplSession items (--repl). --delete reports by exit status and cannot be combined with --json.
+
+    Exit status: 0 on success; 1 on failure (an unknown or malformed id; with --json an error
+    envelope on stdout); 2 for a usage error.
     """
     if delete_id is not None:
         if as_json:

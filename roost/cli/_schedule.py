@@ -82,7 +82,13 @@ def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
 
 @click.group("schedule")
 def schedule_command() -> None:
-    """Cron schedules that start runs in `roost serve` (5-field cron, UTC)."""
+    """Cron schedules that start runs in `roost serve` (5-field cron, UTC).
+
+    `list --json` prints the wire protocol's ScheduledJob items (docs/wire.md).
+
+    Exit status (every sub-command): 0 on success; 1 on failure (an unknown name, an invalid or
+    never-firing cron expression; with --json an error envelope); 2 for a usage error.
+    """
 
 
 @schedule_command.command("add")

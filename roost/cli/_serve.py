@@ -156,11 +156,31 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
                   outbox_lines: int | None, kick_grace: float, stamp_events: bool, verbose: bool) -> None:
     """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
 
-    Each user_input (or plain text line) becomes a task, run FIFO by --max-concurrent runners on
-    its own thread, by the team of agents of the -c orchestration config (or one agent without
-    it). Progress events go to every client; approvals (also agent handoffs that need a human)
-    and results only to the client that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN (or ROOST_SERVE_TOKEN) or
-    --tokens-file is required on the WebSocket when set.
+    Speaks the wire protocol's daemon events (docs/wire.md). Each user_input (or plain text line)
+    becomes a task, run FIFO by --max-concurrent runners on its own thread, by the team of agents
+    of the -c orchestration config (or one agent without it). Progress events go to every client;
+    approvals (also agent handoffs that need a human) and results only to the client that sent
+    the task.
+
+    \b
+    Endpoints:
+      Unix socket      --socket (default under $ROOST_HOME/run/); no token
+      ws://HOST:PORT/attach   with --http-port; the same events, one per text message
+      http://HOST:PORT/mcp    with --http-port; MCP tools dispatch_task, get_status, get_result
+
+    The daemon also fires the cron schedules added with `roost schedule add` (UTC, each slot at
+    most once, see `roost schedule --help`).
+
+    FUSERAFT_SERVE_TOKEN (the wire protocol's name; ROOST_SERVE_TOKEN is Roost's twin) or
+    --tokens-file sets the bearer token required on /attach and /mcp. Fuseraft-Client-Id (also
+    the wire protocol's name) is the header a WebSocket client sends to keep its tasks across
+    reconnects.
+
+    The first stdout line is {"type":"listening","protocolVersion":1,"socket","httpPort","pid"};
+    logs go to stderr.
+
+    Exit status: 0 after SIGINT/SIGTERM; 1 when another daemon owns the socket or the runtime
+    fails; 2 for bad settings (provider, -c config, TLS files, a socket path too long).
     """
     from roost.protocol._engines import EngineCatalog
     from roost.protocol._outbox import DEFAULT_OUTBOX_LINES
