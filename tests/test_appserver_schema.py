@@ -14,7 +14,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from _helpers.appserver import open_app_server, roost_argv, script_env
 
 SCRIPT = """
@@ -49,7 +48,10 @@ def _validator(schema: dict, pointer: str | None = None) -> jsonschema.Draft2020
 
 
 def test_schema_covers_every_method_and_rejects_what_the_server_rejects(schema):
-    from roost.protocol._as_schema import METHODS, UNSUPPORTED_METHODS  # importing it registers every handler
+    from roost.protocol._as_schema import (  # importing it registers every handler
+        METHODS,
+        UNSUPPORTED_METHODS,
+    )
 
     assert set(schema["x-methods"]) == set(METHODS) | set(UNSUPPORTED_METHODS)
     start = _validator(schema, schema["x-methods"]["turn/start"]["params"])

@@ -20,7 +20,12 @@ import attrs
 
 from roost.errors import PROTOCOL_ERRORS
 from roost.protocol import _wire_types
-from roost.protocol._as_schema import METHODS, NOTIFICATIONS, SERVER_REQUESTS, UNSUPPORTED_METHODS
+from roost.protocol._as_schema import (
+    METHODS,
+    NOTIFICATIONS,
+    SERVER_REQUESTS,
+    UNSUPPORTED_METHODS,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

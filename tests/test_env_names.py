@@ -13,11 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from trio_websocket import ConnectionRejected
-
 from _helpers.appserver import roost_argv, script_env
 from _helpers.serve_client import open_daemon
 from test_repl import open_repl
+from trio_websocket import ConnectionRejected
 
 ASK = """
 rules:
@@ -64,7 +63,7 @@ async def test_vscode_questions_from_either_variable(name: str, tmp_path: Path, 
 
 
 def _help(*args: str) -> str:
-    out = subprocess.run([*roost_argv(), *args, "--help"], capture_output=True, text=True,
+    out = subprocess.run([*roost_argv(), *args, "--help"], check=False, capture_output=True, text=True,
                          env={**os.environ, "COLUMNS": "200"})
     assert out.returncode == 0, out.stderr
     return " ".join(out.stdout.split())

@@ -170,3 +170,12 @@ def context_remove(name: str, project: str) -> None:
         fail("context remove", str(exc), as_json=False)
     if not existed:
         fail("context remove", f"no context item named {name!r} in {project_dir}", as_json=False)
+
+
+#: Each sub-command's --help ends with the exit statuses (issue 17: every command documents them).
+for _group in (memory_group, context_group):
+    for _command in _group.commands.values():
+        _command.epilog = _command.epilog or (
+            "Exit status: 0 on success; 1 on failure (an unknown name; with --json an error envelope "
+            "on stdout); 2 for a usage error.")
+del _group, _command

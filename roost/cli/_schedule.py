@@ -101,7 +101,7 @@ def schedule_command() -> None:
 @click.option("--work-dir", type=click.Path(), default=None,
               help="Directory the run works in; must exist, stored as an absolute path "
                    "(default: the daemon's --work-dir).")
-@click.option("--description", default=None)
+@click.option("--description", default=None, help="A one-line description, reported by `schedule list --json`.")
 @click.option("--catch-up", type=click.Choice(["once", "none"]), default="once", show_default=True,
               help="Slots missed while no daemon ran: run the latest once, or none.")
 @click.option("--overlap", type=click.Choice(["skip", "queue"]), default="skip", show_default=True,
@@ -304,3 +304,11 @@ def _claimed_soon(run_id: str) -> bool:
         return False
     finally:
         store.close()
+
+
+#: Each sub-command's --help ends with the exit statuses (issue 17: every command documents them).
+for _command in schedule_command.commands.values():
+    _command.epilog = _command.epilog or (
+        "Exit status: 0 on success; 1 on failure (an unknown name, an invalid or never-firing cron "
+        "expression; with --json an error envelope on stdout); 2 for a usage error.")
+del _command

@@ -33,8 +33,16 @@ from roost.protocol import _as_config, _as_runs, _as_threads, _as_turns  # noqa:
 from roost.protocol._appserver import METHODS, PROTOCOL_VERSION, UNSUPPORTED_METHODS
 from roost.protocol._params import ANY, BOOL, DICT, INT, LIST, NUM, STR
 
-__all__ = ["app_server_schema", "SchemaError", "NOTIFICATIONS", "SERVER_REQUESTS", "METHODS", "UNSUPPORTED_METHODS",
-           "params_spec", "def_name"]
+__all__ = [
+    "METHODS",
+    "NOTIFICATIONS",
+    "SERVER_REQUESTS",
+    "UNSUPPORTED_METHODS",
+    "SchemaError",
+    "app_server_schema",
+    "def_name",
+    "params_spec",
+]
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -74,7 +82,7 @@ def params_spec(name: str) -> dict[str, tuple[tuple[type, ...], bool]]:
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "check_params" and len(node.args) == 3:
             expr = ast.Expression(node.args[2])
             try:
-                spec = eval(compile(expr, f"<spec of {name}>", "eval"), handler.__globals__)  # noqa: S307
+                spec = eval(compile(expr, f"<spec of {name}>", "eval"), handler.__globals__)
             except NameError as exc:
                 raise SchemaError(f"{name}: the params spec uses a local name ({exc})") from None
             if not isinstance(spec, dict):
