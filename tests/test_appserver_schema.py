@@ -30,6 +30,12 @@ rules:
       - - {tool_call: {name: spawn_agent, arguments: {name: w1, task: "hello"}}}
       - - {tool_call: {name: wait_agents, arguments: {}}}
       - - {text: "ok"}
+  - match: {prompt: "^fail"}
+    steps:
+      - - {error: {category: rate_limit, message: "slow down"}}
+  - match: {prompt: "^slow"}
+    steps:
+      - - {text: "one two three four five six seven eight nine ten", tokens_per_second: 4}
 default: echo
 """
 
@@ -78,10 +84,22 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         await call("initialize", {"protocol_version": "wuu-app-server/v0.1",
                                   "capabilities": {"reverse_rpc": {"methods": ["approval/request"]}}})
         tid = (await call("thread/start", {}))["thread"]["id"]
-        for prompt in ("hello", "tool please", "spawn one"):
+        for prompt in ("hello", "tool please", "spawn one", "fail now"):
             start = len(client.lines)
             turn = (await call("turn/start", {"thread_id": tid, "prompt": prompt}))["turn"]
             await client.wait_terminal(turn["id"], start=start)
+        # a streaming turn: steer it, then interrupt it
+        start = len(client.lines)
+        slow = (await call("turn/start", {"thread_id": tid, "prompt": "slow please"}))["turn"]
+        await client.wait_for("item/agentMessage/delta", lambda p: p["turn_id"] == slow["id"], start=start)
+        await call("turn/steer", {"thread_id": tid, "prompt": "also this", "expected_turn_id": slow["id"]})
+        await call("turn/interrupt", {"thread_id": tid, "turn_id": slow["id"]})
+        await client.wait_terminal(slow["id"], start=start)
+        # an idle thread: a steer starts a turn
+        start = len(client.lines)
+        steered = await call("turn/steer", {"thread_id": tid, "prompt": "hello again"})
+        await client.wait_terminal(steered.get("turn", {}).get("id") or steered["turn_id"], start=start)
+        first_turn = (await call("thread/history/read", {"thread_id": tid}))["turns"][0]
         for method, params in [
             ("thread/list", {}), ("thread/listAll", {}), ("thread/listArchived", {}),
             ("thread/search", {"query": "hello"}), ("thread/rename", {"thread_id": tid, "title": "T"}),
@@ -94,6 +112,8 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         await call("turn/update-queued", {"thread_id": tid, "input_id": held["id"], "prompt": "later 2"})
         await call("turn/dequeue", {"thread_id": tid, "input_id": held["id"]})
         fork = (await call("thread/fork", {"thread_id": tid}))["thread"]["id"]
+        await call("thread/edit-message", {"thread_id": tid, "turn_id": first_turn["id"],
+                                           "item_id": first_turn["items"][0]["id"]})
         await call("config/model/update", {"thread_id": fork, "model": "other"})
         run = (await call("run/start", {"thread_id": fork, "prompt": "run it"}))["run"]
         await client.wait_for("run/updated", lambda p: p["run"]["id"] == run["id"]
@@ -112,8 +132,8 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         assert not errors, (line, [e.message for e in errors][:3])
     notified = {m["method"] for m in client.lines if "method" in m}
     for expected in ("thread/started", "turn/started", "item/started", "item/completed", "turn/completed",
-                     "item/agentMessage/delta", "item/toolCall/delta", "approval/request", "agent/updated",
-                     "turn/held", "run/started", "run/updated"):
+                     "turn/error", "item/agentMessage/delta", "item/toolCall/delta", "approval/request",
+                     "agent/updated", "turn/held", "run/started", "run/updated", "thread/updated"):
         assert expected in notified, expected
     results_checked = 0
     for method, reply in answered:
@@ -122,7 +142,7 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
             results_checked += 1
         elif method == "usage/overview":
             assert reply["error"]["code"] == "unsupported"
-    assert results_checked >= 20
+    assert results_checked >= 25
 
 
 def test_schema_is_not_vacuous(schema):

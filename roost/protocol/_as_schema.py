@@ -158,7 +158,8 @@ def _objects() -> dict[str, dict]:
     usage = _obj(["input_tokens", "output_tokens"], {"input_tokens": I, "output_tokens": I, "cached_tokens": I})
     turn = _obj(["id", "thread_id", "status"], {
         "id": S, "thread_id": S, "status": S, "run_id": NS, "started_at": NS, "completed_at": NS,
-        "error": {"anyOf": [{"type": "null"}, _ref("Error")]}, "usage": {"anyOf": [{"type": "null"}, _ref("Usage")]},
+        "error": {"anyOf": [{"type": "null"}, _ref("TurnError")]},
+        "usage": {"anyOf": [{"type": "null"}, _ref("Usage")]},
         "items": {"type": "array", "items": _ref("Item")},
     })
     user_input = _obj(["id", "kind"], {"id": S, "kind": S, "held": B, "client_id": NS, "prompt": NS, "position": NI})
@@ -170,8 +171,11 @@ def _objects() -> dict[str, dict]:
         "id": S, "thread_id": S, "root_thread_id": S, "parent_id": NS, "name": S, "status": S, "depth": I,
     })
     error = _obj(["code", "message"], {"code": {"type": "string"}, "message": S, "data": O})
+    # A turn's error names a failure category (engine failures: roost.errors.EngineFailure.CATEGORIES,
+    # "internal" for others, "cancelled" with a "reason" for an interrupted turn), not a wire code.
+    turn_error = _obj(["category", "message"], {"category": S, "message": S, "reason": S, "retryable": B})
     return {"Thread": thread, "Turn": turn, "Item": item, "Usage": usage, "UserInput": user_input,
-            "Run": run, "Agent": agent, "Error": error}
+            "Run": run, "Agent": agent, "Error": error, "TurnError": turn_error}
 
 
 def _thread_page() -> dict:
