@@ -153,3 +153,17 @@ def test_schema_is_not_vacuous(schema):
     assert not whole.is_valid({"method": "turn/finished", "params": {"thread_id": "t"}})
     assert not whole.is_valid({"id": 1, "error": {"code": "oops", "message": "m"}})
     assert whole.is_valid({"id": 1, "error": {"code": "thread_busy", "message": "m"}})
+
+
+def test_exec_json_lines_match_the_schema(schema, tmp_path: Path, roost_home: Path) -> None:
+    """``roost exec --json`` prints app-server notifications: each line is one the schema allows."""
+    env = script_env(tmp_path, roost_home, SCRIPT)
+    out = subprocess.run([*roost_argv(), "exec", "--json", "hello"], capture_output=True, env=env,
+                         cwd=tmp_path, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [m["method"] for m in lines][-1] == "turn/completed"
+    notification = _validator(schema, "#/$defs/Notification")
+    for line in lines:
+        errors = [e.message for e in notification.iter_errors(line)]
+        assert not errors, (line, errors[:3])
