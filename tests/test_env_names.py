@@ -81,3 +81,29 @@ def test_help_names_the_contract_of_each_name() -> None:
     app_server = _help("app-server")
     assert "wuu-app-server/v0.1" in app_server and "app-server contract" in app_server
     assert "--print-schema" in app_server and "Exit status" in app_server
+
+
+def test_every_command_documents_its_options_and_exit_status() -> None:
+    """Each `roost` command's --help explains every option and says what the exit status means."""
+    import click
+
+    from roost.cli._main import main
+
+    ctx = click.Context(main)
+    problems: list[str] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        text = f"{command.help or ''} {command.epilog or ''}".lower()
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None
+                walk(sub, f"{path} {name}")
+        elif "exit" not in text:
+            problems.append(f"{path}: no exit status")
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden and not param.help:
+                problems.append(f"{path} {param.opts[0]}: no help")
+
+    walk(main, "roost")
+    assert not problems, problems
