@@ -36,6 +36,10 @@ rules:
   - match: {prompt: "^slow"}
     steps:
       - - {text: "one two three four five six seven eight nine ten", tokens_per_second: 4}
+  - match: {prompt: "^busy"}
+    steps:
+      - - {tool_call: {name: shell, arguments: {command: "echo started; sleep 60"}}}
+      - - {text: "never"}
 default: echo
 """
 
@@ -95,6 +99,14 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         await call("turn/steer", {"thread_id": tid, "prompt": "also this", "expected_turn_id": slow["id"]})
         await call("turn/interrupt", {"thread_id": tid, "turn_id": slow["id"]})
         await client.wait_terminal(slow["id"], start=start)
+        # a steer while a tool runs waits for the next model request, so it can be withdrawn
+        start = len(client.lines)
+        busy = (await call("turn/start", {"thread_id": tid, "prompt": "busy please"}))["turn"]
+        await client.wait_for("item/toolCall/outputDelta", lambda p: "started" in p["delta"], start=start)
+        pending = await call("turn/steer", {"thread_id": tid, "prompt": "wait", "expected_turn_id": busy["id"]})
+        await call("turn/unsteer", {"thread_id": tid, "input_id": pending["input"]["id"]})
+        await call("turn/interrupt", {"thread_id": tid})
+        await client.wait_terminal(busy["id"], start=start)
         # an idle thread: a steer starts a turn
         start = len(client.lines)
         steered = await call("turn/steer", {"thread_id": tid, "prompt": "hello again"})
@@ -143,6 +155,10 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         elif method == "usage/overview":
             assert reply["error"]["code"] == "unsupported"
     assert results_checked >= 25
+    answered_ok = {m for m, r in answered if "result" in r}
+    from roost.protocol._as_schema import METHODS  # importing it registers every handler
+
+    assert answered_ok == set(METHODS), set(METHODS) - answered_ok  # every method's result was checked
 
 
 def test_schema_is_not_vacuous(schema):
