@@ -156,7 +156,9 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
             assert reply["error"]["code"] == "unsupported"
     assert results_checked >= 25
     answered_ok = {m for m, r in answered if "result" in r}
-    from roost.protocol._as_schema import METHODS  # importing it registers every handler
+    from roost.protocol._as_schema import (
+        METHODS,  # importing it registers every handler
+    )
 
     assert answered_ok == set(METHODS), set(METHODS) - answered_ok  # every method's result was checked
 
