@@ -9,6 +9,7 @@ response's ``result`` against the definition of the method it answers.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -161,6 +162,39 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
     )
 
     assert answered_ok == set(METHODS), set(METHODS) - answered_ok  # every method's result was checked
+    _check_object_fields_documented(client.lines + [r for _, r in answered])
+
+
+def _check_object_fields_documented(messages: list[dict]) -> None:
+    """Every key of every thread, turn, item, input, run and agent object seen is named in the
+    "Objects" section of docs/app-server.md (so a field added in the code is documented)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "app-server.md").read_text()
+    objects = text.split("## Objects", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`([a-z_]+)`", objects))
+    seen: dict[str, set[str]] = {}
+
+    plural = {"threads": "thread", "turns": "turn", "items": "item", "agents": "agent",
+              "held_user_messages": "input", "pending_user_messages": "input"}
+
+    def visit(value: object, name: str | None) -> None:
+        if isinstance(value, dict):
+            if name in ("thread", "turn", "item", "input", "run", "agent"):
+                seen.setdefault(name, set()).update(value)
+            for key, child in value.items():
+                if key in ("metadata", "arguments", "request", "runtime", "workspace", "error", "usage"):
+                    continue  # free-form or documented inline with their object
+                if name == "run" and key == "turns":
+                    continue  # a run's turns are {id, status, purpose}, documented with the run
+                visit(child, plural.get(key, key))
+        elif isinstance(value, list):
+            for child in value:
+                visit(child, name)
+
+    for message in messages:
+        visit(message, None)
+    assert {"thread", "turn", "item", "input", "run", "agent"} <= set(seen)
+    missing = {name: sorted(keys - documented) for name, keys in seen.items() if keys - documented}
+    assert not missing, missing
 
 
 def test_schema_is_not_vacuous(schema):
