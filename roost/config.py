@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import attrs
 
 from roost._paths import config_path as default_config_path
-from roost.engines._settings import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS, PROVIDERS, ProviderSettings
+from roost.engines import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS, PROVIDERS, ProviderSettings
 from roost.errors import ConfigError
 
 __all__ = ["ProviderSettings", "resolve_provider", "derive_provider", "load_config", "SETUP_HINT"]

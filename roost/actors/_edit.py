@@ -20,7 +20,7 @@ import attrs
 from roost.actors._views import history_from_items
 from roost.errors import InvalidParams, ThreadBusy, TurnNotFound
 from roost.storage import _items, _threads
-from roost.storage._rows import new_id, utc_now
+from roost.storage import new_id, utc_now
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor

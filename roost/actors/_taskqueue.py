@@ -396,7 +396,7 @@ class TaskQueue:
         Raises:
             RoostError: the run could not start (a failure inside the run is its outcome).
         """
-        from roost.orchestration._run import Orchestrator
+        from roost.orchestration import Orchestrator
 
         last: dict[str, str | None] = {"agent": None, "message": None}
 

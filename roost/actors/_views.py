@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost.engines._types import AgentMessage, Reasoning, ToolCall, ToolResult, UserMessage, Image
+from roost.engines import AgentMessage, Reasoning, ToolCall, ToolResult, UserMessage, Image
 from roost.engines import INTERRUPTED_OUTPUT
 
 __all__ = [

@@ -30,9 +30,9 @@ import attrs
 import trio
 
 from roost.actors._actor import shielded_cleanup
-from roost.engines._types import ToolSchema
+from roost.engines import ToolSchema
 from roost.errors import RoostError
-from roost.storage._rows import new_id, utc_now
+from roost.storage import new_id, utc_now
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor

@@ -4,4 +4,8 @@ from __future__ import annotations
 
 from roost.cli._main import main
 
-__all__ = ["main"]
+from roost.cli._render import silence_stdout as silence_stdout
+
+__all__ = [
+    "silence_stdout",
+"main"]

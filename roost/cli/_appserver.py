@@ -14,7 +14,7 @@ from roost.errors import ConfigError
 
 
 def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True):
-    from roost.protocol._engines import EngineCatalog
+    from roost.protocol import EngineCatalog
 
     try:
         settings = flags.resolve(allow_scripted_default=allow_scripted_default)
@@ -42,7 +42,7 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool) -> None:
     (ROOST_MAX_LINE_BYTES lowers the limit).
     """
     from roost.protocol import open_stdio_stream
-    from roost.protocol._serve_appserver import serve_app_server
+    from roost.protocol import serve_app_server
 
     setup_logging(verbose)
     engines = _engines(engine_flags)

@@ -21,7 +21,7 @@ import click
 from roost._json import dumps
 from roost.cli._res_common import fail, emit_item, emit_items, json_option, open_cli_store
 from roost.errors import NotFound, RoostError
-from roost.protocol._wire_types import AgentMessage, ReplSession, Session, SessionDetail, ToolCallSummary
+from roost.protocol import AgentMessage, ReplSession, Session, SessionDetail, ToolCallSummary
 
 __all__ = ["sessions_command", "session_rows", "repl_rows", "session_detail"]
 

@@ -38,8 +38,8 @@ async def run_serve(options: object, engines: object) -> int:
     Raises:
         DaemonRunning: another daemon owns the socket path (nothing was started).
     """
-    from roost.protocol._serve_daemon import ServeDaemon, claim_socket_path
-    from roost.supervisor._root import open_runtime
+    from roost.protocol import ServeDaemon, claim_socket_path
+    from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     lock_fd = claim_socket_path(options.socket_path)  # type: ignore[attr-defined]
@@ -68,7 +68,7 @@ async def run_serve(options: object, engines: object) -> int:
 async def _start_scheduler(runtime: Any, daemon: Any) -> None:
     """Start the cron Scheduler as a permanent child of the root supervisor; it fires due
     schedule slots as tasks of this daemon's TaskQueue (approvals follow the unattended policy)."""
-    from roost.actors._scheduler import Scheduler, TaskOutcomes
+    from roost.actors import Scheduler, TaskOutcomes
     from roost.supervisor import ChildSpec, Restart
 
     daemon.outcomes = TaskOutcomes(daemon.queue.lookup)
@@ -99,7 +99,7 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
         return None
     from roost.errors import InvalidParams
     from roost.orchestration import load_config_file
-    from roost.orchestration._agents import resolve_agents
+    from roost.orchestration import resolve_agents
 
     absolute = os.path.abspath(os.path.expanduser(str(path)))
     config = load_config_file(absolute)
@@ -162,10 +162,10 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
     and results only to the client that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN (or ROOST_SERVE_TOKEN) or
     --tokens-file is required on the WebSocket when set.
     """
-    from roost.protocol._engines import EngineCatalog
-    from roost.protocol._outbox import DEFAULT_OUTBOX_LINES
-    from roost.protocol._serve_auth import ServeAuth
-    from roost.protocol._serve_daemon import DaemonRunning, ServeOptions, default_socket_path
+    from roost.protocol import EngineCatalog
+    from roost.protocol import DEFAULT_OUTBOX_LINES
+    from roost.protocol import ServeAuth
+    from roost.protocol import DaemonRunning, ServeOptions, default_socket_path
 
     setup_logging(verbose)
     if (tls_cert is None) != (tls_key is None):

@@ -428,7 +428,7 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
 
 
 def _check_model(spec: ModelSpec, where: str, error: Any) -> None:
-    from roost.engines._settings import PROVIDERS
+    from roost.engines import PROVIDERS
 
     if not spec.model_id.strip():
         error(f"{where}.ModelId: must not be empty")

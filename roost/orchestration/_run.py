@@ -30,7 +30,7 @@ from roost.orchestration._config import AgentSpec, OrchestrationConfig
 from roost.orchestration._policy import (
     WARN_FRACTION, Progress, first_agent, keyword_handoff, next_sequential, terminated, token_budget,
 )
-from roost.protocol._wire_types import AgentMessage, ToolCallSummary, to_wire
+from roost.protocol import AgentMessage, ToolCallSummary, to_wire
 
 __all__ = ["Orchestrator", "RunOutcome", "ORCHESTRATOR_SOURCE", "HUMAN_SOURCE", "STOP", "args_summary"]
 
@@ -174,7 +174,7 @@ class Orchestrator:
     def interrupt(self, reason: str = "interrupted") -> None:
         """Stop the run: interrupt the running agent turn (it persists as interrupted), or cancel
         whatever the run waits on. Idempotent; not a checkpoint."""
-        from roost.actors._messages import InterruptTurn
+        from roost.actors import InterruptTurn
         from roost.errors import RoostError
 
         if self.interrupted is not None:
@@ -206,7 +206,7 @@ class Orchestrator:
         Cancellation: :meth:`interrupt` ends the run as ``interrupted`` (the running turn is
         persisted as interrupted, and ``--resume`` continues with the same agent).
         """
-        from roost.actors._messages import Subscribe, Unsubscribe
+        from roost.actors import Subscribe, Unsubscribe
 
         await self.actor.ref.ask(Subscribe(self.watch))
         outcome: RunOutcome | None = None
@@ -226,7 +226,7 @@ class Orchestrator:
                 await self.actor.ref.ask(Unsubscribe(self.watch), timeout=5)
 
     async def _loop(self, task: str) -> RunOutcome:
-        from roost.actors._messages import Origin, Snapshot
+        from roost.actors import Origin, Snapshot
 
         p = self.progress
         snapshot = await self.actor.ref.ask(Snapshot(history_turns=1))
@@ -338,7 +338,7 @@ class Orchestrator:
 
     async def _llm_select(self, speaker: str, text: str) -> str:
         """Ask the selector model (scripted: rules for agent ``selector``) who speaks next."""
-        from roost.engines._types import EngineRequest, TextDelta, Usage, UserMessage
+        from roost.engines import EngineRequest, TextDelta, Usage, UserMessage
 
         sel = self.config.selection
         roster = "\n".join(f"- {a.name}: {a.description or ''}".rstrip() for a in self.config.agents)
@@ -404,7 +404,7 @@ class Orchestrator:
         return text
 
     async def _save(self, *, complete: bool) -> None:
-        from roost.actors._messages import UpdateThread
+        from roost.actors import UpdateThread
 
         meta = dict(self.actor.thread.metadata or {})
         meta["orchestration"] = attrs.asdict(self.progress)
@@ -416,7 +416,7 @@ class Orchestrator:
 
 def _interrupted(reason: str | None) -> str:
     """The run's error message for an interrupt with ``reason`` (as a turn's would read)."""
-    from roost.actors._turn import _STOP_MESSAGES
+    from roost.actors import STOP_MESSAGES as _STOP_MESSAGES
 
     if reason in _STOP_MESSAGES:
         return _STOP_MESSAGES[reason]

@@ -24,7 +24,7 @@ import trio
 
 from roost import __version__
 from roost._json import dumps_line
-from roost.actors._messages import Origin, Subscribe
+from roost.actors import Origin, Subscribe
 from roost.errors import (
     Unsupported,
     InternalError, InvalidRequest, MailboxClosed, MailboxFull, MethodNotFound, ProtocolError,
@@ -300,7 +300,7 @@ class AppServerSession:
 
     async def _interrupt_all(self) -> None:
         """End of input: interrupt every running turn and wait (bounded) for them to persist."""
-        from roost.actors._messages import InterruptTurn
+        from roost.actors import InterruptTurn
 
         actors = [a for a in self.runtime.registry.loaded() if a.active is not None]
         for actor in actors:

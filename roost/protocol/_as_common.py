@@ -10,8 +10,8 @@ from typing import Any
 import trio
 
 from roost._json import dumps, loads
-from roost.actors._messages import Snapshot
-from roost.actors._thread_store import live_elsewhere
+from roost.actors import Snapshot
+from roost.actors import live_elsewhere
 from roost.errors import InvalidParams, ReadOnly, ThreadBusy
 from roost.storage import leases
 

@@ -46,8 +46,8 @@ import jsonschema
 import trio
 
 from roost._json import JSONDecodeError, dumps, loads
-from roost.actors._actor import shielded_cleanup
-from roost.actors._messages import InterruptTurn, IsBusy, Snapshot, StartTurn
+from roost.actors import shielded_cleanup
+from roost.actors import InterruptTurn, IsBusy, Snapshot, StartTurn
 from roost.errors import (
     InvalidParams, NotFound, ProtocolError, RoostError, RunNotAttached, RunNotFound, ThreadBusy,
 )
@@ -56,7 +56,7 @@ from roost.protocol._as_common import check_writable, thread_actor
 from roost.protocol._as_turns import _check_permission, _input
 from roost.protocol._params import DICT, INT, LIST, STR, check_params
 from roost.storage import _threads
-from roost.storage._rows import new_id, utc_now
+from roost.storage import new_id, utc_now
 
 __all__ = [
     "RUN_STATUSES", "TERMINAL_STATUSES", "LiveRun", "RunRegistry", "runs_of", "exit_code_for",

@@ -16,10 +16,10 @@ from typing import Any
 import trio
 
 from roost._json import dumps, loads
-from roost.actors._edit import RETRACTED
-from roost.actors._messages import IsBusy, UpdateThread
-from roost.actors._thread_store import live_elsewhere
-from roost.actors._views import thread_view
+from roost.actors import RETRACTED
+from roost.actors import IsBusy, UpdateThread
+from roost.actors import live_elsewhere
+from roost.actors import thread_view
 from roost.errors import InvalidParams, NotFound, ThreadBusy
 from roost.model import THREAD_KINDS
 from roost.protocol._appserver import AppServerSession, method
@@ -27,7 +27,7 @@ from roost.protocol._as_common import read_store, same_dir, thread_actor
 from roost.protocol._params import BOOL, INT, STR, check_params
 from roost.protocol._worktree import remove_clean_worktree
 from roost.storage import _items, _threads, leases
-from roost.storage._threads import THREADS
+from roost.storage import THREADS
 
 __all__ = ["MAX_LIST", "MAX_SEARCH"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import trio
 
-from roost.actors._edit import ImportHistory, RetractFrom, stored_payload
-from roost.actors._messages import Snapshot
+from roost.actors import ImportHistory, RetractFrom, stored_payload
+from roost.actors import Snapshot
 from roost.errors import InvalidParams, ThreadNotFound, TurnNotFound, Unsupported
 from roost.model import Thread
 from roost.protocol._appserver import AppServerSession, PROTOCOL_VERSION, initialize_result, method
@@ -29,7 +29,7 @@ from roost.protocol._as_common import (
 from roost.protocol._params import ANY, BOOL, DICT, INT, STR, check_params
 from roost.protocol._worktree import create_worktree, remove_worktree
 from roost.storage import _items, _threads
-from roost.storage._rows import new_id, utc_now
+from roost.storage import new_id, utc_now
 
 __all__ = ["PERMISSION_MODES", "HISTORY_PAGE_TURNS", "BUILTIN_ENGINES"]
 
@@ -169,7 +169,7 @@ async def _most_recent(session: AppServerSession, cwd: str) -> str:
     """The most recently updated visible (unarchived chat) thread whose cwd is ``cwd``."""
 
     def find(conn: Any) -> Any:
-        from roost.storage._threads import THREADS
+        from roost.storage import THREADS
 
         rows = THREADS.select(conn, "archived = 0 AND kind = 'chat' AND cwd IS NOT NULL", (),
                               order="updated_at DESC, id DESC")

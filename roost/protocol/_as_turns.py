@@ -13,9 +13,7 @@ import binascii
 import json
 from typing import Any
 
-from roost.actors._messages import (
-    Dequeue, InterruptTurn, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued,
-)
+from roost.actors import Dequeue, InterruptTurn, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued
 from roost.errors import InvalidParams, Unsupported
 from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import check_writable, thread_actor

@@ -62,11 +62,11 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
     """
     from roost.model import Thread
     from roost.orchestration import load_config_file
-    from roost.orchestration._agents import resolve_agents
-    from roost.orchestration._run import Orchestrator
+    from roost.orchestration import resolve_agents
+    from roost.orchestration import Orchestrator
     from roost.protocol._engines import EngineCatalog
     from roost.storage import new_id, utc_now
-    from roost.supervisor._root import open_runtime
+    from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     began = trio.current_time()
@@ -125,7 +125,7 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
                 outcome = await orch.run(task or "")
             except RoostError as exc:
                 log.exception("run %s failed", actor.thread.id)
-                from roost.orchestration._run import RunOutcome
+                from roost.orchestration import RunOutcome
 
                 outcome = RunOutcome(status="failed", error_message=str(exc))
             p = orch.progress
@@ -227,7 +227,7 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
             inputs.cancel_scope.cancel()
         outbox.close()
     if state.get("stdout_gone"):
-        from roost.cli._render import silence_stdout
+        from roost.cli import silence_stdout
 
         silence_stdout()
         return 1 if result["exitCode"] == 0 else int(result["exitCode"])

@@ -76,7 +76,7 @@ class ShellEscape:
         Cancellation: cancelled from outside, the process group is stopped first (shielded,
         bounded), then ``trio.Cancelled`` propagates without ``shell_end``.
         """
-        from roost.tools._shell import spawn_shell
+        from roost.tools import spawn_shell
 
         try:
             try:

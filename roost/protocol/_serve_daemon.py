@@ -48,8 +48,8 @@ import trio
 
 from roost._json import JSONDecodeError, dumps_line, loads
 from roost._paths import run_dir
-from roost.actors._connection import CLOSE_NORMAL, ConnectionActor
-from roost.actors._taskqueue import QueuedTask, TaskQueue
+from roost.actors import CLOSE_NORMAL, ConnectionActor
+from roost.actors import QueuedTask, TaskQueue
 from roost.errors import ConfigError, RoostError, ServerOverloaded
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox

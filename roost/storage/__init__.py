@@ -95,7 +95,11 @@ from .leases import release as release
 from .leases import renew as renew
 from .leases import thread_lease_key as thread_lease_key
 
+from roost.storage._threads import THREADS as THREADS
+
 __all__ = [
+    "THREADS",
+
     "DEFAULT_BUSY_TIMEOUT", "connect", "immediate", "translate_error",
     "Store", "open_store", "migrate", "schema_version",
     "StoreWriter", "WriterState", "WriterStats",

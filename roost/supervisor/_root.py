@@ -21,8 +21,8 @@ from typing import Any, AsyncIterator
 import attrs
 import trio
 
-from roost.actors._registry import ThreadRegistry
-from roost.actors._services import Services
+from roost.actors import ThreadRegistry
+from roost.actors import Services
 from roost.errors import ConfigError
 from roost.storage import LeaseKeeper, default_owner, open_store, reconcile
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
