@@ -110,6 +110,17 @@ class _Sink:
             log.exception("task %s: could not render a notification", self.task.id)
 
 
+class Orchestrations(Protocol):
+    """What the task queue uses of ``roost.orchestration`` (the daemon passes that package in: the
+    actors room sits below it and never imports it, DESIGN section 3)."""
+
+    Orchestrator: Any
+
+    def load_config_file(self, path: str) -> Any:
+        """Load and validate an orchestration config; raises ``ConfigInvalid``."""
+        ...
+
+
 class TaskQueue:
     """FIFO of daemon tasks run by ``max_concurrent`` runners.
 
@@ -126,12 +137,15 @@ class TaskQueue:
             (``roost serve -c``); None: such tasks run one agent's turn.
         engines: the daemon's :class:`roost.protocol._engines.EngineCatalog` (the Orchestrator's
             selector model for ``llm`` selection).
+        orchestrations: ``roost.orchestration`` (see :class:`Orchestrations`); None: a task with
+            an orchestration config fails with ``ConfigError``.
     """
 
     def __init__(self, runtime: Any, listener: TaskListener, *, provider: str | None, model: str | None,
                  max_concurrent: int = 1, max_queued: int = 1000, unattended_policy: str = "deny",
                  permission_mode: str = "standard", default_work_dir: str = ".",
-                 default_config: str | None = None, engines: Any = None) -> None:
+                 default_config: str | None = None, engines: Any = None,
+                 orchestrations: Orchestrations | None = None) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.runtime = runtime
@@ -145,6 +159,7 @@ class TaskQueue:
         self.default_work_dir = default_work_dir
         self.default_config = default_config
         self.engines = engines
+        self.orchestrations = orchestrations
         self.tasks: dict[str, QueuedTask] = {}
         self._queued: collections.deque[str] = collections.deque()
         self._wake = trio.Event()
@@ -396,8 +411,8 @@ class TaskQueue:
         Raises:
             RoostError: the run could not start (a failure inside the run is its outcome).
         """
-        from roost.orchestration import Orchestrator
-
+        assert self.orchestrations is not None  # _load_config refused the task without it
+        orchestrator_class = self.orchestrations.Orchestrator
         last: dict[str, str | None] = {"agent": None, "message": None}
 
         def emit(event: dict) -> None:
@@ -410,7 +425,7 @@ class TaskQueue:
             except Exception:
                 log.exception("task %s: could not render a run event", task.id)
 
-        orch = Orchestrator(config, actor, engines=self.engines, emit=emit,
+        orch = orchestrator_class(config, actor, engines=self.engines, emit=emit,
                             request_approval=functools.partial(self._ask, task))
         task.orchestrator = orch
         if task.interrupt_pending:
@@ -436,9 +451,9 @@ class TaskQueue:
         """
         if not task.config:
             return None
-        from roost.orchestration import load_config_file
-
-        return await trio.to_thread.run_sync(load_config_file, task.config)
+        if self.orchestrations is None:
+            raise ConfigError("this task queue runs no orchestrations (no orchestration room was given)")
+        return await trio.to_thread.run_sync(self.orchestrations.load_config_file, task.config)
 
     async def _thread(self, task: QueuedTask, config: Any = None) -> Any:
         """The task's thread actor: loaded when it exists (a resumed task), else created.

@@ -4,8 +4,4 @@ from __future__ import annotations
 
 from roost.cli._main import main
 
-from roost.cli._render import silence_stdout as silence_stdout
-
-__all__ = [
-    "silence_stdout",
-"main"]
+__all__ = ["main"]

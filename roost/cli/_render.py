@@ -6,22 +6,11 @@ import sys
 from typing import Any, TextIO
 
 from roost._json import loads
+from roost.protocol import silence_stdout
 
 __all__ = ["TextRenderer"]
 
 _DIM, _BOLD, _CYAN, _YELLOW, _RED, _GREEN, _RESET = "\033[2m", "\033[1m", "\033[36m", "\033[33m", "\033[31m", "\033[32m", "\033[0m"
-
-
-def silence_stdout() -> None:
-    """Point stdout at /dev/null (after its reader went away) so exit-time flushes stay quiet."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
 
 
 class TextRenderer:

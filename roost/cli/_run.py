@@ -67,7 +67,7 @@ class _Transcript:
                 self.out.flush()
         except (BrokenPipeError, ValueError):  # ValueError: stdout was closed
             self.broken = True
-            from roost.cli._render import silence_stdout
+            from roost.protocol import silence_stdout
 
             silence_stdout()
             if self.on_broken is not None:

@@ -30,7 +30,6 @@ from roost.orchestration._config import AgentSpec, OrchestrationConfig
 from roost.orchestration._policy import (
     WARN_FRACTION, Progress, first_agent, keyword_handoff, next_sequential, terminated, token_budget,
 )
-from roost.protocol import AgentMessage, ToolCallSummary, to_wire
 
 __all__ = ["Orchestrator", "RunOutcome", "ORCHESTRATOR_SOURCE", "HUMAN_SOURCE", "STOP", "args_summary"]
 
@@ -382,21 +381,27 @@ class Orchestrator:
                        "warnThreshold": threshold})
 
     def _emit_message(self, agent: str, role: str, content: str, turn: dict | None, elapsed: float,
-                      calls: list[ToolCallSummary] | None = None) -> None:
+                      calls: list[dict[str, Any]] | None = None) -> None:
+        """Send an ``agent_message`` run event; its ``message`` is the wire's AgentMessage
+        (wire-protocol.md, camelCase; ``roost.protocol`` renders the same shape from its attrs type,
+        and tests/test_orchestration_run.py checks the two agree)."""
         usage = (turn or {}).get("usage") or {}
-        message = AgentMessage(
-            agent_name=agent, role=role, content=content, turn_index=len(self.actor.turns) - (0 if turn is None else 1),
-            timestamp=(turn or {}).get("completed_at") or _now(), is_compaction_summary=False,
-            input_tokens=usage.get("input_tokens") if turn else None,
-            output_tokens=usage.get("output_tokens") if turn else None, tool_calls=calls or [])
-        self.emit({"type": "agent_message", "message": to_wire(message), "elapsedMs": int(elapsed * 1000)})
+        message = {
+            "agentName": agent, "role": role, "content": content,
+            "turnIndex": len(self.actor.turns) - (0 if turn is None else 1),
+            "timestamp": (turn or {}).get("completed_at") or _now(),
+            "inputTokens": usage.get("input_tokens") if turn else None,
+            "outputTokens": usage.get("output_tokens") if turn else None,
+            "isCompactionSummary": False, "toolCalls": calls or [],
+        }
+        self.emit({"type": "agent_message", "message": message, "elapsedMs": int(elapsed * 1000)})
 
     def _emit_turn(self, agent: str, turn: dict, elapsed: float) -> str:
         """Send the turn's ``agent_message``; return its text (the last agent message of the turn)."""
         items = turn.get("items") or []
         texts = [i.get("text") or "" for i in items if i.get("type") == "agent_message" and i.get("text")]
-        calls = [ToolCallSummary(name=str(i.get("name") or ""), args_summary=args_summary(i.get("arguments")),
-                                 succeeded=i.get("status") == "completed" and not i.get("is_error"))
+        calls = [{"name": str(i.get("name") or ""), "argsSummary": args_summary(i.get("arguments")),
+                  "succeeded": i.get("status") == "completed" and not i.get("is_error")}
                  for i in items if i.get("type") == "tool_call"]
         text = texts[-1] if texts else ""
         if texts or calls or turn.get("status") == "completed":

@@ -48,8 +48,10 @@ from roost.protocol._wire_types import error_envelope as error_envelope
 from roost.protocol._wire_types import item_envelope as item_envelope
 from roost.protocol._wire_types import items_envelope as items_envelope
 from roost.protocol._wire_types import to_wire as to_wire
+from roost.protocol._stdout import silence_stdout as silence_stdout
 
 __all__ = [
+    "silence_stdout",
     "AgentMessage",
     "ConfigSummary",
     "ContextFileInfo",

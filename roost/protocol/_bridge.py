@@ -227,7 +227,7 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
             inputs.cancel_scope.cancel()
         outbox.close()
     if state.get("stdout_gone"):
-        from roost.cli import silence_stdout
+        from roost.protocol._stdout import silence_stdout
 
         silence_stdout()
         return 1 if result["exitCode"] == 0 else int(result["exitCode"])

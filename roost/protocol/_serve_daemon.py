@@ -51,6 +51,7 @@ from roost._paths import run_dir
 from roost.actors import CLOSE_NORMAL, ConnectionActor
 from roost.actors import QueuedTask, TaskQueue
 from roost.errors import ConfigError, RoostError, ServerOverloaded
+import roost.orchestration
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
@@ -178,7 +179,8 @@ class ServeDaemon:
                                max_concurrent=options.max_concurrent, max_queued=options.max_queued,
                                unattended_policy=options.unattended_policy,
                                permission_mode=options.permission_mode, default_work_dir=str(options.work_dir),
-                               default_config=options.config, engines=engines)
+                               default_config=options.config, engines=engines,
+                               orchestrations=roost.orchestration)
         self.clients: dict[str, ClientState] = {}
         self.connections: set[ConnectionActor] = set()
         self._translators: dict[str, TaskEventTranslator] = {}
