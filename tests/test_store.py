@@ -17,8 +17,8 @@ from roost.errors import Conflict, NotFound, StoreClosed, StoreFull, UsageError
 from roost.storage import (
     add_held_input,
     append_item,
-    claim_schedule_slot,
-    create_schedule,
+    add_job,
+    claim_slot,
     create_thread,
     create_turn,
     create_worker,
@@ -266,9 +266,9 @@ def test_data_api_round_trips(db: Path) -> None:
         w2 = create_worker(conn, thread_id=child.id, root_thread_id=thread.id, parent_id=w1.id)
         held, created = add_held_input(conn, thread.id, kind="queue", payload={"text": "hi"}, client_id="c1")
         again, created_again = add_held_input(conn, thread.id, kind="queue", payload={}, client_id="c1")
-        sched = create_schedule(conn, name="nightly", cron="0 3 * * *", payload={"task": "x"})
-        first_claim = claim_schedule_slot(conn, sched.id, "2026-01-01T03:00:00Z")
-        second_claim = claim_schedule_slot(conn, sched.id, "2026-01-01T03:00:00Z")
+        sched = add_job(conn, name="nightly", cron="0 3 * * *", task="x", next_run="2026-01-01T03:00:00Z")
+        first_claim = claim_slot(conn, sched.id, "2026-01-01T03:00:00Z", "me")
+        second_claim = claim_slot(conn, sched.id, "2026-01-01T03:00:00Z", "other")
         task, _ = enqueue_daemon_task(conn, payload={"task": "y"}, client_id="k")
         storage.put_memory(conn, "ws:/tmp", "fact", {"v": 1})
         storage.put_memory(conn, "ws:/tmp", "fact", {"v": 2})
@@ -292,6 +292,8 @@ def test_data_api_round_trips(db: Path) -> None:
         assert created and not created_again and again.id == held.id
         assert first_claim is not None and second_claim is None
         assert storage.list_daemon_tasks(conn)[0].id == task.id
+        assert storage.get_daemon_task(conn, task.id) == task and storage.get_daemon_task(conn, "nope") is None
+        assert storage.schedule_run_status(conn, first_claim) == "claimed"
         assert storage.get_memory(conn, "ws:/tmp", "fact").value == {"v": 2}
         assert [c.path for c in storage.list_context_files(conn, thread.id)] == ["README.md"]
         with pytest.raises(NotFound):

@@ -9,7 +9,7 @@ import trio
 
 from roost.actors._thread import ThreadActor
 from roost.errors import NotFound, ThreadNotFound
-from roost.storage import _threads
+from roost.storage import create_thread, get_thread
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
 __all__ = ["ThreadRegistry"]
@@ -51,7 +51,7 @@ class ThreadRegistry:
             fields = {k: getattr(thread, k) for k in (
                 "title", "cwd", "provider", "model", "effort", "permission_mode", "parent_thread_id", "metadata")}
             stored = await self.services.store.writer.submit(functools.partial(
-                _threads.create_thread, kind=thread.kind, id=thread.id, **fields))
+                create_thread, kind=thread.kind, id=thread.id, **fields))
             thread = stored
         self._fresh.add(thread.id)
         return await self.get(thread.id, _thread=thread)
@@ -87,7 +87,7 @@ class ThreadRegistry:
 
         def read() -> Any:
             with store.read() as conn:
-                return _threads.get_thread(conn, thread_id)
+                return get_thread(conn, thread_id)
 
         try:
             return await trio.to_thread.run_sync(read)

@@ -38,7 +38,7 @@ from roost._json import loads
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe, Unsubscribe
 from roost.errors import ConfigError, RoostError, ServerOverloaded, ThreadNotFound
-from roost.storage import enqueue_daemon_task, list_daemon_tasks, new_id, update_daemon_task, utc_now
+from roost.storage import enqueue_daemon_task, get_daemon_task, list_daemon_tasks, new_id, update_daemon_task, utc_now
 
 __all__ = ["TaskQueue", "QueuedTask", "TaskListener", "RESUME_PROMPT"]
 
@@ -219,8 +219,8 @@ class TaskQueue:
 
         def read() -> Any:
             with store.read() as conn:
-                row = conn.execute("SELECT id FROM daemon_tasks WHERE id = ?", (task_id,)).fetchone()
-                return [t for t in list_daemon_tasks(conn) if t.id == task_id] if row else []
+                found = get_daemon_task(conn, task_id)
+                return [found] if found is not None else []
 
         rows = await trio.to_thread.run_sync(read)
         if not rows:
@@ -487,10 +487,10 @@ def _result(succeeded: bool, error: str | None, last_agent: str | None = None,
 def _mark_complete(conn: Any, thread_id: str) -> None:
     """Set ``metadata["is_complete"]`` on a task's thread (write; a missing thread is skipped)."""
     from roost.errors import NotFound
-    from roost.storage import _threads
+    from roost.storage import get_thread, update_thread
 
     try:
-        thread = _threads.get_thread(conn, thread_id)
+        thread = get_thread(conn, thread_id)
     except NotFound:
         return
-    _threads.update_thread(conn, thread_id, metadata={**(thread.metadata or {}), "is_complete": True})
+    update_thread(conn, thread_id, metadata={**(thread.metadata or {}), "is_complete": True})

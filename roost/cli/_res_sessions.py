@@ -22,6 +22,7 @@ from roost._json import dumps
 from roost.cli._res_common import fail, emit_item, emit_items, json_option, open_cli_store
 from roost.errors import NotFound, RoostError
 from roost.protocol import AgentMessage, ReplSession, Session, SessionDetail, ToolCallSummary
+from roost.storage import count_turns, first_user_text, latest_run_status
 
 __all__ = ["sessions_command", "session_rows", "repl_rows", "session_detail"]
 
@@ -31,9 +32,7 @@ _ARGS_SUMMARY_CHARS = 120
 
 
 def _first_user_text(conn: sqlite3.Connection, thread_id: str) -> str:
-    row = conn.execute("SELECT text FROM items WHERE thread_id = ? AND type = 'user_message' ORDER BY seq LIMIT 1",
-                       (thread_id,)).fetchone()
-    return (row[0] or "") if row else ""
+    return first_user_text(conn, thread_id)
 
 
 def _task_of(conn: sqlite3.Connection, thread: Any) -> str:
@@ -47,13 +46,11 @@ def _is_complete(conn: sqlite3.Connection, thread: Any) -> bool:
     flag = (thread.metadata or {}).get("is_complete")
     if flag is not None:
         return bool(flag)
-    row = conn.execute("SELECT status FROM runs WHERE thread_id = ? ORDER BY started_at DESC, rowid DESC LIMIT 1",
-                       (thread.id,)).fetchone()
-    return bool(row and row[0] == "completed")
+    return latest_run_status(conn, thread.id) == "completed"
 
 
 def _turn_count(conn: sqlite3.Connection, thread_id: str) -> int:
-    return int(conn.execute("SELECT COUNT(*) FROM turns WHERE thread_id = ?", (thread_id,)).fetchone()[0])
+    return count_turns(conn, thread_id)
 
 
 def _in_project(directory: str | None, project: str | None) -> bool:

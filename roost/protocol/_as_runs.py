@@ -55,7 +55,7 @@ from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import check_writable, thread_actor
 from roost.protocol._as_turns import _check_permission, _input
 from roost.protocol._params import DICT, INT, LIST, STR, check_params
-from roost.storage import _threads
+from roost.storage import create_run, get_run, update_run
 from roost.storage import new_id, utc_now
 
 __all__ = [
@@ -265,11 +265,11 @@ async def _persist(run: LiveRun, *, create: bool = False) -> None:
     try:
         if create:
             await writer.submit(functools.partial(
-                _threads.create_run, thread_id=run.thread_id, id=run.id, kind="run", status=run.status,
+                create_run, thread_id=run.thread_id, id=run.id, kind="run", status=run.status,
                 owner=run.session.runtime.services.owner, metadata=run.metadata()))
         else:
             await writer.submit(functools.partial(
-                _threads.update_run, status=run.status, error=run.error, metadata=run.metadata(),
+                update_run, status=run.status, error=run.error, metadata=run.metadata(),
                 completed_at=run.completed_at), run.id)
     except RoostError:
         if create:
@@ -282,7 +282,7 @@ async def _read_run(session: AppServerSession, run_id: str) -> Any:
 
     def read() -> Any:
         with store.read() as conn:
-            return _threads.get_run(conn, run_id)
+            return get_run(conn, run_id)
 
     return await trio.to_thread.run_sync(read)
 

@@ -26,8 +26,16 @@ from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import read_store, same_dir, thread_actor
 from roost.protocol._params import BOOL, INT, STR, check_params
 from roost.protocol._worktree import remove_clean_worktree
-from roost.storage import _items, _threads, leases
-from roost.storage import THREADS
+from roost.storage import (
+    chat_ids_with_title,
+    delete_thread,
+    get_item,
+    get_thread,
+    list_threads,
+    page_threads,
+    search_items,
+)
+from roost.storage import leases
 
 __all__ = ["MAX_LIST", "MAX_SEARCH"]
 
@@ -65,21 +73,10 @@ async def _page(session: AppServerSession, p: dict, *, archived: bool | None, ki
     if kind is not None and kind not in THREAD_KINDS:
         raise InvalidParams(f"kind must be one of {', '.join(THREAD_KINDS)}")
     cwd = str(Path(p["cwd"]).resolve()) if p.get("cwd") else None
-    where, args = ["1"], []
-    if archived is not None:
-        where.append("archived = ?")
-        args.append(int(archived))
-    if kind is not None:
-        where.append("kind = ?")
-        args.append(kind)
-    if p.get("cursor"):
-        updated, tid = _decode(p["cursor"])
-        where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
-        args += [updated, updated, tid]
+    before = _decode(p["cursor"]) if p.get("cursor") else None
 
     def select(conn: Any) -> list:
-        rows = THREADS.select(conn, " AND ".join(where), args, order="updated_at DESC, id DESC",
-                              limit=None if cwd else limit + 1)
+        rows = page_threads(conn, archived=archived, kind=kind, before=before, limit=None if cwd else limit + 1)
         if cwd:
             rows = [t for t in rows if same_dir(t.cwd, cwd)][: limit + 1]
         return rows
@@ -153,25 +150,24 @@ async def thread_search(session: AppServerSession, params: Any) -> dict:
     def search(conn: Any) -> list[dict]:
         if not query:
             return [{"thread": t, "snippet": t.title or "", "message_seq": None}
-                    for t in _threads.list_threads(conn, archived=False, kind="chat", limit=limit)]
+                    for t in list_threads(conn, archived=False, kind="chat", limit=limit)]
         results: list[dict] = []
         seen: set[str] = set()
         lowered = query.lower()
-        for row in conn.execute("SELECT id FROM threads WHERE kind = 'chat' AND title IS NOT NULL "
-                                "AND instr(lower(title), ?) > 0 ORDER BY updated_at DESC LIMIT ?", (lowered, limit)):
-            thread = _threads.get_thread(conn, row[0])
+        for thread_id in chat_ids_with_title(conn, lowered, limit=limit):
+            thread = get_thread(conn, thread_id)
             results.append({"thread": thread, "snippet": thread.title, "message_seq": None})
             seen.add(thread.id)
         offset_limit = limit * 4 + 20
-        for hit in _items.search_items(conn, query, limit=offset_limit):
+        for hit in search_items(conn, query, limit=offset_limit):
             if len(results) >= limit:
                 break
             if hit.thread_id in seen:
                 continue
             try:
-                if _items.get_item(conn, hit.item_id).status == RETRACTED:
+                if get_item(conn, hit.item_id).status == RETRACTED:
                     continue
-                thread = _threads.get_thread(conn, hit.thread_id)
+                thread = get_thread(conn, hit.thread_id)
             except NotFound:
                 continue
             if thread.kind != "chat":
@@ -250,12 +246,12 @@ async def thread_delete(session: AppServerSession, params: Any) -> dict:
         owner = session.runtime.services.owner
 
         def delete(conn: Any) -> None:
-            thread = _threads.get_thread(conn, thread_id)
+            thread = get_thread(conn, thread_id)
             if only_if_archived and not thread.archived:
                 raise InvalidParams(f"thread {thread_id} is not archived (restored since it was listed?)")
             if live_elsewhere(leases.get_lease(conn, leases.thread_lease_key(thread_id)), owner):
                 raise ThreadBusy(f"thread {thread_id} is executing in another process")
-            _threads.delete_thread(conn, thread_id)
+            delete_thread(conn, thread_id)
 
         await session.runtime.store.writer.submit(delete)
     try:
