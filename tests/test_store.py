@@ -343,3 +343,23 @@ def test_sqlite_errors_are_translated() -> None:
     assert type(translate_error(sqlite3.IntegrityError("UNIQUE constraint failed"))) is Conflict
     assert type(translate_error(sqlite3.OperationalError("no such table: x"))) is StoreError
     assert type(translate_error(sqlite3.DatabaseError("file is not a database"))) is StoreError
+
+
+def test_the_sqlite_store_implements_the_store_interface(tmp_path: Path) -> None:
+    """Every operation of StoreBackend is a method of Store, and it is the room's module function
+    (same signature), so code written against the interface runs the SQLite functions."""
+    import inspect
+
+    with open_store(tmp_path / "roost.db") as store:
+        assert isinstance(store, storage.StoreBackend)
+        for name in storage.OPERATIONS:
+            method = getattr(store, name)
+            function = getattr(storage, name, None) or getattr(storage.leases, name)
+            assert method is function, name
+            declared = inspect.signature(getattr(storage.StoreBackend, name))
+            assert list(declared.parameters)[1:] == list(inspect.signature(function).parameters), name
+        with store.transaction() as conn:
+            thread = store.create_thread(conn, title="via the interface")
+        with store.read() as conn:
+            assert store.get_thread(conn, thread.id).title == "via the interface"
+            assert store.page_threads(conn, archived=None, kind="chat", before=None, limit=5) == [thread]

@@ -4,7 +4,8 @@ Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translatio
 (versioned migrations), ``_writer`` (:class:`StoreWriter`), ``_store`` (:class:`Store`,
 :func:`open_store`), ``leases`` and ``_keeper`` (execution leases, :class:`LeaseKeeper`),
 ``_reconcile``, ``_processes`` (tool process groups, reaped after a crash) and the data modules
-``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``, ``_memory``, ``_queries``: plain functions of a
+``_interface`` (the store interface, :class:`StoreBackend`, which :class:`Store` implements
+through ``_sqlite_ops``), ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``, ``_memory``, ``_queries``: plain functions of a
 connection, writers to be passed to :meth:`StoreWriter.submit`, readers to be called on
 :meth:`Store.read`.
 
@@ -124,7 +125,22 @@ from ._queries import memory_scope_counts as memory_scope_counts
 from ._queries import delete_memory_prefix as delete_memory_prefix
 from ._queries import scope_has_memory as scope_has_memory
 
+from ._interface import OPERATIONS as OPERATIONS
+from ._interface import ConnT as ConnT
+from ._interface import InputStore as InputStore
+from ._interface import ItemStore as ItemStore
+from ._interface import LeaseStore as LeaseStore
+from ._interface import MemoryStore as MemoryStore
+from ._interface import ProcessStore as ProcessStore
+from ._interface import ScheduleStore as ScheduleStore
+from ._interface import StoreBackend as StoreBackend
+from ._interface import TaskStore as TaskStore
+from ._interface import ThreadStore as ThreadStore
+from ._interface import WorkerStore as WorkerStore
+
 __all__ = [
+    "StoreBackend", "ConnT", "OPERATIONS", "ThreadStore", "ItemStore", "InputStore", "LeaseStore", "WorkerStore",
+    "ScheduleStore", "TaskStore", "MemoryStore", "ProcessStore",
 
     "DEFAULT_BUSY_TIMEOUT", "connect", "immediate", "translate_error",
     "Store", "open_store", "migrate", "schema_version",

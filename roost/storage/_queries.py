@@ -94,7 +94,8 @@ def page_threads(conn: sqlite3.Connection, *, archived: bool | None, kind: str |
     """Return threads newest first (``updated_at``, then id, descending), at most ``limit`` (None:
     all), optionally only those ``archived`` (or not), of ``kind``, and strictly before the cursor
     ``before`` = ``(updated_at, id)`` of the last thread of the previous page (read-only)."""
-    where, args = ["1"], []
+    where: list[str] = ["1"]
+    args: list[Any] = []
     if archived is not None:
         where.append("archived = ?")
         args.append(int(archived))
