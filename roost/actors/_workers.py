@@ -226,7 +226,7 @@ class WorkerTree:
     # -- tools ----------------------------------------------------------------------------------
 
     def tool_schemas(self, caller: ThreadActor) -> tuple[ToolSchema, ...]:
-        depth = 0 if caller is self.root else self.workers[caller.worker_id].depth
+        depth = 0 if caller is self.root or caller.worker_id is None else self.workers[caller.worker_id].depth
         return agent_tool_schemas(can_spawn=depth < self.max_depth)
 
     async def run_tool(self, caller: ThreadActor, turn: Any, name: str, args: dict) -> tuple[str, bool, dict]:
@@ -273,8 +273,9 @@ class WorkerTree:
             raise _ToolInputError(f"worker depth limit reached ({self.max_depth}); do the work yourself")
         if self.frozen:
             raise _ToolInputError("the worker tree is frozen by an interrupt; nothing new starts")
-        name = args.get("name") if isinstance(args.get("name"), str) and args.get("name") else f"worker-{self._spawn_counter + 1}"
-        description = args.get("description") if isinstance(args.get("description"), str) else ""
+        raw_name, raw_description = args.get("name"), args.get("description")
+        name = raw_name if isinstance(raw_name, str) and raw_name else f"worker-{self._spawn_counter + 1}"
+        description = raw_description if isinstance(raw_description, str) else ""
         worker = await self.spawn(parent_id=parent_id, parent_thread_id=caller.thread.id, name=name,
                                   description=description, prompt=prompt, model=args.get("model"))
         if args.get("run_in_background", False):

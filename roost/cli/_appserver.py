@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from typing import Any
 
 import click
 import trio
@@ -13,7 +14,7 @@ from roost.cli._engine_options import EngineFlags, engine_options
 from roost.errors import ConfigError
 
 
-def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True):
+def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True) -> Any:
     from roost.protocol import EngineCatalog
 
     try:

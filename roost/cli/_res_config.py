@@ -111,7 +111,7 @@ def summarize(path: Path, config: OrchestrationConfig | None, error: str | None)
 
 
 def _config_files(directory: Path) -> list[Path]:
-    found = []
+    found: list[Path] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d != "agents" and not d.startswith("."))
         found.extend(Path(root) / f for f in files if f.lower().endswith(_CONFIG_SUFFIXES))

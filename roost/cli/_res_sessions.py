@@ -132,8 +132,8 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
     if thread.kind != "orchestration":
         raise NotFound(f"{session_id!r} is not an orchestration session")
     turns = list_turns(conn, thread.id)
-    turn_index = {t.id: i for i, t in enumerate(turns)}
-    usage = {t.id: t.usage if isinstance(t.usage, dict) else None for t in turns}
+    turn_index: dict[str | None, int] = {t.id: i for i, t in enumerate(turns)}
+    usage: dict[str | None, dict[str, Any] | None] = {t.id: t.usage if isinstance(t.usage, dict) else None for t in turns}
     messages: list[dict[str, Any]] = []
     pending: dict[str | None, list[ToolCallSummary]] = {}
     last_agent: dict[str | None, dict[str, Any]] = {}
@@ -154,7 +154,7 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
             agent, role = p.get("agent") or p.get("agent_name") or "Assistant", "assistant"
         else:
             continue
-        msg = {"agent_name": str(agent), "role": role, "content": item.text or p.get("text") or p.get("summary") or "",
+        msg: dict[str, Any] = {"agent_name": str(agent), "role": role, "content": item.text or p.get("text") or p.get("summary") or "",
                "turn_index": index, "timestamp": item.created_at, "input_tokens": None, "output_tokens": None,
                "is_compaction_summary": item.type == "compaction", "tool_calls": []}
         if role == "assistant":

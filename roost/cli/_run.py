@@ -52,7 +52,7 @@ class _Transcript:
         self.broken = False
         self.turns = 0
         self.tokens = 0
-        self.started = None
+        self.started: float | None = None
 
     def emit(self, event: dict) -> None:
         if event.get("type") == "result" and event.get("sessionId") is None:

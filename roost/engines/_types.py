@@ -7,6 +7,7 @@ events but :class:`roost.errors.EngineFailure` raised by the stream.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, AsyncContextManager, AsyncIterator, Protocol, Union, runtime_checkable
 
 import attrs
@@ -56,6 +57,10 @@ class Image:
         return f"data:{self.media_type};base64,{self.data}"
 
 
+def _image_tuple(images: Iterable[Image]) -> tuple[Image, ...]:
+    return tuple(images)
+
+
 @attrs.frozen
 class UserMessage:
     """A user (or injected) message: text plus optional images.
@@ -66,7 +71,7 @@ class UserMessage:
     """
 
     text: str
-    images: tuple[Image, ...] = attrs.field(default=(), converter=tuple)
+    images: tuple[Image, ...] = attrs.field(default=(), converter=_image_tuple)
     synthetic: bool = False
 
 
@@ -114,6 +119,14 @@ class ToolSchema:
     parameters: dict[str, Any] = attrs.field(factory=lambda: {"type": "object", "properties": {}})
 
 
+
+def _history_tuple(items: Iterable[HistoryItem]) -> tuple[HistoryItem, ...]:
+    return tuple(items)
+
+
+def _tool_tuple(tools: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
+    return tuple(tools)
+
 @attrs.frozen(kw_only=True)
 class EngineRequest:
     """One model call.
@@ -130,8 +143,8 @@ class EngineRequest:
     """
 
     system: str = ""
-    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=tuple)
-    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=tuple)
+    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=_history_tuple)
+    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_tool_tuple)
     model: str | None = None
     effort: str | None = None
     max_tokens: int | None = None

@@ -108,7 +108,7 @@ class _TurnWatch:
         if method == "item/started" and item.get("type") == "tool_call":
             self.calls[item["id"]] = {"name": item.get("name"), "arguments": None, "deltas": [], "announced": False}
         elif method == "item/toolCall/delta":
-            call = self.calls.get(params.get("item_id"))
+            call = self.calls.get(str(params.get("item_id")))
             if call is not None:
                 call["deltas"].append(params.get("delta") or "")
         elif method == "item/toolCall/outputDelta":
@@ -120,7 +120,7 @@ class _TurnWatch:
             self.announce(item["id"])
         elif method in ("turn/completed", "turn/error"):
             turn = params.get("turn") or {}
-            self.ended[turn.get("id")] = turn
+            self.ended[str(turn.get("id"))] = turn
             self.changed.set()
             self.changed = trio.Event()
 
@@ -159,7 +159,9 @@ class Orchestrator:
         #: how the run ended (set when :meth:`run` returns)
         self.outcome: RunOutcome | None = None
         meta = actor.thread.metadata or {}
-        saved = meta.get("orchestration") if isinstance(meta.get("orchestration"), dict) else {}
+        saved = meta.get("orchestration")
+        if not isinstance(saved, dict):
+            saved = {}
         fields = {a.name for a in attrs.fields(Progress)}
         self.progress = Progress(**{k: v for k, v in saved.items() if k in fields})
         self.watch = _TurnWatch(emit)
@@ -216,7 +218,7 @@ class Orchestrator:
                     self.supervisor = await nursery.start(sup.run)
                     outcome = await self._loop(task)
                     nursery.cancel_scope.cancel()  # stops the agent actors, in reverse order
-            if self.scope.cancelled_caught or (outcome is None and self.interrupted):
+            if self.scope.cancelled_caught or outcome is None:  # None: interrupted before _loop returned
                 outcome = RunOutcome(status="interrupted", error_message=_interrupted(self.interrupted))
             self.outcome = outcome
             return outcome
@@ -425,7 +427,9 @@ def _interrupted(reason: str | None) -> str:
 
     if reason in _STOP_MESSAGES:
         return _STOP_MESSAGES[reason]
-    return reason if (reason or "").startswith("interrupted") else f"interrupted ({reason})"
+    if reason is not None and reason.startswith("interrupted"):
+        return reason
+    return f"interrupted ({reason})"
 
 
 def _now() -> str:

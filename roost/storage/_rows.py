@@ -15,7 +15,7 @@ from roost.errors import NotFound, UsageError
 
 __all__ = ["utc_now", "new_id", "TableSpec"]
 
-T = TypeVar("T")
+T = TypeVar("T", bound=attrs.AttrsInstance)
 
 
 def utc_now() -> str:

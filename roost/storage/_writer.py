@@ -131,7 +131,7 @@ class StoreWriter:
         await write.done.wait()
         if write.error is not None:
             raise write.error
-        return write.result  # type: ignore[no-any-return]
+        return write.result
 
     async def submit_urgent(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """:meth:`submit`, ahead of the queue: ``fn`` commits in a group of its own, right after
@@ -157,7 +157,7 @@ class StoreWriter:
         await write.done.wait()
         if write.error is not None:
             raise write.error
-        return write.result  # type: ignore[no-any-return]
+        return write.result
 
     def submit_nowait(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(conn, *args, **kwargs)`` without waiting (fire-and-forget; not a checkpoint).
