@@ -78,6 +78,8 @@ class AppServerSession:
         self.setup_issues = [engines.setup_error] if engines.setup_error else []
         self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS)
         self.capabilities: dict = {}
+        #: config/workspace/update defaults (``effort``, ``permission_mode``) of this connection
+        self.workspace_defaults: dict[str, Any] = {}
         #: whether an `initialize` was answered (a repeated one keeps what it does not name)
         self.initialized = False
         self.reverse_methods: set[str] = set()
@@ -88,7 +90,7 @@ class AppServerSession:
         self.closed = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.client_name = "client"
-        self._chains: dict[str, trio.Event] = {}   # ordering key -> done event of its latest request
+        self._chains: dict[str | None, trio.Event] = {}   # ordering key -> done event of its latest request
         self._in_flight = trio.Semaphore(MAX_IN_FLIGHT)
         self._idle = trio.Event()
         self._idle.set()

@@ -149,4 +149,4 @@ def decode_cursor(cursor: str, thread_id: str) -> str:
 
 def same_dir(a: str | None, b: str) -> bool:
     """Whether directory ``a`` is ``b`` (both resolved; ``b`` already resolved)."""
-    return bool(a) and str(Path(a).resolve()) == b
+    return a is not None and a != "" and str(Path(a).resolve()) == b

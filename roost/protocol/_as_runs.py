@@ -354,7 +354,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     registry.add(run)
 
     # The engines have no structured-output option: the schema travels in the first prompt.
-    first_prompt = prompt if validator is None else "\n\n".join(filter(None, (prompt, _schema_instruction(schema))))
+    first_prompt = prompt if schema is None else "\n\n".join(filter(None, (prompt, _schema_instruction(schema))))
     parts = parts if first_prompt == prompt else None  # presentation metadata must match the prompt
     ack = session.after_response()
     turn_ack = trio.Event()
@@ -379,6 +379,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     run.turns.append({"id": turn["id"], "status": turn["status"], "purpose": "start"})
     with trio.CancelScope(shield=True):  # the admitted turn must get its driver
         await _persist(run)
+    assert session.nursery is not None  # set while the session serves requests
     session.nursery.start_soon(_drive, run, ack, turn_ack)
     return {"run": run.view()}
 
@@ -562,8 +563,8 @@ async def _stop_current_turn(run: LiveRun, status: str) -> None:
         log.warning("run %s: could not interrupt turn %s: %s", run.id, turn_id, exc)
 
 
-async def _final_message(run: LiveRun, turn_id: str) -> dict | None:
-    """The last agent message item of turn ``turn_id`` (None when it has none)."""
+async def _final_message(run: LiveRun, turn_id: str | None) -> dict | None:
+    """The last agent message item of turn ``turn_id`` (None when it has none, or no turn)."""
     try:
         snap = await run.actor.ref.ask(Snapshot(_SNAPSHOT_TURNS))
         turn = next((t for t in snap["turns"] if t["id"] == turn_id), None)

@@ -600,7 +600,11 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
     def emit(event: dict) -> None:
         outbox.deliver(dumps_line(event))
 
-    broker = PromptBroker(emit, before_approval=lambda item_id: session and session.announce_tool_call(item_id))
+    def before_approval(item_id: Any) -> None:
+        if session is not None:
+            session.announce_tool_call(item_id)
+
+    broker = PromptBroker(emit, before_approval=before_approval)
 
     def on_sigint() -> None:
         if session is not None:

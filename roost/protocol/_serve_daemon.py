@@ -41,7 +41,7 @@ import ssl
 import struct
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import attrs
 import trio
@@ -213,13 +213,14 @@ class ServeDaemon:
                 await nursery.start(self.queue.run)
                 await nursery.start(trio.serve_listeners, self._serve_unix, [trio.SocketListener(sock)])
                 if options.http_port is not None:
+                    http_server: Callable[..., Any] | None
                     try:
-                        from roost.protocol._serve_http import serve_http
+                        from roost.protocol._serve_http import serve_http as http_server
                     except ImportError:
-                        serve_http = None
-                    if serve_http is not None:
+                        http_server = None
+                    if http_server is not None:
                         self.http_port = await nursery.start(functools_partial(
-                            serve_http, self, options.host, options.http_port, options.ssl_context))
+                            http_server, self, options.host, options.http_port, options.ssl_context))
                     else:   # without the mcp SDK: the WebSocket alone, on trio-websocket's own server
                         from trio_websocket import serve_websocket
 
