@@ -33,7 +33,7 @@ def _bin(name: str) -> Path:
 
 def ensure_venv() -> None:
     """Create ``.venv`` and install Roost with its test extras when missing or stale."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 (runs under any python3, before the venv exists)
         sys.exit(f"Roost needs Python 3.11 or newer; this is {sys.version.split()[0]}")
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if _bin("python").exists() and STAMP.exists() and STAMP.read_text().strip() == digest:

@@ -1,4 +1,5 @@
-"""The actor kernel (bounded mailboxes, refs with ``tell``/``ask``, the Actor base class) and the domain actors and messages other rooms may use."""
+"""The actor kernel (bounded mailboxes, refs with ``tell``/``ask``, the Actor base class), and the
+domain actors and messages that other rooms may use."""
 
 from __future__ import annotations
 

@@ -508,10 +508,10 @@ class WorkerTree:
         if not self.frozen and worker.id not in self.waiting:
             await self._deliver(worker)
         parent = self.workers.get(worker.parent_id) if worker.parent_id else None
-        if parent is not None and parent.status == "waiting_children":
-            if all(self.workers[c].status in TERMINAL for c in parent.children):
-                parent.status = "completed"
-                await self._settle(parent)
+        if (parent is not None and parent.status == "waiting_children"
+                and all(self.workers[c].status in TERMINAL for c in parent.children)):
+            parent.status = "completed"
+            await self._settle(parent)
 
     async def _claim(self, worker: WorkerState) -> bool:
         """Mark ``worker`` delivered exactly once (in memory and in SQLite); False if it was already."""

@@ -83,7 +83,8 @@ class TextRenderer:
             self.final_status = turn["status"]
             self.final_turn = turn
             usage = turn.get("usage") or {}
-            summary = f"[turn {turn['status']}; {usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens]"
+            tokens = f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens"
+            summary = f"[turn {turn['status']}; {tokens}]"
             if turn.get("error") and turn["status"] != "completed":
                 summary += f" {turn['error'].get('category')}: {turn['error'].get('message')}"
             colour = _GREEN if turn["status"] == "completed" else _RED

@@ -19,7 +19,7 @@ import ssl
 import sys
 from pathlib import Path
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import trio
@@ -29,10 +29,13 @@ from roost.cli._appserver import setup_logging
 from roost.cli._engine_options import EngineFlags, engine_options
 from roost.errors import ConfigError, RoostError
 
+if TYPE_CHECKING:
+    from roost.protocol import EngineCatalog, ServeOptions
+
 __all__ = ["serve_command", "run_serve"]
 
 
-async def run_serve(options: object, engines: object) -> int:
+async def run_serve(options: ServeOptions, engines: EngineCatalog) -> int:
     """Run the daemon until SIGINT/SIGTERM; return the exit status.
 
     Raises:
@@ -42,18 +45,18 @@ async def run_serve(options: object, engines: object) -> int:
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
-    lock_fd = claim_socket_path(options.socket_path)  # type: ignore[attr-defined]
+    lock_fd = claim_socket_path(options.socket_path)
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:  # type: ignore[attr-defined]
-                default = engines.default  # type: ignore[attr-defined]
-                daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,  # type: ignore[arg-type]
+            async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
+                default = engines.default
+                daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,
                                      model=default.model if default else None, engines=engines)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(daemon.run)
                     await _start_scheduler(runtime, daemon)
                     sys.stdout.buffer.write(dumps_line({
-                        "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),  # type: ignore[attr-defined]
+                        "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),
                         "httpPort": daemon.http_port, "pid": os.getpid()}))
                     sys.stdout.buffer.flush()
                     async for _ in signals:
@@ -61,7 +64,7 @@ async def run_serve(options: object, engines: object) -> int:
                         break
         return 0
     finally:
-        await engines.aclose()  # type: ignore[attr-defined]
+        await engines.aclose()
         os.close(lock_fd)
 
 
@@ -159,8 +162,8 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
     Each user_input (or plain text line) becomes a task, run FIFO by --max-concurrent runners on
     its own thread, by the team of agents of the -c orchestration config (or one agent without
     it). Progress events go to every client; approvals (also agent handoffs that need a human)
-    and results only to the client that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN (or ROOST_SERVE_TOKEN) or
-    --tokens-file is required on the WebSocket when set.
+    and results only to the client that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN
+    (or ROOST_SERVE_TOKEN) or --tokens-file is required on the WebSocket when set.
     """
     from roost.protocol import EngineCatalog
     from roost.protocol import DEFAULT_OUTBOX_LINES

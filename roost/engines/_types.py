@@ -8,7 +8,8 @@ events but :class:`roost.errors.EngineFailure` raised by the stream.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, AsyncContextManager, AsyncIterator, Protocol, Union, runtime_checkable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, AsyncIterator, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -107,7 +108,7 @@ class ToolResult:
     is_error: bool = False
 
 
-HistoryItem = Union[UserMessage, AgentMessage, Reasoning, ToolCall, ToolResult]
+HistoryItem: TypeAlias = UserMessage | AgentMessage | Reasoning | ToolCall | ToolResult
 
 
 @attrs.frozen
@@ -237,7 +238,9 @@ class Retrying:
     reason: str = ""
 
 
-EngineEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallDelta, ToolCallEnd, Usage, Finish, Retrying]
+EngineEvent: TypeAlias = (
+    TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Usage | Finish | Retrying
+)
 
 
 @attrs.frozen
@@ -259,7 +262,7 @@ class Engine(Protocol):
 
     name: str
 
-    def stream(self, request: EngineRequest) -> AsyncContextManager[AsyncIterator[EngineEvent]]:
+    def stream(self, request: EngineRequest) -> AbstractAsyncContextManager[AsyncIterator[EngineEvent]]:
         ...
 
     async def list_models(self) -> list[ModelInfo]:

@@ -6,9 +6,10 @@ arrival order, so a ``turn/interrupt`` is never overtaken by an earlier ``turn/s
 different threads run concurrently, so one busy thread never delays another's interrupt. Requests
 naming no thread keep their order among themselves; ``initialize`` and ``shutdown`` wait for
 everything before them. None waits for a turn to end, so reading never stops while turns run; at
-most :data:`MAX_IN_FLIGHT` requests are handled at once (past that, reading pauses: backpressure). Notifications from every thread this session touched are
-interleaved with responses. Server-initiated requests (``approval/request``) are sent only if the
-client listed them in ``initialize.params.capabilities.reverse_rpc.methods``.
+most :data:`MAX_IN_FLIGHT` requests are handled at once (past that, reading pauses:
+backpressure). Notifications from every thread this session touched are interleaved with
+responses. Server-initiated requests (``approval/request``) are sent only if the client listed
+them in ``initialize.params.capabilities.reverse_rpc.methods``.
 
 Method handlers live in ``_as_*`` modules and register themselves with :func:`method`.
 """

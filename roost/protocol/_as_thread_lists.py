@@ -181,7 +181,7 @@ async def thread_search(session: AppServerSession, params: Any) -> dict:
     return {"results": [
         {"thread": view, "snippet": row["snippet"],
          **({"message_seq": row["message_seq"]} if row["message_seq"] is not None else {})}
-        for view, row in zip(views, rows)
+        for view, row in zip(views, rows, strict=True)
     ]}
 
 

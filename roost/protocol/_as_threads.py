@@ -175,9 +175,9 @@ async def _most_recent(session: AppServerSession, cwd: str) -> str:
     best = await read_store(session, find)
     for actor in session.runtime.registry.loaded():
         t = actor.thread
-        if actor.ephemeral and not t.archived and same_dir(t.cwd, cwd):
-            if best is None or t.updated_at > best.updated_at:
-                best = t
+        if (actor.ephemeral and not t.archived and same_dir(t.cwd, cwd)
+                and (best is None or t.updated_at > best.updated_at)):
+            best = t
     if best is None:
         raise ThreadNotFound(f"no thread for workspace {cwd}")
     return best.id

@@ -3,11 +3,11 @@
 Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translation), ``_schema``
 (versioned migrations), ``_writer`` (:class:`StoreWriter`), ``_store`` (:class:`Store`,
 :func:`open_store`), ``leases`` and ``_keeper`` (execution leases, :class:`LeaseKeeper`),
-``_reconcile``, ``_processes`` (tool process groups, reaped after a crash) and the data modules
-``_interface`` (the store interface, :class:`StoreBackend`, which :class:`Store` implements
-through ``_sqlite_ops``), ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``, ``_memory``, ``_queries``: plain functions of a
-connection, writers to be passed to :meth:`StoreWriter.submit`, readers to be called on
-:meth:`Store.read`.
+``_reconcile``, ``_processes`` (tool process groups, reaped after a crash), ``_interface`` (the
+store interface, :class:`StoreBackend`, which :class:`Store` implements through ``_sqlite_ops``)
+and the data modules ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``,
+``_memory``, ``_queries``: plain functions of a connection, writers to be passed to
+:meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`.
 
 This room never imports ``roost.actors`` or ``roost.protocol``.
 

@@ -5,7 +5,8 @@ A lease is a row ``leases(key, owner, token, expires_at, successor)``. Time is t
 
 * :func:`acquire` wins when there is no row, the lease expired, it was released, it was handed
   over to this very owner, or its owner is a dead process of this host (:func:`owner_is_dead`);
-  every win increments ``token`` (the fencing token), also for the same owner. The row is never deleted, so tokens only grow.
+  every win increments ``token`` (the fencing token), also for the same owner. The row is never
+  deleted, so tokens only grow.
 * :func:`renew` extends the lease if its token is still current (even past expiry, when nobody
   else took it: fencing, not the clock, decides who may write).
 * :func:`release` frees it; :func:`hand_over` frees it for one named successor until a deadline.
@@ -117,7 +118,7 @@ def get_lease(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT key, owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)
     ).fetchone()
-    return None if row is None else dict(zip(("key", "owner", "token", "expires_at", "successor"), row))
+    return None if row is None else dict(zip(("key", "owner", "token", "expires_at", "successor"), row, strict=True))
 
 
 def acquire(
