@@ -39,7 +39,6 @@ from roost.actors._scheduler import TaskOutcomes as TaskOutcomes
 from roost.actors._services import Services as Services
 from roost.actors._taskqueue import QueuedTask as QueuedTask
 from roost.actors._taskqueue import TaskQueue as TaskQueue
-from roost.actors._thread_store import live_elsewhere as live_elsewhere
 from roost.actors._turn import _STOP_MESSAGES as STOP_MESSAGES
 from roost.actors._views import thread_view as thread_view
 from roost.actors._workers import agent_tool_schemas as agent_tool_schemas
@@ -73,7 +72,6 @@ __all__ = [
     "UpdateQueued",
     "UpdateThread",
     "agent_tool_schemas",
-    "live_elsewhere",
     "stored_payload",
     "thread_view",
 

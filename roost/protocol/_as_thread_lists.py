@@ -18,7 +18,6 @@ import trio
 from roost._json import dumps, loads
 from roost.actors import RETRACTED
 from roost.actors import IsBusy, UpdateThread
-from roost.actors import live_elsewhere
 from roost.actors import thread_view
 from roost.errors import InvalidParams, NotFound, ThreadBusy
 from roost.model import THREAD_KINDS
@@ -249,7 +248,7 @@ async def thread_delete(session: AppServerSession, params: Any) -> dict:
             thread = get_thread(conn, thread_id)
             if only_if_archived and not thread.archived:
                 raise InvalidParams(f"thread {thread_id} is not archived (restored since it was listed?)")
-            if live_elsewhere(leases.get_lease(conn, leases.thread_lease_key(thread_id)), owner):
+            if leases.held_elsewhere(conn, leases.thread_lease_key(thread_id), owner):
                 raise ThreadBusy(f"thread {thread_id} is executing in another process")
             delete_thread(conn, thread_id)
 
