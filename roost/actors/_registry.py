@@ -154,3 +154,15 @@ class ThreadRegistry:
 
     def loaded(self) -> list[ThreadActor]:
         return [a for a in self.actors.values() if a.state.value == "running"]
+
+    # -- what the dialects may ask (views, never the actors' members) -------------------------
+
+    def live_view(self, thread_id: str) -> dict | None:
+        """The thread view (``thread`` object of the app-server spec) of a loaded, running thread
+        actor, with its live status; None when the thread is not loaded here."""
+        actor = self.actors.get(thread_id)
+        return actor.view() if actor is not None and actor.state.value == "running" else None
+
+    def ephemeral_views(self) -> list[dict]:
+        """The views of the loaded ephemeral threads (they have no stored rows to list)."""
+        return [a.view() for a in self.loaded() if a.ephemeral]

@@ -85,10 +85,10 @@ async def _page(session: AppServerSession, p: dict, *, archived: bool | None, ki
     threads = threads[:limit]
     views = _views(session, threads)
     if not p.get("cursor"):
-        ephemeral = [a.view() for a in session.runtime.registry.loaded() if a.ephemeral
-                     and (archived is None or a.thread.archived == archived)
-                     and (kind is None or a.thread.kind == kind)
-                     and (cwd is None or same_dir(a.thread.cwd, cwd))]
+        ephemeral = [v for v in session.runtime.registry.ephemeral_views()
+                     if (archived is None or v["archived"] == archived)
+                     and (kind is None or v["kind"] == kind)
+                     and (cwd is None or same_dir(v["cwd"], cwd))]
         views = sorted(ephemeral, key=lambda v: v["updated_at"], reverse=True) + views
     return {"threads": views, "next_cursor": _encode(threads[-1]) if more and threads else None}
 
@@ -98,11 +98,9 @@ def _views(session: AppServerSession, threads: list) -> list[dict]:
     registry = session.runtime.registry
     out = []
     for thread in threads:
-        actor = registry.actors.get(thread.id)
-        if actor is not None and actor.state.value == "running":
-            out.append(actor.view())
-        else:
-            out.append(thread_view(thread, ephemeral=False, status="idle", active_turn_id=None))
+        live = registry.live_view(thread.id)
+        out.append(live if live is not None else thread_view(thread, ephemeral=False, status="idle",
+                                                             active_turn_id=None))
     return out
 
 
