@@ -173,14 +173,14 @@ async def _most_recent(session: AppServerSession, cwd: str) -> str:
         return next((t for t in rows if same_dir(t.cwd, cwd)), None)
 
     best = await read_store(session, find)
-    for actor in session.runtime.registry.loaded():
-        t = actor.thread
-        if (actor.ephemeral and not t.archived and same_dir(t.cwd, cwd)
-                and (best is None or t.updated_at > best.updated_at)):
-            best = t
-    if best is None:
+    best_id, best_updated = (best.id, best.updated_at) if best is not None else (None, "")
+    for view in session.runtime.registry.ephemeral_views():  # ephemeral threads have no rows
+        if (not view["archived"] and same_dir(view["cwd"], cwd)
+                and (best_id is None or view["updated_at"] > best_updated)):
+            best_id, best_updated = view["id"], view["updated_at"]
+    if best_id is None:
         raise ThreadNotFound(f"no thread for workspace {cwd}")
-    return best.id
+    return str(best_id)
 
 
 def _add_cursor(snapshot: dict, thread_id: str) -> dict:
