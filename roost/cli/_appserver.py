@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from typing import Any
 
 import click
 import trio
@@ -13,8 +14,8 @@ from roost.cli._engine_options import EngineFlags, engine_options
 from roost.errors import ConfigError
 
 
-def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True):
-    from roost.protocol._engines import EngineCatalog
+def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True) -> Any:
+    from roost.protocol import EngineCatalog
 
     try:
         settings = flags.resolve(allow_scripted_default=allow_scripted_default)
@@ -61,7 +62,7 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: b
         click.echo(json.dumps(app_server_schema(), indent=2))
         return
     from roost.protocol import open_stdio_stream
-    from roost.protocol._serve_appserver import serve_app_server
+    from roost.protocol import serve_app_server
 
     setup_logging(verbose)
     engines = _engines(engine_flags)

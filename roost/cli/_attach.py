@@ -550,8 +550,8 @@ def attach_command(target: str | None, token: str | None, client_id: str | None,
     Exits 0 at end of stdin after the last result, 1 when the daemon is unreachable, 2 on usage
     errors.
     """
-    from roost.protocol._serve_auth import parse_client_id
-    from roost.protocol._serve_daemon import default_socket_path
+    from roost.protocol import parse_client_id
+    from roost.protocol import default_socket_path
 
     if client_id is not None:
         try:

@@ -34,12 +34,12 @@ def demo_command(cwd: Path | None, no_color: bool) -> None:
     Exit status: 0 when the demo finished; 2 when the runtime cannot start (for example, an
     unwritable $ROOST_HOME).
     """
-    from roost.actors._messages import Origin, StartTurn, Subscribe
+    from roost.actors import Origin, StartTurn, Subscribe
     from roost.engines import ProviderSettings
     from roost.model import Thread
-    from roost.protocol._engines import EngineCatalog
-    from roost.storage._rows import new_id, utc_now
-    from roost.supervisor._root import open_runtime
+    from roost.protocol import EngineCatalog
+    from roost.storage import new_id, utc_now
+    from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     workdir = (cwd or Path.cwd()).resolve()

@@ -47,8 +47,8 @@ def repl_command(engine_flags: EngineFlags, vscode: bool, no_banner: bool, resum
     provider is configured.
     """
     from roost.protocol import open_stdio_stream
-    from roost.protocol._repl import serve_repl
-    from roost.protocol._repl_prompts import questions_enabled
+    from roost.protocol import serve_repl
+    from roost.protocol import questions_enabled
 
     setup_logging(verbose)
     engines = _engines(engine_flags)
@@ -181,8 +181,8 @@ async def run_text_repl(*, engines: Any, cwd: Path, resume: str | None, permissi
         The exit status of :func:`roost.protocol._repl.serve_repl`.
     """
     from roost._json import dumps_line, loads
-    from roost.protocol._repl import serve_repl
-    from roost.protocol._repl_prompts import questions_enabled
+    from roost.protocol import serve_repl
+    from roost.protocol import questions_enabled
 
     front = TextFrontEnd(sys.stdout, sys.stderr)
     import trio.testing  # in-process stream pair for the readable chat

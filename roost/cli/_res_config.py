@@ -13,15 +13,7 @@ import click
 
 from roost.cli._res_common import emit_item, emit_items, fail, json_option
 from roost.orchestration import TEMPLATES, OrchestrationConfig, render_template, validate_config_file
-from roost.protocol._wire_types import (
-    ConfigSummary,
-    InitResult,
-    Plugin,
-    PluginFunction,
-    Template,
-    Validation,
-    ValidationIssue,
-)
+from roost.protocol import ConfigSummary, InitResult, Plugin, PluginFunction, Template, Validation, ValidationIssue
 
 __all__ = ["plugins_command", "config_command", "validate_command", "init_command", "builtin_plugins",
            "known_plugin_names", "plugin_warnings",
@@ -50,7 +42,7 @@ def builtin_plugins() -> list[Plugin]:
     tools). Descriptions are the tools' own (:func:`roost.tools.builtin_tools`,
     :func:`roost.tools.memory_tools`); a group none of whose tools exists is left out.
     """
-    from roost.actors._workers import agent_tool_schemas
+    from roost.actors import agent_tool_schemas
     from roost.tools import PLUGIN_GROUPS, builtin_tools
 
     descriptions = {name: tool.description for name, tool in builtin_tools().items()}
@@ -125,7 +117,7 @@ def summarize(path: Path, config: OrchestrationConfig | None, error: str | None)
 
 
 def _config_files(directory: Path) -> list[Path]:
-    found = []
+    found: list[Path] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d != "agents" and not d.startswith("."))
         found.extend(Path(root) / f for f in files if f.lower().endswith(_CONFIG_SUFFIXES))

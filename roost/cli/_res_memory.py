@@ -14,8 +14,8 @@ import click
 
 from roost.cli._res_common import emit_items, fail, json_option, open_cli_store
 from roost.errors import RoostError
-from roost.protocol._wire_types import ContextFileInfo, ContextItem, Memory, MemoryAgent
-from roost.tools._memory_tools import (
+from roost.protocol import ContextFileInfo, ContextItem, Memory, MemoryAgent
+from roost.tools import (
     context_items,
     forget_memory,
     import_context,

@@ -20,7 +20,7 @@ import click
 from roost._json import dumps_line
 from roost.errors import RoostError
 from roost.scheduling import format_slot, parse_cron, parse_slot
-from roost.storage import _schedules2 as db
+from roost import storage as db
 from roost.storage import open_store
 
 __all__ = ["schedule_command", "job_item"]
@@ -294,9 +294,9 @@ def _claimed_soon(run_id: str) -> bool:
     try:
         while True:
             with store.read() as conn:
-                row = conn.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None or row[0] != "requested":
-                return row is not None
+                status = db.schedule_run_status(conn, run_id)
+            if status != "requested":
+                return status is not None
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.1)
