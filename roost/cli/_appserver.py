@@ -57,7 +57,7 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: b
     if print_schema:
         import json
 
-        from roost.protocol._as_schema import app_server_schema
+        from roost.protocol import app_server_schema
 
         click.echo(json.dumps(app_server_schema(), indent=2))
         return

@@ -49,8 +49,10 @@ from roost.protocol._wire_types import item_envelope as item_envelope
 from roost.protocol._wire_types import items_envelope as items_envelope
 from roost.protocol._wire_types import to_wire as to_wire
 from roost.protocol._stdout import silence_stdout as silence_stdout
+from roost.protocol._as_schema import app_server_schema as app_server_schema
 
 __all__ = [
+    "app_server_schema",
     "silence_stdout",
     "AgentMessage",
     "ConfigSummary",

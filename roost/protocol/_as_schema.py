@@ -136,13 +136,13 @@ NS, NI, NO = {"type": ["string", "null"]}, {"type": ["integer", "null"]}, {"type
 
 def _thread_fields() -> list[str]:
     """The keys of the ``thread`` object, from the code that builds it."""
-    from roost.actors import _views
+    from roost.actors import thread_view
 
     class Blank:
         def __getattr__(self, name: str) -> Any:
             return None
 
-    return list(_views.thread_view(Blank(), ephemeral=False, status="idle", active_turn_id=None))
+    return list(thread_view(Blank(), ephemeral=False, status="idle", active_turn_id=None))
 
 
 def _objects() -> dict[str, dict]:
