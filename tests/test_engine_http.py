@@ -96,7 +96,7 @@ async def test_disconnect_before_first_chunk_is_retried_but_not_after():
     sleeps = Sleeps()
     async with open_sse_server() as server:
         server.add(
-            Reply(chunks=[], end="abort"),
+            Reply(chunks=[], end="drop"),  # no answer at all: safe to send again
             Reply(chunks=sse('data: {"choices":[{"index":0,"delta":{"content":"par"}}]}\n\n'), end="abort"),
         )
         async with engine(server.base_url, sleeps) as eng:
@@ -104,6 +104,19 @@ async def test_disconnect_before_first_chunk_is_retried_but_not_after():
     assert [e for e in events if not isinstance(e, Retrying)] == [TextDelta("par")]
     assert failure.category == "network" and failure.partial_text == "par"
     assert failure.attempt_count == 2 and failure.stop_reason == "replay_unsafe"
+
+
+async def test_disconnect_after_a_200_head_is_never_sent_again():
+    # The server answered 200 (it took the request, which may be billed) and then dropped the
+    # connection before the first event: the request is not sent a second time.
+    sleeps = Sleeps()
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=[], end="abort"), Reply(chunks=sse("data: [DONE]\n\n")))
+        async with engine(server.base_url, sleeps) as eng:
+            events, failure = await collect(eng, REQ)
+    assert events == [] and len(server.requests) == 1
+    assert failure.category == "network" and failure.stop_reason == "replay_unsafe"
+    assert "after the server accepted the request with HTTP 200" in failure.message
 
 
 async def test_connection_refused_is_network_failure():

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 import attrs
 import httpx
 import trio
-from httpx_sse import EventSource, SSEError
+from httpx_sse import EventSource, ServerSentEvent
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._settings import ProviderSettings
@@ -205,7 +205,8 @@ class HttpEngine:
     def _body(self, request: EngineRequest) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _parser(self) -> StreamParser:
+    def _parser(self, request: EngineRequest) -> StreamParser:
+        """The parser of one attempt's stream; ``request`` gives the call ids already in use."""
         raise NotImplementedError
 
     def _models_url(self) -> str:
@@ -281,6 +282,7 @@ class HttpEngine:
         partial: list[str] = []
         while True:
             attempt += 1
+            accepted = False  # a 200 arrived: the request was taken (and may be billed)
             yielded = False
             retry_headers: httpx.Headers | None = None
             response: httpx.Response | None = None
@@ -297,10 +299,15 @@ class HttpEngine:
                             await _read_limited(response),
                             provider=self.name,
                         )
-                    parser = self._parser()
+                    accepted = True
+                    await self._check_event_stream(response)
+                    parser = self._parser(request)
+                    received = 0
+                    sse = None
                     async for sse in EventSource(response).aiter_sse():
                         if not sse.data:
                             continue  # keep-alive: comment-only or retry:-only blocks
+                        received += 1
                         for event in parser.feed(sse.event, sse.data):
                             if type(event) is TextDelta:
                                 partial.append(event.text)
@@ -308,18 +315,24 @@ class HttpEngine:
                             yield event
                         if parser.done:
                             break
-                    for event in parser.finish():
+                    try:
+                        closing = parser.finish()
+                    except EngineFailure as failure:
+                        failure.message = f"{failure.message} ({_received(received, sse)})"
+                        failure.args = (failure.message,)
+                        raise
+                    for event in closing:
                         yielded = True
                         yield event
                     return
                 except httpx.HTTPError as exc:
-                    raise failure_from_transport(exc, provider=self.name) from exc
-                except SSEError as exc:
-                    raise EngineFailure(
-                        f"{self.name}: expected an event stream: {exc}", category="provider"
-                    ) from exc
+                    failure = failure_from_transport(exc, provider=self.name)
+                    if accepted:
+                        failure.message = f"{failure.message} (after the server accepted the request with HTTP 200)"
+                        failure.args = (failure.message,)
+                    raise failure from exc
             except EngineFailure as failure:
-                if failure.retryable and not yielded and attempt < max_attempts:
+                if failure.retryable and not accepted and attempt < max_attempts:
                     delay = policy.delay(attempt, retry_headers)
                     await _close(response)
                     yield Retrying(attempt, max_attempts, delay, failure.category)  # progress only
@@ -332,13 +345,42 @@ class HttpEngine:
                 failure.max_attempts = max_attempts
                 if not failure.retryable:
                     failure.stop_reason = "non_retryable"
-                elif yielded:
-                    failure.stop_reason = "replay_unsafe"
+                elif accepted:
+                    failure.stop_reason = "replay_unsafe"  # never re-send a request the server took
                 else:
                     failure.stop_reason = "retry_limit"
                 raise
             finally:
                 await _close(response)
+
+    async def _check_event_stream(self, response: httpx.Response) -> None:
+        """Fail (non-retryable) when a 200 reply is not ``text/event-stream``.
+
+        A proxy's HTML error page, a JSON error body or a non-streamed completion are named in the
+        message (content type, and the error's message or the start of the body).
+        """
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" in content_type.partition(";")[0].lower():
+            return
+        body = await _read_limited(response)
+        message, code, etype = _error_details(body)
+        detail = message or "empty body"
+        raise EngineFailure(
+            f"{self.name}: expected an event stream (text/event-stream) but the server answered HTTP 200 "
+            f"with content type {content_type or '(none)'!r}: {detail[:300]}",
+            category="provider",
+            retryable=False,
+            provider_code=code or etype or "unexpected_content_type",
+            http_status=200,
+        )
+
+
+def _received(count: int, last: ServerSentEvent | None) -> str:
+    """Describe what a stream that ended early delivered: its event count and its last event."""
+    if count == 0 or last is None:
+        return "the stream carried no events"
+    name = f"event {last.event!r} " if last.event else ""
+    return f"received {count} events; the last: {name}data {last.data[:120]!r}"
 
 
 async def _read_limited(response: httpx.Response) -> bytes:

@@ -38,6 +38,8 @@ class Reply:
             is awaited at that point instead (for synchronising with the test).
         headers: response headers (content-type defaults to text/event-stream).
         end: ``"complete"`` ends the body properly; ``"abort"`` closes the socket mid-body;
+            ``"drop"`` closes the connection before any response bytes (the request never got an
+            answer);
             ``"hang"`` keeps the connection open until the client closes it.
         chunked: use chunked transfer encoding (else Content-Length, which needs ``end="complete"``).
     """
@@ -98,6 +100,8 @@ class SSEServer:
             await trio.aclose_forcefully(stream)
 
     async def _write(self, stream: trio.SocketStream, reply: Reply) -> bool:
+        if reply.end == "drop":
+            return False
         head = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}"]
         head += [f"{k}: {v}" for k, v in reply.headers.items()]
         if reply.chunked:
