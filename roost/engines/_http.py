@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email.utils
 import random
+import socket
 import time
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
@@ -29,6 +30,9 @@ __all__ = ["RetryPolicy", "StreamParser", "HttpEngine", "failure_from_response",
 
 #: Seconds a shielded clean-up (closing a response) may take before it is abandoned.
 CLOSE_GRACE = 2.0
+#: Seconds, and SSE events, read after a stream's terminal marker to reuse its connection.
+DRAIN_GRACE = 0.5
+DRAIN_EVENTS = 16
 #: Bytes of an error response body read for its message.
 ERROR_BODY_LIMIT = 64 * 1024
 
@@ -192,6 +196,9 @@ class HttpEngine:
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout),
             follow_redirects=False,
+            # Connections are reused (see _drain); without TCP_NODELAY a request's headers and body,
+            # written separately, wait for the server's delayed ACK (about 40 ms) on a reused one.
+            transport=httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]),
         )
 
     # -- subclass hooks ----------------------------------------------------------------------
@@ -304,17 +311,19 @@ class HttpEngine:
                     parser = self._parser(request)
                     received = 0
                     sse = None
-                    async for sse in EventSource(response).aiter_sse():
-                        if not sse.data:
-                            continue  # keep-alive: comment-only or retry:-only blocks
-                        received += 1
-                        for event in parser.feed(sse.event, sse.data):
-                            if type(event) is TextDelta:
-                                partial.append(event.text)
-                            yielded = True
-                            yield event
-                        if parser.done:
-                            break
+                    async with aclosing(EventSource(response).aiter_sse()) as stream:
+                        async for sse in stream:
+                            if not sse.data:
+                                continue  # keep-alive: comment-only or retry:-only blocks
+                            received += 1
+                            for event in parser.feed(sse.event, sse.data):
+                                if type(event) is TextDelta:
+                                    partial.append(event.text)
+                                yielded = True
+                                yield event
+                            if parser.done:
+                                await _drain(stream)
+                                break
                     try:
                         closing = parser.finish()
                     except EngineFailure as failure:
@@ -392,6 +401,22 @@ async def _read_limited(response: httpx.Response) -> bytes:
         if size >= ERROR_BODY_LIMIT:
             break
     return b"".join(chunks)
+
+
+async def _drain(stream: AsyncIterator[ServerSentEvent]) -> None:
+    """Read what follows the terminal marker (normally just the end of the body), so the
+    connection goes back to httpx's pool instead of being closed and opened again for the next
+    call. Bounded: at most DRAIN_EVENTS events and DRAIN_GRACE seconds (a server that keeps the
+    stream open after its terminal marker costs a new connection, nothing more)."""
+    with trio.move_on_after(DRAIN_GRACE):
+        count = 0
+        try:
+            async for _ in stream:
+                count += 1
+                if count >= DRAIN_EVENTS:
+                    return
+        except httpx.HTTPError:
+            pass  # the reply is complete; the connection is simply not reused
 
 
 async def _close(response: httpx.Response | None) -> None:
