@@ -193,3 +193,17 @@ def test_retry_policy_delays():
     assert policy.delay(1, httpx.Headers({"retry-after-ms": "250"})) == 0.25
     assert policy.delay(1, httpx.Headers({"retry-after": "1000"})) == policy.max_retry_after
     assert policy.delay(1, httpx.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
+
+
+async def test_consecutive_calls_reuse_one_connection_and_a_stream_left_open_still_ends():
+    done = sse('data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\n', "data: [DONE]\n\n")
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=done), Reply(chunks=done), Reply(chunks=done, end="hang"))
+        async with engine(server.base_url, Sleeps()) as eng:
+            for _ in range(2):
+                events, failure = await collect(eng, REQ)
+                assert failure is None and events == [TextDelta("x"), Finish("stop")]
+            assert server.connections == 1  # the body's end was read: the connection went back to the pool
+            # a server that keeps the stream open after [DONE]: the call still ends, complete
+            events, failure = await collect(eng, REQ)
+    assert failure is None and events == [TextDelta("x"), Finish("stop")]

@@ -12,7 +12,8 @@ provider code; HTTP status; the partial text; and the recovery facts of app-serv
 Leaving the ``stream`` context (also by cancellation) closes the HTTP stream at once.
 
 Layout: ``_types`` (request, history, events), ``_settings`` (ProviderSettings), ``_history``
-(tool-result pairing, argument parsing), ``_http`` (streaming, retries, error mapping),
+(tool-result pairing, call ids, argument parsing), ``_sse`` (event-stream framing), ``_http``
+(streaming, retries, error mapping, connection reuse),
 ``_openai_chat``, ``_openai_responses``, ``_anthropic`` (sans-IO parsers + adapters),
 ``_scripted`` (the deterministic engine; ``scripts/demo.yaml``), ``_factory`` (open_engine).
 This room never imports ``roost.actors``, ``roost.protocol`` or ``roost.storage``.

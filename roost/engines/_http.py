@@ -2,7 +2,7 @@
 
 Each adapter supplies the URL, headers and body for a request and a *parser* (sans-IO: SSE events
 in, normalized events out). This module owns the I/O: ``httpx.AsyncClient`` streaming, SSE framing
-through ``httpx-sse``, retries before the first streamed event, translation of httpx errors and HTTP
+(:mod:`roost.engines._sse`), retries before the first streamed event, translation of httpx errors and HTTP
 statuses to :class:`roost.errors.EngineFailure`, and closing the response at once when the consumer
 leaves (including when it is cancelled).
 """
@@ -19,10 +19,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 import attrs
 import httpx
 import trio
-from httpx_sse import EventSource, ServerSentEvent
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._settings import ProviderSettings
+from roost.engines._sse import SSEDecoder
 from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, Retrying, TextDelta
 from roost.errors import EngineFailure
 
@@ -310,24 +310,25 @@ class HttpEngine:
                     await self._check_event_stream(response)
                     parser = self._parser(request)
                     received = 0
-                    sse = None
-                    async with aclosing(EventSource(response).aiter_sse()) as stream:
-                        async for sse in stream:
-                            if not sse.data:
-                                continue  # keep-alive: comment-only or retry:-only blocks
-                            received += 1
-                            for event in parser.feed(sse.event, sse.data):
-                                if type(event) is TextDelta:
-                                    partial.append(event.text)
-                                yielded = True
-                                yield event
+                    last: tuple[str, str] | None = None
+                    async with aclosing(_sse_batches(response)) as batches:
+                        async for batch in batches:
+                            for last in batch:
+                                received += 1
+                                for event in parser.feed(last[0], last[1]):
+                                    if type(event) is TextDelta:
+                                        partial.append(event.text)
+                                    yielded = True
+                                    yield event
+                                if parser.done:
+                                    break
                             if parser.done:
-                                await _drain(stream)
+                                await _drain(batches)
                                 break
                     try:
                         closing = parser.finish()
                     except EngineFailure as failure:
-                        failure.message = f"{failure.message} ({_received(received, sse)})"
+                        failure.message = f"{failure.message} ({_received(received, last)})"
                         failure.args = (failure.message,)
                         raise
                     for event in closing:
@@ -384,12 +385,26 @@ class HttpEngine:
         )
 
 
-def _received(count: int, last: ServerSentEvent | None) -> str:
+def _received(count: int, last: tuple[str, str] | None) -> str:
     """Describe what a stream that ended early delivered: its event count and its last event."""
     if count == 0 or last is None:
         return "the stream carried no events"
-    name = f"event {last.event!r} " if last.event else ""
-    return f"received {count} events; the last: {name}data {last.data[:120]!r}"
+    name = f"event {last[0]!r} " if last[0] else ""
+    return f"received {count} events; the last: {name}data {last[1][:120]!r}"
+
+
+async def _sse_batches(response: httpx.Response) -> AsyncIterator[list[tuple[str, str]]]:
+    """The response's SSE events with data, as ``(event, data)``, one list per network read (plus
+    the last lone-CR event at the end); keep-alive blocks (comments, ``retry:``) carry no data and
+    are left out."""
+    decoder = SSEDecoder()
+    async for chunk in response.aiter_bytes():
+        batch = [event for event in decoder.feed(chunk) if event[1]]
+        if batch:
+            yield batch
+    batch = [event for event in decoder.finish() if event[1]]
+    if batch:
+        yield batch
 
 
 async def _read_limited(response: httpx.Response) -> bytes:
@@ -403,7 +418,7 @@ async def _read_limited(response: httpx.Response) -> bytes:
     return b"".join(chunks)
 
 
-async def _drain(stream: AsyncIterator[ServerSentEvent]) -> None:
+async def _drain(batches: AsyncIterator[list[tuple[str, str]]]) -> None:
     """Read what follows the terminal marker (normally just the end of the body), so the
     connection goes back to httpx's pool instead of being closed and opened again for the next
     call. Bounded: at most DRAIN_EVENTS events and DRAIN_GRACE seconds (a server that keeps the
@@ -411,8 +426,8 @@ async def _drain(stream: AsyncIterator[ServerSentEvent]) -> None:
     with trio.move_on_after(DRAIN_GRACE):
         count = 0
         try:
-            async for _ in stream:
-                count += 1
+            async for batch in batches:
+                count += len(batch)
                 if count >= DRAIN_EVENTS:
                     return
         except httpx.HTTPError:

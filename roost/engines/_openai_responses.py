@@ -71,6 +71,17 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
     return items
 
 
+#: Events named in their ``event:`` line whose data Roost does not use: not decoded at all (the
+#: ``response.created``/``.in_progress`` snapshots echo the whole request configuration).
+_UNUSED_EVENTS = frozenset({
+    "response.created", "response.in_progress", "response.queued",
+    "response.content_part.added", "response.content_part.done", "response.output_text.done",
+    "response.output_text.annotation.added", "response.refusal.done",
+    "response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
+    "response.reasoning_summary_text.done", "response.reasoning_text.done",
+})
+
+
 class ResponsesParser:
     """Sans-IO parser of one Responses stream (see the module docstring).
 
@@ -103,6 +114,8 @@ class ResponsesParser:
         return None
 
     def feed(self, event: str, data: str) -> list[EngineEvent]:
+        if event in _UNUSED_EVENTS:
+            return []
         try:
             doc = loads(data)
         except (JSONDecodeError, ValueError) as exc:

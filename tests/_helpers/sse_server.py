@@ -74,6 +74,8 @@ class SSEServer:
         self.client_closed = trio.Event()
         self.hanging = trio.Event()
         self.port = 0
+        #: TCP connections accepted so far
+        self.connections = 0
 
     @property
     def base_url(self) -> str:
@@ -83,6 +85,7 @@ class SSEServer:
         self.replies.extend(replies)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
         buf = bytearray()
         try:
             while True:
