@@ -139,6 +139,13 @@ class ChatCompletionsParser:
         if "error" in chunk or chunk.get("object") == "error":
             _raise_stream_error(chunk, data)
         choices = chunk.get("choices")
+        if choices and len(choices) == 1 and "usage" not in chunk:  # the common case: one text delta
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta and choice.get("finish_reason") is None and choice.get("index", 0) == 0:
+                content = delta.get("content")
+                if type(content) is str and content and len(delta) == (2 if "role" in delta else 1):
+                    return [TextDelta(content)]
         out: list[EngineEvent] = []
         if choices:
             for choice in choices:
