@@ -42,8 +42,8 @@ import trio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _appclient import open_app_client  # noqa: E402
-from _util import emit  # noqa: E402
+from _appclient import open_app_client
+from _util import emit
 
 TEXT = "tok "
 TARGET_RATIO = 1.5

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.appserver import roost_argv
 
 TEAM = """

@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import trio
-
 from _helpers.appserver import open_app_server, roost_argv
 from _helpers.sse_server import Reply, json_reply, open_sse_server, sse
 

@@ -19,13 +19,12 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 import trio
-
 from _helpers.appserver import open_app_server, roost_argv
 
 pytest.importorskip("fakellm")

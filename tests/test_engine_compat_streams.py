@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _helpers.sse_server import Reply, collect, json_reply, open_sse_server, sse
+
 from roost._json import loads
 from roost.engines import (
     AgentMessage,
@@ -362,7 +362,7 @@ async def test_streams_ending_without_their_terminal_marker_fail_without_a_retry
     async with open_sse_server() as server:
         server.add(Reply(chunks=sse(*stream)), Reply(chunks=sse(*stream)))
         async with factory(server) as eng:
-            events, failure = await collect(eng, REQ)
+            _, failure = await collect(eng, REQ)
     assert len(server.requests) == 1 and not failure.retryable
     assert marker in failure.message and "received" in failure.message
 

@@ -14,7 +14,7 @@ import random
 import socket
 import time
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Protocol
 
 import attrs
 import httpx
@@ -279,7 +279,7 @@ class HttpEngine:
 
     # -- the stream ------------------------------------------------------------------------------
 
-    async def _events(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
+    async def _events(self, request: EngineRequest) -> AsyncGenerator[EngineEvent, None]:
         body = dumps(self._body(request))
         url = self._url()
         headers = {"content-type": "application/json", "accept": "text/event-stream", **self._headers()}
@@ -290,7 +290,6 @@ class HttpEngine:
         while True:
             attempt += 1
             accepted = False  # a 200 arrived: the request was taken (and may be billed)
-            yielded = False
             retry_headers: httpx.Headers | None = None
             response: httpx.Response | None = None
             try:
@@ -318,7 +317,6 @@ class HttpEngine:
                                 for event in parser.feed(last[0], last[1]):
                                     if type(event) is TextDelta:
                                         partial.append(event.text)
-                                    yielded = True
                                     yield event
                                 if parser.done:
                                     break
@@ -332,15 +330,14 @@ class HttpEngine:
                         failure.args = (failure.message,)
                         raise
                     for event in closing:
-                        yielded = True
                         yield event
                     return
                 except httpx.HTTPError as exc:
-                    failure = failure_from_transport(exc, provider=self.name)
+                    lost = failure_from_transport(exc, provider=self.name)
                     if accepted:
-                        failure.message = f"{failure.message} (after the server accepted the request with HTTP 200)"
-                        failure.args = (failure.message,)
-                    raise failure from exc
+                        lost.message = f"{lost.message} (after the server accepted the request with HTTP 200)"
+                        lost.args = (lost.message,)
+                    raise lost from exc
             except EngineFailure as failure:
                 if failure.retryable and not accepted and attempt < max_attempts:
                     delay = policy.delay(attempt, retry_headers)
@@ -393,7 +390,7 @@ def _received(count: int, last: tuple[str, str] | None) -> str:
     return f"received {count} events; the last: {name}data {last[1][:120]!r}"
 
 
-async def _sse_batches(response: httpx.Response) -> AsyncIterator[list[tuple[str, str]]]:
+async def _sse_batches(response: httpx.Response) -> AsyncGenerator[list[tuple[str, str]], None]:
     """The response's SSE events with data, as ``(event, data)``, one list per network read (plus
     the last lone-CR event at the end); keep-alive blocks (comments, ``retry:``) carry no data and
     are left out."""

@@ -159,10 +159,11 @@ class ResponsesParser:
                 provider_code=error.get("code") or "response_failed",
             )
         if kind == "error":
-            error = doc.get("error") if isinstance(doc.get("error"), dict) else doc
-            code = error.get("code") or error.get("type")
+            nested = doc.get("error")
+            err: dict[str, Any] = nested if isinstance(nested, dict) else doc
+            code = err.get("code") or err.get("type")
             raise EngineFailure(
-                f"openai-responses: the server sent an error inside the stream: {error.get('message') or data[:200]}",
+                f"openai-responses: the server sent an error inside the stream: {err.get('message') or data[:200]}",
                 category=_category(code),
                 retryable=False,
                 provider_code=code or "stream_error",

@@ -39,7 +39,7 @@ import importlib.resources
 import re
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, AsyncIterator
 
 import attrs
 import trio
@@ -328,7 +328,7 @@ class ScriptedEngine:
     async def aclose(self) -> None:
         """Nothing to release; present for the Engine interface."""
 
-    async def _events(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
+    async def _events(self, request: EngineRequest) -> AsyncGenerator[EngineEvent, None]:
         steps = self.script.steps_for(request.prompt, request.agent)
         if not steps:
             elements: tuple[dict[str, Any], ...] = ({"text": "{prompt}"},)

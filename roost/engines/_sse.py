@@ -22,7 +22,7 @@ class SSEDecoder:
     LF follows). Text is UTF-8; invalid bytes become U+FFFD.
     """
 
-    __slots__ = ("_tail", "_started")
+    __slots__ = ("_started", "_tail")
 
     def __init__(self) -> None:
         self._tail = b""

@@ -95,7 +95,7 @@ class Reasoning:
 
     text: str
     provider: str | None = None
-    items: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    items: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=lambda items: tuple(items))
 
 
 @attrs.frozen
@@ -187,7 +187,7 @@ class ReasoningItems:
     """
 
     provider: str
-    items: tuple[dict[str, Any], ...] = attrs.field(converter=tuple)
+    items: tuple[dict[str, Any], ...] = attrs.field(converter=lambda items: tuple(items))
 
 
 @attrs.frozen
