@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost._json import JSONDecodeError, dumps, loads
+import orjson
+
+from roost._json import JSONDecodeError, dumps
 from roost.engines._history import CallIds, ToolCallBuffer, arguments_text, pair_tool_results
 from roost.engines._http import HttpEngine
 from roost.engines._settings import DEFAULT_BASE_URLS
@@ -68,14 +70,25 @@ def chat_messages(request: EngineRequest) -> list[dict[str, Any]]:
         messages.append({"role": "system", "content": request.system})
     assistant: dict[str, Any] | None = None
     for item in pair_tool_results(request.history):
-        if isinstance(item, AgentMessage):
+        cls = type(item)  # exact types (frozen attrs classes); cheaper than isinstance per item
+        if cls is UserMessage:
+            assistant = None
+            assert isinstance(item, UserMessage)
+            if item.images:
+                parts: list[dict[str, Any]] = [{"type": "text", "text": item.text}]
+                parts += [{"type": "image_url", "image_url": {"url": im.data_url()}} for im in item.images]
+                messages.append({"role": "user", "content": parts})
+            else:
+                messages.append({"role": "user", "content": item.text})
+        elif cls is AgentMessage:
+            assert isinstance(item, AgentMessage)
             if assistant is None or assistant.get("tool_calls"):
                 assistant = {"role": "assistant", "content": item.text}
                 messages.append(assistant)
             else:
                 assistant["content"] = (assistant.get("content") or "") + item.text
-            continue
-        if isinstance(item, ToolCall):
+        elif cls is ToolCall:
+            assert isinstance(item, ToolCall)
             if assistant is None:
                 assistant = {"role": "assistant", "content": None}
                 messages.append(assistant)
@@ -86,19 +99,11 @@ def chat_messages(request: EngineRequest) -> list[dict[str, Any]]:
                     "function": {"name": item.name, "arguments": dumps(item.arguments).decode()},
                 }
             )
-            continue
-        if isinstance(item, Reasoning):
-            continue
-        assistant = None
-        if isinstance(item, ToolResult):
+        elif cls is ToolResult:
+            assert isinstance(item, ToolResult)
+            assistant = None
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
-        elif isinstance(item, UserMessage):
-            if item.images:
-                parts: list[dict[str, Any]] = [{"type": "text", "text": item.text}]
-                parts += [{"type": "image_url", "image_url": {"url": im.data_url()}} for im in item.images]
-                messages.append({"role": "user", "content": parts})
-            else:
-                messages.append({"role": "user", "content": item.text})
+        # Reasoning is not replayed to Chat Completions (and does not end the assistant message)
     return messages
 
 
@@ -127,11 +132,11 @@ class ChatCompletionsParser:
         self._usage: Usage | None = None
 
     def feed(self, event: str, data: str) -> list[EngineEvent]:
-        if data == "[DONE]" or data.strip() == "[DONE]":
+        if data == "[DONE]" or (data[:1] != "{" and data.strip() == "[DONE]"):
             self.done = True
             return []
         try:
-            chunk = loads(data)
+            chunk = orjson.loads(data)
         except (JSONDecodeError, ValueError) as exc:
             raise EngineFailure(f"openai: malformed stream chunk: {data[:200]!r}", category="provider") from exc
         if type(chunk) is not dict:

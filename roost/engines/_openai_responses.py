@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost._json import JSONDecodeError, dumps, loads
+import orjson
+
+from roost._json import JSONDecodeError, dumps
 from roost.engines._history import CallIds, ToolCallBuffer, arguments_text, pair_tool_results
 from roost.engines._http import HttpEngine
 from roost.engines._openai_chat import OpenAIChatEngine
@@ -117,7 +119,7 @@ class ResponsesParser:
         if event in _UNUSED_EVENTS:
             return []
         try:
-            doc = loads(data)
+            doc = orjson.loads(data)
         except (JSONDecodeError, ValueError) as exc:
             raise EngineFailure(f"openai-responses: malformed event: {data[:200]!r}", category="provider") from exc
         if type(doc) is not dict:
