@@ -24,7 +24,6 @@ from roost.engines._types import (
     EngineEvent,
     EngineRequest,
     Finish,
-    Reasoning,
     ReasoningDelta,
     TextDelta,
     ToolCall,
