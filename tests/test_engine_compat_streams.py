@@ -428,3 +428,18 @@ async def test_anthropic_usage_in_message_delta_and_error_event_mapping():
             _, too_long = await collect(eng, REQ)
     assert failure is None and events == [Usage(10, 99, 4), Finish("length")]
     assert too_long.category == "context_length" and not too_long.retryable
+
+
+async def test_chat_error_null_content_parts_and_done_with_trailing_text():
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=sse(
+            chat({"content": "a"}, error=None),                     # "error": null is not an error
+            chat({"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "hmm"}]},
+                              {"type": "text", "text": "b"}]}),       # Mistral content parts
+            chat(finish="stop"),
+            "data: [DONE] \n\n",
+        )))
+        async with chat_engine(server) as eng:
+            events, failure = await collect(eng, REQ)
+    assert failure is None
+    assert events == [TextDelta("a"), ReasoningDelta("hmm"), TextDelta("b"), Finish("stop")]

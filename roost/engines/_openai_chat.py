@@ -131,7 +131,7 @@ class ChatCompletionsParser:
         self._usage: Usage | None = None
 
     def feed(self, event: str, data: str) -> list[EngineEvent]:
-        if data == "[DONE]" or (data[:1] != "{" and data.strip() == "[DONE]"):
+        if data == "[DONE]" or (data[:1] != "{" and data.strip().startswith("[DONE]")):
             self.done = True
             return []
         try:
@@ -140,7 +140,7 @@ class ChatCompletionsParser:
             raise EngineFailure(f"openai: malformed stream chunk: {data[:200]!r}", category="provider") from exc
         if type(chunk) is not dict:
             raise EngineFailure(f"openai: malformed stream chunk: {data[:200]!r}", category="provider")
-        if "error" in chunk or chunk.get("object") == "error":
+        if chunk.get("error") or chunk.get("object") == "error":  # "error": null is no error
             _raise_stream_error(chunk, data)
         choices = chunk.get("choices")
         if choices and len(choices) == 1 and "usage" not in chunk:  # the common case: one text delta
@@ -165,14 +165,16 @@ class ChatCompletionsParser:
         delta = choice.get("delta")
         if delta:
             content = delta.get("content")
-            if content and len(delta) <= 2:  # the common case: {"content"} or {"role", "content"}
+            if type(content) is str and content and len(delta) <= 2:  # the common case: {"content"} or {"role", "content"}
                 out.append(TextDelta(content))
             else:
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                 if reasoning and isinstance(reasoning, str):
                     out.append(ReasoningDelta(reasoning))
-                if content:
-                    out.append(TextDelta(content if isinstance(content, str) else str(content)))
+                if isinstance(content, str) and content:
+                    out.append(TextDelta(content))
+                elif isinstance(content, list):  # content parts (Mistral): text and thinking
+                    _content_parts(content, out)
                 refusal = delta.get("refusal")
                 if refusal and isinstance(refusal, str):
                     out.append(TextDelta(refusal))
@@ -239,6 +241,22 @@ class ChatCompletionsParser:
             reason = "tool_calls"
         out.append(Finish(reason))
         return out
+
+
+def _content_parts(parts: list[Any], out: list[EngineEvent]) -> None:
+    """``delta.content`` given as parts: ``{"type": "text", "text"}`` is text, ``{"type": "thinking",
+    "thinking": [{"type": "text", "text"}]}`` (Mistral's reasoning models) is reasoning."""
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text" and isinstance(part.get("text"), str) and part["text"]:
+            out.append(TextDelta(part["text"]))
+        elif part.get("type") == "thinking":
+            inner = part.get("thinking")
+            texts = [p.get("text") for p in inner if isinstance(p, dict)] if isinstance(inner, list) else [inner]
+            text = "".join(t for t in texts if isinstance(t, str))
+            if text:
+                out.append(ReasoningDelta(text))
 
 
 def _raise_stream_error(chunk: dict[str, Any], data: str) -> None:
