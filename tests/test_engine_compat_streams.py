@@ -443,3 +443,13 @@ async def test_chat_error_null_content_parts_and_done_with_trailing_text():
             events, failure = await collect(eng, REQ)
     assert failure is None
     assert events == [TextDelta("a"), ReasoningDelta("hmm"), TextDelta("b"), Finish("stop")]
+
+
+async def test_a_json_error_body_sent_as_an_event_stream_is_named():
+    # A proxy that labels its JSON error body text/event-stream: no events, the body is quoted.
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=[b'{"error": {"message": "budget exceeded for key"}}']))
+        async with chat_engine(server) as eng:
+            events, failure = await collect(eng, REQ)
+    assert events == [] and len(server.requests) == 1 and not failure.retryable
+    assert "carried no events" in failure.message and "budget exceeded for key" in failure.message

@@ -33,6 +33,8 @@ CLOSE_GRACE = 2.0
 #: Seconds, and SSE events, read after a stream's terminal marker to reuse its connection.
 DRAIN_GRACE = 0.5
 DRAIN_EVENTS = 16
+#: Bytes of a stream's body kept to name it when it carried no events.
+HEAD_BYTES = 300
 #: Bytes of an error response body read for its message.
 ERROR_BODY_LIMIT = 64 * 1024
 
@@ -310,7 +312,8 @@ class HttpEngine:
                     parser = self._parser(request)
                     received = 0
                     last: tuple[str, str] | None = None
-                    async with aclosing(_sse_batches(response)) as batches:
+                    head = bytearray()  # the body's first bytes, named when it carried no events
+                    async with aclosing(_sse_batches(response, head)) as batches:
                         async for batch in batches:
                             for last in batch:
                                 received += 1
@@ -326,7 +329,7 @@ class HttpEngine:
                     try:
                         closing = parser.finish()
                     except EngineFailure as failure:
-                        failure.message = f"{failure.message} ({_received(received, last)})"
+                        failure.message = f"{failure.message} ({_received(received, last, head)})"
                         failure.args = (failure.message,)
                         raise
                     for event in closing:
@@ -382,20 +385,25 @@ class HttpEngine:
         )
 
 
-def _received(count: int, last: tuple[str, str] | None) -> str:
-    """Describe what a stream that ended early delivered: its event count and its last event."""
+def _received(count: int, last: tuple[str, str] | None, head: bytes = b"") -> str:
+    """Describe what a stream that ended early delivered: its event count and its last event, or
+    the start of its body when it carried no events (a JSON error body sent as an event stream)."""
     if count == 0 or last is None:
+        if head.strip():
+            return f"the stream carried no events; the body began {bytes(head[:HEAD_BYTES]).decode('utf-8', 'replace')!r}"
         return "the stream carried no events"
     name = f"event {last[0]!r} " if last[0] else ""
     return f"received {count} events; the last: {name}data {last[1][:120]!r}"
 
 
-async def _sse_batches(response: httpx.Response) -> AsyncGenerator[list[tuple[str, str]], None]:
+async def _sse_batches(response: httpx.Response, head: bytearray) -> AsyncGenerator[list[tuple[str, str]], None]:
     """The response's SSE events with data, as ``(event, data)``, one list per network read (plus
     the last lone-CR event at the end); keep-alive blocks (comments, ``retry:``) carry no data and
     are left out."""
     decoder = SSEDecoder()
     async for chunk in response.aiter_bytes():
+        if len(head) < HEAD_BYTES:
+            head += chunk[: HEAD_BYTES - len(head)]
         batch = [event for event in decoder.feed(chunk) if event[1]]
         if batch:
             yield batch
