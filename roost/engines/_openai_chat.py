@@ -140,16 +140,18 @@ class ChatCompletionsParser:
             raise EngineFailure(f"openai: malformed stream chunk: {data[:200]!r}", category="provider") from exc
         if type(chunk) is not dict:
             raise EngineFailure(f"openai: malformed stream chunk: {data[:200]!r}", category="provider")
-        if chunk.get("error") or chunk.get("object") == "error":  # "error": null is no error
-            _raise_stream_error(chunk, data)
         choices = chunk.get("choices")
-        if choices and len(choices) == 1 and "usage" not in chunk:  # the common case: one text delta
+        # The common case first: one text delta (OpenAI sends "usage": null in every chunk).
+        if choices and len(choices) == 1 and chunk.get("usage") is None and "error" not in chunk:
             choice = choices[0]
             delta = choice.get("delta")
-            if delta and choice.get("finish_reason") is None and choice.get("index", 0) == 0:
+            if delta and choice.get("finish_reason") is None:
                 content = delta.get("content")
-                if type(content) is str and content and len(delta) == (2 if "role" in delta else 1):
+                if (type(content) is str and content and len(delta) == (2 if "role" in delta else 1)
+                        and choice.get("index", 0) == 0):
                     return [TextDelta(content)]
+        if chunk.get("error") or chunk.get("object") == "error":  # "error": null is no error
+            _raise_stream_error(chunk, data)
         out: list[EngineEvent] = []
         if choices:
             for choice in choices:
