@@ -348,17 +348,7 @@ class HttpEngine:
                     yield Retrying(attempt, max_attempts, delay, failure.category)  # progress only
                     await policy.sleep(delay)
                     continue
-                failure.partial_text = "".join(partial)
-                failure.attempt_count = attempt
-                failure.retry_count = attempt - 1
-                failure.submission_count = attempt
-                failure.max_attempts = max_attempts
-                if not failure.retryable:
-                    failure.stop_reason = "non_retryable"
-                elif accepted:
-                    failure.stop_reason = "replay_unsafe"  # never re-send a request the server took
-                else:
-                    failure.stop_reason = "retry_limit"
+                _record_recovery(failure, attempt, max_attempts, accepted=accepted, partial=partial)
                 raise
             finally:
                 await _close(response)
@@ -383,6 +373,24 @@ class HttpEngine:
             provider_code=code or etype or "unexpected_content_type",
             http_status=200,
         )
+
+
+def _record_recovery(failure: EngineFailure, attempt: int, max_attempts: int, *, accepted: bool,
+                     partial: list[str]) -> None:
+    """Fill the recovery facts of app-server-protocol.md ("Turns and execution runs") on the
+    failure that ends the call: attempts, retries, physical submissions, the limit, and why
+    recovery stopped (``replay_unsafe`` once a server answered 200: it is never sent again)."""
+    failure.partial_text = "".join(partial)
+    failure.attempt_count = attempt
+    failure.retry_count = attempt - 1
+    failure.submission_count = attempt
+    failure.max_attempts = max_attempts
+    if not failure.retryable:
+        failure.stop_reason = "non_retryable"
+    elif accepted:
+        failure.stop_reason = "replay_unsafe"
+    else:
+        failure.stop_reason = "retry_limit"
 
 
 def _received(count: int, last: tuple[str, str] | None, head: bytes = b"") -> str:
