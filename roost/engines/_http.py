@@ -393,7 +393,7 @@ def _record_recovery(failure: EngineFailure, attempt: int, max_attempts: int, *,
         failure.stop_reason = "retry_limit"
 
 
-def _received(count: int, last: tuple[str, str] | None, head: bytes = b"") -> str:
+def _received(count: int, last: tuple[str, str] | None, head: bytes | bytearray = b"") -> str:
     """Describe what a stream that ended early delivered: its event count and its last event, or
     the start of its body when it carried no events (a JSON error body sent as an event stream)."""
     if count == 0 or last is None:
