@@ -214,9 +214,8 @@ def _resumed_flags(flags: EngineFlags, session_id: str) -> EngineFlags:
     from roost.storage import get_thread
 
     try:
-        with open_cli_store() as store:
-            with store.read() as conn:
-                thread = get_thread(conn, session_id)
+        with open_cli_store() as store, store.read() as conn:
+            thread = get_thread(conn, session_id)
     except (NotFound, StoreError):
         return flags
     stored = (thread.metadata or {}).get("engine") or {}
