@@ -453,3 +453,13 @@ async def test_a_json_error_body_sent_as_an_event_stream_is_named():
             events, failure = await collect(eng, REQ)
     assert events == [] and len(server.requests) == 1 and not failure.retryable
     assert "carried no events" in failure.message and "budget exceeded for key" in failure.message
+
+
+@pytest.mark.parametrize("reason", ["error", "abort"])
+async def test_a_failed_finish_reason_is_a_failure_not_a_silent_success(reason):
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=sse(chat({"content": "half"}), chat(finish=reason), "data: [DONE]\n\n")))
+        async with chat_engine(server) as eng:
+            events, failure = await collect(eng, REQ)
+    assert events == [TextDelta("half")] and len(server.requests) == 1
+    assert failure.partial_text == "half" and not failure.retryable and repr(reason) in failure.message

@@ -55,6 +55,8 @@ _FINISH = {
     "recitation": "content_filter",
     "refusal": "content_filter",
 }
+#: finish_reason values that mean the generation failed (OpenRouter, vLLM and LMDeploy send them)
+_FAILED_FINISH = frozenset({"error", "abort"})
 
 
 def chat_messages(request: EngineRequest) -> list[dict[str, Any]]:
@@ -128,6 +130,7 @@ class ChatCompletionsParser:
         self._by_index: dict[Any, ToolCallBuffer] = {}
         self._by_server_id: dict[str, ToolCallBuffer] = {}
         self._finish: str | None = None
+        self._failed: str | None = None
         self._usage: Usage | None = None
 
     def feed(self, event: str, data: str) -> list[EngineEvent]:
@@ -187,6 +190,8 @@ class ChatCompletionsParser:
                     self._tool_fragment({"index": "function_call", "function": legacy}, out)
         reason = choice.get("finish_reason")
         if reason:
+            if reason in _FAILED_FINISH:
+                self._failed = reason
             self._finish = _FINISH.get(reason, "stop")
 
     def _buffer_for(self, frag: dict[str, Any], name: str) -> ToolCallBuffer | None:
@@ -234,6 +239,11 @@ class ChatCompletionsParser:
             raise EngineFailure(
                 "openai: the stream ended without [DONE] or a finish_reason", category="network", retryable=False,
                 provider_code="incomplete_stream",
+            )
+        if self._failed is not None:  # never a silent success on a generation the server gave up
+            raise EngineFailure(
+                f"openai: the server ended the response with finish_reason {self._failed!r}",
+                category="provider", retryable=False, provider_code=f"finish_reason_{self._failed}",
             )
         out: list[EngineEvent] = [buf.end() for buf in self._order]
         if self._usage is not None:
