@@ -14,6 +14,7 @@ from roost.engines import (
     Image,
     ProviderSettings,
     ReasoningDelta,
+    ReasoningItems,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -57,7 +58,9 @@ async def test_text_thinking_ping_usage_and_stop():
         async with engine(server) as eng:
             events, failure = await collect(eng, REQ)
     assert failure is None
-    assert events == [ReasoningDelta("hmm"), TextDelta("Hello"), Usage(20, 15, 7), Finish("stop")]
+    assert events == [ReasoningDelta("hmm"), TextDelta("Hello"),
+                      ReasoningItems("anthropic", [{"type": "thinking", "thinking": "hmm", "signature": "sig"}]),
+                      Usage(20, 15, 7), Finish("stop")]
     req = server.requests[0]
     assert req.path == "/v1/messages" and req.headers["x-api-key"] == "ak"
     assert req.headers["anthropic-version"] == "2023-06-01"
@@ -100,8 +103,10 @@ async def test_mid_stream_error_event_after_200_keeps_partial_text():
         async with engine(server) as eng:
             events, failure = await collect(eng, REQ)
     assert events == [TextDelta("Half an ans")]
-    assert failure.category == "provider" and failure.retryable and failure.provider_code == "overloaded_error"
-    assert failure.partial_text == "Half an ans" and failure.stop_reason == "replay_unsafe"
+    # an error inside a 200 stream is not retried: the server took (and may bill) the request
+    assert failure.category == "provider" and not failure.retryable and failure.provider_code == "overloaded_error"
+    assert failure.partial_text == "Half an ans" and failure.stop_reason == "non_retryable"
+    assert "Overloaded" in failure.message
     assert len(server.requests) == 1  # never retried after a streamed chunk
 
 

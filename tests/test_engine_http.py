@@ -96,7 +96,7 @@ async def test_disconnect_before_first_chunk_is_retried_but_not_after():
     sleeps = Sleeps()
     async with open_sse_server() as server:
         server.add(
-            Reply(chunks=[], end="abort"),
+            Reply(chunks=[], end="drop"),  # no answer at all: safe to send again
             Reply(chunks=sse('data: {"choices":[{"index":0,"delta":{"content":"par"}}]}\n\n'), end="abort"),
         )
         async with engine(server.base_url, sleeps) as eng:
@@ -104,6 +104,19 @@ async def test_disconnect_before_first_chunk_is_retried_but_not_after():
     assert [e for e in events if not isinstance(e, Retrying)] == [TextDelta("par")]
     assert failure.category == "network" and failure.partial_text == "par"
     assert failure.attempt_count == 2 and failure.stop_reason == "replay_unsafe"
+
+
+async def test_disconnect_after_a_200_head_is_never_sent_again():
+    # The server answered 200 (it took the request, which may be billed) and then dropped the
+    # connection before the first event: the request is not sent a second time.
+    sleeps = Sleeps()
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=[], end="abort"), Reply(chunks=sse("data: [DONE]\n\n")))
+        async with engine(server.base_url, sleeps) as eng:
+            events, failure = await collect(eng, REQ)
+    assert events == [] and len(server.requests) == 1
+    assert failure.category == "network" and failure.stop_reason == "replay_unsafe"
+    assert "after the server accepted the request with HTTP 200" in failure.message
 
 
 async def test_connection_refused_is_network_failure():
@@ -180,3 +193,17 @@ def test_retry_policy_delays():
     assert policy.delay(1, httpx.Headers({"retry-after-ms": "250"})) == 0.25
     assert policy.delay(1, httpx.Headers({"retry-after": "1000"})) == policy.max_retry_after
     assert policy.delay(1, httpx.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
+
+
+async def test_consecutive_calls_reuse_one_connection_and_a_stream_left_open_still_ends():
+    done = sse('data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\n', "data: [DONE]\n\n")
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=done), Reply(chunks=done), Reply(chunks=done, end="hang"))
+        async with engine(server.base_url, Sleeps()) as eng:
+            for _ in range(2):
+                events, failure = await collect(eng, REQ)
+                assert failure is None and events == [TextDelta("x"), Finish("stop")]
+            assert server.connections == 1  # the body's end was read: the connection went back to the pool
+            # a server that keeps the stream open after [DONE]: the call still ends, complete
+            events, failure = await collect(eng, REQ)
+    assert failure is None and events == [TextDelta("x"), Finish("stop")]

@@ -150,7 +150,14 @@ async def test_stream_without_terminal_marker_is_a_failure_keeping_partial_text(
     assert events == [TextDelta("partial "), TextDelta("text")]
     assert failure is not None and failure.category == "network"
     assert failure.partial_text == "partial text"
-    assert failure.stop_reason == "replay_unsafe"
+    assert len(server.requests) == 1  # the server took the request: it is never sent again
+    if end == "complete":
+        # a clean end without [DONE]: non-retryable, naming what was received
+        assert failure.stop_reason == "non_retryable" and not failure.retryable
+        assert "without [DONE]" in failure.message and "received 2 events" in failure.message
+        assert '"text"' in failure.message
+    else:
+        assert failure.stop_reason == "replay_unsafe"
 
 
 async def test_error_chunk_after_200():

@@ -24,7 +24,7 @@ import trio
 
 from roost.actors._actor import shielded_cleanup
 from roost.engines._types import (
-    AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, Retrying, TextDelta, ToolCall,
+    AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, ReasoningItems, Retrying, TextDelta, ToolCall,
     ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
 )
 from roost.errors import EngineFailure, RoostError, StaleLease
@@ -299,6 +299,11 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
                         emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
                     elif cls is Finish:
                         pass
+                    elif cls is ReasoningItems:
+                        # the provider's reasoning blocks, replayed unchanged (issue 14, case 4)
+                        if reasoning is None:
+                            reasoning = start_item("reasoning", text="")
+                        reasoning["replay"] = {"provider": event.provider, "items": list(event.items)}
                     elif cls is Retrying:
                         emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
                             "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
@@ -308,7 +313,9 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
         # Settle what was streamed: complete on success, keep as interrupted/failed otherwise.
         if reasoning is not None:
             reasoning["text"] = "".join(reasoning_parts)
-            thread.history.append(Reasoning(text=reasoning["text"]))
+            replay = reasoning.get("replay") or {}
+            thread.history.append(Reasoning(text=reasoning["text"], provider=replay.get("provider"),
+                                            items=replay.get("items") or ()))
         if message is not None:
             message["text"] = "".join(text_parts)
             if cut.cancelled_caught:

@@ -119,8 +119,10 @@ def history_from_items(items: list[dict]) -> list:
             if item.get("text"):
                 history.append(AgentMessage(text=item["text"]))
         elif kind == "reasoning":
-            if item.get("text"):
-                history.append(Reasoning(text=item["text"]))
+            replay = item.get("replay") or {}
+            if item.get("text") or replay.get("items"):
+                history.append(Reasoning(text=item.get("text") or "", provider=replay.get("provider"),
+                                         items=replay.get("items") or ()))
         elif kind == "tool_call":
             history.append(ToolCall(call_id=item.get("call_id") or item["id"], name=item["name"],
                                     arguments=item.get("arguments") or {}))

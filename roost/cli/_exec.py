@@ -138,7 +138,8 @@ async def run_exec(prompt: str, *, settings: Any, as_json: bool, cwd: Path, ephe
         out, err: binary stdout and text stderr (default: the process's).
 
     Returns:
-        0 completed, 1 failed or interrupted, 130 after SIGINT.
+        0 completed, 1 failed or interrupted, 2 the engine cannot be opened (a missing or broken
+        scripted ``--script``), 130 after SIGINT.
 
     Cancellation: the first SIGINT interrupts the turn and waits (at most 15 s) for it to persist;
     a second SIGINT cancels everything at once.
@@ -155,6 +156,10 @@ async def run_exec(prompt: str, *, settings: Any, as_json: bool, cwd: Path, ephe
     printer: JsonPrinter | TextPrinter = (
         JsonPrinter(out) if as_json else TextPrinter(_text_stream(out), err))
     engines = EngineCatalog(settings)
+    if engines.default is None:  # e.g. a missing or broken --script: the same error as run/repl/app-server
+        err.write(f"roost exec: error: {engines.setup_error or 'no model provider is configured'}\n")
+        err.flush()
+        return 2
     state: dict[str, Any] = {"signals": 0, "actor": None, "turn_id": None, "status": None}
     try:
         with trio.open_signal_receiver(signal.SIGINT) as signals:
@@ -241,7 +246,8 @@ def exec_command(engine_flags: EngineFlags, prompt: str, as_json: bool, cwd: Pat
     notifications (one JSON object per line); otherwise the agent's reply is streamed as text and
     tool calls are shown as "$ name args" lines. Errors go to stderr.
 
-    Exit status: 0 completed, 1 failed or interrupted, 2 no model provider configured, 130 SIGINT.
+    Exit status: 0 completed, 1 failed or interrupted, 2 no model provider configured (or its
+    script is missing or broken), 130 SIGINT.
     """
     setup_logging(verbose)
     if prompt == "-":

@@ -204,6 +204,28 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
     return int(result["exitCode"])
 
 
+def _resumed_flags(flags: EngineFlags, session_id: str) -> EngineFlags:
+    """The flags of a resumed run: the session's own model settings (kept in its metadata when it
+    started), each overridden by a flag given now. A flag naming another provider drops the
+    stored settings (they belong to the stored provider). A session that kept none (older, or
+    unknown: reported later by the run) leaves the flags as they are."""
+    from roost.cli._res_common import open_cli_store
+    from roost.errors import NotFound, StoreError
+    from roost.storage import get_thread
+
+    try:
+        with open_cli_store() as store, store.read() as conn:
+            thread = get_thread(conn, session_id)
+    except (NotFound, StoreError):
+        return flags
+    stored = (thread.metadata or {}).get("engine") or {}
+    if not stored or (flags.provider is not None and flags.provider != stored.get("provider")):
+        return flags
+    merged = {k: getattr(flags, k) if getattr(flags, k) is not None else stored.get(k)
+              for k in ("provider", "base_url", "model", "script", "api_key_env")}
+    return EngineFlags(**merged)
+
+
 @click.command("run")
 @engine_options
 @click.argument("task", required=False)
@@ -236,6 +258,8 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
         raise click.UsageError("--resume continues the session's own task; don't give a TASK")
     setup_logging(verbose)
     try:
+        if resume_id is not None:
+            engine_flags = _resumed_flags(engine_flags, resume_id)
         settings = engine_flags.resolve()
     except ConfigError as exc:
         if bridge:

@@ -12,7 +12,8 @@ provider code; HTTP status; the partial text; and the recovery facts of app-serv
 Leaving the ``stream`` context (also by cancellation) closes the HTTP stream at once.
 
 Layout: ``_types`` (request, history, events), ``_settings`` (ProviderSettings), ``_history``
-(tool-result pairing, argument parsing), ``_http`` (streaming, retries, error mapping),
+(tool-result pairing, call ids, argument parsing), ``_sse`` (event-stream framing), ``_http``
+(streaming, retries, error mapping, connection reuse),
 ``_openai_chat``, ``_openai_responses``, ``_anthropic`` (sans-IO parsers + adapters),
 ``_scripted`` (the deterministic engine; ``scripts/demo.yaml``), ``_factory`` (open_engine).
 This room never imports ``roost.actors``, ``roost.protocol`` or ``roost.storage``.
@@ -26,6 +27,7 @@ from roost.engines._factory import open_engine as open_engine
 from roost.engines._history import INTERRUPTED_OUTPUT as INTERRUPTED_OUTPUT
 from roost.engines._history import pair_tool_results as pair_tool_results
 from roost.engines._history import parse_arguments as parse_arguments
+from roost.engines._history import new_call_id as new_call_id
 from roost.engines._http import HttpEngine as HttpEngine
 from roost.engines._http import RetryPolicy as RetryPolicy
 from roost.engines._openai_chat import ChatCompletionsParser as ChatCompletionsParser
@@ -53,6 +55,7 @@ from roost.engines._types import Image as Image
 from roost.engines._types import ModelInfo as ModelInfo
 from roost.engines._types import Reasoning as Reasoning
 from roost.engines._types import ReasoningDelta as ReasoningDelta
+from roost.engines._types import ReasoningItems as ReasoningItems
 from roost.engines._types import TextDelta as TextDelta
 from roost.engines._types import ToolCall as ToolCall
 from roost.engines._types import ToolCallDelta as ToolCallDelta
@@ -89,6 +92,7 @@ __all__ = [
     "ProviderSettings",
     "Reasoning",
     "ReasoningDelta",
+    "ReasoningItems",
     "ResponsesParser",
     "RetryPolicy",
     "Script",
@@ -108,6 +112,7 @@ __all__ = [
     "open_engine",
     "pair_tool_results",
     "parse_arguments",
+    "new_call_id",
     "parse_script",
     "split_deltas",
 ]

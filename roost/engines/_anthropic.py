@@ -2,13 +2,15 @@
 
 Stream format (Anthropic API reference, "Streaming Messages"): ``message_start``, then per content
 block ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``,
-``thinking_delta``) / ``content_block_stop`` keyed by block ``index``, ``message_delta`` (stop reason,
+``thinking_delta``, ``signature_delta``) / ``content_block_stop`` keyed by block ``index``, ``message_delta`` (stop reason,
 output usage), terminal ``message_stop``; ``ping`` anywhere; an ``error`` event may arrive after
 HTTP 200.
 
 History rules: roles alternate user/assistant (consecutive same-role turns are merged into one
 message of content blocks), the first message is a user message, tool results are ``tool_result``
-blocks in the following user message, images are base64 ``image`` blocks.
+blocks in the following user message, images are base64 ``image`` blocks, and the response's signed
+``thinking`` / ``redacted_thinking`` blocks (kept in :attr:`Reasoning.items`) open its assistant
+message again, unchanged, as the API requires when thinking is on.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from roost._json import JSONDecodeError, loads
-from roost.engines._history import ToolCallBuffer, pair_tool_results
+from roost.engines._history import CallIds, ToolCallBuffer, arguments_text, pair_tool_results
 from roost.engines._http import HttpEngine
 from roost.engines._settings import DEFAULT_BASE_URLS
 from roost.engines._types import (
@@ -26,6 +28,7 @@ from roost.engines._types import (
     Finish,
     Reasoning,
     ReasoningDelta,
+    ReasoningItems,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -91,7 +94,10 @@ def anthropic_messages(request: EngineRequest) -> list[dict[str, Any]]:
                 {"type": "tool_result", "tool_use_id": item.call_id, "content": item.output, "is_error": item.is_error},
             )
         elif isinstance(item, Reasoning):
-            continue  # thinking blocks need the provider's signature to be replayed
+            if item.provider == "anthropic":
+                for block in item.items:  # signed thinking / redacted thinking, unchanged
+                    add("assistant", dict(block))
+            # reasoning without its signed blocks (or from another provider) cannot be replayed
     if messages and messages[0]["role"] != "user":
         messages.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continue)"}]})
     # tool_result blocks must come first in their user message.
@@ -102,11 +108,23 @@ def anthropic_messages(request: EngineRequest) -> list[dict[str, Any]]:
 
 
 class AnthropicParser:
-    """Sans-IO parser of one Messages stream (see the module docstring)."""
+    """Sans-IO parser of one Messages stream (see the module docstring).
 
-    def __init__(self) -> None:
+    Beyond the documented stream it accepts gateways that put a tool's whole ``input`` (or a text
+    block's text) in ``content_block_start`` and send no deltas (issue 14, case 5). ``thinking``
+    blocks (their ``thinking_delta`` and ``signature_delta``) and ``redacted_thinking`` blocks are
+    collected whole and sent as one :class:`ReasoningItems` before :class:`Finish`, to be replayed
+    unchanged (Messages API, "Extended thinking: preserving thinking blocks").
+
+    Args:
+        ids: assigns tool-call ids (default: a fresh :class:`CallIds` with nothing taken).
+    """
+
+    def __init__(self, ids: CallIds | None = None) -> None:
         self.done = False
+        self._ids = ids or CallIds(prefix="toolu")
         self._blocks: dict[int, ToolCallBuffer] = {}
+        self._thinking: dict[int, dict[str, Any]] = {}
         self._count = 0
         self._stop: str | None = None
         self._input: int | None = None
@@ -118,32 +136,15 @@ class AnthropicParser:
             doc = loads(data)
         except (JSONDecodeError, ValueError) as exc:
             raise EngineFailure(f"anthropic: malformed event: {data[:200]!r}", category="provider") from exc
+        if type(doc) is not dict:
+            raise EngineFailure(f"anthropic: malformed event: {data[:200]!r}", category="provider")
         kind = doc.get("type") or event
         if kind == "content_block_delta":
-            delta = doc.get("delta") or {}
-            dtype = delta.get("type")
-            if dtype == "text_delta":
-                return [TextDelta(delta["text"])] if delta.get("text") else []
-            if dtype == "input_json_delta":
-                buf = self._blocks.get(doc.get("index"))
-                part = delta.get("partial_json") or ""
-                if buf is None or not part:
-                    return []
-                buf.parts.append(part)
-                return [ToolCallDelta(buf.call_id, part)]
-            if dtype == "thinking_delta":
-                return [ReasoningDelta(delta["thinking"])] if delta.get("thinking") else []
-            return []
+            return self._delta(doc)
         if kind == "content_block_start":
-            block = doc.get("content_block") or {}
-            if block.get("type") != "tool_use":
-                return []
-            buf = ToolCallBuffer(block.get("id") or "", block.get("name") or "", self._count)
-            self._count += 1
-            self._blocks[doc.get("index")] = buf
-            return [ToolCallStart(buf.call_id, buf.name, buf.index)]
+            return self._start(doc)
         if kind == "content_block_stop":
-            buf = self._blocks.get(doc.get("index"))
+            buf = self._blocks.get(doc.get("index"))  # type: ignore[arg-type]
             if buf is None or buf.ended:
                 return []
             return [buf.end()]
@@ -162,36 +163,101 @@ class AnthropicParser:
                 self._output = usage["output_tokens"]
             if usage.get("input_tokens") is not None:
                 self._input = usage["input_tokens"]
+            if usage.get("cache_read_input_tokens") is not None:
+                self._cached = usage["cache_read_input_tokens"]
             return []
         if kind == "message_stop":
             self.done = True
             return []
         if kind == "error":
-            error = doc.get("error") or {}
-            etype = error.get("type")
-            category, retryable = _ERROR_CATEGORY.get(etype or "", ("provider", False))
-            message = error.get("message") or "unknown error"
-            if category == "invalid_request" and "prompt is too long" in message:
-                category = "context_length"
-            raise EngineFailure(
-                f"anthropic: stream error ({etype}): {message}",
-                category=category,
-                retryable=retryable,
-                provider_code=etype,
-            )
+            _raise_stream_error(doc)
         return []  # ping and future event types
+
+    def _delta(self, doc: dict[str, Any]) -> list[EngineEvent]:
+        delta = doc.get("delta") or {}
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            return [TextDelta(delta["text"])] if delta.get("text") else []
+        if dtype == "input_json_delta":
+            buf = self._blocks.get(doc.get("index"))  # type: ignore[arg-type]
+            part = delta.get("partial_json") or ""
+            if buf is None or not part:
+                return []
+            buf.parts.append(part)
+            return [ToolCallDelta(buf.call_id, part)]
+        if dtype == "thinking_delta":
+            block = self._thinking.get(doc.get("index"))  # type: ignore[arg-type]
+            text = delta.get("thinking") or ""
+            if block is not None:
+                block["thinking"] += text
+            return [ReasoningDelta(text)] if text else []
+        if dtype == "signature_delta":
+            block = self._thinking.get(doc.get("index"))  # type: ignore[arg-type]
+            if block is not None:
+                block["signature"] += delta.get("signature") or ""
+            return []
+        return []
+
+    def _start(self, doc: dict[str, Any]) -> list[EngineEvent]:
+        block = doc.get("content_block") or {}
+        btype = block.get("type")
+        index = doc.get("index")
+        if btype == "tool_use":
+            server_id = block.get("id") or None
+            buf = ToolCallBuffer(self._ids.assign(server_id), block.get("name") or "", self._count, server_id=server_id)
+            initial = block.get("input")
+            if initial:
+                buf.initial = arguments_text(initial)
+            self._count += 1
+            self._blocks[index] = buf  # type: ignore[index]
+            return [ToolCallStart(buf.call_id, buf.name, buf.index)]
+        if btype == "thinking":
+            text = block.get("thinking") or ""
+            self._thinking[index] = {"type": "thinking", "thinking": text,  # type: ignore[index]
+                                     "signature": block.get("signature") or ""}
+            return [ReasoningDelta(text)] if text else []
+        if btype == "redacted_thinking":
+            self._thinking[index] = {"type": "redacted_thinking", "data": block.get("data") or ""}  # type: ignore[index]
+            return []
+        if btype == "text" and block.get("text"):
+            return [TextDelta(block["text"])]
+        return []
 
     def finish(self) -> list[EngineEvent]:
         if not self.done:
             raise EngineFailure(
-                "anthropic: the stream ended without message_stop", category="network", retryable=True
+                "anthropic: the stream ended without message_stop", category="network", retryable=False,
+                provider_code="incomplete_stream",
             )
         out: list[EngineEvent] = [buf.end() for buf in self._blocks.values() if not buf.ended]
+        # Only signed thinking can be sent back; the API rejects a thinking block without it.
+        blocks = [b for _, b in sorted(self._thinking.items(), key=lambda kv: kv[0] if isinstance(kv[0], int) else 0)
+                  if b["type"] == "redacted_thinking" or b.get("signature")]
+        if blocks:
+            out.append(ReasoningItems("anthropic", tuple(blocks)))
         if self._input is not None or self._output is not None:
             out.append(Usage(self._input, self._output, self._cached))
         reason = _STOP.get(self._stop or "end_turn", "stop")
+        if reason == "stop" and self._blocks:
+            reason = "tool_calls"
         out.append(Finish(reason))
         return out
+
+
+def _raise_stream_error(doc: dict[str, Any]) -> None:
+    """Fail on an ``error`` event inside a 200 stream; never retried (the server took the request)."""
+    error = doc.get("error") or {}
+    etype = error.get("type") if isinstance(error, dict) else None
+    category, _ = _ERROR_CATEGORY.get(etype or "", ("provider", False))
+    message = (error.get("message") if isinstance(error, dict) else str(error)) or "unknown error"
+    if category == "invalid_request" and "prompt is too long" in message:
+        category = "context_length"
+    raise EngineFailure(
+        f"anthropic: the server sent an error inside the stream ({etype}): {message}",
+        category=category,
+        retryable=False,
+        provider_code=etype or "stream_error",
+    )
 
 
 class AnthropicEngine(HttpEngine):
@@ -237,5 +303,5 @@ class AnthropicEngine(HttpEngine):
             body["temperature"] = request.temperature  # thinking forbids a custom temperature
         return body
 
-    def _parser(self) -> AnthropicParser:
-        return AnthropicParser()
+    def _parser(self, request: EngineRequest) -> AnthropicParser:
+        return AnthropicParser(CallIds(request.history, prefix="toolu"))

@@ -2,7 +2,7 @@
 
 Each adapter supplies the URL, headers and body for a request and a *parser* (sans-IO: SSE events
 in, normalized events out). This module owns the I/O: ``httpx.AsyncClient`` streaming, SSE framing
-through ``httpx-sse``, retries before the first streamed event, translation of httpx errors and HTTP
+(:mod:`roost.engines._sse`), retries before the first streamed event, translation of httpx errors and HTTP
 statuses to :class:`roost.errors.EngineFailure`, and closing the response at once when the consumer
 leaves (including when it is cancelled).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email.utils
 import random
+import socket
 import time
 from contextlib import aclosing, asynccontextmanager
 from collections.abc import AsyncGenerator
@@ -19,10 +20,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 import attrs
 import httpx
 import trio
-from httpx_sse import EventSource, SSEError
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._settings import ProviderSettings
+from roost.engines._sse import SSEDecoder
 from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, Retrying, TextDelta
 from roost.errors import EngineFailure
 
@@ -30,6 +31,11 @@ __all__ = ["RetryPolicy", "StreamParser", "HttpEngine", "failure_from_response",
 
 #: Seconds a shielded clean-up (closing a response) may take before it is abandoned.
 CLOSE_GRACE = 2.0
+#: Seconds, and SSE events, read after a stream's terminal marker to reuse its connection.
+DRAIN_GRACE = 0.5
+DRAIN_EVENTS = 16
+#: Bytes of a stream's body kept to name it when it carried no events.
+HEAD_BYTES = 300
 #: Bytes of an error response body read for its message.
 ERROR_BODY_LIMIT = 64 * 1024
 
@@ -193,6 +199,9 @@ class HttpEngine:
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout),
             follow_redirects=False,
+            # Connections are reused (see _drain); without TCP_NODELAY a request's headers and body,
+            # written separately, wait for the server's delayed ACK (about 40 ms) on a reused one.
+            transport=httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]),
         )
 
     # -- subclass hooks ----------------------------------------------------------------------
@@ -206,7 +215,8 @@ class HttpEngine:
     def _body(self, request: EngineRequest) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _parser(self) -> StreamParser:
+    def _parser(self, request: EngineRequest) -> StreamParser:
+        """The parser of one attempt's stream; ``request`` gives the call ids already in use."""
         raise NotImplementedError
 
     def _models_url(self) -> str:
@@ -282,7 +292,7 @@ class HttpEngine:
         partial: list[str] = []
         while True:
             attempt += 1
-            yielded = False
+            accepted = False  # a 200 arrived: the request was taken (and may be billed)
             retry_headers: httpx.Headers | None = None
             response: httpx.Response | None = None
             try:
@@ -298,48 +308,117 @@ class HttpEngine:
                             await _read_limited(response),
                             provider=self.name,
                         )
-                    parser = self._parser()
-                    async for sse in EventSource(response).aiter_sse():
-                        if not sse.data:
-                            continue  # keep-alive: comment-only or retry:-only blocks
-                        for event in parser.feed(sse.event, sse.data):
-                            if type(event) is TextDelta:
-                                partial.append(event.text)
-                            yielded = True
-                            yield event
-                        if parser.done:
-                            break
-                    for event in parser.finish():
-                        yielded = True
+                    accepted = True
+                    await self._check_event_stream(response)
+                    parser = self._parser(request)
+                    received = 0
+                    last: tuple[str, str] | None = None
+                    head = bytearray()  # the body's first bytes, named when it carried no events
+                    async with aclosing(_sse_batches(response, head)) as batches:
+                        async for batch in batches:
+                            for last in batch:
+                                received += 1
+                                for event in parser.feed(last[0], last[1]):
+                                    if type(event) is TextDelta:
+                                        partial.append(event.text)
+                                    yield event
+                                if parser.done:
+                                    break
+                            if parser.done:
+                                await _drain(batches)
+                                break
+                    try:
+                        closing = parser.finish()
+                    except EngineFailure as failure:
+                        failure.message = f"{failure.message} ({_received(received, last, head)})"
+                        failure.args = (failure.message,)
+                        raise
+                    for event in closing:
                         yield event
                     return
                 except httpx.HTTPError as exc:
-                    raise failure_from_transport(exc, provider=self.name) from exc
-                except SSEError as exc:
-                    raise EngineFailure(
-                        f"{self.name}: expected an event stream: {exc}", category="provider"
-                    ) from exc
+                    lost = failure_from_transport(exc, provider=self.name)
+                    if accepted:
+                        lost.message = f"{lost.message} (after the server accepted the request with HTTP 200)"
+                        lost.args = (lost.message,)
+                    raise lost from exc
             except EngineFailure as failure:
-                if failure.retryable and not yielded and attempt < max_attempts:
+                if failure.retryable and not accepted and attempt < max_attempts:
                     delay = policy.delay(attempt, retry_headers)
                     await _close(response)
                     yield Retrying(attempt, max_attempts, delay, failure.category)  # progress only
                     await policy.sleep(delay)
                     continue
-                failure.partial_text = "".join(partial)
-                failure.attempt_count = attempt
-                failure.retry_count = attempt - 1
-                failure.submission_count = attempt
-                failure.max_attempts = max_attempts
-                if not failure.retryable:
-                    failure.stop_reason = "non_retryable"
-                elif yielded:
-                    failure.stop_reason = "replay_unsafe"
-                else:
-                    failure.stop_reason = "retry_limit"
+                _record_recovery(failure, attempt, max_attempts, accepted=accepted, partial=partial)
                 raise
             finally:
                 await _close(response)
+
+    async def _check_event_stream(self, response: httpx.Response) -> None:
+        """Fail (non-retryable) when a 200 reply is not ``text/event-stream``.
+
+        A proxy's HTML error page, a JSON error body or a non-streamed completion are named in the
+        message (content type, and the error's message or the start of the body).
+        """
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" in content_type.partition(";")[0].lower():
+            return
+        body = await _read_limited(response)
+        message, code, etype = _error_details(body)
+        detail = message or "empty body"
+        raise EngineFailure(
+            f"{self.name}: expected an event stream (text/event-stream) but the server answered HTTP 200 "
+            f"with content type {content_type or '(none)'!r}: {detail[:300]}",
+            category="provider",
+            retryable=False,
+            provider_code=code or etype or "unexpected_content_type",
+            http_status=200,
+        )
+
+
+def _record_recovery(failure: EngineFailure, attempt: int, max_attempts: int, *, accepted: bool,
+                     partial: list[str]) -> None:
+    """Fill the recovery facts of app-server-protocol.md ("Turns and execution runs") on the
+    failure that ends the call: attempts, retries, physical submissions, the limit, and why
+    recovery stopped (``replay_unsafe`` once a server answered 200: it is never sent again)."""
+    failure.partial_text = "".join(partial)
+    failure.attempt_count = attempt
+    failure.retry_count = attempt - 1
+    failure.submission_count = attempt
+    failure.max_attempts = max_attempts
+    if not failure.retryable:
+        failure.stop_reason = "non_retryable"
+    elif accepted:
+        failure.stop_reason = "replay_unsafe"
+    else:
+        failure.stop_reason = "retry_limit"
+
+
+def _received(count: int, last: tuple[str, str] | None, head: bytes | bytearray = b"") -> str:
+    """Describe what a stream that ended early delivered: its event count and its last event, or
+    the start of its body when it carried no events (a JSON error body sent as an event stream)."""
+    if count == 0 or last is None:
+        if head.strip():
+            return f"the stream carried no events; the body began {bytes(head[:HEAD_BYTES]).decode('utf-8', 'replace')!r}"
+        return "the stream carried no events"
+    name = f"event {last[0]!r} " if last[0] else ""
+    return f"received {count} events; the last: {name}data {last[1][:120]!r}"
+
+
+async def _sse_batches(response: httpx.Response, head: bytearray) -> AsyncGenerator[list[tuple[str, str]], None]:
+    """The response's SSE events with data, as ``(event, data)``, one list per network read (plus
+    the last lone-CR event at the end); keep-alive blocks (comments, ``retry:``) carry no data and
+    are left out."""
+    decoder = SSEDecoder()
+    async for chunk in response.aiter_bytes():
+        if len(head) < HEAD_BYTES:
+            head += chunk[: HEAD_BYTES - len(head)]
+        batch = [event for event in decoder.feed(chunk) if event[1]]
+        if batch:
+            yield batch
+    batch = [event for event in decoder.finish() if event[1]]
+    if batch:
+        yield batch
 
 
 async def _read_limited(response: httpx.Response) -> bytes:
@@ -351,6 +430,22 @@ async def _read_limited(response: httpx.Response) -> bytes:
         if size >= ERROR_BODY_LIMIT:
             break
     return b"".join(chunks)
+
+
+async def _drain(batches: AsyncIterator[list[tuple[str, str]]]) -> None:
+    """Read what follows the terminal marker (normally just the end of the body), so the
+    connection goes back to httpx's pool instead of being closed and opened again for the next
+    call. Bounded: at most DRAIN_EVENTS events and DRAIN_GRACE seconds (a server that keeps the
+    stream open after its terminal marker costs a new connection, nothing more)."""
+    with trio.move_on_after(DRAIN_GRACE):
+        count = 0
+        try:
+            async for batch in batches:
+                count += len(batch)
+                if count >= DRAIN_EVENTS:
+                    return
+        except httpx.HTTPError:
+            pass  # the reply is complete; the connection is simply not reused
 
 
 async def _close(response: httpx.Response | None) -> None:

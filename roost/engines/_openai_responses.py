@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost._json import JSONDecodeError, dumps, loads
-from roost.engines._history import ToolCallBuffer, pair_tool_results
+import orjson
+
+from roost._json import JSONDecodeError, dumps
+from roost.engines._history import CallIds, ToolCallBuffer, arguments_text, pair_tool_results
 from roost.engines._http import HttpEngine
 from roost.engines._openai_chat import OpenAIChatEngine
 from roost.engines._types import (
@@ -23,6 +25,7 @@ from roost.engines._types import (
     Finish,
     Reasoning,
     ReasoningDelta,
+    ReasoningItems,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -37,7 +40,12 @@ __all__ = ["OpenAIResponsesEngine", "ResponsesParser", "responses_input"]
 
 
 def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
-    """Map the history to Responses ``input`` items (messages, function calls and their outputs)."""
+    """Map the history to Responses ``input`` items (messages, function calls and their outputs).
+
+    Requests are stateless (``store: false``), so the reasoning items a response produced (with
+    ``encrypted_content``) are sent back in place, before that response's message and calls
+    (Responses API, "Reasoning: encrypted reasoning items").
+    """
     items: list[dict[str, Any]] = []
     for item in pair_tool_results(request.history):
         if isinstance(item, UserMessage):
@@ -60,19 +68,42 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
         elif isinstance(item, ToolResult):
             items.append({"type": "function_call_output", "call_id": item.call_id, "output": item.output})
         elif isinstance(item, Reasoning):
-            continue  # replaying reasoning needs the provider's encrypted item; not kept
+            if item.provider == "openai-responses":
+                items.extend(dict(kept) for kept in item.items)  # encrypted reasoning, unchanged
     return items
 
 
-class ResponsesParser:
-    """Sans-IO parser of one Responses stream (see the module docstring)."""
+#: Events named in their ``event:`` line whose data Roost does not use: not decoded at all (the
+#: ``response.created``/``.in_progress`` snapshots echo the whole request configuration).
+_UNUSED_EVENTS = frozenset({
+    "response.created", "response.in_progress", "response.queued",
+    "response.content_part.added", "response.content_part.done", "response.output_text.done",
+    "response.output_text.annotation.added", "response.refusal.done",
+    "response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
+    "response.reasoning_summary_text.done", "response.reasoning_text.done",
+})
 
-    def __init__(self) -> None:
+
+class ResponsesParser:
+    """Sans-IO parser of one Responses stream (see the module docstring).
+
+    ``reasoning`` output items that carry ``encrypted_content`` are collected and sent as one
+    :class:`ReasoningItems` before :class:`Finish`, for :func:`responses_input` to replay. A
+    ``function_call`` item first seen in ``response.output_item.done`` (servers that skip
+    ``.added``) still starts and ends a call; ``arguments`` sent as an object are accepted.
+
+    Args:
+        ids: assigns call ids (default: a fresh :class:`CallIds` with nothing taken).
+    """
+
+    def __init__(self, ids: CallIds | None = None) -> None:
         self.done = False
+        self._ids = ids or CallIds()
         self._by_item: dict[str, ToolCallBuffer] = {}
         self._by_index: dict[int, ToolCallBuffer] = {}
         self._order: list[ToolCallBuffer] = []
         self._final_args: dict[str, str] = {}
+        self._reasoning: list[dict[str, Any]] = []
         self._terminal: dict[str, Any] | None = None
 
     def _find(self, doc: dict[str, Any]) -> ToolCallBuffer | None:
@@ -85,48 +116,39 @@ class ResponsesParser:
         return None
 
     def feed(self, event: str, data: str) -> list[EngineEvent]:
+        if event in _UNUSED_EVENTS:
+            return []
         try:
-            doc = loads(data)
+            doc = orjson.loads(data)
         except (JSONDecodeError, ValueError) as exc:
             raise EngineFailure(f"openai-responses: malformed event: {data[:200]!r}", category="provider") from exc
+        if type(doc) is not dict:
+            raise EngineFailure(f"openai-responses: malformed event: {data[:200]!r}", category="provider")
         kind = doc.get("type") or event
-        if kind == "response.output_text.delta":
+        if kind == "response.output_text.delta" or kind == "response.refusal.delta":
             return [TextDelta(doc["delta"])] if doc.get("delta") else []
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             return [ReasoningDelta(doc["delta"])] if doc.get("delta") else []
         if kind == "response.function_call_arguments.delta":
             buf = self._find(doc)
-            delta = doc.get("delta") or ""
+            delta = arguments_text(doc.get("delta"))
             if buf is None or not delta:
                 return []
             buf.parts.append(delta)
             return [ToolCallDelta(buf.call_id, delta)]
         if kind == "response.function_call_arguments.done":
             buf = self._find(doc)
-            if buf is not None and isinstance(doc.get("arguments"), str):
-                self._final_args[buf.call_id] = doc["arguments"]
+            if buf is not None and doc.get("arguments") is not None:
+                self._final_args[buf.call_id] = arguments_text(doc["arguments"])
             return []
         if kind == "response.output_item.added":
             item = doc.get("item") or {}
             if item.get("type") != "function_call":
                 return []
-            buf = ToolCallBuffer(item.get("call_id") or item.get("id") or "", item.get("name") or "", len(self._order))
-            if item.get("id"):
-                self._by_item[item["id"]] = buf
-            if doc.get("output_index") is not None:
-                self._by_index[doc["output_index"]] = buf
-            self._order.append(buf)
-            return [ToolCallStart(buf.call_id, buf.name, buf.index)]
+            return [self._start(item, doc.get("output_index"))]
         if kind == "response.output_item.done":
-            item = doc.get("item") or {}
-            if item.get("type") != "function_call":
-                return []
-            buf = self._by_item.get(item.get("id") or "") or self._by_index.get(doc.get("output_index"))
-            if buf is None or buf.ended:
-                return []
-            full = item.get("arguments") if isinstance(item.get("arguments"), str) else self._final_args.get(buf.call_id)
-            return [buf.end(full)]
-        if kind in ("response.completed", "response.incomplete"):
+            return self._item_done(doc)
+        if kind in ("response.completed", "response.incomplete", "response.done"):
             self.done = True
             self._terminal = doc.get("response") or {}
             return []
@@ -135,25 +157,68 @@ class ResponsesParser:
             raise EngineFailure(
                 f"openai-responses: response failed: {error.get('message') or 'unknown error'}",
                 category=_category(error.get("code")),
-                retryable=error.get("code") in ("server_error", "rate_limit_exceeded"),
-                provider_code=error.get("code"),
+                retryable=False,
+                provider_code=error.get("code") or "response_failed",
             )
         if kind == "error":
-            code = doc.get("code")
+            nested = doc.get("error")
+            err: dict[str, Any] = nested if isinstance(nested, dict) else doc
+            code = err.get("code") or err.get("type")
             raise EngineFailure(
-                f"openai-responses: stream error: {doc.get('message') or data[:200]}",
+                f"openai-responses: the server sent an error inside the stream: {err.get('message') or data[:200]}",
                 category=_category(code),
-                retryable=code in ("server_error", "rate_limit_exceeded", None),
-                provider_code=code,
+                retryable=False,
+                provider_code=code or "stream_error",
             )
         return []
+
+    def _start(self, item: dict[str, Any], output_index: Any) -> ToolCallStart:
+        server_id = item.get("call_id") or item.get("id") or None
+        buf = ToolCallBuffer(self._ids.assign(server_id), item.get("name") or "", len(self._order), server_id=server_id)
+        if item.get("id"):
+            self._by_item[item["id"]] = buf
+        if output_index is not None:
+            self._by_index[output_index] = buf
+        self._order.append(buf)
+        return ToolCallStart(buf.call_id, buf.name, buf.index)
+
+    def _item_done(self, doc: dict[str, Any]) -> list[EngineEvent]:
+        item = doc.get("item") or {}
+        itype = item.get("type")
+        if itype == "reasoning":
+            if item.get("encrypted_content"):
+                # Replayed without its id, as stateless (store: false) clients do.
+                kept = {"type": "reasoning", "summary": item.get("summary") or [],
+                        "encrypted_content": item["encrypted_content"]}
+                if item.get("content"):
+                    kept["content"] = item["content"]
+                self._reasoning.append(kept)
+            return []
+        if itype != "function_call":
+            return []
+        out: list[EngineEvent] = []
+        buf = self._by_item.get(item.get("id")) or self._by_index.get(doc.get("output_index"))  # type: ignore[arg-type]
+        if buf is None:
+            out.append(self._start(item, doc.get("output_index")))
+            buf = self._order[-1]
+        if buf.ended:
+            return out
+        if item.get("name") and not buf.name:
+            buf.name = item["name"]
+        args = item.get("arguments")
+        full = arguments_text(args) if args is not None else self._final_args.get(buf.call_id)
+        out.append(buf.end(full))
+        return out
 
     def finish(self) -> list[EngineEvent]:
         if self._terminal is None:
             raise EngineFailure(
-                "openai-responses: the stream ended without response.completed", category="network", retryable=True
+                "openai-responses: the stream ended without response.completed", category="network", retryable=False,
+                provider_code="incomplete_stream",
             )
         out: list[EngineEvent] = [buf.end(self._final_args.get(buf.call_id)) for buf in self._order if not buf.ended]
+        if self._reasoning:
+            out.append(ReasoningItems("openai-responses", tuple(self._reasoning)))
         usage = self._terminal.get("usage")
         if usage:
             details = usage.get("input_tokens_details") or {}
@@ -164,6 +229,12 @@ class ResponsesParser:
             out.append(Finish("content_filter" if why == "content_filter" else "length"))
         elif status == "cancelled":
             out.append(Finish("cancelled"))
+        elif status == "failed":
+            error = self._terminal.get("error") or {}
+            raise EngineFailure(
+                f"openai-responses: response failed: {error.get('message') or 'unknown error'}",
+                category=_category(error.get("code")), retryable=False, provider_code=error.get("code") or "response_failed",
+            )
         else:
             out.append(Finish("tool_calls" if self._order else "stop"))
         return out
@@ -207,7 +278,10 @@ class OpenAIResponsesEngine(OpenAIChatEngine, HttpEngine):
             body["temperature"] = request.temperature
         if request.effort is not None:
             body["reasoning"] = {"effort": request.effort, "summary": "auto"}
+        replaying = any(isinstance(i, Reasoning) and i.provider == "openai-responses" for i in request.history)
+        if request.effort is not None or replaying:
+            body["include"] = ["reasoning.encrypted_content"]  # store: false keeps no state
         return body
 
-    def _parser(self) -> ResponsesParser:  # type: ignore[override]
-        return ResponsesParser()
+    def _parser(self, request: EngineRequest) -> ResponsesParser:  # type: ignore[override]
+        return ResponsesParser(CallIds(request.history))

@@ -135,7 +135,12 @@ def load_script(source: str | Path) -> Script:
         doc = loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (JSONDecodeError, ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"script {str(source)!r} is not valid YAML/JSON: {exc}") from exc
-    return parse_script(doc, name=name)
+    if name == source:
+        return parse_script(doc, name=name)
+    try:
+        return parse_script(doc, name=name)
+    except ConfigError as exc:  # name the file, not only its stem
+        raise ConfigError(f"{exc} (in {str(path)!r})") from exc
 
 
 def parse_script(doc: Any, *, name: str = "script") -> Script:

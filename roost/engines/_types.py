@@ -25,6 +25,7 @@ __all__ = [
     "EngineRequest",
     "TextDelta",
     "ReasoningDelta",
+    "ReasoningItems",
     "ToolCallStart",
     "ToolCallDelta",
     "ToolCallEnd",
@@ -39,6 +40,11 @@ __all__ = [
 
 
 # -- history ------------------------------------------------------------------------------------
+
+
+def _as_tuple(items: Any) -> tuple[dict[str, Any], ...]:
+    """attrs converter: any iterable of provider items as a tuple."""
+    return tuple(items)
 
 
 @attrs.frozen
@@ -85,9 +91,22 @@ class AgentMessage:
 
 @attrs.frozen
 class Reasoning:
-    """Reasoning text the model exposed (adapters that cannot replay it drop it)."""
+    """Reasoning the model exposed.
+
+    Attributes:
+        text: the readable reasoning (thinking text or summaries), for clients.
+        provider: the engine whose wire format ``items`` are in (``"anthropic"``,
+            ``"openai-responses"``), or ``None``.
+        items: the provider's own reasoning items, replayed unchanged to that provider: Anthropic
+            ``thinking`` blocks with their ``signature`` and ``redacted_thinking`` blocks (Messages
+            API, "Extended thinking": they must be passed back in the tool loop), Responses
+            ``reasoning`` items with ``encrypted_content`` (Responses API with ``store: false``).
+            Adapters of other providers drop them, and drop reasoning without items.
+    """
 
     text: str
+    provider: str | None = None
+    items: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=_as_tuple)
 
 
 @attrs.frozen
@@ -179,6 +198,18 @@ class ReasoningDelta:
 
 
 @attrs.frozen
+class ReasoningItems:
+    """The provider's reasoning items of this response, complete (see :class:`Reasoning`).
+
+    Sent once, before :class:`Finish`, by adapters whose provider needs them back; a consumer
+    stores them with the response's reasoning and puts them in :attr:`Reasoning.items`.
+    """
+
+    provider: str
+    items: tuple[dict[str, Any], ...] = attrs.field(converter=_as_tuple)
+
+
+@attrs.frozen
 class ToolCallStart:
     """A tool call began; ``index`` is its position among this response's tool calls (0-based)."""
 
@@ -239,7 +270,7 @@ class Retrying:
 
 
 EngineEvent: TypeAlias = (
-    TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Usage | Finish | Retrying
+    TextDelta | ReasoningDelta | ReasoningItems | ToolCallStart | ToolCallDelta | ToolCallEnd | Usage | Finish | Retrying
 )
 
 

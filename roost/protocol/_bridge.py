@@ -40,6 +40,12 @@ def failed_result(message: str, *, task: str | None = None, config: str | None =
             "inputTokens": 0, "outputTokens": 0}
 
 
+def engine_record(settings: Any) -> dict:
+    """The model settings a session started with, kept in its metadata so ``--resume`` keeps them
+    (issue 14): provider, base URL, model, script and the API key's variable (never the key)."""
+    return {k: getattr(settings, k, None) for k in ("provider", "base_url", "model", "script", "api_key_env")}
+
+
 async def run_session(*, config_path: str | None, task: str | None, resume_id: str | None, settings: Any,
                       cwd: Path, emit: Callable[[dict], None], request_approval: Any,
                       on_orchestrator: Callable[[Any], None] | None = None, after_turn: Any = None) -> dict:
@@ -117,7 +123,8 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
                 now = utc_now()
                 thread = Thread(id=new_id("thr"), kind="orchestration", cwd=str(cwd), provider=settings.provider,
                                 model=settings.model, permission_mode="standard", created_at=now, updated_at=now,
-                                metadata={"task": task, "config_path": config.path, "is_complete": False})
+                                metadata={"task": task, "config_path": config.path, "is_complete": False,
+                                          "engine": engine_record(settings)})
                 actor = await runtime.registry.create(thread, ephemeral=False)
             assert config is not None and actor is not None  # else a problem was returned above
             orch = Orchestrator(config, actor, engines=engines, emit=emit, request_approval=request_approval,

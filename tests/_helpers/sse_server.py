@@ -38,6 +38,8 @@ class Reply:
             is awaited at that point instead (for synchronising with the test).
         headers: response headers (content-type defaults to text/event-stream).
         end: ``"complete"`` ends the body properly; ``"abort"`` closes the socket mid-body;
+            ``"drop"`` closes the connection before any response bytes (the request never got an
+            answer);
             ``"hang"`` keeps the connection open until the client closes it.
         chunked: use chunked transfer encoding (else Content-Length, which needs ``end="complete"``).
     """
@@ -72,6 +74,8 @@ class SSEServer:
         self.client_closed = trio.Event()
         self.hanging = trio.Event()
         self.port = 0
+        #: TCP connections accepted so far
+        self.connections = 0
 
     @property
     def base_url(self) -> str:
@@ -81,6 +85,7 @@ class SSEServer:
         self.replies.extend(replies)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
         buf = bytearray()
         try:
             while True:
@@ -98,6 +103,8 @@ class SSEServer:
             await trio.aclose_forcefully(stream)
 
     async def _write(self, stream: trio.SocketStream, reply: Reply) -> bool:
+        if reply.end == "drop":
+            return False
         head = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}"]
         head += [f"{k}: {v}" for k, v in reply.headers.items()]
         if reply.chunked:
