@@ -410,7 +410,10 @@ async def _sse_batches(response: httpx.Response, head: bytearray) -> AsyncGenera
     the last lone-CR event at the end); keep-alive blocks (comments, ``retry:``) carry no data and
     are left out."""
     decoder = SSEDecoder()
+    quickack = _quickack(response)
+    quickack()
     async for chunk in response.aiter_bytes():
+        quickack()
         if len(head) < HEAD_BYTES:
             head += chunk[: HEAD_BYTES - len(head)]
         batch = [event for event in decoder.feed(chunk) if event[1]]
@@ -419,6 +422,37 @@ async def _sse_batches(response: httpx.Response, head: bytearray) -> AsyncGenera
     batch = [event for event in decoder.finish() if event[1]]
     if batch:
         yield batch
+
+
+def _quickack(response: httpx.Response) -> Callable[[], None]:
+    """A callable that acknowledges what the connection has received at once (Linux ``TCP_QUICKACK``).
+
+    Connections are pooled, and on a reused connection the kernel delays ACKs (up to 40 ms on
+    Linux) to piggyback them on the next request. A server that writes a reply in several small
+    writes without ``TCP_NODELAY`` (Nagle's algorithm, RFC 896; Python's ``http.server`` does) then
+    waits for that delayed ACK before each write after the first, so a streamed reply stalls about
+    40 ms per write. ``TCP_QUICKACK`` is not sticky (tcp(7)), so it is set again after every read:
+    one ``setsockopt`` per network read. Elsewhere, or without a socket (a mock transport), the
+    callable does nothing. The socket comes from httpcore's documented ``network_stream`` response
+    extension.
+    """
+    option = getattr(socket, "TCP_QUICKACK", None)
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None and option is not None else None
+    if sock is None:
+        return _nothing
+
+    def ack() -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+        except OSError:
+            pass  # the connection closed under us; the read that follows reports it
+
+    return ack
+
+
+def _nothing() -> None:
+    return None
 
 
 async def _read_limited(response: httpx.Response) -> bytes:
