@@ -167,6 +167,10 @@ class Scheduler(Actor):
         change_poll: seconds between reads of the change counter (real trio time), or ``None``.
         max_skipped_records: most missed slots recorded individually per job and catch-up (the
             most recent ones); older missed slots are only counted in the log.
+        project: the daemon's work directory (absolute, resolved): only the jobs of that work
+            directory fire here, each run in it (issue 17: every project shares ``$ROOST_HOME``);
+            a job without one (written before this rule) is adopted by the first scheduler that
+            loads it. ``None``: every job (tests).
 
     Attributes:
         stats: counters (``fired``, ``skipped``, ``lost_claims``, ``reloads``, ``wakeups``).
@@ -177,7 +181,7 @@ class Scheduler(Actor):
     def __init__(
         self, store: Any, *, dispatch: Dispatch, wait_task: WaitTask, clock: Clock | None = None,
         owner: str | None = None, change_poll: float | None = 1.0, max_skipped_records: int = 100,
-        name: str = "scheduler",
+        name: str = "scheduler", project: str | None = None,
     ) -> None:
         super().__init__(name=name)
         self.store = store
@@ -187,6 +191,7 @@ class Scheduler(Actor):
         self.owner = owner or default_owner()
         self.change_poll = change_poll
         self.max_skipped_records = max_skipped_records
+        self.project = project
         self.started_at: datetime.datetime | None = None
         self.stats = {"fired": 0, "skipped": 0, "lost_claims": 0, "reloads": 0, "wakeups": 0}
         self.dispatch_delays: collections.deque[float] = collections.deque(maxlen=100_000)
@@ -287,7 +292,7 @@ class Scheduler(Actor):
             with self.store.read() as conn:
                 conn.execute("BEGIN")
                 try:
-                    return db.schedule_changes(conn), db.list_jobs(conn)
+                    return db.schedule_changes(conn), db.list_jobs(conn, project=self.project)
                 finally:
                     conn.execute("COMMIT")
 
@@ -295,6 +300,7 @@ class Scheduler(Actor):
         if counter == self._seen_changes:
             return
         counter, rows = await trio.to_thread.run_sync(load)
+        rows = await self._adopt_unowned(rows)
         self._seen_changes = counter
         self.stats["reloads"] += 1
         now = self.clock.now()
@@ -325,6 +331,27 @@ class Scheduler(Actor):
         heapq.heapify(self._heap)
         for job_id in never:
             await self._record(db.advance_next_run, job_id, None)
+
+    async def _adopt_unowned(self, rows: list[db.ScheduledJob]) -> list[db.ScheduledJob]:
+        """Adopt the jobs without a work directory into :attr:`project`; return the rows this
+        scheduler fires (those another scheduler adopted first are dropped)."""
+        if self.project is None:
+            return rows
+        kept = []
+        for row in rows:
+            if row.work_dir is None:
+                try:
+                    adopted = await self.store.writer.submit(db.adopt_job, row.id, self.project)
+                except RoostError as exc:
+                    log.warning("schedule %r: could not adopt it: %s", row.name, exc)
+                    continue
+                if not adopted:
+                    continue
+                log.info("schedule %r adopted by the project %s", row.name, self.project,
+                         extra={"event": "schedule_adopted", "schedule": row.name, "work_dir": self.project})
+                row.work_dir = self.project
+            kept.append(row)
+        return kept
 
     # -- firing ----------------------------------------------------------------------------------
 
@@ -427,6 +454,11 @@ class Scheduler(Actor):
                     return
                 await self._record(db.mark_run_started, run_id, str(task_id), format_slot(start))
                 self.stats["fired"] += 1
+                log.info("schedule %r fired: task %s (slot %s)", job.name, task_id,
+                         format_slot(slot) if slot is not None else "manual",
+                         extra={"event": "schedule_fired", "schedule": job.name, "task_id": str(task_id),
+                                "slot": format_slot(slot) if slot is not None else None,
+                                "work_dir": job.work_dir})
                 settle()
                 await self._await_outcome(run_id, str(task_id))
         finally:
@@ -442,6 +474,8 @@ class Scheduler(Actor):
             outcome = "interrupted"
         if outcome not in _OUTCOMES:
             outcome = "failed"
+        log.info("scheduled task %s finished: %s", task_id, outcome,
+                 extra={"event": "schedule_run_finished", "task_id": task_id, "outcome": outcome})
         await self._record(db.mark_run_finished, run_id, outcome, format_slot(self.clock.now()))
 
     async def _record(self, fn: Any, *args: Any) -> None:

@@ -59,10 +59,12 @@ def _mutate(as_json: bool, command: str, fn: Callable[..., Any], *args: Any, **k
 def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
     """Render a job as a wire-protocol ``ScheduledJob`` (camelCase; nullable fields present).
 
-    ``due``: enabled and its next run time has passed. ``catchUp`` and ``overlap`` are additive
-    fields beyond the spec.
+    ``due``: enabled and its next run time has passed. A disabled job has no next run
+    (``nextRun`` null). ``catchUp``, ``overlap`` and ``lastResult`` (how the latest run ended:
+    ``succeeded``, ``failed``, ``interrupted``, ``missed``, ``overlap``, or ``running``) are
+    additive fields beyond the spec.
     """
-    next_run = parse_slot(job.next_run) if job.next_run else None
+    next_run = parse_slot(job.next_run) if job.next_run and job.enabled else None
     return {
         "name": job.name,
         "description": job.description,
@@ -74,7 +76,8 @@ def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
         "due": bool(job.enabled and next_run is not None and next_run <= now),
         "createdAt": job.created_at,
         "lastRun": job.last_run,
-        "nextRun": job.next_run,
+        "nextRun": job.next_run if job.enabled else None,
+        "lastResult": job.last_result,
         "catchUp": job.catch_up,
         "overlap": job.overlap,
     }
@@ -93,8 +96,9 @@ def schedule_command() -> None:
               help="Orchestration config (YAML) the run's team of agents follows; checked now, stored as an "
                    "absolute path (default: the daemon's `roost serve -c`, else one agent).")
 @click.option("--work-dir", type=click.Path(), default=None,
-              help="Directory the run works in; must exist, stored as an absolute path "
-                   "(default: the daemon's --work-dir).")
+              help="The project directory: the run works in it, and only the `roost serve` of this "
+                   "work directory fires the schedule; must exist, stored as an absolute path "
+                   "(default: the current directory).")
 @click.option("--description", default=None)
 @click.option("--catch-up", type=click.Choice(["once", "none"]), default="once", show_default=True,
               help="Slots missed while no daemon ran: run the latest once, or none.")
@@ -107,7 +111,10 @@ def add_command(name: str, cron: str, task: str, config: str | None, work_dir: s
     unusable --config (missing, unparsable or with errors) and a --work-dir that is not an existing
     directory: nothing is stored then. The config's agent models (provider, API key variable) are
     not checked here: the daemon's environment and provider settings decide them, and each run
-    that cannot use them fails with the reason."""
+    that cannot use them fails with the reason.
+
+    A schedule belongs to its work directory (--work-dir, default the current one): projects
+    share $ROOST_HOME, and each `roost serve` fires only the schedules of its own --work-dir."""
     now = datetime.datetime.now(UTC)
     try:
         expr = parse_cron(cron, now=now)
@@ -118,7 +125,7 @@ def add_command(name: str, cron: str, task: str, config: str | None, work_dir: s
     if not name.strip():
         _fail(as_json, "add", "the name must not be empty")
     config = _checked_config(as_json, config)
-    work = _checked_work_dir(as_json, work_dir)
+    work = _checked_work_dir(as_json, work_dir or os.getcwd())
     _mutate(as_json, "add", db.add_job, name=name, cron=expr.text, task=task, next_run=next_run,
             description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap)
     if not as_json:
@@ -130,7 +137,7 @@ def _checked_work_dir(as_json: bool, work_dir: str | None) -> str | None:
     command (exit 1, see :func:`_fail`)."""
     if not work_dir:
         return None
-    path = os.path.abspath(os.path.expanduser(work_dir))
+    path = os.path.realpath(os.path.expanduser(work_dir))  # as `roost serve` resolves its own
     if not os.path.exists(path):
         _fail(as_json, "add", f"invalid --work-dir: {path} does not exist")
     if not os.path.isdir(path):
@@ -180,8 +187,10 @@ def list_command(as_json: bool) -> None:
     for it in items:
         state = "enabled" if it["enabled"] else "disabled"
         due = " due" if it["due"] else ""
-        click.echo(f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {it['nextRun'] or 'never'}"
-                   f"  last {it['lastRun'] or '-'}  {it['task'][:60]}")
+        nxt = it["nextRun"] or ("-" if not it["enabled"] else "never")
+        last = f"{it['lastRun']} {it['lastResult'] or ''}".strip() if it["lastRun"] else (it["lastResult"] or "-")
+        click.echo(f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {nxt}"
+                   f"  last {last}  in {it['workDir'] or '(first daemon)'}  {it['task'][:60]}")
 
 
 @schedule_command.command("remove")

@@ -75,7 +75,7 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
 
     async def start_scheduler(*, task_status: Any) -> None:
         scheduler = Scheduler(runtime.store, dispatch=daemon.queue.dispatch, wait_task=daemon.outcomes.wait,
-                              owner=runtime.services.owner)
+                              owner=runtime.services.owner, project=str(daemon.options.work_dir))
         await scheduler.run(task_status=task_status)
 
     await runtime.root.start_child(ChildSpec("scheduler", start_scheduler, restart=Restart.PERMANENT,

@@ -1,0 +1,80 @@
+"""Schedules belong to a project (issue 17): two projects share one ROOST_HOME, each with its own
+`roost serve`; every run goes to its own project's daemon and works in its own directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import trio
+
+from _helpers.appserver import roost_argv
+from _helpers.serve_client import open_daemon
+from roost.storage import open_store
+
+RUNS = 3
+
+
+def roost(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def _sessions() -> list[dict]:
+    return json.loads(roost("sessions", "--json", "--all").stdout)["items"]
+
+
+async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_path: Path, roost_home: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"rules": [], "default": "echo"}))
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    alpha.mkdir()
+    beta.mkdir()
+    # each project adds its schedule from its own directory (no --work-dir: the current one)
+    assert roost("schedule", "add", "a-job", "--cron", "0 3 * * *", "--task", "work of alpha", cwd=alpha).returncode == 0
+    assert roost("schedule", "add", "b-job", "--cron", "0 3 * * *", "--task", "work of beta", cwd=beta).returncode == 0
+    # a row written before schedules had a project: exactly one daemon adopts it
+    store = open_store(roost_home / "roost.db")
+    try:
+        with store.transaction() as conn:
+            conn.execute("""INSERT INTO schedules (id, name, cron, created_at, updated_at, task, next_run)
+                            VALUES ('s_old', 'legacy', '0 5 * * *', '2020-01-01T00:00:00.000000Z',
+                                    '2020-01-01T00:00:00.000000Z', 'legacy work', NULL)""")
+    finally:
+        store.close()
+    async with open_daemon(script=script, args=["--work-dir", str(alpha)]) as da, \
+            open_daemon(script=script, args=["--work-dir", str(beta)]) as db_:
+        async with da.unix() as ca, db_.unix() as cb:
+            await ca.wait_for("hello")
+            await cb.wait_for("hello")
+            with trio.fail_after(30):   # the legacy row is adopted by one of the two
+                while (legacy := {j["name"]: j for j in json.loads(roost("schedule", "list", "--json").stdout)["items"]}
+                       ["legacy"])["workDir"] is None:
+                    await trio.sleep(0.1)
+            assert legacy["workDir"] in (str(alpha.resolve()), str(beta.resolve()))
+            for _ in range(RUNS):
+                assert roost("schedule", "run", "a-job").returncode == 0
+                assert roost("schedule", "run", "b-job").returncode == 0
+            with trio.fail_after(60):
+                while not (len(done := [s for s in _sessions() if s["isComplete"]]) == 2 * RUNS):
+                    await trio.sleep(0.2)
+            for client in (ca, cb):   # each daemon's events reach its client (read them all)
+                for n in range(RUNS):
+                    await client.wait_for("agent_starting", lambda e, n=n: len(client.of_type("agent_starting")) > n)
+    texts_a = {e["sessionId"]: "" for e in ca.of_type("agent_starting")}
+    texts_b = {e["sessionId"]: "" for e in cb.of_type("agent_starting")}
+    for e in ca.of_type("token"):
+        texts_a[e["sessionId"]] = texts_a.get(e["sessionId"], "") + e["text"]
+    for e in cb.of_type("token"):
+        texts_b[e["sessionId"]] = texts_b.get(e["sessionId"], "") + e["text"]
+    # every run of a project went to that project's daemon, and only there
+    assert len(texts_a) == RUNS and len(texts_b) == RUNS
+    assert set(texts_a.values()) == {"work of alpha"} and set(texts_b.values()) == {"work of beta"}
+    by_id = {s["sessionId"]: s for s in done}
+    assert {os.path.realpath(by_id[i]["workingDirectory"]) for i in texts_a} == {str(alpha.resolve())}
+    assert {os.path.realpath(by_id[i]["workingDirectory"]) for i in texts_b} == {str(beta.resolve())}
+    listed = {j["name"]: j for j in json.loads(roost("schedule", "list", "--json").stdout)["items"]}
+    assert listed["a-job"]["lastResult"] == "succeeded" and listed["b-job"]["lastResult"] == "succeeded"
+    human = roost("schedule", "list").stdout
+    assert "succeeded" in human and str(alpha.resolve()) in human
