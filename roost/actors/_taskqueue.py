@@ -186,6 +186,9 @@ class TaskQueue:
         self.tasks[item.id] = item
         self._queued.append(item.id)
         self._wake.set()
+        log.info("task %s accepted from %s (%d queued)", item.id, source, len(self._queued),
+                 extra={"event": "task_accepted", "task_id": item.id, "source": source, "client": client_id,
+                        "work_dir": work_dir or self.default_work_dir, "config": config})
         return item.id
 
     def position(self, task_id: str) -> int | None:
@@ -317,6 +320,8 @@ class TaskQueue:
         actor = None
         try:
             await self.runtime.store.writer.submit(update_daemon_task, task.id, status="running")
+            log.info("task %s started%s", task.id, " (resumed)" if task.resumed else "",
+                     extra={"event": "task_started", "task_id": task.id, "resumed": task.resumed})
             self.listener.task_started(task)
             config = await self._load_config(task)
             actor = await self._thread(task, config)
@@ -355,6 +360,10 @@ class TaskQueue:
                 await self.runtime.store.writer.submit(_mark_complete, task.id)
         except RoostError:
             log.exception("task %s: could not persist its result", task.id)
+        log.info("task %s finished: %s", task.id,
+                 "succeeded" if result["succeeded"] else f"failed: {result.get('errorMessage')}",
+                 extra={"event": "task_finished", "task_id": task.id, "succeeded": bool(result["succeeded"]),
+                        "error": result.get("errorMessage"), "source": task.source})
         self.listener.task_finished(task)
 
     async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:

@@ -13,6 +13,7 @@ orchestration config, or one with an agent whose model cannot be used, e.g. an u
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import ssl
@@ -31,6 +32,8 @@ from roost.errors import ConfigError, RoostError
 
 __all__ = ["serve_command", "run_serve"]
 
+log = logging.getLogger("roost.serve")
+
 
 async def run_serve(options: object, engines: object) -> int:
     """Run the daemon until SIGINT/SIGTERM; return the exit status.
@@ -43,6 +46,7 @@ async def run_serve(options: object, engines: object) -> int:
     from roost.tools import builtin_tools
 
     lock_fd = claim_socket_path(options.socket_path)  # type: ignore[attr-defined]
+    registered: Path | None = None
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:  # type: ignore[attr-defined]
@@ -52,17 +56,38 @@ async def run_serve(options: object, engines: object) -> int:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(daemon.run)
                     await _start_scheduler(runtime, daemon)
+                    registered = _register(options, daemon)
                     sys.stdout.buffer.write(dumps_line({
                         "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),  # type: ignore[attr-defined]
                         "httpPort": daemon.http_port, "pid": os.getpid()}))
                     sys.stdout.buffer.flush()
+                    log.info("daemon listening on %s (http port %s), work dir %s", options.socket_path,  # type: ignore[attr-defined]
+                             daemon.http_port, options.work_dir,  # type: ignore[attr-defined]
+                             extra={"event": "daemon_started", "socket": str(options.socket_path),  # type: ignore[attr-defined]
+                                    "http_port": daemon.http_port, "work_dir": str(options.work_dir)})  # type: ignore[attr-defined]
                     async for _ in signals:
                         nursery.cancel_scope.cancel()
                         break
         return 0
     finally:
+        from roost.protocol._serve_status import unregister_daemon
+
+        unregister_daemon(registered)
         await engines.aclose()  # type: ignore[attr-defined]
         os.close(lock_fd)
+
+
+def _register(options: Any, daemon: Any) -> Path | None:
+    """Write the daemon registry file ``roost status`` finds this daemon by (None: could not)."""
+    from roost._paths import roost_home
+    from roost.protocol._serve_status import register_daemon
+
+    try:
+        return register_daemon(roost_home(), socket=str(options.socket_path), work_dir=str(options.work_dir),
+                               http_port=daemon.http_port)
+    except (OSError, RoostError) as exc:
+        log.warning("could not register the daemon for roost status: %s", exc)
+        return None
 
 
 async def _start_scheduler(runtime: Any, daemon: Any) -> None:
@@ -167,7 +192,13 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
     from roost.protocol._serve_auth import ServeAuth
     from roost.protocol._serve_daemon import DaemonRunning, ServeOptions, default_socket_path
 
-    setup_logging(verbose)
+    from roost._paths import roost_home
+    from roost.cli._logs import setup_daemon_logging
+
+    try:
+        setup_daemon_logging(verbose, roost_home())
+    except RoostError:
+        setup_logging(verbose)   # an unusable ROOST_HOME is reported when the store opens
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     engines = None
