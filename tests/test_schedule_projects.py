@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import trio
-
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
+
 from roost.storage import open_store
 
 RUNS = 3

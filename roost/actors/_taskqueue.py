@@ -146,6 +146,8 @@ class TaskQueue:
         self.default_config = default_config
         self.engines = engines
         self.tasks: dict[str, QueuedTask] = {}
+        #: called with ``(task)`` once a task is queued (the daemon's metrics); must not block
+        self.on_accepted: Any = None
         self._queued: collections.deque[str] = collections.deque()
         self._wake = trio.Event()
 
@@ -186,6 +188,8 @@ class TaskQueue:
         self.tasks[item.id] = item
         self._queued.append(item.id)
         self._wake.set()
+        if self.on_accepted is not None:
+            self.on_accepted(item)
         log.info("task %s accepted from %s (%d queued)", item.id, source, len(self._queued),
                  extra={"event": "task_accepted", "task_id": item.id, "source": source, "client": client_id,
                         "work_dir": work_dir or self.default_work_dir, "config": config})

@@ -27,7 +27,7 @@ from typing import Any
 
 from roost._json import dumps
 
-__all__ = ["JsonFormatter", "setup_daemon_logging", "log_path", "MAX_BYTES", "BACKUPS"]
+__all__ = ["BACKUPS", "MAX_BYTES", "JsonFormatter", "log_path", "setup_daemon_logging"]
 
 #: Bytes per log file before it rotates.
 MAX_BYTES = 10 << 20
@@ -47,7 +47,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "ts": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+            "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
             .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,

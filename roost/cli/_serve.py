@@ -42,6 +42,7 @@ async def run_serve(options: object, engines: object) -> int:
         DaemonRunning: another daemon owns the socket path (nothing was started).
     """
     from roost.protocol._serve_daemon import ServeDaemon, claim_socket_path
+    from roost.protocol._serve_metrics import DaemonMetrics
     from roost.supervisor._root import open_runtime
     from roost.tools import builtin_tools
 
@@ -49,10 +50,14 @@ async def run_serve(options: object, engines: object) -> int:
     registered: Path | None = None
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:  # type: ignore[attr-defined]
+            metrics = DaemonMetrics()
+            async with open_runtime(engine_for=metrics.meter(engines.engine_for), tools=builtin_tools()) as runtime:  # type: ignore[attr-defined]
                 default = engines.default  # type: ignore[attr-defined]
                 daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,  # type: ignore[arg-type]
                                      model=default.model if default else None, engines=engines)
+                daemon.metrics = metrics
+                metrics.bind(daemon)
+                daemon.queue.on_accepted = lambda task: metrics.task_accepted(task.source)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(daemon.run)
                     await _start_scheduler(runtime, daemon)

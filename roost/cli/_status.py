@@ -25,7 +25,7 @@ import click
 from roost._json import dumps_line, loads
 from roost.errors import RoostError
 
-__all__ = ["status_command", "ask_status"]
+__all__ = ["ask_status", "status_command"]
 
 #: Seconds to wait for a daemon's answer.
 TIMEOUT = 5.0
@@ -68,7 +68,7 @@ def _schedules() -> list[dict]:
             jobs = db.list_jobs(conn)
     finally:
         store.close()
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return [job_item(j, now) for j in jobs]
 
 

@@ -174,6 +174,8 @@ class ServeDaemon:
         self.options = options
         #: set by ``roost serve`` when its Scheduler runs (``TaskOutcomes`` of roost.actors._scheduler)
         self.outcomes: Any = None
+        #: set by ``roost serve``: the ``DaemonMetrics`` of roost.protocol._serve_metrics (``/metrics``)
+        self.metrics: Any = None
         self.queue = TaskQueue(runtime, self, provider=provider, model=model,
                                max_concurrent=options.max_concurrent, max_queued=options.max_queued,
                                unattended_policy=options.unattended_policy,
@@ -441,6 +443,8 @@ class ServeDaemon:
             self.broadcast({"type": "task_resumed", "sessionId": task.id, "task": task.task})
 
     def task_notification(self, task: QueuedTask, method: str, params: dict) -> None:
+        if self.metrics is not None:
+            self.metrics.notification(method, params)
         for event in self._translator(task).translate(method, params):
             self.broadcast(event)
 
@@ -504,6 +508,8 @@ class ServeDaemon:
     def task_finished(self, task: QueuedTask) -> None:
         if self.outcomes is not None:  # the scheduler waits on the runs it started
             self.outcomes.finished_task(task)
+        if self.metrics is not None:
+            self.metrics.task_finished(task)
         self._translators.pop(task.id, None)
         self._resume_told.discard(task.id)
         client = self.clients.get(task.client_id or "")

@@ -21,7 +21,7 @@ from typing import Any
 
 from roost._json import dumps, loads
 
-__all__ = ["status_snapshot", "register_daemon", "unregister_daemon", "registered_daemons", "registry_dir"]
+__all__ = ["register_daemon", "registered_daemons", "registry_dir", "status_snapshot", "unregister_daemon"]
 
 
 def registry_dir(home: Path) -> Path:
@@ -34,7 +34,7 @@ def register_daemon(home: Path, *, socket: str, work_dir: str, http_port: int | 
     directory = registry_dir(home)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = directory / f"{os.getpid()}.json"
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     doc = {"pid": os.getpid(), "socket": socket, "workDir": work_dir, "httpPort": http_port, "startedAt": started}
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
