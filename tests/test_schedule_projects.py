@@ -61,7 +61,7 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
                     await trio.sleep(0.2)
             for client in (ca, cb):   # each daemon's events reach its client (read them all)
                 for n in range(RUNS):
-                    await client.wait_for("agent_starting", lambda e, n=n: len(client.of_type("agent_starting")) > n)
+                    await client.wait_for("agent_starting", lambda e, n=n, c=client: len(c.of_type("agent_starting")) > n)
     texts_a = {e["sessionId"]: "" for e in ca.of_type("agent_starting")}
     texts_b = {e["sessionId"]: "" for e in cb.of_type("agent_starting")}
     for e in ca.of_type("token"):
