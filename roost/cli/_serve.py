@@ -6,7 +6,8 @@ wire-protocol.md, "Live sessions" and "Daemon events (serve socket)"; the mechan
 and then logs only to stderr.
 
 Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in the store and
-resumed by the next daemon), 1 when another daemon owns the socket path or on a runtime error,
+resumed by the next daemon), 1 when another daemon owns the socket path, the --http-port cannot be
+listened on (in use, privileged, not an address of this host) or on a runtime error,
 2 on a configuration error (no provider, unreadable tokens file or TLS files, an unusable ``-c``
 orchestration config, or one with an agent whose model cannot be used, e.g. an unset API key variable).
 """
@@ -191,6 +192,16 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
     it). Progress events go to every client; approvals (also agent handoffs that need a human)
     and results only to the client that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN (or ROOST_SERVE_TOKEN) or
     --tokens-file is required on the WebSocket when set.
+
+    It fires the cron schedules of its own --work-dir (`roost schedule`). Logs: readable lines
+    on stderr and JSON lines in $ROOST_HOME/logs/roost.log (-v adds debug). With --http-port,
+    GET /metrics serves Prometheus metrics (same token rules); `roost status` shows the daemon.
+
+    \b
+    Exit status:
+      0  stopped by SIGINT/SIGTERM (queued and running tasks resume with the next daemon)
+      1  another daemon owns the socket, the HTTP port cannot be listened on, or a runtime error
+      2  configuration error (no provider, unusable -c config, tokens or TLS files)
     """
     from roost.protocol._engines import EngineCatalog
     from roost.protocol._outbox import DEFAULT_OUTBOX_LINES
@@ -239,10 +250,34 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
         sys.exit(2)
     try:
         code = trio.run(run_serve, options, engines)
-    except DaemonRunning as exc:
-        click.echo(f"roost serve: {exc}", err=True)
-        sys.exit(1)
-    except RoostError as exc:
-        click.echo(f"roost serve: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(1)
+    except BaseException as exc:  # an expected failure becomes one line; anything else is re-raised
+        sys.exit(_exit_for(exc, options))
     sys.exit(code)
+
+
+def _exit_for(exc: BaseException, options: Any) -> int:
+    """Print the one line for an expected start/run failure of the daemon and return its exit
+    status (see the module docstring); re-raise anything unexpected."""
+    import errno
+
+    from roost.cli._runner import _leaf
+    from roost.protocol._serve_daemon import DaemonRunning
+
+    leaf = _leaf(exc)
+    if isinstance(leaf, DaemonRunning):
+        click.echo(f"roost serve: {leaf}", err=True)
+        return 1
+    if isinstance(leaf, OSError) and leaf.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+        where = f"{options.host}:{options.http_port}"
+        why = {errno.EADDRINUSE: "the port is in use by another process",
+               errno.EACCES: "permission denied (ports below 1024 need privileges)",
+               errno.EADDRNOTAVAIL: f"{options.host} is not an address of this host"}[leaf.errno]
+        click.echo(f"roost serve: cannot listen on {where}: {why}; choose another --http-port "
+                   "(0 picks a free one) or --host", err=True)
+        return 1
+    if isinstance(leaf, RoostError):
+        click.echo(f"roost serve: {type(leaf).__name__}: {leaf}", err=True)
+        return 1
+    if isinstance(leaf, KeyboardInterrupt):
+        return 0
+    raise exc
