@@ -33,7 +33,9 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
     beta.mkdir()
     # each project adds its schedule from its own directory (no --work-dir: the current one)
     assert roost("schedule", "add", "a-job", "--cron", "0 3 * * *", "--task", "work of alpha", cwd=alpha).returncode == 0
-    assert roost("schedule", "add", "b-job", "--cron", "0 3 * * *", "--task", "work of beta", cwd=beta).returncode == 0
+    # beta's schedule stores its own model settings; its runs use them, not the daemon's
+    assert roost("schedule", "add", "b-job", "--cron", "0 3 * * *", "--task", "work of beta",
+                 "--provider", "scripted", "--model", "beta-model", cwd=beta).returncode == 0
     # a row written before schedules had a project: exactly one daemon adopts it
     store = open_store(roost_home / "roost.db")
     try:
@@ -76,5 +78,15 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
     assert {os.path.realpath(by_id[i]["workingDirectory"]) for i in texts_b} == {str(beta.resolve())}
     listed = {j["name"]: j for j in json.loads(roost("schedule", "list", "--json").stdout)["items"]}
     assert listed["a-job"]["lastResult"] == "succeeded" and listed["b-job"]["lastResult"] == "succeeded"
+    assert (listed["b-job"]["provider"], listed["b-job"]["model"]) == ("scripted", "beta-model")
+    assert listed["a-job"]["model"] is None
+    store = open_store(roost_home / "roost.db")
+    try:
+        with store.read() as conn:
+            models = {r[0]: r[1] for r in conn.execute("SELECT id, model FROM threads")}
+    finally:
+        store.close()
+    assert {models[i] for i in texts_b} == {"beta-model"}
+    assert "beta-model" not in {models[i] for i in texts_a}
     human = roost("schedule", "list").stdout
     assert "succeeded" in human and str(alpha.resolve()) in human

@@ -17,7 +17,8 @@ Contract of the injected coroutine functions:
 
 * ``dispatch(task, *, config, work_dir, client_id, source) -> task_id``: queue one run (the
   TaskQueue's ``dispatch``); ``client_id`` is ``None`` (nobody to ask: approvals follow the
-  unattended policy), ``source`` is ``"schedule"``. The task id is the run's session id; the run record
+  unattended policy), ``source`` is ``"schedule"``; ``provider``/``model`` are passed only when the
+  job stores them (``schedule add --provider/--model``). The task id is the run's session id; the run record
   (``schedule_runs.session_id``) links it to the job and slot.
   ``config`` is the job's orchestration config (``schedule add --config``, an absolute path) or
   None: the TaskQueue then runs the daemon's ``roost serve -c`` default, or one agent without one.
@@ -98,6 +99,7 @@ class _Job:
     next_run: datetime.datetime | None
     enabled: bool
     queue_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    settings: dict = attrs.field(factory=dict)   # provider/model stored with the job (only the set ones)
 
 
 class TaskOutcomes:
@@ -318,7 +320,8 @@ class Scheduler(Actor):
                     never.append(row.id)
                 cron, next_run = None, None
             job = _Job(row.id, row.name, cron, row.task, row.config, row.work_dir, row.catch_up,
-                       row.overlap, next_run, row.enabled)
+                       row.overlap, next_run, row.enabled,
+                       settings={k: v for k, v in (("provider", row.provider), ("model", row.model)) if v})
             previous = old.get(row.id)
             if previous is not None:
                 job.queue_lock = previous.queue_lock
@@ -447,7 +450,7 @@ class Scheduler(Actor):
                 try:
                     task_id = await self._dispatch_run(
                         job.task, config=job.config, work_dir=job.work_dir, client_id=None,
-                        source="schedule")
+                        source="schedule", **job.settings)
                 except Exception:
                     log.exception("schedule %r: dispatch failed", job.name)
                     await self._record(db.mark_run_finished, run_id, "failed", format_slot(self.clock.now()))

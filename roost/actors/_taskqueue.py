@@ -61,6 +61,8 @@ class QueuedTask:
     work_dir: str | None = None
     client_id: str | None = None       # the owning client's scoped key (opaque), or None
     source: str = "client"
+    provider: str | None = None        # the task's own model settings (a schedule's), else the queue's
+    model: str | None = None
     status: str = "queued"
     resumed: bool = False
     result: dict | None = None
@@ -76,7 +78,7 @@ class QueuedTask:
 
     def payload(self) -> dict:
         return {"task": self.task, "config": self.config, "workDir": self.work_dir, "clientId": self.client_id,
-                "source": self.source, "result": self.result}
+                "source": self.source, "result": self.result, "provider": self.provider, "model": self.model}
 
 
 class TaskListener(Protocol):
@@ -154,7 +156,8 @@ class TaskQueue:
     # -- public API ---------------------------------------------------------------------------------
 
     async def dispatch(self, task: str, *, config: str | None = None, work_dir: str | None = None,
-                       client_id: str | None = None, source: str = "client") -> str:
+                       client_id: str | None = None, source: str = "client", provider: str | None = None,
+                       model: str | None = None) -> str:
         """Queue ``task`` durably and return its id (also its ``sessionId``).
 
         Args:
@@ -166,6 +169,8 @@ class TaskQueue:
             client_id: the owning client's key: its approvals and result go to it (None: nobody,
                 the unattended policy answers approvals).
             source: who dispatched it (``client``, ``schedule``, ``mcp`` ...).
+            provider, model: the task thread's model selection (a schedule's stored settings);
+                ``None``: the queue's.
 
         Returns:
             The task id. :meth:`position` gives how many queued tasks are ahead of it (read it
@@ -183,7 +188,7 @@ class TaskQueue:
         if config:
             config = os.path.join(work_dir or self.default_work_dir, os.path.expanduser(config))
         item = QueuedTask(id=new_id("thr"), task=task, config=config, work_dir=work_dir, client_id=client_id,
-                          source=source)
+                          source=source, provider=provider, model=model)
         await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
         self.tasks[item.id] = item
         self._queued.append(item.id)
@@ -282,7 +287,8 @@ class TaskQueue:
             item = QueuedTask(id=row.id, task=payload.get("task") or "", config=payload.get("config"),
                               work_dir=payload.get("workDir"), client_id=payload.get("clientId"),
                               source=payload.get("source") or "client", status=row.status,
-                              result=payload.get("result"))
+                              result=payload.get("result"), provider=payload.get("provider"),
+                              model=payload.get("model"))
             self.tasks[item.id] = item
             if row.status == "running":
                 item.status, item.resumed = "queued", True
@@ -471,7 +477,9 @@ class TaskQueue:
         if config is not None:
             metadata.update({"task": task.task, "config_path": config.path, "is_complete": False})
         thread = Thread(id=task.id, kind="orchestration", title=task.task[:120], cwd=task.work_dir or self.default_work_dir,
-                        provider=self.provider, model=self.model, permission_mode=self.permission_mode,
+                        provider=task.provider or self.provider,
+                        model=task.model or (self.model if not task.provider else None),
+                        permission_mode=self.permission_mode,
                         created_at=now, updated_at=now, metadata=metadata)
         return await self.runtime.registry.create(thread, ephemeral=False)
 

@@ -19,6 +19,7 @@ import click
 
 from roost._json import dumps_line
 from roost.errors import RoostError
+from roost.engines import PROVIDERS
 from roost.scheduling import format_slot, parse_cron, parse_slot
 from roost.storage import _schedules2 as db
 from roost.storage import open_store
@@ -60,7 +61,7 @@ def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
     """Render a job as a wire-protocol ``ScheduledJob`` (camelCase; nullable fields present).
 
     ``due``: enabled and its next run time has passed. A disabled job has no next run
-    (``nextRun`` null). ``catchUp``, ``overlap`` and ``lastResult`` (how the latest run ended:
+    (``nextRun`` null). ``catchUp``, ``overlap``, ``provider``, ``model`` and ``lastResult`` (how the latest run ended:
     ``succeeded``, ``failed``, ``interrupted``, ``missed``, ``overlap``, or ``running``) are
     additive fields beyond the spec.
     """
@@ -80,6 +81,8 @@ def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
         "lastResult": job.last_result,
         "catchUp": job.catch_up,
         "overlap": job.overlap,
+        "provider": job.provider,
+        "model": job.model,
     }
 
 
@@ -104,9 +107,13 @@ def schedule_command() -> None:
               help="Slots missed while no daemon ran: run the latest once, or none.")
 @click.option("--overlap", type=click.Choice(["skip", "queue"]), default="skip", show_default=True,
               help="A slot due while the previous run still runs: skip it, or queue it.")
+@click.option("--provider", type=click.Choice(PROVIDERS), default=None,
+              help="The model provider its runs use (default: the daemon's).")
+@click.option("--model", default=None, help="The model id its runs use (default: the daemon's, or the provider's).")
 @_json_option
 def add_command(name: str, cron: str, task: str, config: str | None, work_dir: str | None,
-                description: str | None, catch_up: str, overlap: str, as_json: bool) -> None:
+                description: str | None, catch_up: str, overlap: str, provider: str | None, model: str | None,
+                as_json: bool) -> None:
     """Add schedule NAME. An expression that can never fire (February 31) is refused, and so are an
     unusable --config (missing, unparsable or with errors) and a --work-dir that is not an existing
     directory: nothing is stored then. The config's agent models (provider, API key variable) are
@@ -114,7 +121,10 @@ def add_command(name: str, cron: str, task: str, config: str | None, work_dir: s
     that cannot use them fails with the reason.
 
     A schedule belongs to its work directory (--work-dir, default the current one): projects
-    share $ROOST_HOME, and each `roost serve` fires only the schedules of its own --work-dir."""
+    share $ROOST_HOME, and each `roost serve` fires only the schedules of its own --work-dir.
+    --provider/--model are stored with the schedule and select the model of its runs (a
+    single agent's turn; the agents of a --config keep their own Models); the daemon's
+    environment supplies the API key."""
     now = datetime.datetime.now(UTC)
     try:
         expr = parse_cron(cron, now=now)
@@ -127,7 +137,8 @@ def add_command(name: str, cron: str, task: str, config: str | None, work_dir: s
     config = _checked_config(as_json, config)
     work = _checked_work_dir(as_json, work_dir or os.getcwd())
     _mutate(as_json, "add", db.add_job, name=name, cron=expr.text, task=task, next_run=next_run,
-            description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap)
+            description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap,
+            provider=provider, model=model)
     if not as_json:
         click.echo(f"added {name}: next run {next_run}")
 

@@ -73,6 +73,8 @@ class ScheduledJob:
         last_result: how the latest finished (or skipped) run ended: its ``outcome``
             (``succeeded``, ``failed``, ``interrupted``, ``missed``, ``overlap``), or ``running``
             while the latest dispatched run still runs; ``None`` before any run.
+        provider, model: the model settings its runs use (``schedule add --provider/--model``;
+            ``None``: the daemon's).
 
     ``work_dir`` is also the job's *project*: a ``roost serve`` fires only the jobs whose
     ``work_dir`` is its own work directory (issue 17). ``None`` marks a row written before that
@@ -93,6 +95,8 @@ class ScheduledJob:
     next_run: str | None = None
     last_run: str | None = None
     last_result: str | None = None
+    provider: str | None = None
+    model: str | None = None
 
 
 @attrs.define(kw_only=True)
@@ -113,7 +117,7 @@ class JobRun:
 
 
 _JOB_SELECT = """SELECT s.id, s.name, s.cron, s.task, s.description, s.config, s.work_dir, s.enabled,
-       s.catch_up, s.overlap, s.created_at, s.next_run,
+       s.catch_up, s.overlap, s.created_at, s.next_run, s.provider, s.model,
        (SELECT MAX(r.started_at) FROM schedule_runs r WHERE r.schedule_id = s.id) AS last_run,
        (SELECT CASE WHEN r.status = 'running' THEN 'running' ELSE r.outcome END FROM schedule_runs r
          WHERE r.schedule_id = s.id AND r.status IN ('running', 'done', 'skipped')
@@ -149,6 +153,7 @@ def add_job(
     conn: sqlite3.Connection, *, name: str, cron: str, task: str, next_run: str | None,
     description: str | None = None, config: str | None = None, work_dir: str | None = None,
     catch_up: str = "once", overlap: str = "skip", enabled: bool = True,
+    provider: str | None = None, model: str | None = None,
 ) -> ScheduledJob:
     """Insert a job (write). ``cron`` must already be validated (:func:`roost.scheduling.parse_cron`).
 
@@ -163,10 +168,10 @@ def add_job(
     try:
         conn.execute(
             """INSERT INTO schedules (id, name, cron, timezone, enabled, payload, created_at, updated_at,
-                   description, task, config, work_dir, catch_up, overlap, next_run)
-               VALUES (?, ?, ?, 'UTC', ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   description, task, config, work_dir, catch_up, overlap, next_run, provider, model)
+               VALUES (?, ?, ?, 'UTC', ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (job_id, name, cron, int(enabled), now, now, description, task, config, work_dir,
-             catch_up, overlap, next_run),
+             catch_up, overlap, next_run, provider, model),
         )
     except sqlite3.IntegrityError as exc:
         raise Conflict(f"a schedule named {name!r} exists") from exc
