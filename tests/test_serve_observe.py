@@ -100,6 +100,11 @@ def test_the_supervisor_logger_is_routed_to_the_file(tmp_path: Path) -> None:
         (line,) = [json.loads(x) for x in path.read_text().splitlines()]
         assert line["logger"] == "roost.supervisor" and line["event"] == "child_restarted"
         assert line["child"] == "scheduler" and line["level"] == "WARNING"
+        setup_daemon_logging(True, tmp_path)   # -v: debug too
+        logging.getLogger("roost.serve").debug("a debug detail")
+        for handler in logging.getLogger("roost").handlers:
+            handler.flush()
+        assert json.loads(path.read_text().splitlines()[-1])["msg"] == "a debug detail"
     finally:
         for handler in logging.getLogger("roost").handlers:
             handler.close()
