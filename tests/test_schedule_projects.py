@@ -14,11 +14,26 @@ from _helpers.serve_client import open_daemon
 
 from roost.storage import open_store
 
-RUNS = 3
+RUNS = 2
 
 
 def roost(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def _by_session(client) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for e in client.of_type("token"):
+        texts[e["sessionId"]] = texts.get(e["sessionId"], "") + e["text"]
+    return texts
+
+
+def _texts(client) -> list[str]:
+    return list(_by_session(client).values())
+
+
+def _log(home: Path) -> list[dict]:
+    return [json.loads(x) for x in (home / "logs" / "roost.log").read_text().splitlines() if x.strip()]
 
 
 def _sessions() -> list[dict]:
@@ -36,10 +51,14 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
     # beta's schedule stores its own model settings; its runs use them, not the daemon's
     assert roost("schedule", "add", "b-job", "--cron", "0 3 * * *", "--task", "work of beta",
                  "--provider", "scripted", "--model", "beta-model", cwd=beta).returncode == 0
+    # cron jobs of both projects that came due while no daemon ran: each daemon catches up its own
+    assert roost("schedule", "add", "a-cron", "--cron", "0 4 * * *", "--task", "cron of alpha", cwd=alpha).returncode == 0
+    assert roost("schedule", "add", "b-cron", "--cron", "0 4 * * *", "--task", "cron of beta", cwd=beta).returncode == 0
     # a row written before schedules had a project: exactly one daemon adopts it
     store = open_store(roost_home / "roost.db")
     try:
         with store.transaction() as conn:
+            conn.execute("UPDATE schedules SET next_run = '2020-01-01T04:00:00.000000Z' WHERE name LIKE '%-cron'")
             conn.execute("""INSERT INTO schedules (id, name, cron, created_at, updated_at, task, next_run)
                             VALUES ('s_old', 'legacy', '0 5 * * *', '2020-01-01T00:00:00.000000Z',
                                     '2020-01-01T00:00:00.000000Z', 'legacy work', NULL)""")
@@ -58,21 +77,23 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
             for _ in range(RUNS):
                 assert roost("schedule", "run", "a-job").returncode == 0
                 assert roost("schedule", "run", "b-job").returncode == 0
-            with trio.fail_after(60):
-                while not (len(done := [s for s in _sessions() if s["isComplete"]]) == 2 * RUNS):
+            with trio.fail_after(180):   # a hang guard: the runs are serial and the machine is shared
+                while len(done := [s for s in _sessions() if s["isComplete"]]) != 2 * (RUNS + 1):
                     await trio.sleep(0.2)
-            for client in (ca, cb):   # each daemon's events reach its client (read them all)
-                for n in range(RUNS):
-                    await client.wait_for("agent_starting", lambda e, n=n, c=client: len(c.of_type("agent_starting")) > n)
-    texts_a = {e["sessionId"]: "" for e in ca.of_type("agent_starting")}
-    texts_b = {e["sessionId"]: "" for e in cb.of_type("agent_starting")}
-    for e in ca.of_type("token"):
-        texts_a[e["sessionId"]] = texts_a.get(e["sessionId"], "") + e["text"]
-    for e in cb.of_type("token"):
-        texts_b[e["sessionId"]] = texts_b.get(e["sessionId"], "") + e["text"]
-    # every run of a project went to that project's daemon, and only there
-    assert len(texts_a) == RUNS and len(texts_b) == RUNS
-    assert set(texts_a.values()) == {"work of alpha"} and set(texts_b.values()) == {"work of beta"}
+            for client, text in ((ca, "work of alpha"), (cb, "work of beta")):   # read each client's events
+                await client.wait_for("token", lambda e, c=client, t=text: _texts(c).count(t) == RUNS)
+    texts_a, texts_b = _by_session(ca), _by_session(cb)
+    # every run of a project went to that project's daemon, and only there (the catch-up runs may
+    # have started before the clients attached: the daemon's log names the process that fired each)
+    assert set(texts_a.values()) <= {"work of alpha", "cron of alpha"}
+    assert set(texts_b.values()) <= {"work of beta", "cron of beta"}
+    fired = [d for d in _log(roost_home) if d.get("event") == "schedule_fired"]
+    by_job: dict[str, set[int]] = {}
+    for d in fired:
+        by_job.setdefault(d["schedule"], set()).add(d["pid"])
+    assert by_job == {"a-job": {da.info["pid"]}, "a-cron": {da.info["pid"]},
+                      "b-job": {db_.info["pid"]}, "b-cron": {db_.info["pid"]}}
+    assert sorted(d["schedule"] for d in fired) == ["a-cron"] + ["a-job"] * RUNS + ["b-cron"] + ["b-job"] * RUNS
     by_id = {s["sessionId"]: s for s in done}
     assert {os.path.realpath(by_id[i]["workingDirectory"]) for i in texts_a} == {str(alpha.resolve())}
     assert {os.path.realpath(by_id[i]["workingDirectory"]) for i in texts_b} == {str(beta.resolve())}
@@ -86,7 +107,7 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
             models = {r[0]: r[1] for r in conn.execute("SELECT id, model FROM threads")}
     finally:
         store.close()
-    assert {models[i] for i in texts_b} == {"beta-model"}
+    assert {models[i] for i, t in texts_b.items() if t == "work of beta"} == {"beta-model"}
     assert "beta-model" not in {models[i] for i in texts_a}
     human = roost("schedule", "list").stdout
     assert "succeeded" in human and str(alpha.resolve()) in human
