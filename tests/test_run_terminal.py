@@ -88,6 +88,7 @@ def test_on_a_terminal_each_approval_is_asked_and_text_streams(tmp_path: Path) -
     assert "approve" in out and "a.txt" in out
     assert (tmp_path / "a.txt").read_text() == "hi"
     assert "Developer: Writing the file." in out and "Finished:" in out
+    assert "ok: write_file" in out and "| created a.txt" in out   # tool activity, as exec shows it
     assert "[Developer is done]" not in out   # no pause after turns without --hitl
     assert "denied" not in out
 

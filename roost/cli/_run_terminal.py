@@ -26,6 +26,8 @@ __all__ = ["EXIT_ALL_DENIED", "Approvals", "LiveText", "Spinner", "describe_appr
 
 #: Exit status of a run that completed although every action it asked approval for was denied.
 EXIT_ALL_DENIED = 3
+#: Lines of a tool's output shown in the transcript.
+TOOL_LINES = 4
 
 #: approval fields that identify, rather than describe, what is asked (not shown to the human)
 _INTERNAL_FIELDS = frozenset({"kind", "item_id", "thread_id", "turn_id", "call_id", "sessionId"})
@@ -145,6 +147,9 @@ class LiveText:
         self.streamed = False    # the running agent turn streamed text
 
     def deliver(self, line: bytes) -> None:
+        if line.startswith(b'{"method":"item/completed"'):
+            self._tool_result((loads(line).get("params") or {}).get("item") or {})
+            return
         if not line.startswith(b'{"method":"item/agentMessage/delta"'):
             return
         delta = (loads(line).get("params") or {}).get("delta") or ""
@@ -156,6 +161,18 @@ class LiveText:
             self.open = True
         self.streamed = True
         self.write(delta)
+
+    def _tool_result(self, item: dict) -> None:
+        """A finished tool call: ``ok``/``failed`` and the first lines of its output (as ``exec``)."""
+        if item.get("type") != "tool_call":
+            return
+        self.spinner.pause()
+        lines = str(item.get("output") or "").rstrip().splitlines()
+        text = self.end_line() + f"    {'failed' if item.get('is_error') else 'ok'}: {item.get('name')}\n"
+        text += "".join(f"    | {row[:200]}\n" for row in lines[:TOOL_LINES])
+        if len(lines) > TOOL_LINES:
+            text += f"    | ... {len(lines) - TOOL_LINES} more lines\n"
+        self.write(text)
 
     def end_line(self) -> str:
         """The text that ends an open streamed line (``"\\n"``, or ``""`` when none is open)."""
