@@ -111,3 +111,24 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
     assert "beta-model" not in {models[i] for i in texts_a}
     human = roost("schedule", "list").stdout
     assert "succeeded" in human and str(alpha.resolve()) in human
+
+
+async def test_schedule_run_says_when_only_another_projects_daemon_runs(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"rules": [], "default": "echo"}))
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    mine.mkdir()
+    other.mkdir()
+    assert roost("schedule", "add", "job", "--cron", "0 3 * * *", "--task", "t", cwd=mine).returncode == 0
+    async with open_daemon(script=script, args=["--work-dir", str(other)]):
+        fired = roost("schedule", "run", "job")
+        assert fired.returncode == 0, fired.stderr
+        assert f"no roost serve is running for {mine.resolve()} (only for other projects)" in fired.stderr
+        listed = json.loads(roost("schedule", "list", "--json").stdout)["items"]
+        assert listed[0]["lastRun"] is None   # the other project's daemon did not take it
+    async with open_daemon(script=script, args=["--work-dir", str(mine)]):
+        fired = roost("schedule", "run", "job")
+        assert fired.stderr == "run of job requested; the running daemon starts it\n"
+        with trio.fail_after(60):
+            while json.loads(roost("schedule", "list", "--json").stdout)["items"][0]["lastResult"] != "succeeded":
+                await trio.sleep(0.2)

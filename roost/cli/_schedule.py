@@ -242,17 +242,37 @@ def disable_command(name: str, as_json: bool) -> None:
 @click.argument("name")
 @_json_option
 def run_command(name: str, as_json: bool) -> None:
-    """Fire schedule NAME now: the running `roost serve` daemon dispatches it once. With no
-    daemon running, the request is kept and the next `roost serve` started dispatches it.
+    """Fire schedule NAME now: the running `roost serve` of its work directory dispatches it
+    once. With no such daemon running, the request is kept and the next one started dispatches it.
 
     Prints one line on stderr saying which (nothing with --json)."""
     run = _mutate(as_json, "run", db.request_run, name)
     if as_json:
         return
-    if _daemon_running() or _claimed_soon(run.id):
+    work_dir = _mutate(as_json, "run", lambda conn: db.get_job(conn, name).work_dir)
+    others = _other_daemons(work_dir)
+    if others is False or _claimed_soon(run.id):
         click.echo(f"run of {name} requested; the running daemon starts it", err=True)
+    elif others:
+        click.echo(f"run of {name} requested; no roost serve is running for {work_dir} (only for other "
+                   f"projects): it starts when `roost serve --work-dir {work_dir}` runs", err=True)
     else:
         click.echo(f"run of {name} requested; no roost serve is running: it starts when one does", err=True)
+
+
+def _other_daemons(work_dir: str | None) -> bool | None:
+    """``False`` when a registered daemon of ``work_dir`` runs (it fires the schedule), ``True``
+    when only daemons of other projects run, ``None`` when no daemon is seen (issue 17)."""
+    from roost._paths import roost_home
+    from roost.protocol._serve_status import registered_daemons
+
+    try:
+        daemons = registered_daemons(roost_home())
+    except RoostError:
+        daemons = []
+    if any(work_dir is None or d.get("workDir") == work_dir for d in daemons):
+        return False
+    return True if daemons or _daemon_running() else None
 
 
 #: How long ``schedule run`` waits for a daemon it cannot see by its lock to claim the request
