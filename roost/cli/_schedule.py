@@ -251,7 +251,12 @@ def run_command(name: str, as_json: bool) -> None:
         return
     work_dir = _mutate(as_json, "run", lambda conn: db.get_job(conn, name).work_dir)
     others = _other_daemons(work_dir)
-    if others is False or _claimed_soon(run.id):
+    try:
+        claimed = others is False or _claimed_soon(run.id)
+    except KeyboardInterrupt:   # the request is stored either way
+        click.echo(f"run of {name} requested (not waiting to see a daemon take it)", err=True)
+        sys.exit(130)
+    if claimed:
         click.echo(f"run of {name} requested; the running daemon starts it", err=True)
     elif others:
         click.echo(f"run of {name} requested; no roost serve is running for {work_dir} (only for other "

@@ -101,7 +101,7 @@ def status_command(as_json: bool) -> None:
     tree) and the schedules with their last and next runs. Works with no daemon running (then
     it says so and still lists the schedules).
 
-    Exit status: 0; 2 when ROOST_HOME or its database is unusable."""
+    Exit status: 0; 2 when ROOST_HOME or its database is unusable; 130 on Ctrl-C."""
     from roost._paths import roost_home
     from roost.protocol._serve_status import registered_daemons
 
@@ -111,14 +111,28 @@ def status_command(as_json: bool) -> None:
     except RoostError as exc:
         click.echo(f"roost status: error: {exc}", err=True)
         sys.exit(2)
+    try:
+        daemons = _ask_all(registered_daemons(home))
+    except KeyboardInterrupt:
+        click.echo("roost status: interrupted", err=True)
+        sys.exit(130)
+    _show(home, daemons, schedules, as_json)
+
+
+def _ask_all(entries: list[dict]) -> list[dict[str, Any]]:
+    """Each registered daemon's ``status`` answer, or its registry entry with ``error``."""
     daemons: list[dict[str, Any]] = []
-    for entry in registered_daemons(home):
+    for entry in entries:
         try:
             daemons.append(ask_status(str(entry["socket"])))
         except OSError as exc:
             daemons.append({"pid": entry.get("pid"), "socket": entry.get("socket"),
                             "workDir": entry.get("workDir"), "httpPort": entry.get("httpPort"),
                             "error": str(exc) or type(exc).__name__})
+    return daemons
+
+
+def _show(home: Any, daemons: list[dict[str, Any]], schedules: list[dict], as_json: bool) -> None:
     if as_json:
         sys.stdout.buffer.write(dumps_line({"protocolVersion": 1, "home": str(home), "daemons": daemons,
                                             "schedules": schedules}))
