@@ -71,9 +71,14 @@ def test_add_list_enable_disable_run_remove(monkeypatch):
     assert cli("add", "often", "--cron", "*/1 * * * *", "--task", "t", "--json").stdout == ""
     items = items_of(cli("list", "--json").stdout)
     assert [i["name"] for i in items] == ["often", "nightly"]  # ordered by next run
-    assert items[0]["description"] is None and items[0]["workDir"] is None and items[0]["config"] is None
+    # a schedule belongs to the directory it was added in (issue 17), resolved as `roost serve` does
+    assert items[0]["description"] is None and items[0]["config"] is None
+    assert items[0]["workDir"] == os.path.realpath(os.getcwd())
     assert cli("disable", "often").exit_code == 0
-    assert [i["enabled"] for i in items_of(cli("list", "--json").stdout) if i["name"] == "often"] == [False]
+    disabled = [i for i in items_of(cli("list", "--json").stdout) if i["name"] == "often"]
+    assert [i["enabled"] for i in disabled] == [False]
+    assert disabled[0]["nextRun"] is None and disabled[0]["due"] is False  # no next run in the past
+    assert "often" in cli("list").stdout and "next -" in cli("list").stdout
     assert cli("enable", "often").exit_code == 0
     assert [i["enabled"] for i in items_of(cli("list", "--json").stdout) if i["name"] == "often"] == [True]
     assert cli("run", "often").exit_code == 0

@@ -301,11 +301,13 @@ async def test_schedules_run_their_config_or_the_daemon_default(tmp_path: Path) 
     added = roost("schedule", "add", "team", "--cron", "0 3 * * *", "--task", "scheduled team work",
                   "--config", "team.yaml", cwd=tmp_path)
     assert added.returncode == 0, added.stderr
-    plain = roost("schedule", "add", "plain", "--cron", "0 4 * * *", "--task", "scheduled default work")
+    plain = roost("schedule", "add", "plain", "--cron", "0 4 * * *", "--task", "scheduled default work",
+                  cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr
     listed = {j["name"]: j for j in json.loads(roost("schedule", "list", "--json").stdout)["items"]}
     assert Path(listed["team"]["config"]) == config.resolve() and listed["plain"]["config"] is None
-    async with open_daemon(script=script, args=["-c", str(tmp_path / "solo.yaml")]) as daemon:
+    async with open_daemon(script=script, args=["-c", str(tmp_path / "solo.yaml"),
+                                                "--work-dir", str(tmp_path)]) as daemon:
         async with daemon.unix() as client:
             await client.wait_for("hello")
             assert roost("schedule", "run", "team").returncode == 0

@@ -24,7 +24,7 @@ async def test_schedule_run_fires_once_through_the_daemon(tmp_path: Path, roost_
     added = roost("schedule", "add", "nightly", "--cron", "0 3 * * *", "--task", "scheduled hello",
                   "--work-dir", str(tmp_path))
     assert added.returncode == 0, added.stderr
-    async with open_daemon(script=script) as daemon:
+    async with open_daemon(script=script, args=["--work-dir", str(tmp_path)]) as daemon:
         async with daemon.unix() as client:
             await client.wait_for("hello")
             fired = roost("schedule", "run", "nightly")  # fire now: the running scheduler picks it up
@@ -69,7 +69,8 @@ async def test_schedule_run_sees_the_daemon_by_its_socket_lock(tmp_path: Path, m
         assert roost("schedule", "add", "nightly", "--cron", "0 3 * * *", "--task", "hi",
                      "--work-dir", str(tmp_path)).returncode == 0
         (home / "run").mkdir(mode=0o700, exist_ok=True)
-        async with open_daemon(script=script, socket=str(home / "run" / "d.sock")):
+        async with open_daemon(script=script, socket=str(home / "run" / "d.sock"),
+                               args=["--work-dir", str(tmp_path)]):
             assert _schedule._daemon_running() is True
             fired = roost("schedule", "run", "nightly")
             assert fired.returncode == 0, fired.stderr

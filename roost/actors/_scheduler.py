@@ -17,7 +17,8 @@ Contract of the injected coroutine functions:
 
 * ``dispatch(task, *, config, work_dir, client_id, source) -> task_id``: queue one run (the
   TaskQueue's ``dispatch``); ``client_id`` is ``None`` (nobody to ask: approvals follow the
-  unattended policy), ``source`` is ``"schedule"``. The task id is the run's session id; the run record
+  unattended policy), ``source`` is ``"schedule"``; ``provider``/``model`` are passed only when the
+  job stores them (``schedule add --provider/--model``). The task id is the run's session id; the run record
   (``schedule_runs.session_id``) links it to the job and slot.
   ``config`` is the job's orchestration config (``schedule add --config``, an absolute path) or
   None: the TaskQueue then runs the daemon's ``roost serve -c`` default, or one agent without one.
@@ -98,6 +99,7 @@ class _Job:
     next_run: datetime.datetime | None
     enabled: bool
     queue_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    settings: dict = attrs.field(factory=dict)   # provider/model stored with the job (only the set ones)
 
 
 class TaskOutcomes:
@@ -167,6 +169,10 @@ class Scheduler(Actor):
         change_poll: seconds between reads of the change counter (real trio time), or ``None``.
         max_skipped_records: most missed slots recorded individually per job and catch-up (the
             most recent ones); older missed slots are only counted in the log.
+        project: the daemon's work directory (absolute, resolved): only the jobs of that work
+            directory fire here, each run in it (issue 17: every project shares ``$ROOST_HOME``);
+            a job without one (written before this rule) is adopted by the first scheduler that
+            loads it. ``None``: every job (tests).
 
     Attributes:
         stats: counters (``fired``, ``skipped``, ``lost_claims``, ``reloads``, ``wakeups``).
@@ -177,7 +183,7 @@ class Scheduler(Actor):
     def __init__(
         self, store: Any, *, dispatch: Dispatch, wait_task: WaitTask, clock: Clock | None = None,
         owner: str | None = None, change_poll: float | None = 1.0, max_skipped_records: int = 100,
-        name: str = "scheduler",
+        name: str = "scheduler", project: str | None = None,
     ) -> None:
         super().__init__(name=name)
         self.store = store
@@ -187,6 +193,7 @@ class Scheduler(Actor):
         self.owner = owner or default_owner()
         self.change_poll = change_poll
         self.max_skipped_records = max_skipped_records
+        self.project = project
         self.started_at: datetime.datetime | None = None
         self.stats = {"fired": 0, "skipped": 0, "lost_claims": 0, "reloads": 0, "wakeups": 0}
         self.dispatch_delays: collections.deque[float] = collections.deque(maxlen=100_000)
@@ -287,7 +294,7 @@ class Scheduler(Actor):
             with self.store.read() as conn:
                 conn.execute("BEGIN")
                 try:
-                    return db.schedule_changes(conn), db.list_jobs(conn)
+                    return db.schedule_changes(conn), db.list_jobs(conn, project=self.project)
                 finally:
                     conn.execute("COMMIT")
 
@@ -295,6 +302,7 @@ class Scheduler(Actor):
         if counter == self._seen_changes:
             return
         counter, rows = await trio.to_thread.run_sync(load)
+        rows = await self._adopt_unowned(rows)
         self._seen_changes = counter
         self.stats["reloads"] += 1
         now = self.clock.now()
@@ -312,7 +320,8 @@ class Scheduler(Actor):
                     never.append(row.id)
                 cron, next_run = None, None
             job = _Job(row.id, row.name, cron, row.task, row.config, row.work_dir, row.catch_up,
-                       row.overlap, next_run, row.enabled)
+                       row.overlap, next_run, row.enabled,
+                       settings={k: v for k, v in (("provider", row.provider), ("model", row.model)) if v})
             previous = old.get(row.id)
             if previous is not None:
                 job.queue_lock = previous.queue_lock
@@ -325,6 +334,27 @@ class Scheduler(Actor):
         heapq.heapify(self._heap)
         for job_id in never:
             await self._record(db.advance_next_run, job_id, None)
+
+    async def _adopt_unowned(self, rows: list[db.ScheduledJob]) -> list[db.ScheduledJob]:
+        """Adopt the jobs without a work directory into :attr:`project`; return the rows this
+        scheduler fires (those another scheduler adopted first are dropped)."""
+        if self.project is None:
+            return rows
+        kept = []
+        for row in rows:
+            if row.work_dir is None:
+                try:
+                    adopted = await self.store.writer.submit(db.adopt_job, row.id, self.project)
+                except RoostError as exc:
+                    log.warning("schedule %r: could not adopt it: %s", row.name, exc)
+                    continue
+                if not adopted:
+                    continue
+                log.info("schedule %r adopted by the project %s", row.name, self.project,
+                         extra={"event": "schedule_adopted", "schedule": row.name, "work_dir": self.project})
+                row.work_dir = self.project
+            kept.append(row)
+        return kept
 
     # -- firing ----------------------------------------------------------------------------------
 
@@ -420,13 +450,18 @@ class Scheduler(Actor):
                 try:
                     task_id = await self._dispatch_run(
                         job.task, config=job.config, work_dir=job.work_dir, client_id=None,
-                        source="schedule")
+                        source="schedule", **job.settings)
                 except Exception:
                     log.exception("schedule %r: dispatch failed", job.name)
                     await self._record(db.mark_run_finished, run_id, "failed", format_slot(self.clock.now()))
                     return
                 await self._record(db.mark_run_started, run_id, str(task_id), format_slot(start))
                 self.stats["fired"] += 1
+                log.info("schedule %r fired: task %s (slot %s)", job.name, task_id,
+                         format_slot(slot) if slot is not None else "manual",
+                         extra={"event": "schedule_fired", "schedule": job.name, "task_id": str(task_id),
+                                "slot": format_slot(slot) if slot is not None else None,
+                                "work_dir": job.work_dir})
                 settle()
                 await self._await_outcome(run_id, str(task_id))
         finally:
@@ -442,6 +477,8 @@ class Scheduler(Actor):
             outcome = "interrupted"
         if outcome not in _OUTCOMES:
             outcome = "failed"
+        log.info("scheduled task %s finished: %s", task_id, outcome,
+                 extra={"event": "schedule_run_finished", "task_id": task_id, "outcome": outcome})
         await self._record(db.mark_run_finished, run_id, outcome, format_slot(self.clock.now()))
 
     async def _record(self, fn: Any, *args: Any) -> None:

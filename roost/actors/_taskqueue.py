@@ -61,6 +61,8 @@ class QueuedTask:
     work_dir: str | None = None
     client_id: str | None = None       # the owning client's scoped key (opaque), or None
     source: str = "client"
+    provider: str | None = None        # the task's own model settings (a schedule's), else the queue's
+    model: str | None = None
     status: str = "queued"
     resumed: bool = False
     result: dict | None = None
@@ -76,7 +78,7 @@ class QueuedTask:
 
     def payload(self) -> dict:
         return {"task": self.task, "config": self.config, "workDir": self.work_dir, "clientId": self.client_id,
-                "source": self.source, "result": self.result}
+                "source": self.source, "result": self.result, "provider": self.provider, "model": self.model}
 
 
 class TaskListener(Protocol):
@@ -161,13 +163,16 @@ class TaskQueue:
         self.engines = engines
         self.orchestrations = orchestrations
         self.tasks: dict[str, QueuedTask] = {}
+        #: called with ``(task)`` once a task is queued (the daemon's metrics); must not block
+        self.on_accepted: Any = None
         self._queued: collections.deque[str] = collections.deque()
         self._wake = trio.Event()
 
     # -- public API ---------------------------------------------------------------------------------
 
     async def dispatch(self, task: str, *, config: str | None = None, work_dir: str | None = None,
-                       client_id: str | None = None, source: str = "client") -> str:
+                       client_id: str | None = None, source: str = "client", provider: str | None = None,
+                       model: str | None = None) -> str:
         """Queue ``task`` durably and return its id (also its ``sessionId``).
 
         Args:
@@ -179,6 +184,8 @@ class TaskQueue:
             client_id: the owning client's key: its approvals and result go to it (None: nobody,
                 the unattended policy answers approvals).
             source: who dispatched it (``client``, ``schedule``, ``mcp`` ...).
+            provider, model: the task thread's model selection (a schedule's stored settings);
+                ``None``: the queue's.
 
         Returns:
             The task id. :meth:`position` gives how many queued tasks are ahead of it (read it
@@ -196,11 +203,16 @@ class TaskQueue:
         if config:
             config = os.path.join(work_dir or self.default_work_dir, os.path.expanduser(config))
         item = QueuedTask(id=new_id("thr"), task=task, config=config, work_dir=work_dir, client_id=client_id,
-                          source=source)
+                          source=source, provider=provider, model=model)
         await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
         self.tasks[item.id] = item
         self._queued.append(item.id)
         self._wake.set()
+        if self.on_accepted is not None:
+            self.on_accepted(item)
+        log.info("task %s accepted from %s (%d queued)", item.id, source, len(self._queued),
+                 extra={"event": "task_accepted", "task_id": item.id, "source": source, "client": client_id,
+                        "work_dir": work_dir or self.default_work_dir, "config": config})
         return item.id
 
     def position(self, task_id: str) -> int | None:
@@ -290,7 +302,8 @@ class TaskQueue:
             item = QueuedTask(id=row.id, task=payload.get("task") or "", config=payload.get("config"),
                               work_dir=payload.get("workDir"), client_id=payload.get("clientId"),
                               source=payload.get("source") or "client", status=row.status,
-                              result=payload.get("result"))
+                              result=payload.get("result"), provider=payload.get("provider"),
+                              model=payload.get("model"))
             self.tasks[item.id] = item
             if row.status == "running":
                 item.status, item.resumed = "queued", True
@@ -332,6 +345,8 @@ class TaskQueue:
         actor = None
         try:
             await self.runtime.store.writer.submit(update_daemon_task, task.id, status="running")
+            log.info("task %s started%s", task.id, " (resumed)" if task.resumed else "",
+                     extra={"event": "task_started", "task_id": task.id, "resumed": task.resumed})
             self.listener.task_started(task)
             config = await self._load_config(task)
             actor = await self._thread(task, config)
@@ -370,6 +385,10 @@ class TaskQueue:
                 await self.runtime.store.writer.submit(_mark_complete, task.id)
         except RoostError:
             log.exception("task %s: could not persist its result", task.id)
+        log.info("task %s finished: %s", task.id,
+                 "succeeded" if result["succeeded"] else f"failed: {result.get('errorMessage')}",
+                 extra={"event": "task_finished", "task_id": task.id, "succeeded": bool(result["succeeded"]),
+                        "error": result.get("errorMessage"), "source": task.source})
         self.listener.task_finished(task)
 
     async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:
@@ -473,7 +492,9 @@ class TaskQueue:
         if config is not None:
             metadata.update({"task": task.task, "config_path": config.path, "is_complete": False})
         thread = Thread(id=task.id, kind="orchestration", title=task.task[:120], cwd=task.work_dir or self.default_work_dir,
-                        provider=self.provider, model=self.model, permission_mode=self.permission_mode,
+                        provider=task.provider or self.provider,
+                        model=task.model or (self.model if not task.provider else None),
+                        permission_mode=self.permission_mode,
                         created_at=now, updated_at=now, metadata=metadata)
         return await self.runtime.registry.create(thread, ephemeral=False)
 

@@ -29,283 +29,24 @@ missing socket, failed WebSocket handshake) or closes the connection while tasks
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sys
 from collections import deque
-from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, Callable
 
 import click
 import trio
 
-from roost.errors import RoostError
+from roost.cli._attach_link import DaemonUnreachable, _Link, _wait_connectable, open_link
+from roost.cli._attach_render import HELP, Renderer
 
 __all__ = ["attach_command", "run_attach"]
 
-#: Longest line accepted from the daemon (bytes), as the JSONL framing (DESIGN.md section 5).
-MAX_LINE_BYTES = 64 << 20
 #: ``error`` codes the daemon answers a dispatch (``user_input`` / plain text) with.
 _DISPATCH_ERROR_CODES = frozenset({"unsupported", "invalid_params", "read_only", "server_overloaded",
                                    "internal_error"})
-
-
-class DaemonUnreachable(RoostError):
-    """The daemon could not be reached at the target (socket path or URL)."""
-
-
-# -- transports ---------------------------------------------------------------------------------------
-
-
-class _Link:
-    """One connection to the daemon: ``send`` a line, iterate received lines, ``close_reason``."""
-
-    close_reason: str | None = None
-
-    async def send(self, line: str) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def lines(self) -> AsyncIterator[str]:  # pragma: no cover - interface
-        raise NotImplementedError
-
-
-class _UnixLink(_Link):
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-
-    async def send(self, line: str) -> None:
-        await self.stream.send_all(line.encode("utf-8") + b"\n")
-
-    async def lines(self) -> AsyncIterator[str]:
-        buffer = bytearray()
-        while True:
-            try:
-                data = await self.stream.receive_some(1 << 16)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self.close_reason = f"connection lost ({exc})"
-                return
-            if not data:
-                if buffer:
-                    yield buffer.decode("utf-8", "replace")
-                self.close_reason = "the daemon closed the connection"
-                return
-            buffer += data
-            while (index := buffer.find(b"\n")) >= 0:
-                line = bytes(buffer[:index])
-                del buffer[: index + 1]
-                yield line.decode("utf-8", "replace")
-            if len(buffer) > MAX_LINE_BYTES:
-                buffer.clear()
-
-
-class _WsLink(_Link):
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-
-    async def send(self, line: str) -> None:
-        from trio_websocket import ConnectionClosed
-
-        try:
-            await self.ws.send_message(line)
-        except ConnectionClosed as exc:
-            raise trio.BrokenResourceError(f"the WebSocket is closed ({exc.reason})") from None
-
-    async def lines(self) -> AsyncIterator[str]:
-        from trio_websocket import ConnectionClosed
-
-        while True:
-            try:
-                message = await self.ws.get_message()
-            except ConnectionClosed as exc:
-                reason = exc.reason
-                text = f" {reason.reason}" if reason is not None and reason.reason else ""
-                code = f" (code {reason.code})" if reason is not None else ""
-                self.close_reason = f"the daemon closed the connection{code}{text}"
-                return
-            text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
-            for line in text.split("\n"):
-                yield line
-
-
-@asynccontextmanager
-async def open_link(target: str, *, token: str | None, client_id: str | None) -> AsyncIterator[_Link]:
-    """Connect to the daemon at ``target`` (a Unix socket path or a ``ws://``/``wss://`` URL).
-
-    Args:
-        target: socket path, or ``ws://host:port/attach`` URL.
-        token: bearer token sent as ``Authorization: Bearer`` (WebSocket only).
-        client_id: sent as ``Fuseraft-Client-Id`` (WebSocket only).
-
-    Raises:
-        DaemonUnreachable: connect refused, socket missing, or the WebSocket handshake failed.
-
-    Cancellation: cancelling while connecting leaves nothing open; on exit the connection is closed.
-    """
-    async with AsyncExitStack() as stack:
-        if target.startswith(("ws://", "wss://")):
-            from trio_websocket import open_websocket_url
-
-            headers: list[tuple[bytes, bytes]] = []
-            if token:
-                headers.append((b"Authorization", f"Bearer {token}".encode("latin-1")))
-            if client_id:
-                headers.append((b"Fuseraft-Client-Id", client_id.encode("ascii")))
-            context = None
-            if target.startswith("wss://"):
-                import ssl
-
-                context = ssl.create_default_context()
-            try:
-                ws = await stack.enter_async_context(open_websocket_url(
-                    target, context, extra_headers=headers, max_message_size=MAX_LINE_BYTES,
-                    connect_timeout=30, disconnect_timeout=5))
-            except Exception as exc:   # HandshakeError, ConnectionRejected, OSError, internal errors
-                raise DaemonUnreachable(f"cannot attach to the daemon at {target}: {_describe(exc)}") from exc
-            link: _Link = _WsLink(ws)
-        else:
-            try:
-                stream = await trio.open_unix_socket(target)
-            except OSError as exc:
-                raise DaemonUnreachable(
-                    f"cannot connect to the daemon at {target}: {exc.strerror or exc} "
-                    "(is `roost serve` running for this directory?)") from exc
-            await stack.enter_async_context(stream)
-            link = _UnixLink(stream)
-        yield link
-
-
-def _describe(exc: BaseException) -> str:
-    status = getattr(exc, "status_code", None)
-    if status is not None:
-        body = getattr(exc, "body", None) or b""
-        detail = body.decode("utf-8", "replace").strip() if isinstance(body, bytes) else str(body)
-        return f"HTTP {status}" + (f": {detail}" if detail else "")
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    if str(exc):
-        return str(exc)
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and cause is not exc:   # trio-websocket's HandshakeError wraps the OSError
-        return _describe(cause)
-    return type(exc).__name__
-
-
-# -- readable rendering -------------------------------------------------------------------------------
-
-
-class Renderer:
-    """Renders daemon events as text lines on ``write`` (pure: events in, text out).
-
-    Streamed ``token`` text is written inline after a ``[sid] agent:`` prefix; any other line first
-    ends an open token line.
-    """
-
-    def __init__(self, write: Callable[[str], None]) -> None:
-        self.write = write
-        self._open: str | None = None     # the sessionId whose token line is open, or _PROMPT
-
-    def line(self, text: str) -> None:
-        self._close()
-        self.write(text + "\n")
-
-    def _close(self) -> None:
-        if self._open is not None:
-            self._open = None
-            self.write("\n")
-
-    def event(self, event: dict, *, where: str) -> None:
-        kind = event.get("type")
-        sid = _sid(event.get("sessionId"))
-        if kind == "hello":
-            flags = [f"protocol {event.get('protocolVersion')}"]
-            if event.get("clientId"):
-                flags.append(f"client id {event.get('clientId')}")
-            flags.append("read-only" if event.get("readOnly") else "read-write")
-            self.line(f"attached to {where} ({', '.join(flags)})")
-            flight = event.get("inFlight")
-            if isinstance(flight, dict):
-                self.line(f"in flight: [{_sid(flight.get('sessionId'))}] {flight.get('task')!r} "
-                          f"({flight.get('status')}, position {flight.get('position')})")
-            pending = event.get("pendingResults") or []
-            if pending:
-                self.line("results from while you were away: " + ", ".join(_sid(p) for p in pending))
-        elif kind == "queued":
-            self.line(f"[{sid}] queued, position {event.get('position')}")
-        elif kind == "agent_starting":
-            self.line(f"[{sid}] {event.get('agent')} is starting")
-        elif kind == "tool_calling":
-            self.line(f"[{sid}] {event.get('agent')} calls {event.get('tool')}: {event.get('argsSummary')}")
-        elif kind == "token":
-            text = event.get("text") or ""
-            if self._open != event.get("sessionId"):
-                self._close()
-                self.write(f"[{sid}] {event.get('agent')}: ")
-                self._open = event.get("sessionId")
-            self.write(text)
-        elif kind == "token_budget_warning":
-            self.line(f"[{sid}] warning: {event.get('agent')} used {event.get('inputTokens')} input tokens "
-                      f"(threshold {event.get('warnThreshold')})")
-        elif kind == "task_resumed":
-            self.line(f"[{sid}] resumed after a daemon restart: {event.get('task')!r}")
-        elif kind == "auto_dispatched":
-            self.line(f"[{sid}] dispatched by the daemon (objective {event.get('objectiveId')}): "
-                      f"{event.get('task')!r}")
-        elif kind == "a2a_call":
-            self.line(f"[{sid}] A2A call to {event.get('agent')}")
-        elif kind == "result":
-            state = "succeeded" if event.get("succeeded") else "failed"
-            self.line(f"[{sid}] result: {state} ({event.get('task')!r})")
-            if event.get("errorMessage"):
-                self.line(f"  error: {event.get('errorMessage')}")
-            if event.get("lastMessage"):
-                agent = event.get("lastAgent") or "agent"
-                self.line(f"  {agent}: " + str(event.get("lastMessage")).replace("\n", "\n  "))
-        elif kind == "error":
-            self.line(f"error: {event.get('text')} ({event.get('code')})")
-        elif kind == "approval_request":
-            self.approval(event)
-        # other event types are ignored (wire-protocol.md: clients ignore what they don't know)
-
-    def approval(self, event: dict) -> None:
-        """Show an ``approval_request`` and the ``approve? [y/N]`` prompt (no newline after it)."""
-        kind = event.get("kind")
-        self.line(f"[{_sid(event.get('sessionId'))}] approval needed: {kind}")
-        if kind == "shell_command":
-            self.line(f"  command: {event.get('command')}")
-        elif kind == "tool_action":
-            self.line(f"  {event.get('plugin')}.{event.get('action')}: {event.get('detail')}")
-        elif kind == "file_write":
-            self.line(f"  {event.get('plugin')}.{event.get('action')} {event.get('path')}")
-            diff = difflib.unified_diff(str(event.get("oldContent") or "").splitlines(),
-                                        str(event.get("newContent") or "").splitlines(),
-                                        f"a/{event.get('path')}", f"b/{event.get('path')}", lineterm="")
-            for row in diff:
-                self.line(f"  {row}")
-        elif kind == "route_approval":
-            self.line(f"  {event.get('sourceAgent')} -> {event.get('targetAgent')} "
-                      f"(keyword {event.get('keyword')!r})")
-        else:   # an unknown kind: show the raw event, ask, never auto-approve
-            self.line("  " + json.dumps(event, ensure_ascii=False))
-        self.write("approve? [y/N] ")
-        self._open = _PROMPT
-
-    def answer(self, text: str) -> None:
-        """Echo the answer to the prompt: on the prompt's line while nothing was printed after it."""
-        if self._open == _PROMPT:
-            self._open = None
-            self.write(text + "\n")
-        else:
-            self.line(text)
-
-
-_PROMPT = "\0prompt"
-
-
-def _sid(session_id: Any) -> str:
-    """The session id as shown: whole, so it can be pasted into ``roost sessions --show``."""
-    return str(session_id) if session_id else "-"
 
 
 # -- the client ---------------------------------------------------------------------------------------
@@ -315,15 +56,15 @@ class AttachClient:
     """The attached session: routes daemon lines to stdout and stdin lines to the daemon.
 
     Args:
-        link: the connection.
+        link: the connection (None until :func:`run_attach` connects; lines sent meanwhile wait).
         json_mode: pass lines through unchanged instead of rendering.
         where: the target, as shown to the user.
         write: writes text to stdout (and flushes).
     """
 
-    def __init__(self, link: _Link, *, json_mode: bool, where: str, write: Callable[[str], None],
+    def __init__(self, link: _Link | None, *, json_mode: bool, where: str, write: Callable[[str], None],
                  hold_lines: bool = False) -> None:
-        self.link = link
+        self.link: _Link | None = link
         self.json_mode = json_mode
         self.where = where
         self.write = write
@@ -337,6 +78,9 @@ class AttachClient:
         self.closed = False
         self.hello_seen = False
         self.done = trio.Event()            # stdin ended and nothing is outstanding
+        self.detach = trio.Event()          # /quit or a second Ctrl-C: leave now
+        self.interrupts = 0                 # Ctrl-C presses since the last result
+        self.connected = trio.Event()       # set while ``link`` is connected
 
     def in_flight(self) -> bool:
         """A task of this client is being queued, is queued or is running (no ``result`` yet)."""
@@ -348,13 +92,64 @@ class AttachClient:
             self.done.set()
 
     async def _send(self, line: str) -> None:
+        while self.link is None:   # connecting, or reconnecting: the line waits for the link
+            await self.connected.wait()
         try:
             await self.link.send(line)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass   # the receive side reports the close
 
+    def connection_lost(self, *, keeps_tasks: bool) -> None:
+        """The link closed and a new one is being opened. ``keeps_tasks``: the new link has the
+        same client id, so the daemon's next ``hello`` brings back in-flight tasks and results;
+        without one, this client's tasks can no longer be followed."""
+        self.link = None
+        self.connected = trio.Event()
+        self.hello_seen = False
+        self.approval_pending = False
+        self.acks = 0
+        if not keeps_tasks and self.waiting:
+            self.renderer.line(f"{len(self.waiting)} task(s) keep running in the daemon, but their results "
+                               "cannot reach this client (attach over ws:// with --client-id to keep them)")
+            self.waiting.clear()
+
+    async def command(self, text: str) -> bool:
+        """Run a ``/command`` line (see :data:`~roost.cli._attach_render.HELP`); ``False`` when
+        ``text`` is a task (no ``/``, or ``//``)."""
+        if not text.startswith("/") or text.startswith("//"):
+            return False
+        name = text.split()[0].lower()
+        if name == "/help":
+            self.renderer.line(HELP)
+        elif name == "/interrupt":
+            await self.interrupt()
+        elif name == "/status":
+            await self._send(json.dumps({"type": "status"}))
+        elif name in ("/quit", "/exit", "/detach"):
+            self.renderer.line("detached (your tasks keep running in the daemon)")
+            self.detach.set()
+        else:
+            self.renderer.line(f"unknown command {name}; /help lists the commands (//TEXT sends the task /TEXT)")
+        return True
+
+    async def interrupt(self) -> None:
+        """Ask the daemon to interrupt this client's running task (``interrupt`` input)."""
+        self.renderer.line("interrupting your running task")
+        await self._send(json.dumps({"type": "interrupt"}))
+
+    async def on_ctrl_c(self) -> None:
+        """Ctrl-C: the first interrupts the running task; another (or one with nothing in flight) detaches."""
+        self.interrupts += 1
+        if self.in_flight() and self.interrupts == 1 and not self.json_mode:
+            await self.interrupt()
+            self.renderer.line("(Ctrl-C again to detach; the task's result still comes here if you stay)")
+            return
+        self.renderer.line("detached (your tasks keep running in the daemon)")
+        self.detach.set()
+
     async def receive(self) -> None:
         """Handle daemon lines until the connection ends."""
+        assert self.link is not None
         async for line in self.link.lines():
             event: Any = None
             stripped = line.strip()
@@ -389,6 +184,7 @@ class AttachClient:
             self.acks -= 1
         elif kind == "result":
             self.waiting.discard(event.get("sessionId"))
+            self.interrupts = 0
         elif kind == "approval_request":
             self.approval_pending = True
             if self.held:         # a line read ahead (piped stdin) answers it
@@ -440,6 +236,10 @@ class AttachClient:
                     self.approval_pending = False
             await self._send(raw)
             return
+        if await self.command(raw.strip()):
+            return
+        if raw.strip().startswith("//"):
+            raw = raw.strip()[1:]
         if self.approval_pending:
             await self._answer_with(raw)
             return
@@ -476,39 +276,85 @@ async def _read_stdin(client: AttachClient) -> None:
     await client.stdin_ended()
 
 
-async def run_attach(target: str, *, token: str | None, client_id: str | None, json_mode: bool) -> int:
+async def run_attach(target: str, *, token: str | None, client_id: str | None, json_mode: bool,
+                     reconnect: float = 0.0) -> int:
     """Attach to the daemon at ``target`` until stdin ends and the last result arrives.
 
+    Args:
+        reconnect: seconds to keep trying to connect again after the connection was lost (a
+            daemon restart); 0: do not.
+
     Returns:
-        The exit status: 0 done, 1 the connection closed while tasks were outstanding.
+        The exit status: 0 done, 1 the connection closed while tasks were outstanding (and no
+        reconnect succeeded), 130 detached by Ctrl-C (or ``/quit``) with tasks outstanding.
 
     Raises:
-        DaemonUnreachable: see :func:`open_link`.
+        DaemonUnreachable: see :func:`open_link` (the first connection only).
     """
+    import signal
+
     def write(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    async with open_link(target, token=token, client_id=client_id) as link:
-        client = AttachClient(link, json_mode=json_mode, where=target, write=write,
-                              hold_lines=not _stdin_is_tty())
-        async with trio.open_nursery() as nursery:
-            async def receive() -> None:
-                await client.receive()
-                nursery.cancel_scope.cancel()
+    client = AttachClient(None, json_mode=json_mode, where=target, write=write,
+                          hold_lines=not _stdin_is_tty())
+    state: dict[str, Any] = {"error": None, "reason": None}
 
-            async def finish() -> None:
-                await client.done.wait()
-                nursery.cancel_scope.cancel()
+    async def connections(nursery: trio.Nursery) -> None:
+        first = True
+        while True:
+            try:
+                async with open_link(target, token=token, client_id=client_id) as link:
+                    client.link = link
+                    client.connected.set()
+                    if not first:
+                        client.renderer.line(f"reconnected to {target}")
+                    await client.receive()
+                    state["reason"] = link.close_reason
+            except DaemonUnreachable as exc:
+                if first:
+                    state["error"] = exc
+                    break
+            first = False
+            if client.done.is_set() or reconnect <= 0 or (client.stdin_done and not client.in_flight()):
+                break
+            client.connection_lost(keeps_tasks=client_id is not None)
+            client.renderer.line(f"{state['reason'] or 'the connection closed'}; reconnecting for up to "
+                                 f"{reconnect:g} s (Ctrl-C to stop)")
+            if not await _wait_connectable(target, token=token, client_id=client_id, within=reconnect):
+                break
+        nursery.cancel_scope.cancel()
 
-            nursery.start_soon(receive)
-            nursery.start_soon(_read_stdin, client)
-            nursery.start_soon(finish)
+    async def signals(nursery: trio.Nursery) -> None:
+        with trio.open_signal_receiver(signal.SIGINT) as received:
+            async for _ in received:
+                await client.on_ctrl_c()
+
+    async def finish(nursery: trio.Nursery) -> None:
+        async with trio.open_nursery() as inner:
+            async def on(event: trio.Event) -> None:
+                await event.wait()
+                inner.cancel_scope.cancel()
+
+            inner.start_soon(on, client.done)
+            inner.start_soon(on, client.detach)
+        nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connections, nursery)
+        nursery.start_soon(_read_stdin, client)
+        nursery.start_soon(signals, nursery)
+        nursery.start_soon(finish, nursery)
+    if state["error"] is not None:
+        raise state["error"]
     if client.done.is_set():
         return 0
+    if client.detach.is_set():
+        return 130 if client.in_flight() else 0
     if not json_mode:
         client.renderer._close()
-    _warn(f"{link.close_reason or 'the connection closed'} ({target})")
+    _warn(f"{state['reason'] or 'the connection closed'} ({target})")
     return 0 if client.stdin_done and not client.waiting and client.acks <= 0 else 1
 
 
@@ -534,7 +380,12 @@ def _warn(text: str) -> None:
                    "to keep your tasks across reconnects (ws://).")
 @click.option("--json", "json_mode", is_flag=True,
               help="Pass every daemon line through to stdout and every stdin line to the daemon unchanged.")
-def attach_command(target: str | None, token: str | None, client_id: str | None, json_mode: bool) -> None:
+@click.option("--reconnect", type=click.FloatRange(0), default=None, metavar="SECONDS",
+              help="After the connection is lost (e.g. a daemon restart), keep trying to attach again "
+                   "for this long; with --client-id the tasks and results carry over. "
+                   "Default: 60 with --client-id, else 0 (exit).")
+def attach_command(target: str | None, token: str | None, client_id: str | None, json_mode: bool,
+                   reconnect: float | None) -> None:
     """Attach to a running `roost serve`: TARGET is its socket path or ws://HOST:PORT/attach.
 
     Without TARGET, the daemon of the current directory ($ROOST_HOME/run/<hash>.sock). Events are
@@ -547,8 +398,17 @@ def attach_command(target: str | None, token: str | None, client_id: str | None,
     "fix the bug", "y", "n" runs the task, approves its first approval and denies the second. An
     approval with no line left to answer it at end of stdin is denied.
 
-    Exits 0 at end of stdin after the last result, 1 when the daemon is unreachable, 2 on usage
-    errors.
+    Lines that start with / are commands, not tasks: /help lists them, /interrupt interrupts
+    your running task, /status shows the daemon's queue, /quit detaches; //TEXT sends the task
+    /TEXT. Ctrl-C interrupts your running task; a second Ctrl-C (or one with nothing running)
+    detaches, leaving the tasks to the daemon.
+
+    \b
+    Exit status:
+      0    end of stdin after the last result (or detached with nothing outstanding)
+      1    the daemon is unreachable, or closed the connection with tasks outstanding
+      2    usage error
+      130  detached by Ctrl-C or /quit while a task of yours was outstanding
     """
     from roost.protocol import parse_client_id
     from roost.protocol import default_socket_path
@@ -565,11 +425,19 @@ def attach_command(target: str | None, token: str | None, client_id: str | None,
     elif not target.startswith(("ws://", "wss://")) and client_id is not None:
         _warn("--client-id is only sent over ws://; the Unix socket has no client ids")
         client_id = None
+    window = reconnect if reconnect is not None else (60.0 if client_id else 0.0)
     try:
-        code = trio.run(lambda: run_attach(target, token=token, client_id=client_id, json_mode=json_mode))
-    except DaemonUnreachable as exc:
-        click.echo(f"roost attach: {exc}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+        code = trio.run(lambda: run_attach(target, token=token, client_id=client_id, json_mode=json_mode,
+                                           reconnect=window))
+    except BaseException as exc:  # an expected end becomes one line; anything else is re-raised
+        from roost.cli._runner import _leaf
+
+        leaf = _leaf(exc)
+        if isinstance(leaf, DaemonUnreachable):
+            click.echo(f"roost attach: {leaf}", err=True)
+            sys.exit(1)
+        if isinstance(leaf, KeyboardInterrupt):   # Ctrl-C before the signal handler was installed
+            click.echo("roost attach: interrupted", err=True)
+            sys.exit(130)
+        raise
     sys.exit(code)

@@ -21,6 +21,7 @@ _COMMANDS = {
     "repl": ("roost.cli._repl", "repl_command"),
     "run": ("roost.cli._run", "run_command"),
     "schedule": ("roost.cli._schedule", "schedule_command"),
+    "status": ("roost.cli._status", "status_command"),
     "sessions": ("roost.cli._res_sessions", "sessions_command"),
     "memory": ("roost.cli._res_memory", "memory_group"),
     "context": ("roost.cli._res_memory", "context_group"),

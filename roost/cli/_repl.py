@@ -66,6 +66,20 @@ def repl_command(engine_flags: EngineFlags, vscode: bool, no_banner: bool, resum
     sys.exit(trio.run(main))
 
 
+def _plain_markdown(text: str) -> str:
+    """``text`` (Markdown) rendered for a terminal by ``rich`` without colours: headings and
+    emphasis without their markers, bullets as ``•`` (issue 17: ``/help`` printed raw Markdown)."""
+    import io
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    buffer = io.StringIO()
+    Console(file=buffer, width=100, color_system=None, force_terminal=False, highlight=False,
+            emoji=False).print(Markdown(text))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines())
+
+
 class TextFrontEnd:
     """Renders stdio chat events readably and turns typed lines into input lines.
 
@@ -129,7 +143,9 @@ class TextFrontEnd:
             self._line("(cancelled)")
         elif kind in ("error", "warning"):
             self._line(f"{kind}: {event.get('text')}", stream=self.err)
-        elif kind in ("text", "info"):
+        elif kind == "text":   # Markdown (the stdio events carry it for editors): shown as text
+            self._line(_plain_markdown(str(event.get("text") or "")))
+        elif kind == "info":
             self._line(str(event.get("text") or ""))
         elif kind == "replay":
             for turn in event.get("turns") or []:

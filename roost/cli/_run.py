@@ -2,20 +2,24 @@
 
 * ``--bridge``: the run bridge (wire-protocol.md, "Run events (run bridge)"): JSONL events on
   stdout, ``approval_response`` / ``interrupt`` on stdin; see :mod:`roost.protocol._bridge`.
-* otherwise a readable transcript: each agent's messages and tool calls, and a progress line
-  (``[turn N, agent X, T tokens, S s]``) before each agent turn; approvals cannot be asked, so
-  mutating tools and routes needing approval are denied. ``--json`` prints only the ``result``
-  object at the end (one line).
+* otherwise a readable transcript: each agent's text streamed as it arrives, its tool calls, and
+  a progress line (``[turn N, agent X, T tokens, S s]``) before each agent turn; on a terminal a
+  spinner shows while a model or a tool works. Approvals (``--permission-mode standard``, the
+  default) are asked on the terminal when stdin and stderr are one; otherwise the
+  ``--unattended-policy`` answers (``deny`` by default). Each denial is shown and counted in the
+  result (:mod:`roost.cli._run_terminal`). ``--json`` prints only the ``result`` object at the
+  end (one line).
 * ``--hitl`` (human in the loop, not with ``--bridge``): after each agent turn the run pauses and
   reads one line from stdin: an empty line goes on, ``/stop`` (or end of input) stops the run
   (``--resume`` continues it), anything else is a message from the human that the next agent
   receives as input. Approvals are asked on the terminal too (``y`` approves; anything else
   denies). Prompts go to stderr, so stdout stays the transcript (or the ``--json`` result).
 
-Exit status: the result's ``exitCode`` (0 completed, 1 failed or could not start, 130
-interrupted by an interrupt line, SIGINT or SIGTERM; either way ``--resume`` continues it); 1 when
-stdout's reader went away (the run is interrupted, resumably); 2 on a usage error (e.g. ``--hitl``
-with ``--bridge``).
+Exit status: the result's ``exitCode`` (0 completed, 1 failed or could not start, 3 completed
+but every action it asked approval for was denied (not with ``--bridge``), 130 interrupted by an
+interrupt line, SIGINT or SIGTERM; either way ``--resume`` continues it); 1 when stdout's reader
+went away (the run is interrupted, resumably); 2 on a usage or set-up error (e.g. ``--hitl`` with
+``--bridge``, no model provider configured, an unusable ``$ROOST_HOME``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,10 @@ class _Transcript:
     called once (the run is interrupted, resumably) and nothing more is written.
     """
 
-    def __init__(self, out: Any, *, quiet: bool, on_broken: Any = None, reason: Any = None) -> None:
+    def __init__(self, out: Any, *, quiet: bool, on_broken: Any = None, reason: Any = None,
+                 spinner: Any = None) -> None:
+        from roost.cli._run_terminal import LiveText, Spinner
+
         self.out = out
         self.quiet = quiet
         self.on_broken = on_broken
@@ -53,18 +60,36 @@ class _Transcript:
         self.turns = 0
         self.tokens = 0
         self.started: float | None = None
+        self.agent: str | None = None
+        self.spinner = spinner or Spinner(enabled=False)
+        self.denials: Any = None          # the run's Approvals (adds denial counts to the result)
+        self.live = LiveText(self.write, lambda: self.agent, self.spinner)
+        self._status: str | None = None   # the spinner's text after this event's output
 
     def emit(self, event: dict) -> None:
+        if event.get("type") == "result":
+            self.spinner.pause()
+            if self.denials is not None:
+                self.denials.finish(event)
         if event.get("type") == "result" and event.get("sessionId") is None:
             click.echo(f"roost run: error: {event.get('errorMessage')}", err=True)
             return
-        if self.broken:
+        self._status = None
+        text = self._render(event)
+        if text:
+            self.write(text, summary=self.quiet)
+        if self._status is not None and not self.broken:
+            self.spinner.show(self._status)   # after the text: the status line sits below it
+
+    def write(self, text: str, *, summary: bool = False) -> None:
+        """Write transcript text (nothing once stdout's reader went away; with --json only the
+        ``summary``, the result line)."""
+        if self.broken or (self.quiet and not summary):
             return
         try:
-            text = self._render(event)
-            if text:
-                self.out.write(text)
-                self.out.flush()
+            self.spinner.pause()
+            self.out.write(text)
+            self.out.flush()
         except (BrokenPipeError, ValueError):  # ValueError: stdout was closed
             self.broken = True
             from roost.protocol import silence_stdout
@@ -85,10 +110,14 @@ class _Transcript:
                     f"agents: {', '.join(event['agents'])}\n")
         if kind == "agent_starting":
             self.turns += 1
+            self.agent = event["agent"]
+            self.live.new_turn()
+            self._status = f"{self.agent} is working"
             return (f"\n[turn {self.turns} · {event['agent']} · {self.tokens} tokens so far · "
                     f"{now - self.started:.1f} s]\n")
         if kind == "tool_calling":
-            return f"  $ {event['tool']} {event['argsSummary']}\n"
+            self._status = f"{self.agent or 'agent'}: running {event['tool']}"
+            return f"{self.live.end_line()}  $ {event['tool']} {event['argsSummary']}\n"
         if kind == "token_budget_warning":
             return f"  ! token budget: {event['inputTokens']} tokens used (warning at {event['warnThreshold']})\n"
         if kind == "agent_message":
@@ -96,14 +125,26 @@ class _Transcript:
             self.tokens += (m.get("inputTokens") or 0) + (m.get("outputTokens") or 0)
             failed = [c["name"] for c in m.get("toolCalls") or [] if not c.get("succeeded")]
             note = f"  ({len(failed)} tool call{_s(len(failed))} failed: {', '.join(failed)})\n" if failed else ""
-            return f"{note}{m['agentName']}: {m['content']}\n"
+            if self.live.streamed and m.get("role") == "assistant" and m.get("agentName") == self.agent:
+                end = self.live.end_line()   # its text is on the terminal already
+                self.live.new_turn()
+                return f"{end}{note}"
+            return f"{self.live.end_line()}{note}{m['agentName']}: {m['content']}\n"
         if kind == "result":
             why = self.reason()
             state = (f"completed: {why}" if why else "completed") if event["succeeded"] \
                 else f"did not complete: {event.get('errorMessage')}"
             session = event["sessionId"]
-            text = (f"\nsession {session} {state} ({event['turns']} turn{_s(event['turns'])}, "
+            if event.get("allActionsDenied"):
+                state = (f"completed, but all {event['deniedActions']} action{_s(event['deniedActions'])} "
+                         "it asked for were denied")
+            elif event.get("deniedActions"):
+                state += f" ({event['deniedActions']} action{_s(event['deniedActions'])} denied)"
+            text = (f"{self.live.end_line()}\nsession {session} {state} ({event['turns']} turn{_s(event['turns'])}, "
                     f"{event['inputTokens']}+{event['outputTokens']} tokens, {event['elapsedSeconds']} s)\n")
+            if event.get("allActionsDenied"):
+                text += ("nothing it wanted to do was done: approve on a terminal, or use --hitl, --bridge, "
+                         "--unattended-policy allow or --permission-mode unconfined\n")
             if not event["succeeded"]:
                 text += f"resume with: roost run --resume {session}\n"
             return text
@@ -162,7 +203,9 @@ class _HumanInTheLoop:
 
 
 async def _run_plain(*, config: str | None, task: str | None, resume_id: str | None, settings: Any,
-                     cwd: Path, as_json: bool, hitl: bool = False) -> int:
+                     cwd: Path, as_json: bool, hitl: bool = False, permission_mode: str = "standard",
+                     unattended_policy: str = "deny", interactive: bool | None = None) -> int:
+    from roost.cli._run_terminal import Approvals, Spinner
     from roost.protocol import run_session
 
     holder: dict[str, Any] = {"orch": None, "signal": None}
@@ -176,11 +219,15 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
         outcome = getattr(holder["orch"], "outcome", None)
         return outcome.reason if outcome is not None else None
 
-    printer = _Transcript(sys.stdout, quiet=as_json, on_broken=lambda: stop("stdout closed"), reason=reason)
-    human = _HumanInTheLoop(sys.stderr) if hitl else None
-
-    async def nobody(params: dict) -> None:
-        return None  # nobody to ask: the unattended policy (deny) decides
+    if interactive is None:
+        interactive = _on_a_terminal()
+    spinner = Spinner(enabled=not as_json and _isatty(sys.stderr))
+    printer = _Transcript(sys.stdout, quiet=as_json, on_broken=lambda: stop("stdout closed"), reason=reason,
+                          spinner=spinner)
+    human = _HumanInTheLoop(sys.stderr) if hitl or interactive else None
+    approvals = Approvals(ask=human.approve if human else None, policy=unattended_policy,
+                          report=printer.write, spinner=spinner)
+    printer.denials = approvals
 
     def on_orchestrator(orch: Any) -> None:
         holder["orch"] = orch
@@ -195,9 +242,14 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
                     stop(signal.Signals(signum).name)
 
         nursery.start_soon(sigint)
-        result = await run_session(config_path=config, task=task, resume_id=resume_id, settings=settings, cwd=cwd,
-                                   emit=printer.emit, request_approval=human.approve if human else nobody,
-                                   on_orchestrator=on_orchestrator, after_turn=human.after_turn if human else None)
+        try:
+            result = await run_session(config_path=config, task=task, resume_id=resume_id, settings=settings,
+                                       cwd=cwd, emit=printer.emit, request_approval=approvals.request,
+                                       on_orchestrator=on_orchestrator,
+                                       after_turn=human.after_turn if human and hitl else None,
+                                       subscriber=printer.live, permission_mode=permission_mode)
+        finally:
+            spinner.pause()
         nursery.cancel_scope.cancel()
     if printer.broken:
         return 1 if result["exitCode"] == 0 else int(result["exitCode"])
@@ -226,6 +278,18 @@ def _resumed_flags(flags: EngineFlags, session_id: str) -> EngineFlags:
     return EngineFlags(**merged)
 
 
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _on_a_terminal() -> bool:
+    """Whether a person can be asked: stdin and stderr are terminals."""
+    return _isatty(sys.stdin) and _isatty(sys.stderr)
+
+
 @click.command("run")
 @engine_options
 @click.argument("task", required=False)
@@ -236,15 +300,32 @@ def _resumed_flags(flags: EngineFlags, session_id: str) -> EngineFlags:
 @click.option("--hitl", is_flag=True, help="Human in the loop: pause after each agent turn for Enter, a "
               "message to the next agent, or /stop; ask approvals on the terminal (not with --bridge).")
 @click.option("--json", "as_json", is_flag=True, help="Print one summary object (the result) at the end.")
+@click.option("--permission-mode", type=click.Choice(["read_only", "standard", "unconfined"]), default="standard",
+              show_default=True, help="What the agents' tools may do in a new session: read_only refuses "
+              "writes and commands, standard asks approval for them, unconfined never asks.")
+@click.option("--unattended-policy", type=click.Choice(["deny", "allow"]), default="deny", show_default=True,
+              help="Answer to an approval when nobody can be asked (stdin or stderr is not a terminal, "
+              "no --hitl). Not with --bridge, whose client answers.")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
 def run_command(engine_flags: EngineFlags, task: str | None, config: str | None, resume_id: str | None,
-                bridge: bool, hitl: bool, as_json: bool, verbose: bool) -> None:
+                bridge: bool, hitl: bool, as_json: bool, permission_mode: str, unattended_policy: str,
+                verbose: bool) -> None:
     """Run TASK with the team of agents in the orchestration config (-c), or --resume a session.
 
+    The readable transcript streams each agent's text and tool calls. On a terminal each
+    approval is asked there (y approves); otherwise --unattended-policy answers (deny by
+    default). Every denied action is shown and counted in the result.
+
     With --bridge, stdout carries wire-protocol run events (ready first, result last) and stdin
-    takes approval_response and interrupt lines. Exit status: the result's exitCode (0
-    completed, 1 failed or could not start, 130 interrupted by an interrupt line, Ctrl-C or
-    SIGTERM; --resume ID continues an interrupted run).
+    takes approval_response and interrupt lines.
+
+    \b
+    Exit status:
+      0    the run completed
+      1    it failed or could not start (bad config, unknown session)
+      2    usage or set-up error (bad options, no model provider, unusable ROOST_HOME)
+      3    it completed, but every action it asked approval for was denied (not --bridge)
+      130  interrupted (interrupt line, Ctrl-C, SIGTERM); --resume ID continues it
     """
     from roost.cli._appserver import setup_logging
 
@@ -252,6 +333,8 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
         raise click.UsageError("--json has no effect with --bridge (the bridge already speaks JSONL)")
     if hitl and bridge:
         raise click.UsageError("--hitl can't be combined with --bridge (the bridge never pauses after a turn)")
+    if bridge and unattended_policy != "deny":
+        raise click.UsageError("--unattended-policy has no effect with --bridge (its client answers approvals)")
     if resume_id is None and (not config or not task or not task.strip()):
         raise click.UsageError("give -c CONFIG and a TASK, or --resume ID")
     if resume_id is not None and task:
@@ -282,10 +365,12 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
             stream = open_stdio_stream()
             async with stream:
                 return await run_bridge(config_path=config_path, task=task, resume_id=resume_id, settings=settings,
-                                        cwd=cwd, receive=stream.receive_stream, send=stream.send_stream)
+                                        cwd=cwd, receive=stream.receive_stream, send=stream.send_stream,
+                                        permission_mode=permission_mode)
 
         code = run_main(main, command="run")
     else:
         code = run_main(lambda: _run_plain(config=config_path, task=task, resume_id=resume_id, settings=settings,
-                                           cwd=cwd, as_json=as_json, hitl=hitl), command="run")
+                                           cwd=cwd, as_json=as_json, hitl=hitl, permission_mode=permission_mode,
+                                           unattended_policy=unattended_policy), command="run")
     sys.exit(code)

@@ -19,6 +19,7 @@ import click
 
 from roost._json import dumps_line
 from roost.errors import RoostError
+from roost.engines import PROVIDERS
 from roost.scheduling import format_slot, parse_cron, parse_slot
 from roost import storage as db
 from roost.storage import open_store
@@ -59,10 +60,12 @@ def _mutate(as_json: bool, command: str, fn: Callable[..., Any], *args: Any, **k
 def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
     """Render a job as a wire-protocol ``ScheduledJob`` (camelCase; nullable fields present).
 
-    ``due``: enabled and its next run time has passed. ``catchUp`` and ``overlap`` are additive
-    fields beyond the spec.
+    ``due``: enabled and its next run time has passed. A disabled job has no next run
+    (``nextRun`` null). ``catchUp``, ``overlap``, ``provider``, ``model`` and ``lastResult`` (how the latest run ended:
+    ``succeeded``, ``failed``, ``interrupted``, ``missed``, ``overlap``, or ``running``) are
+    additive fields beyond the spec.
     """
-    next_run = parse_slot(job.next_run) if job.next_run else None
+    next_run = parse_slot(job.next_run) if job.next_run and job.enabled else None
     return {
         "name": job.name,
         "description": job.description,
@@ -74,9 +77,12 @@ def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
         "due": bool(job.enabled and next_run is not None and next_run <= now),
         "createdAt": job.created_at,
         "lastRun": job.last_run,
-        "nextRun": job.next_run,
+        "nextRun": job.next_run if job.enabled else None,
+        "lastResult": job.last_result,
         "catchUp": job.catch_up,
         "overlap": job.overlap,
+        "provider": job.provider,
+        "model": job.model,
     }
 
 
@@ -99,21 +105,32 @@ def schedule_command() -> None:
               help="Orchestration config (YAML) the run's team of agents follows; checked now, stored as an "
                    "absolute path (default: the daemon's `roost serve -c`, else one agent).")
 @click.option("--work-dir", type=click.Path(), default=None,
-              help="Directory the run works in; must exist, stored as an absolute path "
-                   "(default: the daemon's --work-dir).")
+              help="The project directory: the run works in it, and only the `roost serve` of this "
+                   "work directory fires the schedule; must exist, stored as an absolute path "
+                   "(default: the current directory).")
 @click.option("--description", default=None, help="A one-line description, reported by `schedule list --json`.")
 @click.option("--catch-up", type=click.Choice(["once", "none"]), default="once", show_default=True,
               help="Slots missed while no daemon ran: run the latest once, or none.")
 @click.option("--overlap", type=click.Choice(["skip", "queue"]), default="skip", show_default=True,
               help="A slot due while the previous run still runs: skip it, or queue it.")
+@click.option("--provider", type=click.Choice(PROVIDERS), default=None,
+              help="The model provider its runs use (default: the daemon's).")
+@click.option("--model", default=None, help="The model id its runs use (default: the daemon's, or the provider's).")
 @_json_option
 def add_command(name: str, cron: str, task: str, config: str | None, work_dir: str | None,
-                description: str | None, catch_up: str, overlap: str, as_json: bool) -> None:
+                description: str | None, catch_up: str, overlap: str, provider: str | None, model: str | None,
+                as_json: bool) -> None:
     """Add schedule NAME. An expression that can never fire (February 31) is refused, and so are an
     unusable --config (missing, unparsable or with errors) and a --work-dir that is not an existing
     directory: nothing is stored then. The config's agent models (provider, API key variable) are
     not checked here: the daemon's environment and provider settings decide them, and each run
-    that cannot use them fails with the reason."""
+    that cannot use them fails with the reason.
+
+    A schedule belongs to its work directory (--work-dir, default the current one): projects
+    share $ROOST_HOME, and each `roost serve` fires only the schedules of its own --work-dir.
+    --provider/--model are stored with the schedule and select the model of its runs (a
+    single agent's turn; the agents of a --config keep their own Models); the daemon's
+    environment supplies the API key."""
     now = datetime.datetime.now(UTC)
     try:
         expr = parse_cron(cron, now=now)
@@ -124,9 +141,10 @@ def add_command(name: str, cron: str, task: str, config: str | None, work_dir: s
     if not name.strip():
         _fail(as_json, "add", "the name must not be empty")
     config = _checked_config(as_json, config)
-    work = _checked_work_dir(as_json, work_dir)
+    work = _checked_work_dir(as_json, work_dir or os.getcwd())
     _mutate(as_json, "add", db.add_job, name=name, cron=expr.text, task=task, next_run=next_run,
-            description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap)
+            description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap,
+            provider=provider, model=model)
     if not as_json:
         click.echo(f"added {name}: next run {next_run}")
 
@@ -136,7 +154,7 @@ def _checked_work_dir(as_json: bool, work_dir: str | None) -> str | None:
     command (exit 1, see :func:`_fail`)."""
     if not work_dir:
         return None
-    path = os.path.abspath(os.path.expanduser(work_dir))
+    path = os.path.realpath(os.path.expanduser(work_dir))  # as `roost serve` resolves its own
     if not os.path.exists(path):
         _fail(as_json, "add", f"invalid --work-dir: {path} does not exist")
     if not os.path.isdir(path):
@@ -186,8 +204,10 @@ def list_command(as_json: bool) -> None:
     for it in items:
         state = "enabled" if it["enabled"] else "disabled"
         due = " due" if it["due"] else ""
-        click.echo(f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {it['nextRun'] or 'never'}"
-                   f"  last {it['lastRun'] or '-'}  {it['task'][:60]}")
+        nxt = it["nextRun"] or ("-" if not it["enabled"] else "never")
+        last = f"{it['lastRun']} {it['lastResult'] or ''}".strip() if it["lastRun"] else (it["lastResult"] or "-")
+        click.echo(f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {nxt}"
+                   f"  last {last}  in {it['workDir'] or '(first daemon)'}  {it['task'][:60]}")
 
 
 @schedule_command.command("remove")
@@ -228,17 +248,42 @@ def disable_command(name: str, as_json: bool) -> None:
 @click.argument("name")
 @_json_option
 def run_command(name: str, as_json: bool) -> None:
-    """Fire schedule NAME now: the running `roost serve` daemon dispatches it once. With no
-    daemon running, the request is kept and the next `roost serve` started dispatches it.
+    """Fire schedule NAME now: the running `roost serve` of its work directory dispatches it
+    once. With no such daemon running, the request is kept and the next one started dispatches it.
 
     Prints one line on stderr saying which (nothing with --json)."""
     run = _mutate(as_json, "run", db.request_run, name)
     if as_json:
         return
-    if _daemon_running() or _claimed_soon(run.id):
+    work_dir = _mutate(as_json, "run", lambda conn: db.get_job(conn, name).work_dir)
+    others = _other_daemons(work_dir)
+    try:
+        claimed = others is False or _claimed_soon(run.id)
+    except KeyboardInterrupt:   # the request is stored either way
+        click.echo(f"run of {name} requested (not waiting to see a daemon take it)", err=True)
+        sys.exit(130)
+    if claimed:
         click.echo(f"run of {name} requested; the running daemon starts it", err=True)
+    elif others:
+        click.echo(f"run of {name} requested; no roost serve is running for {work_dir} (only for other "
+                   f"projects): it starts when `roost serve --work-dir {work_dir}` runs", err=True)
     else:
         click.echo(f"run of {name} requested; no roost serve is running: it starts when one does", err=True)
+
+
+def _other_daemons(work_dir: str | None) -> bool | None:
+    """``False`` when a registered daemon of ``work_dir`` runs (it fires the schedule), ``True``
+    when only daemons of other projects run, ``None`` when no daemon is seen (issue 17)."""
+    from roost._paths import roost_home
+    from roost.protocol import registered_daemons
+
+    try:
+        daemons = registered_daemons(roost_home())
+    except RoostError:
+        daemons = []
+    if any(work_dir is None or d.get("workDir") == work_dir for d in daemons):
+        return False
+    return True if daemons or _daemon_running() else None
 
 
 #: How long ``schedule run`` waits for a daemon it cannot see by its lock to claim the request

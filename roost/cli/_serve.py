@@ -6,13 +6,15 @@ wire-protocol.md, "Live sessions" and "Daemon events (serve socket)"; the mechan
 and then logs only to stderr.
 
 Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in the store and
-resumed by the next daemon), 1 when another daemon owns the socket path or on a runtime error,
+resumed by the next daemon), 1 when another daemon owns the socket path, the --http-port cannot be
+listened on (in use, privileged, not an address of this host) or on a runtime error,
 2 on a configuration error (no provider, unreadable tokens file or TLS files, an unusable ``-c``
 orchestration config, or one with an agent whose model cannot be used, e.g. an unset API key variable).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import ssl
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["serve_command", "run_serve"]
 
+log = logging.getLogger("roost.serve")
+
 
 async def run_serve(options: ServeOptions, engines: EngineCatalog) -> int:
     """Run the daemon until SIGINT/SIGTERM; return the exit status.
@@ -41,31 +45,57 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog) -> int:
     Raises:
         DaemonRunning: another daemon owns the socket path (nothing was started).
     """
-    from roost.protocol import ServeDaemon, claim_socket_path
+    from roost.protocol import DaemonMetrics, ServeDaemon, claim_socket_path
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     lock_fd = claim_socket_path(options.socket_path)
+    registered: Path | None = None
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
+            metrics = DaemonMetrics()
+            async with open_runtime(engine_for=metrics.meter(engines.engine_for), tools=builtin_tools()) as runtime:
                 default = engines.default
                 daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,
                                      model=default.model if default else None, engines=engines)
+                daemon.metrics = metrics
+                metrics.bind(daemon)
+                daemon.queue.on_accepted = lambda task: metrics.task_accepted(task.source)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(daemon.run)
                     await _start_scheduler(runtime, daemon)
+                    registered = _register(options, daemon)
                     sys.stdout.buffer.write(dumps_line({
                         "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),
                         "httpPort": daemon.http_port, "pid": os.getpid()}))
                     sys.stdout.buffer.flush()
+                    log.info("daemon listening on %s (http port %s), work dir %s", options.socket_path,
+                             daemon.http_port, options.work_dir,
+                             extra={"event": "daemon_started", "socket": str(options.socket_path),
+                                    "http_port": daemon.http_port, "work_dir": str(options.work_dir)})
                     async for _ in signals:
                         nursery.cancel_scope.cancel()
                         break
         return 0
     finally:
+        from roost.protocol import unregister_daemon
+
+        unregister_daemon(registered)
         await engines.aclose()
         os.close(lock_fd)
+
+
+def _register(options: Any, daemon: Any) -> Path | None:
+    """Write the daemon registry file ``roost status`` finds this daemon by (None: could not)."""
+    from roost._paths import roost_home
+    from roost.protocol import register_daemon
+
+    try:
+        return register_daemon(roost_home(), socket=str(options.socket_path), work_dir=str(options.work_dir),
+                               http_port=daemon.http_port)
+    except (OSError, RoostError) as exc:
+        log.warning("could not register the daemon for roost status: %s", exc)
+        return None
 
 
 async def _start_scheduler(runtime: Any, daemon: Any) -> None:
@@ -78,7 +108,7 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
 
     async def start_scheduler(*, task_status: Any) -> None:
         scheduler = Scheduler(runtime.store, dispatch=daemon.queue.dispatch, wait_task=daemon.outcomes.wait,
-                              owner=runtime.services.owner)
+                              owner=runtime.services.owner, project=str(daemon.options.work_dir))
         await scheduler.run(task_status=task_status)
 
     await runtime.root.start_child(ChildSpec("scheduler", start_scheduler, restart=Restart.PERMANENT,
@@ -171,26 +201,38 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
       ws://HOST:PORT/attach   with --http-port; the same events, one per text message
       http://HOST:PORT/mcp    with --http-port; MCP tools dispatch_task, get_status, get_result
 
-    The daemon also fires the cron schedules added with `roost schedule add` (UTC, each slot at
-    most once, see `roost schedule --help`).
+    Cron schedules fire in UTC, each slot at most once (see `roost schedule --help`).
 
     FUSERAFT_SERVE_TOKEN (the wire protocol's name; ROOST_SERVE_TOKEN is Roost's twin) or
     --tokens-file sets the bearer token required on /attach and /mcp. Fuseraft-Client-Id (also
     the wire protocol's name) is the header a WebSocket client sends to keep its tasks across
     reconnects.
 
-    The first stdout line is {"type":"listening","protocolVersion":1,"socket","httpPort","pid"};
-    logs go to stderr.
+    It fires the cron schedules of its own --work-dir (`roost schedule`). Logs: readable lines
+    on stderr and JSON lines in $ROOST_HOME/logs/roost.log (-v adds debug). With --http-port,
+    GET /metrics serves Prometheus metrics (same token rules); `roost status` shows the daemon.
 
-    Exit status: 0 after SIGINT/SIGTERM; 1 when another daemon owns the socket or the runtime
-    fails; 2 for bad settings (provider, -c config, TLS files, a socket path too long).
+    The first stdout line is {"type":"listening","protocolVersion":1,"socket","httpPort","pid"}.
+
+    \b
+    Exit status:
+      0  stopped by SIGINT/SIGTERM (queued and running tasks resume with the next daemon)
+      1  another daemon owns the socket, the HTTP port cannot be listened on, or a runtime error
+      2  configuration error (no provider, unusable -c config, tokens or TLS files, a socket
+         path too long)
     """
     from roost.protocol import EngineCatalog
     from roost.protocol import DEFAULT_OUTBOX_LINES
     from roost.protocol import ServeAuth
     from roost.protocol import DaemonRunning, ServeOptions, default_socket_path
 
-    setup_logging(verbose)
+    from roost._paths import roost_home
+    from roost.cli._logs import setup_daemon_logging
+
+    try:
+        setup_daemon_logging(verbose, roost_home())
+    except RoostError:
+        setup_logging(verbose)   # an unusable ROOST_HOME is reported when the store opens
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     engines = None
@@ -226,10 +268,34 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
         sys.exit(2)
     try:
         code = trio.run(run_serve, options, engines)
-    except DaemonRunning as exc:
-        click.echo(f"roost serve: {exc}", err=True)
-        sys.exit(1)
-    except RoostError as exc:
-        click.echo(f"roost serve: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(1)
+    except BaseException as exc:  # an expected failure becomes one line; anything else is re-raised
+        sys.exit(_exit_for(exc, options))
     sys.exit(code)
+
+
+def _exit_for(exc: BaseException, options: Any) -> int:
+    """Print the one line for an expected start/run failure of the daemon and return its exit
+    status (see the module docstring); re-raise anything unexpected."""
+    import errno
+
+    from roost.cli._runner import _leaf
+    from roost.protocol import DaemonRunning
+
+    leaf = _leaf(exc)
+    if isinstance(leaf, DaemonRunning):
+        click.echo(f"roost serve: {leaf}", err=True)
+        return 1
+    if isinstance(leaf, OSError) and leaf.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+        where = f"{options.host}:{options.http_port}"
+        why = {errno.EADDRINUSE: "the port is in use by another process",
+               errno.EACCES: "permission denied (ports below 1024 need privileges)",
+               errno.EADDRNOTAVAIL: f"{options.host} is not an address of this host"}[leaf.errno]
+        click.echo(f"roost serve: cannot listen on {where}: {why}; choose another --http-port "
+                   "(0 picks a free one) or --host", err=True)
+        return 1
+    if isinstance(leaf, RoostError):
+        click.echo(f"roost serve: {type(leaf).__name__}: {leaf}", err=True)
+        return 1
+    if isinstance(leaf, KeyboardInterrupt):
+        return 0
+    raise exc

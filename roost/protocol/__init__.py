@@ -50,8 +50,16 @@ from roost.protocol._wire_types import items_envelope as items_envelope
 from roost.protocol._wire_types import to_wire as to_wire
 from roost.protocol._stdout import silence_stdout as silence_stdout
 from roost.protocol._as_schema import app_server_schema as app_server_schema
+from roost.protocol._serve_metrics import DaemonMetrics as DaemonMetrics
+from roost.protocol._serve_status import unregister_daemon as unregister_daemon
+from roost.protocol._serve_status import register_daemon as register_daemon
+from roost.protocol._serve_status import registered_daemons as registered_daemons
 
 __all__ = [
+    "register_daemon",
+    "registered_daemons",
+    "DaemonMetrics",
+    "unregister_daemon",
     "app_server_schema",
     "silence_stdout",
     "AgentMessage",

@@ -48,7 +48,8 @@ def engine_record(settings: Any) -> dict:
 
 async def run_session(*, config_path: str | None, task: str | None, resume_id: str | None, settings: Any,
                       cwd: Path, emit: Callable[[dict], None], request_approval: Any,
-                      on_orchestrator: Callable[[Any], None] | None = None, after_turn: Any = None) -> dict:
+                      on_orchestrator: Callable[[Any], None] | None = None, after_turn: Any = None,
+                      subscriber: Any = None, permission_mode: str = "standard") -> dict:
     """Run (or resume) one orchestration session; return its ``result`` event (also emitted).
 
     Args:
@@ -62,6 +63,10 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
         request_approval: ``await request_approval(params) -> bool | None``.
         on_orchestrator: called with the :class:`Orchestrator` once it exists (to interrupt it).
         after_turn: ``--hitl``'s pause after each agent turn (see :class:`Orchestrator`).
+        subscriber: a hub subscriber (``deliver(line)``) of the session's thread, subscribed
+            before the run starts (``roost run`` streams agent text with it).
+        permission_mode: the permission mode of a new session's thread (``read_only``,
+            ``standard``: mutations ask ``request_approval``, ``unconfined``).
 
     Cancellation: interrupt through the orchestrator (``interrupt()``); cancelling this call
     stops the run abruptly (the running turn is persisted as interrupted by the runtime).
@@ -122,11 +127,15 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
                 assert config is not None  # a new session without a config was refused above
                 now = utc_now()
                 thread = Thread(id=new_id("thr"), kind="orchestration", cwd=str(cwd), provider=settings.provider,
-                                model=settings.model, permission_mode="standard", created_at=now, updated_at=now,
+                                model=settings.model, permission_mode=permission_mode, created_at=now, updated_at=now,
                                 metadata={"task": task, "config_path": config.path, "is_complete": False,
                                           "engine": engine_record(settings)})
                 actor = await runtime.registry.create(thread, ephemeral=False)
             assert config is not None and actor is not None  # else a problem was returned above
+            if subscriber is not None:
+                from roost.actors import Subscribe
+
+                await actor.ref.ask(Subscribe(subscriber))
             orch = Orchestrator(config, actor, engines=engines, emit=emit, request_approval=request_approval,
                                 after_turn=after_turn)
             if on_orchestrator is not None:
@@ -158,7 +167,8 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
 
 
 async def run_bridge(*, config_path: str | None, task: str | None, resume_id: str | None, settings: Any,
-                     cwd: Path, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> int:
+                     cwd: Path, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
+                     permission_mode: str = "standard") -> int:
     """Serve one run bridge session on ``receive``/``send`` (stdin/stdout); return the exit code.
 
     Input lines: ``approval_response`` answers the pending ``approval_request``; ``interrupt``
@@ -236,7 +246,8 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
             inputs.start_soon(sigint)
             result = await run_session(config_path=config_path, task=task, resume_id=resume_id,
                                        settings=settings, cwd=cwd, emit=emit,
-                                       request_approval=broker.request_approval, on_orchestrator=on_orchestrator)
+                                       request_approval=broker.request_approval, on_orchestrator=on_orchestrator,
+                                       permission_mode=permission_mode)
             inputs.cancel_scope.cancel()
         outbox.close()
     if state.get("stdout_gone"):

@@ -175,6 +175,8 @@ class ServeDaemon:
         self.options = options
         #: set by ``roost serve`` when its Scheduler runs (``TaskOutcomes`` of roost.actors._scheduler)
         self.outcomes: Any = None
+        #: set by ``roost serve``: the ``DaemonMetrics`` of roost.protocol._serve_metrics (``/metrics``)
+        self.metrics: Any = None
         self.queue = TaskQueue(runtime, self, provider=provider, model=model,
                                max_concurrent=options.max_concurrent, max_queued=options.max_queued,
                                unattended_policy=options.unattended_policy,
@@ -311,12 +313,15 @@ class ServeDaemon:
         self.connections.add(conn)
         self._hello(conn, client_id=client_id)
         client.notify()
+        log.info("client %s connected (%s)", key, scope,
+                 extra={"event": "client_connected", "client": key, "conn": str(conn.id), "read_only": read_only})
         try:
             await conn.run(frames, stream)
         except Exception:
             # A bug in serving one client must not take the daemon (and every other client) down.
             log.exception("serve: connection %s failed", conn.id)
         finally:
+            log.info("client %s dropped", key, extra={"event": "client_dropped", "client": key, "conn": str(conn.id)})
             self.connections.discard(conn)
             if conn in client.conns:
                 client.conns.remove(conn)
@@ -390,6 +395,10 @@ class ServeDaemon:
                 conn.send(_error("a read-only client cannot interrupt", "read_only"))
             elif not self.queue.interrupt(conn.client.key):
                 conn.send(_error("none of your tasks is running", "invalid_request"))
+        elif kind == "status":   # additive (issue 17): see roost.protocol._serve_status
+            from roost.protocol._serve_status import status_snapshot
+
+            conn.send(status_snapshot(self))
         elif kind == "question_response":
             conn.send(_error("no question is pending", "invalid_request"))
         else:
@@ -437,6 +446,8 @@ class ServeDaemon:
             self.broadcast({"type": "task_resumed", "sessionId": task.id, "task": task.task})
 
     def task_notification(self, task: QueuedTask, method: str, params: dict) -> None:
+        if self.metrics is not None:
+            self.metrics.notification(method, params)
         for event in self._translator(task).translate(method, params):
             self.broadcast(event)
 
@@ -456,6 +467,17 @@ class ServeDaemon:
         if item_id is not None:
             for event in self._translator(task).announce(item_id):
                 self.broadcast(event)
+        log.info("task %s asks approval: %s", task.id, params.get("kind") or params.get("tool") or "approval",
+                 extra={"event": "approval_asked", "task_id": task.id, "client": task.client_id,
+                        "kind": params.get("kind"), "tool": params.get("tool") or params.get("name")})
+        answer = await self._ask_client(task, params)
+        log.info("task %s approval %s", task.id,
+                 "unanswered (unattended policy decides)" if answer is None else "approved" if answer else "denied",
+                 extra={"event": "approval_answered", "task_id": task.id, "client": task.client_id,
+                        "approved": answer})
+        return answer
+
+    async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
         if task.client_id is None:
             return None
         client = self._client(task.client_id)
@@ -489,6 +511,8 @@ class ServeDaemon:
     def task_finished(self, task: QueuedTask) -> None:
         if self.outcomes is not None:  # the scheduler waits on the runs it started
             self.outcomes.finished_task(task)
+        if self.metrics is not None:
+            self.metrics.task_finished(task)
         self._translators.pop(task.id, None)
         self._resume_told.discard(task.id)
         client = self.clients.get(task.client_id or "")

@@ -161,6 +161,11 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
                 await daemon.serve_websocket_request(request)
                 nursery.cancel_scope.cancel()
             return
+        if path == "/metrics":   # Prometheus (roost.protocol._serve_metrics), same token rules
+            from roost.protocol._serve_metrics import serve_metrics
+
+            await serve_metrics(daemon, conn, method, headers)
+            return
         if path.rstrip("/") == "/mcp":
             if "origin" in headers:
                 await _reply(conn, "403 Forbidden", b"refused: a request with an Origin header is not accepted\n")
@@ -176,7 +181,7 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
                 return
             await serve_mcp(replay)
             return
-        await _reply(conn, "404 Not Found", b"not found: the endpoints are /attach (WebSocket) and /mcp\n")
+        await _reply(conn, "404 Not Found", b"not found: the endpoints are /attach (WebSocket), /mcp and /metrics\n")
         await trio.aclose_forcefully(conn)
 
     async with trio.open_nursery() as outer:

@@ -90,6 +90,7 @@ from ._schedules2 import ScheduledJob as ScheduledJob
 from ._schedules2 import JobRun as JobRun
 from ._schedules2 import add_job as add_job
 from ._schedules2 import get_job as get_job
+from ._schedules2 import adopt_job as adopt_job
 from ._schedules2 import list_jobs as list_jobs
 from ._schedules2 import remove_job as remove_job
 from ._schedules2 import set_job_enabled as set_job_enabled
@@ -139,6 +140,7 @@ from ._interface import ThreadStore as ThreadStore
 from ._interface import WorkerStore as WorkerStore
 
 __all__ = [
+    "adopt_job",
     "StoreBackend", "ConnT", "OPERATIONS", "ThreadStore", "ItemStore", "InputStore", "LeaseStore", "WorkerStore",
     "ScheduleStore", "TaskStore", "MemoryStore", "ProcessStore",
 

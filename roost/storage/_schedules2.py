@@ -53,6 +53,7 @@ __all__ = [
     "has_running_run",
     "list_open_runs",
     "list_job_runs",
+    "adopt_job",
 ]
 
 CATCH_UP = ("once", "none")
@@ -69,6 +70,15 @@ class ScheduledJob:
         overlap: ``skip`` or ``queue`` (a slot due while the previous run still runs).
         next_run: the next slot (ISO UTC) or ``None`` (never fires / not yet computed).
         last_run: start time of the latest dispatched run, or ``None``.
+        last_result: how the latest finished (or skipped) run ended: its ``outcome``
+            (``succeeded``, ``failed``, ``interrupted``, ``missed``, ``overlap``), or ``running``
+            while the latest dispatched run still runs; ``None`` before any run.
+        provider, model: the model settings its runs use (``schedule add --provider/--model``;
+            ``None``: the daemon's).
+
+    ``work_dir`` is also the job's *project*: a ``roost serve`` fires only the jobs whose
+    ``work_dir`` is its own work directory (issue 17). ``None`` marks a row written before that
+    rule; the first daemon that loads it adopts it (:func:`adopt_job`).
     """
 
     id: str
@@ -84,6 +94,9 @@ class ScheduledJob:
     created_at: str = ""
     next_run: str | None = None
     last_run: str | None = None
+    last_result: str | None = None
+    provider: str | None = None
+    model: str | None = None
 
 
 @attrs.define(kw_only=True)
@@ -104,8 +117,11 @@ class JobRun:
 
 
 _JOB_SELECT = """SELECT s.id, s.name, s.cron, s.task, s.description, s.config, s.work_dir, s.enabled,
-       s.catch_up, s.overlap, s.created_at, s.next_run,
-       (SELECT MAX(r.started_at) FROM schedule_runs r WHERE r.schedule_id = s.id) AS last_run
+       s.catch_up, s.overlap, s.created_at, s.next_run, s.provider, s.model,
+       (SELECT MAX(r.started_at) FROM schedule_runs r WHERE r.schedule_id = s.id) AS last_run,
+       (SELECT CASE WHEN r.status = 'running' THEN 'running' ELSE r.outcome END FROM schedule_runs r
+         WHERE r.schedule_id = s.id AND r.status IN ('running', 'done', 'skipped')
+         ORDER BY COALESCE(r.finished_at, r.started_at, r.created_at) DESC LIMIT 1) AS last_result
   FROM schedules s"""
 
 _RUN_COLS = ("id", "schedule_id", "slot", "status", "source", "owner", "session_id", "outcome",
@@ -137,6 +153,7 @@ def add_job(
     conn: sqlite3.Connection, *, name: str, cron: str, task: str, next_run: str | None,
     description: str | None = None, config: str | None = None, work_dir: str | None = None,
     catch_up: str = "once", overlap: str = "skip", enabled: bool = True,
+    provider: str | None = None, model: str | None = None,
 ) -> ScheduledJob:
     """Insert a job (write). ``cron`` must already be validated (:func:`roost.scheduling.parse_cron`).
 
@@ -151,10 +168,10 @@ def add_job(
     try:
         conn.execute(
             """INSERT INTO schedules (id, name, cron, timezone, enabled, payload, created_at, updated_at,
-                   description, task, config, work_dir, catch_up, overlap, next_run)
-               VALUES (?, ?, ?, 'UTC', ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   description, task, config, work_dir, catch_up, overlap, next_run, provider, model)
+               VALUES (?, ?, ?, 'UTC', ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (job_id, name, cron, int(enabled), now, now, description, task, config, work_dir,
-             catch_up, overlap, next_run),
+             catch_up, overlap, next_run, provider, model),
         )
     except sqlite3.IntegrityError as exc:
         raise Conflict(f"a schedule named {name!r} exists") from exc
@@ -170,11 +187,37 @@ def get_job(conn: sqlite3.Connection, name: str) -> ScheduledJob:
     return _job(row)
 
 
-def list_jobs(conn: sqlite3.Connection, *, enabled_only: bool = False) -> list[ScheduledJob]:
-    """Return jobs ordered by next run (never-firing ones last), then name (read-only)."""
-    where = " WHERE s.enabled = 1" if enabled_only else ""
+def list_jobs(conn: sqlite3.Connection, *, enabled_only: bool = False,
+              project: str | None = None) -> list[ScheduledJob]:
+    """Return jobs ordered by next run (never-firing ones last), then name (read-only).
+
+    Args:
+        project: only the jobs of this work directory (absolute, resolved) and the unadopted
+            ones (``work_dir`` NULL, see :func:`adopt_job`); ``None``: every job.
+    """
+    clauses, args = [], []
+    if enabled_only:
+        clauses.append("s.enabled = 1")
+    if project is not None:
+        clauses.append("(s.work_dir = ? OR s.work_dir IS NULL)")
+        args.append(project)
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     sql = _JOB_SELECT + where + " ORDER BY s.next_run IS NULL, s.next_run, s.name"
-    return [_job(r) for r in conn.execute(sql)]
+    return [_job(r) for r in conn.execute(sql, args)]
+
+
+def adopt_job(conn: sqlite3.Connection, schedule_id: str, work_dir: str) -> bool:
+    """Give a job written before schedules belonged to a project (``work_dir`` NULL) the work
+    directory ``work_dir`` (write; at most one daemon wins).
+
+    Returns:
+        ``True`` when this call adopted it, ``False`` when it already had a work directory.
+    """
+    cur = conn.execute("UPDATE schedules SET work_dir = ?, updated_at = ? WHERE id = ? AND work_dir IS NULL",
+                       (work_dir, utc_now(), schedule_id))
+    if cur.rowcount:
+        bump_schedule_changes(conn)
+    return cur.rowcount == 1
 
 
 def remove_job(conn: sqlite3.Connection, name: str) -> None:

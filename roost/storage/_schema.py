@@ -267,3 +267,14 @@ def _m0003_tool_processes(db: sqlite_utils.Database) -> None:
             PRIMARY KEY (owner, pgid)
         )""",
     )
+
+
+@MIGRATIONS(name="0004_schedule_settings")
+def _m0004_schedule_settings(db: sqlite_utils.Database) -> None:
+    """Model settings stored with a schedule (issue 17): the provider and model its runs use
+    (NULL: the daemon's). Existing rows keep NULL, i.e. the daemon's settings, as before."""
+    _run(
+        db,
+        "ALTER TABLE schedules ADD COLUMN provider TEXT",
+        "ALTER TABLE schedules ADD COLUMN model TEXT",
+    )

@@ -66,6 +66,7 @@ class SQLiteOperations:
     add_job = staticmethod(_schedules2.add_job)
     get_job = staticmethod(_schedules2.get_job)
     list_jobs = staticmethod(_schedules2.list_jobs)
+    adopt_job = staticmethod(_schedules2.adopt_job)
     remove_job = staticmethod(_schedules2.remove_job)
     set_job_enabled = staticmethod(_schedules2.set_job_enabled)
     advance_next_run = staticmethod(_schedules2.advance_next_run)

@@ -168,8 +168,8 @@ def short_socket_path() -> str:
 
 
 async def start_daemon(nursery: trio.Nursery, *, script: Path, args: list[str] = (), socket: str | None = None,
-                       token: str | None = None, env: dict | None = None) -> Daemon:
-    """Start ``roost serve`` and wait for its ``listening`` line."""
+                       token: str | None = None, env: dict | None = None, stderr: Any = None) -> Daemon:
+    """Start ``roost serve`` and wait for its ``listening`` line (``stderr``: a file for its stderr)."""
     environ = dict(os.environ)
     environ.pop("FUSERAFT_SERVE_TOKEN", None)
     environ.pop("ROOST_SERVE_TOKEN", None)
@@ -178,7 +178,7 @@ async def start_daemon(nursery: trio.Nursery, *, script: Path, args: list[str] =
     environ.update(env or {})
     argv = [*roost_argv(), "serve", "--provider", "scripted", "--script", str(script),
             "--socket", socket or short_socket_path(), "--http-port", "0", *args]
-    process = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=environ)
+    process = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=environ, stderr=stderr)
     buffer = b""
     with trio.fail_after(DEFAULT_TIMEOUT):
         while b"\n" not in buffer:
