@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import trio
 
@@ -34,6 +34,31 @@ class ThreadRegistry:
         self.worker_links: dict[str, tuple[Any, str]] = {}
         self._fresh: set[str] = set()  # created here, nothing to load from the store yet
         self._lock = trio.Lock()
+        #: set while ``supervisor`` runs; a restart of the threads supervisor clears it meanwhile
+        self._ready = trio.Event()
+        self._ready.set()
+
+    async def run_supervisor(self, make: Callable[[], Supervisor], *, task_status: Any) -> None:
+        """Run a fresh threads supervisor ``make()`` as the registry's (a permanent root child).
+
+        Every start (a restart after a crash too) begins empty: the ThreadActors of the previous
+        instance have stopped, and each thread is loaded again from the store on its next
+        :meth:`get`; subscriptions and worker links, kept here, carry over. Reports the
+        Supervisor as started.
+        """
+        if self._ready.is_set():
+            self._ready = trio.Event()
+        self.actors.clear()
+        supervisor = make()
+        self.supervisor = supervisor
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(supervisor.run)
+                self._ready.set()
+                task_status.started(supervisor)
+        finally:
+            if self._ready.is_set():
+                self._ready = trio.Event()
 
     async def create(self, thread: Any, *, ephemeral: bool, worker: tuple[Any, str] | None = None,
                      persisted: bool = False) -> ThreadActor:
@@ -74,6 +99,7 @@ class ThreadRegistry:
                 _thread = self._ephemeral.get(thread_id) or await self._load(thread_id)
             spec = ChildSpec(f"thread:{thread_id}", functools.partial(self._run_actor, thread_id, ephemeral),
                              restart=Restart.TRANSIENT, shutdown_timeout=15.0)
+            await self._ready.wait()   # the threads supervisor is (re)starting
             self._pending_thread = _thread
             try:
                 await self.supervisor.terminate_child(spec.id)
