@@ -86,6 +86,8 @@ class Supervisor:
         strategy: which siblings restart with a failed child.
         intensity: restarts allowed within ``period`` (more escalates).
         period: seconds of the intensity window (trio's clock).
+        stop_together: stop all children at once (independent siblings, e.g. a worker tree's
+            drivers) instead of one by one in reverse start order.
 
     A Supervisor instance runs once; to supervise a supervisor, give the parent a start function
     that builds a new instance each time (see :meth:`child_spec`).
@@ -99,6 +101,7 @@ class Supervisor:
         strategy: Strategy = Strategy.ONE_FOR_ONE,
         intensity: int = 3,
         period: float = 10.0,
+        stop_together: bool = False,
     ) -> None:
         if intensity < 0 or not period > 0:
             raise ValueError("intensity must be >= 0 and period > 0 seconds")
@@ -109,6 +112,7 @@ class Supervisor:
         self.strategy = strategy
         self.intensity = intensity
         self.period = period
+        self.stop_together = stop_together
         self._specs = list(children)
         self._children: dict[str, _Child] = {}
         self._restart_times: collections.deque[float] = collections.deque()
@@ -178,6 +182,23 @@ class Supervisor:
                 raise ValueError(f"child {spec.id!r} already exists in {self.name}")
             child = await self._start_new(spec)
             return child.value
+
+    def start_child_soon(self, spec: ChildSpec) -> None:
+        """:meth:`start_child` without waiting (from synchronous code); a failure is logged.
+
+        Raises:
+            LifecycleError: the supervisor is not running.
+        """
+        if not self._running or self._nursery is None:
+            raise LifecycleError(f"supervisor {self.name} is not running")
+
+        async def start() -> None:
+            try:
+                await self.start_child(spec)
+            except Exception as exc:
+                log.error("%s: dynamic child %s did not start: %r", self.name, spec.id, exc)
+
+        self._nursery.start_soon(start, name=f"{self.name}/start:{spec.id}")
 
     async def terminate_child(self, id: str) -> None:
         """Stop child ``id`` (bounded by its shutdown timeout) and forget it.
@@ -389,7 +410,16 @@ class Supervisor:
                 self._count_restart(child, reason, exc)
 
     async def _stop_children(self, children: list[_Child]) -> None:
-        """Stop ``children`` one by one in reverse order, each bounded by its shutdown timeout."""
+        """Stop ``children`` one by one in reverse order, each bounded by its shutdown timeout
+        (all at once with ``stop_together``)."""
+        if self.stop_together and len(children) > 1:
+            async with trio.open_nursery() as nursery:
+                for child in children:
+                    nursery.start_soon(self._stop_one_by_one, [child])
+            return
+        await self._stop_one_by_one(children)
+
+    async def _stop_one_by_one(self, children: list[_Child]) -> None:
         for child in reversed(children):
             if child.done.is_set():
                 continue
