@@ -63,6 +63,8 @@ from typing import Any, Awaitable, Callable
 import attrs
 import trio
 
+from roost._faults import fault_point
+
 from roost.actors._actor import Actor
 from roost.errors import NotFound, RoostError
 from roost.scheduling import Clock, CronExpr, InvalidCron, SystemClock, format_slot, parse_cron, parse_slot
@@ -363,6 +365,7 @@ class Scheduler(Actor):
         """Record ``missed``, claim and dispatch ``slot``, advance ``next_run``; await the run."""
         run_id: str | None = None
         verdict = "lost"
+        fault_point("scheduler")
         try:
             slot_text = format_slot(slot) if slot is not None else None
             run_id, verdict = await self.store.writer.submit(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import itertools
 import logging
@@ -41,7 +42,7 @@ import ssl
 import struct
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import attrs
 import trio
@@ -50,11 +51,12 @@ from roost._json import JSONDecodeError, dumps_line, loads
 from roost._paths import run_dir
 from roost.actors._connection import CLOSE_NORMAL, ConnectionActor
 from roost.actors._taskqueue import QueuedTask, TaskQueue
-from roost.errors import ConfigError, RoostError, ServerOverloaded
+from roost.errors import ChildNotFound, ConfigError, LifecycleError, RoostError, ServerOverloaded
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
+from roost.supervisor import ChildSpec, Restart, Supervisor
 
 __all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "default_socket_path", "claim_socket_path",
            "PROTOCOL_VERSION"]
@@ -184,6 +186,8 @@ class ServeDaemon:
         self._translators: dict[str, TaskEventTranslator] = {}
         self._resume_told: set[str] = set()
         self.nursery: trio.Nursery | None = None
+        #: the running ``connections`` supervisor (a fresh one after each restart)
+        self.connection_supervisor: Supervisor | None = None
         self.http_port: int | None = None
         self.events_broadcast = 0
         self.max_line_bytes = MAX_LINE_BYTES
@@ -191,48 +195,115 @@ class ServeDaemon:
     # -- running ------------------------------------------------------------------------------------
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Restore tasks, start the runners and the listeners; serve until cancelled.
+        """Restore tasks, then add the daemon's children to the root supervisor; serve until cancelled.
 
-        ``task_status.started()`` is called once both listeners accept connections.
+        The children (DESIGN.md section 2), each restarted as a fresh instance after a crash:
+        ``task_queue`` (permanent; rebuilds from the store), ``connections`` (permanent
+        supervisor of one temporary child per attached client), ``listener:unix`` and, with
+        ``--http-port``, ``listener:http`` (permanent; a restart binds the same path / port
+        again and leaves the attached clients alone). ``task_status.started()`` is called once
+        the listeners accept connections; on exit the children are stopped in reverse order.
         """
-        options = self.options
-        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            await sock.bind(str(options.socket_path))
-        finally:
-            os.umask(old)
-        os.chmod(options.socket_path, 0o600)
-        sock.listen(512)
+        root = self.runtime.root
+        added: list[str] = []
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 await self.queue.restore()
-                await nursery.start(self.queue.run)
-                await nursery.start(trio.serve_listeners, self._serve_unix, [trio.SocketListener(sock)])
-                if options.http_port is not None:
-                    try:
-                        from roost.protocol._serve_http import serve_http
-                    except ImportError:
-                        serve_http = None
-                    if serve_http is not None:
-                        self.http_port = await nursery.start(functools_partial(
-                            serve_http, self, options.host, options.http_port, options.ssl_context))
-                    else:   # without the mcp SDK: the WebSocket alone, on trio-websocket's own server
-                        from trio_websocket import serve_websocket
-
-                        server = await nursery.start(functools_partial(
-                            serve_websocket, self.serve_websocket_request, options.host, options.http_port,
-                            options.ssl_context, handler_nursery=nursery, max_message_size=MAX_LINE_BYTES))
-                        self.http_port = server.port
+                for spec in self._child_specs():
+                    await root.start_child(spec)
+                    added.append(spec.id)
                 task_status.started()
+                await trio.sleep_forever()
         finally:
+            with trio.CancelScope(shield=True):
+                for child_id in reversed(added):
+                    try:
+                        await root.terminate_child(child_id)
+                    except ChildNotFound:
+                        pass
             try:
-                options.socket_path.unlink(missing_ok=True)
+                self.options.socket_path.unlink(missing_ok=True)
             except OSError:
                 pass
 
-    # -- transports ---------------------------------------------------------------------------------
+    def _child_specs(self) -> list[ChildSpec]:
+        specs = [
+            ChildSpec("task_queue", self.queue.run, restart=Restart.PERMANENT, shutdown_timeout=15),
+            ChildSpec("connections", self._run_connections, restart=Restart.PERMANENT, shutdown_timeout=15),
+            ChildSpec("listener:unix", self._run_unix_listener, restart=Restart.PERMANENT, shutdown_timeout=5),
+        ]
+        if self.options.http_port is not None:
+            specs.append(ChildSpec("listener:http", self._run_http_listener, restart=Restart.PERMANENT,
+                                   shutdown_timeout=5))
+        return specs
+
+    async def _run_connections(self, *, task_status: Any) -> None:
+        supervisor = Supervisor(name="connections", intensity=1000, period=1, stop_together=True)
+        self.connection_supervisor = supervisor
+        await supervisor.run(task_status=task_status)
+
+    def start_connection(self, serve: Callable[[], Awaitable[None]], stream: trio.abc.AsyncResource) -> None:
+        """Run ``serve()`` as a temporary child ``connection:<n>`` of the connections supervisor;
+        ``stream`` is closed when it ends (at once, when that supervisor is not running)."""
+        number = next(_connection_numbers)
+
+        async def start(*, task_status: Any) -> None:
+            task_status.started()
+            try:
+                await serve()
+            finally:
+                await trio.aclose_forcefully(stream)
+
+        spec = ChildSpec(f"connection:{number}", start, restart=Restart.TEMPORARY, shutdown_timeout=10)
+        try:
+            if self.connection_supervisor is None:
+                raise LifecycleError("no connections supervisor")
+            self.connection_supervisor.start_child_soon(spec)
+        except LifecycleError:
+            log.warning("serve: connection refused while the connections supervisor restarts")
+            if self.nursery is not None:
+                self.nursery.start_soon(trio.aclose_forcefully, stream)
+
+    async def _run_unix_listener(self, *, task_status: Any) -> None:
+        """Accept Unix-socket clients until cancelled (each a child of ``connections``)."""
+        listener = trio.SocketListener(await _bind_unix(self.options.socket_path))
+        async with listener:
+            task_status.started()
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in _ACCEPT_TRANSIENT:
+                        raise
+                    log.error("serve: accept failed (%s); retrying", exc)
+                    await trio.sleep(0.1)
+                    continue
+                self.start_connection(functools.partial(self._serve_unix, stream), stream)
+
+    async def _run_http_listener(self, *, task_status: Any) -> None:
+        """Serve ``/attach`` and ``/mcp`` on the HTTP port until cancelled (the same port again on
+        a restart)."""
+        options = self.options
+        port = self.http_port if self.http_port is not None else options.http_port
+        try:
+            from roost.protocol._serve_http import serve_http
+        except ImportError:
+            serve_http = None
+        if serve_http is not None:
+            async with trio.open_nursery() as nursery:
+                self.http_port = await nursery.start(functools.partial(
+                    serve_http, self, options.host, port, options.ssl_context))
+                task_status.started()
+            return
+        from trio_websocket import serve_websocket   # without the mcp SDK: the WebSocket alone
+
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(functools.partial(
+                serve_websocket, self.serve_websocket_request, options.host, port,
+                options.ssl_context, handler_nursery=nursery, max_message_size=MAX_LINE_BYTES))
+            self.http_port = server.port
+            task_status.started()
 
     async def _serve_unix(self, stream: trio.SocketStream) -> None:
         async def close(code: int, reason: str) -> None:
@@ -600,6 +671,27 @@ async def _logged(fn: Any, *args: Any) -> None:
 
 
 def functools_partial(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    import functools
-
     return functools.partial(fn, *args, **kwargs)
+
+
+#: accept() errors that mean "out of a resource for now", not a broken listener (as trio.serve_listeners).
+_ACCEPT_TRANSIENT = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_connection_numbers = itertools.count(1)
+
+
+async def _bind_unix(path: Path) -> trio.socket.SocketType:
+    """A listening Unix socket at ``path`` (mode 0600), replacing the file of an earlier bind by
+    this daemon (it holds the socket path's lock, see :func:`claim_socket_path`)."""
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    old = os.umask(0o177)
+    try:
+        await sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(512)
+    return sock
