@@ -1,0 +1,197 @@
+"""Crash each child kind of the real root tree of ``roost serve`` (issue 12, "Tests must show").
+
+The daemon runs in-process exactly as ``roost serve`` composes it (``open_runtime`` + ServeDaemon +
+the Scheduler), with real Unix-socket clients. Each scenario has a turn streaming, two clients
+attached and a schedule slot due, then crashes one part through the fault hook
+(:meth:`Supervisor.inject_fault` by path, or an armed fault point) and checks that the runtime
+keeps serving, the other client sees nothing but the crashed part's own end, no accepted input is
+lost (every queued task gets its result), no schedule slot fires twice and leases keep being
+renewed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from _helpers.serve_client import UnixClient, short_socket_path
+from roost._faults import arm_fault, disarm_faults
+from roost.cli._serve import _start_scheduler
+from roost.engines import ProviderSettings
+from roost.protocol._engines import EngineCatalog
+from roost.protocol._serve_daemon import ServeDaemon, ServeOptions
+from roost.scheduling import format_slot
+from roost.storage import _schedules2 as db
+from roost.storage import list_daemon_tasks
+from roost.supervisor._root import open_runtime
+from roost.tools import builtin_tools
+
+SCRIPT = {
+    "rules": [
+        {"match": {"prompt": "^slow"}, "steps": [[{"text": "tick " * 40, "deltas": 40, "tokens_per_second": 20}]]},
+        {"match": {"prompt": "^scheduled"}, "steps": [[{"text": "tock " * 60, "deltas": 60, "tokens_per_second": 10}]]},
+    ],
+    "default": "echo",
+}
+TIMEOUT = 60
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path) -> AsyncIterator[tuple[Any, ServeDaemon]]:
+    """The real serve tree, with a schedule whose slot (one minute ago) is due at start."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    engines = EngineCatalog(ProviderSettings(provider="scripted", script=str(script), source="flag"))
+    options = ServeOptions(socket_path=Path(short_socket_path()), work_dir=tmp_path, max_concurrent=4,
+                           unattended_policy="allow")
+    async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), lease_ttl=0.9) as runtime:
+        slot = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0) - datetime.timedelta(minutes=1)
+        with runtime.store.transaction() as conn:
+            db.add_job(conn, name="due", cron="* * * * *", task="scheduled slow task", next_run=format_slot(slot))
+        daemon = ServeDaemon(runtime, options, provider="scripted", model=None, engines=engines)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(daemon.run)
+            await _start_scheduler(runtime, daemon)
+            try:
+                yield runtime, daemon
+            finally:
+                nursery.cancel_scope.cancel()
+    await engines.aclose()
+
+
+@asynccontextmanager
+async def client(nursery: trio.Nursery, daemon: ServeDaemon) -> AsyncIterator[UnixClient]:
+    stream = await trio.open_unix_socket(str(daemon.options.socket_path))
+    conn = UnixClient(stream)
+    nursery.start_soon(conn.reader)
+    await conn.wait_for("hello")
+    try:
+        yield conn
+    finally:
+        await stream.aclose()
+
+
+async def dispatch(conn: UnixClient, text: str) -> str:
+    start = len(conn.events)
+    await conn.send({"type": "user_input", "text": text})
+    return (await conn.wait_for("queued", start=start))["sessionId"]
+
+
+def schedule_runs(runtime: Any) -> list[Any]:
+    with runtime.store.read() as conn:
+        return db.list_job_runs(conn, db.get_job(conn, "due").id)
+
+
+def tasks(runtime: Any) -> dict[str, Any]:
+    with runtime.store.read() as conn:
+        return {t.id: t for t in list_daemon_tasks(conn)}
+
+
+async def renewed(runtime: Any) -> None:
+    """Wait until some held lease is renewed (after now)."""
+    with trio.fail_after(TIMEOUT):
+        while True:
+            held = list(runtime.services.keeper.executions)
+            if held:
+                before = {e: e.renewals for e in held}
+                with trio.move_on_after(1.0):
+                    await held[0].renewed.wait()
+                if any(e.renewals > n for e, n in before.items()):
+                    return
+            else:
+                await trio.sleep(0.05)
+
+
+async def wait_streaming(runtime: Any, count: int) -> None:
+    """Wait until ``count`` executions (turns) hold a lease."""
+    with trio.fail_after(TIMEOUT):
+        while len(runtime.services.keeper.executions) < count:
+            await trio.sleep(0.02)
+            assert not [t for t in tasks(runtime).values() if t.status == "finished"], tasks(runtime)
+
+
+def connection_ids(daemon: ServeDaemon) -> list[str]:
+    assert daemon.connection_supervisor is not None
+    return [c.id for c in daemon.connection_supervisor.which_children()]
+
+
+KINDS = ["store_writer", "lease_keeper", "threads", "thread", "turn", "scheduler", "task_queue",
+         "listener:unix", "connections", "connection"]
+
+
+async def crash_scenario(tmp_path: Path, kind: str) -> None:
+    async with serving(tmp_path) as (runtime, daemon), trio.open_nursery() as nursery:
+        async with client(nursery, daemon) as a:
+            a_conn = connection_ids(daemon)[-1]
+            async with client(nursery, daemon) as b:
+                streaming = await dispatch(a, "slow streaming task")
+                await a.wait_for("token", lambda e: e.get("sessionId") == streaming)
+                await wait_streaming(runtime, 2)   # a's turn and the scheduled one
+                b_mark = len(b.events)
+                await inject(runtime, daemon, kind, streaming, a_conn)
+                # The runtime keeps serving: b dispatches and gets its result.
+                quick = await dispatch(b, "hello after the crash")
+                result = await b.wait_for("result", lambda e: e.get("sessionId") == quick, timeout=TIMEOUT)
+                assert result["succeeded"] is True
+                # Leases keep being renewed: a new streaming turn's lease is renewed.
+                later = await dispatch(b, "slow after the crash")
+                await b.wait_for("token", lambda e: e.get("sessionId") == later, timeout=TIMEOUT)
+                await renewed(runtime)
+                await b.wait_for("result", lambda e: e.get("sessionId") == later, timeout=TIMEOUT)
+                # a's streaming task ends (its own end when its thread or turn crashed).
+                if kind != "connection":
+                    done = await a.wait_for("result", lambda e: e.get("sessionId") == streaming, timeout=TIMEOUT)
+                    if kind != "turn":   # the armed turn fault hits a's turn or the scheduled one
+                        assert done["succeeded"] is (kind not in ("threads", "thread")), done
+                # b saw nothing but its own events, the broadcasts and no error or close.
+                assert b.closed is None
+                assert not [e for e in b.events[b_mark:] if e.get("type") == "error"], b.events[b_mark:]
+                assert (a.closed is not None) is (kind == "connection")
+        # No accepted input is lost: every queued task reaches a result in the store.
+        with trio.fail_after(TIMEOUT):
+            while any(t.status in ("queued", "running") for t in tasks(runtime).values()):
+                await trio.sleep(0.05)
+        # No schedule slot fires twice.
+        fired = [r for r in schedule_runs(runtime) if r.session_id]
+        assert fired and len({r.slot for r in fired}) == len(fired), fired
+        scheduled = {t.id for t in tasks(runtime).values() if (t.payload or {}).get("source") == "schedule"}
+        assert scheduled == {r.session_id for r in fired}, (scheduled, fired)
+        if kind == "turn":
+            assert any("injected fault" in str((t.payload or {}).get("result")) for t in tasks(runtime).values())
+        assert "root" in runtime.render_tree()
+        nursery.cancel_scope.cancel()
+
+
+async def inject(runtime: Any, daemon: ServeDaemon, kind: str, thread_id: str, conn_id: str) -> None:
+    root = runtime.root
+    if kind == "turn":
+        arm_fault("turn")
+        return
+    if kind == "store_writer":
+        arm_fault("store_writer")
+        return
+    path = {"thread": f"threads/thread:{thread_id}", "connection": f"connections/{conn_id}"}.get(kind, kind)
+    root.inject_fault(path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_crash_each_child_kind_keeps_serving(tmp_path: Path, roost_home: Path, kind: str,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="roost.supervisor")
+    try:
+        await crash_scenario(tmp_path, kind)
+    finally:
+        disarm_faults()
+    if kind not in ("turn", "connection"):
+        restarted = kind.split("/")[-1]
+        assert any("restarted" in r.getMessage() and restarted in r.getMessage() for r in caplog.records), \
+            [r.getMessage() for r in caplog.records]
