@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["FAULT_ENV", "InjectedFault", "arm_fault", "disarm_faults", "fault_point", "load_fault_env"]
+__all__ = ["FAULT_ENV", "InjectedFault", "arm_fault", "armed_faults", "disarm_faults", "fault_point", "load_fault_env"]
 
 #: The test-only environment variable naming fault points to arm at start-up.
 FAULT_ENV = "ROOST_FAULT_INJECT"
@@ -46,6 +46,11 @@ def arm_fault(point: str, *, after: int = 1) -> None:
     if after < 1 or not point:
         raise ValueError("a fault point needs a name and after >= 1")
     _armed[point] = after
+
+
+def armed_faults() -> frozenset[str]:
+    """The fault points armed and not fired yet."""
+    return frozenset(_armed)
 
 
 def disarm_faults() -> None:

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _helpers.serve_client import UnixClient, short_socket_path
-from roost._faults import arm_fault, disarm_faults
+from roost._faults import arm_fault, armed_faults, disarm_faults
 from roost.cli._serve import _start_scheduler
 from roost.engines import ProviderSettings
 from roost.protocol._engines import EngineCatalog
@@ -138,24 +138,23 @@ async def crash_scenario(tmp_path: Path, kind: str) -> None:
                 await wait_streaming(runtime, 2)   # a's turn and the scheduled one
                 b_mark = len(b.events)
                 await inject(runtime, daemon, kind, streaming, a_conn)
-                # The runtime keeps serving: b dispatches and gets its result.
-                quick = await dispatch(b, "hello after the crash")
-                result = await b.wait_for("result", lambda e: e.get("sessionId") == quick, timeout=TIMEOUT)
-                assert result["succeeded"] is True
-                # Leases keep being renewed: a new streaming turn's lease is renewed.
-                later = await dispatch(b, "slow after the crash")
-                await b.wait_for("token", lambda e: e.get("sessionId") == later, timeout=TIMEOUT)
-                await renewed(runtime)
-                await b.wait_for("result", lambda e: e.get("sessionId") == later, timeout=TIMEOUT)
-                # a's streaming task ends (its own end when its thread or turn crashed).
-                if kind != "connection":
-                    done = await a.wait_for("result", lambda e: e.get("sessionId") == streaming, timeout=TIMEOUT)
-                    if kind != "turn":   # the armed turn fault hits a's turn or the scheduled one
-                        assert done["succeeded"] is (kind not in ("threads", "thread")), done
-                # b saw nothing but its own events, the broadcasts and no error or close.
-                assert b.closed is None
-                assert not [e for e in b.events[b_mark:] if e.get("type") == "error"], b.events[b_mark:]
-                assert (a.closed is not None) is (kind == "connection")
+                await restarted(runtime, kind)
+                async with client(nursery, daemon) as c:
+                    # After "connections" crashed, every client of it saw its connection end.
+                    survivor = c if kind == "connections" else b
+                    await after_crash(runtime, survivor)
+                    if kind != "connection" and a.closed is None:
+                        done = await a.wait_for("result", lambda e: e.get("sessionId") == streaming,
+                                                timeout=TIMEOUT)
+                        if kind != "turn":   # the armed turn fault hits a's turn or the scheduled one
+                            assert done["succeeded"] is (kind not in ("threads", "thread")), done
+                    # b saw nothing but its own events and the broadcasts: no error, no close.
+                    if kind != "connections":
+                        assert b.closed is None
+                        assert not [e for e in b.events[b_mark:] if e.get("type") == "error"], b.events[b_mark:]
+                        assert (a.closed is not None) is (kind == "connection")
+                    else:
+                        assert (await a.wait_closed()) and (await b.wait_closed())
         # No accepted input is lost: every queued task reaches a result in the store.
         with trio.fail_after(TIMEOUT):
             while any(t.status in ("queued", "running") for t in tasks(runtime).values()):
@@ -169,6 +168,29 @@ async def crash_scenario(tmp_path: Path, kind: str) -> None:
             assert any("injected fault" in str((t.payload or {}).get("result")) for t in tasks(runtime).values())
         assert "root" in runtime.render_tree()
         nursery.cancel_scope.cancel()
+
+
+async def restarted(runtime: Any, kind: str) -> None:
+    """Wait until an armed fault fired and a crashed root child runs again."""
+    with trio.fail_after(TIMEOUT):
+        while armed_faults():
+            await trio.sleep(0.01)
+        kids = {c.id: c for c in runtime.root.which_children()}
+        while kind in kids and not (kids[kind].restarts and kids[kind].state == "running"):
+            await trio.sleep(0.01)
+            kids = {c.id: c for c in runtime.root.which_children()}
+
+
+async def after_crash(runtime: Any, survivor: UnixClient) -> None:
+    """The runtime keeps serving ``survivor``, and leases keep being renewed."""
+    quick = await dispatch(survivor, "hello after the crash")
+    result = await survivor.wait_for("result", lambda e: e.get("sessionId") == quick, timeout=TIMEOUT)
+    assert result["succeeded"] is True, result
+    later = await dispatch(survivor, "slow after the crash")
+    await survivor.wait_for("token", lambda e: e.get("sessionId") == later, timeout=TIMEOUT)
+    await renewed(runtime)
+    done = await survivor.wait_for("result", lambda e: e.get("sessionId") == later, timeout=TIMEOUT)
+    assert done["succeeded"] is True, done
 
 
 async def inject(runtime: Any, daemon: ServeDaemon, kind: str, thread_id: str, conn_id: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import trio
 
 from roost.actors._thread import ThreadActor
-from roost.errors import NotFound, ThreadNotFound
+from roost.errors import LifecycleError, NotFound, ThreadNotFound
 from roost.storage import _threads
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
@@ -99,14 +99,24 @@ class ThreadRegistry:
                 _thread = self._ephemeral.get(thread_id) or await self._load(thread_id)
             spec = ChildSpec(f"thread:{thread_id}", functools.partial(self._run_actor, thread_id, ephemeral),
                              restart=Restart.TRANSIENT, shutdown_timeout=15.0)
-            await self._ready.wait()   # the threads supervisor is (re)starting
-            self._pending_thread = _thread
-            try:
-                await self.supervisor.terminate_child(spec.id)
-            except Exception:
-                pass
-            await self.supervisor.start_child(spec)
-            return self.actors[thread_id]
+            while True:
+                await self._ready.wait()   # the threads supervisor is (re)starting
+                supervisor = self.supervisor
+                self._pending_thread = _thread
+                try:
+                    await supervisor.terminate_child(spec.id)
+                except Exception:
+                    pass
+                try:
+                    await supervisor.start_child(spec)
+                    return self.actors[thread_id]
+                except LifecycleError:
+                    if supervisor.running or supervisor is not self.supervisor:
+                        if supervisor.running:
+                            raise
+                        continue
+                    if self._ready.is_set():   # it is stopping: wait for its successor
+                        self._ready = trio.Event()
 
     async def _load(self, thread_id: str) -> Any:
         store = self.services.store

@@ -213,6 +213,11 @@ class Supervisor:
             await self._stop_children([child])
             self._children.pop(id, None)
 
+    @property
+    def running(self) -> bool:
+        """Whether the supervisor runs (started and not yet stopping); not a checkpoint."""
+        return self._running
+
     def which_children(self) -> list[ChildInfo]:
         """The children in start order, as :class:`ChildInfo` views (not a checkpoint)."""
         return [ChildInfo(c) for c in self._children.values()]
