@@ -46,14 +46,15 @@ TIMEOUT = 60
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[tuple[Any, ServeDaemon]]:
+async def serving(tmp_path: Path, *, db_path: Path | None = None) -> AsyncIterator[tuple[Any, ServeDaemon]]:
     """The real serve tree, with a schedule whose slot (one minute ago) is due at start."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     engines = EngineCatalog(ProviderSettings(provider="scripted", script=str(script), source="flag"))
     options = ServeOptions(socket_path=Path(short_socket_path()), work_dir=tmp_path, max_concurrent=4,
                            unattended_policy="allow")
-    async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), lease_ttl=0.9) as runtime:
+    async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), lease_ttl=0.9,
+                            db_path=db_path) as runtime:
         slot = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0) - datetime.timedelta(minutes=1)
         with runtime.store.transaction() as conn:
             db.add_job(conn, name="due", cron="* * * * *", task="scheduled slow task", next_run=format_slot(slot))
@@ -217,3 +218,53 @@ async def test_crash_each_child_kind_keeps_serving(tmp_path: Path, roost_home: P
         restarted = kind.split("/")[-1]
         assert any("restarted" in r.getMessage() and restarted in r.getMessage() for r in caplog.records), \
             [r.getMessage() for r in caplog.records]
+
+
+# -- property: random crash sequences of the real root tree ---------------------------------------
+
+ROOT_KINDS = ["store_writer", "lease_keeper", "threads", "thread_unloader", "scheduler", "task_queue",
+              "listener:unix", "connections"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(crashes=st.lists(st.tuples(st.sampled_from(ROOT_KINDS), st.booleans()), min_size=1, max_size=3))
+def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPathFactory, roost_home: Path,
+                                                crashes: list[tuple[str, bool]]) -> None:
+    """Up to three crashes (within the root's intensity): after each, the tree is whole again and
+    serves a new client; every accepted task reaches its result; no slot fires twice."""
+    tmp = tmp_path_factory.mktemp("crashes")
+
+    async def main() -> None:
+        async with serving(tmp, db_path=tmp / "roost.db") as (runtime, daemon), trio.open_nursery() as nursery:
+            ids = [c.id for c in runtime.root.which_children()]
+            accepted: list[str] = []
+            async with client(nursery, daemon) as a:
+                for kind, busy in crashes:
+                    if busy:
+                        accepted.append(await dispatch(a, "slow before a crash"))
+                    before = {c.id: c.restarts for c in runtime.root.which_children()}
+                    runtime.root.inject_fault(kind)
+                    with trio.fail_after(TIMEOUT):
+                        while True:
+                            kids = {c.id: c for c in runtime.root.which_children()}
+                            if kids[kind].restarts > before[kind] and kids[kind].state == "running":
+                                break
+                            await trio.sleep(0.01)
+                    # the same children, in the same order, all running
+                    assert [c.id for c in runtime.root.which_children()] == ids
+                    async with client(nursery, daemon) as fresh:
+                        quick = await dispatch(fresh, "hello after a crash")
+                        accepted.append(quick)
+                        done = await fresh.wait_for("result", lambda e: e.get("sessionId") == quick,
+                                                    timeout=TIMEOUT)
+                        assert done["succeeded"] is True, done
+            with trio.fail_after(TIMEOUT):
+                while any(tasks(runtime)[t].status in ("queued", "running") for t in accepted):
+                    await trio.sleep(0.05)
+            fired = [r for r in schedule_runs(runtime) if r.session_id]
+            assert len({r.slot for r in fired}) == len(fired), fired
+            scheduled = {t.id for t in tasks(runtime).values() if (t.payload or {}).get("source") == "schedule"}
+            assert scheduled == {r.session_id for r in fired}
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
