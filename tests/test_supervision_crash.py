@@ -38,6 +38,12 @@ from roost.tools import builtin_tools
 SCRIPT = {
     "rules": [
         {"match": {"prompt": "^slow"}, "steps": [[{"text": "tick " * 40, "deltas": 40, "tokens_per_second": 20}]]},
+        {"match": {"agent": "w[12]"}, "steps": [[{"text": "w " * 30, "deltas": 30, "tokens_per_second": 15}]]},
+        {"match": {"prompt": "^team"}, "steps": [
+            [{"tool_call": {"name": "spawn_agent", "arguments": {"name": "w1", "prompt": "a", "run_in_background": True}}},
+             {"tool_call": {"name": "spawn_agent", "arguments": {"name": "w2", "prompt": "b", "run_in_background": True}}}],
+            [{"tool_call": {"name": "wait_agents", "arguments": {}}}],
+            [{"text": "team done [{tool_output}]"}]]},
         {"match": {"prompt": "^scheduled"}, "steps": [[{"text": "tock " * 60, "deltas": 60, "tokens_per_second": 10}]]},
     ],
     "default": "echo",
@@ -218,6 +224,32 @@ async def test_crash_each_child_kind_keeps_serving(tmp_path: Path, roost_home: P
         restarted = kind.split("/")[-1]
         assert any("restarted" in r.getMessage() and restarted in r.getMessage() for r in caplog.records), \
             [r.getMessage() for r in caplog.records]
+
+
+async def test_crash_one_worker_of_a_tree(tmp_path: Path, roost_home: Path) -> None:
+    """A worker tree is a supervisor of its workers: crash one worker's driver; it settles
+    interrupted, its sibling completes, the root turn completes, the other client is untouched."""
+    async with serving(tmp_path) as (runtime, daemon), trio.open_nursery() as nursery:
+        async with client(nursery, daemon) as a, client(nursery, daemon) as b:
+            team = await dispatch(a, "team of two")
+            with trio.fail_after(TIMEOUT):
+                while True:
+                    actor = runtime.registry.actors.get(team)
+                    tree = getattr(actor, "tree", None)
+                    if tree is not None and tree.supervisor is not None and len(tree.running) == 2:
+                        break
+                    await trio.sleep(0.02)
+            drivers = [c.id for c in tree.supervisor.which_children()]
+            assert len(drivers) == 2, drivers
+            b_mark = len(b.events)
+            tree.supervisor.inject_fault(drivers[0])
+            done = await a.wait_for("result", lambda e: e.get("sessionId") == team, timeout=TIMEOUT)
+            assert done["succeeded"] is True, done
+            statuses = sorted(w.status for w in tree.workers.values())
+            assert statuses == ["completed", "interrupted"], statuses
+            await after_crash(runtime, b)
+            assert b.closed is None and not [e for e in b.events[b_mark:] if e.get("type") == "error"]
+        nursery.cancel_scope.cancel()
 
 
 # -- property: random crash sequences of the real root tree ---------------------------------------
