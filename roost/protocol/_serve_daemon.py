@@ -52,7 +52,9 @@ from roost._paths import run_dir
 from roost.actors._connection import CLOSE_NORMAL, ConnectionActor
 from roost.actors._taskqueue import QueuedTask, TaskQueue
 from roost.errors import ChildNotFound, ConfigError, LifecycleError, RoostError, ServerOverloaded
+from roost._faults import fault_point
 from roost.protocol._coalesce import WIRE_TOKENS
+from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
@@ -190,7 +192,7 @@ class ServeDaemon:
         self.connection_supervisor: Supervisor | None = None
         self.http_port: int | None = None
         self.events_broadcast = 0
-        self.max_line_bytes = MAX_LINE_BYTES
+        self.max_line_bytes = line_limit()
 
     # -- running ------------------------------------------------------------------------------------
 
@@ -309,7 +311,8 @@ class ServeDaemon:
         async def close(code: int, reason: str) -> None:
             await stream.aclose()
 
-        await self._attach(_unix_lines(stream), stream, close, scope="unix", client_id=None, read_only=False)
+        await self._attach(_unix_lines(stream, self.max_line_bytes), stream, close, scope="unix", client_id=None,
+                           read_only=False)
 
     async def serve_websocket_request(self, request: Any) -> None:
         """Serve one WebSocket handshake (``/attach``): Origin, token and client-id checks, then attach."""
@@ -338,15 +341,16 @@ class ServeDaemon:
         except (ConnectionClosed, trio.BrokenResourceError, OSError):
             return
 
-        async def frames() -> AsyncIterator[str]:
+        async def frames() -> AsyncIterator[str | FrameError]:
+            decoder = LineDecoder(max_line_bytes=self.max_line_bytes, parse=False)
             while True:
                 try:
                     message = await ws.get_message()
                 except ConnectionClosed:
                     return
-                text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
-                for line in text.split("\n"):
-                    yield line
+                data = message.encode("utf-8") if isinstance(message, str) else message
+                for frame in decoder.feed(data + b"\n"):   # a message ends its last line
+                    yield frame
 
         async def close(code: int, reason: str) -> None:
             await ws.aclose(code=code, reason=reason[:120])
@@ -426,10 +430,15 @@ class ServeDaemon:
 
     # -- input --------------------------------------------------------------------------------------
 
-    async def _handle(self, conn: ConnectionActor, line: str) -> None:
+    async def _handle(self, conn: ConnectionActor, line: str | FrameError) -> None:
         """Handle one input line: plain text is a task; a line starting with ``{`` or ``[`` must be
         a JSON object input message (anything else there gets an ``invalid_request`` error and is
-        not queued)."""
+        not queued). An oversized or undecodable line (a :class:`FrameError` of the framing) gets
+        a ``parse_error`` error and never becomes input."""
+        fault_point("connection")
+        if isinstance(line, FrameError):
+            conn.send(_error(line.message, line.code))
+            return
         text = line.strip()
         if not text:
             return
@@ -626,28 +635,14 @@ def _text_frame(payload: bytes) -> bytes:
     return struct.pack("!BBQ", 0x81, 127, size) + payload
 
 
-async def _unix_lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:
-    """Input lines of a byte stream (UTF-8, up to 64 MiB each); ends at end of file."""
-    buffer = bytearray()
-    while True:
-        try:
-            data = await stream.receive_some(1 << 16)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        if not data:
-            if buffer:
-                yield buffer.decode("utf-8", "replace")
-            return
-        buffer += data
-        while True:
-            index = buffer.find(b"\n")
-            if index < 0:
-                if len(buffer) > MAX_LINE_BYTES:
-                    buffer.clear()   # an oversized line is dropped
-                break
-            line = bytes(buffer[:index])
-            del buffer[: index + 1]
-            yield line.decode("utf-8", "replace")
+async def _unix_lines(stream: trio.abc.ReceiveStream, limit: int) -> AsyncIterator[str | FrameError]:
+    """Input lines of a byte stream (the framing's text mode: UTF-8, at most ``limit`` bytes each,
+    an oversized or invalid line as a :class:`FrameError`); ends at end of file."""
+    try:
+        async for frame in read_frames(stream, LineDecoder(max_line_bytes=limit, parse=False)):
+            yield frame
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return
 
 
 def _json_object(text: str) -> dict | None:

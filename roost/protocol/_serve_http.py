@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from roost.protocol._framing import DEFAULT_MAX_LINE_BYTES
 from roost.protocol._serve_auth import bearer_token
 
 __all__ = ["serve_http", "build_mcp_app", "MAX_HEAD_BYTES"]
@@ -157,7 +158,7 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
         replay = _Replay(conn, head)
         if path == "/attach":
             async with trio.open_nursery() as nursery:
-                request = await wrap_server_stream(nursery, replay, max_message_size=daemon.max_line_bytes)
+                request = await wrap_server_stream(nursery, replay, max_message_size=DEFAULT_MAX_LINE_BYTES)
                 await daemon.serve_websocket_request(request)
                 nursery.cancel_scope.cancel()
             return
