@@ -23,7 +23,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _helpers.serve_client import UnixClient, short_socket_path
+from trio_websocket import open_websocket_url
+
+from _helpers.serve_client import UnixClient, WsClient, short_socket_path
 from roost._faults import arm_fault, armed_faults, disarm_faults
 from roost.cli._serve import _start_scheduler
 from roost.engines import ProviderSettings
@@ -58,7 +60,7 @@ async def serving(tmp_path: Path, *, db_path: Path | None = None) -> AsyncIterat
     script.write_text(json.dumps(SCRIPT))
     engines = EngineCatalog(ProviderSettings(provider="scripted", script=str(script), source="flag"))
     options = ServeOptions(socket_path=Path(short_socket_path()), work_dir=tmp_path, max_concurrent=4,
-                           unattended_policy="allow")
+                           unattended_policy="allow", http_port=0)
     async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), lease_ttl=0.9,
                             db_path=db_path) as runtime:
         slot = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0) - datetime.timedelta(minutes=1)
@@ -132,13 +134,17 @@ def connection_ids(daemon: ServeDaemon) -> list[str]:
 
 
 KINDS = ["store_writer", "lease_keeper", "threads", "thread", "turn", "scheduler", "task_queue",
-         "listener:unix", "connections", "connection"]
+         "listener:unix", "listener:http", "connections", "connection"]
 
 
 async def crash_scenario(tmp_path: Path, kind: str) -> None:
     async with serving(tmp_path) as (runtime, daemon), trio.open_nursery() as nursery:
-        async with client(nursery, daemon) as a:
-            a_conn = connection_ids(daemon)[-1]
+        async with client(nursery, daemon) as a, \
+                open_websocket_url(f"ws://127.0.0.1:{daemon.http_port}/attach") as ws:
+            a_conn = connection_ids(daemon)[0]
+            w = WsClient(ws)   # a WebSocket client attached too: listener crashes leave it alone
+            nursery.start_soon(w.reader)
+            await w.wait_for("hello")
             async with client(nursery, daemon) as b:
                 streaming = await dispatch(a, "slow streaming task")
                 await a.wait_for("token", lambda e: e.get("sessionId") == streaming)
@@ -157,7 +163,8 @@ async def crash_scenario(tmp_path: Path, kind: str) -> None:
                             assert done["succeeded"] is (kind not in ("threads", "thread")), done
                     # b saw nothing but its own events and the broadcasts: no error, no close.
                     if kind != "connections":
-                        assert b.closed is None
+                        assert b.closed is None and w.closed is None
+                        assert w.of_type("token"), "the WebSocket client got the broadcasts"
                         assert not [e for e in b.events[b_mark:] if e.get("type") == "error"], b.events[b_mark:]
                         assert (a.closed is not None) is (kind == "connection")
                     else:
@@ -255,7 +262,7 @@ async def test_crash_one_worker_of_a_tree(tmp_path: Path, roost_home: Path) -> N
 # -- property: random crash sequences of the real root tree ---------------------------------------
 
 ROOT_KINDS = ["store_writer", "lease_keeper", "threads", "thread_unloader", "scheduler", "task_queue",
-              "listener:unix", "connections"]
+              "listener:unix", "listener:http", "connections"]
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

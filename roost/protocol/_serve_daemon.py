@@ -39,7 +39,6 @@ import logging
 import os
 import socket as stdsocket
 import ssl
-import struct
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -58,6 +57,7 @@ from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_fr
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
+from roost.protocol._websocket import ServerWebSocket, accept_websocket, read_request, reject_websocket
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
 __all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "default_socket_path", "claim_socket_path",
@@ -286,26 +286,16 @@ class ServeDaemon:
     async def _run_http_listener(self, *, task_status: Any) -> None:
         """Serve ``/attach`` and ``/mcp`` on the HTTP port until cancelled (the same port again on
         a restart)."""
+        from roost.protocol._serve_http import serve_http
+
         options = self.options
         port = self.http_port if self.http_port is not None else options.http_port
-        try:
-            from roost.protocol._serve_http import serve_http
-        except ImportError:
-            serve_http = None
-        if serve_http is not None:
-            async with trio.open_nursery() as nursery:
-                self.http_port = await nursery.start(functools.partial(
-                    serve_http, self, options.host, port, options.ssl_context))
-                task_status.started()
-            return
-        from trio_websocket import serve_websocket   # without the mcp SDK: the WebSocket alone
-
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(functools.partial(
-                serve_websocket, self.serve_websocket_request, options.host, port,
-                options.ssl_context, handler_nursery=nursery, max_message_size=MAX_LINE_BYTES))
-            self.http_port = server.port
+            self.http_port = await nursery.start(functools.partial(
+                serve_http, self, options.host, port, options.ssl_context))
             task_status.started()
+
+    # -- transports ---------------------------------------------------------------------------------
 
     async def _serve_unix(self, stream: trio.SocketStream) -> None:
         async def close(code: int, reason: str) -> None:
@@ -314,49 +304,43 @@ class ServeDaemon:
         await self._attach(_unix_lines(stream, self.max_line_bytes), stream, close, scope="unix", client_id=None,
                            read_only=False)
 
-    async def serve_websocket_request(self, request: Any) -> None:
-        """Serve one WebSocket handshake (``/attach``): Origin, token and client-id checks, then attach."""
-        from trio_websocket import ConnectionClosed
-
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-        path = request.path.split("?", 1)[0]
-        if path != "/attach":
-            await request.reject(404, body=b"not found: the WebSocket endpoint is /attach\n")
+    async def serve_attach(self, stream: trio.abc.Stream, head: bytes) -> None:
+        """Serve one WebSocket handshake (``/attach``) read as ``head`` from ``stream`` (wsproto,
+        see :mod:`roost.protocol._websocket`): Origin, token and client-id checks, then attach."""
+        ws, request = read_request(head)
+        if request is None:
+            await reject_websocket(stream, ws, 400, b"bad request: expected a WebSocket handshake\n")
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.extra_headers}
+        if request.target.split("?", 1)[0] != "/attach":
+            await reject_websocket(stream, ws, 404, b"not found: the WebSocket endpoint is /attach\n")
             return
         if "origin" in headers:
-            await request.reject(403, body=b"refused: a handshake with an Origin header is not accepted\n")
+            await reject_websocket(stream, ws, 403, b"refused: a handshake with an Origin header is not accepted\n")
             return
         grant = self.options.auth.check(bearer_token(headers.get("authorization")))
         if grant is None:
-            await request.reject(401, extra_headers=[(b"WWW-Authenticate", b"Bearer")],
-                                 body=b"unauthorized: send Authorization: Bearer <token>\n")
+            await reject_websocket(stream, ws, 401, b"unauthorized: send Authorization: Bearer <token>\n",
+                                   headers=[(b"WWW-Authenticate", b"Bearer")])
             return
         try:
             client_id = parse_client_id(headers.get("fuseraft-client-id"))
         except ValueError as exc:
-            await request.reject(400, body=f"{exc}\n".encode())
+            await reject_websocket(stream, ws, 400, f"{exc}\n".encode())
             return
         try:
-            ws = await request.accept()
-        except (ConnectionClosed, trio.BrokenResourceError, OSError):
+            socket = await accept_websocket(stream, ws, max_message_bytes=MAX_LINE_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
 
         async def frames() -> AsyncIterator[str | FrameError]:
             decoder = LineDecoder(max_line_bytes=self.max_line_bytes, parse=False)
-            while True:
-                try:
-                    message = await ws.get_message()
-                except ConnectionClosed:
-                    return
-                data = message.encode("utf-8") if isinstance(message, str) else message
-                for frame in decoder.feed(data + b"\n"):   # a message ends its last line
+            async for message in socket.messages():
+                for frame in decoder.feed(message + b"\n"):   # a message ends its last line
                     yield frame
 
-        async def close(code: int, reason: str) -> None:
-            await ws.aclose(code=code, reason=reason[:120])
-
-        await self._attach(frames(), _WebSocketLines(ws), close, scope=grant.scope, client_id=client_id,
-                           read_only=grant.read_only)
+        await self._attach(frames(), _WebSocketLines(socket), socket.aclose, scope=grant.scope,
+                           client_id=client_id, read_only=grant.read_only)
 
     # -- clients ------------------------------------------------------------------------------------
 
@@ -590,49 +574,15 @@ class ServeDaemon:
 class _WebSocketLines:
     """A SendStream-like adapter: each line of the outbox's writes becomes one text message.
 
-    A burst of lines (the outbox writer coalesces them) is framed here and written with one
-    ``send_all`` under trio-websocket's stream lock, instead of one ``send_message`` (one wsproto
-    round and one write) per line: with many clients attached this is the daemon's hot path. Each
-    line is one complete, unmasked, uncompressed text frame (RFC 6455 section 5.2; server frames are
-    never masked and no extension is negotiated), sent only while the connection is OPEN, so
-    wsproto's state (which only control frames and the close handshake change) stays right. It
-    relies on ``WebSocketConnection._wsproto/_stream/_stream_lock`` (trio-websocket 0.12) and falls
-    back to ``send_message`` when they are missing.
+    A burst of lines (the outbox writer coalesces them) is sent as one write of frames encoded by
+    wsproto (:func:`roost.protocol._websocket.text_frame`, encoded once for every client).
     """
 
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self._fast = all(hasattr(ws, name) for name in ("_wsproto", "_stream", "_stream_lock"))
+    def __init__(self, socket: ServerWebSocket) -> None:
+        self.socket = socket
 
     async def send_all(self, data: bytes) -> None:
-        from trio_websocket import ConnectionClosed
-
-        ws = self.ws
-        lines = [line for line in data.split(b"\n") if line]
-        if not self._fast:
-            try:
-                for line in lines:
-                    await ws.send_message(line.decode("utf-8"))
-            except ConnectionClosed:
-                raise trio.BrokenResourceError("the WebSocket is closed") from None
-            return
-        from wsproto.connection import ConnectionState
-
-        if ws.closed is not None or ws._wsproto.state is not ConnectionState.OPEN:
-            raise trio.BrokenResourceError("the WebSocket is closed")
-        frames = b"".join(_text_frame(line) for line in lines)
-        async with ws._stream_lock:
-            await ws._stream.send_all(frames)
-
-
-def _text_frame(payload: bytes) -> bytes:
-    """One final, unmasked text frame carrying ``payload`` (UTF-8), RFC 6455 section 5.2."""
-    size = len(payload)
-    if size < 126:
-        return bytes((0x81, size)) + payload
-    if size < 1 << 16:
-        return struct.pack("!BBH", 0x81, 126, size) + payload
-    return struct.pack("!BBQ", 0x81, 127, size) + payload
+        await self.socket.send_lines(line for line in data.split(b"\n") if line)
 
 
 async def _unix_lines(stream: trio.abc.ReceiveStream, limit: int) -> AsyncIterator[str | FrameError]:
