@@ -277,26 +277,27 @@ def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPa
         async with serving(tmp, db_path=tmp / "roost.db") as (runtime, daemon), trio.open_nursery() as nursery:
             ids = [c.id for c in runtime.root.which_children()]
             accepted: list[str] = []
-            async with client(nursery, daemon) as a:
-                for kind, busy in crashes:
-                    if busy:
-                        accepted.append(await dispatch(a, "slow before a crash"))
-                    before = {c.id: c.restarts for c in runtime.root.which_children()}
-                    runtime.root.inject_fault(kind)
-                    with trio.fail_after(TIMEOUT):
-                        while True:
-                            kids = {c.id: c for c in runtime.root.which_children()}
-                            if kids[kind].restarts > before[kind] and kids[kind].state == "running":
-                                break
-                            await trio.sleep(0.01)
-                    # the same children, in the same order, all running
-                    assert [c.id for c in runtime.root.which_children()] == ids
-                    async with client(nursery, daemon) as fresh:
-                        quick = await dispatch(fresh, "hello after a crash")
-                        accepted.append(quick)
-                        done = await fresh.wait_for("result", lambda e: e.get("sessionId") == quick,
-                                                    timeout=TIMEOUT)
-                        assert done["succeeded"] is True, done
+            for kind, busy in crashes:
+                if busy:
+                    async with client(nursery, daemon) as sender:
+                        accepted.append(await dispatch(sender, "slow before a crash"))
+                before = {c.id: c.restarts for c in runtime.root.which_children()}
+                runtime.root.inject_fault(kind)
+                with trio.fail_after(TIMEOUT):
+                    while True:
+                        kids = {c.id: c for c in runtime.root.which_children()}
+                        if kids[kind].restarts > before[kind] and kids[kind].state == "running":
+                            break
+                        await trio.sleep(0.01)
+                # the same children, in the same order, all running
+                assert [c.id for c in runtime.root.which_children()] == ids
+                assert all(c.state == "running" for c in runtime.root.which_children())
+                async with client(nursery, daemon) as fresh:
+                    quick = await dispatch(fresh, "hello after a crash")
+                    accepted.append(quick)
+                    done = await fresh.wait_for("result", lambda e: e.get("sessionId") == quick,
+                                                timeout=TIMEOUT)
+                    assert done["succeeded"] is True, done
             with trio.fail_after(TIMEOUT):
                 while any(tasks(runtime)[t].status in ("queued", "running") for t in accepted):
                     await trio.sleep(0.05)

@@ -74,6 +74,9 @@ from roost.storage.leases import owner_is_dead
 
 __all__ = ["Scheduler", "SchedulesChanged", "TaskOutcomes", "Dispatch", "WaitTask"]
 
+#: Seconds the shielded dispatch-and-record step of a run may take.
+_DISPATCH_TIMEOUT = 15.0
+
 log = logging.getLogger("roost.scheduler")
 
 Dispatch = Callable[..., Awaitable[str]]
@@ -420,15 +423,20 @@ class Scheduler(Actor):
                 start = self.clock.now()
                 if slot is not None:
                     self.dispatch_delays.append((start - slot).total_seconds())
-                try:
-                    task_id = await self._dispatch_run(
-                        job.task, config=job.config, work_dir=job.work_dir, client_id=None,
-                        source="schedule")
-                except Exception:
-                    log.exception("schedule %r: dispatch failed", job.name)
-                    await self._record(db.mark_run_finished, run_id, "failed", format_slot(self.clock.now()))
-                    return
-                await self._record(db.mark_run_started, run_id, str(task_id), format_slot(start))
+                # Dispatch and its record are one step a cancellation (a stop, a crash of this
+                # actor) cannot split: a dispatched task always has its run record.
+                with trio.move_on_after(_DISPATCH_TIMEOUT) as step:
+                    step.shield = True
+                    try:
+                        task_id = await self._dispatch_run(
+                            job.task, config=job.config, work_dir=job.work_dir, client_id=None,
+                            source="schedule")
+                    except Exception:
+                        log.exception("schedule %r: dispatch failed", job.name)
+                        await self._record(db.mark_run_finished, run_id, "failed", format_slot(self.clock.now()))
+                        return
+                    await self._record(db.mark_run_started, run_id, str(task_id), format_slot(start))
+                await trio.lowlevel.checkpoint()
                 self.stats["fired"] += 1
                 settle()
                 await self._await_outcome(run_id, str(task_id))
