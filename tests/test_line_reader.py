@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from trio_websocket import open_websocket_url
-
 from _helpers.appserver import roost_argv, script_env
 from _helpers.serve_client import UnixClient, WsClient, open_daemon
+from trio_websocket import open_websocket_url
+
 from roost.protocol import FrameError, LineDecoder
 
 LIMIT = 200
@@ -102,7 +102,7 @@ async def test_repl_vscode_stdin_oversized_line(tmp_path: Path, roost_home: Path
     env = dict(script_env(tmp_path, roost_home, SCRIPT_TEXT), ROOST_MAX_LINE_BYTES=str(LIMIT))
     lines = (json.dumps({"type": "user_input", "text": OVERSIZED}) + "\n"
              + json.dumps({"type": "user_input", "text": "short one"}) + "\n").encode()
-    events, err = await _stdio([*roost_argv(), "repl", "--vscode", "--no-banner"], env, tmp_path, lines)
+    events, _err = await _stdio([*roost_argv(), "repl", "--vscode", "--no-banner"], env, tmp_path, lines)
     errors = [e for e in events if e["type"] == "error"]
     assert len(errors) == 1 and f"limit of {LIMIT} bytes" in errors[0]["text"], events
     starts = [e for e in events if e["type"] == "turn_start"]
@@ -116,7 +116,7 @@ async def test_bridge_stdin_oversized_line(tmp_path: Path, roost_home: Path) -> 
     config.write_text(TEAM)
     env = dict(script_env(tmp_path, roost_home, SCRIPT_TEXT), ROOST_MAX_LINE_BYTES=str(LIMIT))
     lines = (json.dumps({"type": "approval_response", "approved": True, "pad": OVERSIZED}) + "\n").encode()
-    events, err = await _stdio([*roost_argv(), "run", "--bridge", "-c", str(config), "Task"], env, tmp_path, lines)
+    events, _err = await _stdio([*roost_argv(), "run", "--bridge", "-c", str(config), "Task"], env, tmp_path, lines)
     errors = [e for e in events if e["type"] == "error"]
     assert any(f"limit of {LIMIT} bytes" in e["text"] for e in errors), events
     assert events[-1]["type"] == "result" and events[-1]["succeeded"] is True, events[-1]

@@ -14,18 +14,18 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 import trio
+from _helpers.serve_client import UnixClient, WsClient, short_socket_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from trio_websocket import open_websocket_url
 
-from _helpers.serve_client import UnixClient, WsClient, short_socket_path
 from roost._faults import arm_fault, armed_faults, disarm_faults
 from roost.cli._serve import _start_scheduler
 from roost.engines import ProviderSettings
@@ -295,7 +295,7 @@ def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPa
                 async with client(nursery, daemon) as fresh:
                     quick = await dispatch(fresh, "hello after a crash")
                     accepted.append(quick)
-                    done = await fresh.wait_for("result", lambda e: e.get("sessionId") == quick,
+                    done = await fresh.wait_for("result", lambda e, q=quick: e.get("sessionId") == q,
                                                 timeout=TIMEOUT)
                     assert done["succeeded"] is True, done
             with trio.fail_after(TIMEOUT):

@@ -21,7 +21,7 @@ import collections
 import io
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 

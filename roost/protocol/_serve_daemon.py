@@ -290,6 +290,7 @@ class ServeDaemon:
 
         options = self.options
         port = self.http_port if self.http_port is not None else options.http_port
+        assert port is not None
         async with trio.open_nursery() as nursery:
             self.http_port = await nursery.start(functools.partial(
                 serve_http, self, options.host, port, options.ssl_context))
@@ -351,7 +352,7 @@ class ServeDaemon:
             client = self.clients[key] = ClientState(key=key, client_id=client_id, anonymous=anon)
         return client
 
-    async def _attach(self, frames: AsyncIterator[str], stream: Any, close: Any, *, scope: str,
+    async def _attach(self, frames: AsyncIterator[str | FrameError], stream: Any, close: Any, *, scope: str,
                       client_id: str | None, read_only: bool) -> None:
         key = f"{scope}/{client_id}" if client_id else f"{scope}/conn-{next(_anon)}"
         client = self._client(key, client_id, anonymous=client_id is None)

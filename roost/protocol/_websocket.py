@@ -35,8 +35,14 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
-__all__ = ["ServerWebSocket", "accept_websocket", "reject_websocket", "text_frame", "read_request",
-           "CLOSE_TOO_BIG"]
+__all__ = [
+    "CLOSE_TOO_BIG",
+    "ServerWebSocket",
+    "accept_websocket",
+    "read_request",
+    "reject_websocket",
+    "text_frame",
+]
 
 log = logging.getLogger("roost.serve")
 
@@ -136,7 +142,7 @@ class ServerWebSocket:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             try:
-                self.ws.receive_data(data or None)
+                self.ws.receive_data(bytes(data) if data else None)
                 events = list(self.ws.events())
             except RemoteProtocolError:
                 await self.aclose(_CLOSE_PROTOCOL, "protocol error")

@@ -14,9 +14,8 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from roost.errors import LifecycleError, StaleLease, StoreClosed, StoreError, StoreFull
-
 from roost._faults import fault_point
+from roost.errors import LifecycleError, StaleLease, StoreClosed, StoreError, StoreFull
 
 from ._writer import StoreWriter
 from .leases import Lease, acquire, fenced, hand_over, release, renew

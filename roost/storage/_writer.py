@@ -21,9 +21,8 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from roost.errors import LifecycleError, StoreBusy, StoreClosed, StoreError, StoreFull
-
 from roost._faults import fault_point
+from roost.errors import LifecycleError, StoreBusy, StoreClosed, StoreError, StoreFull
 
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import attrs
 import trio
 
-from roost.actors._registry import ThreadRegistry
 from roost._faults import load_fault_env
+from roost.actors._registry import ThreadRegistry
 from roost.actors._services import Services
 from roost.errors import ConfigError
 from roost.storage import LeaseKeeper, default_owner, open_store, reconcile

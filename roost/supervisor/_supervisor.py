@@ -195,7 +195,7 @@ class Supervisor:
         async def start() -> None:
             try:
                 await self.start_child(spec)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any start failure is logged, never raised here
                 log.error("%s: dynamic child %s did not start: %r", self.name, spec.id, exc)
 
         self._nursery.start_soon(start, name=f"{self.name}/start:{spec.id}")
@@ -408,7 +408,7 @@ class Supervisor:
                 await self._launch(child)
                 log.info("%s: child %s restarted (%s)", self.name, child.spec.id, reason)
                 return
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed restart counts as a crash
                 reason = f"restart failed: {exc!r}"
                 log.error("%s: child %s failed to restart: %r", self.name, child.spec.id, exc)
                 child.restarts += 1
