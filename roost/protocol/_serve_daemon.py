@@ -46,17 +46,18 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import attrs
 import trio
 
+from roost._faults import fault_point
 from roost._json import JSONDecodeError, dumps_line, loads
 from roost._paths import run_dir
 from roost.actors._connection import CLOSE_NORMAL, ConnectionActor
 from roost.actors._taskqueue import QueuedTask, TaskQueue
 from roost.errors import ChildNotFound, ConfigError, LifecycleError, RoostError, ServerOverloaded
-from roost._faults import fault_point
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
+from roost.protocol._serve_listeners import run_http_listener, run_unix_listener
 from roost.protocol._websocket import ServerWebSocket, accept_websocket, read_request, reject_websocket
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
@@ -268,37 +269,15 @@ class ServeDaemon:
                 self.nursery.start_soon(trio.aclose_forcefully, stream)
 
     async def _run_unix_listener(self, *, task_status: Any) -> None:
-        """Accept Unix-socket clients until cancelled (each a child of ``connections``)."""
-        listener = trio.SocketListener(await _bind_unix(self.options.socket_path))
-        async with listener:
-            task_status.started()
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno not in _ACCEPT_TRANSIENT:
-                        raise
-                    log.error("serve: accept failed (%s); retrying", exc)
-                    await trio.sleep(0.1)
-                    continue
-                self.start_connection(functools.partial(self._serve_unix, stream), stream)
+        await run_unix_listener(self, task_status=task_status)
 
     async def _run_http_listener(self, *, task_status: Any) -> None:
-        """Serve ``/attach`` and ``/mcp`` on the HTTP port until cancelled (the same port again on
-        a restart)."""
-        from roost.protocol._serve_http import serve_http
-
-        options = self.options
-        port = self.http_port if self.http_port is not None else options.http_port
-        assert port is not None
-        async with trio.open_nursery() as nursery:
-            self.http_port = await nursery.start(functools.partial(
-                serve_http, self, options.host, port, options.ssl_context))
-            task_status.started()
+        await run_http_listener(self, task_status=task_status)
 
     # -- transports ---------------------------------------------------------------------------------
 
-    async def _serve_unix(self, stream: trio.SocketStream) -> None:
+    async def serve_unix(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted Unix-socket client until it leaves."""
         async def close(code: int, reason: str) -> None:
             await stream.aclose()
 
@@ -616,28 +595,5 @@ async def _logged(fn: Any, *args: Any) -> None:
         log.exception("serve: background step failed")
 
 
-def functools_partial(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return functools.partial(fn, *args, **kwargs)
 
-
-#: accept() errors that mean "out of a resource for now", not a broken listener (as trio.serve_listeners).
-_ACCEPT_TRANSIENT = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _connection_numbers = itertools.count(1)
-
-
-async def _bind_unix(path: Path) -> trio.socket.SocketType:
-    """A listening Unix socket at ``path`` (mode 0600), replacing the file of an earlier bind by
-    this daemon (it holds the socket path's lock, see :func:`claim_socket_path`)."""
-    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
-    old = os.umask(0o177)
-    try:
-        await sock.bind(str(path))
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(512)
-    return sock

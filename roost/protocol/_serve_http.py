@@ -25,7 +25,6 @@ refused (403: ``dispatch_task`` would mutate), and so is a request with an ``Ori
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 import ssl
@@ -34,6 +33,7 @@ from typing import Any
 import trio
 
 from roost.protocol._serve_auth import bearer_token
+from roost.protocol._serve_listeners import ACCEPT_TRANSIENT
 
 __all__ = ["serve_http", "build_mcp_app", "MAX_HEAD_BYTES"]
 
@@ -200,16 +200,12 @@ async def _accept_loop(listener: trio.SocketListener, handle: Any, nursery: trio
             try:
                 stream = await listener.accept()
             except OSError as exc:
-                if exc.errno not in _ACCEPT_TRANSIENT:
+                if exc.errno not in ACCEPT_TRANSIENT:
                     raise
                 log.error("serve: HTTP accept failed (%s); retrying", exc)
                 await trio.sleep(0.1)
                 continue
             nursery.start_soon(handle, stream)
-
-
-#: accept() errors that mean "out of a resource for now" (as trio.serve_listeners treats them).
-_ACCEPT_TRANSIENT = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
 def _mcp_available() -> bool:
