@@ -308,3 +308,36 @@ def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPa
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+# -- the test-only environment variable, through the real `roost` command --------------------------
+
+async def test_fault_env_crashes_a_turn_of_the_real_app_server(tmp_path: Path, roost_home: Path) -> None:
+    """``ROOST_FAULT_INJECT=turn@2``: the first turn crashes at its second streamed event and ends
+    failed; the thread and the server go on serving the next turn."""
+    from _helpers.appserver import open_app_server, script_env
+
+    env = script_env(tmp_path, roost_home, json.dumps({"default": "echo"}), ROOST_FAULT_INJECT="turn@2")
+    async with open_app_server(env=env) as app:
+        await app.initialize()
+        thread = (await app.request("thread/start", {"cwd": str(tmp_path)}))["thread"]
+        crashed = await app.run_turn(thread["id"], "one two three four")
+        assert crashed["turn"]["status"] == "failed", crashed
+        assert "injected fault at turn" in json.dumps(crashed["turn"].get("error"))
+        again = await app.run_turn(thread["id"], "after the crash")
+        assert again["turn"]["status"] == "completed", again
+
+
+async def test_fault_env_crashes_the_task_queue_of_the_real_daemon(tmp_path: Path) -> None:
+    """``ROOST_FAULT_INJECT=task_queue``: the queue crashes before its first task, is restarted
+    from the store, and the accepted task still runs to its result."""
+    from _helpers.serve_client import open_daemon
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    async with open_daemon(script=script, env={"ROOST_FAULT_INJECT": "task_queue"}) as daemon, \
+            daemon.unix() as conn:
+        await conn.wait_for("hello")
+        task = await dispatch(conn, "survives the queue crash")
+        result = await conn.wait_for("result", lambda e: e.get("sessionId") == task)
+        assert result["succeeded"] is True, result
