@@ -233,7 +233,7 @@ class ServeDaemon:
     def _child_specs(self) -> list[ChildSpec]:
         specs = [
             ChildSpec("task_queue", self.queue.run, restart=Restart.PERMANENT, shutdown_timeout=15),
-            ChildSpec("connections", self._run_connections, restart=Restart.PERMANENT, shutdown_timeout=15),
+            ChildSpec.of_factory("connections", self._new_connections, restart=Restart.PERMANENT, shutdown_timeout=15),
             ChildSpec("listener:unix", self._run_unix_listener, restart=Restart.PERMANENT, shutdown_timeout=5),
         ]
         if self.options.http_port is not None:
@@ -241,10 +241,10 @@ class ServeDaemon:
                                    shutdown_timeout=5))
         return specs
 
-    async def _run_connections(self, *, task_status: Any) -> None:
+    def _new_connections(self) -> Supervisor:
         supervisor = Supervisor(name="connections", intensity=1000, period=1, stop_together=True)
         self.connection_supervisor = supervisor
-        await supervisor.run(task_status=task_status)
+        return supervisor
 
     def start_connection(self, serve: Callable[[], Awaitable[None]], stream: trio.abc.AsyncResource) -> None:
         """Run ``serve()`` as a temporary child ``connection:<n>`` of the connections supervisor;
