@@ -54,7 +54,22 @@ async def test_lines_split_from_chunks_and_end_of_input() -> None:
         lines = [await stdin.readline() for _ in range(6)]
     finally:
         os.close(read_fd)
-    assert lines == ["one\n", "two\r\n", "thré\ufffd\n", "tail", "", ""]
+    assert lines == ["one\n", "two\n", "thré\ufffd\n", "tail", "", ""]
+
+
+async def test_an_oversized_line_is_reported_and_never_becomes_input(monkeypatch) -> None:
+    monkeypatch.setenv("ROOST_MAX_LINE_BYTES", "8")
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"short\n" + b"x" * 30 + b"\n" + b"after\n")
+    os.close(write_fd)
+    errors: list[str] = []
+    try:
+        stdin = StdinLines(os.fdopen(read_fd, "rb", closefd=False), on_error=errors.append)
+        lines = [await stdin.readline() for _ in range(3)]
+    finally:
+        os.close(read_fd)
+    assert lines == ["short\n", "after\n", ""]
+    assert errors == ["line exceeds the limit of 8 bytes"]
 
 
 async def test_a_stream_without_a_descriptor_is_read_with_readline() -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from roost.actors._thread import ThreadActor
-from roost.errors import NotFound, ThreadNotFound
+from roost.errors import LifecycleError, NotFound, ThreadNotFound
 from roost.storage import create_thread, get_thread
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
@@ -34,6 +35,31 @@ class ThreadRegistry:
         self.worker_links: dict[str, tuple[Any, str]] = {}
         self._fresh: set[str] = set()  # created here, nothing to load from the store yet
         self._lock = trio.Lock()
+        #: set while ``supervisor`` runs; a restart of the threads supervisor clears it meanwhile
+        self._ready = trio.Event()
+        self._ready.set()
+
+    async def run_supervisor(self, make: Callable[[], Supervisor], *, task_status: Any) -> None:
+        """Run a fresh threads supervisor ``make()`` as the registry's (a permanent root child).
+
+        Every start (a restart after a crash too) begins empty: the ThreadActors of the previous
+        instance have stopped, and each thread is loaded again from the store on its next
+        :meth:`get`; subscriptions and worker links, kept here, carry over. Reports the
+        Supervisor as started.
+        """
+        if self._ready.is_set():
+            self._ready = trio.Event()
+        self.actors.clear()
+        supervisor = make()
+        self.supervisor = supervisor
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(supervisor.run)
+                self._ready.set()
+                task_status.started(supervisor)
+        finally:
+            if self._ready.is_set():
+                self._ready = trio.Event()
 
     async def create(self, thread: Any, *, ephemeral: bool, worker: tuple[Any, str] | None = None,
                      persisted: bool = False) -> ThreadActor:
@@ -74,13 +100,24 @@ class ThreadRegistry:
                 _thread = self._ephemeral.get(thread_id) or await self._load(thread_id)
             spec = ChildSpec(f"thread:{thread_id}", functools.partial(self._run_actor, thread_id, ephemeral),
                              restart=Restart.TRANSIENT, shutdown_timeout=15.0)
-            self._pending_thread = _thread
-            try:
-                await self.supervisor.terminate_child(spec.id)
-            except Exception:
-                pass
-            await self.supervisor.start_child(spec)
-            return self.actors[thread_id]
+            while True:
+                await self._ready.wait()   # the threads supervisor is (re)starting
+                supervisor = self.supervisor
+                self._pending_thread = _thread
+                try:
+                    await supervisor.terminate_child(spec.id)
+                except Exception:
+                    pass
+                try:
+                    await supervisor.start_child(spec)
+                    return self.actors[thread_id]
+                except LifecycleError:
+                    if supervisor.running or supervisor is not self.supervisor:
+                        if supervisor.running:
+                            raise
+                        continue
+                    if self._ready.is_set():   # it is stopping: wait for its successor
+                        self._ready = trio.Event()
 
     async def _load(self, thread_id: str) -> Any:
         store = self.services.store

@@ -64,6 +64,8 @@ from typing import Any, Awaitable, Callable
 import attrs
 import trio
 
+from roost._faults import fault_point
+
 from roost.actors._actor import Actor
 from roost.errors import NotFound, RoostError
 from roost.scheduling import Clock, CronExpr, InvalidCron, SystemClock, format_slot, parse_cron, parse_slot
@@ -72,6 +74,9 @@ from roost import storage as db
 from roost.storage.leases import owner_is_dead
 
 __all__ = ["Scheduler", "SchedulesChanged", "TaskOutcomes", "Dispatch", "WaitTask"]
+
+#: Seconds the shielded dispatch-and-record step of a run may take.
+_DISPATCH_TIMEOUT = 15.0
 
 log = logging.getLogger("roost.scheduler")
 
@@ -393,6 +398,7 @@ class Scheduler(Actor):
         """Record ``missed``, claim and dispatch ``slot``, advance ``next_run``; await the run."""
         run_id: str | None = None
         verdict = "lost"
+        fault_point("scheduler")
         try:
             slot_text = format_slot(slot) if slot is not None else None
             run_id, verdict = await self.store.writer.submit(
@@ -447,15 +453,20 @@ class Scheduler(Actor):
                 start = self.clock.now()
                 if slot is not None:
                     self.dispatch_delays.append((start - slot).total_seconds())
-                try:
-                    task_id = await self._dispatch_run(
-                        job.task, config=job.config, work_dir=job.work_dir, client_id=None,
-                        source="schedule", **job.settings)
-                except Exception:
-                    log.exception("schedule %r: dispatch failed", job.name)
-                    await self._record(db.mark_run_finished, run_id, "failed", format_slot(self.clock.now()))
-                    return
-                await self._record(db.mark_run_started, run_id, str(task_id), format_slot(start))
+                # Dispatch and its record are one step a cancellation (a stop, a crash of this
+                # actor) cannot split: a dispatched task always has its run record.
+                with trio.move_on_after(_DISPATCH_TIMEOUT) as step:
+                    step.shield = True
+                    try:
+                        task_id = await self._dispatch_run(
+                            job.task, config=job.config, work_dir=job.work_dir, client_id=None,
+                            source="schedule", **job.settings)
+                    except Exception:
+                        log.exception("schedule %r: dispatch failed", job.name)
+                        await self._record(db.mark_run_finished, run_id, "failed", format_slot(self.clock.now()))
+                        return
+                    await self._record(db.mark_run_started, run_id, str(task_id), format_slot(start))
+                await trio.lowlevel.checkpoint()
                 self.stats["fired"] += 1
                 log.info("schedule %r fired: task %s (slot %s)", job.name, task_id,
                          format_slot(slot) if slot is not None else "manual",

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from roost._faults import fault_point
 from roost._json import loads
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe, Unsubscribe
@@ -167,6 +168,7 @@ class TaskQueue:
         self.on_accepted: Any = None
         self._queued: collections.deque[str] = collections.deque()
         self._wake = trio.Event()
+        self._runs = 0
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -316,18 +318,47 @@ class TaskQueue:
         return [self.tasks[i] for i in resumed]
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the runners until cancelled. Cancellation: running tasks stay ``running`` in the store
-        (their turns are interrupted by the runtime) and are resumed by the next daemon."""
+        """Run the runners until cancelled; restartable (a permanent child of the root supervisor).
+
+        A second and later run first rebuilds the queue from the store (:meth:`_rebuild`): the
+        tasks the previous runners had started are queued again at the front, and a task whose
+        turn is still running on its thread is re-attached to that turn, not started again.
+
+        Cancellation: running tasks stay ``running`` in the store (their turns are interrupted by
+        the runtime when it stops) and are resumed by the next daemon.
+        """
+        self._runs += 1
+        if self._runs > 1:
+            await self._rebuild()
         async with trio.open_nursery() as nursery:
             for _ in range(self.max_concurrent):
                 nursery.start_soon(self._runner)
             task_status.started()
+
+    async def _rebuild(self) -> None:
+        """After a restart: queue again, at the front, every task that was running (from the store)."""
+        store = self.runtime.store
+
+        def read() -> list:
+            with store.read() as conn:
+                return [t.id for t in list_daemon_tasks(conn) if t.status == "running"]
+
+        running = [i for i in await trio.to_thread.run_sync(read) if i in self.tasks]
+        running += [i for i, t in self.tasks.items() if t.status == "running" and i not in running]
+        for task_id in running:
+            task = self.tasks[task_id]
+            task.status, task.resumed = "queued", True
+        self._queued = collections.deque(running + [i for i in self._queued if i not in running])
+        if self._queued:
+            self._wake.set()
+        log.warning("task queue restarted: %d running task(s) queued again", len(running))
 
     async def _runner(self) -> None:
         while True:
             while not self._queued:
                 self._wake = trio.Event() if self._wake.is_set() else self._wake
                 await self._wake.wait()
+            fault_point("task_queue")
             task = self.tasks[self._queued.popleft()]
             await self._run(task)
 
@@ -403,10 +434,14 @@ class TaskQueue:
         origin = Origin(client_id=task.client_id or "serve",
                         request_approval=functools.partial(self.listener.request_approval, task),
                         unattended_policy=self.unattended_policy)
-        prompt = RESUME_PROMPT.format(task=task.task) if task.resumed else task.task
-        turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
-        task.turn_id = turn["id"]
-        view = await actor.wait_turn_end(turn["id"])
+        live = actor.turn_view(task.turn_id) if task.resumed and task.turn_id is not None else None
+        if live is not None and live["status"] in ("running", "queued"):
+            turn_id = task.turn_id   # a restarted queue re-attaches to the turn still running
+        else:
+            prompt = RESUME_PROMPT.format(task=task.task) if task.resumed else task.task
+            turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
+            turn_id = task.turn_id = turn["id"]
+        view = await actor.wait_turn_end(turn_id)
         succeeded = view.get("status") == "completed"
         error = None
         if not succeeded:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from roost._faults import fault_point
+
 from roost.actors._actor import shielded_cleanup
 from roost.engines._types import (
     AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, ReasoningItems, Retrying, TextDelta, ToolCall,
@@ -261,6 +263,7 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
         with cut:
             async with engine.stream(request) as events:
                 async for event in events:
+                    fault_point("turn")
                     cls = type(event)
                     if cls is TextDelta:
                         if message is None:

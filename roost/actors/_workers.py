@@ -4,7 +4,9 @@
 A :class:`WorkerTree` belongs to one root thread and holds every worker below it, at any depth.
 Each worker is a thread of kind ``worker`` with its own ThreadActor, turns, engine selection, tools
 and execution lease; a *driver* task of the tree starts the worker's turn and waits for its end.
-All drivers run in one nursery inside one cancel scope, so freezing the tree is one cancellation:
+The tree is a supervisor of its workers: each driver is a *temporary* child of the tree's
+:class:`~roost.supervisor.Supervisor` (a crashed driver is logged and its worker settled, never
+replayed: a turn is not idempotent). Freezing the tree stops that supervisor, every driver at once:
 each driver, cancelled, interrupts its worker's turn (partial results are kept) and waits for it to
 settle, shielded and bounded.
 
@@ -42,6 +44,7 @@ from roost.storage import (
     update_worker,
     utc_now,
 )
+from roost.supervisor import ChildSpec, Restart, Supervisor
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
@@ -152,7 +155,9 @@ class WorkerTree:
         self.waiting: set[str] = set()        # ids a wait_agents call is about to claim
         self.origin: Any = None
         self._scope = trio.CancelScope()
-        self._nursery: trio.Nursery | None = None
+        #: the supervisor of this generation's drivers (None while frozen or not running)
+        self.supervisor: Supervisor | None = None
+        self._drivers = 0
         self._generation_done = trio.Event()
         self._spawn_counter = 0
         self._changed = trio.Event()
@@ -175,14 +180,17 @@ class WorkerTree:
                 self._generation_done = done
                 with trio.CancelScope() as self._scope:
                     try:
+                        supervisor = Supervisor(name=f"workers:{self.root.thread.id}", intensity=1000, period=1,
+                                                stop_together=True)
                         async with trio.open_nursery() as nursery:
-                            self._nursery = nursery
+                            await nursery.start(supervisor.run)
+                            self.supervisor = supervisor
                             if not started:
                                 started = True
                                 task_status.started()
                             await trio.sleep_forever()
                     finally:
-                        self._nursery = None
+                        self.supervisor = None
                         done.set()
 
     async def _deliverer(self) -> None:
@@ -370,11 +378,22 @@ class WorkerTree:
     def _start_driver(self, worker: WorkerState, *, claim: bool = False) -> None:
         self.running.add(worker.id)
         worker.status = "running"
-        assert self._nursery is not None
-        self._nursery.start_soon(functools.partial(self._drive, worker, claim=claim), name=f"worker:{worker.id}")
+        self._start_child(worker, functools.partial(self._drive, worker, claim=claim))
+
+    def _start_child(self, worker: WorkerState, drive: Any) -> None:
+        """Start ``drive()`` as a temporary child ``worker:<id>#<n>`` of this generation's supervisor."""
+        assert self.supervisor is not None
+        self._drivers += 1
+
+        async def start(*, task_status: Any) -> None:
+            task_status.started()
+            await drive()
+
+        self.supervisor.start_child_soon(ChildSpec(f"worker:{worker.id}#{self._drivers}", start,
+                                                   restart=Restart.TEMPORARY, shutdown_timeout=30.0))
 
     def _fill_slots(self) -> None:
-        while self.queue and len(self.running) < self.max_parallel and not self.frozen and self._nursery is not None:
+        while self.queue and len(self.running) < self.max_parallel and not self.frozen and self.supervisor is not None:
             worker = self.workers[self.queue.pop(0)]
             if worker.status != "queued":
                 continue
@@ -587,8 +606,7 @@ class WorkerTree:
         self._emit_updated(worker)
         if worker.status == "running":
             self.running.add(worker.id)
-            assert self._nursery is not None
-            self._nursery.start_soon(functools.partial(self._drive, worker, message=message))
+            self._start_child(worker, functools.partial(self._drive, worker, message=message))
         else:
             worker.prompt = message
             self.queue.append(worker.id)

@@ -8,6 +8,7 @@ from typing import Any, AsyncIterator
 import trio
 
 from roost.errors import RoostError
+from roost.protocol import FrameError, LineDecoder
 
 __all__ = ["DaemonUnreachable", "open_link", "MAX_LINE_BYTES"]
 
@@ -42,30 +43,26 @@ class _UnixLink(_Link):
         await self.stream.send_all(line.encode("utf-8") + b"\n")
 
     async def lines(self) -> AsyncIterator[str]:
-        buffer = bytearray()
+        decoder = LineDecoder(max_line_bytes=MAX_LINE_BYTES, parse=False)
         while True:
             try:
                 data = await self.stream.receive_some(1 << 16)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self.close_reason = f"connection lost ({exc})"
                 return
+            frames = decoder.feed(data) if data else decoder.finish()
+            for frame in frames:
+                if not isinstance(frame, FrameError):   # an oversized daemon line is dropped
+                    yield frame
             if not data:
-                if buffer:
-                    yield buffer.decode("utf-8", "replace")
                 self.close_reason = "the daemon closed the connection"
                 return
-            buffer += data
-            while (index := buffer.find(b"\n")) >= 0:
-                line = bytes(buffer[:index])
-                del buffer[: index + 1]
-                yield line.decode("utf-8", "replace")
-            if len(buffer) > MAX_LINE_BYTES:
-                buffer.clear()
 
 
 class _WsLink(_Link):
     def __init__(self, ws: Any) -> None:
         self.ws = ws
+        self._decoder = LineDecoder(max_line_bytes=MAX_LINE_BYTES, parse=False)
 
     async def send(self, line: str) -> None:
         from trio_websocket import ConnectionClosed
@@ -87,9 +84,10 @@ class _WsLink(_Link):
                 code = f" (code {reason.code})" if reason is not None else ""
                 self.close_reason = f"the daemon closed the connection{code}{text}"
                 return
-            text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
-            for line in text.split("\n"):
-                yield line
+            data = message.encode("utf-8") if isinstance(message, str) else message
+            for frame in self._decoder.feed(data + b"\n"):   # a message ends its last line
+                if not isinstance(frame, FrameError):
+                    yield frame
 
 
 @asynccontextmanager

@@ -106,13 +106,12 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
 
     daemon.outcomes = TaskOutcomes(daemon.queue.lookup)
 
-    async def start_scheduler(*, task_status: Any) -> None:
-        scheduler = Scheduler(runtime.store, dispatch=daemon.queue.dispatch, wait_task=daemon.outcomes.wait,
-                              owner=runtime.services.owner, project=str(daemon.options.work_dir))
-        await scheduler.run(task_status=task_status)
+    def scheduler() -> Scheduler:   # a fresh actor per (re)start; it re-adopts its open runs
+        return Scheduler(runtime.store, dispatch=daemon.queue.dispatch, wait_task=daemon.outcomes.wait,
+                         owner=runtime.services.owner, project=str(daemon.options.work_dir))
 
-    await runtime.root.start_child(ChildSpec("scheduler", start_scheduler, restart=Restart.PERMANENT,
-                                             shutdown_timeout=10))
+    await runtime.root.start_child(ChildSpec.of_factory("scheduler", scheduler, restart=Restart.PERMANENT,
+                                                        shutdown_timeout=10))
 
 
 def _check_config(path: Path | None, engines: Any) -> str | None:

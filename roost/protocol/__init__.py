@@ -10,6 +10,7 @@ from roost.protocol._framing import Frame as Frame
 from roost.protocol._framing import FrameError as FrameError
 from roost.protocol._framing import JsonlWriter as JsonlWriter
 from roost.protocol._framing import LineDecoder as LineDecoder
+from roost.protocol._framing import line_limit as line_limit
 from roost.protocol._framing import open_stdio_stream as open_stdio_stream
 from roost.protocol._framing import read_frames as read_frames
 
@@ -103,10 +104,11 @@ __all__ = [
     "FrameError",
     "JsonlWriter",
     "LineDecoder",
+    "line_limit",
     "open_stdio_stream",
     "read_frames",
 ]
 
-for _name in ("FrameError", "JsonlWriter", "LineDecoder", "open_stdio_stream", "read_frames"):
+for _name in ("FrameError", "JsonlWriter", "LineDecoder", "line_limit", "open_stdio_stream", "read_frames"):
     globals()[_name].__module__ = __name__
 del _name

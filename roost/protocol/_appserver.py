@@ -344,17 +344,10 @@ def _ordering_key(params: Any) -> str:
 
 
 def max_line_bytes() -> int:
-    """The longest request line accepted, in bytes: ``ROOST_MAX_LINE_BYTES`` or 64 MiB.
+    """The longest request line accepted, in bytes: :func:`roost.protocol._framing.line_limit`."""
+    from roost.protocol._framing import line_limit
 
-    The variable exists so tests can exercise the oversized-line path without 64 MiB of input.
-    """
-    from roost.protocol._framing import DEFAULT_MAX_LINE_BYTES
-
-    try:
-        value = int(os.environ.get("ROOST_MAX_LINE_BYTES") or DEFAULT_MAX_LINE_BYTES)
-    except ValueError:
-        value = DEFAULT_MAX_LINE_BYTES
-    return value if value > 0 else DEFAULT_MAX_LINE_BYTES
+    return line_limit()
 
 
 def _map_error(exc: RoostError) -> ProtocolError:

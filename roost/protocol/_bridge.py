@@ -178,7 +178,7 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
     pending, gets an ``error`` event and is otherwise ignored. At end of input, approvals can no
     longer be asked and are denied (the unattended policy).
     """
-    from roost.protocol._framing import FrameError, LineDecoder, read_frames
+    from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
     from roost.protocol._outbox import Outbox
     from roost.protocol._repl_prompts import PromptBroker
 
@@ -206,7 +206,7 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
         emit({"type": "error", "text": text})
 
     async def read_input() -> None:
-        async for frame in read_frames(receive, LineDecoder()):
+        async for frame in read_frames(receive, LineDecoder(max_line_bytes=line_limit())):
             if isinstance(frame, FrameError) or not isinstance(frame, dict):
                 reason = frame.message if isinstance(frame, FrameError) else "an input line must be a JSON object"
                 if broker.pending_kind == "approval":  # anything malformed counts as denied

@@ -14,7 +14,16 @@ Framing rules:
   with the next line.
 - An oversized line yields one :class:`FrameError` as soon as it is known to be too long; the rest
   of that line is discarded up to the next newline (so memory stays bounded), then decoding
-  continues.
+  continues. No part of an oversized line ever becomes a frame.
+- Text mode (``LineDecoder(parse=False)``): the same rules for lines whose values are plain text
+  (the serve socket, ``/attach`` and the terminal's stdin, where a plain text line is input):
+  each line is yielded as a ``str`` without its terminator, blank lines included; bytes that are
+  not UTF-8 are replaced (U+FFFD), as a terminal or a plain text client sends them.
+
+This decoder is the one line reader of every input path (DESIGN.md section 5): app-server stdio,
+the serve socket and ``/attach``, the repl and bridge stdin, and the terminal stdin of ``roost
+repl`` / ``roost attach``. ``ROOST_MAX_LINE_BYTES`` (see :func:`line_limit`) lowers the limit of
+all of them, so tests can exercise the oversized path without 64 MiB of input.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ __all__ = [
     "Frame",
     "FrameError",
     "LineDecoder",
+    "line_limit",
     "read_frames",
     "JsonlWriter",
     "open_stdio_stream",
@@ -78,19 +88,22 @@ class LineDecoder:
 
     Args:
         max_line_bytes: the longest accepted line in bytes, terminator excluded (default 64 MiB).
+        parse: True: each line is a JSON value (blank lines skipped); False: text mode, each line
+            is a ``str`` (see the module docstring).
 
     Raises:
         ValueError: ``max_line_bytes`` is not positive.
     """
 
-    __slots__ = ("_buf", "_discarding", "_max")
+    __slots__ = ("_buf", "_discarding", "_max", "_parse")
 
-    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, parse: bool = True) -> None:
         if max_line_bytes <= 0:
             raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes!r}")
         self._max = max_line_bytes
         self._buf = bytearray()
         self._discarding = False
+        self._parse = parse
 
     @property
     def max_line_bytes(self) -> int:
@@ -139,6 +152,9 @@ class LineDecoder:
             if n > limit and not (n == limit + 1 and line[-1] == 13):
                 append(_oversized(limit))
                 continue
+            if not self._parse:
+                append(_text(line))
+                continue
             try:
                 append(loads(line))
             except JSONDecodeError as exc:
@@ -167,6 +183,24 @@ class LineDecoder:
             out.append(_oversized(self._max))
             self._buf = bytearray()
             self._discarding = True
+
+
+def _text(line: bytearray) -> str:
+    if line[-1:] == b"\r":
+        line = line[:-1]
+    return line.decode("utf-8", "replace")
+
+
+def line_limit() -> int:
+    """The line limit of every input path, in bytes: ``ROOST_MAX_LINE_BYTES`` or 64 MiB.
+
+    The variable exists so tests can exercise the oversized-line paths without 64 MiB of input.
+    """
+    try:
+        value = int(os.environ.get("ROOST_MAX_LINE_BYTES") or DEFAULT_MAX_LINE_BYTES)
+    except ValueError:
+        value = DEFAULT_MAX_LINE_BYTES
+    return value if value > 0 else DEFAULT_MAX_LINE_BYTES
 
 
 def _oversized(limit: int) -> FrameError:

@@ -55,7 +55,7 @@ import trio
 
 from roost._json import dumps_line, loads
 from roost.errors import RoostError
-from roost.protocol._framing import FrameError, LineDecoder, read_frames
+from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._outbox import Outbox
 from roost.protocol._repl_events import ChatTranslator, assistant_replies, replay_event
@@ -674,7 +674,7 @@ async def _serve(session: ReplSession, receive: trio.abc.ReceiveStream, snapshot
             session.emit(replay_event(snapshot))
         async with trio.open_nursery() as nursery:
             session.nursery = nursery
-            async for frame in read_frames(receive, LineDecoder()):
+            async for frame in read_frames(receive, LineDecoder(max_line_bytes=line_limit())):
                 await session.handle(frame)
                 if session.exit_requested:
                     break

@@ -32,30 +32,35 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import itertools
 import logging
 import os
 import socket as stdsocket
 import ssl
-import struct
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import attrs
 import trio
 
+from roost._faults import fault_point
 from roost._json import JSONDecodeError, dumps_line, loads
 from roost._paths import run_dir
 from roost.actors import CLOSE_NORMAL, ConnectionActor
 from roost.actors import QueuedTask, TaskQueue
-from roost.errors import ConfigError, RoostError, ServerOverloaded
+from roost.errors import ChildNotFound, ConfigError, LifecycleError, RoostError, ServerOverloaded
 import roost.orchestration
 from roost.protocol._coalesce import WIRE_TOKENS
+from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
+from roost.protocol._serve_listeners import run_http_listener, run_unix_listener
+from roost.protocol._websocket import ServerWebSocket, accept_websocket, read_request, reject_websocket
+from roost.supervisor import ChildSpec, Restart, Supervisor
 
 __all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "default_socket_path", "claim_socket_path",
            "PROTOCOL_VERSION"]
@@ -188,105 +193,138 @@ class ServeDaemon:
         self._translators: dict[str, TaskEventTranslator] = {}
         self._resume_told: set[str] = set()
         self.nursery: trio.Nursery | None = None
+        #: the running ``connections`` supervisor (a fresh one after each restart)
+        self.connection_supervisor: Supervisor | None = None
         self.http_port: int | None = None
         self.events_broadcast = 0
-        self.max_line_bytes = MAX_LINE_BYTES
+        self.max_line_bytes = line_limit()
 
     # -- running ------------------------------------------------------------------------------------
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Restore tasks, start the runners and the listeners; serve until cancelled.
+        """Restore tasks, then add the daemon's children to the root supervisor; serve until cancelled.
 
-        ``task_status.started()`` is called once both listeners accept connections.
+        The children (DESIGN.md section 2), each restarted as a fresh instance after a crash:
+        ``task_queue`` (permanent; rebuilds from the store), ``connections`` (permanent
+        supervisor of one temporary child per attached client), ``listener:unix`` and, with
+        ``--http-port``, ``listener:http`` (permanent; a restart binds the same path / port
+        again and leaves the attached clients alone). ``task_status.started()`` is called once
+        the listeners accept connections; on exit the children are stopped in reverse order.
         """
-        options = self.options
-        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            await sock.bind(str(options.socket_path))
-        finally:
-            os.umask(old)
-        os.chmod(options.socket_path, 0o600)
-        sock.listen(512)
+        root = self.runtime.root
+        added: list[str] = []
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 await self.queue.restore()
-                await nursery.start(self.queue.run)
-                await nursery.start(trio.serve_listeners, self._serve_unix, [trio.SocketListener(sock)])
-                if options.http_port is not None:
-                    http_server: Callable[..., Any] | None
-                    try:
-                        from roost.protocol._serve_http import serve_http as http_server
-                    except ImportError:
-                        http_server = None
-                    if http_server is not None:
-                        self.http_port = await nursery.start(functools_partial(
-                            http_server, self, options.host, options.http_port, options.ssl_context))
-                    else:   # without the mcp SDK: the WebSocket alone, on trio-websocket's own server
-                        from trio_websocket import serve_websocket
-
-                        server = await nursery.start(functools_partial(
-                            serve_websocket, self.serve_websocket_request, options.host, options.http_port,
-                            options.ssl_context, handler_nursery=nursery, max_message_size=MAX_LINE_BYTES))
-                        self.http_port = server.port
+                for spec in self._child_specs():
+                    await root.start_child(spec)
+                    added.append(spec.id)
                 task_status.started()
+                await trio.sleep_forever()
         finally:
+            with trio.CancelScope(shield=True):
+                for child_id in reversed(added):
+                    try:
+                        await root.terminate_child(child_id)
+                    except ChildNotFound:
+                        pass
             try:
-                options.socket_path.unlink(missing_ok=True)
+                self.options.socket_path.unlink(missing_ok=True)
             except OSError:
                 pass
 
+    def _child_specs(self) -> list[ChildSpec]:
+        specs = [
+            ChildSpec("task_queue", self.queue.run, restart=Restart.PERMANENT, shutdown_timeout=15),
+            ChildSpec.of_factory("connections", self._new_connections, restart=Restart.PERMANENT, shutdown_timeout=15),
+            ChildSpec("listener:unix", self._run_unix_listener, restart=Restart.PERMANENT, shutdown_timeout=5),
+        ]
+        if self.options.http_port is not None:
+            specs.append(ChildSpec("listener:http", self._run_http_listener, restart=Restart.PERMANENT,
+                                   shutdown_timeout=5))
+        return specs
+
+    def _new_connections(self) -> Supervisor:
+        supervisor = Supervisor(name="connections", intensity=1000, period=1, stop_together=True)
+        self.connection_supervisor = supervisor
+        return supervisor
+
+    def start_connection(self, serve: Callable[[], Awaitable[None]], stream: trio.abc.AsyncResource) -> None:
+        """Run ``serve()`` as a temporary child ``connection:<n>`` of the connections supervisor;
+        ``stream`` is closed when it ends (at once, when that supervisor is not running)."""
+        number = next(_connection_numbers)
+
+        async def start(*, task_status: Any) -> None:
+            task_status.started()
+            try:
+                await serve()
+            finally:
+                await trio.aclose_forcefully(stream)
+
+        spec = ChildSpec(f"connection:{number}", start, restart=Restart.TEMPORARY, shutdown_timeout=10)
+        try:
+            if self.connection_supervisor is None:
+                raise LifecycleError("no connections supervisor")
+            self.connection_supervisor.start_child_soon(spec)
+        except LifecycleError:
+            log.warning("serve: connection refused while the connections supervisor restarts")
+            if self.nursery is not None:
+                self.nursery.start_soon(trio.aclose_forcefully, stream)
+
+    async def _run_unix_listener(self, *, task_status: Any) -> None:
+        await run_unix_listener(self, task_status=task_status)
+
+    async def _run_http_listener(self, *, task_status: Any) -> None:
+        await run_http_listener(self, task_status=task_status)
+
     # -- transports ---------------------------------------------------------------------------------
 
-    async def _serve_unix(self, stream: trio.SocketStream) -> None:
+    async def serve_unix(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted Unix-socket client until it leaves."""
         async def close(code: int, reason: str) -> None:
             await stream.aclose()
 
-        await self._attach(_unix_lines(stream), stream, close, scope="unix", client_id=None, read_only=False)
+        await self._attach(_unix_lines(stream, self.max_line_bytes), stream, close, scope="unix", client_id=None,
+                           read_only=False)
 
-    async def serve_websocket_request(self, request: Any) -> None:
-        """Serve one WebSocket handshake (``/attach``): Origin, token and client-id checks, then attach."""
-        from trio_websocket import ConnectionClosed
-
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-        path = request.path.split("?", 1)[0]
-        if path != "/attach":
-            await request.reject(404, body=b"not found: the WebSocket endpoint is /attach\n")
+    async def serve_attach(self, stream: trio.abc.Stream, head: bytes) -> None:
+        """Serve one WebSocket handshake (``/attach``) read as ``head`` from ``stream`` (wsproto,
+        see :mod:`roost.protocol._websocket`): Origin, token and client-id checks, then attach."""
+        ws, request = read_request(head)
+        if request is None:
+            await reject_websocket(stream, ws, 400, b"bad request: expected a WebSocket handshake\n")
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.extra_headers}
+        if request.target.split("?", 1)[0] != "/attach":
+            await reject_websocket(stream, ws, 404, b"not found: the WebSocket endpoint is /attach\n")
             return
         if "origin" in headers:
-            await request.reject(403, body=b"refused: a handshake with an Origin header is not accepted\n")
+            await reject_websocket(stream, ws, 403, b"refused: a handshake with an Origin header is not accepted\n")
             return
         grant = self.options.auth.check(bearer_token(headers.get("authorization")))
         if grant is None:
-            await request.reject(401, extra_headers=[(b"WWW-Authenticate", b"Bearer")],
-                                 body=b"unauthorized: send Authorization: Bearer <token>\n")
+            await reject_websocket(stream, ws, 401, b"unauthorized: send Authorization: Bearer <token>\n",
+                                   headers=[(b"WWW-Authenticate", b"Bearer")])
             return
         try:
             client_id = parse_client_id(headers.get("fuseraft-client-id"))
         except ValueError as exc:
-            await request.reject(400, body=f"{exc}\n".encode())
+            await reject_websocket(stream, ws, 400, f"{exc}\n".encode())
             return
         try:
-            ws = await request.accept()
-        except (ConnectionClosed, trio.BrokenResourceError, OSError):
+            socket = await accept_websocket(stream, ws, max_message_bytes=MAX_LINE_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
 
-        async def frames() -> AsyncIterator[str]:
-            while True:
-                try:
-                    message = await ws.get_message()
-                except ConnectionClosed:
-                    return
-                text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
-                for line in text.split("\n"):
-                    yield line
+        async def frames() -> AsyncIterator[str | FrameError]:
+            decoder = LineDecoder(max_line_bytes=self.max_line_bytes, parse=False)
+            async for message in socket.messages():
+                for frame in decoder.feed(message + b"\n"):   # a message ends its last line
+                    yield frame
 
-        async def close(code: int, reason: str) -> None:
-            await ws.aclose(code=code, reason=reason[:120])
-
-        await self._attach(frames(), _WebSocketLines(ws), close, scope=grant.scope, client_id=client_id,
-                           read_only=grant.read_only)
+        await self._attach(frames(), _WebSocketLines(socket), socket.aclose, scope=grant.scope,
+                           client_id=client_id, read_only=grant.read_only)
 
     # -- clients ------------------------------------------------------------------------------------
 
@@ -297,7 +335,7 @@ class ServeDaemon:
             client = self.clients[key] = ClientState(key=key, client_id=client_id, anonymous=anon)
         return client
 
-    async def _attach(self, frames: AsyncIterator[str], stream: Any, close: Any, *, scope: str,
+    async def _attach(self, frames: AsyncIterator[str | FrameError], stream: Any, close: Any, *, scope: str,
                       client_id: str | None, read_only: bool) -> None:
         key = f"{scope}/{client_id}" if client_id else f"{scope}/conn-{next(_anon)}"
         client = self._client(key, client_id, anonymous=client_id is None)
@@ -363,10 +401,15 @@ class ServeDaemon:
 
     # -- input --------------------------------------------------------------------------------------
 
-    async def _handle(self, conn: ConnectionActor, line: str) -> None:
+    async def _handle(self, conn: ConnectionActor, line: str | FrameError) -> None:
         """Handle one input line: plain text is a task; a line starting with ``{`` or ``[`` must be
         a JSON object input message (anything else there gets an ``invalid_request`` error and is
-        not queued)."""
+        not queued). An oversized or undecodable line (a :class:`FrameError` of the framing) gets
+        a ``parse_error`` error and never becomes input."""
+        fault_point("connection")
+        if isinstance(line, FrameError):
+            conn.send(_error(line.message, line.code))
+            return
         text = line.strip()
         if not text:
             return
@@ -537,73 +580,25 @@ class ServeDaemon:
 class _WebSocketLines:
     """A SendStream-like adapter: each line of the outbox's writes becomes one text message.
 
-    A burst of lines (the outbox writer coalesces them) is framed here and written with one
-    ``send_all`` under trio-websocket's stream lock, instead of one ``send_message`` (one wsproto
-    round and one write) per line: with many clients attached this is the daemon's hot path. Each
-    line is one complete, unmasked, uncompressed text frame (RFC 6455 section 5.2; server frames are
-    never masked and no extension is negotiated), sent only while the connection is OPEN, so
-    wsproto's state (which only control frames and the close handshake change) stays right. It
-    relies on ``WebSocketConnection._wsproto/_stream/_stream_lock`` (trio-websocket 0.12) and falls
-    back to ``send_message`` when they are missing.
+    A burst of lines (the outbox writer coalesces them) is sent as one write of frames encoded by
+    wsproto (:func:`roost.protocol._websocket.text_frame`, encoded once for every client).
     """
 
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self._fast = all(hasattr(ws, name) for name in ("_wsproto", "_stream", "_stream_lock"))
+    def __init__(self, socket: ServerWebSocket) -> None:
+        self.socket = socket
 
     async def send_all(self, data: bytes) -> None:
-        from trio_websocket import ConnectionClosed
-
-        ws = self.ws
-        lines = [line for line in data.split(b"\n") if line]
-        if not self._fast:
-            try:
-                for line in lines:
-                    await ws.send_message(line.decode("utf-8"))
-            except ConnectionClosed:
-                raise trio.BrokenResourceError("the WebSocket is closed") from None
-            return
-        from wsproto.connection import ConnectionState
-
-        if ws.closed is not None or ws._wsproto.state is not ConnectionState.OPEN:
-            raise trio.BrokenResourceError("the WebSocket is closed")
-        frames = b"".join(_text_frame(line) for line in lines)
-        async with ws._stream_lock:
-            await ws._stream.send_all(frames)
+        await self.socket.send_lines(line for line in data.split(b"\n") if line)
 
 
-def _text_frame(payload: bytes) -> bytes:
-    """One final, unmasked text frame carrying ``payload`` (UTF-8), RFC 6455 section 5.2."""
-    size = len(payload)
-    if size < 126:
-        return bytes((0x81, size)) + payload
-    if size < 1 << 16:
-        return struct.pack("!BBH", 0x81, 126, size) + payload
-    return struct.pack("!BBQ", 0x81, 127, size) + payload
-
-
-async def _unix_lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:
-    """Input lines of a byte stream (UTF-8, up to 64 MiB each); ends at end of file."""
-    buffer = bytearray()
-    while True:
-        try:
-            data = await stream.receive_some(1 << 16)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        if not data:
-            if buffer:
-                yield buffer.decode("utf-8", "replace")
-            return
-        buffer += data
-        while True:
-            index = buffer.find(b"\n")
-            if index < 0:
-                if len(buffer) > MAX_LINE_BYTES:
-                    buffer.clear()   # an oversized line is dropped
-                break
-            line = bytes(buffer[:index])
-            del buffer[: index + 1]
-            yield line.decode("utf-8", "replace")
+async def _unix_lines(stream: trio.abc.ReceiveStream, limit: int) -> AsyncIterator[str | FrameError]:
+    """Input lines of a byte stream (the framing's text mode: UTF-8, at most ``limit`` bytes each,
+    an oversized or invalid line as a :class:`FrameError`); ends at end of file."""
+    try:
+        async for frame in read_frames(stream, LineDecoder(max_line_bytes=limit, parse=False)):
+            yield frame
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return
 
 
 def _json_object(text: str) -> dict | None:
@@ -626,7 +621,5 @@ async def _logged(fn: Any, *args: Any) -> None:
         log.exception("serve: background step failed")
 
 
-def functools_partial(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    import functools
 
-    return functools.partial(fn, *args, **kwargs)
+_connection_numbers = itertools.count(1)

@@ -3,14 +3,21 @@
 wire-protocol.md, "Daemon events": the daemon exposes ``dispatch_task``, ``get_status`` and
 ``get_result`` as MCP tools over HTTP, on the same port as ``/attach``.
 
-Why this stack: ``/attach`` stays on trio-websocket (sans-IO wsproto, trio-native, the library the
-rest of Roost and its tests use), and the MCP tools are the official ``mcp`` SDK's streamable HTTP
-ASGI app, served by Hypercorn's trio worker (Hypercorn is the ASGI server with first-class trio
-support; the SDK is anyio-based, so it runs on trio unchanged). One TCP listener owns the port and
-reads each connection's HTTP request head: a ``GET /attach`` upgrade is handed to trio-websocket
-(``wrap_server_stream``), anything else to Hypercorn's connection handler, each with the bytes
-already read replayed in front of the stream. TLS (``--tls-cert``) is terminated by this front
-before the split, so both endpoints are served over TLS alike.
+Why this stack: ``/attach`` is a WebSocket on a stream Roost owns, through wsproto's public API
+(:mod:`roost.protocol._websocket`; frames encoded once for every client), run as a child of the
+daemon's ``connections`` supervisor, so a restart of this listener leaves attached clients alone.
+The MCP tools are the official ``mcp`` SDK's streamable HTTP ASGI app, served by Hypercorn's trio
+worker (Hypercorn is the ASGI server with first-class trio support; the SDK is anyio-based, so it
+runs on trio unchanged). One TCP listener owns the port and reads each connection's HTTP request
+head: a ``GET /attach`` upgrade goes to :meth:`ServeDaemon.serve_attach`, anything else to
+Hypercorn's per-connection server, with the bytes already read replayed in front of the stream.
+TLS (``--tls-cert``) is terminated by this front before the split, so both endpoints are served
+over TLS alike.
+
+Hypercorn has no public API to serve one connection Roost accepted, so :func:`_hypercorn_server`
+uses its internal ``TCPServer`` / ``WorkerContext`` / ``ASGIWrapper``: fenced by the upper bound in
+``pyproject.toml`` (``hypercorn<0.19``) and by ``tests/test_private_api_fences.py``, which fails
+loudly when those names or signatures change. Without the ``mcp`` SDK, ``/mcp`` answers 404.
 
 MCP requests need the same bearer token as the WebSocket when the daemon has one; a read token is
 refused (403: ``dispatch_task`` would mutate), and so is a request with an ``Origin`` header.
@@ -18,6 +25,7 @@ refused (403: ``dispatch_task`` would mutate), and so is a request with an ``Ori
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from typing import Any
@@ -25,6 +33,7 @@ from typing import Any
 import trio
 
 from roost.protocol._serve_auth import bearer_token
+from roost.protocol._serve_listeners import ACCEPT_TRANSIENT
 
 __all__ = ["serve_http", "build_mcp_app", "MAX_HEAD_BYTES"]
 
@@ -93,8 +102,6 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
 
     ``task_status.started(port)`` gives the bound port (useful with port 0).
     """
-    from trio_websocket import wrap_server_stream
-
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     mcp: dict[str, Any] = {}
@@ -103,17 +110,9 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
     async def run_mcp_app(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         # Built on the first /mcp request: the SDK takes about a second to build its app, which
         # every daemon start (and every WebSocket-only daemon) would otherwise pay.
-        from hypercorn.app_wrappers import ASGIWrapper
-        from hypercorn.config import Config
-        from hypercorn.trio.tcp_server import TCPServer
-        from hypercorn.trio.worker_context import WorkerContext
-
         app = build_mcp_app(daemon)
-        config = Config()
-        config.accesslog = None
-        wrapped, context = ASGIWrapper(app), WorkerContext(None)
         async with app.router.lifespan_context(app):
-            mcp["serve"] = lambda stream: TCPServer(wrapped, config, context, {}, stream).run()
+            mcp["serve"] = _hypercorn_server(app)
             task_status.started()
             await trio.sleep_forever()
 
@@ -126,7 +125,10 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
     async def handle(stream: trio.SocketStream) -> None:
         try:
             await serve_one(stream)
-        except Exception:
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                await trio.aclose_forcefully(stream)
+                raise
             # One connection's failure (a TLS error, a peer gone mid-handshake, a bug) must not
             # take the port down.
             log.debug("serve: HTTP connection failed", exc_info=True)
@@ -156,10 +158,12 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
         path = target.split("?", 1)[0]
         replay = _Replay(conn, head)
         if path == "/attach":
-            async with trio.open_nursery() as nursery:
-                request = await wrap_server_stream(nursery, replay, max_message_size=daemon.max_line_bytes)
-                await daemon.serve_websocket_request(request)
-                nursery.cancel_scope.cancel()
+            # handed over: the connection is a child of the daemon's connections supervisor
+            daemon.start_connection(functools.partial(daemon.serve_attach, conn, head), conn)
+            return
+        if path.rstrip("/") == "/mcp" and not _mcp_available():
+            await _reply(conn, "404 Not Found", b"not found: /mcp needs the mcp package installed\n")
+            await conn.aclose()
             return
         if path == "/metrics":   # Prometheus (roost.protocol._serve_metrics), same token rules
             from roost.protocol._serve_metrics import serve_metrics
@@ -179,14 +183,61 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
                     await _reply(conn, "403 Forbidden", b"a read token cannot use the MCP tools\n")
                 await conn.aclose()
                 return
-            await serve_mcp(replay)
+            try:
+                await serve_mcp(replay)
+            finally:
+                await trio.aclose_forcefully(conn)
             return
         await _reply(conn, "404 Not Found", b"not found: the endpoints are /attach (WebSocket), /mcp and /metrics\n")
         await trio.aclose_forcefully(conn)
 
     async with trio.open_nursery() as outer:
-        await outer.start(trio.serve_listeners, handle, listeners)
+        for listener in listeners:
+            outer.start_soon(_accept_loop, listener, handle, outer)
         task_status.started(bound)
+
+
+async def _accept_loop(listener: trio.SocketListener, handle: Any, nursery: trio.Nursery) -> None:
+    """Accept connections until cancelled; each request head is read in ``handle`` (which closes
+    the stream unless it hands it over)."""
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in ACCEPT_TRANSIENT:
+                    raise
+                log.error("serve: HTTP accept failed (%s); retrying", exc)
+                await trio.sleep(0.1)
+                continue
+            nursery.start_soon(handle, stream)
+
+
+def _mcp_available() -> bool:
+    try:
+        import mcp.server.mcpserver  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _hypercorn_server(app: Any) -> Any:
+    """``serve(stream)``: run Hypercorn's per-connection HTTP server for ``app`` on ``stream``.
+
+    Private Hypercorn API (``hypercorn.trio.tcp_server.TCPServer(app, config, context, state,
+    stream)``, ``hypercorn.trio.worker_context.WorkerContext(max_requests)``,
+    ``hypercorn.app_wrappers.ASGIWrapper(app)``), pinned to ``hypercorn<0.19`` and guarded by
+    ``tests/test_private_api_fences.py``.
+    """
+    from hypercorn.app_wrappers import ASGIWrapper
+    from hypercorn.config import Config
+    from hypercorn.trio.tcp_server import TCPServer
+    from hypercorn.trio.worker_context import WorkerContext
+
+    config = Config()
+    config.accesslog = None
+    wrapped, context = ASGIWrapper(app), WorkerContext(None)
+    return lambda stream: TCPServer(wrapped, config, context, {}, stream).run()
 
 
 def build_mcp_app(daemon: Any) -> Any:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
+from roost._faults import fault_point
 from roost.errors import LifecycleError, StaleLease, StoreClosed, StoreError, StoreFull
 
 from ._writer import StoreWriter
@@ -32,6 +33,8 @@ def default_owner() -> str:
 class _State(enum.Enum):
     NEW = "new"
     RUNNING = "running"
+    #: between two runs of :meth:`LeaseKeeper.serve` (a restart): holds still queue
+    IDLE = "idle"
     STOPPED = "stopped"
 
 
@@ -164,25 +167,53 @@ class LeaseKeeper:
         return frozenset(self._held)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled: watch every new execution and renew its lease.
+        """Serve until cancelled, then :meth:`close` (one-shot: :meth:`serve` + close).
 
         Cancellation:
             Renewals stop; every execution still held is cancelled with ``"keeper_stopped"``
             (its own ``hold`` exit releases the lease).
         """
-        if self._state is not _State.NEW:
-            raise LifecycleError(f"LeaseKeeper.run called in state {self._state.value}")
+        try:
+            await self.serve(task_status=task_status)
+        finally:
+            self.close()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Watch every held and new execution and renew its lease; restartable.
+
+        A fresh instance of the service (a restart after a crash) takes over every execution
+        still held: their leases are renewed at once, then on the usual schedule. Ending (crash or
+        cancel) does not cancel the executions; :meth:`close` does.
+
+        Raises:
+            LifecycleError: already serving. StoreClosed: closed.
+        """
+        if self._state is _State.RUNNING:
+            raise LifecycleError("LeaseKeeper.serve called while it serves")
+        if self._state is _State.STOPPED:
+            raise StoreClosed("the lease keeper has stopped")
         self._state = _State.RUNNING
+        watched: set[Execution] = set()
         try:
             async with trio.open_nursery() as nursery:
+                for execution in list(self._held):
+                    watched.add(execution)
+                    nursery.start_soon(self._keep, execution, 0.0)
                 task_status.started()
                 async for execution in self._receive:
-                    nursery.start_soon(self._keep, execution)
+                    if execution not in watched and not execution._done.is_set():
+                        watched.add(execution)
+                        nursery.start_soon(self._keep, execution, None)
         finally:
-            self._state = _State.STOPPED
-            self._receive.close()
-            for execution in list(self._held):
-                execution._lose("keeper_stopped")
+            if self._state is _State.RUNNING:
+                self._state = _State.IDLE
+
+    def close(self) -> None:
+        """Stop for good: every execution still held is cancelled with ``"keeper_stopped"``."""
+        self._state = _State.STOPPED
+        self._receive.close()
+        for execution in list(self._held):
+            execution._lose("keeper_stopped")
 
     @asynccontextmanager
     async def hold(self, key: str, *, ttl: float | None = None) -> AsyncIterator[Execution]:
@@ -231,13 +262,15 @@ class LeaseKeeper:
                     except StoreError:
                         pass  # the lease expires on its own; its token fences any late write
 
-    async def _keep(self, execution: Execution) -> None:
-        """Renew ``execution``'s lease until it is done or lost."""
-        interval = execution.lease.ttl * self.renew_fraction
+    async def _keep(self, execution: Execution, first: float | None) -> None:
+        """Renew ``execution``'s lease until it is done or lost (first after ``first`` seconds,
+        default the usual interval)."""
+        interval = execution.lease.ttl * self.renew_fraction if first is None else first
         while True:
             with trio.move_on_after(interval):
                 await execution._done.wait()
                 return
+            fault_point("lease_keeper")
             try:
                 execution.lease = await self.writer.submit(renew, execution.lease)
             except StaleLease:

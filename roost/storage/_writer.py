@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
+from roost._faults import fault_point
 from roost.errors import LifecycleError, StoreBusy, StoreClosed, StoreError, StoreFull
 
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
@@ -189,21 +190,34 @@ class StoreWriter:
     # -- the service --------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve writes until cancelled.
-
-        Opens the write connection, reports ``started``, then repeatedly commits groups.
+        """Serve writes until cancelled, then :meth:`close` (one-shot: :meth:`serve` + close).
 
         Raises:
-            LifecycleError: run twice.
+            LifecycleError: run twice (or while serving).
+            StoreError: the connection could not be opened.
+        """
+        try:
+            await self.serve(task_status=task_status)
+        finally:
+            self.close()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve writes until cancelled or crashed; restartable (a supervisor's permanent child).
+
+        Opens a fresh write connection, reports ``started``, then repeatedly commits groups. On
+        exit the connection is closed but the queue stays open: writes queued meanwhile wait for
+        the next :meth:`serve` (a restart loses no accepted write). :meth:`close` ends that.
+
+        Raises:
+            LifecycleError: already serving, or closed.
             StoreError: the connection could not be opened.
 
         Cancellation:
             A group being committed when the cancel arrives finishes (its thread is not
-            abandoned) and its callers are answered; writes still queued are answered with
-            :class:`StoreClosed`. The connection is closed.
+            abandoned) and its callers are answered. The connection is closed.
         """
         if self.state is not WriterState.NEW:
-            raise LifecycleError(f"StoreWriter.run called in state {self.state.value}")
+            raise LifecycleError(f"StoreWriter.serve called in state {self.state.value}")
         self.state = WriterState.RUNNING
         conn: sqlite3.Connection | None = None
         try:
@@ -212,6 +226,7 @@ class StoreWriter:
             )
             task_status.started()
             while True:
+                fault_point("store_writer")
                 group = await self._next_group()
                 if not group:
                     continue
@@ -228,11 +243,16 @@ class StoreWriter:
                         if write.done is not None:
                             write.done.set()
         finally:
-            self.state = WriterState.STOPPED
-            self._fail_queued()
-            self._receive.close()
+            if self.state is WriterState.RUNNING:
+                self.state = WriterState.NEW
             if conn is not None:
                 conn.close()
+
+    def close(self) -> None:
+        """Stop for good: writes still queued get :class:`StoreClosed`, later ones too (idempotent)."""
+        self.state = WriterState.STOPPED
+        self._fail_queued()
+        self._receive.close()
 
     async def _next_group(self) -> list[_Write]:
         """The next writes to commit together: the urgent ones alone, else what is queued (up to

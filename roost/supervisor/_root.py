@@ -14,13 +14,15 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import attrs
 import trio
 
+from roost._faults import load_fault_env
 from roost.actors import ThreadRegistry
 from roost.actors import Services
 from roost.errors import ConfigError
@@ -114,19 +116,23 @@ async def open_runtime(
         log.warning("start-up reconciliation failed", exc_info=True)
         report = None
     keeper = LeaseKeeper(store.writer, owner=owner, ttl=lease_ttl)
-    threads = Supervisor(name="threads", strategy=Strategy.ONE_FOR_ONE, intensity=50, period=10)
+
+    def make_threads() -> Supervisor:
+        return Supervisor(name="threads", strategy=Strategy.ONE_FOR_ONE, intensity=50, period=10)
+
     services = Services(store=store, keeper=keeper, owner=owner, engine_for=engine_for, tools=tools,
                         lease_ttl=lease_ttl)
-    registry = ThreadRegistry(threads, services)
-
-    async def run_threads(*, task_status: Any) -> None:
-        await threads.run(task_status=task_status)
-
+    registry = ThreadRegistry(make_threads(), services)
+    load_fault_env()
+    # Every start is a fresh instance that rebuilds its state: the writer and keeper services keep
+    # their queues (and the held executions) across a restart, the registry reloads threads from
+    # the store (DESIGN.md section 4, "Restart for real").
     root = Supervisor(
         [
-            ChildSpec("store_writer", store.writer.run, restart=Restart.PERMANENT, shutdown_timeout=10),
-            ChildSpec("lease_keeper", keeper.run, restart=Restart.PERMANENT, shutdown_timeout=5),
-            ChildSpec("threads", run_threads, restart=Restart.PERMANENT, shutdown_timeout=30),
+            ChildSpec("store_writer", store.writer.serve, restart=Restart.PERMANENT, shutdown_timeout=10),
+            ChildSpec("lease_keeper", keeper.serve, restart=Restart.PERMANENT, shutdown_timeout=5),
+            ChildSpec("threads", functools.partial(registry.run_supervisor, make_threads),
+                      restart=Restart.PERMANENT, shutdown_timeout=30),
             ChildSpec("thread_unloader", functools.partial(registry.run_idle_unloader, idle_s=idle_unload_s()),
                       restart=Restart.PERMANENT, shutdown_timeout=5),
         ],
@@ -142,6 +148,8 @@ async def open_runtime(
             finally:
                 nursery.cancel_scope.cancel()
     finally:
+        keeper.close()
+        store.writer.close()
         store.close()
 
 

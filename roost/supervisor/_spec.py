@@ -59,6 +59,18 @@ class ChildSpec:
     restart: Restart = Restart.PERMANENT
     shutdown_timeout: float = attrs.field(default=5.0)
 
+    @classmethod
+    def of_factory(cls, id: str, factory: Callable[[], Any], *, restart: Restart = Restart.PERMANENT,
+                   shutdown_timeout: float = 5.0) -> ChildSpec:
+        """A spec whose every start builds a fresh instance ``factory()`` and runs its
+        ``run(task_status=...)`` (an Actor, a Supervisor, a service): a restart never reuses the
+        crashed instance (DESIGN.md section 4, "Restart for real")."""
+
+        async def start(*, task_status: Any) -> None:
+            await factory().run(task_status=task_status)
+
+        return cls(id, start, restart=restart, shutdown_timeout=shutdown_timeout)
+
     @shutdown_timeout.validator
     def _check_timeout(self, attribute: attrs.Attribute, value: float) -> None:
         if not value >= 0:

@@ -1,9 +1,14 @@
 """The Supervisor: starts children in order, restarts them by policy, stops them in reverse.
 
-Children run as trio system tasks, each in its own cancel scope, so that a child that ignores
-cancellation can be *abandoned* after its shutdown timeout instead of hanging its supervisor (a trio
-nursery would have to wait for it). An abandoned instance is never restarted while it still runs:
-there are never two live instances of one child id.
+Children run in the supervisor's own nursery (structured cancellation: a supervisor never
+outlives its children), each in its own cancel scope, shielded once started so that a cancelled
+parent stops them one by one in reverse start order. A child that ignores cancellation past its
+shutdown timeout is logged as *abandoned* and its siblings' stop goes on; the supervisor still
+waits for it before it ends. An abandoned instance is never restarted while it still runs: there
+are never two live instances of one child id.
+
+Every restart, failed start and escalation is logged on ``roost.supervisor`` with its reason.
+:meth:`Supervisor.inject_fault` crashes a named child for tests (see :mod:`roost._faults`).
 
 Restart intensity (OTP): more than ``intensity`` restarts within ``period`` seconds makes the
 supervisor stop all its children and raise :class:`~roost.errors.RestartIntensityExceeded`, which its
@@ -13,13 +18,13 @@ own parent sees as that supervisor's abnormal exit (escalation).
 from __future__ import annotations
 
 import collections
-import contextvars
 import logging
 import math
 from typing import Any
 
 import trio
 
+from roost._faults import InjectedFault
 from roost.errors import ChildNotFound, LifecycleError, RestartIntensityExceeded
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 
@@ -28,18 +33,13 @@ __all__ = ["Supervisor", "ChildInfo"]
 log = logging.getLogger("roost.supervisor")
 
 
-class _TaskStatus:
-    """The ``task_status`` handed to a child's start function (a system task has no nursery.start)."""
+class _Status:
+    """The ``task_status`` a child's start function sees: marks the child started, then passes on."""
 
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.value: Any = None
+    __slots__ = ("started",)
 
-    def started(self, value: Any = None) -> None:
-        if self.event.is_set():
-            raise RuntimeError("called 'started' twice on the same task status")
-        self.value = value
-        self.event.set()
+    def __init__(self, started: Any) -> None:
+        self.started = started
 
 
 class _Child:
@@ -86,6 +86,8 @@ class Supervisor:
         strategy: which siblings restart with a failed child.
         intensity: restarts allowed within ``period`` (more escalates).
         period: seconds of the intensity window (trio's clock).
+        stop_together: stop all children at once (independent siblings, e.g. a worker tree's
+            drivers) instead of one by one in reverse start order.
 
     A Supervisor instance runs once; to supervise a supervisor, give the parent a start function
     that builds a new instance each time (see :meth:`child_spec`).
@@ -99,6 +101,7 @@ class Supervisor:
         strategy: Strategy = Strategy.ONE_FOR_ONE,
         intensity: int = 3,
         period: float = 10.0,
+        stop_together: bool = False,
     ) -> None:
         if intensity < 0 or not period > 0:
             raise ValueError("intensity must be >= 0 and period > 0 seconds")
@@ -109,6 +112,7 @@ class Supervisor:
         self.strategy = strategy
         self.intensity = intensity
         self.period = period
+        self.stop_together = stop_together
         self._specs = list(children)
         self._children: dict[str, _Child] = {}
         self._restart_times: collections.deque[float] = collections.deque()
@@ -117,6 +121,7 @@ class Supervisor:
         self._exit_send, self._exit_recv = trio.open_memory_channel[tuple[_Child, int]](math.inf)
         self._running = False
         self._ran = False
+        self._nursery: trio.Nursery | None = None
 
     @classmethod
     def child_spec(
@@ -148,17 +153,19 @@ class Supervisor:
             raise LifecycleError(f"supervisor {self.name} already ran; build a new instance")
         self._ran = True
         self._running = True
-        try:
-            for spec in self._specs:
-                await self._start_new(spec)
-            task_status.started(self)
-            async for child, generation in self._exit_recv:
-                async with self._lock:
-                    await self._on_exit(child, generation)
-        finally:
-            self._running = False
-            with trio.CancelScope(shield=True):
-                await self._stop_children(list(self._children.values()))
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                for spec in self._specs:
+                    await self._start_new(spec)
+                task_status.started(self)
+                async for child, generation in self._exit_recv:
+                    async with self._lock:
+                        await self._on_exit(child, generation)
+            finally:
+                self._running = False
+                with trio.CancelScope(shield=True):
+                    await self._stop_children(list(self._children.values()))
 
     async def start_child(self, spec: ChildSpec) -> Any:
         """Add and start a dynamic child (after the existing ones); return its started value.
@@ -176,6 +183,23 @@ class Supervisor:
             child = await self._start_new(spec)
             return child.value
 
+    def start_child_soon(self, spec: ChildSpec) -> None:
+        """:meth:`start_child` without waiting (from synchronous code); a failure is logged.
+
+        Raises:
+            LifecycleError: the supervisor is not running.
+        """
+        if not self._running or self._nursery is None:
+            raise LifecycleError(f"supervisor {self.name} is not running")
+
+        async def start() -> None:
+            try:
+                await self.start_child(spec)
+            except Exception as exc:  # noqa: BLE001 - any start failure is logged, never raised here
+                log.error("%s: dynamic child %s did not start: %r", self.name, spec.id, exc)
+
+        self._nursery.start_soon(start, name=f"{self.name}/start:{spec.id}")
+
     async def terminate_child(self, id: str) -> None:
         """Stop child ``id`` (bounded by its shutdown timeout) and forget it.
 
@@ -188,6 +212,11 @@ class Supervisor:
                 raise ChildNotFound(f"{self.name} has no child {id!r}")
             await self._stop_children([child])
             self._children.pop(id, None)
+
+    @property
+    def running(self) -> bool:
+        """Whether the supervisor runs (started and not yet stopping); not a checkpoint."""
+        return self._running
 
     def which_children(self) -> list[ChildInfo]:
         """The children in start order, as :class:`ChildInfo` views (not a checkpoint)."""
@@ -230,62 +259,88 @@ class Supervisor:
         self._children[spec.id] = child
         try:
             await self._launch(child)
-        except BaseException:
+        except BaseException as exc:
             self._children.pop(spec.id, None)
+            if isinstance(exc, Exception):
+                log.error("%s: child %s failed to start: %r", self.name, spec.id, exc)
             raise
         return child
 
-    async def _launch(self, child: _Child, *, report_failure: bool = True) -> None:
-        """Start one instance of ``child``; wait until it reports started or ends."""
+    async def _launch(self, child: _Child) -> None:
+        """Start one instance of ``child`` in the supervisor's nursery; return once it reported
+        started. Raises what the instance raised before that (it is not running then)."""
+        assert self._nursery is not None
         child.generation += 1
         child.state = "starting"
         child.scope = trio.CancelScope()
         child.done = trio.Event()
         child.outcome = None
         child.stopping = False
-        status = _TaskStatus()
-        generation = child.generation
-        trio.lowlevel.spawn_system_task(
-            self._child_task, child, status, generation, name=f"{self.name}/{child.spec.id}",
-            context=contextvars.copy_context(),
-        )
-        async with trio.open_nursery() as nursery:
-            async def _wait_done() -> None:
-                await child.done.wait()
-                nursery.cancel_scope.cancel()
+        child.value = await self._nursery.start(
+            self._child_task, child, child.generation, name=f"{self.name}/{child.spec.id}")
+        if not child.done.is_set():
+            child.state = "running"
 
-            nursery.start_soon(_wait_done)
-            await status.event.wait()
-            nursery.cancel_scope.cancel()
-        if status.event.is_set():
-            child.value = status.value
-            if not child.done.is_set():
-                child.state = "running"
-            return
-        if report_failure:
-            # The failed start's exit report must not be treated as a running child's crash.
-            child.stopping = True
-            error = child.outcome or RuntimeError(f"child {child.spec.id!r} ended before it started")
-            log.error("%s: child %s failed to start: %r", self.name, child.spec.id, error)
-            raise error
+    async def _child_task(self, child: _Child, generation: int, *, task_status: Any) -> None:
+        started = False
 
-    async def _child_task(self, child: _Child, status: _TaskStatus, generation: int) -> None:
+        def report(value: Any = None) -> None:
+            nonlocal started
+            started = True
+            child.scope.shield = True   # from now on only the supervisor stops it, in order
+            task_status.started(value)
+
+        status = _Status(report)
         try:
             with child.scope:
                 await child.spec.start(task_status=status)
+            if not started:
+                raise RuntimeError(f"child {child.spec.id!r} ended before it started")
         except Exception as exc:  # a crash; Cancelled (a BaseException) is not caught here
+            if not started:
+                child.state = "stopped"
+                child.done.set()
+                raise
             child.outcome = exc
         except BaseException as exc:
             if not isinstance(exc, trio.Cancelled):
                 child.outcome = exc
             raise
         finally:
-            child.state = "stopped"
-            child.done.set()
-            try:
-                self._exit_send.send_nowait((child, generation))
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                pass
+            if not child.done.is_set():
+                child.state = "stopped"
+                child.done.set()
+                if started:
+                    try:
+                        self._exit_send.send_nowait((child, generation))
+                    except (trio.ClosedResourceError, trio.BrokenResourceError):
+                        pass
+
+    def inject_fault(self, path: str, reason: str = "injected fault") -> None:
+        """Crash the running child at ``path`` (test API; DESIGN.md section 2's fault hook).
+
+        ``path`` is a child id, or ids joined by ``/`` through nested supervisors (a child whose
+        value is a Supervisor, or has a ``supervisor`` attribute that is one), e.g.
+        ``"threads/thread:<id>"``. The child's scope is cancelled and its exit counts as abnormal
+        (:class:`roost._faults.InjectedFault`), so its restart type and intensity apply as for any
+        crash.
+
+        Raises:
+            ChildNotFound: no running child at ``path``.
+        """
+        head, _, rest = path.partition("/")
+        child = self._children.get(head)
+        if child is None or child.state != "running":
+            raise ChildNotFound(f"{self.name} has no running child {head!r}")
+        if rest:
+            sub = child.value if isinstance(child.value, Supervisor) else getattr(child.value, "supervisor", None)
+            if not isinstance(sub, Supervisor):
+                raise ChildNotFound(f"{self.name}/{head} is not a supervisor")
+            sub.inject_fault(rest, reason)
+            return
+        log.warning("%s: fault injection crashes child %s (%s)", self.name, head, reason)
+        child.outcome = InjectedFault(f"{reason}: {self.name}/{head}")
+        child.scope.cancel()
 
     async def _on_exit(self, child: _Child, generation: int) -> None:
         current = self._children.get(child.spec.id)
@@ -295,7 +350,7 @@ class Supervisor:
             if child.restart_when_done:
                 child.restart_when_done = False
                 log.info("%s: abandoned child %s ended; restarting it now", self.name, child.spec.id)
-                await self._launch(child, report_failure=False)
+                await self._restart(child, "its abandoned instance ended")
             return
         abnormal = child.outcome is not None
         reason = repr(child.outcome) if abnormal else "normal exit"
@@ -307,19 +362,7 @@ class Supervisor:
                      child.spec.restart.value)
             self._children.pop(child.spec.id, None)
             return
-        now = trio.current_time()
-        self._restart_times.append(now)
-        while self._restart_times and self._restart_times[0] <= now - self.period:
-            self._restart_times.popleft()
-        if len(self._restart_times) > self.intensity:
-            log.error(
-                "%s: restart intensity exceeded (%d restarts in %g s; last: %s %s); escalating",
-                self.name, len(self._restart_times), self.period, child.spec.id, reason,
-            )
-            raise RestartIntensityExceeded(
-                f"{self.name}: more than {self.intensity} restarts in {self.period:g} s "
-                f"(last: child {child.spec.id!r}, {reason})"
-            ) from child.outcome
+        self._count_restart(child, reason, child.outcome)
         ids = list(self._children)
         index = ids.index(child.spec.id)
         if self.strategy is Strategy.ONE_FOR_ONE:
@@ -340,10 +383,48 @@ class Supervisor:
             if not member.done.is_set():
                 member.restart_when_done = True  # abandoned: restart only once it has really ended
                 continue
-            await self._launch(member, report_failure=False)
+            await self._restart(member, reason)
+
+    def _count_restart(self, child: _Child, reason: str, cause: BaseException | None) -> None:
+        """Record one restart; escalate (raise) when the intensity is exceeded."""
+        now = trio.current_time()
+        self._restart_times.append(now)
+        while self._restart_times and self._restart_times[0] <= now - self.period:
+            self._restart_times.popleft()
+        if len(self._restart_times) > self.intensity:
+            log.error(
+                "%s: restart intensity exceeded (%d restarts in %g s; last: %s %s); escalating",
+                self.name, len(self._restart_times), self.period, child.spec.id, reason,
+            )
+            raise RestartIntensityExceeded(
+                f"{self.name}: more than {self.intensity} restarts in {self.period:g} s "
+                f"(last: child {child.spec.id!r}, {reason})"
+            ) from cause
+
+    async def _restart(self, child: _Child, reason: str) -> None:
+        """Start ``child`` again; a failed start counts as one more restart (and may escalate)."""
+        while True:
+            try:
+                await self._launch(child)
+                log.info("%s: child %s restarted (%s)", self.name, child.spec.id, reason)
+                return
+            except Exception as exc:  # noqa: BLE001 - a failed restart counts as a crash
+                reason = f"restart failed: {exc!r}"
+                log.error("%s: child %s failed to restart: %r", self.name, child.spec.id, exc)
+                child.restarts += 1
+                self._count_restart(child, reason, exc)
 
     async def _stop_children(self, children: list[_Child]) -> None:
-        """Stop ``children`` one by one in reverse order, each bounded by its shutdown timeout."""
+        """Stop ``children`` one by one in reverse order, each bounded by its shutdown timeout
+        (all at once with ``stop_together``)."""
+        if self.stop_together and len(children) > 1:
+            async with trio.open_nursery() as nursery:
+                for child in children:
+                    nursery.start_soon(self._stop_one_by_one, [child])
+            return
+        await self._stop_one_by_one(children)
+
+    async def _stop_one_by_one(self, children: list[_Child]) -> None:
         for child in reversed(children):
             if child.done.is_set():
                 continue
