@@ -36,6 +36,12 @@ __all__ = [
 ]
 
 
+def _as_tuple(values: Any) -> tuple[Any, ...]:
+    """``tuple(values)``; a Python function, not the builtin, because attrs inspects a converter's
+    signature and ``inspect.signature(tuple)`` costs a one-off tokenizer regex compile at import."""
+    return tuple(values)
+
+
 # -- history ------------------------------------------------------------------------------------
 
 
@@ -66,7 +72,7 @@ class UserMessage:
     """
 
     text: str
-    images: tuple[Image, ...] = attrs.field(default=(), converter=tuple)
+    images: tuple[Image, ...] = attrs.field(default=(), converter=_as_tuple)
     synthetic: bool = False
 
 
@@ -130,8 +136,8 @@ class EngineRequest:
     """
 
     system: str = ""
-    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=tuple)
-    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=tuple)
+    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=_as_tuple)
+    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_as_tuple)
     model: str | None = None
     effort: str | None = None
     max_tokens: int | None = None
