@@ -17,7 +17,8 @@ and an editable install nothing writes them, and every start compiles Roost's so
 measures that case: ``PYTHONPYCACHEPREFIX`` points at a private folder that mirrors every
 installed ``.pyc`` (symlinks) except the ``roost`` package's own. Also ``loadavg_1m`` at the start and the end.
 
-Usage: ``python benchmarks/bench_startup.py [--runs 15] [--roost .venv/bin/roost] [--bytecode as-is|off]``
+Usage: ``python benchmarks/bench_startup.py [--runs 15] [--roost .venv/bin/roost] [--pythonpath DIR]
+[--bytecode as-is|off]``
 """
 
 from __future__ import annotations
@@ -92,10 +93,10 @@ def spawn_sessions(roost: str, env: dict[str, str]) -> tuple[float, float]:
     return elapsed, cpu
 
 
-def bytecode_state(python: str) -> str:
+def bytecode_state(python: str, env: dict[str, str]) -> str:
     """Return ``cached``, ``partial`` or ``missing`` for the ``roost`` package ``python`` imports."""
     out = subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+                         capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()
     sources = list(Path(out).rglob("*.py"))
     current = 0
     for src in sources:
@@ -141,6 +142,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="timed spawns of each command (default 15)")
     parser.add_argument("--roost", default=str(_ROOT / ".venv" / "bin" / "roost"),
                         help="the roost executable (default: this checkout's .venv/bin/roost)")
+    parser.add_argument("--pythonpath", default=None,
+                        help="a directory holding another copy of the roost package to measure "
+                             "(put first on PYTHONPATH), e.g. an older commit's tree")
     parser.add_argument("--bytecode", choices=("as-is", "off"), default="as-is",
                         help="as-is: whatever .pyc files exist; off: Roost's own modules compile from "
                              "source on every start (an editable install under PYTHONDONTWRITEBYTECODE=1)")
@@ -151,10 +155,12 @@ def main() -> None:
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
         env.update(ROOST_HOME=str(tmp / "home"), ROOST_PROVIDER="scripted", PYTHONDONTWRITEBYTECODE="1")
-        state = bytecode_state(python)
+        if args.pythonpath:
+            env["PYTHONPATH"] = os.path.abspath(args.pythonpath)
+        state = bytecode_state(python, env)
         if args.bytecode == "off":
             roost_dir = Path(subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
-                                            capture_output=True, text=True, check=True).stdout.strip()).resolve()
+                                            capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()).resolve()
             _hide_package_bytecode(roost_dir, tmp / "pycache")
             env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
             state = "missing"
@@ -167,7 +173,7 @@ def main() -> None:
             sessions.append(spawn_sessions(args.roost, env))
             print(f"run {i + 1}/{args.runs}: app-server {app[-1][0] * 1000:.0f} ms, "
                   f"sessions {sessions[-1][0] * 1000:.0f} ms", file=sys.stderr)
-        figures: dict[str, Any] = {"runs": args.runs, "roost_bytecode": state}
+        figures: dict[str, Any] = {"runs": args.runs, "roost_bytecode": state, "pythonpath": args.pythonpath}
         figures.update(_figures("app_server_initialize", app))
         figures.update(_figures("sessions_json", sessions))
         figures.update(loadavg_1m_start=round(load_start, 2), loadavg_1m_end=round(_loadavg(), 2))
