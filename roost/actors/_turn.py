@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from roost.actors._actor import shielded_cleanup
+from roost.actors._fair import FairEvents
 from roost.engines._types import (
     AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, Retrying, TextDelta, ToolCall,
     ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
@@ -260,7 +261,7 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
     try:
         with cut:
             async with engine.stream(request) as events:
-                async for event in events:
+                async for event in FairEvents(events):  # bounded slices: control stays ahead
                     cls = type(event)
                     if cls is TextDelta:
                         if message is None:
