@@ -177,3 +177,46 @@ async def test_control_passes_a_backlog_of_other_threads_deltas() -> None:
     assert got[0] == ("response", 1)  # the answer is not queued behind thread A's text
     assert got[1:3] == [("delta", "B", "k", "first"), ("note", "B", 7)]  # B's order is kept
     assert _texts_before(got, len(got), "A") == {("A", "i"): "x" * 2000}
+
+
+# -- the store writer ---------------------------------------------------------------------------------
+
+
+async def test_a_group_in_flight_stops_for_an_urgent_write(tmp_path) -> None:
+    """The group being committed takes no further write once an urgent one waits; the rest go
+    first in the next ordinary group, in order, each answered once."""
+    import threading
+
+    from roost.storage import open_store
+
+    store = open_store(tmp_path / "roost.db", batch_max=10)
+    order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    def note(conn, label: str) -> str:
+        if label == "queued 0":
+            started.set()
+            release.wait(10)
+        order.append(label)
+        return label
+
+    for i in range(10):
+        store.writer.submit_nowait(note, f"queued {i}")
+    results: list[str] = []
+
+    async def urgent() -> None:
+        results.append(await store.writer.submit_urgent(note, "urgent"))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.writer.run)
+            await trio.to_thread.run_sync(started.wait)  # the group's first write is running
+            nursery.start_soon(urgent)
+            await trio.testing.wait_all_tasks_blocked()   # the urgent write waits
+            release.set()
+            results.append(await store.writer.submit(note, "last"))
+            nursery.cancel_scope.cancel()
+    assert order == ["queued 0", "urgent", *(f"queued {i}" for i in range(1, 10)), "last"]
+    assert results == ["urgent", "last"]
+    assert store.writer.stats.writes == 12 and store.writer.stats.failed == 0
+    store.close()
