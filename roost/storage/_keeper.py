@@ -239,7 +239,8 @@ class LeaseKeeper:
                 await execution._done.wait()
                 return
             try:
-                execution.lease = await self.writer.submit(renew, execution.lease)
+                # control before data (issue 19): a renewal does not wait behind queued writes
+                execution.lease = await self.writer.submit_urgent(renew, execution.lease)
             except StaleLease:
                 execution._lose("superseded")
                 return
