@@ -26,7 +26,7 @@ from typing import Generic, TypeVar
 
 import trio
 
-__all__ = ["FairEvents", "SLICE_S", "BUDGET_S", "ADMIT"]
+__all__ = ["ADMIT", "BUDGET_S", "SLICE_S", "FairEvents"]
 
 T = TypeVar("T")
 
@@ -103,7 +103,7 @@ class FairEvents(Generic[T]):
     :data:`SLICE_S` seconds of the consumer's and the stream's combined work.
     """
 
-    __slots__ = ("_events", "_work", "_mark", "_first")
+    __slots__ = ("_events", "_first", "_mark", "_work")
 
     def __init__(self, events: AsyncIterable[T]) -> None:
         self._events: AsyncIterator[T] = events.__aiter__()
