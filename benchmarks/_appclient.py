@@ -1,9 +1,10 @@
 """A lean asynchronous JSONL client for ``roost app-server``, built for benchmarks.
 
 It runs the real server as a subprocess and keeps its own cost per line low, so the figures
-measure the server rather than the client: ``item/agentMessage/delta`` lines are recognised by
-their prefix and counted without being decoded; every other line is decoded once (orjson) and
-dispatched to the waiter of its response id, turn id or thread id. Nothing is kept per line.
+measure the server rather than the client: every line is decoded once (orjson) and dispatched to
+the waiter of its response id, turn id or thread id; an ``item/agentMessage/delta`` line's text
+is appended to its turn's text (what a user receives: the server merges deltas for a client that
+runs behind, so lines undercount it), and the arrival of each turn's first delta is kept.
 
 Arrival times are taken when the chunk holding a line is read (``time.perf_counter``, seconds),
 before any line of it is decoded, so a latency is request-written to line-read.
@@ -68,6 +69,7 @@ class AppClient:
     Attributes:
         process: the server process (``process.pid`` for /proc readings).
         deltas: ``item/agentMessage/delta`` lines received so far.
+        text_chars: characters of agent-message text they carried.
         lines: lines received so far (all kinds).
         bytes_received: stdout bytes received so far.
         eof: the server closed its stdout.
@@ -78,7 +80,12 @@ class AppClient:
         self.deltas = 0
         self.lines = 0
         self.bytes_received = 0
+        #: characters of agent-message text received so far (all turns)
+        self.text_chars = 0
         self.eof = False
+        self._texts: dict[str, list[str]] = {}
+        self._first_delta: dict[str, float] = {}
+        self._first_waits: dict[str, _Slot] = {}
         self._next_id = 0
         self._send_lock = trio.StrictFIFOLock()
         self._responses: dict[str, _Slot] = {}
@@ -108,12 +115,24 @@ class AppClient:
             for line in parts:
                 if line.startswith(prefix):
                     self.deltas += 1
+                    params = loads(line)["params"]
+                    text, turn_id = params["delta"], params["turn_id"]
+                    self.text_chars += len(text)
+                    pieces = self._texts.get(turn_id)
+                    if pieces is None:
+                        self._texts[turn_id] = [text]
+                        self._first_delta[turn_id] = arrived
+                        waiter = self._first_waits.pop(turn_id, None)
+                        if waiter is not None:
+                            waiter.fill(params, arrived)
+                    else:
+                        pieces.append(text)
                     continue
                 self._dispatch(loads(line), arrived)
         self.eof = True
         self._closed.set()
         watches = [slot for slot, _ in self._watches.values()]
-        for slot in [*self._responses.values(), *self._terminals.values(), *watches]:
+        for slot in [*self._responses.values(), *self._terminals.values(), *watches, *self._first_waits.values()]:
             slot.fill(None, math.nan)
 
     def _dispatch(self, msg: dict, arrived: float) -> None:
@@ -205,6 +224,28 @@ class AppClient:
         if slot.value is None:
             raise EOFError(f"server closed stdout before turn {turn_id} ended")
         return slot.value, slot.arrived
+
+    async def wait_first_delta(self, turn_id: str, *, timeout: float = 60.0) -> float:
+        """Wait for the first text delta of ``turn_id``; return when it was read (``perf_counter``).
+
+        Raises:
+            trio.TooSlowError: not within ``timeout`` seconds. EOFError: the server closed stdout.
+        """
+        arrived = self._first_delta.get(turn_id)
+        if arrived is not None:
+            return arrived
+        slot = self._first_waits[turn_id] = _Slot()
+        with trio.fail_after(timeout):
+            await slot.event.wait()
+        if slot.value is None:
+            raise EOFError(f"server closed stdout before turn {turn_id} streamed")
+        return slot.arrived
+
+    def take_text(self, turn_id: str) -> tuple[str, float]:
+        """Forget and return ``(text, first_delta_arrived)`` of ``turn_id``: its agent-message text
+        as received (``""`` and NaN when no delta came)."""
+        pieces = self._texts.pop(turn_id, None)
+        return "".join(pieces or ()), self._first_delta.pop(turn_id, math.nan)
 
     def watch(self, method: str, thread_id: str, predicate: Callable[[dict], bool] = lambda p: True) -> _Slot:
         """Arm a one-shot watch for the next notification ``method`` of ``thread_id`` whose params

@@ -77,6 +77,13 @@ def proc_cpu_s(pid: int, tid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def main_thread_cpu_ns(pid: int) -> int:
+    """Nanoseconds the main (trio) thread of ``pid`` has run on a CPU (``/proc/.../schedstat``):
+    a clock that stops while the machine's other load keeps the server off the CPU."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as f:
+        return int(f.read().split()[0])
+
+
 def proc_memory(pid: int) -> dict[str, int]:
     """``VmRSS`` and ``VmHWM`` of ``pid`` in bytes."""
     out = {}
@@ -105,10 +112,23 @@ class CpuMeter:
 
 # -- the script -------------------------------------------------------------------------------------
 
+#: Every completed reply's text: each turn checks it received exactly this (issue 19: count what a
+#: user receives, not lines).
+REPLY_TEXT = "Roost streams this reply one small delta at a time to measure turn overhead. "
+
+
+def expected_text(deltas: int) -> str:
+    """The text a completed reply of ``deltas`` deltas carries (the scripted engine repeats a
+    text shorter than its delta count: :func:`roost.engines.split_deltas`)."""
+    from roost.engines import split_deltas
+
+    return "".join(split_deltas(REPLY_TEXT, deltas))
+
+
 def write_script(path: Path, *, deltas: int, bg_tps: float) -> None:
     """The scripted engine's replies: ``slow`` is paced (interrupt target), ``paced`` streams at
     ``bg_tps`` tokens/s, everything else streams ``deltas`` deltas with zero latency."""
-    text = "Roost streams this reply one small delta at a time to measure turn overhead. "
+    text = REPLY_TEXT
     path.write_text(
         "rules:\n"
         "  - match: {prompt: \"^slow\"}\n"
@@ -164,13 +184,25 @@ async def new_thread(client: AppClient, cwd: str) -> str:
     return (await client.request("thread/start", {"cwd": cwd}))["thread"]["id"]
 
 
+#: Set by main: what each completed turn must deliver (:func:`expected_text`).
+EXPECTED = REPLY_TEXT
+
+
 async def run_turn(client: AppClient, thread_id: str, prompt: str) -> float:
-    """One turn; returns its latency in seconds (request written -> terminal notification read)."""
+    """One turn; returns its latency in seconds (request written -> terminal notification read).
+
+    Raises:
+        RuntimeError: the turn did not complete, or its text arrived incomplete or altered.
+    """
     sent, turn = await client.start_turn(thread_id, prompt)
     params, arrived = await client.wait_terminal(turn["id"])
     status = params["turn"]["status"]
     if status != "completed":
         raise RuntimeError(f"turn {turn['id']} ended {status}: {params['turn'].get('error')}")
+    text, _ = client.take_text(turn["id"])
+    if text != EXPECTED:
+        raise RuntimeError(f"turn {turn['id']}: received {len(text)} characters of text, not the "
+                           f"{len(EXPECTED)} of the reply: {text[:80]!r}")
     return arrived - sent
 
 
@@ -180,7 +212,7 @@ async def sequential(client: AppClient, cwd: str, turns: int, deltas: int) -> di
     latencies: list[float] = []
     cpu: list[float] = []  # server CPU seconds of each turn (all threads)
     pid = client.process.pid
-    d0 = client.deltas
+    d0, c0 = client.deltas, client.text_chars
     meter.start()
     t0 = time.perf_counter()
     before = proc_cpu_s(pid)
@@ -205,6 +237,8 @@ async def sequential(client: AppClient, cwd: str, turns: int, deltas: int) -> di
         "seq_turns_per_s": round(turns / elapsed, 1),
         "seq_deltas_per_s": round(turns * deltas / elapsed),
         "seq_delta_lines_received": received,
+        "seq_text_chars_received": client.text_chars - c0,
+        "seq_text_complete": client.text_chars - c0 == turns * len(EXPECTED),
         "seq_cpu_ms_per_turn": round(meter.total / turns * 1000, 3),
         "seq_main_thread_cpu_ms_per_turn": round(meter.main / turns * 1000, 3),
         "seq_cpu_utilisation": round(meter.total / elapsed, 3),
@@ -227,7 +261,7 @@ def _check_deltas(phase: str, received: int, turns: int, deltas: int) -> int:
 async def concurrent(client: AppClient, thread_ids: list[str], per_thread: int, deltas: int) -> dict[str, Any]:
     meter = CpuMeter(client.process.pid)
     latencies: list[float] = []
-    d0 = client.deltas
+    d0, c0 = client.deltas, client.text_chars
 
     async def worker(thread_id: str) -> None:
         for n in range(per_thread):
@@ -248,6 +282,8 @@ async def concurrent(client: AppClient, thread_ids: list[str], per_thread: int, 
         "conc_turns_per_s": round(turns / elapsed, 1),
         "conc_deltas_per_s": round(turns * deltas / elapsed),
         "conc_delta_lines_received": received,
+        "conc_text_chars_received": client.text_chars - c0,
+        "conc_text_complete": client.text_chars - c0 == turns * len(EXPECTED),
         "conc_turn_p50_ms": ms(latencies, 50),
         "conc_turn_p99_ms": ms(latencies, 99),
         "conc_cpu_ms_per_turn": round(meter.total / turns * 1000, 3),
@@ -259,26 +295,33 @@ async def concurrent(client: AppClient, thread_ids: list[str], per_thread: int, 
 async def interrupts(client: AppClient, thread_id: str, count: int) -> dict[str, list[float]]:
     """Interrupt ``count`` slow turns of ``thread_id`` once each is streaming.
 
+    Each turn is interrupted once its first text delta has arrived.
+
     Returns:
-        ``{"terminal": [...], "response": [...]}`` latencies in seconds.
+        ``{"terminal": [...], "response": [...], "first_delta": [...], "terminal_cpu": [...]}``:
+        interrupt written -> terminal notification read, -> its response read, ``turn/start``
+        written -> the turn's first delta read, all wall seconds; and the seconds the server's
+        main thread ran on a CPU between the interrupt and the terminal notification (load on
+        the machine does not inflate it).
     """
-    terminal: list[float] = []
-    response: list[float] = []
+    out: dict[str, list[float]] = {"terminal": [], "response": [], "first_delta": [], "terminal_cpu": []}
+    pid = client.process.pid
     for n in range(count):
-        streaming = client.watch("item/started", thread_id, lambda p: p["item"]["type"] == "agent_message")
-        _, turn = await client.start_turn(thread_id, f"slow turn {n}")
-        with trio.fail_after(60):
-            await streaming.event.wait()
-        if streaming.value is None:
-            raise EOFError("interrupt: the server closed stdout")
+        started, turn = await client.start_turn(thread_id, f"slow turn {n}")
+        await client.wait_first_delta(turn["id"])
+        cpu0 = main_thread_cpu_ns(pid)
         sent, result, answered = await client.request_timed(
             "turn/interrupt", {"thread_id": thread_id, "turn_id": turn["id"]})
         params, arrived = await client.wait_terminal(turn["id"])
+        cpu1 = main_thread_cpu_ns(pid)
         if params["turn"]["status"] != "interrupted" or not result.get("interrupted"):
             raise RuntimeError(f"interrupt: turn {turn['id']} ended {params['turn']['status']}, reply {result}")
-        terminal.append(arrived - sent)
-        response.append(answered - sent)
-    return {"terminal": terminal, "response": response}
+        _, first = client.take_text(turn["id"])
+        out["terminal"].append(arrived - sent)
+        out["response"].append(answered - sent)
+        out["first_delta"].append(first - started)
+        out["terminal_cpu"].append((cpu1 - cpu0) / 1e9)
+    return out
 
 
 async def interrupts_under_load(client: AppClient, slow_thread: str, bg_threads: list[str], count: int,
@@ -328,6 +371,10 @@ def summarise(prefix: str, result: dict[str, list[float]]) -> dict[str, float]:
         f"{prefix}_p99_ms": ms(result["terminal"], 99),
         f"{prefix}_response_p50_ms": ms(result["response"], 50),
         f"{prefix}_response_p99_ms": ms(result["response"], 99),
+        f"{prefix}_first_delta_p50_ms": ms(result["first_delta"], 50),
+        f"{prefix}_first_delta_p99_ms": ms(result["first_delta"], 99),
+        f"{prefix}_server_cpu_p50_ms": ms(result["terminal_cpu"], 50),
+        f"{prefix}_server_cpu_p99_ms": ms(result["terminal_cpu"], 99),
     }
 
 
@@ -434,6 +481,8 @@ async def run_server(args: argparse.Namespace, tmp: Path, *, profile: Path | Non
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    global EXPECTED
+    EXPECTED = expected_text(args.deltas)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="roost-bench-") as raw:
         tmp = Path(raw)

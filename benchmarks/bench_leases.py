@@ -72,4 +72,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Prints one JSON line.")
+    parser.add_argument("--operations", type=int, default=N, help=f"operations per figure (default {N})")
+    N = parser.parse_args().operations
     main()

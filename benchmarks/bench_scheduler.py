@@ -153,5 +153,11 @@ async def main(n: int, firing: int) -> None:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:]]
-    trio.run(main, *(args or [10_000, 1_000]))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Prints one JSON line.")
+    parser.add_argument("schedules", nargs="?", type=int, default=10_000, help="schedules stored (default 10000)")
+    parser.add_argument("firing", nargs="?", type=int, default=1_000,
+                        help="of them, how many fire in the same minute (default 1000)")
+    parsed = parser.parse_args()
+    trio.run(main, parsed.schedules, parsed.firing)

@@ -10,7 +10,10 @@ streaming ``--deltas`` token events at ``--rate`` deltas/s, and prints one JSON 
 * ``events_per_s``: broadcast events received by all clients per second of streaming;
 * ``latency_ms_p50`` / ``latency_ms_p99``: emit (daemon clock) to receipt (client clock), same host,
   sampled on the first 25 clients of each process;
-* ``delivered`` / ``expected``: events received vs. events broadcast times clients.
+* ``delivered`` / ``expected``: events received vs. events broadcast times clients (fewer when
+  the daemon merged a backlog's tokens for a client that ran behind);
+* ``text_chars_delivered`` / ``text_chars_expected`` / ``text_complete``: characters of streamed
+  text all clients received against what they should have: what a user sees, whatever the lines.
 
 Usage: ``python benchmarks/bench_serve.py [--clients 1000] [--tasks 20] [--deltas 50] [--rate 10]``
 """
@@ -40,8 +43,9 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-async def worker(port: int, count: int, expected_tokens: int) -> None:
-    """Client process: attach ``count`` clients, print 'ready', wait for 'go' on stdin, count events."""
+async def worker(port: int, count: int, expected_chars: int) -> None:
+    """Client process: attach ``count`` clients, print 'ready', wait for 'go' on stdin, count events
+    and the characters of token text each client receives (until ``expected_chars`` each)."""
     from trio_websocket import ConnectionClosed, open_websocket_url
 
     try:
@@ -51,6 +55,7 @@ async def worker(port: int, count: int, expected_tokens: int) -> None:
         loads = json.loads
     latencies: list[float] = []
     received = [0]
+    chars = [0]
     done = [0]
     all_attached = trio.Event()
     attached = [0]
@@ -66,21 +71,24 @@ async def worker(port: int, count: int, expected_tokens: int) -> None:
         attached[0] += 1
         if attached[0] == count:
             all_attached.set()
-        tokens = 0
+        text = 0
         sample = index < SAMPLED
         try:
-            while tokens < expected_tokens:
+            while text < expected_chars:
                 message = await ws.get_message()
                 now = time.time()
                 received[0] += 1
+                event = None
                 if '"token"' in message[:20]:
-                    tokens += 1
-                if sample:
                     event = loads(message)
+                    text += len(event.get("text") or "")
+                if sample:
+                    event = event or loads(message)
                     if "t" in event:
                         latencies.append((now - event["t"]) * 1000)
         except ConnectionClosed:
             pass
+        chars[0] += text
         done[0] += 1
         if done[0] == count:
             finished.set()
@@ -94,7 +102,7 @@ async def worker(port: int, count: int, expected_tokens: int) -> None:
         print("ready", flush=True)
         with trio.move_on_after(600):
             await finished.wait()
-        print(json.dumps({"received": received[0], "latencies": latencies}), flush=True)
+        print(json.dumps({"received": received[0], "chars": chars[0], "latencies": latencies}), flush=True)
         go.set()
 
 
@@ -119,10 +127,10 @@ async def main(args: argparse.Namespace) -> dict:
         base_rss = rss_kib(daemon.pid)
         per = [args.clients // args.procs + (1 if i < args.clients % args.procs else 0) for i in range(args.procs)]
         # events per client: per task agent_starting + deltas tokens
-        expected_tokens = args.tasks * args.deltas
+        expected_chars = args.tasks * len("tok " * args.deltas)  # the script's text, per client
         started = time.perf_counter()
         workers = [await trio.lowlevel.open_process(
-            [sys.executable, __file__, "--worker", str(port), str(n), str(expected_tokens)],
+            [sys.executable, __file__, "--worker", str(port), str(n), str(expected_chars)],
             stdout=subprocess.PIPE, stdin=subprocess.PIPE) for n in per]
         readers = []
         for proc in workers:
@@ -163,6 +171,7 @@ async def main(args: argparse.Namespace) -> dict:
         await stream.aclose()
         latencies = sorted(x for o in outputs for x in o["latencies"])
         received = sum(o["received"] for o in outputs)
+        chars = sum(o["chars"] for o in outputs)
 
         def pct(p: float) -> float:
             return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 2) if latencies else None
@@ -172,7 +181,9 @@ async def main(args: argparse.Namespace) -> dict:
                 "idle_conn_kib": round((idle_rss - base_rss) / args.clients, 1),
                 "events_per_s": round(received / elapsed, 1), "stream_s": round(elapsed, 2),
                 "latency_ms_p50": pct(0.50), "latency_ms_p99": pct(0.99),
-                "delivered": received, "expected": args.clients * args.tasks * (args.deltas + 1)}
+                "delivered": received, "expected": args.clients * args.tasks * (args.deltas + 1),
+                "text_chars_delivered": chars, "text_chars_expected": args.clients * expected_chars,
+                "text_complete": chars == args.clients * expected_chars}
     finally:
         daemon.send_signal(signal.SIGTERM)
         with trio.move_on_after(10):

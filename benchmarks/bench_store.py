@@ -65,4 +65,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Prints one JSON line.")
+    parser.add_argument("--tasks", type=int, default=TASKS, help=f"concurrent appending tasks (default {TASKS})")
+    parser.add_argument("--per-task", type=int, default=PER_TASK, help=f"items each task appends (default {PER_TASK})")
+    parsed = parser.parse_args()
+    TASKS, PER_TASK = parsed.tasks, parsed.per_task
     main()

@@ -9,15 +9,16 @@ Hot paths encode each event once: :func:`dumps` returns ``bytes`` ready for a tr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from cattrs.preconf.orjson import make_converter
+
+if TYPE_CHECKING:
+    from cattrs.preconf.orjson import OrjsonConverter
+
+    converter: OrjsonConverter
 
 __all__ = ["dumps", "dumps_line", "loads", "JSONDecodeError", "converter"]
-
-#: The shared converter for attrs classes <-> JSON-ready primitives (snake_case, the domain's names).
-converter = make_converter(omit_if_default=False)
 
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -45,3 +46,15 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         JSONDecodeError: (a ``ValueError``) the input is not valid JSON or not valid UTF-8.
     """
     return orjson.loads(data)
+
+
+def __getattr__(name: str) -> Any:
+    """``converter``: the shared cattrs converter for attrs classes <-> JSON-ready primitives
+    (snake_case, the domain's names), built on first access (PEP 562): importing cattrs costs
+    tens of milliseconds of start-up, and the hot paths encode with orjson directly."""
+    if name != "converter":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from cattrs.preconf.orjson import make_converter
+
+    value = globals()["converter"] = make_converter(omit_if_default=False)
+    return value

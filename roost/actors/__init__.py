@@ -3,6 +3,10 @@ domain actors and messages that other rooms may use."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from roost._lazy import attach as _attach
+
 from roost.actors._actor import Actor as Actor
 from roost.actors._actor import ActorState as ActorState
 from roost.actors._actor import shielded_cleanup as shielded_cleanup
@@ -34,8 +38,6 @@ from roost.actors._messages import Unsubscribe as Unsubscribe
 from roost.actors._messages import UpdateQueued as UpdateQueued
 from roost.actors._messages import UpdateThread as UpdateThread
 from roost.actors._registry import ThreadRegistry as ThreadRegistry
-from roost.actors._scheduler import Scheduler as Scheduler
-from roost.actors._scheduler import TaskOutcomes as TaskOutcomes
 from roost.actors._services import Services as Services
 from roost.actors._taskqueue import QueuedTask as QueuedTask
 from roost.actors._taskqueue import TaskQueue as TaskQueue
@@ -85,10 +87,24 @@ __all__ = [
     "ReplySlot",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if hasattr(_obj, "__module__") and not isinstance(_obj, float):
-        try:
-            _obj.__module__ = __name__
-        except (AttributeError, TypeError):
-            pass
+if TYPE_CHECKING:
+    from roost.actors._scheduler import Scheduler as Scheduler
+    from roost.actors._scheduler import TaskOutcomes as TaskOutcomes
+
+#: The scheduler imports the cron parser (croniter, dateutil): loaded on first access (PEP 562), so
+#: the app-server, which never fires schedules, does not pay for it at start-up (issue 19).
+_LAZY = {"Scheduler": "roost.actors._scheduler", "TaskOutcomes": "roost.actors._scheduler"}
+
+
+def _fix_module_metadata(names: list[str]) -> None:
+    for name in names:
+        obj = globals()[name]
+        if hasattr(obj, "__module__") and not isinstance(obj, float):
+            try:
+                obj.__module__ = __name__
+            except (AttributeError, TypeError):
+                pass
+
+
+__getattr__, __dir__ = _attach(globals(), _LAZY, on_load=_fix_module_metadata)
+_fix_module_metadata([n for n in __all__ if n not in _LAZY])

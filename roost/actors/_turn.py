@@ -25,6 +25,7 @@ import trio
 from roost._faults import fault_point
 
 from roost.actors._actor import shielded_cleanup
+from roost.actors._fair import FairEvents
 from roost.engines._types import (
     AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, ReasoningItems, Retrying, TextDelta, ToolCall,
     ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
@@ -262,7 +263,7 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
     try:
         with cut:
             async with engine.stream(request) as events:
-                async for event in events:
+                async for event in FairEvents(events):  # bounded slices: control stays ahead
                     fault_point("turn")
                     cls = type(event)
                     if cls is TextDelta:

@@ -21,25 +21,13 @@ This room never imports ``roost.actors``, ``roost.protocol`` or ``roost.storage`
 
 from __future__ import annotations
 
-from roost.engines._anthropic import AnthropicEngine as AnthropicEngine
-from roost.engines._anthropic import AnthropicParser as AnthropicParser
-from roost.engines._factory import open_engine as open_engine
+from typing import TYPE_CHECKING
+
+from roost._lazy import attach as _attach
 from roost.engines._history import INTERRUPTED_OUTPUT as INTERRUPTED_OUTPUT
 from roost.engines._history import pair_tool_results as pair_tool_results
 from roost.engines._history import parse_arguments as parse_arguments
 from roost.engines._history import new_call_id as new_call_id
-from roost.engines._http import HttpEngine as HttpEngine
-from roost.engines._http import RetryPolicy as RetryPolicy
-from roost.engines._openai_chat import ChatCompletionsParser as ChatCompletionsParser
-from roost.engines._openai_chat import OpenAIChatEngine as OpenAIChatEngine
-from roost.engines._openai_responses import OpenAIResponsesEngine as OpenAIResponsesEngine
-from roost.engines._openai_responses import ResponsesParser as ResponsesParser
-from roost.engines._scripted import Script as Script
-from roost.engines._scripted import ScriptedEngine as ScriptedEngine
-from roost.engines._scripted import builtin_scripts as builtin_scripts
-from roost.engines._scripted import load_script as load_script
-from roost.engines._scripted import parse_script as parse_script
-from roost.engines._scripted import split_deltas as split_deltas
 from roost.engines._settings import DEFAULT_BASE_URLS as DEFAULT_BASE_URLS
 from roost.engines._settings import DEFAULT_KEY_ENVS as DEFAULT_KEY_ENVS
 from roost.engines._settings import PROVIDERS as PROVIDERS
@@ -67,6 +55,43 @@ from roost.engines._types import Usage as Usage
 from roost.engines._types import Retrying as Retrying
 from roost.engines._types import UserMessage as UserMessage
 from roost.errors import EngineFailure as EngineFailure
+
+if TYPE_CHECKING:
+    from roost.engines._anthropic import AnthropicEngine as AnthropicEngine
+    from roost.engines._anthropic import AnthropicParser as AnthropicParser
+    from roost.engines._factory import open_engine as open_engine
+    from roost.engines._http import HttpEngine as HttpEngine
+    from roost.engines._http import RetryPolicy as RetryPolicy
+    from roost.engines._openai_chat import ChatCompletionsParser as ChatCompletionsParser
+    from roost.engines._openai_chat import OpenAIChatEngine as OpenAIChatEngine
+    from roost.engines._openai_responses import OpenAIResponsesEngine as OpenAIResponsesEngine
+    from roost.engines._openai_responses import ResponsesParser as ResponsesParser
+    from roost.engines._scripted import Script as Script
+    from roost.engines._scripted import ScriptedEngine as ScriptedEngine
+    from roost.engines._scripted import builtin_scripts as builtin_scripts
+    from roost.engines._scripted import load_script as load_script
+    from roost.engines._scripted import parse_script as parse_script
+    from roost.engines._scripted import split_deltas as split_deltas
+
+#: Exports whose modules import httpx (the HTTP adapters) or PyYAML (the scripted engine): loaded on
+#: first access (PEP 562), so a command that never opens an engine does not pay for them.
+_LAZY = {
+    "AnthropicEngine": "roost.engines._anthropic",
+    "AnthropicParser": "roost.engines._anthropic",
+    "open_engine": "roost.engines._factory",
+    "HttpEngine": "roost.engines._http",
+    "RetryPolicy": "roost.engines._http",
+    "ChatCompletionsParser": "roost.engines._openai_chat",
+    "OpenAIChatEngine": "roost.engines._openai_chat",
+    "OpenAIResponsesEngine": "roost.engines._openai_responses",
+    "ResponsesParser": "roost.engines._openai_responses",
+    "Script": "roost.engines._scripted",
+    "ScriptedEngine": "roost.engines._scripted",
+    "builtin_scripts": "roost.engines._scripted",
+    "load_script": "roost.engines._scripted",
+    "parse_script": "roost.engines._scripted",
+    "split_deltas": "roost.engines._scripted",
+}
 
 __all__ = [
     "AgentMessage",
@@ -118,10 +143,10 @@ __all__ = [
 ]
 
 
-def _fix_module_metadata() -> None:
+def _fix_module_metadata(names: list[str]) -> None:
     import attrs
 
-    for name in __all__:
+    for name in names:
         obj = globals()[name]
         if not getattr(obj, "__module__", "").startswith("roost.engines._"):
             continue
@@ -131,4 +156,5 @@ def _fix_module_metadata() -> None:
             obj.__module__ = __name__
 
 
-_fix_module_metadata()
+__getattr__, __dir__ = _attach(globals(), _LAZY, on_load=_fix_module_metadata)
+_fix_module_metadata([n for n in __all__ if n not in _LAZY])

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
 
-from roost.engines._anthropic import AnthropicEngine
-from roost.engines._http import RetryPolicy
-from roost.engines._openai_chat import OpenAIChatEngine
-from roost.engines._openai_responses import OpenAIResponsesEngine
-from roost.engines._scripted import ScriptedEngine, load_script
 from roost.engines._settings import ProviderSettings
 from roost.engines._types import Engine
 
-__all__ = ["open_engine"]
+if TYPE_CHECKING:
+    import httpx
 
-_HTTP_ENGINES = {
-    "openai": OpenAIChatEngine,
-    "openai-responses": OpenAIResponsesEngine,
-    "anthropic": AnthropicEngine,
-}
+    from roost.engines._http import RetryPolicy
+
+__all__ = ["open_engine"]
 
 
 def open_engine(
@@ -29,6 +23,9 @@ def open_engine(
     pacing: bool = True,
 ) -> Engine:
     """Return the engine for ``settings`` (no I/O; an HTTP engine connects on first use).
+
+    Only the chosen engine's module is imported (the HTTP adapters import httpx, the scripted
+    engine PyYAML): start-up time is a goal (issue 19).
 
     Args:
         settings: from :func:`roost.config.resolve_provider`.
@@ -43,6 +40,20 @@ def open_engine(
         ConfigError: scripted: the script cannot be loaded.
     """
     if settings.provider == "scripted":
+        from roost.engines._scripted import ScriptedEngine, load_script
+
         script = load_script(settings.script or "demo")
         return ScriptedEngine(script, pacing=pacing, model=settings.model)
-    return _HTTP_ENGINES[settings.provider](settings, client=client, retry=retry)
+    if settings.provider == "openai":
+        from roost.engines._openai_chat import OpenAIChatEngine
+
+        return OpenAIChatEngine(settings, client=client, retry=retry)
+    if settings.provider == "openai-responses":
+        from roost.engines._openai_responses import OpenAIResponsesEngine
+
+        return OpenAIResponsesEngine(settings, client=client, retry=retry)
+    if settings.provider == "anthropic":
+        from roost.engines._anthropic import AnthropicEngine
+
+        return AnthropicEngine(settings, client=client, retry=retry)
+    raise KeyError(settings.provider)

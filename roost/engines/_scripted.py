@@ -68,6 +68,8 @@ from roost.engines._types import (
 )
 from roost.errors import ConfigError, EngineFailure
 
+_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 __all__ = ["Script", "Rule", "ScriptedEngine", "load_script", "parse_script", "builtin_scripts", "split_deltas"]
 
 _KINDS = ("text", "reasoning", "tool_call", "delay", "error", "usage", "finish", "retrying")
@@ -132,7 +134,8 @@ def load_script(source: str | Path) -> Script:
                               f"(built-in scripts: {builtins})") from exc
         name = path.stem
     try:
-        doc = loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        # libyaml's safe loader when PyYAML has it: the same documents, a quarter of the time
+        doc = loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SAFE_LOADER)
     except (JSONDecodeError, ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"script {str(source)!r} is not valid YAML/JSON: {exc}") from exc
     if name == source:

@@ -39,12 +39,13 @@ __all__ = [
 ]
 
 
+def _as_tuple(values: Any) -> tuple[Any, ...]:
+    """``tuple(values)``; a Python function, not the builtin, because attrs inspects a converter's
+    signature and ``inspect.signature(tuple)`` costs a one-off tokenizer regex compile at import."""
+    return tuple(values)
+
+
 # -- history ------------------------------------------------------------------------------------
-
-
-def _as_tuple(items: Any) -> tuple[dict[str, Any], ...]:
-    """attrs converter: any iterable of provider items as a tuple."""
-    return tuple(items)
 
 
 @attrs.frozen
@@ -64,10 +65,6 @@ class Image:
         return f"data:{self.media_type};base64,{self.data}"
 
 
-def _image_tuple(images: Iterable[Image]) -> tuple[Image, ...]:
-    return tuple(images)
-
-
 @attrs.frozen
 class UserMessage:
     """A user (or injected) message: text plus optional images.
@@ -78,7 +75,7 @@ class UserMessage:
     """
 
     text: str
-    images: tuple[Image, ...] = attrs.field(default=(), converter=_image_tuple)
+    images: tuple[Image, ...] = attrs.field(default=(), converter=_as_tuple)
     synthetic: bool = False
 
 
@@ -140,13 +137,6 @@ class ToolSchema:
 
 
 
-def _history_tuple(items: Iterable[HistoryItem]) -> tuple[HistoryItem, ...]:
-    return tuple(items)
-
-
-def _tool_tuple(tools: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
-    return tuple(tools)
-
 @attrs.frozen(kw_only=True)
 class EngineRequest:
     """One model call.
@@ -163,8 +153,8 @@ class EngineRequest:
     """
 
     system: str = ""
-    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=_history_tuple)
-    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_tool_tuple)
+    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=_as_tuple)
+    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_as_tuple)
     model: str | None = None
     effort: str | None = None
     max_tokens: int | None = None

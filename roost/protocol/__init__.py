@@ -1,114 +1,130 @@
 """Wire types, JSONL framing, the two dialects and their transports (DESIGN.md section 3).
 
-Public names are re-exported here from the private modules that define them.
+Public names are re-exported here from the private modules that define them, on first access
+(PEP 562, :mod:`roost._lazy`): the framing imports trio, and ``roost sessions --json`` (which
+uses only the wire types) should not.
 """
 
 from __future__ import annotations
 
-from roost.protocol._framing import DEFAULT_MAX_LINE_BYTES as DEFAULT_MAX_LINE_BYTES
-from roost.protocol._framing import Frame as Frame
-from roost.protocol._framing import FrameError as FrameError
-from roost.protocol._framing import JsonlWriter as JsonlWriter
-from roost.protocol._framing import LineDecoder as LineDecoder
-from roost.protocol._framing import line_limit as line_limit
-from roost.protocol._framing import open_stdio_stream as open_stdio_stream
-from roost.protocol._framing import read_frames as read_frames
+from typing import TYPE_CHECKING
 
-from roost.protocol._bridge import failed_result as failed_result
-from roost.protocol._bridge import run_bridge as run_bridge
-from roost.protocol._bridge import run_session as run_session
-from roost.protocol._engines import EngineCatalog as EngineCatalog
-from roost.protocol._outbox import DEFAULT_OUTBOX_LINES as DEFAULT_OUTBOX_LINES
-from roost.protocol._repl import serve_repl as serve_repl
-from roost.protocol._repl_prompts import questions_enabled as questions_enabled
-from roost.protocol._serve_appserver import serve_app_server as serve_app_server
-from roost.protocol._serve_auth import ServeAuth as ServeAuth
-from roost.protocol._serve_auth import parse_client_id as parse_client_id
-from roost.protocol._serve_daemon import DaemonRunning as DaemonRunning
-from roost.protocol._serve_daemon import ServeDaemon as ServeDaemon
-from roost.protocol._serve_daemon import ServeOptions as ServeOptions
-from roost.protocol._serve_daemon import claim_socket_path as claim_socket_path
-from roost.protocol._serve_daemon import default_socket_path as default_socket_path
-from roost.protocol._wire_types import AgentMessage as AgentMessage
-from roost.protocol._wire_types import ConfigSummary as ConfigSummary
-from roost.protocol._wire_types import ContextFileInfo as ContextFileInfo
-from roost.protocol._wire_types import ContextItem as ContextItem
-from roost.protocol._wire_types import InitResult as InitResult
-from roost.protocol._wire_types import Memory as Memory
-from roost.protocol._wire_types import MemoryAgent as MemoryAgent
-from roost.protocol._wire_types import Plugin as Plugin
-from roost.protocol._wire_types import PluginFunction as PluginFunction
-from roost.protocol._wire_types import ReplSession as ReplSession
-from roost.protocol._wire_types import Session as Session
-from roost.protocol._wire_types import SessionDetail as SessionDetail
-from roost.protocol._wire_types import Template as Template
-from roost.protocol._wire_types import ToolCallSummary as ToolCallSummary
-from roost.protocol._wire_types import Validation as Validation
-from roost.protocol._wire_types import ValidationIssue as ValidationIssue
-from roost.protocol._wire_types import error_envelope as error_envelope
-from roost.protocol._wire_types import item_envelope as item_envelope
-from roost.protocol._wire_types import items_envelope as items_envelope
-from roost.protocol._wire_types import to_wire as to_wire
-from roost.protocol._stdout import silence_stdout as silence_stdout
-from roost.protocol._as_schema import app_server_schema as app_server_schema
-from roost.protocol._serve_metrics import DaemonMetrics as DaemonMetrics
-from roost.protocol._serve_status import unregister_daemon as unregister_daemon
-from roost.protocol._serve_status import register_daemon as register_daemon
-from roost.protocol._serve_status import registered_daemons as registered_daemons
+from roost._lazy import attach as _attach
 
-__all__ = [
-    "register_daemon",
-    "registered_daemons",
-    "DaemonMetrics",
-    "unregister_daemon",
-    "app_server_schema",
-    "silence_stdout",
-    "AgentMessage",
-    "ConfigSummary",
-    "ContextFileInfo",
-    "ContextItem",
-    "DEFAULT_OUTBOX_LINES",
-    "DaemonRunning",
-    "EngineCatalog",
-    "InitResult",
-    "Memory",
-    "MemoryAgent",
-    "Plugin",
-    "PluginFunction",
-    "ReplSession",
-    "ServeAuth",
-    "ServeDaemon",
-    "ServeOptions",
-    "Session",
-    "SessionDetail",
-    "Template",
-    "ToolCallSummary",
-    "Validation",
-    "ValidationIssue",
-    "claim_socket_path",
-    "default_socket_path",
-    "error_envelope",
-    "failed_result",
-    "item_envelope",
-    "items_envelope",
-    "parse_client_id",
-    "questions_enabled",
-    "run_bridge",
-    "run_session",
-    "serve_app_server",
-    "serve_repl",
-    "to_wire",
+if TYPE_CHECKING:
+    from roost.protocol._as_schema import app_server_schema as app_server_schema
+    from roost.protocol._bridge import failed_result as failed_result
+    from roost.protocol._bridge import run_bridge as run_bridge
+    from roost.protocol._bridge import run_session as run_session
+    from roost.protocol._engines import EngineCatalog as EngineCatalog
+    from roost.protocol._framing import DEFAULT_MAX_LINE_BYTES as DEFAULT_MAX_LINE_BYTES
+    from roost.protocol._framing import Frame as Frame
+    from roost.protocol._framing import FrameError as FrameError
+    from roost.protocol._framing import JsonlWriter as JsonlWriter
+    from roost.protocol._framing import LineDecoder as LineDecoder
+    from roost.protocol._framing import line_limit as line_limit
+    from roost.protocol._framing import open_stdio_stream as open_stdio_stream
+    from roost.protocol._framing import read_frames as read_frames
+    from roost.protocol._outbox import DEFAULT_OUTBOX_LINES as DEFAULT_OUTBOX_LINES
+    from roost.protocol._repl import serve_repl as serve_repl
+    from roost.protocol._repl_prompts import questions_enabled as questions_enabled
+    from roost.protocol._serve_appserver import serve_app_server as serve_app_server
+    from roost.protocol._serve_auth import ServeAuth as ServeAuth
+    from roost.protocol._serve_auth import parse_client_id as parse_client_id
+    from roost.protocol._serve_daemon import DaemonRunning as DaemonRunning
+    from roost.protocol._serve_daemon import ServeDaemon as ServeDaemon
+    from roost.protocol._serve_daemon import ServeOptions as ServeOptions
+    from roost.protocol._serve_daemon import claim_socket_path as claim_socket_path
+    from roost.protocol._serve_daemon import default_socket_path as default_socket_path
+    from roost.protocol._serve_metrics import DaemonMetrics as DaemonMetrics
+    from roost.protocol._serve_status import register_daemon as register_daemon
+    from roost.protocol._serve_status import registered_daemons as registered_daemons
+    from roost.protocol._serve_status import unregister_daemon as unregister_daemon
+    from roost.protocol._stdout import silence_stdout as silence_stdout
+    from roost.protocol._wire_types import AgentMessage as AgentMessage
+    from roost.protocol._wire_types import ConfigSummary as ConfigSummary
+    from roost.protocol._wire_types import ContextFileInfo as ContextFileInfo
+    from roost.protocol._wire_types import ContextItem as ContextItem
+    from roost.protocol._wire_types import InitResult as InitResult
+    from roost.protocol._wire_types import Memory as Memory
+    from roost.protocol._wire_types import MemoryAgent as MemoryAgent
+    from roost.protocol._wire_types import Plugin as Plugin
+    from roost.protocol._wire_types import PluginFunction as PluginFunction
+    from roost.protocol._wire_types import ReplSession as ReplSession
+    from roost.protocol._wire_types import Session as Session
+    from roost.protocol._wire_types import SessionDetail as SessionDetail
+    from roost.protocol._wire_types import Template as Template
+    from roost.protocol._wire_types import ToolCallSummary as ToolCallSummary
+    from roost.protocol._wire_types import Validation as Validation
+    from roost.protocol._wire_types import ValidationIssue as ValidationIssue
+    from roost.protocol._wire_types import error_envelope as error_envelope
+    from roost.protocol._wire_types import item_envelope as item_envelope
+    from roost.protocol._wire_types import items_envelope as items_envelope
+    from roost.protocol._wire_types import to_wire as to_wire
 
-    "DEFAULT_MAX_LINE_BYTES",
-    "Frame",
-    "FrameError",
-    "JsonlWriter",
-    "LineDecoder",
-    "line_limit",
-    "open_stdio_stream",
-    "read_frames",
-]
+#: Every export is loaded on first access (PEP 562, roost/_lazy.py): `roost sessions --json` and the
+#: app-server's start-up must not import the daemon, the repl or hypercorn (issue 19).
+_LAZY = {
+    "app_server_schema": "roost.protocol._as_schema",
+    "failed_result": "roost.protocol._bridge",
+    "run_bridge": "roost.protocol._bridge",
+    "run_session": "roost.protocol._bridge",
+    "EngineCatalog": "roost.protocol._engines",
+    "DEFAULT_MAX_LINE_BYTES": "roost.protocol._framing",
+    "Frame": "roost.protocol._framing",
+    "FrameError": "roost.protocol._framing",
+    "JsonlWriter": "roost.protocol._framing",
+    "LineDecoder": "roost.protocol._framing",
+    "line_limit": "roost.protocol._framing",
+    "open_stdio_stream": "roost.protocol._framing",
+    "read_frames": "roost.protocol._framing",
+    "DEFAULT_OUTBOX_LINES": "roost.protocol._outbox",
+    "serve_repl": "roost.protocol._repl",
+    "questions_enabled": "roost.protocol._repl_prompts",
+    "serve_app_server": "roost.protocol._serve_appserver",
+    "ServeAuth": "roost.protocol._serve_auth",
+    "parse_client_id": "roost.protocol._serve_auth",
+    "DaemonRunning": "roost.protocol._serve_daemon",
+    "ServeDaemon": "roost.protocol._serve_daemon",
+    "ServeOptions": "roost.protocol._serve_daemon",
+    "claim_socket_path": "roost.protocol._serve_daemon",
+    "default_socket_path": "roost.protocol._serve_daemon",
+    "DaemonMetrics": "roost.protocol._serve_metrics",
+    "register_daemon": "roost.protocol._serve_status",
+    "registered_daemons": "roost.protocol._serve_status",
+    "unregister_daemon": "roost.protocol._serve_status",
+    "silence_stdout": "roost.protocol._stdout",
+    "AgentMessage": "roost.protocol._wire_types",
+    "ConfigSummary": "roost.protocol._wire_types",
+    "ContextFileInfo": "roost.protocol._wire_types",
+    "ContextItem": "roost.protocol._wire_types",
+    "InitResult": "roost.protocol._wire_types",
+    "Memory": "roost.protocol._wire_types",
+    "MemoryAgent": "roost.protocol._wire_types",
+    "Plugin": "roost.protocol._wire_types",
+    "PluginFunction": "roost.protocol._wire_types",
+    "ReplSession": "roost.protocol._wire_types",
+    "Session": "roost.protocol._wire_types",
+    "SessionDetail": "roost.protocol._wire_types",
+    "Template": "roost.protocol._wire_types",
+    "ToolCallSummary": "roost.protocol._wire_types",
+    "Validation": "roost.protocol._wire_types",
+    "ValidationIssue": "roost.protocol._wire_types",
+    "error_envelope": "roost.protocol._wire_types",
+    "item_envelope": "roost.protocol._wire_types",
+    "items_envelope": "roost.protocol._wire_types",
+    "to_wire": "roost.protocol._wire_types",
+}
 
-for _name in ("FrameError", "JsonlWriter", "LineDecoder", "line_limit", "open_stdio_stream", "read_frames"):
-    globals()[_name].__module__ = __name__
-del _name
+__all__ = sorted(_LAZY)
+
+_RENAMED = ("FrameError", "JsonlWriter", "LineDecoder", "line_limit", "open_stdio_stream", "read_frames")
+
+
+def _fix_module_metadata(names: list[str]) -> None:
+    for name in names:
+        if name in _RENAMED:
+            globals()[name].__module__ = __name__
+
+
+__getattr__, __dir__ = _attach(globals(), _LAZY, on_load=_fix_module_metadata)

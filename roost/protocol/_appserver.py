@@ -32,7 +32,7 @@ from roost.errors import (
     RoostError, ServerOverloaded, InvalidParams,
 )
 from roost.protocol._framing import FrameError, LineDecoder, read_frames
-from roost.protocol._coalesce import APP_SERVER_DELTAS
+from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
 from roost.protocol._outbox import Outbox
 
 __all__ = ["AppServerSession", "method", "PROTOCOL_VERSION", "METHODS"]
@@ -77,7 +77,8 @@ class AppServerSession:
         self.engines = engines
         self.settings = engines.default
         self.setup_issues = [engines.setup_error] if engines.setup_error else []
-        self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS)
+        self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS,
+                             lanes=app_server_thread_of)
         self.capabilities: dict = {}
         #: config/workspace/update defaults (``effort``, ``permission_mode``) of this connection
         self.workspace_defaults: dict[str, Any] = {}

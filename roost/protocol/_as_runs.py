@@ -42,7 +42,6 @@ import weakref
 from typing import Any
 
 import attrs
-import jsonschema
 import trio
 
 from roost._json import JSONDecodeError, dumps, loads
@@ -96,6 +95,8 @@ def make_validator(schema: Any) -> Any:
     """
     if not isinstance(schema, dict):
         raise InvalidParams("output_schema must be a JSON Schema object")
+    import jsonschema  # only runs with an output_schema use it: keeps it off the start-up path
+
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(schema)
@@ -122,6 +123,8 @@ def check_output(validator: Any, text: str | None) -> tuple[Any, str | None]:
         value = loads(raw)
     except JSONDecodeError as exc:
         return None, f"the reply is not valid JSON ({exc})"
+    import jsonschema.exceptions
+
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except Exception as exc:  # e.g. an unresolvable $ref: the schema cannot be applied

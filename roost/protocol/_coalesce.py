@@ -20,7 +20,7 @@ import attrs
 
 from roost._json import dumps_line, loads
 
-__all__ = ["DeltaCoalescer", "COALESCE_AFTER", "APP_SERVER_DELTAS", "WIRE_TOKENS"]
+__all__ = ["DeltaCoalescer", "COALESCE_AFTER", "APP_SERVER_DELTAS", "WIRE_TOKENS", "app_server_thread_of"]
 
 #: Lines waiting in one batch before the writer coalesces them (the outbox "runs behind").
 COALESCE_AFTER = 256
@@ -112,3 +112,21 @@ APP_SERVER_DELTAS = DeltaCoalescer(
 #: serve socket also ``sessionId`` and ``agent``, which name the stream).
 WIRE_TOKENS = DeltaCoalescer(prefixes=(b'{"type":"token"', b'{"type":"thinking"'),
                              key_fields=("sessionId", "agent"), text_field="text")
+
+
+_THREAD_KEY = b'"thread_id":"'
+
+
+def app_server_thread_of(line: bytes) -> bytes | None:
+    """The first ``"thread_id"`` value in an encoded app-server line (bytes), or None.
+
+    An outbox's lane key (:class:`~roost.protocol._outbox.Outbox` ``lanes``): every thread
+    notification carries its ``thread_id`` in ``params`` (app-server-protocol.md), and the hub
+    encodes it before the item fields. A byte search, not a decode: it runs for every delta.
+    """
+    start = line.find(_THREAD_KEY)
+    if start < 0:
+        return None
+    start += len(_THREAD_KEY)
+    end = line.find(b'"', start)
+    return line[start:end] if end > start else None

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from roost.config import derive_provider, resolve_provider
-from roost.engines import ProviderSettings, open_engine
+from roost.engines import ProviderSettings
 from roost.errors import ConfigError, InvalidParams
 
 __all__ = ["EngineCatalog"]
@@ -82,6 +82,9 @@ class EngineCatalog:
         key = (settings.provider, settings.base_url, settings.model, settings.script, settings.api_key_env)
         engine = self._engines.get(key)
         if engine is None:
+            # imports httpx or PyYAML: only when an engine opens (start-up time, issue 19)
+            from roost.engines import open_engine
+
             try:
                 engine = self._engines[key] = open_engine(settings, pacing=self.pacing)
             except ConfigError as exc:

@@ -17,6 +17,10 @@ unix wall-clock seconds.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from roost._lazy import attach as _attach
+
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._connect import connect as connect
 from ._connect import immediate as immediate
@@ -30,9 +34,6 @@ from ._items import remove_held_input as remove_held_input
 from ._items import search_items as search_items
 from ._items import update_held_input as update_held_input
 from ._items import update_item as update_item
-from ._keeper import Execution as Execution
-from ._keeper import LeaseKeeper as LeaseKeeper
-from ._keeper import default_owner as default_owner
 from ._memory import delete_context_file as delete_context_file
 from ._memory import delete_memory as delete_memory
 from ._memory import get_memory as get_memory
@@ -40,14 +41,6 @@ from ._memory import list_context_files as list_context_files
 from ._memory import list_memory as list_memory
 from ._memory import put_context_file as put_context_file
 from ._memory import put_memory as put_memory
-from ._processes import ProcessHook as ProcessHook
-from ._processes import forget_tool_process as forget_tool_process
-from ._processes import list_tool_processes as list_tool_processes
-from ._processes import reap_tool_processes as reap_tool_processes
-from ._processes import record_tool_process as record_tool_process
-from ._processes import tool_process_hook as tool_process_hook
-from ._reconcile import ReconcileReport as ReconcileReport
-from ._reconcile import reconcile as reconcile
 from ._rows import new_id as new_id
 from ._rows import utc_now as utc_now
 from ._schema import migrate as migrate
@@ -72,9 +65,6 @@ from ._workers import create_worker as create_worker
 from ._workers import get_worker as get_worker
 from ._workers import list_workers as list_workers
 from ._workers import update_worker as update_worker
-from ._writer import StoreWriter as StoreWriter
-from ._writer import WriterState as WriterState
-from ._writer import WriterStats as WriterStats
 from .leases import Lease as Lease
 from .leases import acquire as acquire
 from .leases import check_fence as check_fence
@@ -139,6 +129,42 @@ from ._interface import TaskStore as TaskStore
 from ._interface import ThreadStore as ThreadStore
 from ._interface import WorkerStore as WorkerStore
 
+if TYPE_CHECKING:
+    from ._keeper import Execution as Execution
+    from ._keeper import LeaseKeeper as LeaseKeeper
+    from ._keeper import default_owner as default_owner
+    from ._processes import ProcessHook as ProcessHook
+    from ._processes import forget_tool_process as forget_tool_process
+    from ._processes import list_tool_processes as list_tool_processes
+    from ._processes import reap_tool_processes as reap_tool_processes
+    from ._processes import record_tool_process as record_tool_process
+    from ._processes import tool_process_hook as tool_process_hook
+    from ._reconcile import ReconcileReport as ReconcileReport
+    from ._reconcile import reconcile as reconcile
+    from ._writer import StoreWriter as StoreWriter
+    from ._writer import WriterState as WriterState
+    from ._writer import WriterStats as WriterStats
+
+#: Exports whose modules import trio (the writer, the lease keeper, tool process groups and the
+#: reconciliation that reaps them): loaded on first access (PEP 562), so a blocking CLI command
+#: that only reads the store does not import the async runtime.
+_LAZY = {
+    "Execution": "roost.storage._keeper",
+    "LeaseKeeper": "roost.storage._keeper",
+    "default_owner": "roost.storage._keeper",
+    "ProcessHook": "roost.storage._processes",
+    "forget_tool_process": "roost.storage._processes",
+    "list_tool_processes": "roost.storage._processes",
+    "reap_tool_processes": "roost.storage._processes",
+    "record_tool_process": "roost.storage._processes",
+    "tool_process_hook": "roost.storage._processes",
+    "ReconcileReport": "roost.storage._reconcile",
+    "reconcile": "roost.storage._reconcile",
+    "StoreWriter": "roost.storage._writer",
+    "WriterState": "roost.storage._writer",
+    "WriterStats": "roost.storage._writer",
+}
+
 __all__ = [
     "adopt_job",
     "StoreBackend", "ConnT", "OPERATIONS", "ThreadStore", "ItemStore", "InputStore", "LeaseStore", "WorkerStore",
@@ -166,11 +192,16 @@ __all__ = [
     "reap_tool_processes", "tool_process_hook",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("roost.storage._"):
-        try:
-            _obj.__module__ = __name__
-        except (AttributeError, TypeError):
-            pass
-del _name, _obj
+
+def _fix_module_metadata(names: list[str]) -> None:
+    for name in names:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith("roost.storage._"):
+            try:
+                obj.__module__ = __name__
+            except (AttributeError, TypeError):
+                pass
+
+
+__getattr__, __dir__ = _attach(globals(), _LAZY, on_load=_fix_module_metadata)
+_fix_module_metadata([n for n in __all__ if n not in _LAZY])

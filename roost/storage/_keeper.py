@@ -272,7 +272,8 @@ class LeaseKeeper:
                 return
             fault_point("lease_keeper")
             try:
-                execution.lease = await self.writer.submit(renew, execution.lease)
+                # control before data (issue 19): a renewal does not wait behind queued writes
+                execution.lease = await self.writer.submit_urgent(renew, execution.lease)
             except StaleLease:
                 execution._lose("superseded")
                 return

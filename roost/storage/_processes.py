@@ -28,12 +28,13 @@ import signal
 import socket
 import sqlite3
 from collections.abc import Awaitable, Callable
-
-import trio
+from typing import TYPE_CHECKING
 
 from ._rows import utc_now
-from ._writer import StoreWriter
 from .leases import owner_is_dead
+
+if TYPE_CHECKING:  # the writer (and trio) load only when a hook is made: `roost sessions` needs neither
+    from ._writer import StoreWriter
 
 __all__ = [
     "ProcessHook",
@@ -255,6 +256,7 @@ def tool_process_hook(writer: StoreWriter, owner: str, thread_id: str | None = N
     Cancellation:
         The hook is a checkpoint; cancelled, its write may still commit.
     """
+    import trio
 
     async def hook(pgid: int, running: bool) -> None:
         try:

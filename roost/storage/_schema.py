@@ -12,17 +12,74 @@ compact JSON text.
 from __future__ import annotations
 
 import sqlite3
-
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from roost.errors import MigrationError, StoreError
 
 from ._connect import immediate, translate_error
 
+if TYPE_CHECKING:
+    import sqlite_utils
+    from sqlite_utils.migrations import Migrations
+
 __all__ = ["MIGRATIONS", "migrate", "schema_version"]
 
-MIGRATIONS = Migrations("roost")
+#: ``sqlite_utils.migrations.Migrations``' bookkeeping table (one row per applied migration).
+_MIGRATIONS_TABLE = "_sqlite_migrations"
+
+
+class _MigrationSet:
+    """The ordered migration functions of one set, registered with the decorator of
+    ``sqlite_utils.migrations.Migrations`` (``@MIGRATIONS(name=...)``) and handed to a real
+    ``Migrations`` only when one must run: importing sqlite-utils costs tens of milliseconds,
+    and a current store (every start but the first) needs none of it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._steps: list[tuple[str, Callable[..., None], bool]] = []
+        self._built: Migrations | None = None
+
+    def __call__(self, *, name: str | None = None,
+                 transactional: bool = True) -> Callable[[Callable[..., None]], Callable[..., None]]:
+        def register(fn: Callable[..., None]) -> Callable[..., None]:
+            step = name or fn.__name__
+            if step in self.names():
+                raise ValueError(f"migration {step!r} is already registered in set {self.name!r}")
+            self._steps.append((step, fn, transactional))
+            self._built = None
+            return fn
+
+        return register
+
+    def names(self) -> list[str]:
+        """The registered migration names, in order."""
+        return [step for step, _, _ in self._steps]
+
+    def migrations(self) -> Migrations:
+        """The equivalent ``sqlite_utils.migrations.Migrations`` (built on first use)."""
+        if self._built is None:
+            from sqlite_utils.migrations import Migrations
+
+            built = Migrations(self.name)
+            for step, fn, transactional in self._steps:
+                built(name=step, transactional=transactional)(fn)
+            self._built = built
+        return self._built
+
+
+def _applied(conn: sqlite3.Connection, migration_set: str) -> list[str]:
+    """The applied migration names of ``migration_set``, oldest first, as sqlite-utils records them."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                    (_MIGRATIONS_TABLE,)).fetchone() is None:
+        return []
+    rows = conn.execute(f"SELECT name FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? ORDER BY rowid",
+                        (migration_set,)).fetchall()
+    return [row[0] for row in rows]
+
+
+MIGRATIONS = _MigrationSet("roost")
 
 
 def _run(db: sqlite_utils.Database, *statements: str) -> None:
@@ -186,8 +243,10 @@ def schema_version(conn: sqlite3.Connection) -> list[str]:
     Args:
         conn: any connection to the database.
     """
-    db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
-    return [m.name for m in MIGRATIONS.applied(db)]
+    try:
+        return _applied(conn, MIGRATIONS.name)
+    except sqlite3.Error as exc:
+        raise translate_error(exc) from exc
 
 
 def migrate(conn: sqlite3.Connection) -> list[str]:
@@ -212,12 +271,17 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         raise translate_error(exc) from exc
     if str(mode).lower() != "wal":
         raise MigrationError(f"could not switch the database to WAL (journal_mode={mode})")
+    if set(MIGRATIONS.names()) <= set(schema_version(conn)):
+        return []  # current (migrations are never removed): no lock, no sqlite-utils
+    import sqlite_utils
+
     db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
+    migrations = MIGRATIONS.migrations()
     try:
         with immediate(conn):
-            pending = [m.name for m in MIGRATIONS.pending(db)]
+            pending = [m.name for m in migrations.pending(db)]
             if pending:
-                MIGRATIONS.apply(db)
+                migrations.apply(db)
     except StoreError:
         raise
     except Exception as exc:

@@ -9,6 +9,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from roost._paths import database_path
 from roost.errors import StoreClosed, StoreError
@@ -16,7 +17,9 @@ from roost.errors import StoreClosed, StoreError
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate
 from ._schema import migrate
 from ._sqlite_ops import SQLiteOperations
-from ._writer import StoreWriter
+
+if TYPE_CHECKING:
+    from ._writer import StoreWriter
 
 __all__ = ["Store", "open_store"]
 
@@ -39,12 +42,24 @@ class Store(SQLiteOperations):
                  _tempdir: str | None = None) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
-        self.writer = StoreWriter(path, batch_max=batch_max, queue_size=queue_size,
-                                  busy_timeout=busy_timeout)
+        self._writer_sizes = (batch_max, queue_size)
+        self._writer: StoreWriter | None = None
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
         self._tempdir = _tempdir
+
+    @property
+    def writer(self) -> StoreWriter:
+        """The process's :class:`StoreWriter`, created on first use (it imports trio: a blocking
+        CLI command that only reads never pays for that)."""
+        if self._writer is None:
+            from ._writer import StoreWriter
+
+            batch_max, queue_size = self._writer_sizes
+            self._writer = StoreWriter(self.path, batch_max=batch_max, queue_size=queue_size,
+                                       busy_timeout=self.busy_timeout)
+        return self._writer
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -1,0 +1,186 @@
+"""Benchmark start-up: what a user waits for when a client spawns ``roost``.
+
+Two commands, each spawned ``--runs`` times (after one untimed warm-up spawn that also creates
+the store), alternating so that machine load hits both alike:
+
+* ``roost app-server``: wall time from ``spawn`` to the ``initialize`` response line on stdout
+  (the request is written at once; the server reads it when it is ready). Goal: p50 < 250 ms.
+* ``roost sessions --json``: wall time from ``spawn`` to exit, with its one envelope line checked.
+  Goal: p50 < 200 ms.
+
+For each: ``*_ms_p50``, ``*_ms_min``, ``*_ms_max`` (wall) and ``*_cpu_ms_p50`` (the child's user +
+system CPU over its whole life, from ``wait4``; less sensitive to load on a shared machine).
+Also ``roost_bytecode``: whether the ``roost`` package the command runs has current ``.pyc``
+files (``cached``), some (``partial``) or none (``missing``): with ``PYTHONDONTWRITEBYTECODE=1``
+and an editable install nothing writes them, and every start compiles Roost's source
+(``scripts/dev.py`` compiles the venv and the package after installing). ``--bytecode off``
+measures that case: ``PYTHONPYCACHEPREFIX`` points at a private folder that mirrors every
+installed ``.pyc`` (symlinks) except the ``roost`` package's own. Also ``loadavg_1m`` at the start and the end.
+
+Usage: ``python benchmarks/bench_startup.py [--runs 15] [--roost .venv/bin/roost] [--pythonpath DIR]
+[--bytecode as-is|off]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import emit  # noqa: E402
+
+_ROOT = Path(__file__).resolve().parent.parent
+_INITIALIZE = b'{"id":1,"method":"initialize","params":{"protocol_version":"wuu-app-server/v0.1"}}\n'
+
+
+def _loadavg() -> float:
+    return os.getloadavg()[0]
+
+
+def _wait_cpu(proc: subprocess.Popen) -> float:
+    """Reap ``proc`` and return its user + system CPU seconds (``os.wait4``)."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def spawn_app_server(roost: str, env: dict[str, str]) -> tuple[float, float]:
+    """Spawn ``roost app-server``, send ``initialize`` and return (seconds to the response, CPU s).
+
+    Raises:
+        RuntimeError: the first line is not the ``initialize`` response.
+    """
+    start = time.perf_counter()
+    proc = subprocess.Popen([roost, "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(_INITIALIZE)
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    elapsed = time.perf_counter() - start
+    proc.stdin.close()
+    proc.stdout.read()
+    cpu = _wait_cpu(proc)
+    if not line.startswith(b'{"id":1,"result":'):
+        raise RuntimeError(f"unexpected initialize answer: {line[:200]!r}")
+    return elapsed, cpu
+
+
+def spawn_sessions(roost: str, env: dict[str, str]) -> tuple[float, float]:
+    """Run ``roost sessions --json`` to exit and return (seconds, CPU s).
+
+    Raises:
+        RuntimeError: it failed or did not print one ``items`` envelope.
+    """
+    start = time.perf_counter()
+    proc = subprocess.Popen([roost, "sessions", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    cpu = _wait_cpu(proc)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0 or not out.startswith(b'{"protocolVersion":1,"items":'):
+        raise RuntimeError(f"roost sessions --json failed ({proc.returncode}): {out[:200]!r}")
+    return elapsed, cpu
+
+
+def bytecode_state(python: str, env: dict[str, str]) -> str:
+    """Return ``cached``, ``partial`` or ``missing`` for the ``roost`` package ``python`` imports."""
+    out = subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
+                         capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()
+    sources = list(Path(out).rglob("*.py"))
+    current = 0
+    for src in sources:
+        pyc = Path(importlib.util.cache_from_source(str(src)))
+        if pyc.exists() and pyc.stat().st_mtime >= src.stat().st_mtime:
+            current += 1
+    if current == len(sources):
+        return "cached"
+    return "missing" if current == 0 else "partial"
+
+
+def _figures(name: str, samples: list[tuple[float, float]]) -> dict[str, Any]:
+    walls = [w * 1000 for w, _ in samples]
+    cpus = [c * 1000 for _, c in samples]
+    return {f"{name}_ms_p50": round(statistics.median(walls), 1), f"{name}_ms_min": round(min(walls), 1),
+            f"{name}_ms_max": round(max(walls), 1), f"{name}_cpu_ms_p50": round(statistics.median(cpus), 1)}
+
+
+def _hide_package_bytecode(roost_dir: Path, prefix: Path) -> None:
+    """Make ``PYTHONPYCACHEPREFIX=prefix`` find the stdlib and site-packages bytecode but not Roost's.
+
+    The prefix mirrors every ``__pycache__`` the interpreter would look for under it, except the
+    ``roost`` package's: each directory on ``sys.path`` is linked file by file (``.pyc`` only).
+    """
+    import sysconfig
+
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        base = Path(sysconfig.get_paths()[key]).resolve()
+        for cache in base.rglob("__pycache__"):
+            if roost_dir in cache.parents:
+                continue
+            target = prefix / cache.parent.relative_to("/")
+            target.mkdir(parents=True, exist_ok=True)
+            for pyc in cache.glob("*.pyc"):
+                link = target / pyc.name
+                if not link.exists():
+                    link.symlink_to(pyc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Prints one JSON line; progress goes to stderr.")
+    parser.add_argument("--runs", type=int, default=15, help="timed spawns of each command (default 15)")
+    parser.add_argument("--roost", default=str(_ROOT / ".venv" / "bin" / "roost"),
+                        help="the roost executable (default: this checkout's .venv/bin/roost)")
+    parser.add_argument("--pythonpath", default=None,
+                        help="a directory holding another copy of the roost package to measure "
+                             "(put first on PYTHONPATH), e.g. an older commit's tree")
+    parser.add_argument("--bytecode", choices=("as-is", "off"), default="as-is",
+                        help="as-is: whatever .pyc files exist; off: Roost's own modules compile from "
+                             "source on every start (an editable install under PYTHONDONTWRITEBYTECODE=1)")
+    args = parser.parse_args()
+    python = str(Path(args.roost).with_name("python"))
+    load_start = _loadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="roost-bench-startup-"))
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
+        env.update(ROOST_HOME=str(tmp / "home"), ROOST_PROVIDER="scripted", PYTHONDONTWRITEBYTECODE="1")
+        if args.pythonpath:
+            env["PYTHONPATH"] = os.path.abspath(args.pythonpath)
+        state = bytecode_state(python, env)
+        if args.bytecode == "off":
+            roost_dir = Path(subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
+                                            capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()).resolve()
+            _hide_package_bytecode(roost_dir, tmp / "pycache")
+            env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+            state = "missing"
+        spawn_sessions(args.roost, env)   # warm-up: creates the store, warms the page cache
+        spawn_app_server(args.roost, env)
+        app: list[tuple[float, float]] = []
+        sessions: list[tuple[float, float]] = []
+        for i in range(args.runs):
+            app.append(spawn_app_server(args.roost, env))
+            sessions.append(spawn_sessions(args.roost, env))
+            print(f"run {i + 1}/{args.runs}: app-server {app[-1][0] * 1000:.0f} ms, "
+                  f"sessions {sessions[-1][0] * 1000:.0f} ms", file=sys.stderr)
+        figures: dict[str, Any] = {"runs": args.runs, "roost_bytecode": state, "pythonpath": args.pythonpath}
+        figures.update(_figures("app_server_initialize", app))
+        figures.update(_figures("sessions_json", sessions))
+        figures.update(loadavg_1m_start=round(load_start, 2), loadavg_1m_end=round(_loadavg(), 2))
+        emit(figures)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Control before data (DESIGN.md section 4; issue 19): bounded stream slices and outbox lanes."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from roost._json import dumps_line
+from roost.actors._fair import FairEvents
+from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
+from roost.protocol._outbox import Outbox
+
+
+class _Greedy:
+    """An async iterator that never checkpoints (like an engine handing out a buffered chunk)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.i = n, 0
+
+    def __aiter__(self) -> _Greedy:
+        return self
+
+    async def __anext__(self) -> int:
+        if self.i >= self.n:
+            raise StopAsyncIteration
+        self.i += 1
+        sum(range(200))  # a little work per event
+        return self.i
+
+
+async def test_a_stream_that_never_checkpoints_lets_other_tasks_run() -> None:
+    ran_during = 0
+    done = False
+
+    async def control() -> None:
+        nonlocal ran_during
+        while not done:
+            await trio.lowlevel.checkpoint()
+            ran_during += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(control)
+        await trio.lowlevel.checkpoint()
+        events = 0
+        async for _ in FairEvents(_Greedy(20_000)):
+            events += 1
+        done = True
+    assert events == 20_000
+    assert ran_during > 0
+
+
+async def test_greedy_streams_take_turns() -> None:
+    order: list[str] = []
+
+    async def consume(name: str) -> None:
+        async for _ in FairEvents(_Greedy(20_000)):
+            if not order or order[-1] != name:
+                order.append(name)
+        order.append(f"{name} done")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume, "a")
+        nursery.start_soon(consume, "b")
+    first_done = min(order.index("a done"), order.index("b done"))
+    assert {"a", "b"} <= set(order[:first_done])  # both progressed before either finished
+    assert len(order) > 4  # they alternated, slice by slice
+
+
+async def test_a_parked_stream_is_cancelled_at_once() -> None:
+    finished: list[str] = []
+
+    async def consume(name: str) -> None:
+        async for _ in FairEvents(_Greedy(1_000_000)):
+            pass
+        finished.append(name)
+
+    async with trio.open_nursery() as nursery:
+        for name in "abc":
+            nursery.start_soon(consume, name)
+        await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert finished == []
+
+
+# -- outbox lanes ------------------------------------------------------------------------------------
+
+
+def _delta(thread: str, item: str, text: str) -> bytes:
+    return dumps_line({"method": "item/agentMessage/delta",
+                       "params": {"thread_id": thread, "turn_id": "u", "item_id": item, "delta": text}})
+
+
+def _note(thread: str | None, n: int) -> bytes:
+    params = {"thread_id": thread, "n": n} if thread else {"n": n}
+    return dumps_line({"method": "item/completed", "params": params})
+
+
+def _response(n: int, thread: str) -> bytes:
+    return dumps_line({"id": n, "result": {"thread_id": thread}})
+
+
+class _Sink(trio.abc.SendStream):
+    def __init__(self) -> None:
+        self.data = b""
+
+    async def send_all(self, data: bytes) -> None:
+        self.data += bytes(data)
+        await trio.lowlevel.checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+async def _write_all(lines: list[bytes], *, before_writer: int) -> list[dict]:
+    """Deliver ``lines`` (the first ``before_writer`` as a backlog), drain, return what was written."""
+    outbox, sink = Outbox(coalesce=APP_SERVER_DELTAS, lanes=app_server_thread_of), _Sink()
+    for line in lines[:before_writer]:
+        outbox.deliver(line)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.run_writer, sink)
+        for line in lines[before_writer:]:
+            outbox.deliver(line)
+            await trio.lowlevel.checkpoint()
+        outbox.close()
+    return [json.loads(line) for line in sink.data.splitlines()]
+
+
+def _view(message: dict) -> tuple:
+    p = message.get("params") or message.get("result") or {}
+    if message.get("method") == "item/agentMessage/delta":
+        return ("delta", p["thread_id"], p["item_id"], p["delta"])
+    if "id" in message:
+        return ("response", message["id"])
+    return ("note", p.get("thread_id"), p["n"])
+
+
+def _texts_before(views: list[tuple], index: int, thread: str | None) -> dict:
+    """Each item's text delivered before position ``index`` (of ``thread``, or of all threads)."""
+    out: dict = {}
+    for v in views[:index]:
+        if v[0] == "delta" and (thread is None or v[1] == thread):
+            out[(v[1], v[2])] = out.get((v[1], v[2]), "") + v[3]
+    return out
+
+
+_lines = st.lists(st.one_of(
+    st.builds(_delta, st.sampled_from(["A", "B", "C"]), st.sampled_from(["i", "j"]), st.text("xyz", min_size=1, max_size=3)),
+    st.builds(_note, st.sampled_from(["A", "B", None]), st.integers(0, 99)),
+    st.builds(_response, st.integers(0, 99), st.sampled_from(["A", "B"]))), max_size=80)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_lines, st.integers(0, 80))
+async def test_lanes_keep_every_order_that_matters(lines: list[bytes], before_writer: int) -> None:
+    sent = [_view(json.loads(line)) for line in lines]
+    got = [_view(m) for m in await _write_all(lines, before_writer=min(before_writer, len(lines)))]
+    # every text arrives whole; lines that are not deltas keep their order
+    assert _texts_before(got, len(got), None) == _texts_before(sent, len(sent), None)
+    assert [v for v in got if v[0] != "delta"] == [v for v in sent if v[0] != "delta"]
+    for v in (v for v in sent if v[0] == "note"):
+        # a notification comes after the deltas sent before it: its thread's, or all for none
+        thread = v[1]
+        assert _texts_before(got, got.index(v), thread) == _texts_before(sent, sent.index(v), thread)
+
+
+async def test_control_passes_a_backlog_of_other_threads_deltas() -> None:
+    lines = [_delta("A", "i", "x") for _ in range(2000)]
+    lines += [_delta("B", "k", "first"), _response(1, "B"), _note("B", 7)]
+    got = [_view(m) for m in await _write_all(lines, before_writer=len(lines))]
+    assert got[0] == ("response", 1)  # the answer is not queued behind thread A's text
+    assert got[1:3] == [("delta", "B", "k", "first"), ("note", "B", 7)]  # B's order is kept
+    assert _texts_before(got, len(got), "A") == {("A", "i"): "x" * 2000}
+
+
+# -- the store writer ---------------------------------------------------------------------------------
+
+
+async def test_a_group_in_flight_stops_for_an_urgent_write(tmp_path) -> None:
+    """The group being committed takes no further write once an urgent one waits; the rest go
+    first in the next ordinary group, in order, each answered once."""
+    import threading
+
+    from roost.storage import open_store
+
+    store = open_store(tmp_path / "roost.db", batch_max=10)
+    order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    def note(conn, label: str) -> str:
+        if label == "queued 0":
+            started.set()
+            release.wait(10)
+        order.append(label)
+        return label
+
+    for i in range(10):
+        store.writer.submit_nowait(note, f"queued {i}")
+    results: list[str] = []
+
+    async def urgent() -> None:
+        results.append(await store.writer.submit_urgent(note, "urgent"))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.writer.run)
+            await trio.to_thread.run_sync(started.wait)  # the group's first write is running
+            nursery.start_soon(urgent)
+            await trio.testing.wait_all_tasks_blocked()   # the urgent write waits
+            release.set()
+            results.append(await store.writer.submit(note, "last"))
+            nursery.cancel_scope.cancel()
+    assert order == ["queued 0", "urgent", *(f"queued {i}" for i in range(1, 10)), "last"]
+    assert results == ["urgent", "last"]
+    assert store.writer.stats.writes == 12 and store.writer.stats.failed == 0
+    store.close()
