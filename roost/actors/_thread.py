@@ -268,6 +268,27 @@ class ThreadActor(PendingInputs, Actor):
             view["seq"] = row.seq
             self._max_seq = max(self._max_seq, row.seq)
 
+    def checkpoint_stream(self, turn: TurnState, view: dict, text: str) -> None:
+        """Queue a checkpoint of ``view`` (agent text or reasoning still streaming) with ``text``,
+        its text so far, as an ``in_progress`` row (:mod:`roost.actors._checkpoint`); not a
+        checkpoint of trio's, never waits. Fenced by the turn's lease token; a full writer queue
+        skips this checkpoint (backpressure), the next one carries the text.
+        """
+        if self.ephemeral:
+            return
+        payload, stored_text = _item_payload(dict(view, text=text))
+        write: Callable[..., Any] = functools.partial(
+            _items.put_item, id=view["id"], type=view["type"], payload=payload, text=stored_text,
+            turn_id=turn.id, status="in_progress", only_in_progress=True)
+        if turn.token is not None:
+            write = leases.fenced(leases.thread_lease_key(self.thread.id), turn.token, write)
+        try:
+            self.services.store.writer.submit_nowait(write, self.thread.id)
+        except RoostError as exc:  # StoreFull / StoreClosed: this checkpoint is skipped
+            log.debug("thread %s: checkpoint of %s skipped (%s)", self.thread.id, view["id"], exc)
+            return
+        turn.checkpointed.add(view["id"])
+
     def _items_write(self, turn: TurnState, views: list[dict], status: str) -> Callable[[Any], list]:
         """Mark ``views`` settled with ``status``; return the write storing them (-> rows): an
         append, or an update of an item checkpointed while in progress."""
@@ -279,7 +300,8 @@ class ThreadActor(PendingInputs, Actor):
             rows_in.append((view, payload, text, view["id"] in turn.checkpointed))
 
         def write(conn: Any) -> list:
-            return [_items.update_item(conn, v["id"], payload=payload, text=text, status=status) if stored
+            return [_items.put_item(conn, tid, id=v["id"], type=v["type"], payload=payload, text=text,
+                                    turn_id=turn.id, status=status) if stored
                     else _items.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=turn.id,
                                             status=status, id=v["id"])
                     for v, payload, text, stored in rows_in]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from roost.actors._actor import shielded_cleanup
+from roost.actors._checkpoint import StreamCheckpoints
 from roost.engines._types import (
     AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, Retrying, TextDelta, ToolCall,
     ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
@@ -256,6 +257,7 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
         emit("item/started", {"thread_id": tid, "turn_id": turn.id, "item": view})
         return view
 
+    checkpoints = StreamCheckpoints(functools.partial(thread.checkpoint_stream, turn))
     cut = turn.stream_cut = trio.CancelScope()
     try:
         with cut:
@@ -267,17 +269,23 @@ async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: En
                             message = start_item("agent_message", text="",
                                                  **({"agent": turn.agent.name} if turn.agent else {}))
                             turn.text_streaming = not calls
+                            checkpoints.started(message)
+                            checkpoints.flush(reasoning, reasoning_parts)
                         text_parts.append(event.text)
+                        checkpoints.grew(message, text_parts, len(event.text))
                         emit("item/agentMessage/delta",
                              {"thread_id": tid, "turn_id": turn.id, "item_id": message["id"], "delta": event.text})
                     elif cls is ReasoningDelta:
                         if reasoning is None:
                             reasoning = start_item("reasoning", text="")
+                            checkpoints.started(reasoning)
                         reasoning_parts.append(event.text)
+                        checkpoints.grew(reasoning, reasoning_parts, len(event.text))
                         emit("item/reasoning/delta",
                              {"thread_id": tid, "turn_id": turn.id, "item_id": reasoning["id"], "delta": event.text})
                     elif cls is ToolCallStart:
                         turn.text_streaming = False  # a response that calls tools is not cut
+                        checkpoints.flush(message, text_parts)
                         calls[event.call_id] = start_item("tool_call", call_id=event.call_id, name=event.name,
                                                           arguments=None, output=None)
                     elif cls is ToolCallDelta:

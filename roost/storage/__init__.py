@@ -25,6 +25,7 @@ from ._items import append_item as append_item
 from ._items import get_item as get_item
 from ._items import list_held_input as list_held_input
 from ._items import list_items as list_items
+from ._items import put_item as put_item
 from ._items import remove_held_input as remove_held_input
 from ._items import search_items as search_items
 from ._items import update_held_input as update_held_input
@@ -105,7 +106,7 @@ __all__ = [
     "create_thread", "get_thread", "list_threads", "update_thread", "delete_thread",
     "create_turn", "get_turn", "list_turns", "update_turn",
     "create_run", "get_run", "list_runs", "update_run",
-    "append_item", "get_item", "list_items", "update_item", "search_items",
+    "append_item", "get_item", "list_items", "update_item", "put_item", "search_items",
     "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
     "claim_queued_worker",
     "create_worker", "get_worker", "list_workers", "update_worker",

@@ -1,0 +1,86 @@
+"""Checkpoints of streamed text (DESIGN.md: "streamed text is checkpointed periodically so a crash
+loses at most a short tail").
+
+While a model response streams agent text or reasoning, :class:`StreamCheckpoints` decides when the
+text so far is written as the item's ``in_progress`` row: at most once per :data:`INTERVAL` seconds
+of trio's clock, or sooner once :data:`CHUNK` characters arrived since the last checkpoint; never a
+write per delta. The decision is two comparisons per delta; the write itself is queued on the
+group-commit writer without waiting (:meth:`roost.storage.StoreWriter.submit_nowait`), fenced by
+the turn's lease token, so the stream never waits for the disk. An item whose stream moved on to
+another item (reasoning, then text; text, then a tool call) is checkpointed then. A response
+shorter than the interval is written once, when its item settles.
+
+After a crash (kill -9), start-up reconciliation (:func:`roost.storage.reconcile`) marks the
+checkpointed row ``interrupted`` with its turn; the prefix stays in the thread's history.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import trio
+
+__all__ = ["StreamCheckpoints", "INTERVAL", "CHUNK"]
+
+#: Seconds between two checkpoints of one streaming item (at most).
+INTERVAL = 0.3
+#: Characters of new text that trigger a checkpoint before the interval has passed.
+CHUNK = 4096
+
+
+class StreamCheckpoints:
+    """When to checkpoint the items of one model response (see the module doc).
+
+    Args:
+        write: ``write(view, text)`` queues the checkpoint of item ``view`` with its text so far
+            (must not block; it may drop the checkpoint under backpressure). None: never checkpoint
+            (an ephemeral thread).
+        interval: seconds between checkpoints of an item.
+        chunk: characters of new text that trigger a checkpoint sooner.
+    """
+
+    __slots__ = ("_write", "_interval", "_chunk", "_due", "_size", "_flushed")
+
+    def __init__(self, write: Callable[[dict, str], None] | None, *, interval: float = INTERVAL,
+                 chunk: int = CHUNK) -> None:
+        self._write = write
+        self._interval = interval
+        self._chunk = chunk
+        self._due: dict[str, float] = {}      # item id -> trio time of its next checkpoint
+        self._size: dict[str, int] = {}       # item id -> characters streamed so far
+        self._flushed: dict[str, int] = {}    # item id -> characters at the last checkpoint
+
+    def started(self, view: dict) -> None:
+        """Item ``view`` started streaming now (its first checkpoint is due an interval later)."""
+        if self._write is None:
+            return
+        self._due[view["id"]] = trio.current_time() + self._interval
+        self._size[view["id"]] = 0
+        self._flushed[view["id"]] = 0
+
+    def grew(self, view: dict, parts: list[str], added: int) -> None:
+        """``added`` characters were appended to ``parts`` (the text of ``view``); checkpoint if due."""
+        item_id = view["id"]
+        due = self._due.get(item_id)
+        if due is None:
+            return
+        size = self._size[item_id] = self._size[item_id] + added
+        if size - self._flushed[item_id] < self._chunk and trio.current_time() < due:
+            return
+        self._flushed[item_id] = size
+        self._due[item_id] = trio.current_time() + self._interval
+        assert self._write is not None
+        self._write(view, "".join(parts))
+
+    def flush(self, view: dict | None, parts: list[str]) -> None:
+        """Checkpoint ``view`` now if text arrived since its last checkpoint (its stream moved on
+        to another item: reasoning followed by text, text followed by a tool call)."""
+        if view is None:
+            return
+        item_id = view["id"]
+        size = self._size.get(item_id)
+        if size is None or size == self._flushed[item_id]:
+            return
+        self._flushed[item_id] = size
+        assert self._write is not None
+        self._write(view, "".join(parts))
