@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from roost.actors._edit import RETRACTED
 from roost.actors._views import history_from_items
 from roost.errors import NotFound
+from roost import storage
 from roost.storage import _items, _threads, leases
 from roost.storage.leases import owner_is_dead
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
 
 __all__ = [
-    "read_state", "load_state", "store_changed", "apply_state", "settle_abandoned", "hold_inputs",
+    "read_state", "read_lease", "load_state", "store_changed", "apply_state", "settle_abandoned", "hold_inputs",
     "live_elsewhere",
 ]
 
@@ -42,11 +43,16 @@ def read_state(conn: Any, thread_id: str) -> dict:
         "has_workers": bool}``, rows in thread order (items by ``seq``, input by position);
         ``has_workers``: the thread is the root of a worker tree.
     """
-    has_workers = conn.execute("SELECT 1 FROM workers WHERE root_thread_id = ? LIMIT 1", (thread_id,)).fetchone()
     return {"turns": _threads.list_turns(conn, thread_id), "items": _items.list_items(conn, thread_id),
             "inputs": _items.list_held_input(conn, thread_id),
             "lease": leases.get_lease(conn, leases.thread_lease_key(thread_id)),
-            "has_workers": has_workers is not None}
+            "has_workers": storage.thread_has_workers(conn, thread_id)}
+
+
+def read_lease(store: Any, thread_id: str) -> dict | None:
+    """The execution lease row of ``thread_id`` (blocking read; None if it never had one)."""
+    with store.read() as conn:
+        return leases.get_lease(conn, leases.thread_lease_key(thread_id))
 
 
 def load_state(store: Any, thread_id: str) -> dict:
@@ -58,9 +64,7 @@ def load_state(store: Any, thread_id: str) -> dict:
 def store_changed(conn: Any, thread_id: str, turn_rows: int, max_seq: int) -> bool:
     """Whether the store holds other turns or items than an actor that saw ``turn_rows`` turn rows
     and items up to ``max_seq`` (blocking, read-only)."""
-    if conn.execute("SELECT 1 FROM items WHERE thread_id = ? AND seq > ? LIMIT 1", (thread_id, max_seq)).fetchone():
-        return True
-    return conn.execute("SELECT COUNT(*) FROM turns WHERE thread_id = ?", (thread_id,)).fetchone()[0] != turn_rows
+    return storage.thread_changed_since(conn, thread_id, turn_rows, max_seq)
 
 
 def live_elsewhere(lease: dict | None, owner: str) -> bool:
@@ -109,12 +113,13 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
         if meta.get("resume_after_turn_id"):
             actor.consumed_turn_ids.add(meta["resume_after_turn_id"])
     actor.history = history_from_items(actor.items)
-    if actor._dispatching is not None:
-        keep = keep | {actor._dispatching["id"]}
-    alive = {row.id for row in state["inputs"]} | actor._accepting
-    pending = [e for e in actor.pending if e["id"] in alive and not e.get("_foreign")]
-    held = [e for e in actor.held if e["id"] in alive]
-    known = {e["id"] for e in pending + held} | keep | actor._accepting
+    inputs = actor.inputs
+    if inputs.dispatching is not None:
+        keep = keep | {inputs.dispatching["id"]}
+    alive = {row.id for row in state["inputs"]} | inputs.accepting
+    pending = [e for e in inputs.pending if e["id"] in alive and not e.get("_foreign")]
+    held = [e for e in inputs.held if e["id"] in alive]
+    known = {e["id"] for e in pending + held} | keep | inputs.accepting
     foreign = live_elsewhere(state["lease"], actor.services.owner)
     orphans: list[dict] = []
     for row in state["inputs"]:
@@ -132,7 +137,7 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
     orphans = [e for e in orphans if e["kind"] == "steer"] + [e for e in orphans if e["kind"] != "steer"]
     for view in orphans:
         view["held"] = True
-    actor.pending, actor.held = pending, held + orphans
+    inputs.pending, inputs.held = pending, held + orphans
     return orphans
 
 
@@ -167,7 +172,6 @@ def settle_abandoned(conn: Any, thread_id: str) -> int:
                              "died or lost the execution lease)")
         _threads.update_turn(conn, row.id, status="interrupted", error=error)
         # a started tool call checkpointed by the dead execution ends with its turn
-        conn.execute("UPDATE items SET status = 'interrupted' WHERE turn_id = ? AND status = 'in_progress'",
-                     (row.id,))
+        storage.interrupt_open_items(conn, row.id)
         count += 1
     return count

@@ -49,6 +49,9 @@ from ._processes import tool_process_hook as tool_process_hook
 from ._reconcile import ReconcileReport as ReconcileReport
 from ._reconcile import reconcile as reconcile
 from ._rows import new_id as new_id
+from ._thread_state import interrupt_open_items as interrupt_open_items
+from ._thread_state import thread_changed_since as thread_changed_since
+from ._thread_state import thread_has_workers as thread_has_workers
 from ._rows import utc_now as utc_now
 from ._schedules import claim_schedule_slot as claim_schedule_slot
 from ._schedules import create_schedule as create_schedule
@@ -103,6 +106,7 @@ __all__ = [
     "Lease", "acquire", "renew", "release", "hand_over", "check_fence", "fenced", "get_lease",
     "thread_lease_key", "LeaseKeeper", "Execution", "default_owner",
     "ReconcileReport", "reconcile", "new_id", "utc_now",
+    "thread_has_workers", "thread_changed_since", "interrupt_open_items",
     "create_thread", "get_thread", "list_threads", "update_thread", "delete_thread",
     "create_turn", "get_turn", "list_turns", "update_turn",
     "create_run", "get_run", "list_runs", "update_run",
