@@ -25,7 +25,7 @@ from roost.actors._actor import shielded_cleanup
 from roost.actors._checkpoint import StreamCheckpoints
 from roost.actors._turn import STOP_MESSAGES, TurnActor, TurnHost
 from roost.engines._types import (
-    AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, Retrying, TextDelta, ToolCall,
+    AgentMessage, EngineRequest, Reasoning, ReasoningDelta, Retrying, TextDelta, ToolCall,
     ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
 )
 from roost.errors import EngineFailure, RoostError, StaleLease
@@ -173,6 +173,91 @@ def _agent_view(history: list, start: int) -> tuple:
     return tuple(earlier) + tuple(history[start:])
 
 
+class _Response:
+    """The items of one model response while it streams (see :func:`_sample`)."""
+
+    def __init__(self, thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]) -> None:
+        self.thread, self.turn, self.open_items = thread, turn, open_items
+        self.tid = thread.thread.id
+        self.message: dict | None = None
+        self.reasoning: dict | None = None
+        self.text_parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+        self.calls: dict[str, dict] = {}
+        self.ended: list[dict] = []
+        self.checkpoints = StreamCheckpoints(turn.checkpoint_stream)
+
+    def start_item(self, kind: str, **fields: Any) -> dict:
+        turn = self.turn
+        view = {"id": new_id("item"), "type": kind, "status": "in_progress", "turn_id": turn.id,
+                "thread_id": self.tid, **fields}
+        self.open_items[view["id"]] = view
+        self.thread.emit("item/started", {"thread_id": self.tid, "turn_id": turn.id, "item": view})
+        return view
+
+    def on_event(self, event: Any) -> None:
+        """Handle one engine event: deltas to the client, items started, usage, retries."""
+        cls, turn, tid, emit = type(event), self.turn, self.tid, self.thread.emit
+        if cls is TextDelta:
+            if self.message is None:
+                self.message = self.start_item("agent_message", text="",
+                                               **({"agent": turn.agent.name} if turn.agent else {}))
+                turn.text_streaming = not self.calls
+                self.checkpoints.started(self.message)
+                self.checkpoints.flush(self.reasoning, self.reasoning_parts)
+            self.text_parts.append(event.text)
+            self.checkpoints.grew(self.message, self.text_parts, len(event.text))
+            emit("item/agentMessage/delta",
+                 {"thread_id": tid, "turn_id": turn.id, "item_id": self.message["id"], "delta": event.text})
+        elif cls is ReasoningDelta:
+            if self.reasoning is None:
+                self.reasoning = self.start_item("reasoning", text="")
+                self.checkpoints.started(self.reasoning)
+            self.reasoning_parts.append(event.text)
+            self.checkpoints.grew(self.reasoning, self.reasoning_parts, len(event.text))
+            emit("item/reasoning/delta",
+                 {"thread_id": tid, "turn_id": turn.id, "item_id": self.reasoning["id"], "delta": event.text})
+        elif cls is ToolCallStart:
+            turn.text_streaming = False  # a response that calls tools is not cut
+            self.checkpoints.flush(self.message, self.text_parts)
+            self.calls[event.call_id] = self.start_item("tool_call", call_id=event.call_id, name=event.name,
+                                                        arguments=None, output=None)
+        elif cls is ToolCallDelta:
+            view = self.calls.get(event.call_id)
+            if view is not None:
+                emit("item/toolCall/delta", {"thread_id": tid, "turn_id": turn.id,
+                                             "item_id": view["id"], "delta": event.delta})
+        elif cls is ToolCallEnd:
+            turn.text_streaming = False
+            view = self.calls.get(event.call_id)
+            if view is None:
+                view = self.calls[event.call_id] = self.start_item(
+                    "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None)
+            view["arguments"] = event.arguments
+            self.ended.append(view)
+        elif cls is Usage:
+            for key in ("input_tokens", "output_tokens", "cached_tokens"):
+                turn.usage[key] += getattr(event, key) or 0
+            emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
+        elif cls is Retrying:
+            emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
+                "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
+                "delay_s": event.delay_s, "reason": event.reason}})
+
+    def close(self, *, cut: bool) -> None:
+        """The stream ended (``cut``: for a steer): the text so far goes into history."""
+        history = self.thread.history
+        if self.reasoning is not None:
+            self.reasoning["text"] = "".join(self.reasoning_parts)
+            history.append(Reasoning(text=self.reasoning["text"]))
+        if self.message is not None:
+            self.message["text"] = "".join(self.text_parts)
+            if cut:
+                self.message["steered"] = True  # a fragment: the reply was cut here for a steer
+            self.turn.final_text = self.message["text"]
+            history.append(AgentMessage(text=self.message["text"]))
+
+
 async def _sample(thread: TurnHost, turn: TurnActor, engine: Any, request: EngineRequest,
                   open_items: dict[str, dict]) -> list[dict]:
     """One model call: stream deltas to the client, return the tool-call item views requested.
@@ -181,100 +266,29 @@ async def _sample(thread: TurnHost, turn: TurnActor, engine: Any, request: Engin
     the text so far becomes the agent message (marked ``steered``) and no tool call is returned,
     so the turn loop admits the steer and asks the model again.
     """
-    emit = thread.emit
-    tid = thread.thread.id
-    message: dict | None = None
-    reasoning: dict | None = None
-    text_parts: list[str] = []
-    reasoning_parts: list[str] = []
-    calls: dict[str, dict] = {}
-    ended: list[dict] = []
-
-    def start_item(kind: str, **fields: Any) -> dict:
-        view = {"id": new_id("item"), "type": kind, "status": "in_progress", "turn_id": turn.id,
-                "thread_id": tid, **fields}
-        open_items[view["id"]] = view
-        emit("item/started", {"thread_id": tid, "turn_id": turn.id, "item": view})
-        return view
-
-    checkpoints = StreamCheckpoints(turn.checkpoint_stream)
+    response = _Response(thread, turn, open_items)
     cut = turn.stream_cut = trio.CancelScope()
     try:
         with cut:
             async with engine.stream(request) as events:
                 async for event in events:
-                    cls = type(event)
-                    if cls is TextDelta:
-                        if message is None:
-                            message = start_item("agent_message", text="",
-                                                 **({"agent": turn.agent.name} if turn.agent else {}))
-                            turn.text_streaming = not calls
-                            checkpoints.started(message)
-                            checkpoints.flush(reasoning, reasoning_parts)
-                        text_parts.append(event.text)
-                        checkpoints.grew(message, text_parts, len(event.text))
-                        emit("item/agentMessage/delta",
-                             {"thread_id": tid, "turn_id": turn.id, "item_id": message["id"], "delta": event.text})
-                    elif cls is ReasoningDelta:
-                        if reasoning is None:
-                            reasoning = start_item("reasoning", text="")
-                            checkpoints.started(reasoning)
-                        reasoning_parts.append(event.text)
-                        checkpoints.grew(reasoning, reasoning_parts, len(event.text))
-                        emit("item/reasoning/delta",
-                             {"thread_id": tid, "turn_id": turn.id, "item_id": reasoning["id"], "delta": event.text})
-                    elif cls is ToolCallStart:
-                        turn.text_streaming = False  # a response that calls tools is not cut
-                        checkpoints.flush(message, text_parts)
-                        calls[event.call_id] = start_item("tool_call", call_id=event.call_id, name=event.name,
-                                                          arguments=None, output=None)
-                    elif cls is ToolCallDelta:
-                        view = calls.get(event.call_id)
-                        if view is not None:
-                            emit("item/toolCall/delta", {"thread_id": tid, "turn_id": turn.id,
-                                                         "item_id": view["id"], "delta": event.delta})
-                    elif cls is ToolCallEnd:
-                        turn.text_streaming = False
-                        view = calls.get(event.call_id)
-                        if view is None:
-                            view = calls[event.call_id] = start_item(
-                                "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None)
-                        view["arguments"] = event.arguments
-                        ended.append(view)
-                    elif cls is Usage:
-                        for key in ("input_tokens", "output_tokens", "cached_tokens"):
-                            turn.usage[key] += getattr(event, key) or 0
-                        emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
-                    elif cls is Finish:
-                        pass
-                    elif cls is Retrying:
-                        emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
-                            "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
-                            "delay_s": event.delay_s, "reason": event.reason}})
+                    response.on_event(event)
     finally:
         turn.stream_cut, turn.text_streaming = None, False
         # Settle what was streamed: complete on success, keep as interrupted/failed otherwise.
-        if reasoning is not None:
-            reasoning["text"] = "".join(reasoning_parts)
-            thread.history.append(Reasoning(text=reasoning["text"]))
-        if message is not None:
-            message["text"] = "".join(text_parts)
-            if cut.cancelled_caught:
-                message["steered"] = True  # a fragment: the reply was cut here for a steer
-            turn.final_text = message["text"]
-            thread.history.append(AgentMessage(text=message["text"]))
-    for view in (reasoning, message):
+        response.close(cut=cut.cancelled_caught)
+    for view in (response.reasoning, response.message):
         if view is not None:
             await turn.complete_item(view, open_items)
-    if cut.cancelled_caught and calls:
+    if cut.cancelled_caught and response.calls:
         # A tool call began in the instant the cut took effect: it never runs.
-        for view in calls.values():
+        for view in response.calls.values():
             thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
                                            arguments=view.get("arguments") or {}))
             await _refuse_tool_call(thread, turn, view, open_items,
                                     "error: not run: the response was cut here for a steer")
         return []
-    return ended
+    return response.ended
 
 
 async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_items: dict[str, dict]) -> None:
