@@ -41,7 +41,7 @@ from roost.actors._thread_store import (
 )
 from roost.actors._turn import TurnActor
 from roost.actors._views import history_from_items, thread_view, user_item_view
-from roost.errors import InvalidParams, NotFound, RoostError, StaleTurn, ThreadBusy, TurnNotFound
+from roost.errors import InvalidParams, LifecycleError, NotFound, RoostError, StaleTurn, ThreadBusy, TurnNotFound
 from roost.storage import _items, _threads
 from roost.storage._rows import new_id, utc_now
 
@@ -216,6 +216,13 @@ class ThreadActor(Actor):
     def turn_released(self, turn: TurnActor) -> None:
         if turn.status == "completed":
             self.inputs.dispatch_next()  # a completed turn starts queued input next
+            return
+        late = self.inputs.at_turn_end()  # accepted while the turn was ending: held work too
+        if late:
+            try:
+                self.nursery.start_soon(self.inputs.persist_held, late)
+            except LifecycleError:
+                pass  # stopping: the rows stay pending in the store and are held at the next load
 
     # -- the InputsHost interface (roost.actors._thread_inputs) --------------------------------
 

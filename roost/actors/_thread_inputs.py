@@ -334,6 +334,10 @@ class PendingInputs:
                 raise InvalidParams("prompt (or input_id) is required")
             entry, prompt, client_id = None, msg.prompt, msg.client_id
             images, parts = msg.images, msg.content_parts
+        if entry is None and client_id is not None:
+            duplicate = next((e for e in self.pending + self.held if e.get("client_id") == client_id), None)
+            if duplicate is not None:  # a retry (also after a restart): the original, never a second run
+                return self._steer_reply(duplicate)
         if self.host.active is None:
             if msg.expected_turn_id is not None:
                 raise StaleTurn(f"turn {msg.expected_turn_id} is not running on thread {tid}")
@@ -354,8 +358,9 @@ class PendingInputs:
                     if entry in bucket:
                         bucket.remove(entry)
             return {"thread_id": tid, "delivery": "queued", "turn": turn}
-        if msg.expected_turn_id is not None and msg.expected_turn_id != self.host.active.id:
-            raise StaleTurn(f"expected turn {msg.expected_turn_id}, the active turn is {self.host.active.id}")
+        active = self.host.active
+        if msg.expected_turn_id is not None and msg.expected_turn_id != active.id:
+            raise StaleTurn(f"expected turn {msg.expected_turn_id}, the active turn is {active.id}")
         if entry is not None:
             (self.held if entry in self.held else self.pending).remove(entry)
             entry["kind"] = "steer"
@@ -367,6 +372,26 @@ class PendingInputs:
         else:
             entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin,
                                                 images=images, content_parts=parts)
-        if self.host.active is not None:
+        if self.host.active is None and entry in self.pending:
+            # The turn ended while the steer was being accepted (its end could not see it): a
+            # completed turn's steer starts the next turn; after an interrupt it is held work.
+            if active.status == "completed":
+                self.dispatch_next()
+            else:
+                self.pending.remove(entry)
+                entry["held"] = True
+                self.held.append(entry)
+                await self.persist_held([entry])
+        elif self.host.active is not None:
             self.host.active.cut_for_steer()  # a reply streaming text stops here; the steer goes next
-        return {"thread_id": tid, "delivery": "active_turn", "turn_id": self.host.active.id, "input": public_input(entry)}
+        return self._steer_reply(entry)
+
+    def _steer_reply(self, entry: dict) -> dict:
+        """The turn/steer result for accepted input ``entry``: ``delivery`` ``active_turn`` (the
+        running turn takes it at its next model step) or ``queued`` (it starts or waits for a
+        turn of its own, or is held work: ``input.held``)."""
+        tid = self.host.thread.id
+        active = self.host.active
+        if active is not None and entry in self.pending and entry["kind"] == "steer" and not entry.get("_foreign"):
+            return {"thread_id": tid, "delivery": "active_turn", "turn_id": active.id, "input": public_input(entry)}
+        return {"thread_id": tid, "delivery": "queued", "input": public_input(entry)}

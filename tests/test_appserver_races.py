@@ -1,0 +1,76 @@
+"""Races and losses of pending input (issue 15, "Races and losses found"), end to end through
+`roost app-server`: steers racing a turn's start and end, client_id retries across a restart,
+input for a thread that executes in another app-server, selection changes while workers run,
+``initialize.max_parallel``, and pending-input notifications that tell each change apart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from _helpers.appserver import AppServerClient, RemoteError, expect_error, open_app_server, scripted_env
+
+SLOW = " ".join(f"w{i}" for i in range(400))
+
+
+def write_script(path: Path) -> Path:
+    script = {
+        "rules": [
+            {"match": {"prompt": "^slow"}, "steps": [[{"text": SLOW, "tokens_per_second": 20}]]},
+        ],
+        "default": "echo",
+    }
+    path.write_text(json.dumps(script))
+    return path
+
+
+@pytest.fixture
+def env(tmp_path: Path, roost_home: Path) -> dict:
+    return scripted_env(roost_home, write_script(tmp_path / "script.json"))
+
+
+async def new_thread(client: AppServerClient, cwd: Path) -> str:
+    await client.initialize()
+    return (await client.request("thread/start", {"cwd": str(cwd)}))["thread"]["id"]
+
+
+async def settled(client: AppServerClient, tid: str) -> dict:
+    """The thread's snapshot once it is idle with no pending input (waits on notifications)."""
+    with trio.fail_after(60):
+        while True:
+            start = len(client.lines)
+            snap = await client.request("thread/resume", {"session_id": tid})
+            if snap["thread"]["status"] == "idle" and not snap["pending_user_messages"]:
+                return snap
+            await client.wait_line(lambda m: m.get("method") in ("turn/completed", "turn/error", "turn/held"),
+                                   start=start)
+
+
+def user_texts(snap: dict) -> list[str]:
+    return [i["text"] for t in snap["turns"] for i in t["items"] if i["type"] == "user_message"]
+
+
+async def test_steer_right_after_start_and_racing_the_end_is_always_accepted(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        tid = await new_thread(client, tmp_path)
+        rounds = 30
+        for n in range(rounds):
+            # Pipelined: the steer arrives while the turn is admitted, streaming or ending (the
+            # reply is short, so its end often races the steer's acceptance write).
+            start_id, steer_id = f"s{n}", f"x{n}"
+            await client.send({"id": start_id, "method": "turn/start",
+                               "params": {"thread_id": tid, "prompt": f"turn {n}"}})
+            await client.send({"id": steer_id, "method": "turn/steer",
+                               "params": {"thread_id": tid, "prompt": f"steer {n}", "client_id": f"c{n}"}})
+            started = await client.wait_line(lambda m, rid=start_id: m.get("id") == rid)
+            steered = await client.wait_line(lambda m, rid=steer_id: m.get("id") == rid)
+            assert "error" not in started or started["error"]["code"] == "thread_busy", started
+            assert "error" not in steered, steered  # an accepted steer is answered accepted
+            assert steered["result"]["delivery"] in ("active_turn", "queued")
+        snap = await settled(client, tid)
+        texts = user_texts(snap) + [h["prompt"] for h in snap["held_user_messages"]]
+        for n in range(rounds):  # nothing lost, nothing twice: every steer ran in a turn
+            assert texts.count(f"steer {n}") == 1, (n, texts)
