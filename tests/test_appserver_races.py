@@ -74,3 +74,34 @@ async def test_steer_right_after_start_and_racing_the_end_is_always_accepted(env
         texts = user_texts(snap) + [h["prompt"] for h in snap["held_user_messages"]]
         for n in range(rounds):  # nothing lost, nothing twice: every steer ran in a turn
             assert texts.count(f"steer {n}") == 1, (n, texts)
+
+
+async def test_steer_retry_with_the_same_client_id_after_a_restart_runs_once(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        tid = await new_thread(client, tmp_path)
+        start = len(client.lines)
+        turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "slow"}))["turn"]
+        await client.wait_for("item/agentMessage/delta", start=start)
+        first = await client.request("turn/steer", {"thread_id": tid, "prompt": "steer once",
+                                                    "expected_turn_id": turn["id"], "client_id": "st-1"})
+        client.process.kill()  # the steer was accepted (durable) but never admitted
+        await client.process.wait()
+
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        snap = await client.request("thread/resume", {"session_id": tid})
+        assert [h["client_id"] for h in snap["held_user_messages"]] == ["st-1"]
+        # The retry after the restart returns the original input; it does not run it again.
+        retry = await client.request("turn/steer", {"thread_id": tid, "prompt": "steer once", "client_id": "st-1"})
+        assert retry["input"]["id"] == first["input"]["id"] and retry["delivery"] == "queued"
+        assert retry["input"]["held"] is True and "turn" not in retry
+        snap = await client.request("thread/resume", {"session_id": tid})
+        assert snap["thread"]["status"] == "idle" and "steer once" not in user_texts(snap)
+        # Sending the held item runs it once; a retry after that is refused as consumed.
+        start = len(client.lines)
+        sent = await client.request("turn/steer", {"thread_id": tid, "input_id": first["input"]["id"]})
+        await client.wait_terminal(sent["turn"]["id"], start=start)
+        await expect_error(client, "turn/steer", {"thread_id": tid, "prompt": "steer once", "client_id": "st-1"},
+                           "invalid_params")
+        snap = await settled(client, tid)
+        assert user_texts(snap).count("steer once") == 1 and snap["held_user_messages"] == []
