@@ -105,3 +105,38 @@ async def test_steer_retry_with_the_same_client_id_after_a_restart_runs_once(env
                            "invalid_params")
         snap = await settled(client, tid)
         assert user_texts(snap).count("steer once") == 1 and snap["held_user_messages"] == []
+
+
+async def test_input_for_a_thread_executing_in_another_app_server_is_held_visibly(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as first, open_app_server(env=env, cwd=tmp_path) as second:
+        tid = await new_thread(first, tmp_path)
+        start = len(first.lines)
+        turn = (await first.request("turn/start", {"thread_id": tid, "prompt": "slow"}))["turn"]
+        await first.wait_for("item/agentMessage/delta", start=start)
+        await second.initialize()
+        await second.request("thread/resume", {"session_id": tid})
+        mark = len(second.lines)
+        queued = (await second.request("turn/queue", {"thread_id": tid, "prompt": "from second",
+                                                      "client_id": "q2"}))["input"]
+        assert queued["held"] is True  # accepted, durable, and held: that process cannot start it
+        note = await second.wait_for("turn/held", lambda p: p["input"]["id"] == queued["id"], start=mark)
+        assert note["state"] == "held" and note["reason"] == "executing_elsewhere"
+        steered = await second.request("turn/steer", {"thread_id": tid, "prompt": "steer second", "client_id": "s2"})
+        assert steered["delivery"] == "queued" and steered["input"]["held"] is True
+        # Both processes show the held work; neither lost it (the executing one reads the store).
+        for client in (first, second):
+            snap = await client.request("thread/resume", {"session_id": tid})
+            assert [h["prompt"] for h in snap["held_user_messages"]] == ["from second", "steer second"]
+        # Retries are deduplicated across the two delivery paths too.
+        again = await second.request("turn/steer", {"thread_id": tid, "prompt": "steer second", "client_id": "s2"})
+        assert again["input"]["id"] == steered["input"]["id"]
+        await first.request("turn/interrupt", {"thread_id": tid})
+        await first.wait_terminal(turn["id"], start=start)
+        # Once the thread is free, the held item is sent explicitly and runs once, in the second.
+        mark = len(second.lines)
+        sent = await second.request("turn/steer", {"thread_id": tid, "input_id": queued["id"]})
+        done = await second.wait_terminal(sent["turn"]["id"], start=mark)
+        assert done["turn"]["status"] == "completed"
+        snap = await settled(first, tid)
+        assert [h["prompt"] for h in snap["held_user_messages"]] == ["steer second"]
+        assert user_texts(snap).count("from second") == 1

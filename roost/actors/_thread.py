@@ -37,7 +37,8 @@ from roost.actors._messages import (
 )
 from roost.actors._thread_inputs import PendingInputs, public_input
 from roost.actors._thread_store import (
-    apply_state, live_elsewhere, load_state, read_lease, read_state, settle_abandoned, store_changed,
+    apply_state, live_elsewhere, load_state, merge_held, read_held, read_lease, read_state, settle_abandoned,
+    store_changed,
 )
 from roost.actors._turn import TurnActor
 from roost.actors._views import history_from_items, thread_view, user_item_view
@@ -134,6 +135,10 @@ class ThreadActor(Actor):
             log.warning("thread %s: internal input waits (%s)", self.thread.id, exc)
             self.pending.append(entry)
 
+    async def busy_elsewhere(self) -> bool:
+        """Whether another process holds this thread's execution lease now (a store read)."""
+        return await self._busy_elsewhere()
+
     async def _busy_elsewhere(self) -> bool:
         """Whether another process holds this thread's execution lease now (a store read)."""
         if self.ephemeral:
@@ -154,7 +159,7 @@ class ThreadActor(Actor):
 
         state = await trio.to_thread.run_sync(check)
         if state is not None and self.active is None:
-            await self.inputs.persist_held(apply_state(self, state))
+            await self.inputs.persist_held(apply_state(self, state), reason="abandoned")
 
     async def on_stop(self) -> None:
         if self.active is not None:
@@ -204,7 +209,7 @@ class ThreadActor(Actor):
             if existing["id"] == turn.id:
                 self.turns[index] = view
         for entry in moved:
-            self.emit("turn/held", {"thread_id": tid, "input": public_input(entry)})
+            self.inputs.announce("turn/held", entry, "held", reason="turn_ended")
         if self.active is turn:
             self.active = None
         method = "turn/error" if turn.status == "failed" else "turn/completed"
@@ -220,7 +225,7 @@ class ThreadActor(Actor):
         late = self.inputs.at_turn_end()  # accepted while the turn was ending: held work too
         if late:
             try:
-                self.nursery.start_soon(self.inputs.persist_held, late)
+                self.nursery.start_soon(functools.partial(self.inputs.persist_held, late, reason="turn_ended"))
             except LifecycleError:
                 pass  # stopping: the rows stay pending in the store and are held at the next load
 
@@ -380,7 +385,7 @@ class ThreadActor(Actor):
         if state is not None:
             log.info("thread %s: changed by another process; reloaded at admission", tid)
             keep = frozenset({msg.input_id}) if msg.input_id else frozenset()
-            await self.inputs.persist_held(apply_state(self, state, keep=keep))
+            await self.inputs.persist_held(apply_state(self, state, keep=keep), reason="abandoned")
         self._turn_rows += 1
         self.turns.append({"id": turn.id, "thread_id": tid, "status": "running", "run_id": msg.run_id,
                            "started_at": turn.started_at, "completed_at": None, "error": None,
@@ -440,6 +445,8 @@ class ThreadActor(Actor):
 
     async def _snapshot(self, msg: Snapshot) -> dict:
         await self._refresh_if_changed()
+        if not self.ephemeral:  # held work another process on this store added or sent
+            merge_held(self, await trio.to_thread.run_sync(read_held, self.services.store, self.thread.id))
         turns = self.turns if msg.history_turns is None else self.turns[-msg.history_turns:]
         by_turn: dict[str | None, list[dict]] = {}
         for item in self.items:

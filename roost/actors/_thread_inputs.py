@@ -6,6 +6,21 @@ and ``held`` (durable work that is never re-run by itself). Every method runs in
 ThreadActor (its mailbox serialises them); what it needs of the thread is the explicit
 :class:`InputsHost` protocol. The running turn takes its steers through :meth:`take_steers`.
 
+Notifications (app-server-protocol.md, "Notifications": turn/queued, turn/dequeued, turn/steered,
+turn/unsteered, turn/held "update pending input state"): each carries ``input`` and a ``state``
+saying which change it reports, so a client can tell them apart:
+
+* ``turn/queued``: ``queued`` (accepted for a later turn) or ``updated`` (turn/update-queued);
+* ``turn/steered``: ``pending`` (accepted; the running turn takes it at its next model step,
+  ``turn_id`` names that turn) or ``admitted`` (its user item is now in the turn);
+* ``turn/dequeued``: ``withdrawn`` (turn/dequeue) or ``dispatched`` (it starts a turn of its own);
+* ``turn/unsteered``: ``withdrawn``;
+* ``turn/held``: ``held``, with ``reason``: ``requested`` (``hold: true``), ``turn_ended`` (its turn
+  ended without completing), ``not_started`` (a queued start failed or was interrupted),
+  ``abandoned`` (left by a process that died), ``executing_elsewhere`` (another app-server on the
+  same store executes the thread; this process keeps it as held work instead of a queue that
+  process cannot see).
+
 Durability (app-server-protocol.md, "Turns and execution runs"): accepted input is committed to
 SQLite before the request is answered; a retry with the same ``client_id`` returns the original
 input instead of a duplicate, and a consumed ``client_id`` is refused.
@@ -74,6 +89,9 @@ class InputsHost(Protocol):
     def consumed(self, client_id: str) -> bool:
         """Whether a user message of the thread came from input with ``client_id``."""
 
+    async def busy_elsewhere(self) -> bool:
+        """Whether another process holds the thread's execution lease now (a store read)."""
+
     async def start_turn(self, msg: StartTurn) -> dict:
         """Admit a turn (the ThreadActor's StartTurn handling); its view. Raises ThreadBusy..."""
 
@@ -102,8 +120,15 @@ class PendingInputs:
         self.dispatching: dict | None = None
         self.dispatch_cancelled: str | None = None
 
-    async def persist_held(self, entries: list[dict], *, announce: bool = True) -> None:
-        """Make ``entries`` (already in :attr:`held`) durable held work, in order; emit turn/held."""
+    def announce(self, method: str, entry: dict, state: str, **extra: Any) -> None:
+        """Emit pending-input notification ``method`` for ``entry`` with its ``state`` (see the
+        module doc: which change of the input it reports) and ``extra`` fields."""
+        self.host.emit(method, {"thread_id": self.host.thread.id, "input": public_input(entry), "state": state,
+                                **extra})
+
+    async def persist_held(self, entries: list[dict], *, announce: bool = True, reason: str = "turn_ended") -> None:
+        """Make ``entries`` (already in :attr:`held`) durable held work, in order; emit turn/held
+        (``state: "held"``, with ``reason``)."""
         if not entries:
             return
         if not self.host.ephemeral:
@@ -113,7 +138,7 @@ class PendingInputs:
                 log.exception("thread %s: could not make input held work", self.host.thread.id)
         if announce:
             for entry in entries:
-                self.host.emit("turn/held", {"thread_id": self.host.thread.id, "input": public_input(entry)})
+                self.announce("turn/held", entry, "held", reason=reason)
 
     def take_steers(self) -> list[dict]:
         """Remove and return this process's pending steers, in order (the running turn admits them)."""
@@ -159,7 +184,7 @@ class PendingInputs:
         self.pending.remove(entry)
         self.dispatching = entry
         self.dispatch_cancelled = None
-        self.host.emit("turn/dequeued", {"thread_id": self.host.thread.id, "input": public_input(entry)})
+        self.announce("turn/dequeued", entry, "dispatched")
         nursery.start_soon(self._start_queued, entry)
 
     async def _start_queued(self, entry: dict) -> None:
@@ -189,7 +214,7 @@ class PendingInputs:
         for item in stranded:
             item["held"] = True
             self.held.append(item)
-        await self.persist_held(stranded)
+        await self.persist_held(stranded, reason="not_started")
 
     async def _accept_input(self, kind: str, prompt: str, *, hold: bool, client_id: str | None,
                             images: tuple = (), origin: Any = None,
@@ -271,15 +296,23 @@ class PendingInputs:
     async def queue(self, msg: QueueInput) -> dict:
         if not msg.prompt:
             raise InvalidParams("prompt is required")
-        entry, created = await self._accept_input("queue", msg.prompt, hold=msg.hold, client_id=msg.client_id,
+        hold, reason = msg.hold, "requested"
+        if not hold and self.host.active is None and await self.host.busy_elsewhere():
+            # Another process executes the thread: this one cannot start the input, and that one
+            # does not see this process's queue. It is kept as visible held work (never lost);
+            # send it with turn/steer once the thread is free.
+            hold, reason = True, "executing_elsewhere"
+        entry, created = await self._accept_input("queue", msg.prompt, hold=hold, client_id=msg.client_id,
                                                   images=msg.images, origin=msg.origin,
                                                   content_parts=msg.content_parts)
-        public = public_input(entry)
         if created:
-            self.host.emit("turn/held" if msg.hold else "turn/queued", {"thread_id": self.host.thread.id, "input": public})
-            if not msg.hold and self.host.active is None:
-                self.dispatch_next()
-        return public
+            if hold:
+                self.announce("turn/held", entry, "held", reason=reason)
+            else:
+                self.announce("turn/queued", entry, "queued")
+                if self.host.active is None:
+                    self.dispatch_next()
+        return public_input(entry)
 
     async def update_queued(self, msg: UpdateQueued) -> dict:
         for entry in self.pending + self.held:
@@ -295,7 +328,7 @@ class PendingInputs:
                 if not self.host.ephemeral:
                     await self.host.services.store.writer.submit(functools.partial(
                         _items.update_held_input, payload=payload), msg.input_id)
-                self.host.emit("turn/queued", {"thread_id": self.host.thread.id, "input": public_input(entry)})
+                self.announce("turn/queued", entry, "updated")
                 return public_input(entry)
         raise InvalidParams(f"no pending input {msg.input_id}")
 
@@ -309,7 +342,7 @@ class PendingInputs:
                         await self._set_fence(entry["client_id"], mode, remove_input=input_id)
                     elif not self.host.ephemeral:
                         await self.host.services.store.writer.submit(_items.remove_held_input, input_id)
-                    self.host.emit(event, {"thread_id": self.host.thread.id, "input": public_input(entry)})
+                    self.announce(event, entry, "withdrawn")
                     return public_input(entry)
         raise InvalidParams(f"no pending input {input_id}")
 
@@ -350,6 +383,12 @@ class PendingInputs:
                 superseded = self._check_fence(client_id, "steer")
             if superseded and client_id is not None:
                 await self._set_fence(client_id, None)
+            if entry is None and not self.host.ephemeral and await self.host.busy_elsewhere():
+                # Another process executes the thread: keep the input as visible held work.
+                entry, _ = await self._accept_input("steer", prompt, hold=True, client_id=client_id,
+                                                    origin=msg.origin, images=images, content_parts=parts)
+                self.announce("turn/held", entry, "held", reason="executing_elsewhere")
+                return self._steer_reply(entry)
             turn = await self.host.start_turn(StartTurn(prompt=prompt, client_id=client_id, origin=msg.origin,
                                                     images=images, content_parts=parts,
                                                     input_id=entry["id"] if entry else None))
@@ -372,6 +411,8 @@ class PendingInputs:
         else:
             entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin,
                                                 images=images, content_parts=parts)
+        if entry in self.pending:  # other clients see the steer waiting for the next model step
+            self.announce("turn/steered", entry, "pending", turn_id=active.id)
         if self.host.active is None and entry in self.pending:
             # The turn ended while the steer was being accepted (its end could not see it): a
             # completed turn's steer starts the next turn; after an interrupt it is held work.
@@ -381,7 +422,7 @@ class PendingInputs:
                 self.pending.remove(entry)
                 entry["held"] = True
                 self.held.append(entry)
-                await self.persist_held([entry])
+                await self.persist_held([entry], reason="turn_ended")
         elif self.host.active is not None:
             self.host.active.cut_for_steer()  # a reply streaming text stops here; the steer goes next
         return self._steer_reply(entry)

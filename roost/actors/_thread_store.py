@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
 
 __all__ = [
-    "read_state", "read_lease", "load_state", "store_changed", "apply_state", "settle_abandoned", "hold_inputs",
+    "read_state", "read_lease", "read_held", "merge_held", "load_state", "store_changed", "apply_state", "settle_abandoned", "hold_inputs",
     "live_elsewhere",
 ]
 
@@ -139,6 +139,34 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
         view["held"] = True
     inputs.pending, inputs.held = pending, held + orphans
     return orphans
+
+
+def read_held(store: Any, thread_id: str) -> list:
+    """The thread's held input rows (``held`` true), in input order (blocking read)."""
+    with store.read() as conn:
+        return _items.list_held_input(conn, thread_id, held=True)
+
+
+def merge_held(actor: ThreadActor, rows: list) -> bool:
+    """Merge the store's held input ``rows`` (:func:`read_held`) into ``actor``'s held work: rows it
+    does not know (held by another process on the same store, e.g. input accepted there while
+    this process executes the thread) are added; held entries whose rows are gone (sent or
+    withdrawn elsewhere) are dropped, except input being accepted or started here. Pending input
+    is left alone. Returns whether anything changed. Not a checkpoint (run it in the actor's task).
+    """
+    inputs = actor.inputs
+    busy = set(inputs.accepting) | ({inputs.dispatching["id"]} if inputs.dispatching else set())
+    stored = {row.id for row in rows}
+    known = {e["id"] for e in inputs.pending + inputs.held}
+    held = [e for e in inputs.held if e["id"] in stored or e["id"] in busy]
+    changed = len(held) != len(inputs.held)
+    for row in rows:
+        if row.id not in known:
+            held.append({"id": row.id, "kind": row.kind, "held": True, "client_id": row.client_id,
+                         "position": row.position, **(row.payload or {})})
+            changed = True
+    inputs.held = held
+    return changed
 
 
 def hold_inputs(conn: Any, thread_id: str, entries: list[dict]) -> None:

@@ -506,7 +506,7 @@ class TurnActor(Actor):
                 self.host.return_steers([steer])
                 raise
             self.host.emit("turn/steered", {"thread_id": self.host.thread.id, "turn_id": self.id,
-                                            "input": public_input(steer)})
+                                            "input": public_input(steer), "state": "admitted"})
 
     async def finish(self, *, settle: list[dict] | None = None, settle_status: str = "interrupted",
                      open_items: dict[str, dict] | None = None) -> None:
