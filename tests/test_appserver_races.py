@@ -140,3 +140,73 @@ async def test_input_for_a_thread_executing_in_another_app_server_is_held_visibl
         snap = await settled(first, tid)
         assert [h["prompt"] for h in snap["held_user_messages"]] == ["steer second"]
         assert user_texts(snap).count("from second") == 1
+
+
+WORKER_SCRIPT = """
+rules:
+  - match: {agent: "sleeper.*"}
+    steps:
+      - - {text: "z1 z2 z3 z4 z5 z6 z7 z8", tokens_per_second: 8}
+  - match: {prompt: "^bgsleep"}
+    steps:
+      - - {tool_call: {name: spawn_agent, arguments: {name: sleeper, prompt: "s", run_in_background: true}}}
+      - - {text: "started a sleeper"}
+default: echo
+"""
+
+
+async def test_selection_change_is_thread_busy_while_a_background_worker_runs(tmp_path, roost_home):
+    (tmp_path / "workers.yaml").write_text(WORKER_SCRIPT)
+    env = scripted_env(roost_home, tmp_path / "workers.yaml")
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path), "permission_mode": "unconfined"}))[
+            "thread"]["id"]
+        done = await client.run_turn(tid, "bgsleep")
+        assert done["turn"]["status"] == "completed"  # the root turn ended; its worker still runs
+        await client.wait_for("agent/updated", lambda p: p["agent"]["status"] == "running")
+        await expect_error(client, "config/model/update", {"thread_id": tid, "permission_mode": "read_only"},
+                           "thread_busy")
+        mark = len(client.lines)
+        await client.wait_for("agent/updated", lambda p: p["agent"]["status"] == "completed")
+        # the worker's result resumes the root in a turn of its own
+        resumed = await client.wait_for("turn/started", lambda p: p["turn"]["id"] != done["turn"]["id"], start=mark)
+        await client.wait_terminal(resumed["turn"]["id"], start=mark)
+        updated = await client.request("config/model/update", {"thread_id": tid, "permission_mode": "read_only"})
+        assert updated["thread"]["permission_mode"] == "read_only"
+
+
+async def test_initialize_reports_the_effective_max_parallel(env, tmp_path):
+    for value, expected in (("3", 3), (None, 5)):
+        run_env = dict(env)
+        run_env.pop("ROOST_MAX_PARALLEL", None)
+        if value is not None:
+            run_env["ROOST_MAX_PARALLEL"] = value
+        async with open_app_server(env=run_env, cwd=tmp_path) as client:
+            assert (await client.initialize())["max_parallel"] == expected
+
+
+async def test_pending_input_notifications_tell_each_change_apart(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        tid = await new_thread(client, tmp_path)
+        start = len(client.lines)
+        turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "slow"}))["turn"]
+        await client.wait_for("item/agentMessage/delta", start=start)
+        queued = (await client.request("turn/queue", {"thread_id": tid, "prompt": "later"}))["input"]
+        dropped = (await client.request("turn/queue", {"thread_id": tid, "prompt": "never"}))["input"]
+        await client.request("turn/update-queued", {"thread_id": tid, "input_id": queued["id"], "prompt": "later!"})
+        await client.request("turn/dequeue", {"thread_id": tid, "input_id": dropped["id"]})
+        # the steer cuts the streaming reply; the turn then ends and the queued input starts
+        steer = (await client.request("turn/steer", {"thread_id": tid, "prompt": "steer me"}))["input"]
+        await client.wait_terminal(turn["id"], start=start)
+        await settled(client, tid)
+
+        def changes(input_id: str) -> list[tuple[str, str]]:
+            return [(m["method"], m["params"]["state"]) for m in client.lines[start:]
+                    if m.get("method", "").startswith("turn/") and "id" not in m
+                    and (m["params"].get("input") or {}).get("id") == input_id]
+
+        assert changes(steer["id"]) == [("turn/steered", "pending"), ("turn/steered", "admitted")]
+        assert changes(queued["id"]) == [("turn/queued", "queued"), ("turn/queued", "updated"),
+                                         ("turn/dequeued", "dispatched")]
+        assert changes(dropped["id"]) == [("turn/queued", "queued"), ("turn/dequeued", "withdrawn")]

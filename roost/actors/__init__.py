@@ -10,6 +10,7 @@ from roost.actors._mailbox import Envelope as Envelope
 from roost.actors._mailbox import Mailbox as Mailbox
 from roost.actors._mailbox import Ref as Ref
 from roost.actors._mailbox import ReplySlot as ReplySlot
+from roost.actors._workers import tree_settings as tree_settings
 
 __all__ = [
     "Actor",
@@ -20,6 +21,7 @@ __all__ = [
     "Mailbox",
     "Ref",
     "ReplySlot",
+    "tree_settings",
 ]
 
 for _name in __all__:

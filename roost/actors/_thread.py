@@ -471,8 +471,11 @@ class ThreadActor(Actor):
         self.hub.unsubscribe(msg.subscriber)
 
     async def _update_thread(self, msg: UpdateThread) -> dict:
-        if msg.selection and (self.active is not None or await self._busy_elsewhere()):
-            raise ThreadBusy(f"thread {self.thread.id} is executing")
+        if msg.selection and await self._is_busy(IsBusy()):
+            # app-server-protocol.md: "Selection changes return thread_busy while the conversation
+            # has active execution, including outstanding workers or a cross-process execution lease."
+            raise ThreadBusy(f"thread {self.thread.id} is executing (a turn, queued input starting, "
+                             "live workers, or another process's execution lease)")
         for key, value in msg.changes.items():
             setattr(self.thread, key, value)
         self.thread.updated_at = utc_now()
