@@ -4,7 +4,10 @@ loses at most a short tail").
 While a model response streams agent text or reasoning, :class:`StreamCheckpoints` decides when the
 text so far is written as the item's ``in_progress`` row: at most once per :data:`INTERVAL` seconds
 of trio's clock, or sooner once :data:`CHUNK` characters arrived since the last checkpoint; never a
-write per delta. The decision is two comparisons per delta; the write itself is queued on the
+write per delta. Each checkpoint rewrites the whole text so far, so for long texts both bounds grow
+with it (the chunk to the size already checkpointed, the interval in proportion beyond 256 Ki
+characters): the size-triggered checkpoints of a text of n characters copy O(n) characters in
+total (not O(n²)), the timed ones at most about 256 Ki characters per interval. The decision is two comparisons per delta; the write itself is queued on the
 group-commit writer without waiting (:meth:`roost.storage.StoreWriter.submit_nowait`), fenced by
 the turn's lease token, so the stream never waits for the disk. An item whose stream moved on to
 another item (reasoning, then text; text, then a tool call) is checkpointed then. A response
@@ -26,6 +29,8 @@ __all__ = ["StreamCheckpoints", "INTERVAL", "CHUNK"]
 INTERVAL = 0.3
 #: Characters of new text that trigger a checkpoint before the interval has passed.
 CHUNK = 4096
+#: Characters of text beyond which the interval and the chunk grow with the text (see the module doc).
+_SCALE = 256 * 1024
 
 
 class StreamCheckpoints:
@@ -65,10 +70,10 @@ class StreamCheckpoints:
         if due is None:
             return
         size = self._size[item_id] = self._size[item_id] + added
-        if size - self._flushed[item_id] < self._chunk and trio.current_time() < due:
+        if size - self._flushed[item_id] < max(self._chunk, self._flushed[item_id]) and trio.current_time() < due:
             return
         self._flushed[item_id] = size
-        self._due[item_id] = trio.current_time() + self._interval
+        self._due[item_id] = trio.current_time() + self._interval * max(1.0, size / _SCALE)
         assert self._write is not None
         self._write(view, "".join(parts))
 

@@ -411,9 +411,11 @@ class TurnActor(Actor):
         host = self.host
         if host.ephemeral:
             return
-        payload, stored_text = item_payload(dict(view, text=text))
+        payload, _ = item_payload(dict(view, text=text))
+        # Not full-text indexed while it streams (re-indexing a growing text at every checkpoint
+        # would cost O(n²)); the item's final write indexes it.
         write: Callable[..., Any] = functools.partial(
-            _items.put_item, id=view["id"], type=view["type"], payload=payload, text=stored_text,
+            _items.put_item, id=view["id"], type=view["type"], payload=payload, text=None,
             turn_id=self.id, status="in_progress", only_in_progress=True)
         if self.token is not None:
             write = leases.fenced(leases.thread_lease_key(host.thread.id), self.token, write)
