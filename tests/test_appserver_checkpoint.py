@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import trio
@@ -89,3 +90,35 @@ async def test_kill_9_mid_reply_keeps_the_streamed_prefix(tmp_path, roost_home):
         assert after["turn"]["status"] == "completed"
         snap = await client.request("thread/resume", {"session_id": tid})
         assert [i["text"] for i in snap["turns"][1]["items"] if i["type"] == "agent_message"] == [message["text"]]
+
+
+async def test_checkpoints_are_fenced_by_the_lease_token(tmp_path, roost_home):
+    env = scripted_env(roost_home, write_script(tmp_path / "script.json"), ROOST_LEASE_TTL="0.5")
+    db = roost_home / "roost.db"
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        start = len(client.lines)
+        turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "slow"}))["turn"]
+        await wait_checkpointed(db, turn["id"], 3)
+        # In one transaction: read the checkpoint, and let another owner supersede the lease.
+        conn = sqlite3.connect(db, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            before = conn.execute("SELECT payload FROM items WHERE turn_id = ? AND type = 'agent_message'",
+                                  (turn["id"],)).fetchone()[0]
+            conn.execute("UPDATE leases SET owner = 'intruder:1:x', token = token + 1, expires_at = ? "
+                         "WHERE key = ?", (time.time() + 600, f"thread:{tid}"))
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        done = await client.wait_terminal(turn["id"], start=start)
+        assert done["turn"]["status"] == "interrupted" and done["turn"]["error"]["reason"] == "lease_lost"
+        # Every checkpoint after the supersession was refused: the row is as the intruder found it.
+        with sqlite3.connect(db) as conn:
+            after = conn.execute("SELECT payload, status FROM items WHERE turn_id = ? AND type = 'agent_message'",
+                                 (turn["id"],)).fetchone()
+        assert after == (before, "in_progress")
+        streamed = "".join(m["params"]["delta"] for m in client.lines[start:]
+                           if m.get("method") == "item/agentMessage/delta")
+        assert len(streamed) > len(json.loads(before)["text"])  # text streamed on, unsaved
