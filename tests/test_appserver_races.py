@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from _helpers.appserver import AppServerClient, RemoteError, expect_error, open_app_server, scripted_env
+from _helpers.appserver import AppServerClient, expect_error, open_app_server, scripted_env
 
 SLOW = " ".join(f"w{i}" for i in range(400))
 
