@@ -210,3 +210,24 @@ async def test_pending_input_notifications_tell_each_change_apart(env, tmp_path)
         assert changes(queued["id"]) == [("turn/queued", "queued"), ("turn/queued", "updated"),
                                          ("turn/dequeued", "dispatched")]
         assert changes(dropped["id"]) == [("turn/queued", "queued"), ("turn/dequeued", "withdrawn")]
+
+
+async def test_turn_start_retried_with_a_consumed_client_id_is_refused_after_a_restart(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        tid = await new_thread(client, tmp_path)
+        done = await client.run_turn(tid, "once only", client_id="start-1")
+        assert done["turn"]["status"] == "completed"
+        held = (await client.request("turn/queue", {"thread_id": tid, "prompt": "kept", "hold": True,
+                                                    "client_id": "held-1"}))["input"]
+        client.process.kill()
+        await client.process.wait()
+
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        await expect_error(client, "turn/start", {"thread_id": tid, "prompt": "once only", "client_id": "start-1"},
+                           "invalid_params", contains="consumed")
+        await expect_error(client, "turn/start", {"thread_id": tid, "prompt": "kept", "client_id": "held-1"},
+                           "invalid_params", contains=held["id"])
+        snap = await settled(client, tid)
+        assert user_texts(snap) == ["once only"] and [h["id"] for h in snap["held_user_messages"]] == [held["id"]]
+        assert (await client.run_turn(tid, "new input", client_id="start-2"))["turn"]["status"] == "completed"

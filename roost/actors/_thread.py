@@ -309,11 +309,26 @@ class ThreadActor(Actor):
             raise InvalidParams(f"thread actor cannot handle {type(message).__name__}")
         return await handler(self, message)
 
+    def _check_new_client_id(self, client_id: str) -> None:
+        """Refuse ``client_id`` for new input if the thread consumed it or holds input with it.
+
+        Raises:
+            InvalidParams: consumed, or pending/held input carries it (send that with turn/steer).
+        """
+        if self.consumed(client_id):
+            raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.thread.id}")
+        for entry in self.inputs.pending + self.inputs.held:
+            if entry.get("client_id") == client_id:
+                raise InvalidParams(f"client_id {client_id!r} belongs to pending input {entry['id']}; "
+                                    "send it with turn/steer (input_id)")
+
     async def _start_turn(self, msg: StartTurn) -> dict:
         if self.active is not None:
             raise ThreadBusy(f"thread {self.thread.id} is running turn {self.active.id}")
         if self.inputs.dispatching is not None and msg.input_id != self.inputs.dispatching["id"]:
             raise ThreadBusy(f"thread {self.thread.id} is starting a turn with queued input")
+        if msg.check_client_id and msg.client_id is not None and msg.input_id is None:
+            self._check_new_client_id(msg.client_id)
         if msg.resume_after_turn_id is not None:
             latest = self.turns[-1]["id"] if self.turns else None
             if msg.resume_after_turn_id in self.consumed_turn_ids:
