@@ -1,5 +1,11 @@
-"""ThreadActor: admission, the event hub, and the turns of one thread (its pending input is
-:mod:`roost.actors._thread_inputs`).
+"""ThreadActor: admission, pending input, fan-out and the execution lease of one thread.
+
+Its parts: pending input and held work are a :class:`~roost.actors._thread_inputs.PendingInputs`
+component (``self.inputs``); each admitted turn is a :class:`~roost.actors._turn.TurnActor`, a
+child of this actor (restart type temporary) that uses the thread only through the
+:class:`~roost.actors._turn.TurnHost` protocol, which this class implements; the sampling loop is
+:mod:`roost.actors._turn_loop`; loading and reconciling with the store is
+:mod:`roost.actors._thread_store`.
 
 One ThreadActor per loaded thread, a dynamic child of the ThreadRegistry. It admits at most one
 turn at a time, and only under the thread's execution lease, so two processes on one database never
