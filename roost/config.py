@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import attrs
 
 from roost._paths import config_path as default_config_path
-from roost.engines._settings import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS, PROVIDERS, ProviderSettings
+from roost.engines import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS, PROVIDERS, ProviderSettings
 from roost.errors import ConfigError
 
 __all__ = ["ProviderSettings", "resolve_provider", "derive_provider", "load_config", "SETUP_HINT"]
@@ -212,6 +212,8 @@ def derive_provider(
     if name not in PROVIDERS:
         raise ConfigError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
     same = base is not None and base.provider == name
+    if not same or base is None:
+        base = ProviderSettings(provider=name)  # nothing of another provider's settings is kept
     if name == "scripted":
         script = base.script if same else "demo"
         return ProviderSettings(provider=name, model=model or (base.model if same else None), script=script,

@@ -30,11 +30,25 @@ translated at the boundary of the room that meets them and raised ``from`` the o
     ├── ToolError                       built-in tools (roost.tools)
     │   └── InvalidToolArguments        the model's arguments do not match the tool's schema
     ├── ConfigError                     settings, config files, provider selection
-    ├── ProtocolError                   one subclass per wire error code; carries ``.code``
-    │   ├── ParseError (parse_error), InvalidRequest (invalid_request),
-    │   ├── MethodNotFound (method_not_found), InvalidParams (invalid_params),
-    │   ├── ThreadNotFound, TurnNotFound, RunNotFound, ThreadBusy, RunNotAttached, StaleTurn,
-    │   └── ReadOnly, ServerOverloaded, Unsupported, InternalError
+    ├── ProtocolError                   a front door's error reply; one leaf class per wire code (``.code``)
+    │   ├── RequestError                the request cannot be served as sent
+    │   │   ├── ParseError              parse_error: not JSON, or a line too long
+    │   │   ├── InvalidRequest          invalid_request: not a request envelope
+    │   │   ├── MethodNotFound          method_not_found
+    │   │   └── InvalidParams           invalid_params: missing, unknown or mistyped parameters
+    │   ├── ResourceNotFound            the request names something that does not exist
+    │   │   ├── ThreadNotFound          thread_not_found
+    │   │   ├── TurnNotFound            turn_not_found
+    │   │   └── RunNotFound             run_not_found
+    │   ├── StateConflict               well formed, but the current state refuses it
+    │   │   ├── ThreadBusy              thread_busy: executing here or in another process
+    │   │   ├── RunNotAttached          run_not_attached: the run is owned by another process
+    │   │   ├── StaleTurn               stale_turn: the expected turn is not the current one
+    │   │   └── ReadOnly                read_only: this client may not mutate
+    │   └── ServerError                 the server cannot serve it now, or at all
+    │       ├── ServerOverloaded        server_overloaded: a bounded queue is full; retry later
+    │       ├── Unsupported             unsupported: Roost does not have this feature
+    │       └── InternalError           internal_error: an unexpected failure
     └── UsageError                      misuse of a Roost API by the calling code (a bug, not input)
         └── LifecycleError              an operation that the object's lifecycle state forbids
 """
@@ -67,6 +81,10 @@ __all__ = [
     "InvalidToolArguments",
     "ConfigError",
     "ProtocolError",
+    "RequestError",
+    "ResourceNotFound",
+    "StateConflict",
+    "ServerError",
     "ParseError",
     "InvalidRequest",
     "MethodNotFound",
@@ -287,7 +305,11 @@ class ConfigError(RoostError):
 
 
 class ProtocolError(RoostError):
-    """An error a front door reports to its client as ``{"code": ..., "message": ...}``."""
+    """An error a front door reports to its client as ``{"code": ..., "message": ...}``.
+
+    Raise a leaf class (its ``code`` is the wire string of the spec's error codes); the four
+    groups below exist for ``except`` clauses and are never sent themselves.
+    """
 
     code: str = "internal_error"
 
@@ -304,35 +326,105 @@ class ProtocolError(RoostError):
         return out
 
 
-def _protocol_error(name: str, code: str, doc: str) -> type[ProtocolError]:
-    cls = type(name, (ProtocolError,), {"code": code, "__doc__": doc, "__module__": __name__})
-    return cls
+class RequestError(ProtocolError):
+    """The request cannot be served as sent: the client's framing, envelope, method or parameters."""
 
 
-ParseError = _protocol_error("ParseError", "parse_error", "The line is not valid JSON, or is too long.")
-InvalidRequest = _protocol_error(
-    "InvalidRequest", "invalid_request", "The JSON value is not a well-formed request envelope."
-)
-MethodNotFound = _protocol_error("MethodNotFound", "method_not_found", "No such method.")
-InvalidParams = _protocol_error(
-    "InvalidParams", "invalid_params", "Parameters are missing, unknown or of the wrong type."
-)
-ThreadNotFound = _protocol_error("ThreadNotFound", "thread_not_found", "No thread with that id.")
-TurnNotFound = _protocol_error("TurnNotFound", "turn_not_found", "No turn with that id.")
-RunNotFound = _protocol_error("RunNotFound", "run_not_found", "No run with that id.")
-ThreadBusy = _protocol_error(
-    "ThreadBusy", "thread_busy", "The thread is executing (here or in another process)."
-)
-RunNotAttached = _protocol_error(
-    "RunNotAttached", "run_not_attached", "The run is owned by another process."
-)
-StaleTurn = _protocol_error("StaleTurn", "stale_turn", "The expected turn id is not the current one.")
-ReadOnly = _protocol_error("ReadOnly", "read_only", "This client may not mutate.")
-ServerOverloaded = _protocol_error(
-    "ServerOverloaded", "server_overloaded", "A bounded queue or mailbox is full; retry later."
-)
-Unsupported = _protocol_error("Unsupported", "unsupported", "Roost does not have this feature.")
-InternalError = _protocol_error("InternalError", "internal_error", "An unexpected server failure.")
+class ResourceNotFound(ProtocolError):
+    """The request names a thread, turn or run that does not exist."""
+
+
+class StateConflict(ProtocolError):
+    """The request is well formed but conflicts with the current state (busy, owned elsewhere, stale)."""
+
+
+class ServerError(ProtocolError):
+    """The server cannot serve the request now (overloaded), at all (unsupported), or failed."""
+
+
+class ParseError(RequestError):
+    """The line is not valid JSON, or is too long."""
+
+    code = "parse_error"
+
+
+class InvalidRequest(RequestError):
+    """The JSON value is not a well-formed request envelope."""
+
+    code = "invalid_request"
+
+
+class MethodNotFound(RequestError):
+    """No such method."""
+
+    code = "method_not_found"
+
+
+class InvalidParams(RequestError):
+    """Parameters are missing, unknown or of the wrong type."""
+
+    code = "invalid_params"
+
+
+class ThreadNotFound(ResourceNotFound):
+    """No thread with that id."""
+
+    code = "thread_not_found"
+
+
+class TurnNotFound(ResourceNotFound):
+    """No turn with that id."""
+
+    code = "turn_not_found"
+
+
+class RunNotFound(ResourceNotFound):
+    """No run with that id."""
+
+    code = "run_not_found"
+
+
+class ThreadBusy(StateConflict):
+    """The thread is executing (here or in another process)."""
+
+    code = "thread_busy"
+
+
+class RunNotAttached(StateConflict):
+    """The run is owned by another process."""
+
+    code = "run_not_attached"
+
+
+class StaleTurn(StateConflict):
+    """The expected turn id is not the current one."""
+
+    code = "stale_turn"
+
+
+class ReadOnly(StateConflict):
+    """This client may not mutate."""
+
+    code = "read_only"
+
+
+class ServerOverloaded(ServerError):
+    """A bounded queue or mailbox is full; retry later."""
+
+    code = "server_overloaded"
+
+
+class Unsupported(ServerError):
+    """Roost does not have this feature."""
+
+    code = "unsupported"
+
+
+class InternalError(ServerError):
+    """An unexpected server failure."""
+
+    code = "internal_error"
+
 
 #: Wire code -> exception class, for every ProtocolError subclass.
 PROTOCOL_ERRORS: dict[str, type[ProtocolError]] = {

@@ -29,8 +29,6 @@ __all__ = [
     "Run",
     "HeldInput",
     "Worker",
-    "Schedule",
-    "ScheduleRun",
     "DaemonTask",
     "MemoryEntry",
     "ContextFile",
@@ -145,32 +143,6 @@ class Worker:
     result: Any = None
     created_at: str = ""
     updated_at: str = ""
-
-
-@attrs.define(kw_only=True)
-class Schedule:
-    """A cron job that starts runs; ``cron`` is a croniter expression read in ``timezone``."""
-
-    id: str
-    name: str
-    cron: str
-    timezone: str = "UTC"
-    enabled: bool = True
-    payload: Any = None
-    created_at: str = ""
-    updated_at: str = ""
-
-
-@attrs.define(kw_only=True)
-class ScheduleRun:
-    """One claimed slot of a schedule; (schedule_id, slot) is unique so a slot runs once."""
-
-    id: str
-    schedule_id: str
-    slot: str
-    status: str = "claimed"
-    run_id: str | None = None
-    created_at: str = ""
 
 
 @attrs.define(kw_only=True)

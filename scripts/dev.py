@@ -4,7 +4,7 @@
 Usage::
 
     python3 scripts/dev.py demo [ROOST DEMO ARGS...]   # runs `roost demo` on the scripted engine
-    python3 scripts/dev.py test [PYTEST ARGS...]       # runs the whole test suite
+    python3 scripts/dev.py test [PYTEST ARGS...]       # the checks, then the whole test suite
     python3 scripts/dev.py roost [ARGS...]             # any other `roost` command
 
 The virtual environment lives in ``.venv`` beside this repository. It is created when missing and
@@ -33,7 +33,7 @@ def _bin(name: str) -> Path:
 
 def ensure_venv() -> None:
     """Create ``.venv`` and install Roost with its test extras when missing or stale."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 (runs under any python3, before the venv exists)
         sys.exit(f"Roost needs Python 3.11 or newer; this is {sys.version.split()[0]}")
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if _bin("python").exists() and STAMP.exists() and STAMP.read_text().strip() == digest:
@@ -48,6 +48,26 @@ def ensure_venv() -> None:
     STAMP.write_text(digest)
 
 
+# The static checks `test` runs before pytest, in order; each must exit 0 (configured in pyproject.toml).
+CHECKS = (
+    ("ruff", "check", "roost", "scripts"),
+    ("ruff", "format", "--check", "roost", "scripts"),
+    ("mypy",),
+    ("lint-imports",),
+)
+
+
+def run_checks(env: dict[str, str]) -> int:
+    """Run each of :data:`CHECKS`; return the first non-zero exit status (0 when all pass)."""
+    for tool, *args in CHECKS:
+        print(f"$ {tool} {' '.join(args)}", file=sys.stderr, flush=True)
+        status = subprocess.run([str(_bin(tool)), *args], cwd=ROOT, env=env).returncode
+        if status != 0:
+            print(f"{tool} failed (exit {status}); the tests did not run", file=sys.stderr)
+            return status
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"demo", "test", "roost"}:
         print(__doc__, file=sys.stderr)
@@ -56,6 +76,9 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     env = dict(os.environ)
     if command == "test":
+        status = run_checks(env)
+        if status != 0:
+            return status
         args = [str(_bin("python")), "-m", "pytest", *rest]
     elif command == "demo":
         args = [str(_bin("roost")), "demo", *rest]

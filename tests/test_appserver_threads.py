@@ -481,3 +481,21 @@ async def test_edit_message_rewinds_the_conversation(env, tmp_path):
     statuses = [r[0] for r in db.execute("SELECT status FROM items WHERE thread_id = ? ORDER BY seq", (tid,))]
     db.close()
     assert statuses.count("retracted") >= 6 and len(statuses) >= 10
+
+
+async def test_resume_most_recent_counts_loaded_ephemeral_threads(env, tmp_path):
+    """An ephemeral thread has no row: thread/resume without an id finds it through the registry's
+    views when it is the most recently updated of the workspace, and skips it in another one."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    async with open_app_server(env=env, cwd=a) as client:
+        await client.initialize()
+        stored = (await client.request("thread/start", {"cwd": str(a)}))["thread"]
+        await client.request("thread/start", {"cwd": str(b), "ephemeral": True})
+        snap = await client.request("thread/resume", {})
+        assert snap["thread"]["id"] == stored["id"]  # the ephemeral one is in workspace b
+        ephemeral = (await client.request("thread/start", {"cwd": str(a), "ephemeral": True}))["thread"]
+        assert (await client.run_turn(ephemeral["id"], "hello"))["turn"]["status"] == "completed"
+        snap = await client.request("thread/resume", {})
+        assert snap["thread"]["id"] == ephemeral["id"]

@@ -167,3 +167,27 @@ async def test_keyword_without_a_route_injects_orchestrator_corrections(tmp_path
     messages = json.loads(shown.stdout)["item"]["messages"]
     assert [(m["agentName"], m["role"]) for m in messages[:4]] == [
         ("Human", "user"), ("Planner", "assistant"), ("Orchestrator", "user"), ("Planner", "assistant")]
+
+
+def test_agent_message_events_have_the_wire_types_shape() -> None:
+    """The Orchestrator builds ``agent_message`` events without importing the protocol room; the
+    message must be exactly what the wire's AgentMessage/ToolCallSummary render to."""
+    from types import SimpleNamespace
+
+    from roost.orchestration import Orchestrator
+    from roost.protocol import AgentMessage, ToolCallSummary, to_wire
+
+    events: list[dict] = []
+    host = SimpleNamespace(actor=SimpleNamespace(turns=[{}, {}]), emit=events.append)
+    host._emit_message = lambda *args: Orchestrator._emit_message(host, *args)  # type: ignore[arg-type]
+    turn = {"completed_at": "2026-01-01T00:00:00Z", "usage": {"input_tokens": 7, "output_tokens": 3},
+            "items": [{"type": "agent_message", "text": "done"},
+                      {"type": "tool_call", "name": "shell", "arguments": {"command": "ls"}, "status": "completed"}]}
+    assert Orchestrator._emit_turn(host, "Planner", turn, 1.5) == "done"  # type: ignore[arg-type]
+    (event,) = events
+    call = event["message"]["toolCalls"][0]
+    expected = AgentMessage(agent_name="Planner", role="assistant", content="done", turn_index=1,
+                            timestamp="2026-01-01T00:00:00Z", input_tokens=7, output_tokens=3,
+                            is_compaction_summary=False,
+                            tool_calls=[ToolCallSummary(name="shell", args_summary=call["argsSummary"], succeeded=True)])
+    assert event == {"type": "agent_message", "message": to_wire(expected), "elapsedMs": 1500}

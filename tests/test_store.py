@@ -17,8 +17,8 @@ from roost.errors import Conflict, NotFound, StoreClosed, StoreFull, UsageError
 from roost.storage import (
     add_held_input,
     append_item,
-    claim_schedule_slot,
-    create_schedule,
+    add_job,
+    claim_slot,
     create_thread,
     create_turn,
     create_worker,
@@ -266,9 +266,9 @@ def test_data_api_round_trips(db: Path) -> None:
         w2 = create_worker(conn, thread_id=child.id, root_thread_id=thread.id, parent_id=w1.id)
         held, created = add_held_input(conn, thread.id, kind="queue", payload={"text": "hi"}, client_id="c1")
         again, created_again = add_held_input(conn, thread.id, kind="queue", payload={}, client_id="c1")
-        sched = create_schedule(conn, name="nightly", cron="0 3 * * *", payload={"task": "x"})
-        first_claim = claim_schedule_slot(conn, sched.id, "2026-01-01T03:00:00Z")
-        second_claim = claim_schedule_slot(conn, sched.id, "2026-01-01T03:00:00Z")
+        sched = add_job(conn, name="nightly", cron="0 3 * * *", task="x", next_run="2026-01-01T03:00:00Z")
+        first_claim = claim_slot(conn, sched.id, "2026-01-01T03:00:00Z", "me")
+        second_claim = claim_slot(conn, sched.id, "2026-01-01T03:00:00Z", "other")
         task, _ = enqueue_daemon_task(conn, payload={"task": "y"}, client_id="k")
         storage.put_memory(conn, "ws:/tmp", "fact", {"v": 1})
         storage.put_memory(conn, "ws:/tmp", "fact", {"v": 2})
@@ -292,6 +292,8 @@ def test_data_api_round_trips(db: Path) -> None:
         assert created and not created_again and again.id == held.id
         assert first_claim is not None and second_claim is None
         assert storage.list_daemon_tasks(conn)[0].id == task.id
+        assert storage.get_daemon_task(conn, task.id) == task and storage.get_daemon_task(conn, "nope") is None
+        assert storage.schedule_run_status(conn, first_claim) == "claimed"
         assert storage.get_memory(conn, "ws:/tmp", "fact").value == {"v": 2}
         assert [c.path for c in storage.list_context_files(conn, thread.id)] == ["README.md"]
         with pytest.raises(NotFound):
@@ -341,3 +343,23 @@ def test_sqlite_errors_are_translated() -> None:
     assert type(translate_error(sqlite3.IntegrityError("UNIQUE constraint failed"))) is Conflict
     assert type(translate_error(sqlite3.OperationalError("no such table: x"))) is StoreError
     assert type(translate_error(sqlite3.DatabaseError("file is not a database"))) is StoreError
+
+
+def test_the_sqlite_store_implements_the_store_interface(tmp_path: Path) -> None:
+    """Every operation of StoreBackend is a method of Store, and it is the room's module function
+    (same signature), so code written against the interface runs the SQLite functions."""
+    import inspect
+
+    with open_store(tmp_path / "roost.db") as store:
+        assert isinstance(store, storage.StoreBackend)
+        for name in storage.OPERATIONS:
+            method = getattr(store, name)
+            function = getattr(storage, name, None) or getattr(storage.leases, name)
+            assert method is function, name
+            declared = inspect.signature(getattr(storage.StoreBackend, name))
+            assert list(declared.parameters)[1:] == list(inspect.signature(function).parameters), name
+        with store.transaction() as conn:
+            thread = store.create_thread(conn, title="via the interface")
+        with store.read() as conn:
+            assert store.get_thread(conn, thread.id).title == "via the interface"
+            assert store.page_threads(conn, archived=None, kind="chat", before=None, limit=5) == [thread]

@@ -1,4 +1,5 @@
-"""The actor kernel: bounded mailboxes, refs with ``tell``/``ask``, and the Actor base class."""
+"""The actor kernel (bounded mailboxes, refs with ``tell``/``ask``, the Actor base class), and the
+domain actors and messages that other rooms may use."""
 
 from __future__ import annotations
 
@@ -10,9 +11,71 @@ from roost.actors._mailbox import Envelope as Envelope
 from roost.actors._mailbox import Mailbox as Mailbox
 from roost.actors._mailbox import Ref as Ref
 from roost.actors._mailbox import ReplySlot as ReplySlot
+
+from roost.actors._connection import CLOSE_NORMAL as CLOSE_NORMAL
+from roost.actors._connection import ConnectionActor as ConnectionActor
+from roost.actors._edit import ImportHistory as ImportHistory
+from roost.actors._edit import RETRACTED as RETRACTED
+from roost.actors._edit import RetractFrom as RetractFrom
+from roost.actors._edit import stored_payload as stored_payload
+from roost.actors._messages import AgentTurn as AgentTurn
+from roost.actors._messages import Compact as Compact
+from roost.actors._messages import Dequeue as Dequeue
+from roost.actors._messages import InterruptTurn as InterruptTurn
+from roost.actors._messages import IsBusy as IsBusy
+from roost.actors._messages import Origin as Origin
+from roost.actors._messages import QueueInput as QueueInput
+from roost.actors._messages import Snapshot as Snapshot
+from roost.actors._messages import StartTurn as StartTurn
+from roost.actors._messages import SteerInput as SteerInput
+from roost.actors._messages import Subscribe as Subscribe
+from roost.actors._messages import Unsteer as Unsteer
+from roost.actors._messages import Unsubscribe as Unsubscribe
+from roost.actors._messages import UpdateQueued as UpdateQueued
+from roost.actors._messages import UpdateThread as UpdateThread
+from roost.actors._registry import ThreadRegistry as ThreadRegistry
+from roost.actors._scheduler import Scheduler as Scheduler
+from roost.actors._scheduler import TaskOutcomes as TaskOutcomes
+from roost.actors._services import Services as Services
+from roost.actors._taskqueue import QueuedTask as QueuedTask
+from roost.actors._taskqueue import TaskQueue as TaskQueue
+from roost.actors._turn import _STOP_MESSAGES as STOP_MESSAGES
+from roost.actors._views import thread_view as thread_view
+from roost.actors._workers import agent_tool_schemas as agent_tool_schemas
 from roost.actors._workers import tree_settings as tree_settings
 
 __all__ = [
+    "AgentTurn",
+    "CLOSE_NORMAL",
+    "Compact",
+    "ConnectionActor",
+    "Dequeue",
+    "ImportHistory",
+    "InterruptTurn",
+    "IsBusy",
+    "Origin",
+    "QueueInput",
+    "QueuedTask",
+    "RETRACTED",
+    "RetractFrom",
+    "STOP_MESSAGES",
+    "Scheduler",
+    "Services",
+    "Snapshot",
+    "StartTurn",
+    "SteerInput",
+    "Subscribe",
+    "TaskOutcomes",
+    "TaskQueue",
+    "ThreadRegistry",
+    "Unsteer",
+    "Unsubscribe",
+    "UpdateQueued",
+    "UpdateThread",
+    "agent_tool_schemas",
+    "stored_payload",
+    "thread_view",
+
     "Actor",
     "ActorState",
     "shielded_cleanup",

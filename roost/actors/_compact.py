@@ -44,9 +44,9 @@ from roost.actors._messages import Compact, Origin, StartTurn
 from roost.actors._turn import TurnActor
 from roost.actors._turn_loop import turn_outcome
 from roost.actors._views import SUMMARY_SOURCE_ID, history_from_items, latest_compaction
-from roost.engines._types import EngineRequest, Retrying, TextDelta, Usage, UserMessage
+from roost.engines import EngineRequest, Retrying, TextDelta, Usage, UserMessage
 from roost.errors import InvalidParams, RoostError, ThreadBusy
-from roost.storage._rows import new_id, utc_now
+from roost.storage import new_id, utc_now
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor

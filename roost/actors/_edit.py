@@ -19,8 +19,8 @@ import attrs
 
 from roost.actors._views import history_from_items
 from roost.errors import InvalidParams, ThreadBusy, TurnNotFound
-from roost.storage import _items, _threads
-from roost.storage._rows import new_id, utc_now
+from roost.storage import get_item, update_item, update_thread, update_turn
+from roost.storage import new_id, utc_now
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
@@ -88,13 +88,13 @@ async def retract_from(actor: ThreadActor, msg: RetractFrom) -> dict:
 
     def write(conn: Any) -> None:
         for view in retracted_items:
-            row = _items.get_item(conn, view["id"])
+            row = get_item(conn, view["id"])
             payload = dict(row.payload or {})
             payload["retraction"] = {**record, "status": row.status}
-            _items.update_item(conn, view["id"], status=RETRACTED, payload=payload)
+            update_item(conn, view["id"], status=RETRACTED, payload=payload)
         for turn in retracted_turns:
-            _threads.update_turn(conn, turn["id"], status=RETRACTED)
-        _threads.update_thread(conn, tid, updated_at=record["at"])
+            update_turn(conn, turn["id"], status=RETRACTED)
+        update_thread(conn, tid, updated_at=record["at"])
 
     if not actor.ephemeral:
         await actor.services.store.writer.submit(write)

@@ -9,7 +9,7 @@ import trio
 
 from roost.actors._thread import ThreadActor
 from roost.errors import NotFound, ThreadNotFound
-from roost.storage import _threads
+from roost.storage import create_thread, get_thread
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
 __all__ = ["ThreadRegistry"]
@@ -51,7 +51,7 @@ class ThreadRegistry:
             fields = {k: getattr(thread, k) for k in (
                 "title", "cwd", "provider", "model", "effort", "permission_mode", "parent_thread_id", "metadata")}
             stored = await self.services.store.writer.submit(functools.partial(
-                _threads.create_thread, kind=thread.kind, id=thread.id, **fields))
+                create_thread, kind=thread.kind, id=thread.id, **fields))
             thread = stored
         self._fresh.add(thread.id)
         return await self.get(thread.id, _thread=thread)
@@ -87,7 +87,7 @@ class ThreadRegistry:
 
         def read() -> Any:
             with store.read() as conn:
-                return _threads.get_thread(conn, thread_id)
+                return get_thread(conn, thread_id)
 
         try:
             return await trio.to_thread.run_sync(read)
@@ -154,3 +154,15 @@ class ThreadRegistry:
 
     def loaded(self) -> list[ThreadActor]:
         return [a for a in self.actors.values() if a.state.value == "running"]
+
+    # -- what the dialects may ask (views, never the actors' members) -------------------------
+
+    def live_view(self, thread_id: str) -> dict | None:
+        """The thread view (``thread`` object of the app-server spec) of a loaded, running thread
+        actor, with its live status; None when the thread is not loaded here."""
+        actor = self.actors.get(thread_id)
+        return actor.view() if actor is not None and actor.state.value == "running" else None
+
+    def ephemeral_views(self) -> list[dict]:
+        """The views of the loaded ephemeral threads (they have no stored rows to list)."""
+        return [a.view() for a in self.loaded() if a.ephemeral]

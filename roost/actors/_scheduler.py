@@ -67,7 +67,7 @@ from roost.actors._actor import Actor
 from roost.errors import NotFound, RoostError
 from roost.scheduling import Clock, CronExpr, InvalidCron, SystemClock, format_slot, parse_cron, parse_slot
 from roost.storage import default_owner
-from roost.storage import _schedules2 as db
+from roost import storage as db
 from roost.storage.leases import owner_is_dead
 
 __all__ = ["Scheduler", "SchedulesChanged", "TaskOutcomes", "Dispatch", "WaitTask"]
@@ -490,5 +490,5 @@ def _claim_tx(conn: Any, schedule_id: str, slot: str | None, missed: list[str], 
 
 
 def _adopt_tx(conn: Any, run_id: str, owner: str) -> None:
-    conn.execute("UPDATE schedule_runs SET owner = ? WHERE id = ?", (owner, run_id))
+    db.adopt_schedule_run(conn, run_id, owner)
 

@@ -38,7 +38,7 @@ from roost._json import loads
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe, Unsubscribe
 from roost.errors import ConfigError, RoostError, ServerOverloaded, ThreadNotFound
-from roost.storage import enqueue_daemon_task, list_daemon_tasks, new_id, update_daemon_task, utc_now
+from roost.storage import enqueue_daemon_task, get_daemon_task, list_daemon_tasks, new_id, update_daemon_task, utc_now
 
 __all__ = ["TaskQueue", "QueuedTask", "TaskListener", "RESUME_PROMPT"]
 
@@ -110,6 +110,17 @@ class _Sink:
             log.exception("task %s: could not render a notification", self.task.id)
 
 
+class Orchestrations(Protocol):
+    """What the task queue uses of ``roost.orchestration`` (the daemon passes that package in: the
+    actors room sits below it and never imports it, DESIGN section 3)."""
+
+    Orchestrator: Any
+
+    def load_config_file(self, path: str) -> Any:
+        """Load and validate an orchestration config; raises ``ConfigInvalid``."""
+        ...
+
+
 class TaskQueue:
     """FIFO of daemon tasks run by ``max_concurrent`` runners.
 
@@ -126,12 +137,15 @@ class TaskQueue:
             (``roost serve -c``); None: such tasks run one agent's turn.
         engines: the daemon's :class:`roost.protocol._engines.EngineCatalog` (the Orchestrator's
             selector model for ``llm`` selection).
+        orchestrations: ``roost.orchestration`` (see :class:`Orchestrations`); None: a task with
+            an orchestration config fails with ``ConfigError``.
     """
 
     def __init__(self, runtime: Any, listener: TaskListener, *, provider: str | None, model: str | None,
                  max_concurrent: int = 1, max_queued: int = 1000, unattended_policy: str = "deny",
                  permission_mode: str = "standard", default_work_dir: str = ".",
-                 default_config: str | None = None, engines: Any = None) -> None:
+                 default_config: str | None = None, engines: Any = None,
+                 orchestrations: Orchestrations | None = None) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.runtime = runtime
@@ -145,6 +159,7 @@ class TaskQueue:
         self.default_work_dir = default_work_dir
         self.default_config = default_config
         self.engines = engines
+        self.orchestrations = orchestrations
         self.tasks: dict[str, QueuedTask] = {}
         self._queued: collections.deque[str] = collections.deque()
         self._wake = trio.Event()
@@ -204,8 +219,8 @@ class TaskQueue:
 
         def read() -> Any:
             with store.read() as conn:
-                row = conn.execute("SELECT id FROM daemon_tasks WHERE id = ?", (task_id,)).fetchone()
-                return [t for t in list_daemon_tasks(conn) if t.id == task_id] if row else []
+                found = get_daemon_task(conn, task_id)
+                return [found] if found is not None else []
 
         rows = await trio.to_thread.run_sync(read)
         if not rows:
@@ -396,8 +411,8 @@ class TaskQueue:
         Raises:
             RoostError: the run could not start (a failure inside the run is its outcome).
         """
-        from roost.orchestration._run import Orchestrator
-
+        assert self.orchestrations is not None  # _load_config refused the task without it
+        orchestrator_class = self.orchestrations.Orchestrator
         last: dict[str, str | None] = {"agent": None, "message": None}
 
         def emit(event: dict) -> None:
@@ -410,7 +425,7 @@ class TaskQueue:
             except Exception:
                 log.exception("task %s: could not render a run event", task.id)
 
-        orch = Orchestrator(config, actor, engines=self.engines, emit=emit,
+        orch = orchestrator_class(config, actor, engines=self.engines, emit=emit,
                             request_approval=functools.partial(self._ask, task))
         task.orchestrator = orch
         if task.interrupt_pending:
@@ -436,9 +451,9 @@ class TaskQueue:
         """
         if not task.config:
             return None
-        from roost.orchestration import load_config_file
-
-        return await trio.to_thread.run_sync(load_config_file, task.config)
+        if self.orchestrations is None:
+            raise ConfigError("this task queue runs no orchestrations (no orchestration room was given)")
+        return await trio.to_thread.run_sync(self.orchestrations.load_config_file, task.config)
 
     async def _thread(self, task: QueuedTask, config: Any = None) -> Any:
         """The task's thread actor: loaded when it exists (a resumed task), else created.
@@ -472,10 +487,10 @@ def _result(succeeded: bool, error: str | None, last_agent: str | None = None,
 def _mark_complete(conn: Any, thread_id: str) -> None:
     """Set ``metadata["is_complete"]`` on a task's thread (write; a missing thread is skipped)."""
     from roost.errors import NotFound
-    from roost.storage import _threads
+    from roost.storage import get_thread, update_thread
 
     try:
-        thread = _threads.get_thread(conn, thread_id)
+        thread = get_thread(conn, thread_id)
     except NotFound:
         return
-    _threads.update_thread(conn, thread_id, metadata={**(thread.metadata or {}), "is_complete": True})
+    update_thread(conn, thread_id, metadata={**(thread.metadata or {}), "is_complete": True})

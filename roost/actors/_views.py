@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost.engines._types import AgentMessage, Reasoning, ToolCall, ToolResult, UserMessage, Image
+from roost.engines import AgentMessage, Reasoning, ToolCall, ToolResult, UserMessage, Image
 from roost.engines import INTERRUPTED_OUTPUT
 
 __all__ = [
@@ -54,8 +54,8 @@ def turn_view(turn: dict) -> dict:
 
 def item_view(item_id: str, item_type: str, status: str, turn_id: str | None, thread_id: str,
               payload: dict | None, seq: int | None = None) -> dict:
-    view = {"id": item_id, "type": item_type, "status": status, "turn_id": turn_id,
-            "thread_id": thread_id}
+    view: dict[str, Any] = {"id": item_id, "type": item_type, "status": status, "turn_id": turn_id,
+                            "thread_id": thread_id}
     if seq is not None:
         view["seq"] = seq
     if payload:

@@ -30,9 +30,18 @@ import attrs
 import trio
 
 from roost.actors._actor import shielded_cleanup
-from roost.engines._types import ToolSchema
+from roost.engines import ToolSchema
 from roost.errors import RoostError
-from roost.storage._rows import new_id, utc_now
+from roost.storage import (
+    claim_queued_worker,
+    create_thread,
+    create_worker,
+    list_workers,
+    mark_worker_delivered,
+    new_id,
+    update_worker,
+    utc_now,
+)
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
@@ -217,7 +226,7 @@ class WorkerTree:
     # -- tools ----------------------------------------------------------------------------------
 
     def tool_schemas(self, caller: ThreadActor) -> tuple[ToolSchema, ...]:
-        depth = 0 if caller is self.root else self.workers[caller.worker_id].depth
+        depth = 0 if caller is self.root or caller.worker_id is None else self.workers[caller.worker_id].depth
         return agent_tool_schemas(can_spawn=depth < self.max_depth)
 
     async def run_tool(self, caller: ThreadActor, turn: Any, name: str, args: dict) -> tuple[str, bool, dict]:
@@ -264,8 +273,9 @@ class WorkerTree:
             raise _ToolInputError(f"worker depth limit reached ({self.max_depth}); do the work yourself")
         if self.frozen:
             raise _ToolInputError("the worker tree is frozen by an interrupt; nothing new starts")
-        name = args.get("name") if isinstance(args.get("name"), str) and args.get("name") else f"worker-{self._spawn_counter + 1}"
-        description = args.get("description") if isinstance(args.get("description"), str) else ""
+        raw_name, raw_description = args.get("name"), args.get("description")
+        name = raw_name if isinstance(raw_name, str) and raw_name else f"worker-{self._spawn_counter + 1}"
+        description = raw_description if isinstance(raw_description, str) else ""
         worker = await self.spawn(parent_id=parent_id, parent_thread_id=caller.thread.id, name=name,
                                   description=description, prompt=prompt, model=args.get("model"))
         if args.get("run_in_background", False):
@@ -317,8 +327,6 @@ class WorkerTree:
                     prompt: str, model: str | None = None) -> WorkerState:
         """Create a worker (its thread and row) and start it, or queue it when no slot is free."""
         from roost.model import Thread
-        from roost.storage import _threads, _workers
-
         root = self.root
         self._spawn_counter += 1
         parent = self.workers.get(parent_id) if parent_id else None
@@ -339,10 +347,10 @@ class WorkerTree:
         def write(conn: Any) -> None:
             fields = {k: getattr(thread, k) for k in ("title", "cwd", "provider", "model", "effort",
                                                       "permission_mode", "parent_thread_id", "metadata")}
-            _threads.create_thread(conn, kind="worker", id=thread.id, **fields)
-            row = _workers.create_worker(conn, thread_id=thread.id, root_thread_id=src.id, parent_id=parent_id,
+            create_thread(conn, kind="worker", id=thread.id, **fields)
+            row = create_worker(conn, thread_id=thread.id, root_thread_id=src.id, parent_id=parent_id,
                                          name=name, status=status, id=worker.id)
-            _workers.update_worker(conn, worker.id, result={"description": description, "prompt": prompt,
+            update_worker(conn, worker.id, result={"description": description, "prompt": prompt,
                                                             "model": model, "delivered": False})
             worker.spawn_order = row.spawn_order
 
@@ -380,14 +388,12 @@ class WorkerTree:
         claimed exactly once (:func:`roost.storage.claim_queued_worker`) as slots free. Returns how
         many workers were loaded.
         """
-        from roost.storage import _workers
-
         root = self.root
         store = root.services.store
 
         def read() -> list:
             with store.read() as conn:
-                return _workers.list_workers(conn, root.thread.id)
+                return list_workers(conn, root.thread.id)
 
         rows = await trio.to_thread.run_sync(read)
         registry = root.services_registry()
@@ -415,13 +421,11 @@ class WorkerTree:
         return len(rows)
 
     def _persist_status_soon(self, worker: WorkerState) -> None:
-        from roost.storage import _workers
-
         if self.root.ephemeral:
             return
         try:
             self.root.services.store.writer.submit_nowait(
-                functools.partial(_workers.update_worker, status=worker.status), worker.id)
+                functools.partial(update_worker, status=worker.status), worker.id)
         except RoostError:
             log.warning("worker %s: status %s not persisted (writer busy)", worker.id, worker.status)
 
@@ -431,13 +435,11 @@ class WorkerTree:
         ``claim``: the worker was queued; claim it in the store first (exactly once).
         """
         from roost.actors._messages import InterruptTurn, StartTurn
-        from roost.storage import _workers
-
         registry = self.root.services_registry()
         actor = None
         if claim and not self.root.ephemeral:
             try:
-                claimed = await self._persist(_workers.claim_queued_worker, worker.id)
+                claimed = await self._persist(claim_queued_worker, worker.id)
             except RoostError:
                 claimed = False
             if not claimed:  # another process (or an earlier claim) has it
@@ -486,8 +488,6 @@ class WorkerTree:
 
     async def _settle(self, worker: WorkerState) -> None:
         """Persist and announce a worker's end; deliver it (or park it in waiting_children)."""
-        from roost.storage import _workers
-
         if worker.ended.is_set() and worker.status in TERMINAL:
             return
         live_children = [c for c in worker.children if self.workers[c].status not in TERMINAL]
@@ -501,17 +501,17 @@ class WorkerTree:
                   "prompt": worker.prompt, "model": worker.model, "delivered": worker.delivered,
                   "child_results": worker.child_results}
         try:
-            await self._persist(functools.partial(_workers.update_worker, status=worker.status, result=result), worker.id)
+            await self._persist(functools.partial(update_worker, status=worker.status, result=result), worker.id)
         except RoostError:
             log.exception("worker %s: final state not persisted", worker.id)
         self._emit_updated(worker)
         if not self.frozen and worker.id not in self.waiting:
             await self._deliver(worker)
         parent = self.workers.get(worker.parent_id) if worker.parent_id else None
-        if parent is not None and parent.status == "waiting_children":
-            if all(self.workers[c].status in TERMINAL for c in parent.children):
-                parent.status = "completed"
-                await self._settle(parent)
+        if (parent is not None and parent.status == "waiting_children"
+                and all(self.workers[c].status in TERMINAL for c in parent.children)):
+            parent.status = "completed"
+            await self._settle(parent)
 
     async def _claim(self, worker: WorkerState) -> bool:
         """Mark ``worker`` delivered exactly once (in memory and in SQLite); False if it was already."""
@@ -520,16 +520,7 @@ class WorkerTree:
         worker.delivered = True
         if not self.root.ephemeral:
             def write(conn: Any) -> bool:
-                row = conn.execute("SELECT result FROM workers WHERE id = ?", (worker.id,)).fetchone()
-                from roost._json import dumps, loads
-
-                data = loads(row[0]) if row and row[0] else {}
-                if data.get("delivered"):
-                    return False
-                data["delivered"] = True
-                conn.execute("UPDATE workers SET result = ?, updated_at = ? WHERE id = ?",
-                             (dumps(data).decode(), utc_now(), worker.id))
-                return True
+                return mark_worker_delivered(conn, worker.id)
 
             return bool(await self._persist(write))
         return True

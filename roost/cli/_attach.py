@@ -527,9 +527,11 @@ def _warn(text: str) -> None:
 @click.command("attach")
 @click.argument("target", required=False)
 @click.option("--token", envvar=["FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN"], default=None,
-              help="Bearer token for ws:// (default: $FUSERAFT_SERVE_TOKEN or $ROOST_SERVE_TOKEN).")
+              help="Bearer token for ws:// (default: $FUSERAFT_SERVE_TOKEN, the wire protocol's name, "
+                   "or its Roost twin $ROOST_SERVE_TOKEN).")
 @click.option("--client-id", default=None,
-              help="Fuseraft-Client-Id (1-64 of A-Z a-z 0-9 - _) to keep your tasks across reconnects (ws://).")
+              help="Sent as the Fuseraft-Client-Id header (the wire protocol's name; 1-64 of A-Z a-z 0-9 - _) "
+                   "to keep your tasks across reconnects (ws://).")
 @click.option("--json", "json_mode", is_flag=True,
               help="Pass every daemon line through to stdout and every stdin line to the daemon unchanged.")
 def attach_command(target: str | None, token: str | None, client_id: str | None, json_mode: bool) -> None:
@@ -548,8 +550,8 @@ def attach_command(target: str | None, token: str | None, client_id: str | None,
     Exits 0 at end of stdin after the last result, 1 when the daemon is unreachable, 2 on usage
     errors.
     """
-    from roost.protocol._serve_auth import parse_client_id
-    from roost.protocol._serve_daemon import default_socket_path
+    from roost.protocol import parse_client_id
+    from roost.protocol import default_socket_path
 
     if client_id is not None:
         try:

@@ -30,13 +30,16 @@ def demo_command(cwd: Path | None, no_color: bool) -> None:
     approval path, which the demo answers itself), then puts a tree of workers (subagents, two
     levels deep) on the working directory, with live progress, and prints their combined result.
     Every actor stops cleanly at the end. State is kept in $ROOST_HOME/roost.db like any session.
+
+    Exit status: 0 when the demo finished; 2 when the runtime cannot start (for example, an
+    unwritable $ROOST_HOME).
     """
-    from roost.actors._messages import Origin, StartTurn, Subscribe
+    from roost.actors import Origin, StartTurn, Subscribe
     from roost.engines import ProviderSettings
     from roost.model import Thread
-    from roost.protocol._engines import EngineCatalog
-    from roost.storage._rows import new_id, utc_now
-    from roost.supervisor._root import open_runtime
+    from roost.protocol import EngineCatalog
+    from roost.storage import new_id, utc_now
+    from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     workdir = (cwd or Path.cwd()).resolve()

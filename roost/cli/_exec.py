@@ -143,11 +143,11 @@ async def run_exec(prompt: str, *, settings: Any, as_json: bool, cwd: Path, ephe
     Cancellation: the first SIGINT interrupts the turn and waits (at most 15 s) for it to persist;
     a second SIGINT cancels everything at once.
     """
-    from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe
+    from roost.actors import InterruptTurn, Origin, StartTurn, Subscribe
     from roost.model import Thread
-    from roost.protocol._engines import EngineCatalog
+    from roost.protocol import EngineCatalog
     from roost.storage import new_id, utc_now
-    from roost.supervisor._root import open_runtime
+    from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     out = out if out is not None else sys.stdout.buffer

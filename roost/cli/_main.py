@@ -55,4 +55,8 @@ def main() -> None:
     One process hosts many threads (conversations), their turns, worker trees of subagents, cron
     schedules and client connections, each a supervised actor. State lives in SQLite at
     $ROOST_HOME/roost.db (ROOST_HOME defaults to ~/.roost).
+
+    The protocols (app-server, wire) are described in docs/ of the repository; names such as
+    FUSERAFT_SERVE_TOKEN, Fuseraft-Client-Id and wuu-app-server/v0.1 are those contracts' names,
+    kept for their clients (each FUSERAFT_* variable also has a ROOST_* twin).
     """

@@ -35,6 +35,9 @@ def models_command(engine_flags: EngineFlags, as_json: bool) -> None:
     OpenAI-compatible servers and Anthropic are asked for GET /v1/models; the scripted provider
     lists its script names. Never starts a setup wizard: with no provider configured this is an
     error (exit status 1), an error envelope with --json.
+
+    Exit status: 0 on success; 1 when no provider is configured or it cannot be reached; 2 for a
+    usage error.
     """
     try:
         models = trio.run(_list, engine_flags)

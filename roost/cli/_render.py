@@ -6,22 +6,11 @@ import sys
 from typing import Any, TextIO
 
 from roost._json import loads
+from roost.protocol import silence_stdout
 
 __all__ = ["TextRenderer"]
 
 _DIM, _BOLD, _CYAN, _YELLOW, _RED, _GREEN, _RESET = "\033[2m", "\033[1m", "\033[36m", "\033[33m", "\033[31m", "\033[32m", "\033[0m"
-
-
-def silence_stdout() -> None:
-    """Point stdout at /dev/null (after its reader went away) so exit-time flushes stay quiet."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
 
 
 class TextRenderer:
@@ -94,7 +83,8 @@ class TextRenderer:
             self.final_status = turn["status"]
             self.final_turn = turn
             usage = turn.get("usage") or {}
-            summary = f"[turn {turn['status']}; {usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens]"
+            tokens = f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens"
+            summary = f"[turn {turn['status']}; {tokens}]"
             if turn.get("error") and turn["status"] != "completed":
                 summary += f" {turn['error'].get('category')}: {turn['error'].get('message')}"
             colour = _GREEN if turn["status"] == "completed" else _RED

@@ -34,9 +34,10 @@ def repl_command(engine_flags: EngineFlags, vscode: bool, no_banner: bool, resum
 
     With --vscode, stdin takes JSONL input lines (user_input, approval_response, question_response,
     interrupt) and stdout carries JSONL events only: ready first, session_end last. SIGINT (or an
-    interrupt line) cancels the running turn only. FUSERAFT_VSCODE_QUESTIONS=1 (or
-    ROOST_VSCODE_QUESTIONS=1) offers the model the ask_user tool. --resume ID re-sends the chat's
-    earlier turns as a replay event.
+    interrupt line) cancels the running turn only. These are the wire protocol's stdio events
+    (docs/wire.md). FUSERAFT_VSCODE_QUESTIONS=1 (the wire protocol's name; ROOST_VSCODE_QUESTIONS=1
+    is Roost's twin) offers the model the ask_user tool. --resume ID re-sends the chat's earlier
+    turns as a replay event.
 
     Without --vscode the same chat is read from the terminal and rendered as text: type a message
     (or a slash command, or !command to run a shell command); answer approvals with y/N and
@@ -46,8 +47,8 @@ def repl_command(engine_flags: EngineFlags, vscode: bool, no_banner: bool, resum
     provider is configured.
     """
     from roost.protocol import open_stdio_stream
-    from roost.protocol._repl import serve_repl
-    from roost.protocol._repl_prompts import questions_enabled
+    from roost.protocol import serve_repl
+    from roost.protocol import questions_enabled
 
     setup_logging(verbose)
     engines = _engines(engine_flags)
@@ -180,8 +181,8 @@ async def run_text_repl(*, engines: Any, cwd: Path, resume: str | None, permissi
         The exit status of :func:`roost.protocol._repl.serve_repl`.
     """
     from roost._json import dumps_line, loads
-    from roost.protocol._repl import serve_repl
-    from roost.protocol._repl_prompts import questions_enabled
+    from roost.protocol import serve_repl
+    from roost.protocol import questions_enabled
 
     front = TextFrontEnd(sys.stdout, sys.stderr)
     import trio.testing  # in-process stream pair for the readable chat

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import click
 
-from roost.protocol._wire_types import error_envelope, item_envelope, items_envelope
+from roost.protocol import error_envelope, item_envelope, items_envelope
 
 __all__ = ["json_option", "emit_items", "emit_item", "fail", "open_cli_store"]
 

@@ -13,15 +13,7 @@ import click
 
 from roost.cli._res_common import emit_item, emit_items, fail, json_option
 from roost.orchestration import TEMPLATES, OrchestrationConfig, render_template, validate_config_file
-from roost.protocol._wire_types import (
-    ConfigSummary,
-    InitResult,
-    Plugin,
-    PluginFunction,
-    Template,
-    Validation,
-    ValidationIssue,
-)
+from roost.protocol import ConfigSummary, InitResult, Plugin, PluginFunction, Template, Validation, ValidationIssue
 
 __all__ = ["plugins_command", "config_command", "validate_command", "init_command", "builtin_plugins",
            "known_plugin_names", "plugin_warnings",
@@ -50,7 +42,7 @@ def builtin_plugins() -> list[Plugin]:
     tools). Descriptions are the tools' own (:func:`roost.tools.builtin_tools`,
     :func:`roost.tools.memory_tools`); a group none of whose tools exists is left out.
     """
-    from roost.actors._workers import agent_tool_schemas
+    from roost.actors import agent_tool_schemas
     from roost.tools import PLUGIN_GROUPS, builtin_tools
 
     descriptions = {name: tool.description for name, tool in builtin_tools().items()}
@@ -93,7 +85,13 @@ def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
 @json_option
 @click.option("--plugin", "plugin_name", default=None, help="Only this plugin (no match is an error).")
 def plugins_command(as_json: bool, plugin_name: str | None) -> None:
-    """List the tool plugins agents can use. --json: Plugin items."""
+    """List the tool plugins agents can use. --json: Plugin items.
+
+    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+
+    Exit status: 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
+    usage error.
+    """
     plugins = builtin_plugins()
     if plugin_name is not None:
         plugins = [p for p in plugins if p.name.lower() == plugin_name.lower()]
@@ -119,7 +117,7 @@ def summarize(path: Path, config: OrchestrationConfig | None, error: str | None)
 
 
 def _config_files(directory: Path) -> list[Path]:
-    found = []
+    found: list[Path] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d != "agents" and not d.startswith("."))
         found.extend(Path(root) / f for f in files if f.lower().endswith(_CONFIG_SUFFIXES))
@@ -132,7 +130,13 @@ def _config_files(directory: Path) -> list[Path]:
 @click.option("--dir", "directory", type=click.Path(), default=str(DEFAULT_CONFIG_DIR),
               show_default=True, help="The config folder (files in agents/ folders are skipped).")
 def config_command(as_json: bool, list_configs: bool, directory: str) -> None:
-    """Orchestration configs: --list them (--json: ConfigSummary items)."""
+    """Orchestration configs: --list them (--json: ConfigSummary items).
+
+    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+
+    Exit status: 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
+    usage error.
+    """
     if not list_configs:
         fail("config", "nothing to do: use --list", as_json=as_json)
     root = Path(directory).resolve()
@@ -160,6 +164,9 @@ def validate_command(path: str, as_json: bool) -> None:
     """Check the orchestration config PATH; exit status 1 when it has errors.
 
     --json prints the Validation item in every case (also when invalid).
+
+    Exit status: 0 when the config is valid (warnings allowed); 1 when it has errors or cannot be
+    read; 2 for a usage error.
     """
     file = Path(path).expanduser().resolve()
     config, found = validate_config_file(file)
@@ -221,6 +228,10 @@ def init_command(path: str | None, as_json: bool, template_key: str, list_templa
     orchestration.yaml inside it); agent files go to agents/ beside it. Also creates .roost/ in
     the current directory and adds Roost's lines to its .gitignore. Files that exist are an error
     unless --force. --json: an InitResult item.
+
+    Exit status: 0 when the files were written (or the templates listed); 1 on failure (an
+    unknown template, files that exist without --force; with --json an error envelope); 2 for a
+    usage error.
     """
     if list_templates:
         rows = [Template(key=t.key, label=t.label, description=t.description) for t in TEMPLATES.values()]

@@ -14,8 +14,8 @@ import click
 
 from roost.cli._res_common import emit_items, fail, json_option, open_cli_store
 from roost.errors import RoostError
-from roost.protocol._wire_types import ContextFileInfo, ContextItem, Memory, MemoryAgent
-from roost.tools._memory_tools import (
+from roost.protocol import ContextFileInfo, ContextItem, Memory, MemoryAgent
+from roost.tools import (
     context_items,
     forget_memory,
     import_context,
@@ -34,7 +34,13 @@ _dir_option = click.option("--dir", "project", type=click.Path(), default=".", s
 
 @click.group("memory")
 def memory_group() -> None:
-    """Typed memories (user, feedback, project, reference) that agents save and recall."""
+    """Typed memories (user, feedback, project, reference) that agents save and recall.
+
+    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+
+    Exit status (every sub-command): 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
+    usage error.
+    """
 
 
 @memory_group.command("list")
@@ -91,7 +97,13 @@ def memory_delete(name: str, agent: str | None) -> None:
 
 @click.group("context")
 def context_group() -> None:
-    """Reference material imported into a project, readable by agents through context_read."""
+    """Reference material imported into a project, readable by agents through context_read.
+
+    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+
+    Exit status (every sub-command): 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
+    usage error.
+    """
 
 
 @context_group.command("list")
@@ -158,3 +170,12 @@ def context_remove(name: str, project: str) -> None:
         fail("context remove", str(exc), as_json=False)
     if not existed:
         fail("context remove", f"no context item named {name!r} in {project_dir}", as_json=False)
+
+
+#: Each sub-command's --help ends with the exit statuses (issue 17: every command documents them).
+for _group in (memory_group, context_group):
+    for _command in _group.commands.values():
+        _command.epilog = _command.epilog or (
+            "Exit status: 0 on success; 1 on failure (an unknown name; with --json an error envelope "
+            "on stdout); 2 for a usage error.")
+del _group, _command

@@ -21,7 +21,8 @@ import click
 from roost._json import dumps
 from roost.cli._res_common import fail, emit_item, emit_items, json_option, open_cli_store
 from roost.errors import NotFound, RoostError
-from roost.protocol._wire_types import AgentMessage, ReplSession, Session, SessionDetail, ToolCallSummary
+from roost.protocol import AgentMessage, ReplSession, Session, SessionDetail, ToolCallSummary
+from roost.storage import count_turns, first_user_text, latest_run_status
 
 __all__ = ["sessions_command", "session_rows", "repl_rows", "session_detail"]
 
@@ -31,9 +32,7 @@ _ARGS_SUMMARY_CHARS = 120
 
 
 def _first_user_text(conn: sqlite3.Connection, thread_id: str) -> str:
-    row = conn.execute("SELECT text FROM items WHERE thread_id = ? AND type = 'user_message' ORDER BY seq LIMIT 1",
-                       (thread_id,)).fetchone()
-    return (row[0] or "") if row else ""
+    return first_user_text(conn, thread_id)
 
 
 def _task_of(conn: sqlite3.Connection, thread: Any) -> str:
@@ -47,13 +46,11 @@ def _is_complete(conn: sqlite3.Connection, thread: Any) -> bool:
     flag = (thread.metadata or {}).get("is_complete")
     if flag is not None:
         return bool(flag)
-    row = conn.execute("SELECT status FROM runs WHERE thread_id = ? ORDER BY started_at DESC, rowid DESC LIMIT 1",
-                       (thread.id,)).fetchone()
-    return bool(row and row[0] == "completed")
+    return latest_run_status(conn, thread.id) == "completed"
 
 
 def _turn_count(conn: sqlite3.Connection, thread_id: str) -> int:
-    return int(conn.execute("SELECT COUNT(*) FROM turns WHERE thread_id = ?", (thread_id,)).fetchone()[0])
+    return count_turns(conn, thread_id)
 
 
 def _in_project(directory: str | None, project: str | None) -> bool:
@@ -135,8 +132,8 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
     if thread.kind != "orchestration":
         raise NotFound(f"{session_id!r} is not an orchestration session")
     turns = list_turns(conn, thread.id)
-    turn_index = {t.id: i for i, t in enumerate(turns)}
-    usage = {t.id: t.usage if isinstance(t.usage, dict) else None for t in turns}
+    turn_index: dict[str | None, int] = {t.id: i for i, t in enumerate(turns)}
+    usage: dict[str | None, dict[str, Any] | None] = {t.id: t.usage if isinstance(t.usage, dict) else None for t in turns}
     messages: list[dict[str, Any]] = []
     pending: dict[str | None, list[ToolCallSummary]] = {}
     last_agent: dict[str | None, dict[str, Any]] = {}
@@ -157,7 +154,7 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
             agent, role = p.get("agent") or p.get("agent_name") or "Assistant", "assistant"
         else:
             continue
-        msg = {"agent_name": str(agent), "role": role, "content": item.text or p.get("text") or p.get("summary") or "",
+        msg: dict[str, Any] = {"agent_name": str(agent), "role": role, "content": item.text or p.get("text") or p.get("summary") or "",
                "turn_index": index, "timestamp": item.created_at, "input_tokens": None, "output_tokens": None,
                "is_compaction_summary": item.type == "compaction", "tool_calls": []}
         if role == "assistant":
@@ -193,6 +190,9 @@ def sessions_command(as_json: bool, include_all: bool, project: str | None, show
 
     --json prints one wire-protocol line: Session items, a SessionDetail item (--show), or
     ReplSession items (--repl). --delete reports by exit status and cannot be combined with --json.
+
+    Exit status: 0 on success; 1 on failure (an unknown or malformed id; with --json an error
+    envelope on stdout); 2 for a usage error.
     """
     if delete_id is not None:
         if as_json:

@@ -52,7 +52,7 @@ class _Transcript:
         self.broken = False
         self.turns = 0
         self.tokens = 0
-        self.started = None
+        self.started: float | None = None
 
     def emit(self, event: dict) -> None:
         if event.get("type") == "result" and event.get("sessionId") is None:
@@ -67,7 +67,7 @@ class _Transcript:
                 self.out.flush()
         except (BrokenPipeError, ValueError):  # ValueError: stdout was closed
             self.broken = True
-            from roost.cli._render import silence_stdout
+            from roost.protocol import silence_stdout
 
             silence_stdout()
             if self.on_broken is not None:
@@ -145,7 +145,7 @@ class _HumanInTheLoop:
         return line.rstrip("\r\n")
 
     async def after_turn(self, agent: str, text: str) -> Any:
-        from roost.orchestration._run import STOP
+        from roost.orchestration import STOP
 
         line = await self._ask(f"[{agent} is done] Enter: continue · a message: send it to the next agent · "
                                "/stop: stop (resumable)\n> ")
@@ -163,7 +163,7 @@ class _HumanInTheLoop:
 
 async def _run_plain(*, config: str | None, task: str | None, resume_id: str | None, settings: Any,
                      cwd: Path, as_json: bool, hitl: bool = False) -> int:
-    from roost.protocol._bridge import run_session
+    from roost.protocol import run_session
 
     holder: dict[str, Any] = {"orch": None, "signal": None}
 
@@ -239,7 +239,7 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
         settings = engine_flags.resolve()
     except ConfigError as exc:
         if bridge:
-            from roost.protocol._bridge import failed_result
+            from roost.protocol import failed_result
 
             sys.stdout.write(dumps(failed_result(str(exc), task=task, config=config)).decode() + "\n")
             sys.stdout.flush()
@@ -251,8 +251,8 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
     from roost.cli._runner import run_main
 
     if bridge:
-        from roost.protocol._bridge import run_bridge
-        from roost.protocol._framing import open_stdio_stream
+        from roost.protocol import run_bridge
+        from roost.protocol import open_stdio_stream
 
         async def main() -> int:
             stream = open_stdio_stream()

@@ -8,7 +8,7 @@ from typing import Any, Awaitable, Callable
 import click
 import trio
 
-from roost.cli._render import silence_stdout
+from roost.protocol import silence_stdout
 from roost.errors import RoostError
 
 __all__ = ["run_main", "EXIT_SETUP"]

@@ -20,7 +20,7 @@ import click
 from roost._json import dumps_line
 from roost.errors import RoostError
 from roost.scheduling import format_slot, parse_cron, parse_slot
-from roost.storage import _schedules2 as db
+from roost import storage as db
 from roost.storage import open_store
 
 __all__ = ["schedule_command", "job_item"]
@@ -82,7 +82,13 @@ def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
 
 @click.group("schedule")
 def schedule_command() -> None:
-    """Cron schedules that start runs in `roost serve` (5-field cron, UTC)."""
+    """Cron schedules that start runs in `roost serve` (5-field cron, UTC).
+
+    `list --json` prints the wire protocol's ScheduledJob items (docs/wire.md).
+
+    Exit status (every sub-command): 0 on success; 1 on failure (an unknown name, an invalid or
+    never-firing cron expression; with --json an error envelope); 2 for a usage error.
+    """
 
 
 @schedule_command.command("add")
@@ -95,7 +101,7 @@ def schedule_command() -> None:
 @click.option("--work-dir", type=click.Path(), default=None,
               help="Directory the run works in; must exist, stored as an absolute path "
                    "(default: the daemon's --work-dir).")
-@click.option("--description", default=None)
+@click.option("--description", default=None, help="A one-line description, reported by `schedule list --json`.")
 @click.option("--catch-up", type=click.Choice(["once", "none"]), default="once", show_default=True,
               help="Slots missed while no daemon ran: run the latest once, or none.")
 @click.option("--overlap", type=click.Choice(["skip", "queue"]), default="skip", show_default=True,
@@ -288,9 +294,9 @@ def _claimed_soon(run_id: str) -> bool:
     try:
         while True:
             with store.read() as conn:
-                row = conn.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None or row[0] != "requested":
-                return row is not None
+                status = db.schedule_run_status(conn, run_id)
+            if status != "requested":
+                return status is not None
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.1)
@@ -298,3 +304,11 @@ def _claimed_soon(run_id: str) -> bool:
         return False
     finally:
         store.close()
+
+
+#: Each sub-command's --help ends with the exit statuses (issue 17: every command documents them).
+for _command in schedule_command.commands.values():
+    _command.epilog = _command.epilog or (
+        "Exit status: 0 on success; 1 on failure (an unknown name, an invalid or never-firing cron "
+        "expression; with --json an error envelope on stdout); 2 for a usage error.")
+del _command

@@ -19,7 +19,7 @@ import ssl
 import sys
 from pathlib import Path
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import trio
@@ -29,31 +29,34 @@ from roost.cli._appserver import setup_logging
 from roost.cli._engine_options import EngineFlags, engine_options
 from roost.errors import ConfigError, RoostError
 
+if TYPE_CHECKING:
+    from roost.protocol import EngineCatalog, ServeOptions
+
 __all__ = ["serve_command", "run_serve"]
 
 
-async def run_serve(options: object, engines: object) -> int:
+async def run_serve(options: ServeOptions, engines: EngineCatalog) -> int:
     """Run the daemon until SIGINT/SIGTERM; return the exit status.
 
     Raises:
         DaemonRunning: another daemon owns the socket path (nothing was started).
     """
-    from roost.protocol._serve_daemon import ServeDaemon, claim_socket_path
-    from roost.supervisor._root import open_runtime
+    from roost.protocol import ServeDaemon, claim_socket_path
+    from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
-    lock_fd = claim_socket_path(options.socket_path)  # type: ignore[attr-defined]
+    lock_fd = claim_socket_path(options.socket_path)
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:  # type: ignore[attr-defined]
-                default = engines.default  # type: ignore[attr-defined]
-                daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,  # type: ignore[arg-type]
+            async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
+                default = engines.default
+                daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,
                                      model=default.model if default else None, engines=engines)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(daemon.run)
                     await _start_scheduler(runtime, daemon)
                     sys.stdout.buffer.write(dumps_line({
-                        "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),  # type: ignore[attr-defined]
+                        "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),
                         "httpPort": daemon.http_port, "pid": os.getpid()}))
                     sys.stdout.buffer.flush()
                     async for _ in signals:
@@ -61,14 +64,14 @@ async def run_serve(options: object, engines: object) -> int:
                         break
         return 0
     finally:
-        await engines.aclose()  # type: ignore[attr-defined]
+        await engines.aclose()
         os.close(lock_fd)
 
 
 async def _start_scheduler(runtime: Any, daemon: Any) -> None:
     """Start the cron Scheduler as a permanent child of the root supervisor; it fires due
     schedule slots as tasks of this daemon's TaskQueue (approvals follow the unattended policy)."""
-    from roost.actors._scheduler import Scheduler, TaskOutcomes
+    from roost.actors import Scheduler, TaskOutcomes
     from roost.supervisor import ChildSpec, Restart
 
     daemon.outcomes = TaskOutcomes(daemon.queue.lookup)
@@ -99,7 +102,7 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
         return None
     from roost.errors import InvalidParams
     from roost.orchestration import load_config_file
-    from roost.orchestration._agents import resolve_agents
+    from roost.orchestration import resolve_agents
 
     absolute = os.path.abspath(os.path.expanduser(str(path)))
     config = load_config_file(absolute)
@@ -156,16 +159,36 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
                   outbox_lines: int | None, kick_grace: float, stamp_events: bool, verbose: bool) -> None:
     """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
 
-    Each user_input (or plain text line) becomes a task, run FIFO by --max-concurrent runners on
-    its own thread, by the team of agents of the -c orchestration config (or one agent without
-    it). Progress events go to every client; approvals (also agent handoffs that need a human)
-    and results only to the client that sent the task. A bearer token from FUSERAFT_SERVE_TOKEN (or ROOST_SERVE_TOKEN) or
-    --tokens-file is required on the WebSocket when set.
+    Speaks the wire protocol's daemon events (docs/wire.md). Each user_input (or plain text line)
+    becomes a task, run FIFO by --max-concurrent runners on its own thread, by the team of agents
+    of the -c orchestration config (or one agent without it). Progress events go to every client;
+    approvals (also agent handoffs that need a human) and results only to the client that sent
+    the task.
+
+    \b
+    Endpoints:
+      Unix socket      --socket (default under $ROOST_HOME/run/); no token
+      ws://HOST:PORT/attach   with --http-port; the same events, one per text message
+      http://HOST:PORT/mcp    with --http-port; MCP tools dispatch_task, get_status, get_result
+
+    The daemon also fires the cron schedules added with `roost schedule add` (UTC, each slot at
+    most once, see `roost schedule --help`).
+
+    FUSERAFT_SERVE_TOKEN (the wire protocol's name; ROOST_SERVE_TOKEN is Roost's twin) or
+    --tokens-file sets the bearer token required on /attach and /mcp. Fuseraft-Client-Id (also
+    the wire protocol's name) is the header a WebSocket client sends to keep its tasks across
+    reconnects.
+
+    The first stdout line is {"type":"listening","protocolVersion":1,"socket","httpPort","pid"};
+    logs go to stderr.
+
+    Exit status: 0 after SIGINT/SIGTERM; 1 when another daemon owns the socket or the runtime
+    fails; 2 for bad settings (provider, -c config, TLS files, a socket path too long).
     """
-    from roost.protocol._engines import EngineCatalog
-    from roost.protocol._outbox import DEFAULT_OUTBOX_LINES
-    from roost.protocol._serve_auth import ServeAuth
-    from roost.protocol._serve_daemon import DaemonRunning, ServeOptions, default_socket_path
+    from roost.protocol import EngineCatalog
+    from roost.protocol import DEFAULT_OUTBOX_LINES
+    from roost.protocol import ServeAuth
+    from roost.protocol import DaemonRunning, ServeOptions, default_socket_path
 
     setup_logging(verbose)
     if (tls_cert is None) != (tls_key is None):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+from typing import Any
 
 import trio
 
@@ -33,11 +34,11 @@ class StdinLines:
     reads of a command. A read cancelled while its thread blocks loses what that thread reads.
     """
 
-    def __init__(self, stream: object | None = None) -> None:
-        self._stream = sys.stdin if stream is None else stream
+    def __init__(self, stream: Any = None) -> None:
+        self._stream: Any = sys.stdin if stream is None else stream
         self._fd: int | None
         try:
-            self._fd = self._stream.fileno()  # type: ignore[attr-defined]
+            self._fd = self._stream.fileno()
         except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
             self._fd = None
         self._buffer = bytearray()
@@ -73,7 +74,7 @@ class StdinLines:
                 self._eof = True
 
     def _fallback_readline(self) -> str:
-        line = self._stream.readline()  # type: ignore[attr-defined]
+        line = self._stream.readline()
         if isinstance(line, bytes):
             return line.decode("utf-8", "replace")
         return line or ""

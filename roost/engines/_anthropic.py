@@ -169,7 +169,7 @@ class AnthropicParser:
         if kind == "error":
             error = doc.get("error") or {}
             etype = error.get("type")
-            category, retryable = _ERROR_CATEGORY.get(etype, ("provider", False))
+            category, retryable = _ERROR_CATEGORY.get(etype or "", ("provider", False))
             message = error.get("message") or "unknown error"
             if category == "invalid_request" and "prompt is too long" in message:
                 category = "context_length"

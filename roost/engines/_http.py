@@ -13,6 +13,7 @@ import email.utils
 import random
 import time
 from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncGenerator
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 import attrs
@@ -271,7 +272,7 @@ class HttpEngine:
 
     # -- the stream ------------------------------------------------------------------------------
 
-    async def _events(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
+    async def _events(self, request: EngineRequest) -> AsyncGenerator[EngineEvent, None]:
         body = dumps(self._body(request))
         url = self._url()
         headers = {"content-type": "application/json", "accept": "text/event-stream", **self._headers()}

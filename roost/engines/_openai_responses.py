@@ -121,7 +121,7 @@ class ResponsesParser:
             item = doc.get("item") or {}
             if item.get("type") != "function_call":
                 return []
-            buf = self._by_item.get(item.get("id")) or self._by_index.get(doc.get("output_index"))
+            buf = self._by_item.get(item.get("id") or "") or self._by_index.get(doc.get("output_index"))
             if buf is None or buf.ended:
                 return []
             full = item.get("arguments") if isinstance(item.get("arguments"), str) else self._final_args.get(buf.call_id)

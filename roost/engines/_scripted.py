@@ -39,6 +39,7 @@ import importlib.resources
 import re
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
+from collections.abc import AsyncGenerator
 from typing import Any, AsyncIterator
 
 import attrs
@@ -85,9 +86,7 @@ class Rule:
         """Whether the rule applies to this prompt and worker name."""
         if self.prompt is not None and not self.prompt.search(prompt):
             return False
-        if self.agent is not None and (agent is None or not self.agent.fullmatch(agent)):
-            return False
-        return True
+        return self.agent is None or (agent is not None and self.agent.fullmatch(agent) is not None)
 
 
 @attrs.frozen
@@ -206,9 +205,8 @@ def _check_element(element: Any, where: str) -> None:
         raise ConfigError(f"{where}.tool_call: needs a 'name'")
     if kind == "tool_call" and not isinstance(value.get("arguments", {}), dict):
         raise ConfigError(f"{where}.tool_call.arguments: must be a mapping")
-    if kind == "error":
-        if not isinstance(value, dict) or value.get("category") not in EngineFailure.CATEGORIES:
-            raise ConfigError(f"{where}.error.category: one of {sorted(EngineFailure.CATEGORIES)}")
+    if kind == "error" and (not isinstance(value, dict) or value.get("category") not in EngineFailure.CATEGORIES):
+        raise ConfigError(f"{where}.error.category: one of {sorted(EngineFailure.CATEGORIES)}")
     if kind == "delay" and not (isinstance(value, (int, float)) and value >= 0):
         raise ConfigError(f"{where}.delay: seconds >= 0")
     if kind == "finish" and value not in FINISH_REASONS:
@@ -323,7 +321,7 @@ class ScriptedEngine:
     async def aclose(self) -> None:
         """Nothing to release; present for the Engine interface."""
 
-    async def _events(self, request: EngineRequest) -> AsyncIterator[EngineEvent]:
+    async def _events(self, request: EngineRequest) -> AsyncGenerator[EngineEvent, None]:
         steps = self.script.steps_for(request.prompt, request.agent)
         if not steps:
             elements: tuple[dict[str, Any], ...] = ({"text": "{prompt}"},)

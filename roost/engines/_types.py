@@ -7,7 +7,9 @@ events but :class:`roost.errors.EngineFailure` raised by the stream.
 
 from __future__ import annotations
 
-from typing import Any, AsyncContextManager, AsyncIterator, Protocol, Union, runtime_checkable
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, AsyncIterator, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -56,6 +58,10 @@ class Image:
         return f"data:{self.media_type};base64,{self.data}"
 
 
+def _image_tuple(images: Iterable[Image]) -> tuple[Image, ...]:
+    return tuple(images)
+
+
 @attrs.frozen
 class UserMessage:
     """A user (or injected) message: text plus optional images.
@@ -66,7 +72,7 @@ class UserMessage:
     """
 
     text: str
-    images: tuple[Image, ...] = attrs.field(default=(), converter=tuple)
+    images: tuple[Image, ...] = attrs.field(default=(), converter=_image_tuple)
     synthetic: bool = False
 
 
@@ -102,7 +108,7 @@ class ToolResult:
     is_error: bool = False
 
 
-HistoryItem = Union[UserMessage, AgentMessage, Reasoning, ToolCall, ToolResult]
+HistoryItem: TypeAlias = UserMessage | AgentMessage | Reasoning | ToolCall | ToolResult
 
 
 @attrs.frozen
@@ -113,6 +119,14 @@ class ToolSchema:
     description: str = ""
     parameters: dict[str, Any] = attrs.field(factory=lambda: {"type": "object", "properties": {}})
 
+
+
+def _history_tuple(items: Iterable[HistoryItem]) -> tuple[HistoryItem, ...]:
+    return tuple(items)
+
+
+def _tool_tuple(tools: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
+    return tuple(tools)
 
 @attrs.frozen(kw_only=True)
 class EngineRequest:
@@ -130,8 +144,8 @@ class EngineRequest:
     """
 
     system: str = ""
-    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=tuple)
-    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=tuple)
+    history: tuple[HistoryItem, ...] = attrs.field(default=(), converter=_history_tuple)
+    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_tool_tuple)
     model: str | None = None
     effort: str | None = None
     max_tokens: int | None = None
@@ -224,7 +238,9 @@ class Retrying:
     reason: str = ""
 
 
-EngineEvent = Union[TextDelta, ReasoningDelta, ToolCallStart, ToolCallDelta, ToolCallEnd, Usage, Finish, Retrying]
+EngineEvent: TypeAlias = (
+    TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Usage | Finish | Retrying
+)
 
 
 @attrs.frozen
@@ -246,7 +262,7 @@ class Engine(Protocol):
 
     name: str
 
-    def stream(self, request: EngineRequest) -> AsyncContextManager[AsyncIterator[EngineEvent]]:
+    def stream(self, request: EngineRequest) -> AbstractAsyncContextManager[AsyncIterator[EngineEvent]]:
         ...
 
     async def list_models(self) -> list[ModelInfo]:

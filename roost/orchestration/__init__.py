@@ -21,7 +21,17 @@ from roost.orchestration._templates import TEMPLATES as TEMPLATES
 from roost.orchestration._templates import ConfigTemplate as ConfigTemplate
 from roost.orchestration._templates import render_template as render_template
 
+from roost.orchestration._agents import resolve_agents as resolve_agents
+from roost.orchestration._run import Orchestrator as Orchestrator
+from roost.orchestration._run import RunOutcome as RunOutcome
+from roost.orchestration._run import STOP as STOP
+
 __all__ = [
+    "Orchestrator",
+    "RunOutcome",
+    "STOP",
+    "resolve_agents",
+
     "SELECTION_TYPES", "TERMINATION_TYPES", "AgentSpec", "ConfigInvalid", "ConfigIssue", "ModelSpec",
     "OrchestrationConfig", "Route", "Selection", "Termination", "load_config_file", "validate_config_file",
     "TEMPLATES", "ConfigTemplate", "render_template",

@@ -18,11 +18,11 @@ from typing import Any
 import attrs
 import trio
 
-from roost.actors._actor import Actor
-from roost.actors._messages import AgentTurn, Origin, StartTurn
+from roost.actors import Actor
+from roost.actors import AgentTurn, Origin, StartTurn
 from roost.orchestration._config import AgentSpec, ModelSpec, OrchestrationConfig
 from roost.supervisor import ChildSpec, Restart, Strategy, Supervisor
-from roost.tools._plugins import plugin_tool_names
+from roost.tools import plugin_tool_names
 
 __all__ = ["AgentActor", "Speak", "resolve_agents", "run_supervisor", "agent_child_id"]
 

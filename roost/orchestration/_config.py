@@ -198,6 +198,11 @@ def _pascal(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
+def _origin(t: Any) -> Any:
+    """``typing.get_origin`` of a type, as a plain value (``list`` for ``list[str]``)."""
+    return typing.get_origin(t)
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=False)
 
@@ -206,7 +211,7 @@ def _make_converter() -> cattrs.Converter:
             return value
         return conv.structure(value, ModelSpec)
 
-    conv.register_structure_hook(ModelSpec | str | None, model_hook)  # type: ignore[arg-type]
+    conv.register_structure_hook(ModelSpec | str | None, model_hook)
 
     def strict_str(value: Any, _: Any) -> str:
         if not isinstance(value, str):
@@ -241,9 +246,9 @@ def _make_converter() -> cattrs.Converter:
             return hook
         return make
 
-    conv.register_structure_hook_factory(lambda t: typing.get_origin(t) is list,
+    conv.register_structure_hook_factory(lambda t: _origin(t) is list,
                                          strict_container(list, list_structure_factory, "a list"))
-    conv.register_structure_hook_factory(lambda t: typing.get_origin(t) is dict,
+    conv.register_structure_hook_factory(lambda t: _origin(t) is dict,
                                          strict_container(dict, mapping_structure_factory, "a mapping"))
     conv.register_structure_hook(float, strict_float)
     conv.register_structure_hook(str, strict_str)
@@ -253,12 +258,13 @@ def _make_converter() -> cattrs.Converter:
         renames = {a.name: override(rename=_pascal(a.name)) for a in attrs.fields(cls) if a.name != "path"}
         if cls is AgentSpec:
             renames["file"] = override(omit=True)
-        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **renames))
+        # cattrs types **kwargs (the per-field overrides) as its keyword flags: a known stub gap.
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **renames))  # type: ignore[arg-type]
     return conv
 
 
 _converter = _make_converter()
-_KNOWN_KEYS = {cls: {_pascal(a.name) for a in attrs.fields(cls)} for cls in
+_KNOWN_KEYS: dict[type, set[str]] = {cls: {_pascal(a.name) for a in attrs.fields(cls)} for cls in
                (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig)}
 
 
@@ -428,7 +434,7 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
 
 
 def _check_model(spec: ModelSpec, where: str, error: Any) -> None:
-    from roost.engines._settings import PROVIDERS
+    from roost.engines import PROVIDERS
 
     if not spec.model_id.strip():
         error(f"{where}.ModelId: must not be empty")

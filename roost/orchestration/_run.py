@@ -30,7 +30,6 @@ from roost.orchestration._config import AgentSpec, OrchestrationConfig
 from roost.orchestration._policy import (
     WARN_FRACTION, Progress, first_agent, keyword_handoff, next_sequential, terminated, token_budget,
 )
-from roost.protocol._wire_types import AgentMessage, ToolCallSummary, to_wire
 
 __all__ = ["Orchestrator", "RunOutcome", "ORCHESTRATOR_SOURCE", "HUMAN_SOURCE", "STOP", "args_summary"]
 
@@ -109,7 +108,7 @@ class _TurnWatch:
         if method == "item/started" and item.get("type") == "tool_call":
             self.calls[item["id"]] = {"name": item.get("name"), "arguments": None, "deltas": [], "announced": False}
         elif method == "item/toolCall/delta":
-            call = self.calls.get(params.get("item_id"))
+            call = self.calls.get(str(params.get("item_id")))
             if call is not None:
                 call["deltas"].append(params.get("delta") or "")
         elif method == "item/toolCall/outputDelta":
@@ -121,7 +120,7 @@ class _TurnWatch:
             self.announce(item["id"])
         elif method in ("turn/completed", "turn/error"):
             turn = params.get("turn") or {}
-            self.ended[turn.get("id")] = turn
+            self.ended[str(turn.get("id"))] = turn
             self.changed.set()
             self.changed = trio.Event()
 
@@ -160,7 +159,9 @@ class Orchestrator:
         #: how the run ended (set when :meth:`run` returns)
         self.outcome: RunOutcome | None = None
         meta = actor.thread.metadata or {}
-        saved = meta.get("orchestration") if isinstance(meta.get("orchestration"), dict) else {}
+        saved = meta.get("orchestration")
+        if not isinstance(saved, dict):
+            saved = {}
         fields = {a.name for a in attrs.fields(Progress)}
         self.progress = Progress(**{k: v for k, v in saved.items() if k in fields})
         self.watch = _TurnWatch(emit)
@@ -174,7 +175,7 @@ class Orchestrator:
     def interrupt(self, reason: str = "interrupted") -> None:
         """Stop the run: interrupt the running agent turn (it persists as interrupted), or cancel
         whatever the run waits on. Idempotent; not a checkpoint."""
-        from roost.actors._messages import InterruptTurn
+        from roost.actors import InterruptTurn
         from roost.errors import RoostError
 
         if self.interrupted is not None:
@@ -206,7 +207,7 @@ class Orchestrator:
         Cancellation: :meth:`interrupt` ends the run as ``interrupted`` (the running turn is
         persisted as interrupted, and ``--resume`` continues with the same agent).
         """
-        from roost.actors._messages import Subscribe, Unsubscribe
+        from roost.actors import Subscribe, Unsubscribe
 
         await self.actor.ref.ask(Subscribe(self.watch))
         outcome: RunOutcome | None = None
@@ -217,7 +218,7 @@ class Orchestrator:
                     self.supervisor = await nursery.start(sup.run)
                     outcome = await self._loop(task)
                     nursery.cancel_scope.cancel()  # stops the agent actors, in reverse order
-            if self.scope.cancelled_caught or (outcome is None and self.interrupted):
+            if self.scope.cancelled_caught or outcome is None:  # None: interrupted before _loop returned
                 outcome = RunOutcome(status="interrupted", error_message=_interrupted(self.interrupted))
             self.outcome = outcome
             return outcome
@@ -226,7 +227,7 @@ class Orchestrator:
                 await self.actor.ref.ask(Unsubscribe(self.watch), timeout=5)
 
     async def _loop(self, task: str) -> RunOutcome:
-        from roost.actors._messages import Origin, Snapshot
+        from roost.actors import Origin, Snapshot
 
         p = self.progress
         snapshot = await self.actor.ref.ask(Snapshot(history_turns=1))
@@ -338,7 +339,7 @@ class Orchestrator:
 
     async def _llm_select(self, speaker: str, text: str) -> str:
         """Ask the selector model (scripted: rules for agent ``selector``) who speaks next."""
-        from roost.engines._types import EngineRequest, TextDelta, Usage, UserMessage
+        from roost.engines import EngineRequest, TextDelta, Usage, UserMessage
 
         sel = self.config.selection
         roster = "\n".join(f"- {a.name}: {a.description or ''}".rstrip() for a in self.config.agents)
@@ -382,21 +383,27 @@ class Orchestrator:
                        "warnThreshold": threshold})
 
     def _emit_message(self, agent: str, role: str, content: str, turn: dict | None, elapsed: float,
-                      calls: list[ToolCallSummary] | None = None) -> None:
+                      calls: list[dict[str, Any]] | None = None) -> None:
+        """Send an ``agent_message`` run event; its ``message`` is the wire's AgentMessage
+        (wire-protocol.md, camelCase; ``roost.protocol`` renders the same shape from its attrs type,
+        and tests/test_orchestration_run.py checks the two agree)."""
         usage = (turn or {}).get("usage") or {}
-        message = AgentMessage(
-            agent_name=agent, role=role, content=content, turn_index=len(self.actor.turns) - (0 if turn is None else 1),
-            timestamp=(turn or {}).get("completed_at") or _now(), is_compaction_summary=False,
-            input_tokens=usage.get("input_tokens") if turn else None,
-            output_tokens=usage.get("output_tokens") if turn else None, tool_calls=calls or [])
-        self.emit({"type": "agent_message", "message": to_wire(message), "elapsedMs": int(elapsed * 1000)})
+        message = {
+            "agentName": agent, "role": role, "content": content,
+            "turnIndex": len(self.actor.turns) - (0 if turn is None else 1),
+            "timestamp": (turn or {}).get("completed_at") or _now(),
+            "inputTokens": usage.get("input_tokens") if turn else None,
+            "outputTokens": usage.get("output_tokens") if turn else None,
+            "isCompactionSummary": False, "toolCalls": calls or [],
+        }
+        self.emit({"type": "agent_message", "message": message, "elapsedMs": int(elapsed * 1000)})
 
     def _emit_turn(self, agent: str, turn: dict, elapsed: float) -> str:
         """Send the turn's ``agent_message``; return its text (the last agent message of the turn)."""
         items = turn.get("items") or []
         texts = [i.get("text") or "" for i in items if i.get("type") == "agent_message" and i.get("text")]
-        calls = [ToolCallSummary(name=str(i.get("name") or ""), args_summary=args_summary(i.get("arguments")),
-                                 succeeded=i.get("status") == "completed" and not i.get("is_error"))
+        calls = [{"name": str(i.get("name") or ""), "argsSummary": args_summary(i.get("arguments")),
+                  "succeeded": i.get("status") == "completed" and not i.get("is_error")}
                  for i in items if i.get("type") == "tool_call"]
         text = texts[-1] if texts else ""
         if texts or calls or turn.get("status") == "completed":
@@ -404,7 +411,7 @@ class Orchestrator:
         return text
 
     async def _save(self, *, complete: bool) -> None:
-        from roost.actors._messages import UpdateThread
+        from roost.actors import UpdateThread
 
         meta = dict(self.actor.thread.metadata or {})
         meta["orchestration"] = attrs.asdict(self.progress)
@@ -416,11 +423,13 @@ class Orchestrator:
 
 def _interrupted(reason: str | None) -> str:
     """The run's error message for an interrupt with ``reason`` (as a turn's would read)."""
-    from roost.actors._turn import _STOP_MESSAGES
+    from roost.actors import STOP_MESSAGES as _STOP_MESSAGES
 
     if reason in _STOP_MESSAGES:
         return _STOP_MESSAGES[reason]
-    return reason if (reason or "").startswith("interrupted") else f"interrupted ({reason})"
+    if reason is not None and reason.startswith("interrupted"):
+        return reason
+    return f"interrupted ({reason})"
 
 
 def _now() -> str:

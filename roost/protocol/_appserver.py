@@ -6,9 +6,10 @@ arrival order, so a ``turn/interrupt`` is never overtaken by an earlier ``turn/s
 different threads run concurrently, so one busy thread never delays another's interrupt. Requests
 naming no thread keep their order among themselves; ``initialize`` and ``shutdown`` wait for
 everything before them. None waits for a turn to end, so reading never stops while turns run; at
-most :data:`MAX_IN_FLIGHT` requests are handled at once (past that, reading pauses: backpressure). Notifications from every thread this session touched are
-interleaved with responses. Server-initiated requests (``approval/request``) are sent only if the
-client listed them in ``initialize.params.capabilities.reverse_rpc.methods``.
+most :data:`MAX_IN_FLIGHT` requests are handled at once (past that, reading pauses:
+backpressure). Notifications from every thread this session touched are interleaved with
+responses. Server-initiated requests (``approval/request``) are sent only if the client listed
+them in ``initialize.params.capabilities.reverse_rpc.methods``.
 
 Method handlers live in ``_as_*`` modules and register themselves with :func:`method`.
 """
@@ -24,8 +25,7 @@ import trio
 
 from roost import __version__
 from roost._json import dumps_line
-from roost.actors import tree_settings
-from roost.actors._messages import Origin, Subscribe
+from roost.actors import Origin, Subscribe, tree_settings
 from roost.errors import (
     Unsupported,
     InternalError, InvalidRequest, MailboxClosed, MailboxFull, MethodNotFound, ProtocolError,
@@ -79,6 +79,8 @@ class AppServerSession:
         self.setup_issues = [engines.setup_error] if engines.setup_error else []
         self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS)
         self.capabilities: dict = {}
+        #: config/workspace/update defaults (``effort``, ``permission_mode``) of this connection
+        self.workspace_defaults: dict[str, Any] = {}
         #: whether an `initialize` was answered (a repeated one keeps what it does not name)
         self.initialized = False
         self.reverse_methods: set[str] = set()
@@ -89,7 +91,7 @@ class AppServerSession:
         self.closed = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.client_name = "client"
-        self._chains: dict[str, trio.Event] = {}   # ordering key -> done event of its latest request
+        self._chains: dict[str | None, trio.Event] = {}   # ordering key -> done event of its latest request
         self._in_flight = trio.Semaphore(MAX_IN_FLIGHT)
         self._idle = trio.Event()
         self._idle.set()
@@ -301,7 +303,7 @@ class AppServerSession:
 
     async def _interrupt_all(self) -> None:
         """End of input: interrupt every running turn and wait (bounded) for them to persist."""
-        from roost.actors._messages import InterruptTurn
+        from roost.actors import InterruptTurn
 
         actors = [a for a in self.runtime.registry.loaded() if a.active is not None]
         for actor in actors:

@@ -10,8 +10,7 @@ from typing import Any
 import trio
 
 from roost._json import dumps, loads
-from roost.actors._messages import Snapshot
-from roost.actors._thread_store import live_elsewhere
+from roost.actors import Snapshot
 from roost.errors import InvalidParams, ReadOnly, ThreadBusy
 from roost.storage import leases
 
@@ -81,10 +80,11 @@ async def check_no_foreign_lease(session: Any, thread_id: str) -> None:
 
     Raises:
         ThreadBusy: another live owner holds an unexpired lease on the thread (a dead process of
-            this host does not count; see :func:`roost.actors._thread_store.live_elsewhere`).
+            this host does not count; see :func:`roost.storage.leases.live_elsewhere`).
     """
-    lease = await read_store(session, leases.get_lease, leases.thread_lease_key(thread_id))
-    if live_elsewhere(lease, session.runtime.services.owner):
+    lease = await read_store(session, leases.held_elsewhere, leases.thread_lease_key(thread_id),
+                             session.runtime.services.owner)
+    if lease is not None:
         raise ThreadBusy(f"thread {thread_id} is executing in another process ({lease['owner']})")
 
 
@@ -149,4 +149,4 @@ def decode_cursor(cursor: str, thread_id: str) -> str:
 
 def same_dir(a: str | None, b: str) -> bool:
     """Whether directory ``a`` is ``b`` (both resolved; ``b`` already resolved)."""
-    return bool(a) and str(Path(a).resolve()) == b
+    return a is not None and a != "" and str(Path(a).resolve()) == b

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from roost.actors._messages import UpdateThread
+from roost.actors import UpdateThread
 from roost.config import resolve_provider
 from roost.engines import PROVIDERS
 from roost.errors import ConfigError, InvalidParams, Unsupported

@@ -46,8 +46,8 @@ import jsonschema
 import trio
 
 from roost._json import JSONDecodeError, dumps, loads
-from roost.actors._actor import shielded_cleanup
-from roost.actors._messages import InterruptTurn, IsBusy, Snapshot, StartTurn
+from roost.actors import shielded_cleanup
+from roost.actors import InterruptTurn, IsBusy, Snapshot, StartTurn
 from roost.errors import (
     InvalidParams, NotFound, ProtocolError, RoostError, RunNotAttached, RunNotFound, ThreadBusy,
 )
@@ -55,8 +55,8 @@ from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import check_writable, thread_actor
 from roost.protocol._as_turns import _check_permission, _input
 from roost.protocol._params import DICT, INT, LIST, STR, check_params
-from roost.storage import _threads
-from roost.storage._rows import new_id, utc_now
+from roost.storage import create_run, get_run, update_run
+from roost.storage import new_id, utc_now
 
 __all__ = [
     "RUN_STATUSES", "TERMINAL_STATUSES", "LiveRun", "RunRegistry", "runs_of", "exit_code_for",
@@ -265,11 +265,11 @@ async def _persist(run: LiveRun, *, create: bool = False) -> None:
     try:
         if create:
             await writer.submit(functools.partial(
-                _threads.create_run, thread_id=run.thread_id, id=run.id, kind="run", status=run.status,
+                create_run, thread_id=run.thread_id, id=run.id, kind="run", status=run.status,
                 owner=run.session.runtime.services.owner, metadata=run.metadata()))
         else:
             await writer.submit(functools.partial(
-                _threads.update_run, status=run.status, error=run.error, metadata=run.metadata(),
+                update_run, status=run.status, error=run.error, metadata=run.metadata(),
                 completed_at=run.completed_at), run.id)
     except RoostError:
         if create:
@@ -282,7 +282,7 @@ async def _read_run(session: AppServerSession, run_id: str) -> Any:
 
     def read() -> Any:
         with store.read() as conn:
-            return _threads.get_run(conn, run_id)
+            return get_run(conn, run_id)
 
     return await trio.to_thread.run_sync(read)
 
@@ -354,7 +354,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     registry.add(run)
 
     # The engines have no structured-output option: the schema travels in the first prompt.
-    first_prompt = prompt if validator is None else "\n\n".join(filter(None, (prompt, _schema_instruction(schema))))
+    first_prompt = prompt if schema is None else "\n\n".join(filter(None, (prompt, _schema_instruction(schema))))
     parts = parts if first_prompt == prompt else None  # presentation metadata must match the prompt
     ack = session.after_response()
     turn_ack = trio.Event()
@@ -379,6 +379,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     run.turns.append({"id": turn["id"], "status": turn["status"], "purpose": "start"})
     with trio.CancelScope(shield=True):  # the admitted turn must get its driver
         await _persist(run)
+    assert session.nursery is not None  # set while the session serves requests
     session.nursery.start_soon(_drive, run, ack, turn_ack)
     return {"run": run.view()}
 
@@ -562,8 +563,8 @@ async def _stop_current_turn(run: LiveRun, status: str) -> None:
         log.warning("run %s: could not interrupt turn %s: %s", run.id, turn_id, exc)
 
 
-async def _final_message(run: LiveRun, turn_id: str) -> dict | None:
-    """The last agent message item of turn ``turn_id`` (None when it has none)."""
+async def _final_message(run: LiveRun, turn_id: str | None) -> dict | None:
+    """The last agent message item of turn ``turn_id`` (None when it has none, or no turn)."""
     try:
         snap = await run.actor.ref.ask(Snapshot(_SNAPSHOT_TURNS))
         turn = next((t for t in snap["turns"] if t["id"] == turn_id), None)

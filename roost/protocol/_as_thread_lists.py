@@ -16,18 +16,25 @@ from typing import Any
 import trio
 
 from roost._json import dumps, loads
-from roost.actors._edit import RETRACTED
-from roost.actors._messages import IsBusy, UpdateThread
-from roost.actors._thread_store import live_elsewhere
-from roost.actors._views import thread_view
+from roost.actors import RETRACTED
+from roost.actors import IsBusy, UpdateThread
+from roost.actors import thread_view
 from roost.errors import InvalidParams, NotFound, ThreadBusy
 from roost.model import THREAD_KINDS
 from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import read_store, same_dir, thread_actor
 from roost.protocol._params import BOOL, INT, STR, check_params
 from roost.protocol._worktree import remove_clean_worktree
-from roost.storage import _items, _threads, leases
-from roost.storage._threads import THREADS
+from roost.storage import (
+    chat_ids_with_title,
+    delete_thread,
+    get_item,
+    get_thread,
+    list_threads,
+    page_threads,
+    search_items,
+)
+from roost.storage import leases
 
 __all__ = ["MAX_LIST", "MAX_SEARCH"]
 
@@ -65,21 +72,10 @@ async def _page(session: AppServerSession, p: dict, *, archived: bool | None, ki
     if kind is not None and kind not in THREAD_KINDS:
         raise InvalidParams(f"kind must be one of {', '.join(THREAD_KINDS)}")
     cwd = str(Path(p["cwd"]).resolve()) if p.get("cwd") else None
-    where, args = ["1"], []
-    if archived is not None:
-        where.append("archived = ?")
-        args.append(int(archived))
-    if kind is not None:
-        where.append("kind = ?")
-        args.append(kind)
-    if p.get("cursor"):
-        updated, tid = _decode(p["cursor"])
-        where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
-        args += [updated, updated, tid]
+    before = _decode(p["cursor"]) if p.get("cursor") else None
 
     def select(conn: Any) -> list:
-        rows = THREADS.select(conn, " AND ".join(where), args, order="updated_at DESC, id DESC",
-                              limit=None if cwd else limit + 1)
+        rows = page_threads(conn, archived=archived, kind=kind, before=before, limit=None if cwd else limit + 1)
         if cwd:
             rows = [t for t in rows if same_dir(t.cwd, cwd)][: limit + 1]
         return rows
@@ -89,10 +85,10 @@ async def _page(session: AppServerSession, p: dict, *, archived: bool | None, ki
     threads = threads[:limit]
     views = _views(session, threads)
     if not p.get("cursor"):
-        ephemeral = [a.view() for a in session.runtime.registry.loaded() if a.ephemeral
-                     and (archived is None or a.thread.archived == archived)
-                     and (kind is None or a.thread.kind == kind)
-                     and (cwd is None or same_dir(a.thread.cwd, cwd))]
+        ephemeral = [v for v in session.runtime.registry.ephemeral_views()
+                     if (archived is None or v["archived"] == archived)
+                     and (kind is None or v["kind"] == kind)
+                     and (cwd is None or same_dir(v["cwd"], cwd))]
         views = sorted(ephemeral, key=lambda v: v["updated_at"], reverse=True) + views
     return {"threads": views, "next_cursor": _encode(threads[-1]) if more and threads else None}
 
@@ -102,11 +98,9 @@ def _views(session: AppServerSession, threads: list) -> list[dict]:
     registry = session.runtime.registry
     out = []
     for thread in threads:
-        actor = registry.actors.get(thread.id)
-        if actor is not None and actor.state.value == "running":
-            out.append(actor.view())
-        else:
-            out.append(thread_view(thread, ephemeral=False, status="idle", active_turn_id=None))
+        live = registry.live_view(thread.id)
+        out.append(live if live is not None else thread_view(thread, ephemeral=False, status="idle",
+                                                             active_turn_id=None))
     return out
 
 
@@ -153,25 +147,24 @@ async def thread_search(session: AppServerSession, params: Any) -> dict:
     def search(conn: Any) -> list[dict]:
         if not query:
             return [{"thread": t, "snippet": t.title or "", "message_seq": None}
-                    for t in _threads.list_threads(conn, archived=False, kind="chat", limit=limit)]
+                    for t in list_threads(conn, archived=False, kind="chat", limit=limit)]
         results: list[dict] = []
         seen: set[str] = set()
         lowered = query.lower()
-        for row in conn.execute("SELECT id FROM threads WHERE kind = 'chat' AND title IS NOT NULL "
-                                "AND instr(lower(title), ?) > 0 ORDER BY updated_at DESC LIMIT ?", (lowered, limit)):
-            thread = _threads.get_thread(conn, row[0])
+        for thread_id in chat_ids_with_title(conn, lowered, limit=limit):
+            thread = get_thread(conn, thread_id)
             results.append({"thread": thread, "snippet": thread.title, "message_seq": None})
             seen.add(thread.id)
         offset_limit = limit * 4 + 20
-        for hit in _items.search_items(conn, query, limit=offset_limit):
+        for hit in search_items(conn, query, limit=offset_limit):
             if len(results) >= limit:
                 break
             if hit.thread_id in seen:
                 continue
             try:
-                if _items.get_item(conn, hit.item_id).status == RETRACTED:
+                if get_item(conn, hit.item_id).status == RETRACTED:
                     continue
-                thread = _threads.get_thread(conn, hit.thread_id)
+                thread = get_thread(conn, hit.thread_id)
             except NotFound:
                 continue
             if thread.kind != "chat":
@@ -185,7 +178,7 @@ async def thread_search(session: AppServerSession, params: Any) -> dict:
     return {"results": [
         {"thread": view, "snippet": row["snippet"],
          **({"message_seq": row["message_seq"]} if row["message_seq"] is not None else {})}
-        for view, row in zip(views, rows)
+        for view, row in zip(views, rows, strict=True)
     ]}
 
 
@@ -250,12 +243,12 @@ async def thread_delete(session: AppServerSession, params: Any) -> dict:
         owner = session.runtime.services.owner
 
         def delete(conn: Any) -> None:
-            thread = _threads.get_thread(conn, thread_id)
+            thread = get_thread(conn, thread_id)
             if only_if_archived and not thread.archived:
                 raise InvalidParams(f"thread {thread_id} is not archived (restored since it was listed?)")
-            if live_elsewhere(leases.get_lease(conn, leases.thread_lease_key(thread_id)), owner):
+            if leases.held_elsewhere(conn, leases.thread_lease_key(thread_id), owner):
                 raise ThreadBusy(f"thread {thread_id} is executing in another process")
-            _threads.delete_thread(conn, thread_id)
+            delete_thread(conn, thread_id)
 
         await session.runtime.store.writer.submit(delete)
     try:

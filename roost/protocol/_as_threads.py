@@ -16,8 +16,8 @@ from typing import Any
 
 import trio
 
-from roost.actors._edit import ImportHistory, RetractFrom, stored_payload
-from roost.actors._messages import Snapshot
+from roost.actors import ImportHistory, RetractFrom, stored_payload
+from roost.actors import Snapshot
 from roost.errors import InvalidParams, ThreadNotFound, TurnNotFound, Unsupported
 from roost.model import Thread
 from roost.protocol._appserver import AppServerSession, PROTOCOL_VERSION, initialize_result, method
@@ -28,8 +28,8 @@ from roost.protocol._as_common import (
 )
 from roost.protocol._params import ANY, BOOL, DICT, INT, STR, check_params
 from roost.protocol._worktree import create_worktree, remove_worktree
-from roost.storage import _items, _threads
-from roost.storage._rows import new_id, utc_now
+from roost.storage import append_item, chat_threads_with_cwd, create_thread, create_turn, update_turn
+from roost.storage import new_id, utc_now
 
 __all__ = ["PERMISSION_MODES", "HISTORY_PAGE_TURNS", "BUILTIN_ENGINES"]
 
@@ -169,21 +169,18 @@ async def _most_recent(session: AppServerSession, cwd: str) -> str:
     """The most recently updated visible (unarchived chat) thread whose cwd is ``cwd``."""
 
     def find(conn: Any) -> Any:
-        from roost.storage._threads import THREADS
-
-        rows = THREADS.select(conn, "archived = 0 AND kind = 'chat' AND cwd IS NOT NULL", (),
-                              order="updated_at DESC, id DESC")
+        rows = chat_threads_with_cwd(conn)
         return next((t for t in rows if same_dir(t.cwd, cwd)), None)
 
     best = await read_store(session, find)
-    for actor in session.runtime.registry.loaded():
-        t = actor.thread
-        if actor.ephemeral and not t.archived and same_dir(t.cwd, cwd):
-            if best is None or t.updated_at > best.updated_at:
-                best = t
-    if best is None:
+    best_id, best_updated = (best.id, best.updated_at) if best is not None else (None, "")
+    for view in session.runtime.registry.ephemeral_views():  # ephemeral threads have no rows
+        if (not view["archived"] and same_dir(view["cwd"], cwd)
+                and (best_id is None or view["updated_at"] > best_updated)):
+            best_id, best_updated = view["id"], view["updated_at"]
+    if best_id is None:
         raise ThreadNotFound(f"no thread for workspace {cwd}")
-    return best.id
+    return str(best_id)
 
 
 def _add_cursor(snapshot: dict, thread_id: str) -> dict:
@@ -355,13 +352,13 @@ def _copy_history(conn: Any, thread: Thread, turns: list, items: list, turn_map:
     """Write a fork: the thread row, its copied turns and items (one transaction)."""
     fields = {k: getattr(thread, k) for k in ("title", "cwd", "provider", "model", "effort", "permission_mode",
                                                "parent_thread_id", "metadata")}
-    _threads.create_thread(conn, kind="chat", id=thread.id, **fields)
+    create_thread(conn, kind="chat", id=thread.id, **fields)
     for t in turns:
-        _threads.create_turn(conn, thread.id, id=turn_map[t["id"]], status=t["status"], run_id=None)
-        _threads.update_turn(conn, turn_map[t["id"]], started_at=t.get("started_at"),
+        create_turn(conn, thread.id, id=turn_map[t["id"]], status=t["status"], run_id=None)
+        update_turn(conn, turn_map[t["id"]], started_at=t.get("started_at"),
                              completed_at=t.get("completed_at"), error=t.get("error"), usage=t.get("usage"))
     for i in items:
-        _items.append_item(conn, thread.id, type=i["type"], payload=stored_payload(i), id=item_map[i["id"]],
+        append_item(conn, thread.id, type=i["type"], payload=stored_payload(i), id=item_map[i["id"]],
                            text=i.get("text") if i["type"] in ("user_message", "agent_message") else None,
                            turn_id=turn_map.get(i.get("turn_id")), status=i["status"])
 

@@ -13,9 +13,7 @@ import binascii
 import json
 from typing import Any
 
-from roost.actors._messages import (
-    Dequeue, InterruptTurn, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued,
-)
+from roost.actors import Dequeue, InterruptTurn, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued
 from roost.errors import InvalidParams, Unsupported
 from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import check_writable, thread_actor
@@ -150,9 +148,7 @@ def _valid_file_selection(part: dict) -> bool:
             return False
         if not all(_str(pdf, k, True) for k in ("artifact_uri", "artifact_sha256", "artifact_thread_id")):
             return False
-        if pdf.get("artifact_sha256") is not None and source["revision"] != f"sha256:{pdf['artifact_sha256']}":
-            return False
-        return True
+        return pdf.get("artifact_sha256") is None or source["revision"] == f"sha256:{pdf['artifact_sha256']}"
     if any(source[k] < 1 for k in coords):
         return False
     return (source["start_line"], source["start_column"]) <= (source["end_line"], source["end_column"])

@@ -62,11 +62,11 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
     """
     from roost.model import Thread
     from roost.orchestration import load_config_file
-    from roost.orchestration._agents import resolve_agents
-    from roost.orchestration._run import Orchestrator
+    from roost.orchestration import resolve_agents
+    from roost.orchestration import Orchestrator
     from roost.protocol._engines import EngineCatalog
     from roost.storage import new_id, utc_now
-    from roost.supervisor._root import open_runtime
+    from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     began = trio.current_time()
@@ -78,6 +78,10 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
             result = failed_result(str(exc), task=task, config=config_path)
             emit(result)
             return result
+    if config is None and resume_id is None:
+        result = failed_result("a new session needs an orchestration config", task=task, config=None)
+        emit(result)
+        return result
     engines = EngineCatalog(settings)
     if config is not None:
         try:  # each agent's model, before anything starts
@@ -109,11 +113,13 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
                     return result
                 task = str(meta.get("task") or "")
             else:
+                assert config is not None  # a new session without a config was refused above
                 now = utc_now()
                 thread = Thread(id=new_id("thr"), kind="orchestration", cwd=str(cwd), provider=settings.provider,
                                 model=settings.model, permission_mode="standard", created_at=now, updated_at=now,
                                 metadata={"task": task, "config_path": config.path, "is_complete": False})
                 actor = await runtime.registry.create(thread, ephemeral=False)
+            assert config is not None and actor is not None  # else a problem was returned above
             orch = Orchestrator(config, actor, engines=engines, emit=emit, request_approval=request_approval,
                                 after_turn=after_turn)
             if on_orchestrator is not None:
@@ -125,7 +131,7 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
                 outcome = await orch.run(task or "")
             except RoostError as exc:
                 log.exception("run %s failed", actor.thread.id)
-                from roost.orchestration._run import RunOutcome
+                from roost.orchestration import RunOutcome
 
                 outcome = RunOutcome(status="failed", error_message=str(exc))
             p = orch.progress
@@ -227,7 +233,7 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
             inputs.cancel_scope.cancel()
         outbox.close()
     if state.get("stdout_gone"):
-        from roost.cli._render import silence_stdout
+        from roost.protocol._stdout import silence_stdout
 
         silence_stdout()
         return 1 if result["exitCode"] == 0 else int(result["exitCode"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from roost.errors import InvalidParams
@@ -17,7 +18,7 @@ LIST = (list,)
 ANY = (object,)
 
 
-def check_params(method: str, params: Any, spec: dict[str, tuple[tuple[type, ...], bool]]) -> dict:
+def check_params(method: str, params: Any, spec: Mapping[str, tuple[tuple[type, ...], bool]]) -> dict:
     """Validate ``params`` against ``spec`` (name -> (allowed types, required)).
 
     ``None`` is accepted for an optional field and treated as absent.

@@ -130,7 +130,7 @@ class ReplSession:
 
     def __init__(self, actor: Any, outbox: Outbox, broker: PromptBroker, *, model: str,
                  questions: bool, turn_index: int = 0, registry: Any = None) -> None:
-        from roost.actors._messages import Origin
+        from roost.actors import Origin
 
         self.actor = actor
         self.outbox = outbox
@@ -259,7 +259,7 @@ class ReplSession:
 
     async def _carry(self, held: list[dict]) -> None:
         """Start the next turn with the messages the last turn never admitted."""
-        from roost.actors._messages import SteerInput
+        from roost.actors import SteerInput
 
         self.emit({"type": "interjection", "status": "carried", "count": len(held)})
         try:
@@ -274,7 +274,7 @@ class ReplSession:
             self.emit({"type": "error", "text": f"could not carry the message over: {exc}"})
 
     async def _auto_title(self, prompt: str) -> None:
-        from roost.actors._messages import UpdateThread
+        from roost.actors import UpdateThread
 
         first = (prompt.strip().splitlines() or [""])[0]
         auto = first if len(first) <= 60 else first[:59] + "…"
@@ -291,7 +291,7 @@ class ReplSession:
     def interrupt(self, reason: str = "interrupted") -> None:
         """Stop a running ``!command``, else cancel the running turn; with neither, answer
         ``cancelled`` at once."""
-        from roost.actors._messages import InterruptTurn
+        from roost.actors import InterruptTurn
 
         if self._shell is not None:
             self._shell.stop()  # its task sends shell_end, then cancelled
@@ -356,7 +356,7 @@ class ReplSession:
             await self._start(text, images)
 
     async def _start(self, text: str, images: tuple) -> None:
-        from roost.actors._messages import StartTurn
+        from roost.actors import StartTurn
 
         self.translator.expect_turn()
         try:
@@ -367,7 +367,7 @@ class ReplSession:
             self.emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
 
     async def _steer(self, text: str, images: tuple) -> None:
-        from roost.actors._messages import SteerInput
+        from roost.actors import SteerInput
 
         try:
             reply = await self.actor.ref.ask(SteerInput(prompt=text, images=images, origin=self.origin))
@@ -413,7 +413,7 @@ class ReplSession:
             The reply's text, or None after sending an ``error`` event (a bad N, too few replies,
             the snapshot failed).
         """
-        from roost.actors._messages import Snapshot
+        from roost.actors import Snapshot
 
         if arg and not (arg.isdecimal() and int(arg) >= 1):
             self.emit({"type": "error", "text": "usage: /copy [N] (N >= 1: the Nth-last reply)"})
@@ -437,7 +437,7 @@ class ReplSession:
         completes, ``error`` when it fails, ``cancelled`` when interrupted. Refused at once
         (``error``) when there is nothing to compact or the thread is busy.
         """
-        from roost.actors._messages import Compact
+        from roost.actors import Compact
 
         self.translator.expect_compaction()
         try:
@@ -448,7 +448,7 @@ class ReplSession:
             self.emit({"type": "error", "text": f"could not compact: {exc}"})
 
     async def _command(self, line: str) -> None:
-        from roost.actors._messages import UpdateThread
+        from roost.actors import UpdateThread
 
         command, _, arg = line.partition(" ")
         command, arg = command.lower(), arg.strip()
@@ -499,7 +499,7 @@ class ReplSession:
     async def shutdown(self) -> None:
         """Stop a running ``!command``; interrupt a running turn (reason ``shutdown``) and wait,
         bounded, for each to end (the turn to persist)."""
-        from roost.actors._messages import InterruptTurn
+        from roost.actors import InterruptTurn
 
         self.exit_requested = True
         shell = self._shell
@@ -590,7 +590,7 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
     Cancellation: cancelled from outside, the runtime stops (a running turn settles as interrupted
     in its shielded clean-up) and no ``session_end`` is promised.
     """
-    from roost.supervisor._root import open_runtime
+    from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     outbox = Outbox(coalesce=WIRE_TOKENS)
@@ -600,7 +600,11 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
     def emit(event: dict) -> None:
         outbox.deliver(dumps_line(event))
 
-    broker = PromptBroker(emit, before_approval=lambda item_id: session and session.announce_tool_call(item_id))
+    def before_approval(item_id: Any) -> None:
+        if session is not None:
+            session.announce_tool_call(item_id)
+
+    broker = PromptBroker(emit, before_approval=before_approval)
 
     def on_sigint() -> None:
         if session is not None:
@@ -654,13 +658,13 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
 
 
 def _snapshot() -> Any:
-    from roost.actors._messages import Snapshot
+    from roost.actors import Snapshot
 
     return Snapshot()
 
 
 async def _serve(session: ReplSession, receive: trio.abc.ReceiveStream, snapshot: dict | None) -> None:
-    from roost.actors._messages import Subscribe, Unsubscribe
+    from roost.actors import Subscribe, Unsubscribe
 
     actor = session.actor
     await actor.ref.ask(Subscribe(session))

@@ -167,7 +167,7 @@ class ChatTranslator:
         self.last_input_tokens = 0
         self._tool_names: list[str] = []
         self._changes: dict[str, str] = {}
-        self._calls: dict[str, dict] = {}      # item id -> {name, args_json, announced}
+        self._calls: dict[str | None, dict] = {}      # item id -> {name, args_json, announced}
         self._turn_id: str | None = None
         self._compacting = False               # the current (or expected) turn is a compaction
 

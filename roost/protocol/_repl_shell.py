@@ -76,7 +76,7 @@ class ShellEscape:
         Cancellation: cancelled from outside, the process group is stopped first (shielded,
         bounded), then ``trio.Cancelled`` propagates without ``shell_end``.
         """
-        from roost.tools._shell import spawn_shell
+        from roost.tools import spawn_shell
 
         try:
             try:
@@ -103,6 +103,7 @@ class ShellEscape:
     async def _pump(self, process: trio.Process) -> None:
         """Stream output until ``sh`` exits and its pipe reaches EOF (or the drain window closes)."""
         reader = trio.CancelScope()
+        assert process.stdout is not None  # started with stdout=PIPE
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._read, process.stdout, reader)
             await process.wait()

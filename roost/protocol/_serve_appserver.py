@@ -10,7 +10,7 @@ import trio
 from roost.protocol import _as_config, _as_runs, _as_threads, _as_turns  # noqa: F401  (register methods)
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._engines import EngineCatalog
-from roost.supervisor._root import open_runtime
+from roost.supervisor import open_runtime
 from roost.tools import builtin_tools
 
 __all__ = ["serve_app_server"]

@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -61,7 +62,7 @@ class ServeAuth:
         return bool(self.full or self.read)
 
     @classmethod
-    def load(cls, *, tokens_file: Path | None = None, environ: dict | None = None) -> ServeAuth:
+    def load(cls, *, tokens_file: Path | None = None, environ: Mapping[str, str] | None = None) -> ServeAuth:
         """Tokens from the environment (full) and ``tokens_file``.
 
         Raises:

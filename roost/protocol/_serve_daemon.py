@@ -41,16 +41,17 @@ import ssl
 import struct
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import attrs
 import trio
 
 from roost._json import JSONDecodeError, dumps_line, loads
 from roost._paths import run_dir
-from roost.actors._connection import CLOSE_NORMAL, ConnectionActor
-from roost.actors._taskqueue import QueuedTask, TaskQueue
+from roost.actors import CLOSE_NORMAL, ConnectionActor
+from roost.actors import QueuedTask, TaskQueue
 from roost.errors import ConfigError, RoostError, ServerOverloaded
+import roost.orchestration
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
@@ -178,7 +179,8 @@ class ServeDaemon:
                                max_concurrent=options.max_concurrent, max_queued=options.max_queued,
                                unattended_policy=options.unattended_policy,
                                permission_mode=options.permission_mode, default_work_dir=str(options.work_dir),
-                               default_config=options.config, engines=engines)
+                               default_config=options.config, engines=engines,
+                               orchestrations=roost.orchestration)
         self.clients: dict[str, ClientState] = {}
         self.connections: set[ConnectionActor] = set()
         self._translators: dict[str, TaskEventTranslator] = {}
@@ -211,13 +213,14 @@ class ServeDaemon:
                 await nursery.start(self.queue.run)
                 await nursery.start(trio.serve_listeners, self._serve_unix, [trio.SocketListener(sock)])
                 if options.http_port is not None:
+                    http_server: Callable[..., Any] | None
                     try:
-                        from roost.protocol._serve_http import serve_http
+                        from roost.protocol._serve_http import serve_http as http_server
                     except ImportError:
-                        serve_http = None
-                    if serve_http is not None:
+                        http_server = None
+                    if http_server is not None:
                         self.http_port = await nursery.start(functools_partial(
-                            serve_http, self, options.host, options.http_port, options.ssl_context))
+                            http_server, self, options.host, options.http_port, options.ssl_context))
                     else:   # without the mcp SDK: the WebSocket alone, on trio-websocket's own server
                         from trio_websocket import serve_websocket
 

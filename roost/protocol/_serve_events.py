@@ -74,7 +74,7 @@ class TaskEventTranslator:
         self.orchestrated = orchestrated
         self.warn_threshold = None if orchestrated else warn_threshold
         self._warned = False
-        self._calls: dict[str, dict] = {}     # item id -> {"name", "args": [str], "announced"}
+        self._calls: dict[str | None, dict] = {}     # item id -> {"name", "args": [str], "announced"}
 
     def translate(self, method: str, params: dict) -> list[dict]:
         """Return the daemon events for one notification (often none)."""

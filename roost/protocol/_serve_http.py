@@ -45,14 +45,14 @@ class _Replay(trio.abc.Stream):
         self.socket = getattr(stream, "socket", None) or getattr(getattr(stream, "transport_stream", None),
                                                                  "socket", None)
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self.prefix:
             data, self.prefix = self.prefix, b""
             await trio.lowlevel.checkpoint()
             return data
         return await self.stream.receive_some(max_bytes)
 
-    async def send_all(self, data: bytes) -> None:
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:

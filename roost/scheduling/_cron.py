@@ -126,7 +126,7 @@ def _compile(norm: str) -> CronExpr:
             f"cron {norm!r} has {len(fields)} field(s); exactly 5 are required "
             "(minute hour day-of-month month day-of-week, UTC)"
         )
-    for name, field in zip(_FIELD_NAMES, fields):
+    for name, field in zip(_FIELD_NAMES, fields, strict=True):
         if not _FIELD.match(field):
             raise InvalidCron(f"cron {norm!r}: unsupported {name} field {field!r}")
     dom, dow = fields[2], fields[4]

@@ -3,10 +3,11 @@
 Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translation), ``_schema``
 (versioned migrations), ``_writer`` (:class:`StoreWriter`), ``_store`` (:class:`Store`,
 :func:`open_store`), ``leases`` and ``_keeper`` (execution leases, :class:`LeaseKeeper`),
-``_reconcile``, ``_processes`` (tool process groups, reaped after a crash) and the data modules
-``_threads``, ``_items``, ``_workers``, ``_schedules``, ``_memory``: plain functions of a
-connection, writers to be passed to :meth:`StoreWriter.submit`, readers to be called on
-:meth:`Store.read`.
+``_reconcile``, ``_processes`` (tool process groups, reaped after a crash), ``_interface`` (the
+store interface, :class:`StoreBackend`, which :class:`Store` implements through ``_sqlite_ops``)
+and the data modules ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``,
+``_memory``, ``_queries``: plain functions of a connection, writers to be passed to
+:meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`.
 
 This room never imports ``roost.actors`` or ``roost.protocol``.
 
@@ -53,17 +54,6 @@ from ._thread_state import interrupt_open_items as interrupt_open_items
 from ._thread_state import thread_changed_since as thread_changed_since
 from ._thread_state import thread_has_workers as thread_has_workers
 from ._rows import utc_now as utc_now
-from ._schedules import claim_schedule_slot as claim_schedule_slot
-from ._schedules import create_schedule as create_schedule
-from ._schedules import delete_schedule as delete_schedule
-from ._schedules import enqueue_daemon_task as enqueue_daemon_task
-from ._schedules import get_schedule as get_schedule
-from ._schedules import list_daemon_tasks as list_daemon_tasks
-from ._schedules import list_schedule_runs as list_schedule_runs
-from ._schedules import list_schedules as list_schedules
-from ._schedules import update_daemon_task as update_daemon_task
-from ._schedules import update_schedule as update_schedule
-from ._schedules import update_schedule_run as update_schedule_run
 from ._schema import migrate as migrate
 from ._schema import schema_version as schema_version
 from ._store import Store as Store
@@ -99,7 +89,63 @@ from .leases import release as release
 from .leases import renew as renew
 from .leases import thread_lease_key as thread_lease_key
 
+
+from ._schedules2 import ScheduledJob as ScheduledJob
+from ._schedules2 import JobRun as JobRun
+from ._schedules2 import add_job as add_job
+from ._schedules2 import get_job as get_job
+from ._schedules2 import list_jobs as list_jobs
+from ._schedules2 import remove_job as remove_job
+from ._schedules2 import set_job_enabled as set_job_enabled
+from ._schedules2 import bump_schedule_changes as bump_schedule_changes
+from ._schedules2 import schedule_changes as schedule_changes
+from ._schedules2 import advance_next_run as advance_next_run
+from ._schedules2 import request_run as request_run
+from ._schedules2 import list_requested_runs as list_requested_runs
+from ._schedules2 import claim_requested_run as claim_requested_run
+from ._schedules2 import claim_slot as claim_slot
+from ._schedules2 import record_skipped as record_skipped
+from ._schedules2 import mark_run_started as mark_run_started
+from ._schedules2 import mark_run_finished as mark_run_finished
+from ._schedules2 import has_running_run as has_running_run
+from ._schedules2 import list_open_runs as list_open_runs
+from ._schedules2 import list_job_runs as list_job_runs
+from ._tasks import enqueue_daemon_task as enqueue_daemon_task
+from ._tasks import get_daemon_task as get_daemon_task
+from ._tasks import list_daemon_tasks as list_daemon_tasks
+from ._tasks import update_daemon_task as update_daemon_task
+from ._queries import queued_worker_roots as queued_worker_roots
+from ._queries import mark_worker_delivered as mark_worker_delivered
+from ._queries import first_user_text as first_user_text
+from ._queries import latest_run_status as latest_run_status
+from ._queries import count_turns as count_turns
+from ._queries import chat_ids_with_title as chat_ids_with_title
+from ._queries import page_threads as page_threads
+from ._queries import chat_threads_with_cwd as chat_threads_with_cwd
+from ._queries import adopt_schedule_run as adopt_schedule_run
+from ._queries import schedule_run_status as schedule_run_status
+from ._queries import memory_value as memory_value
+from ._queries import memory_scope_counts as memory_scope_counts
+from ._queries import delete_memory_prefix as delete_memory_prefix
+from ._queries import scope_has_memory as scope_has_memory
+
+from ._interface import OPERATIONS as OPERATIONS
+from ._interface import ConnT as ConnT
+from ._interface import InputStore as InputStore
+from ._interface import ItemStore as ItemStore
+from ._interface import LeaseStore as LeaseStore
+from ._interface import MemoryStore as MemoryStore
+from ._interface import ProcessStore as ProcessStore
+from ._interface import ScheduleStore as ScheduleStore
+from ._interface import StoreBackend as StoreBackend
+from ._interface import TaskStore as TaskStore
+from ._interface import ThreadStore as ThreadStore
+from ._interface import WorkerStore as WorkerStore
+
 __all__ = [
+    "StoreBackend", "ConnT", "OPERATIONS", "ThreadStore", "ItemStore", "InputStore", "LeaseStore", "WorkerStore",
+    "ScheduleStore", "TaskStore", "MemoryStore", "ProcessStore",
+
     "DEFAULT_BUSY_TIMEOUT", "connect", "immediate", "translate_error",
     "Store", "open_store", "migrate", "schema_version",
     "StoreWriter", "WriterState", "WriterStats",
@@ -114,9 +160,9 @@ __all__ = [
     "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
     "claim_queued_worker",
     "create_worker", "get_worker", "list_workers", "update_worker",
-    "create_schedule", "get_schedule", "list_schedules", "update_schedule", "delete_schedule",
-    "claim_schedule_slot", "list_schedule_runs", "update_schedule_run",
-    "enqueue_daemon_task", "list_daemon_tasks", "update_daemon_task",
+    "ScheduledJob", "JobRun", "add_job", "get_job", "list_jobs", "remove_job", "set_job_enabled", "bump_schedule_changes", "schedule_changes", "advance_next_run", "request_run", "list_requested_runs", "claim_requested_run", "claim_slot", "record_skipped", "mark_run_started", "mark_run_finished", "has_running_run", "list_open_runs", "list_job_runs",
+    "enqueue_daemon_task", "get_daemon_task", "list_daemon_tasks", "update_daemon_task",
+    "queued_worker_roots", "mark_worker_delivered", "first_user_text", "latest_run_status", "count_turns", "chat_ids_with_title", "page_threads", "chat_threads_with_cwd", "adopt_schedule_run", "schedule_run_status", "memory_value", "memory_scope_counts", "delete_memory_prefix", "scope_has_memory",
     "put_memory", "get_memory", "list_memory", "delete_memory",
     "put_context_file", "list_context_files", "delete_context_file",
     "ProcessHook", "record_tool_process", "forget_tool_process", "list_tool_processes",

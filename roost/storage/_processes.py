@@ -190,7 +190,7 @@ def list_tool_processes(conn: sqlite3.Connection, owner: str | None = None) -> l
     sql = f"SELECT {', '.join(_COLUMNS)} FROM tool_processes"
     rows = (conn.execute(sql + " WHERE owner = ? ORDER BY started_at", (owner,)) if owner is not None
             else conn.execute(sql + " ORDER BY started_at"))
-    return [dict(zip(_COLUMNS, row)) for row in rows]
+    return [dict(zip(_COLUMNS, row, strict=True)) for row in rows]
 
 
 def reap_tool_processes(conn: sqlite3.Connection, owner: str) -> int:

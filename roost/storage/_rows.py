@@ -15,7 +15,7 @@ from roost.errors import NotFound, UsageError
 
 __all__ = ["utc_now", "new_id", "TableSpec"]
 
-T = TypeVar("T")
+T = TypeVar("T", bound=attrs.AttrsInstance)
 
 
 def utc_now() -> str:
@@ -68,7 +68,7 @@ class TableSpec(Generic[T]):
     def decode(self, row: sqlite3.Row) -> T:
         """Return the attrs instance for a row (JSON decoded, 0/1 to bool)."""
         values: dict[str, Any] = {}
-        for name in row.keys():
+        for name in row.keys():  # noqa: SIM118 (sqlite3.Row iterates values, not keys)
             value = row[name]
             if name in self.json:
                 value = None if value is None else loads(value)

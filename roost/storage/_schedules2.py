@@ -113,7 +113,7 @@ _RUN_COLS = ("id", "schedule_id", "slot", "status", "source", "owner", "session_
 
 
 def _job(row: sqlite3.Row) -> ScheduledJob:
-    values = dict(zip(row.keys(), tuple(row)))
+    values = dict(zip(row.keys(), tuple(row), strict=True))
     values["enabled"] = bool(values["enabled"])
     return ScheduledJob(**values)
 
@@ -317,6 +317,7 @@ def list_open_runs(conn: sqlite3.Connection) -> list[JobRun]:
 def list_job_runs(conn: sqlite3.Connection, schedule_id: str, *, limit: int = 100) -> list[JobRun]:
     """Return a job's run records, newest slot first (read-only)."""
     rows = conn.execute(
-        f"SELECT {', '.join(_RUN_COLS)} FROM schedule_runs WHERE schedule_id = ? ORDER BY created_at DESC, slot DESC LIMIT ?",
+        f"SELECT {', '.join(_RUN_COLS)} FROM schedule_runs WHERE schedule_id = ?"
+        " ORDER BY created_at DESC, slot DESC LIMIT ?",
         (schedule_id, limit))
     return [_run_row(r) for r in rows]

@@ -15,6 +15,7 @@ from roost.errors import StoreClosed, StoreError
 
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate
 from ._schema import migrate
+from ._sqlite_ops import SQLiteOperations
 from ._writer import StoreWriter
 
 __all__ = ["Store", "open_store"]
@@ -23,8 +24,11 @@ __all__ = ["Store", "open_store"]
 _POOL_MAX = 8
 
 
-class Store:
+class Store(SQLiteOperations):
     """An open Roost database. Create it with :func:`open_store`.
+
+    It implements the store interface (:class:`roost.storage.StoreBackend`) for SQLite: every
+    operation is also a method taking the connection first (``store.get_thread(conn, id)``).
 
     Attributes:
         path: the database file.

@@ -84,7 +84,8 @@ def list_threads(
         updated_before: paging cursor: only threads whose ``updated_at`` is earlier.
         limit: at most this many.
     """
-    where, params = ["1"], []
+    where: list[str] = ["1"]
+    params: list[Any] = []
     if archived is not None:
         where.append("archived = ?")
         params.append(int(archived))
@@ -167,7 +168,8 @@ def get_run(conn: sqlite3.Connection, run_id: str) -> Run:
 
 def list_runs(conn: sqlite3.Connection, *, thread_id: str | None = None, status: str | None = None) -> list[Run]:
     """Return runs, oldest first, optionally of one thread and/or status (read-only)."""
-    where, params = ["1"], []
+    where: list[str] = ["1"]
+    params: list[Any] = []
     if thread_id is not None:
         where.append("thread_id = ?")
         params.append(thread_id)

@@ -3,8 +3,9 @@
 Callers queue write functions; the writer takes everything queued (up to ``batch_max``) and runs
 it in one ``BEGIN IMMEDIATE ... COMMIT`` in a worker thread, each function inside its own
 SAVEPOINT. :meth:`StoreWriter.submit_urgent` writes (the end of an interrupted turn) skip the
-queue: they commit in a group of their own, right after the group being committed. A function that raises rolls back alone and its caller gets the error; the rest of the
-group commits. Callers are woken only after COMMIT returns, so an acknowledged write is durable
+queue: they commit in a group of their own, right after the group being committed. A function
+that raises rolls back alone and its caller gets the error; the rest of the group commits.
+Callers are woken only after COMMIT returns, so an acknowledged write is durable
 (``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
 transactions, never corrupt the file).
 """
@@ -131,7 +132,7 @@ class StoreWriter:
         await write.done.wait()
         if write.error is not None:
             raise write.error
-        return write.result  # type: ignore[no-any-return]
+        return write.result
 
     async def submit_urgent(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """:meth:`submit`, ahead of the queue: ``fn`` commits in a group of its own, right after
@@ -157,7 +158,7 @@ class StoreWriter:
         await write.done.wait()
         if write.error is not None:
             raise write.error
-        return write.result  # type: ignore[no-any-return]
+        return write.result
 
     def submit_nowait(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(conn, *args, **kwargs)`` without waiting (fire-and-forget; not a checkpoint).

@@ -5,7 +5,8 @@ A lease is a row ``leases(key, owner, token, expires_at, successor)``. Time is t
 
 * :func:`acquire` wins when there is no row, the lease expired, it was released, it was handed
   over to this very owner, or its owner is a dead process of this host (:func:`owner_is_dead`);
-  every win increments ``token`` (the fencing token), also for the same owner. The row is never deleted, so tokens only grow.
+  every win increments ``token`` (the fencing token), also for the same owner. The row is never
+  deleted, so tokens only grow.
 * :func:`renew` extends the lease if its token is still current (even past expiry, when nobody
   else took it: fencing, not the clock, decides who may write).
 * :func:`release` frees it; :func:`hand_over` frees it for one named successor until a deadline.
@@ -44,6 +45,8 @@ __all__ = [
     "check_fence",
     "fenced",
     "get_lease",
+    "held_elsewhere",
+    "live_elsewhere",
     "owner_is_dead",
     "thread_lease_key",
 ]
@@ -117,7 +120,27 @@ def get_lease(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT key, owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)
     ).fetchone()
-    return None if row is None else dict(zip(("key", "owner", "token", "expires_at", "successor"), row))
+    return None if row is None else dict(zip(("key", "owner", "token", "expires_at", "successor"), row, strict=True))
+
+
+def live_elsewhere(lease: dict[str, Any] | None, owner: str, *, now: float | None = None) -> bool:
+    """Whether the lease row ``lease`` (:func:`get_lease`) is held by a live execution of an owner
+    other than ``owner``.
+
+    Live: not released, not expired at ``now`` (unix wall-clock seconds, default the current time),
+    and its owner not a dead process of this host (:func:`owner_is_dead`).
+    """
+    if not lease or lease.get("owner") is None or lease["owner"] == owner:
+        return False
+    current = time.time() if now is None else now
+    return bool(lease["expires_at"] > current) and not owner_is_dead(lease["owner"])
+
+
+def held_elsewhere(conn: sqlite3.Connection, key: str, owner: str) -> dict[str, Any] | None:
+    """Return the lease row of ``key`` when a live execution of another owner holds it, else None
+    (read-only; see :func:`live_elsewhere`)."""
+    lease = get_lease(conn, key)
+    return lease if live_elsewhere(lease, owner) else None
 
 
 def acquire(

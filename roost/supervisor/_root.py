@@ -21,10 +21,10 @@ from typing import Any, AsyncIterator
 import attrs
 import trio
 
-from roost.actors._registry import ThreadRegistry
-from roost.actors._services import Services
+from roost.actors import ThreadRegistry
+from roost.actors import Services
 from roost.errors import ConfigError
-from roost.storage import LeaseKeeper, default_owner, open_store, reconcile
+from roost.storage import LeaseKeeper, default_owner, open_store, queued_worker_roots, reconcile
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 from roost.supervisor._supervisor import Supervisor
 
@@ -151,7 +151,7 @@ async def _resume_worker_trees(runtime: Runtime) -> None:
 
     def roots() -> list[str]:
         with store.read() as conn:
-            return [r[0] for r in conn.execute("SELECT DISTINCT root_thread_id FROM workers WHERE status = 'queued'")]
+            return queued_worker_roots(conn)
 
     try:
         thread_ids = await trio.to_thread.run_sync(roots)

@@ -31,7 +31,25 @@ from roost.tools._policy import run_tool as run_tool
 from roost.tools._schema import validate_args as validate_args
 from roost.tools._shell import stop_process_group as stop_process_group
 
+from roost.tools._memory_tools import context_items as context_items
+from roost.tools._memory_tools import forget_memory as forget_memory
+from roost.tools._memory_tools import import_context as import_context
+from roost.tools._memory_tools import memory_agents as memory_agents
+from roost.tools._memory_tools import memory_entries as memory_entries
+from roost.tools._memory_tools import remove_context as remove_context
+from roost.tools._memory_tools import scan_context_dir as scan_context_dir
+from roost.tools._shell import spawn_shell as spawn_shell
+
 __all__ = [
+    "context_items",
+    "forget_memory",
+    "import_context",
+    "memory_agents",
+    "memory_entries",
+    "remove_context",
+    "scan_context_dir",
+    "spawn_shell",
+
     "APPROVAL_KINDS",
     "DEFAULT_KILL_GRACE_S",
     "DEFAULT_OUTPUT_CAP_BYTES",

@@ -29,10 +29,18 @@ from typing import Any
 
 import trio
 
-from roost._json import loads
 
 from roost.errors import ToolError
-from roost.storage import delete_memory, list_memory, put_memory, utc_now
+from roost.storage import (
+    delete_memory,
+    delete_memory_prefix,
+    list_memory,
+    memory_scope_counts,
+    memory_value,
+    put_memory,
+    scope_has_memory,
+    utc_now,
+)
 from roost.tools._model import Tool, ToolContext, ToolResult
 from roost.tools._output import cap_text
 
@@ -100,11 +108,8 @@ def save_memory(conn: sqlite3.Connection, *, agent: str | None, name: str, type:
     if type not in MEMORY_TYPES:
         raise ToolError(f"memory type must be one of {', '.join(MEMORY_TYPES)}, not {type!r}")
     scope = memory_scope(agent)
-    old = conn.execute("SELECT value FROM memory WHERE scope = ? AND key = ?", (scope, name)).fetchone()
-    guid = None
-    if old is not None and old[0]:
-
-        guid = (loads(old[0]) or {}).get("guid")
+    _, old = memory_value(conn, scope, name)
+    guid = old.get("guid") if isinstance(old, dict) else None
     value = {"guid": guid or str(uuid.uuid4()), "name": name, "type": type,
              "description": description, "body": body}
     put_memory(conn, scope, name, value)
@@ -124,11 +129,7 @@ def memory_entries(conn: sqlite3.Connection, agent: str | None) -> list[dict[str
 
 def memory_agents(conn: sqlite3.Connection) -> list[tuple[str, int]]:
     """Return ``(agent, count)`` for each agent with at least one memory, by name (read-only)."""
-    rows = conn.execute(
-        "SELECT substr(scope, ?), COUNT(*) FROM memory WHERE substr(scope, 1, ?) = ? GROUP BY scope ORDER BY scope",
-        (len(_AGENT_PREFIX) + 1, len(_AGENT_PREFIX), _AGENT_PREFIX),
-    ).fetchall()
-    return [(r[0], int(r[1])) for r in rows]
+    return memory_scope_counts(conn, _AGENT_PREFIX)
 
 
 def forget_memory(conn: sqlite3.Connection, *, agent: str | None, name: str) -> bool:
@@ -189,7 +190,7 @@ def import_context(conn: sqlite3.Connection, *, project: Path, name: str, descri
     if not name or "/" in name:
         raise ToolError("a context item needs a non-empty name without '/'")
     scope = context_scope(project)
-    exists = conn.execute("SELECT 1 FROM memory WHERE scope = ? AND key = ?", (scope, name)).fetchone()
+    exists, _ = memory_value(conn, scope, name)
     if exists and not replace:
         raise ToolError(f"context item {name!r} exists (remove it first, or use --force)")
     remove_context(conn, project=project, name=name)
@@ -213,19 +214,14 @@ def remove_context(conn: sqlite3.Connection, *, project: Path, name: str) -> boo
     """Remove a context item and its files' text (write). Returns whether the item existed."""
     existed = delete_memory(conn, context_scope(project), name)
     prefix = f"{name}/"
-    conn.execute("DELETE FROM memory WHERE scope = ? AND substr(key, 1, ?) = ?",
-                 (context_files_scope(project), len(prefix), prefix))
+    delete_memory_prefix(conn, context_files_scope(project), prefix)
     return existed
 
 
 def read_context_file(conn: sqlite3.Connection, project: Path, name: str, relative_path: str) -> dict[str, Any] | None:
     """Return ``{"text", "binary"}`` of one context file, or ``None`` (read-only)."""
-    row = conn.execute("SELECT value FROM memory WHERE scope = ? AND key = ?",
-                       (context_files_scope(project), f"{name}/{relative_path}")).fetchone()
-    if row is None or row[0] is None:
-        return None
-
-    return loads(row[0])
+    _, value = memory_value(conn, context_files_scope(project), f"{name}/{relative_path}")
+    return value if isinstance(value, dict) else None
 
 
 # -- tools --------------------------------------------------------------------------------------
@@ -234,7 +230,7 @@ def read_context_file(conn: sqlite3.Connection, project: Path, name: str, relati
 def _project_with_context(conn: sqlite3.Connection, cwd: Path) -> Path:
     """The nearest of ``cwd`` and its parents that has context items (else ``cwd``)."""
     for candidate in (cwd, *cwd.parents):
-        if conn.execute("SELECT 1 FROM memory WHERE scope = ? LIMIT 1", (context_scope(candidate),)).fetchone():
+        if scope_has_memory(conn, context_scope(candidate)):
             return candidate
     return cwd
 

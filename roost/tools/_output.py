@@ -36,7 +36,7 @@ class OutputBuffer:
         """True when some bytes were dropped."""
         return self._total > self._cap
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes | bytearray) -> None:
         """Append ``chunk``."""
         self._total += len(chunk)
         head_cap = self._cap // 2

@@ -130,7 +130,7 @@ def _libc_prctl() -> Callable[..., int] | None:
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
-    return prctl  # type: ignore[no-any-return]
+    return prctl
 
 
 def _pdeathsig_preexec() -> Callable[[], None] | None:
@@ -194,7 +194,7 @@ async def spawn_shell(command: str, *, cwd: str, env: dict[str, str]) -> trio.Pr
     except BaseException:
         os.close(read_fd)
         raise
-    return create(popen, None, stdout, None)  # type: ignore[no-any-return]
+    return create(popen, None, stdout, None)
 
 
 async def _notify(ctx: ToolContext, pgid: int, running: bool) -> None:
