@@ -7,9 +7,10 @@ of trio's clock, or sooner once :data:`CHUNK` characters arrived since the last 
 write per delta. Each checkpoint rewrites the whole text so far, so for long texts both bounds grow
 with it (the chunk to the size already checkpointed, the interval in proportion beyond 256 Ki
 characters): the size-triggered checkpoints of a text of n characters copy O(n) characters in
-total (not O(n²)), the timed ones at most about 256 Ki characters per interval. The decision is two comparisons per delta; the write itself is queued on the
-group-commit writer without waiting (:meth:`roost.storage.StoreWriter.submit_nowait`), fenced by
-the turn's lease token, so the stream never waits for the disk. An item whose stream moved on to
+total (not O(n²)), the timed ones at most about 256 Ki characters per interval. The decision is
+two comparisons per delta; the write itself is queued on the group-commit writer without waiting
+(:meth:`roost.storage.StoreWriter.submit_nowait`), fenced by the turn's lease token, so the stream
+never waits for the disk. An item whose stream moved on to
 another item (reasoning, then text; text, then a tool call) is checkpointed then. A response
 shorter than the interval is written once, when its item settles.
 
@@ -19,7 +20,7 @@ checkpointed row ``interrupted`` with its turn; the prefix stays in the thread's
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 

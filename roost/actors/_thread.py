@@ -33,24 +33,42 @@ from typing import Any
 
 import trio
 
+from roost import storage
 from roost.actors._actor import Actor
 from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
 from roost.actors._hub import EventHub
 from roost.actors._messages import (
-    DeliverInternal, Dequeue, InterruptTurn, IsBusy, QueueInput, Snapshot, StartTurn, SteerInput, Subscribe, Unsteer,
-    Unsubscribe, UpdateQueued, UpdateThread,
+    DeliverInternal,
+    Dequeue,
+    InterruptTurn,
+    IsBusy,
+    QueueInput,
+    Snapshot,
+    StartTurn,
+    SteerInput,
+    Subscribe,
+    Unsteer,
+    Unsubscribe,
+    UpdateQueued,
+    UpdateThread,
 )
 from roost.actors._thread_inputs import PendingInputs, public_input
 from roost.actors._thread_store import (
-    apply_state, live_elsewhere, load_state, merge_held, read_held, read_lease, read_state, settle_abandoned,
+    apply_state,
+    live_elsewhere,
+    load_state,
+    merge_held,
+    read_held,
+    read_lease,
+    read_state,
+    settle_abandoned,
     store_changed,
 )
 from roost.actors._turn import TurnActor
 from roost.actors._views import history_from_items, thread_view, user_item_view
 from roost.errors import InvalidParams, LifecycleError, NotFound, RoostError, StaleTurn, ThreadBusy, TurnNotFound
-from roost.storage import _items, _threads
-from roost.storage._rows import new_id, utc_now
+from roost.storage import new_id, utc_now
 
 __all__ = ["ThreadActor"]
 
@@ -388,17 +406,17 @@ class ThreadActor(Actor):
             state = None
             if settle_abandoned(conn, tid) or store_changed(conn, tid, turn_rows, max_seq):
                 state = read_state(conn, tid)
-            _threads.create_turn(conn, tid, id=turn.id, run_id=msg.run_id)
+            storage.create_turn(conn, tid, id=turn.id, run_id=msg.run_id)
             if meta:
-                _threads.update_turn(conn, turn.id, error=meta)
+                storage.update_turn(conn, turn.id, error=meta)
             row = None
             if user is not None:
                 if msg.input_id is not None:
                     try:
-                        _items.remove_held_input(conn, msg.input_id)
+                        storage.remove_held_input(conn, msg.input_id)
                     except NotFound:
                         pass
-                row = _items.append_item(conn, tid, type="user_message", payload=payload,
+                row = storage.append_item(conn, tid, type="user_message", payload=payload,
                                          text=user["text"], turn_id=turn.id, id=user["id"])
             return state, row
 
@@ -502,7 +520,7 @@ class ThreadActor(Actor):
         self.thread.updated_at = utc_now()
         if not self.ephemeral:
             await self.services.store.writer.submit(functools.partial(
-                _threads.update_thread, updated_at=self.thread.updated_at, **msg.changes), self.thread.id)
+                storage.update_thread, updated_at=self.thread.updated_at, **msg.changes), self.thread.id)
         view = self.view()
         self.emit("thread/updated", {"thread": view})
         return view

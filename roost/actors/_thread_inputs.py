@@ -41,11 +41,11 @@ from typing import Any, Protocol
 
 import trio
 
+from roost import storage
 from roost.actors._messages import Dequeue, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued
 from roost.actors._thread_store import hold_inputs
 from roost.errors import InvalidParams, LifecycleError, RoostError, StaleTurn, ThreadBusy
-from roost.storage import _items, _threads
-from roost.storage._rows import new_id
+from roost.storage import new_id
 
 __all__ = ["PendingInputs", "InputsHost", "public_input", "default_origin"]
 
@@ -239,7 +239,7 @@ class PendingInputs:
             self.accepting.add(entry["id"])
             try:
                 row, created = await self.host.services.store.writer.submit(functools.partial(
-                    _items.add_held_input, kind=kind, payload=payload, held=hold, client_id=client_id,
+                    storage.add_held_input, kind=kind, payload=payload, held=hold, client_id=client_id,
                     id=entry["id"]), self.host.thread.id)
             finally:
                 self.accepting.discard(entry["id"])
@@ -287,8 +287,8 @@ class PendingInputs:
 
             def write(conn: Any) -> None:
                 if remove_input is not None:
-                    _items.remove_held_input(conn, remove_input)
-                _threads.update_thread(conn, tid, metadata=metadata)
+                    storage.remove_held_input(conn, remove_input)
+                storage.update_thread(conn, tid, metadata=metadata)
 
             await self.host.services.store.writer.submit(write)
         self.host.thread.metadata = metadata
@@ -327,7 +327,7 @@ class PendingInputs:
                         payload[key] = entry[key]
                 if not self.host.ephemeral:
                     await self.host.services.store.writer.submit(functools.partial(
-                        _items.update_held_input, payload=payload), msg.input_id)
+                        storage.update_held_input, payload=payload), msg.input_id)
                 self.announce("turn/queued", entry, "updated")
                 return public_input(entry)
         raise InvalidParams(f"no pending input {msg.input_id}")
@@ -341,7 +341,7 @@ class PendingInputs:
                         mode = "steer" if event == "turn/unsteered" else "queue"
                         await self._set_fence(entry["client_id"], mode, remove_input=input_id)
                     elif not self.host.ephemeral:
-                        await self.host.services.store.writer.submit(_items.remove_held_input, input_id)
+                        await self.host.services.store.writer.submit(storage.remove_held_input, input_id)
                     self.announce(event, entry, "withdrawn")
                     return public_input(entry)
         raise InvalidParams(f"no pending input {input_id}")
@@ -407,7 +407,7 @@ class PendingInputs:
             self.pending.append(entry)
             if not self.host.ephemeral:
                 await self.host.services.store.writer.submit(functools.partial(
-                    _items.update_held_input, kind="steer", held=False), entry["id"])
+                    storage.update_held_input, kind="steer", held=False), entry["id"])
         else:
             entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin,
                                                 images=images, content_parts=parts)

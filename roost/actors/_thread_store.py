@@ -19,18 +19,19 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from roost import storage
 from roost.actors._edit import RETRACTED
 from roost.actors._views import history_from_items
 from roost.errors import NotFound
-from roost import storage
-from roost.storage import _items, _threads, leases
+from roost.storage import leases
 from roost.storage.leases import owner_is_dead
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
 
 __all__ = [
-    "read_state", "read_lease", "read_held", "merge_held", "load_state", "store_changed", "apply_state", "settle_abandoned", "hold_inputs",
+    "read_state", "read_lease", "read_held", "merge_held", "load_state", "store_changed", "apply_state",
+    "settle_abandoned", "hold_inputs",
     "live_elsewhere",
 ]
 
@@ -43,8 +44,8 @@ def read_state(conn: Any, thread_id: str) -> dict:
         "has_workers": bool}``, rows in thread order (items by ``seq``, input by position);
         ``has_workers``: the thread is the root of a worker tree.
     """
-    return {"turns": _threads.list_turns(conn, thread_id), "items": _items.list_items(conn, thread_id),
-            "inputs": _items.list_held_input(conn, thread_id),
+    return {"turns": storage.list_turns(conn, thread_id), "items": storage.list_items(conn, thread_id),
+            "inputs": storage.list_held_input(conn, thread_id),
             "lease": leases.get_lease(conn, leases.thread_lease_key(thread_id)),
             "has_workers": storage.thread_has_workers(conn, thread_id)}
 
@@ -144,7 +145,7 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
 def read_held(store: Any, thread_id: str) -> list:
     """The thread's held input rows (``held`` true), in input order (blocking read)."""
     with store.read() as conn:
-        return _items.list_held_input(conn, thread_id, held=True)
+        return storage.list_held_input(conn, thread_id, held=True)
 
 
 def merge_held(actor: ThreadActor, rows: list) -> bool:
@@ -176,11 +177,11 @@ def hold_inputs(conn: Any, thread_id: str, entries: list[dict]) -> None:
     """
     if not entries:
         return
-    position = max((row.position for row in _items.list_held_input(conn, thread_id)), default=0)
+    position = max((row.position for row in storage.list_held_input(conn, thread_id)), default=0)
     for entry in entries:
         position += 1
         try:
-            _items.update_held_input(conn, entry["id"], held=True, position=position)
+            storage.update_held_input(conn, entry["id"], held=True, position=position)
         except NotFound:
             pass
 
@@ -193,12 +194,12 @@ def settle_abandoned(conn: Any, thread_id: str) -> int:
     else will settle them. Their ``error`` gets ``reason: "abandoned"``. Blocking write.
     """
     count = 0
-    for row in _threads.list_turns(conn, thread_id, status="running"):
+    for row in storage.list_turns(conn, thread_id, status="running"):
         error = dict(row.error) if isinstance(row.error, dict) else {}
         error.update(category="cancelled", reason="abandoned",
                      message="interrupted: its execution ended without settling it (the process "
                              "died or lost the execution lease)")
-        _threads.update_turn(conn, row.id, status="interrupted", error=error)
+        storage.update_turn(conn, row.id, status="interrupted", error=error)
         # a started tool call checkpointed by the dead execution ends with its turn
         storage.interrupt_open_items(conn, row.id)
         count += 1

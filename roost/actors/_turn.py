@@ -27,17 +27,18 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 import attrs
 import trio
 
+from roost import storage
 from roost.actors._actor import Actor, shielded_cleanup
 from roost.actors._views import item_payload, user_item_view
 from roost.errors import InvalidParams, LeaseHeld, NotFound, RoostError, StaleLease, StoreBusy, ThreadBusy
-from roost.storage import _items, _threads, leases
-from roost.storage._rows import utc_now
+from roost.storage import leases, utc_now
 
 __all__ = ["STOP_MESSAGES", "TurnActor", "TurnState", "TurnHost", "StopTurn", "CutForSteer", "TurnBody"]
 
@@ -391,7 +392,7 @@ class TurnActor(Actor):
             return
         tid = host.thread.id
         payload, text = item_payload(view)
-        write = functools.partial(_items.append_item, type=view["type"], payload=payload, text=text,
+        write = functools.partial(storage.append_item, type=view["type"], payload=payload, text=text,
                                   turn_id=self.id, status="in_progress", id=view["id"])
         try:
             row = await self.persist(write, tid)
@@ -415,7 +416,7 @@ class TurnActor(Actor):
         # Not full-text indexed while it streams (re-indexing a growing text at every checkpoint
         # would cost O(n²)); the item's final write indexes it.
         write: Callable[..., Any] = functools.partial(
-            _items.put_item, id=view["id"], type=view["type"], payload=payload, text=None,
+            storage.put_item, id=view["id"], type=view["type"], payload=payload, text=None,
             turn_id=self.id, status="in_progress", only_in_progress=True)
         if self.token is not None:
             write = leases.fenced(leases.thread_lease_key(host.thread.id), self.token, write)
@@ -437,9 +438,9 @@ class TurnActor(Actor):
             rows_in.append((view, payload, text, view["id"] in self.checkpointed))
 
         def write(conn: Any) -> list:
-            return [_items.put_item(conn, tid, id=v["id"], type=v["type"], payload=payload, text=text,
+            return [storage.put_item(conn, tid, id=v["id"], type=v["type"], payload=payload, text=text,
                                     turn_id=self.id, status=status) if stored
-                    else _items.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=self.id,
+                    else storage.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=self.id,
                                             status=status, id=v["id"])
                     for v, payload, text, stored in rows_in]
 
@@ -449,7 +450,7 @@ class TurnActor(Actor):
         """Record settled ``views`` (their ``rows``, None when not persisted); emit item/completed."""
         host = self.host
         tid = host.thread.id
-        for view, row in zip(views, rows or [None] * len(views)):
+        for view, row in zip(views, rows or [None] * len(views), strict=True):
             open_items.pop(view["id"], None)
             if row is not None:
                 view["seq"] = row.seq
@@ -477,10 +478,10 @@ class TurnActor(Actor):
         def write(conn: Any) -> Any:
             if consume_input is not None:
                 try:
-                    _items.remove_held_input(conn, consume_input)
+                    storage.remove_held_input(conn, consume_input)
                 except NotFound:
                     pass
-            return _items.append_item(conn, tid, type="user_message", payload=payload,
+            return storage.append_item(conn, tid, type="user_message", payload=payload,
                                       text=prompt, turn_id=self.id, id=view["id"])
 
         row = await self.persist(write)
@@ -540,10 +541,10 @@ class TurnActor(Actor):
 
         def write(conn: Any) -> list | None:
             rows = items_write(conn) if items_write is not None else None
-            _threads.update_turn(conn, self.id, status=self.status, completed_at=self.completed_at,
+            storage.update_turn(conn, self.id, status=self.status, completed_at=self.completed_at,
                                  error=error, usage=dict(self.usage))
             hold_inputs(conn, tid, moved)
-            _threads.update_thread(conn, tid, updated_at=updated_at)
+            storage.update_thread(conn, tid, updated_at=updated_at)
             if execution is not None:
                 leases.release(conn, execution.lease)  # the execution ends with its turn row
             return rows

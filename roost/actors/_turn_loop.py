@@ -24,13 +24,23 @@ import trio
 from roost.actors._actor import shielded_cleanup
 from roost.actors._checkpoint import StreamCheckpoints
 from roost.actors._turn import STOP_MESSAGES, TurnActor, TurnHost
-from roost.engines._types import (
-    AgentMessage, EngineRequest, Reasoning, ReasoningDelta, Retrying, TextDelta, ToolCall,
-    ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
+from roost.engines import (
+    AgentMessage,
+    EngineRequest,
+    Reasoning,
+    ReasoningDelta,
+    Retrying,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResult,
+    ToolSchema,
+    Usage,
 )
 from roost.errors import EngineFailure, RoostError, StaleLease
-from roost.storage._processes import tool_process_hook
-from roost.storage._rows import new_id, utc_now
+from roost.storage import new_id, tool_process_hook, utc_now
 from roost.tools import ToolContext, run_tool
 
 __all__ = ["run_turn", "turn_outcome"]
@@ -144,7 +154,7 @@ async def _loop(thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]) 
 def _agent_request(thread: TurnHost, turn: TurnActor, schemas: tuple, start: int) -> EngineRequest:
     """The model call of an orchestration agent's turn: its prompt, model options and view of the
     conversation; past its ``max_tool_rounds`` no tools are offered and a note says so."""
-    from roost.engines._types import UserMessage
+    from roost.engines import UserMessage
 
     agent = turn.agent
     history = _agent_view(thread.history, start)
@@ -162,7 +172,7 @@ def _agent_request(thread: TurnHost, turn: TurnActor, schemas: tuple, start: int
 def _agent_view(history: list, start: int) -> tuple:
     """An orchestration agent's history: other turns' agent messages become input (user
     messages), their reasoning is dropped; the current turn (from ``start``) is unchanged."""
-    from roost.engines._types import UserMessage
+    from roost.engines import UserMessage
 
     earlier = []
     for item in history[:start]:

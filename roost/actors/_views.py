@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost.engines import AgentMessage, Reasoning, ToolCall, ToolResult, UserMessage, Image
-from roost.engines import INTERRUPTED_OUTPUT
+from roost.engines import INTERRUPTED_OUTPUT, AgentMessage, Image, Reasoning, ToolCall, ToolResult, UserMessage
 
 __all__ = [
     "thread_view", "turn_view", "item_view", "input_view", "history_from_items", "latest_compaction",
@@ -75,9 +74,9 @@ def user_item_view(thread_id: str, turn_id: str, prompt: str, *, source_id: str 
                    content_parts: Any = None) -> dict:
     """A new ``user_message`` item view of turn ``turn_id`` (a fresh id; ``source_id``: the input's
     ``client_id``)."""
-    from roost.storage._rows import new_id
+    from roost.storage import new_id
 
-    view = {"id": new_id("item"), "type": "user_message", "status": "completed", "turn_id": turn_id,
+    view: dict[str, Any] = {"id": new_id("item"), "type": "user_message", "status": "completed", "turn_id": turn_id,
             "thread_id": thread_id, "text": prompt, "source_id": source_id}
     if images:
         view["images"] = list(images)
