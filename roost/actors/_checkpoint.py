@@ -3,7 +3,7 @@ loses at most a short tail").
 
 While a model response streams agent text or reasoning, :class:`StreamCheckpoints` decides when the
 text so far is written as the item's ``in_progress`` row: at most once per :data:`INTERVAL` seconds
-of trio's clock, or sooner once :data:`CHUNK` characters arrived since the last checkpoint; never a
+(monotonic clock), or sooner once :data:`CHUNK` characters arrived since the last checkpoint; never a
 write per delta. Each checkpoint rewrites the whole text so far, so for long texts both bounds grow
 with it (the chunk to the size already checkpointed, the interval in proportion beyond 256 Ki
 characters): the size-triggered checkpoints of a text of n characters copy O(n) characters in
@@ -20,9 +20,8 @@ checkpointed row ``interrupted`` with its turn; the prefix stays in the thread's
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-
-import trio
 
 __all__ = ["StreamCheckpoints", "INTERVAL", "CHUNK"]
 
@@ -45,48 +44,49 @@ class StreamCheckpoints:
         chunk: characters of new text that trigger a checkpoint sooner.
     """
 
-    __slots__ = ("_write", "_interval", "_chunk", "_due", "_size", "_flushed")
+    __slots__ = ("_chunk", "_interval", "_items", "_write")
 
     def __init__(self, write: Callable[[dict, str], None] | None, *, interval: float = INTERVAL,
                  chunk: int = CHUNK) -> None:
         self._write = write
         self._interval = interval
         self._chunk = chunk
-        self._due: dict[str, float] = {}      # item id -> trio time of its next checkpoint
-        self._size: dict[str, int] = {}       # item id -> characters streamed so far
-        self._flushed: dict[str, int] = {}    # item id -> characters at the last checkpoint
+        #: item id -> [characters so far, characters that trigger the next checkpoint,
+        #: monotonic time it is due, characters at the last checkpoint]
+        self._items: dict[str, list] = {}
 
     def started(self, view: dict) -> None:
         """Item ``view`` started streaming now (its first checkpoint is due an interval later)."""
         if self._write is None:
             return
-        self._due[view["id"]] = trio.current_time() + self._interval
-        self._size[view["id"]] = 0
-        self._flushed[view["id"]] = 0
+        self._items[view["id"]] = [0, self._chunk, time.monotonic() + self._interval, 0]
 
     def grew(self, view: dict, parts: list[str], added: int) -> None:
-        """``added`` characters were appended to ``parts`` (the text of ``view``); checkpoint if due."""
-        item_id = view["id"]
-        due = self._due.get(item_id)
-        if due is None:
+        """``added`` characters were appended to ``parts`` (the text of ``view``); checkpoint if due.
+
+        The hot path (once per delta): one dict lookup, an addition and two comparisons.
+        """
+        state = self._items.get(view["id"])
+        if state is None:
             return
-        size = self._size[item_id] = self._size[item_id] + added
-        if size - self._flushed[item_id] < max(self._chunk, self._flushed[item_id]) and trio.current_time() < due:
+        size = state[0] = state[0] + added
+        if size < state[1] and time.monotonic() < state[2]:
             return
-        self._flushed[item_id] = size
-        self._due[item_id] = trio.current_time() + self._interval * max(1.0, size / _SCALE)
-        assert self._write is not None
-        self._write(view, "".join(parts))
+        self._checkpoint(view, parts, state)
 
     def flush(self, view: dict | None, parts: list[str]) -> None:
         """Checkpoint ``view`` now if text arrived since its last checkpoint (its stream moved on
         to another item: reasoning followed by text, text followed by a tool call)."""
         if view is None:
             return
-        item_id = view["id"]
-        size = self._size.get(item_id)
-        if size is None or size == self._flushed[item_id]:
+        state = self._items.get(view["id"])
+        if state is None or state[0] == state[3]:
             return
-        self._flushed[item_id] = size
+        self._checkpoint(view, parts, state)
+
+    def _checkpoint(self, view: dict, parts: list[str], state: list) -> None:
+        size = state[3] = state[0]
+        state[1] = size + max(self._chunk, size)  # the chunk grows to the size checkpointed
+        state[2] = time.monotonic() + self._interval * max(1.0, size / _SCALE)
         assert self._write is not None
         self._write(view, "".join(parts))
