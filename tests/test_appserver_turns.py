@@ -297,7 +297,7 @@ async def test_steer_is_admitted_at_the_next_model_step(env, tmp_path):
                                                     "expected_turn_id": turn["id"], "client_id": "s-1"})
         assert steer["delivery"] == "active_turn"
         await answer(client, request, True)
-        steered = await client.wait_for("turn/steered")
+        steered = await client.wait_for("turn/steered", lambda p: p["state"] == "admitted")
         assert steered["turn_id"] == turn["id"] and steered["input"]["prompt"] == "also add a test"
         done = (await client.wait_terminal(turn["id"]))["turn"]
         assert done["status"] == "completed"

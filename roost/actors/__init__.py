@@ -44,6 +44,7 @@ from roost.actors._taskqueue import TaskQueue as TaskQueue
 from roost.actors._turn import _STOP_MESSAGES as STOP_MESSAGES
 from roost.actors._views import thread_view as thread_view
 from roost.actors._workers import agent_tool_schemas as agent_tool_schemas
+from roost.actors._workers import tree_settings as tree_settings
 
 __all__ = [
     "AgentTurn",
@@ -85,6 +86,7 @@ __all__ = [
     "Mailbox",
     "Ref",
     "ReplySlot",
+    "tree_settings",
 ]
 
 if TYPE_CHECKING:

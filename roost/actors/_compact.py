@@ -41,7 +41,8 @@ import trio
 
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import Compact, Origin, StartTurn
-from roost.actors._turn import TurnState, turn_outcome
+from roost.actors._turn import TurnActor
+from roost.actors._turn_loop import turn_outcome
 from roost.actors._views import SUMMARY_SOURCE_ID, history_from_items, latest_compaction
 from roost.engines import EngineRequest, Retrying, TextDelta, Usage, UserMessage
 from roost.errors import InvalidParams, RoostError, ThreadBusy
@@ -96,7 +97,7 @@ def _check_idle(actor: ThreadActor) -> None:
     if actor.active is not None:
         raise ThreadBusy(f"thread {actor.thread.id} is running turn {actor.active.id}; "
                          "wait for it or interrupt it before compacting")
-    if actor._dispatching is not None:
+    if actor.inputs.dispatching is not None:
         raise ThreadBusy(f"thread {actor.thread.id} is starting a turn with queued input")
 
 
@@ -117,39 +118,27 @@ async def compact(actor: ThreadActor, msg: Compact) -> dict:
     _check_idle(actor)
     if not compactable(actor.items):
         raise InvalidParams(f"thread {actor.thread.id} has nothing to compact")
-    turn = TurnState(new_id("turn"), msg.origin)
-    view = {"id": new_id("item"), "type": "compaction", "status": "in_progress", "turn_id": turn.id,
+    turn_id = new_id("turn")
+    view = {"id": new_id("item"), "type": "compaction", "status": "in_progress", "turn_id": turn_id,
             "thread_id": actor.thread.id, "instructions": msg.instructions, "source_id": SUMMARY_SOURCE_ID}
+    instructions = msg.instructions
+
+    async def body(turn: TurnActor, execution: Any) -> None:
+        await _run_compaction(actor, turn, view, instructions, execution)
+
+    # A turn of its own with the compaction as its body (it gets no user message).
+    turn = TurnActor(actor, turn_id, msg.origin, start=StartTurn(origin=msg.origin), body=body)
     actor.active = turn
     actor.idle = trio.Event()
-    try:
-        await actor.nursery.start(_compaction_task, actor, turn, view, msg.instructions)
-    except BaseException:
-        actor.active = None
-        actor.idle.set()
-        raise
+    await actor.launch(turn)
     return dict(view)
 
 
-async def _compaction_task(actor: ThreadActor, turn: TurnState, view: dict, instructions: str | None, *,
-                           task_status: Any) -> None:
-    """Hold the lease, write the turn row, report admission, then run the compaction turn
-    (:meth:`ThreadActor.run_admitted`; the turn gets no user message).
-
-    Raises (before admission is reported, so to :func:`compact`):
-        ThreadBusy: another execution holds the thread's lease (another process).
-    """
-    async def body(execution: Any) -> None:
-        await _run_compaction(actor, turn, view, instructions, execution)
-
-    await actor.run_admitted(turn, StartTurn(origin=turn.origin), body, task_status=task_status)
-
-
-async def _run_compaction(actor: ThreadActor, turn: TurnState, view: dict, instructions: str | None,
+async def _run_compaction(actor: ThreadActor, turn: TurnActor, view: dict, instructions: str | None,
                           execution: Any) -> None:
     """Ask for the summary and settle the turn; emits exactly one terminal event.
 
-    Cancellation: like :func:`roost.actors._turn.run_turn`: an interrupt or a lost lease ends the
+    Cancellation: like :func:`roost.actors._turn_loop.run_turn`: an interrupt or a lost lease ends the
     turn ``interrupted`` after a shielded, bounded clean-up (no compaction item is written).
     """
     try:
@@ -167,7 +156,7 @@ async def _run_compaction(actor: ThreadActor, turn: TurnState, view: dict, instr
             await _settle(actor, turn, view)
 
 
-async def _summarize(actor: ThreadActor, turn: TurnState, request: EngineRequest) -> str:
+async def _summarize(actor: ThreadActor, turn: TurnActor, request: EngineRequest) -> str:
     """Stream the summary request; return the summary text (stripped; '' if the model gave none).
 
     Usage is added to the turn (``turn/usage``), provider retries are reported (``turn/event``).
@@ -195,15 +184,15 @@ async def _summarize(actor: ThreadActor, turn: TurnState, request: EngineRequest
     return "".join(parts).strip()
 
 
-async def _settle(actor: ThreadActor, turn: TurnState, view: dict) -> None:
+async def _settle(actor: ThreadActor, turn: TurnActor, view: dict) -> None:
     """End the turn: a completed one writes its compaction item in the turn-ending transaction,
     then the engine history restarts from it (before anything else can run on the actor)."""
     turn.completed_at = utc_now()
     done = turn.status == "completed"
     if done:
         actor.emit("item/started", {"thread_id": actor.thread.id, "turn_id": turn.id, "item": dict(view)})
-    await actor.finish_turn(turn, settle=[view] if done else None, settle_status="completed",
-                            open_items={view["id"]: view} if done else None)
+    await turn.finish(settle=[view] if done else None, settle_status="completed",
+                      open_items={view["id"]: view} if done else None)
     if not done:
         return
     if not actor.ephemeral and "seq" not in view:

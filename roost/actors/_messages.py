@@ -69,6 +69,10 @@ class StartTurn:
     ack: Any = None
     #: started by Roost itself (a worker result resuming an idle root), not by a user
     internal: bool = False
+    #: app-server input rules (app-server-protocol.md: "consumed IDs are rejected across input
+    #: methods"): a ``client_id`` a user item of the thread already carries, or one of pending or
+    #: held input, is refused (``invalid_params``) instead of starting the input again
+    check_client_id: bool = False
     #: orchestration: the agent taking this turn, with its own prompt, tools and model
     #: (None: an ordinary turn with the thread's settings)
     agent: AgentTurn | None = None

@@ -1,5 +1,11 @@
-"""ThreadActor: admission, the event hub, and the turns of one thread (its pending input is
-:mod:`roost.actors._thread_inputs`).
+"""ThreadActor: admission, pending input, fan-out and the execution lease of one thread.
+
+Its parts: pending input and held work are a :class:`~roost.actors._thread_inputs.PendingInputs`
+component (``self.inputs``); each admitted turn is a :class:`~roost.actors._turn.TurnActor`, a
+child of this actor (restart type temporary) that uses the thread only through the
+:class:`~roost.actors._turn.TurnHost` protocol, which this class implements; the sampling loop is
+:mod:`roost.actors._turn_loop`; loading and reconciling with the store is
+:mod:`roost.actors._thread_store`.
 
 One ThreadActor per loaded thread, a dynamic child of the ThreadRegistry. It admits at most one
 turn at a time, and only under the thread's execution lease, so two processes on one database never
@@ -23,40 +29,52 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import trio
 
+from roost import storage
 from roost.actors._actor import Actor
 from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
 from roost.actors._hub import EventHub
-from roost.actors._thread_store import (
-    apply_state, hold_inputs, live_elsewhere, load_state, read_state, settle_abandoned, store_changed,
-)
 from roost.actors._messages import (
-    DeliverInternal, Dequeue, InterruptTurn, IsBusy, QueueInput, Snapshot, StartTurn, SteerInput, Subscribe, Unsteer,
-    Unsubscribe, UpdateQueued, UpdateThread,
+    DeliverInternal,
+    Dequeue,
+    InterruptTurn,
+    IsBusy,
+    QueueInput,
+    Snapshot,
+    StartTurn,
+    SteerInput,
+    Subscribe,
+    Unsteer,
+    Unsubscribe,
+    UpdateQueued,
+    UpdateThread,
 )
 from roost.actors._thread_inputs import PendingInputs, public_input
-from roost.actors._turn import TurnState, run_turn
-from roost.actors._views import history_from_items, thread_view
-from roost.errors import (
-    InvalidParams, LeaseHeld, NotFound, RoostError, StaleLease, StaleTurn, StoreBusy,
-    ThreadBusy, TurnNotFound,
+from roost.actors._thread_store import (
+    apply_state,
+    live_elsewhere,
+    load_state,
+    merge_held,
+    read_held,
+    read_lease,
+    read_state,
+    settle_abandoned,
+    store_changed,
 )
-from roost.storage import _items, _threads, leases
-from roost.storage._rows import new_id, utc_now
+from roost.actors._turn import TurnActor
+from roost.actors._views import history_from_items, thread_view, user_item_view
+from roost.errors import InvalidParams, LifecycleError, NotFound, RoostError, StaleTurn, ThreadBusy, TurnNotFound
+from roost.storage import new_id, utc_now
 
 __all__ = ["ThreadActor"]
 
 log = logging.getLogger("roost.thread")
 
-#: Seconds a shielded write of turn state may take before the caller gives up (StoreBusy).
-_PERSIST_TIMEOUT = 30.0
-
-
-class ThreadActor(PendingInputs, Actor):
+class ThreadActor(Actor):
     """The actor of one thread.
 
     Args:
@@ -76,18 +94,14 @@ class ThreadActor(PendingInputs, Actor):
         self.hub = EventHub()
         self.items: list[dict] = []          # item views in thread order (completed or settled)
         self.turns: list[dict] = []          # turn views, oldest first
-        self.pending: list[dict] = []        # pending inputs: {id, kind: steer|queue, prompt, ...}
-        self.held: list[dict] = []           # held work (not dispatched automatically)
+        self.inputs = PendingInputs(self)     # pending input and held work (a component)
         self.history: list = []              # engine history
-        self.active: TurnState | None = None
+        self.active: TurnActor | None = None
         self.agent_name: str | None = None
         self.consumed_turn_ids: set[str] = set()
         self.idle = trio.Event()
         self.idle.set()
         self._turn_ended = trio.Event()
-        self._dispatching: dict | None = None         # queued input being started as a turn
-        self._dispatch_cancelled: str | None = None   # why an interrupt withdrew that start
-        self._accepting: set[str] = set()             # input ids whose acceptance write is in flight
         self._turn_rows = 0                           # turn rows of this thread in the store, last seen
         self._max_seq = 0                             # highest item seq of this thread, last seen
         self.registry: Any = None                     # the ThreadRegistry that started this actor
@@ -102,7 +116,7 @@ class ThreadActor(PendingInputs, Actor):
         state = await trio.to_thread.run_sync(load_state, self.services.store, self.thread.id)
         # Input a dead process left pending is never re-run automatically: it becomes held work
         # (app-server-protocol.md: a restarted server exposes it through held_user_messages).
-        await self._persist_held(apply_state(self, state), announce=False)
+        await self.inputs.persist_held(apply_state(self, state), announce=False)
         if self.thread.kind != "worker" and state.get("has_workers"):
             tree = await self.ensure_tree()
             await tree.restore()
@@ -145,16 +159,17 @@ class ThreadActor(PendingInputs, Actor):
             log.warning("thread %s: internal input waits (%s)", self.thread.id, exc)
             self.pending.append(entry)
 
+    async def busy_elsewhere(self) -> bool:
+        """Whether another process holds this thread's execution lease now (a store read)."""
+        return await self._busy_elsewhere()
+
     async def _busy_elsewhere(self) -> bool:
         """Whether another process holds this thread's execution lease now (a store read)."""
         if self.ephemeral:
             return False
 
-        def read() -> Any:
-            with self.services.store.read() as conn:
-                return leases.get_lease(conn, leases.thread_lease_key(self.thread.id))
-
-        return live_elsewhere(await trio.to_thread.run_sync(read), self.services.owner)
+        lease = await trio.to_thread.run_sync(read_lease, self.services.store, self.thread.id)
+        return live_elsewhere(lease, self.services.owner)
 
     async def _refresh_if_changed(self) -> None:
         """While idle: reload from the store if another process changed this thread."""
@@ -168,7 +183,7 @@ class ThreadActor(PendingInputs, Actor):
 
         state = await trio.to_thread.run_sync(check)
         if state is not None and self.active is None:
-            await self._persist_held(apply_state(self, state))
+            await self.inputs.persist_held(apply_state(self, state), reason="abandoned")
 
     async def on_stop(self) -> None:
         if self.active is not None:
@@ -188,227 +203,106 @@ class ThreadActor(PendingInputs, Actor):
         return thread_view(self.thread, ephemeral=self.ephemeral, status=status,
                            active_turn_id=self.active.id if self.active else None)
 
-    async def persist(self, turn: TurnState | None, fn: Any, *args: Any, urgent: bool = False) -> Any:
-        """Run a storage write for this thread (fenced by the turn's lease token when given).
 
-        ``urgent`` writes skip the writer's queue (:meth:`roost.storage.StoreWriter.submit_urgent`):
-        the end of an interrupted turn, which a client is waiting on.
+    # -- the TurnHost interface (what a turn uses of its thread; roost.actors._turn) --------------
 
-        Returns:
-            What ``fn`` returned (None for an ephemeral thread: nothing is written).
+    def take_steers(self) -> list[dict]:
+        return self.inputs.take_steers()
 
-        Raises:
-            StaleLease: the turn's lease was superseded; the write changed nothing, and the
-                turn's execution is cancelled (``lost_reason="superseded"``).
-            StoreBusy: the write did not finish within 30 s (it may still commit).
+    def return_steers(self, steers: list[dict]) -> None:
+        self.inputs.return_steers(steers)
 
-        Cancellation: the write is shielded (bounded), so the caller's in-memory state can follow
-        what was committed; a pending cancellation is delivered at the caller's next checkpoint.
-        """
-        if self.ephemeral:
-            return None
-        execution = turn.execution if turn is not None else None
-        if execution is not None:
-            # fenced by its token; a stale token cancels the execution
-            submit = execution.submit_urgent if urgent else execution.submit
-        else:
-            writer = self.services.store.writer
-            submit = writer.submit_urgent if urgent else writer.submit
-            if turn is not None and turn.token is not None:
-                fn = leases.fenced(leases.thread_lease_key(self.thread.id), turn.token, fn)
-        result: Any = None
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + _PERSIST_TIMEOUT) as scope:
-            result = await submit(fn, *args)
-        if scope.cancelled_caught:
-            raise StoreBusy(f"thread {self.thread.id}: a write took longer than {_PERSIST_TIMEOUT:g} s")
-        return result
+    def has_steers(self) -> bool:
+        return self.inputs.has_steers()
 
-    async def complete_item(self, turn: TurnState, view: dict, open_items: dict[str, dict], *,
-                            status: str = "completed") -> None:
-        """Persist ``view`` as a settled item and emit item/completed.
-
-        With the lease lost the write is refused (logged); the item still settles in memory.
-        """
-        await self.complete_items(turn, [view], open_items, status=status)
-
-    async def complete_items(self, turn: TurnState, views: list[dict], open_items: dict[str, dict], *,
-                             status: str = "completed") -> None:
-        """Persist several settled items in one write (in order), then emit item/completed for each."""
-        if not views:
-            return
-        write = self._items_write(turn, views, status)
-        try:
-            rows = await self.persist(turn, write)
-        except StaleLease:
-            log.warning("thread %s: %d item(s) not persisted, lease lost", self.thread.id, len(views))
-            rows = None
-        self._items_settled(turn, views, rows, open_items)
-
-    async def checkpoint_item(self, turn: TurnState, view: dict) -> None:
-        """Store ``view`` (an item still in progress, e.g. a tool call about to run) now, so a
-        crash cannot lose it; its completion then updates the row. A write refused because the
-        lease was lost is logged: the turn is being stopped anyway.
-        """
-        if self.ephemeral or view["id"] in turn.checkpointed:
-            return
-        tid = self.thread.id
-        payload, text = _item_payload(view)
-
-        def write(conn: Any) -> Any:
-            return _items.append_item(conn, tid, type=view["type"], payload=payload, text=text, turn_id=turn.id,
-                                      status="in_progress", id=view["id"])
-
-        try:
-            row = await self.persist(turn, write)
-        except StaleLease:
-            log.warning("thread %s: item %s not checkpointed, lease lost", tid, view["id"])
-            return
-        turn.checkpointed.add(view["id"])
-        if row is not None:
-            view["seq"] = row.seq
-            self._max_seq = max(self._max_seq, row.seq)
-
-    def _items_write(self, turn: TurnState, views: list[dict], status: str) -> Callable[[Any], list]:
-        """Mark ``views`` settled with ``status``; return the write storing them (-> rows): an
-        append, or an update of an item checkpointed while in progress."""
-        tid = self.thread.id
-        rows_in = []
-        for view in views:
-            view["status"] = status
-            payload, text = _item_payload(view)
-            rows_in.append((view, payload, text, view["id"] in turn.checkpointed))
-
-        def write(conn: Any) -> list:
-            return [_items.update_item(conn, v["id"], payload=payload, text=text, status=status) if stored
-                    else _items.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=turn.id,
-                                            status=status, id=v["id"])
-                    for v, payload, text, stored in rows_in]
-
-        return write
-
-    def _items_settled(self, turn: TurnState, views: list[dict], rows: list | None,
-                       open_items: dict[str, dict]) -> None:
-        """Record settled ``views`` (their ``rows``, None when not persisted); emit item/completed."""
-        tid = self.thread.id
-        for view, row in zip(views, rows or [None] * len(views)):
-            open_items.pop(view["id"], None)
-            if row is not None:
-                view["seq"] = row.seq
-                self._max_seq = max(self._max_seq, row.seq)
-            self.items.append(view)
-            turn.items.append(view)
-            self.emit("item/completed", {"thread_id": tid, "turn_id": turn.id, "item": view})
-
-    async def request_approval(self, turn: TurnState, item: dict, kind: str, fields: dict) -> bool | None:
-        """Ask the client that started ``turn`` (never a bystander); None if it cannot be asked."""
-        ask = getattr(turn.origin, "request_approval", None)
-        if ask is None:
-            return None
-        params = {"thread_id": self.thread.id, "turn_id": turn.id, "item_id": item["id"], "kind": kind, **fields}
-        return await ask(params)
-
-    async def _append_user_item(self, turn: TurnState, prompt: str, *, source_id: str | None,
-                                images: Any = None, content_parts: Any = None,
-                                consume_input: str | None = None, announce: bool = True) -> dict:
-        view = self._user_view(turn, prompt, source_id=source_id, images=images, content_parts=content_parts)
-        payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id")}
-
-        def write(conn: Any) -> Any:
-            if consume_input is not None:
-                try:
-                    _items.remove_held_input(conn, consume_input)
-                except NotFound:
-                    pass
-            return _items.append_item(conn, self.thread.id, type="user_message", payload=payload,
-                                      text=prompt, turn_id=turn.id, id=view["id"])
-
-        row = await self.persist(turn, write)
-        if row is not None:
-            view["seq"] = row.seq
-            self._max_seq = max(self._max_seq, row.seq)
+    def item_settled(self, turn: TurnActor, view: dict) -> None:
+        if "seq" in view:
+            self._max_seq = max(self._max_seq, view["seq"])
         self.items.append(view)
-        turn.items.append(view)
-        self.history.extend(history_from_items([view]))  # with its images
-        if announce:
-            self.emit("item/started", {"thread_id": self.thread.id, "turn_id": turn.id, "item": view})
-            self.emit("item/completed", {"thread_id": self.thread.id, "turn_id": turn.id, "item": view})
-        return view
+        if view["type"] == "user_message":
+            self.history.extend(history_from_items([view]))  # with its images
 
-    async def finish_turn(self, turn: TurnState, *, settle: list[dict] | None = None,
-                          settle_status: str = "interrupted", open_items: dict[str, dict] | None = None) -> None:
-        """Persist the turn's end, settle pending input, end the execution, emit the terminal event.
+    def inputs_at_end(self, turn: TurnActor) -> list[dict]:
+        return self.inputs.at_turn_end()
 
-        A turn that did not complete turns pending steers and queued input into durable held work,
-        steers first. The turn row, that input, the items of ``settle`` (items still open when the
-        turn stopped, settled with ``settle_status``) and the release of the lease commit in one
-        transaction fenced by the turn's token, before the one terminal event is emitted: an
-        interrupt costs one store round trip. If the lease was lost, the turn's own writes are
-        refused (its new holder settles the row); the user's input still becomes held work.
-
-        Cancellation: called from the turn's shielded, bounded clean-up.
-        """
-        settle = settle or []
-        items_write = self._items_write(turn, settle, settle_status) if settle else None
+    def turn_finished(self, turn: TurnActor, moved: list[dict]) -> None:
         tid = self.thread.id
         view = turn.view()
         view["thread_id"] = tid
-        moved: list[dict] = []
-        if turn.status != "completed":
-            # Pending steers and queued input become durable held work, steers first.
-            own = [p for p in self.pending if not p.get("_foreign")]
-            ordered = [p for p in own if p["kind"] == "steer"] + [p for p in own if p["kind"] != "steer"]
-            self.pending = [p for p in self.pending if p.get("_foreign")]
-            for entry in ordered:
-                entry["held"] = True
-                self.held.append(entry)
-                moved.append(entry)
-        error = turn.error
-        if turn.resume_after_turn_id:  # kept so the continued turn id stays consumed
-            error = {**(error or {}), "resume_after_turn_id": turn.resume_after_turn_id}
-        execution = turn.execution
-
-        self.thread.updated_at = utc_now()
-        updated_at = self.thread.updated_at
-
-        def write(conn: Any) -> list | None:
-            rows = items_write(conn) if items_write is not None else None
-            _threads.update_turn(conn, turn.id, status=turn.status, completed_at=turn.completed_at,
-                                 error=error, usage=dict(turn.usage))
-            hold_inputs(conn, tid, moved)
-            _threads.update_thread(conn, tid, updated_at=updated_at)
-            if execution is not None:
-                leases.release(conn, execution.lease)  # the execution ends with its turn row
-            return rows
-
-        rows = None
-        try:
-            rows = await self.persist(turn, write, urgent=turn.status != "completed")
-        except StaleLease:
-            log.warning("thread %s: turn %s ended after its lease was lost; its end is not persisted",
-                        tid, turn.id)
-            if moved:
-                try:
-                    await self.persist(None, hold_inputs, tid, moved)
-                except Exception:
-                    log.exception("thread %s: could not make input held work", tid)
-        except Exception:
-            log.exception("thread %s: could not persist the end of turn %s", tid, turn.id)
-        if settle:
-            self._items_settled(turn, settle, rows, open_items if open_items is not None else {})
         for index, existing in enumerate(self.turns):
             if existing["id"] == turn.id:
                 self.turns[index] = view
         for entry in moved:
-            self.emit("turn/held", {"thread_id": tid, "input": public_input(entry)})
-        self.active = None
+            self.inputs.announce("turn/held", entry, "held", reason="turn_ended")
+        if self.active is turn:
+            self.active = None
         method = "turn/error" if turn.status == "failed" else "turn/completed"
-        full = dict(view)
-        full["items"] = list(turn.items)
-        self.emit(method, {"thread_id": tid, "turn": full})
-        turn.done.set()
+        self.emit(method, {"thread_id": tid, "turn": dict(view, items=list(turn.items))})
         self.idle.set()
         self._turn_ended.set()
         self._turn_ended = trio.Event()
+
+    def turn_released(self, turn: TurnActor) -> None:
+        if turn.status == "completed":
+            self.inputs.dispatch_next()  # a completed turn starts queued input next
+            return
+        late = self.inputs.at_turn_end()  # accepted while the turn was ending: held work too
+        if late:
+            try:
+                self.nursery.start_soon(functools.partial(self.inputs.persist_held, late, reason="turn_ended"))
+            except LifecycleError:
+                pass  # stopping: the rows stay pending in the store and are held at the next load
+
+    # -- the InputsHost interface (roost.actors._thread_inputs) --------------------------------
+
+    def consumed(self, client_id: str) -> bool:
+        return any(i.get("source_id") == client_id for i in self.items if i["type"] == "user_message")
+
+    async def start_turn(self, msg: StartTurn) -> dict:
+        return await self._start_turn(msg)
+
+    # The pending input lives in ``self.inputs``; these keep the older attribute names working.
+
+    @property
+    def pending(self) -> list[dict]:
+        return self.inputs.pending
+
+    @pending.setter
+    def pending(self, value: list[dict]) -> None:
+        self.inputs.pending = value
+
+    @property
+    def held(self) -> list[dict]:
+        return self.inputs.held
+
+    @held.setter
+    def held(self, value: list[dict]) -> None:
+        self.inputs.held = value
+
+    @property
+    def _dispatching(self) -> dict | None:
+        return self.inputs.dispatching
+
+    async def finish_turn(self, turn: TurnActor, *, settle: list[dict] | None = None,
+                          settle_status: str = "interrupted", open_items: dict[str, dict] | None = None) -> None:
+        """:meth:`TurnActor.finish` (kept for callers of the former name)."""
+        await turn.finish(settle=settle, settle_status=settle_status, open_items=open_items)
+
+    async def launch(self, turn: TurnActor) -> None:
+        """Start ``turn`` (already :attr:`active`) as a child of this thread and wait for its
+        admission (:meth:`TurnActor.on_start`); on failure the thread is idle again.
+
+        Raises:
+            ThreadBusy: another execution holds the thread's lease.
+            StaleLease, StoreBusy: the admission write failed (nothing was admitted).
+        """
+        try:
+            await self.nursery.start(turn.run)
+        except BaseException:
+            if self.active is turn:
+                self.active = None
+                self.idle.set()
+            raise
 
     def turn_view(self, turn_id: str) -> dict | None:
         """The latest view of turn ``turn_id`` of this thread, or None."""
@@ -434,16 +328,31 @@ class ThreadActor(PendingInputs, Actor):
     # -- message handling -----------------------------------------------------------------------
 
     async def handle(self, message: Any) -> Any:
-        handler = _HANDLERS.get(type(message))
+        handler: Any = _HANDLERS.get(type(message))
         if handler is None:
             raise InvalidParams(f"thread actor cannot handle {type(message).__name__}")
         return await handler(self, message)
 
+    def _check_new_client_id(self, client_id: str) -> None:
+        """Refuse ``client_id`` for new input if the thread consumed it or holds input with it.
+
+        Raises:
+            InvalidParams: consumed, or pending/held input carries it (send that with turn/steer).
+        """
+        if self.consumed(client_id):
+            raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.thread.id}")
+        for entry in self.inputs.pending + self.inputs.held:
+            if entry.get("client_id") == client_id:
+                raise InvalidParams(f"client_id {client_id!r} belongs to pending input {entry['id']}; "
+                                    "send it with turn/steer (input_id)")
+
     async def _start_turn(self, msg: StartTurn) -> dict:
         if self.active is not None:
             raise ThreadBusy(f"thread {self.thread.id} is running turn {self.active.id}")
-        if self._dispatching is not None and msg.input_id != self._dispatching["id"]:
+        if self.inputs.dispatching is not None and msg.input_id != self.inputs.dispatching["id"]:
             raise ThreadBusy(f"thread {self.thread.id} is starting a turn with queued input")
+        if msg.check_client_id and msg.client_id is not None and msg.input_id is None:
+            self._check_new_client_id(msg.client_id)
         if msg.resume_after_turn_id is not None:
             latest = self.turns[-1]["id"] if self.turns else None
             if msg.resume_after_turn_id in self.consumed_turn_ids:
@@ -460,88 +369,19 @@ class ThreadActor(PendingInputs, Actor):
                 self.pending.insert(0, {"id": new_id("input"), "kind": "steer", "held": False,
                                         "client_id": "roost:worker_snapshot", "prompt": snapshot,
                                         "_internal": True})
-        turn = TurnState(new_id("turn"), msg.origin, run_id=msg.run_id)
+        turn = TurnActor(self, new_id("turn"), msg.origin, run_id=msg.run_id, start=msg)
         turn.resume_after_turn_id = msg.resume_after_turn_id
         turn.agent = msg.agent
         self.active = turn
         self.idle = trio.Event()
-        try:
-            await self.nursery.start(self._turn_task, turn, msg)
-        except BaseException:
-            self.active = None
-            self.idle.set()
-            raise
+        await self.launch(turn)
         if msg.resume_after_turn_id is not None:
             self.consumed_turn_ids.add(msg.resume_after_turn_id)
         view = turn.view(with_items=True)
         view["thread_id"] = self.thread.id
         return view
 
-    async def _turn_task(self, turn: TurnState, msg: StartTurn, *, task_status: Any) -> None:
-        """Hold the lease, make the input durable, report admission, then run the turn.
-
-        Raises (before admission is reported, so to :meth:`_start_turn`):
-            ThreadBusy: another execution holds the thread's lease (another process).
-        """
-        await self.run_admitted(turn, msg, functools.partial(run_turn, self, turn), task_status=task_status)
-
-    async def run_admitted(self, turn: TurnState, start: StartTurn, body: Any, *, task_status: Any) -> None:
-        """Run an admitted turn: hold the thread's execution lease (persistent threads), write the
-        turn row and its input (:meth:`_admit`), report admission, announce it, then
-        ``await body(execution)`` (``execution`` None for an ephemeral thread), which must settle
-        the turn even when cancelled; release the lease. A completed turn starts queued input next.
-
-        Raises (before admission is reported, so to the ``nursery.start`` caller):
-            ThreadBusy: another execution holds the thread's lease (another process), or took it
-                while the turn was being admitted.
-        """
-        tid = self.thread.id
-        if self.ephemeral:
-            user_item = await self._admit(turn, start)
-            task_status.started()
-            try:
-                await self._announce(turn, start, user_item)
-            finally:
-                await body(None)
-        else:
-            try:
-                hold = self.services.keeper.hold(leases.thread_lease_key(tid), ttl=self.services.lease_ttl)
-                execution = await hold.__aenter__()
-            except LeaseHeld as exc:
-                raise ThreadBusy(f"thread {tid} is executing in another process ({exc.owner})") from None
-            try:
-                turn.token = execution.lease.token
-                turn.execution = execution
-                if turn.scope.cancel_called:  # interrupted while the lease was being taken
-                    execution.cancel_scope.cancel()
-                turn.scope = execution.cancel_scope
-                try:
-                    user_item = await self._admit(turn, start)
-                except StaleLease:
-                    raise ThreadBusy(f"thread {tid}: another process took the execution lease") from None
-                task_status.started()
-                try:
-                    await self._announce(turn, start, user_item)
-                finally:
-                    await body(execution)  # settles the turn even if cancelled above
-            finally:
-                with trio.CancelScope(shield=True):
-                    await hold.__aexit__(None, None, None)
-        if turn.status == "completed":
-            self._dispatch_next()
-
-    def _user_view(self, turn: TurnState, prompt: str, *, source_id: str | None, images: Any = None,
-                   content_parts: Any = None) -> dict:
-        """A new user_message item view of ``turn``."""
-        view = {"id": new_id("item"), "type": "user_message", "status": "completed", "turn_id": turn.id,
-                "thread_id": self.thread.id, "text": prompt, "source_id": source_id}
-        if images:
-            view["images"] = list(images)
-        if content_parts is not None:
-            view["content_parts"] = content_parts
-        return view
-
-    async def _admit(self, turn: TurnState, msg: StartTurn) -> dict | None:
+    async def admit(self, turn: TurnActor) -> dict | None:
         """Make the turn and its user input durable in one transaction (before the request is answered).
 
         Under the lease the store is the truth: turns a dead or superseded execution left
@@ -552,11 +392,12 @@ class ThreadActor(PendingInputs, Actor):
             StaleLease: the lease was superseded before the write (nothing was written).
         """
         tid = self.thread.id
+        msg = turn.start
         meta = {"resume_after_turn_id": msg.resume_after_turn_id} if msg.resume_after_turn_id else None
         user = None
         if msg.prompt or msg.images:
-            user = self._user_view(turn, msg.prompt or "", source_id=msg.client_id, images=msg.images,
-                                   content_parts=msg.content_parts)
+            user = user_item_view(tid, turn.id, msg.prompt or "", source_id=msg.client_id, images=msg.images,
+                                  content_parts=msg.content_parts)
         payload = {k: v for k, v in (user or {}).items() if k not in ("id", "type", "status", "turn_id", "thread_id")}
 
         turn_rows, max_seq = self._turn_rows, self._max_seq
@@ -565,25 +406,25 @@ class ThreadActor(PendingInputs, Actor):
             state = None
             if settle_abandoned(conn, tid) or store_changed(conn, tid, turn_rows, max_seq):
                 state = read_state(conn, tid)
-            _threads.create_turn(conn, tid, id=turn.id, run_id=msg.run_id)
+            storage.create_turn(conn, tid, id=turn.id, run_id=msg.run_id)
             if meta:
-                _threads.update_turn(conn, turn.id, error=meta)
+                storage.update_turn(conn, turn.id, error=meta)
             row = None
             if user is not None:
                 if msg.input_id is not None:
                     try:
-                        _items.remove_held_input(conn, msg.input_id)
+                        storage.remove_held_input(conn, msg.input_id)
                     except NotFound:
                         pass
-                row = _items.append_item(conn, tid, type="user_message", payload=payload,
+                row = storage.append_item(conn, tid, type="user_message", payload=payload,
                                          text=user["text"], turn_id=turn.id, id=user["id"])
             return state, row
 
-        state, row = await self.persist(turn, write) or (None, None)
+        state, row = await turn.persist(write) or (None, None)
         if state is not None:
             log.info("thread %s: changed by another process; reloaded at admission", tid)
             keep = frozenset({msg.input_id}) if msg.input_id else frozenset()
-            await self._persist_held(apply_state(self, state, keep=keep))
+            await self.inputs.persist_held(apply_state(self, state, keep=keep), reason="abandoned")
         self._turn_rows += 1
         self.turns.append({"id": turn.id, "thread_id": tid, "status": "running", "run_id": msg.run_id,
                            "started_at": turn.started_at, "completed_at": None, "error": None,
@@ -598,19 +439,6 @@ class ThreadActor(PendingInputs, Actor):
         self.history.extend(history_from_items([user]))
         return user
 
-    async def _announce(self, turn: TurnState, msg: StartTurn, user_item: dict | None) -> None:
-        """Emit turn/started and the user item, after the admitting response went out (bounded wait)."""
-        if msg.ack is not None:
-            with trio.move_on_after(5):
-                await msg.ack.wait()
-        tid = self.thread.id
-        view = turn.view()
-        view["thread_id"] = tid
-        self.emit("turn/started", {"thread_id": tid, "turn": view})
-        if user_item is not None:
-            self.emit("item/started", {"thread_id": tid, "turn_id": turn.id, "item": user_item})
-            self.emit("item/completed", {"thread_id": tid, "turn_id": turn.id, "item": user_item})
-
     async def _interrupt(self, msg: InterruptTurn) -> dict:
         """Interrupt the active turn; answered deterministically in every state.
 
@@ -621,21 +449,19 @@ class ThreadActor(PendingInputs, Actor):
         """
         tid = self.thread.id
         active = self.active
-        if active is None and self._dispatching is not None and msg.turn_id is None:
-            if self._dispatch_cancelled is None:
-                self._dispatch_cancelled = msg.reason
+        inputs = self.inputs
+        if active is None and inputs.dispatching is not None and msg.turn_id is None:
+            if inputs.dispatch_cancelled is None:
+                inputs.dispatch_cancelled = msg.reason
             latest = self.turns[-1] if self.turns else None
             return {"thread_id": tid, "turn": latest, "interrupted": True,
-                    "input": public_input(self._dispatching)}
+                    "input": public_input(inputs.dispatching)}
         if active is not None and (msg.turn_id is None or msg.turn_id == active.id):
             view = active.view()
             view["thread_id"] = tid
-            if active.interrupt_reason is None:
-                if active.status != "running":
-                    # Already settling with an outcome of its own (completed, failed, lease lost).
-                    return {"thread_id": tid, "turn": view, "interrupted": False}
-                active.interrupt_reason = msg.reason
-                active.scope.cancel()
+            if not active.interrupt(msg.reason):
+                # Already settling with an outcome of its own (completed, failed, lease lost).
+                return {"thread_id": tid, "turn": view, "interrupted": False}
             # Asked again while it settles: the same answer as the first time (idempotent).
             view["status"] = "interrupting"
             return {"thread_id": tid, "turn": view, "interrupted": True}
@@ -658,6 +484,8 @@ class ThreadActor(PendingInputs, Actor):
 
     async def _snapshot(self, msg: Snapshot) -> dict:
         await self._refresh_if_changed()
+        if not self.ephemeral:  # held work another process on this store added or sent
+            merge_held(self, await trio.to_thread.run_sync(read_held, self.services.store, self.thread.id))
         turns = self.turns if msg.history_turns is None else self.turns[-msg.history_turns:]
         by_turn: dict[str | None, list[dict]] = {}
         for item in self.items:
@@ -682,14 +510,17 @@ class ThreadActor(PendingInputs, Actor):
         self.hub.unsubscribe(msg.subscriber)
 
     async def _update_thread(self, msg: UpdateThread) -> dict:
-        if msg.selection and (self.active is not None or await self._busy_elsewhere()):
-            raise ThreadBusy(f"thread {self.thread.id} is executing")
+        if msg.selection and await self._is_busy(IsBusy()):
+            # app-server-protocol.md: "Selection changes return thread_busy while the conversation
+            # has active execution, including outstanding workers or a cross-process execution lease."
+            raise ThreadBusy(f"thread {self.thread.id} is executing (a turn, queued input starting, "
+                             "live workers, or another process's execution lease)")
         for key, value in msg.changes.items():
             setattr(self.thread, key, value)
         self.thread.updated_at = utc_now()
         if not self.ephemeral:
             await self.services.store.writer.submit(functools.partial(
-                _threads.update_thread, updated_at=self.thread.updated_at, **msg.changes), self.thread.id)
+                storage.update_thread, updated_at=self.thread.updated_at, **msg.changes), self.thread.id)
         view = self.view()
         self.emit("thread/updated", {"thread": view})
         return view
@@ -699,26 +530,20 @@ class ThreadActor(PendingInputs, Actor):
         are live, or another process holds the lease."""
         if self.tree is not None and self.worker_id is None and self.tree.live:
             return True
-        if self.active is not None or self._dispatching is not None:
+        if self.active is not None or self.inputs.dispatching is not None:
             return True
         return await self._busy_elsewhere()
 
-
-def _item_payload(view: dict) -> tuple[dict, str | None]:
-    """An item view's stored ``payload`` (the fields without columns) and searchable ``text``."""
-    payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id", "seq")}
-    text = view.get("text") if view["type"] in ("agent_message", "user_message") else None
-    return payload, text
 
 
 _HANDLERS = {
     StartTurn: ThreadActor._start_turn,
     InterruptTurn: ThreadActor._interrupt,
-    QueueInput: ThreadActor._queue,
-    UpdateQueued: ThreadActor._update_queued,
-    Dequeue: ThreadActor._dequeue,
-    SteerInput: ThreadActor._steer,
-    Unsteer: ThreadActor._unsteer,
+    QueueInput: lambda actor, msg: actor.inputs.queue(msg),
+    UpdateQueued: lambda actor, msg: actor.inputs.update_queued(msg),
+    Dequeue: lambda actor, msg: actor.inputs.dequeue(msg),
+    SteerInput: lambda actor, msg: actor.inputs.steer(msg),
+    Unsteer: lambda actor, msg: actor.inputs.unsteer(msg),
     Snapshot: ThreadActor._snapshot,
     Subscribe: ThreadActor._subscribe,
     Unsubscribe: ThreadActor._unsubscribe,

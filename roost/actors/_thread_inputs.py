@@ -1,11 +1,25 @@
 """A thread's pending input: queued turns, steers into the running turn, and held work.
 
-:class:`PendingInputs` is the part of :class:`~roost.actors._thread.ThreadActor` that owns
-``pending`` (input waiting for the next turn, or a steer for the running one) and ``held``
-(durable work that is never re-run by itself), split out of the actor's module to keep each
-module readable; the actor inherits it. Every method runs inside the ThreadActor (its mailbox
-serialises them), and relies on the actor's ``thread``, ``services``, ``ephemeral``, ``pending``,
-``held``, ``active``, ``emit``, ``_start_turn`` and ``_append_user_item``.
+:class:`PendingInputs` is a component of the :class:`~roost.actors._thread.ThreadActor` (its
+``inputs``): it owns ``pending`` (input waiting for the next turn, or a steer for the running one)
+and ``held`` (durable work that is never re-run by itself). Every method runs inside the
+ThreadActor (its mailbox serialises them); what it needs of the thread is the explicit
+:class:`InputsHost` protocol. The running turn takes its steers through :meth:`take_steers`.
+
+Notifications (app-server-protocol.md, "Notifications": turn/queued, turn/dequeued, turn/steered,
+turn/unsteered, turn/held "update pending input state"): each carries ``input`` and a ``state``
+saying which change it reports, so a client can tell them apart:
+
+* ``turn/queued``: ``queued`` (accepted for a later turn) or ``updated`` (turn/update-queued);
+* ``turn/steered``: ``pending`` (accepted; the running turn takes it at its next model step,
+  ``turn_id`` names that turn) or ``admitted`` (its user item is now in the turn);
+* ``turn/dequeued``: ``withdrawn`` (turn/dequeue) or ``dispatched`` (it starts a turn of its own);
+* ``turn/unsteered``: ``withdrawn``;
+* ``turn/held``: ``held``, with ``reason``: ``requested`` (``hold: true``), ``turn_ended`` (its turn
+  ended without completing), ``not_started`` (a queued start failed or was interrupted),
+  ``abandoned`` (left by a process that died), ``executing_elsewhere`` (another app-server on the
+  same store executes the thread; this process keeps it as held work instead of a queue that
+  process cannot see).
 
 Durability (app-server-protocol.md, "Turns and execution runs"): accepted input is committed to
 SQLite before the request is answered; a retry with the same ``client_id`` returns the original
@@ -23,16 +37,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, Protocol
 
+import trio
+
+from roost import storage
 from roost.actors._messages import Dequeue, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued
 from roost.actors._thread_store import hold_inputs
-from roost.actors._turn import TurnState
 from roost.errors import InvalidParams, LifecycleError, RoostError, StaleTurn, ThreadBusy
-from roost.storage import _items, _threads
-from roost.storage._rows import new_id
+from roost.storage import new_id
 
-__all__ = ["PendingInputs", "public_input", "default_origin"]
+__all__ = ["PendingInputs", "InputsHost", "public_input", "default_origin"]
 
 log = logging.getLogger("roost.thread")
 
@@ -49,58 +64,127 @@ def default_origin() -> Any:
     return Origin()
 
 
-class PendingInputs:
-    """Queue, steer and held-work handling of a ThreadActor (a mixin; see the module doc)."""
+class InputsHost(Protocol):
+    """What the pending input uses of its thread (implemented by the ThreadActor).
 
-    async def _persist_held(self, entries: list[dict], *, announce: bool = True) -> None:
-        """Make ``entries`` (already in :attr:`held`) durable held work, in order; emit turn/held."""
+    Attributes:
+        thread: the thread's row (``id``, ``metadata``).
+        services: the process's services (the store's writer).
+        ephemeral: nothing is written.
+        active: the running turn (a :class:`~roost.actors._turn.TurnActor`), or None.
+        nursery: the thread actor's nursery (a queued input starts its turn there).
+    """
+
+    thread: Any
+    services: Any
+    ephemeral: bool
+    active: Any
+
+    @property
+    def nursery(self) -> trio.Nursery: ...
+
+    def emit(self, method: str, params: dict) -> None:
+        """Fan a notification out to the thread's subscribers."""
+
+    def consumed(self, client_id: str) -> bool:
+        """Whether a user message of the thread came from input with ``client_id``."""
+
+    async def busy_elsewhere(self) -> bool:
+        """Whether another process holds the thread's execution lease now (a store read)."""
+
+    async def start_turn(self, msg: StartTurn) -> dict:
+        """Admit a turn (the ThreadActor's StartTurn handling); its view. Raises ThreadBusy..."""
+
+
+class PendingInputs:
+    """A thread's pending input and held work (a component of the ThreadActor; see the module doc).
+
+    Args:
+        host: the thread (an :class:`InputsHost`).
+
+    Attributes:
+        pending: input waiting for the next turn (``kind: queue``) or for the running turn
+            (``kind: steer``), in order; ``_foreign`` entries belong to an execution in another
+            process (shown, never dispatched or admitted here).
+        held: durable held work (never run by itself).
+        accepting: ids of input whose acceptance write is in flight.
+        dispatching: the queued input being started as a turn now, or None.
+        dispatch_cancelled: why an interrupt withdrew that start, or None.
+    """
+
+    def __init__(self, host: InputsHost) -> None:
+        self.host = host
+        self.pending: list[dict] = []
+        self.held: list[dict] = []
+        self.accepting: set[str] = set()
+        self.dispatching: dict | None = None
+        self.dispatch_cancelled: str | None = None
+
+    def announce(self, method: str, entry: dict, state: str, **extra: Any) -> None:
+        """Emit pending-input notification ``method`` for ``entry`` with its ``state`` (see the
+        module doc: which change of the input it reports) and ``extra`` fields."""
+        self.host.emit(method, {"thread_id": self.host.thread.id, "input": public_input(entry), "state": state,
+                                **extra})
+
+    async def persist_held(self, entries: list[dict], *, announce: bool = True, reason: str = "turn_ended") -> None:
+        """Make ``entries`` (already in :attr:`held`) durable held work, in order; emit turn/held
+        (``state: "held"``, with ``reason``)."""
         if not entries:
             return
-        if not self.ephemeral:
+        if not self.host.ephemeral:
             try:
-                await self.services.store.writer.submit(hold_inputs, self.thread.id, list(entries))
+                await self.host.services.store.writer.submit(hold_inputs, self.host.thread.id, list(entries))
             except RoostError:
-                log.exception("thread %s: could not make input held work", self.thread.id)
+                log.exception("thread %s: could not make input held work", self.host.thread.id)
         if announce:
             for entry in entries:
-                self.emit("turn/held", {"thread_id": self.thread.id, "input": public_input(entry)})
+                self.announce("turn/held", entry, "held", reason=reason)
 
-    async def admit_steers(self, turn: TurnState) -> None:
-        """Admit pending steers into the running turn (called before each model request)."""
+    def take_steers(self) -> list[dict]:
+        """Remove and return this process's pending steers, in order (the running turn admits them)."""
         steers = [p for p in self.pending if p["kind"] == "steer" and not p.get("_foreign")]
         for steer in steers:
             self.pending.remove(steer)
-            try:
-                await self._append_user_item(turn, steer["prompt"], source_id=steer.get("client_id"),
-                                             images=steer.get("images"),
-                                             consume_input=None if steer.get("_internal") else steer["id"],
-                                             content_parts=steer.get("content_parts"))
-            except BaseException:
-                # Not admitted (e.g. the lease was lost): it stays pending, and becomes held work
-                # when the turn ends.
-                self.pending.insert(0, steer)
-                raise
-            self.emit("turn/steered", {"thread_id": self.thread.id, "turn_id": turn.id, "input": public_input(steer)})
+        return steers
 
-    def _dispatch_next(self) -> None:
+    def return_steers(self, steers: list[dict]) -> None:
+        """Put steers the turn could not admit back in front of the pending input."""
+        self.pending[:0] = steers
+
+    def has_steers(self) -> bool:
+        """Whether a steer of this process is pending."""
+        return any(p["kind"] == "steer" and not p.get("_foreign") for p in self.pending)
+
+    def at_turn_end(self) -> list[dict]:
+        """A turn ended without completing: this process's pending input becomes held work,
+        steers first; return it (the turn's end makes it durable with :func:`hold_inputs`)."""
+        own = [p for p in self.pending if not p.get("_foreign")]
+        ordered = [p for p in own if p["kind"] == "steer"] + [p for p in own if p["kind"] != "steer"]
+        self.pending = [p for p in self.pending if p.get("_foreign")]
+        for entry in ordered:
+            entry["held"] = True
+            self.held.append(entry)
+        return ordered
+
+    def dispatch_next(self) -> None:
         """Start the oldest pending input as a new turn (after a natural end, or queued while idle).
 
         The start runs as a task of this actor (:meth:`_start_queued`), one at a time; not a checkpoint.
         """
-        if self.active is not None or self._dispatching is not None:
+        if self.host.active is not None or self.dispatching is not None:
             return
         queued = [p for p in self.pending if not p.get("_foreign")]
         if not queued:
             return
         entry = queued[0]
         try:
-            nursery = self.nursery
+            nursery = self.host.nursery
         except LifecycleError:
             return  # stopping: the input stays in the store and is held at the next load
         self.pending.remove(entry)
-        self._dispatching = entry
-        self._dispatch_cancelled = None
-        self.emit("turn/dequeued", {"thread_id": self.thread.id, "input": public_input(entry)})
+        self.dispatching = entry
+        self.dispatch_cancelled = None
+        self.announce("turn/dequeued", entry, "dispatched")
         nursery.start_soon(self._start_queued, entry)
 
     async def _start_queued(self, entry: dict) -> None:
@@ -111,26 +195,26 @@ class PendingInputs:
         never re-run automatically.
         """
         try:
-            if self._dispatch_cancelled is None:
-                await self._start_turn(StartTurn(
+            if self.dispatch_cancelled is None:
+                await self.host.start_turn(StartTurn(
                     prompt=entry["prompt"], client_id=entry.get("client_id"),
                     images=tuple(entry.get("images") or ()), input_id=entry["id"],
                     content_parts=entry.get("content_parts"),
                     origin=entry.get("_origin") or default_origin()))
                 return
-            log.info("thread %s: queued input %s withdrawn by an interrupt (%s)", self.thread.id,
-                     entry["id"], self._dispatch_cancelled)
+            log.info("thread %s: queued input %s withdrawn by an interrupt (%s)", self.host.thread.id,
+                     entry["id"], self.dispatch_cancelled)
         except RoostError as exc:
-            log.warning("thread %s: queued input %s could not start a turn: %s", self.thread.id, entry["id"], exc)
+            log.warning("thread %s: queued input %s could not start a turn: %s", self.host.thread.id, entry["id"], exc)
         finally:
-            self._dispatching = None
+            self.dispatching = None
         own = [p for p in self.pending if not p.get("_foreign")]
         self.pending = [p for p in self.pending if p.get("_foreign")]
         stranded = [entry] + own
         for item in stranded:
             item["held"] = True
             self.held.append(item)
-        await self._persist_held(stranded)
+        await self.persist_held(stranded, reason="not_started")
 
     async def _accept_input(self, kind: str, prompt: str, *, hold: bool, client_id: str | None,
                             images: tuple = (), origin: Any = None,
@@ -142,23 +226,23 @@ class PendingInputs:
             for entry in self.pending + self.held:
                 if entry.get("client_id") == client_id:
                     return entry, False
-            if any(i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
-                raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.thread.id}")
+            if self.host.consumed(client_id):
+                raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.host.thread.id}")
             superseded = self._check_fence(client_id, mode)
-        payload = {"prompt": prompt}
+        payload: dict[str, Any] = {"prompt": prompt}
         if images:
             payload["images"] = list(images)
         if content_parts is not None:
             payload["content_parts"] = content_parts
         entry = {"id": new_id("input"), "kind": kind, "held": hold, "client_id": client_id, **payload}
-        if not self.ephemeral:
-            self._accepting.add(entry["id"])
+        if not self.host.ephemeral:
+            self.accepting.add(entry["id"])
             try:
-                row, created = await self.services.store.writer.submit(functools.partial(
-                    _items.add_held_input, kind=kind, payload=payload, held=hold, client_id=client_id,
-                    id=entry["id"]), self.thread.id)
+                row, created = await self.host.services.store.writer.submit(functools.partial(
+                    storage.add_held_input, kind=kind, payload=payload, held=hold, client_id=client_id,
+                    id=entry["id"]), self.host.thread.id)
             finally:
-                self._accepting.discard(entry["id"])
+                self.accepting.discard(entry["id"])
             if not created:
                 return {"id": row.id, "kind": row.kind, "held": row.held, "client_id": row.client_id,
                         **(row.payload or {})}, False
@@ -166,7 +250,7 @@ class PendingInputs:
         if origin is not None:
             entry["_origin"] = origin
         (self.held if hold else self.pending).append(entry)
-        if superseded:  # switching delivery mode supersedes the other mode's withdrawal
+        if superseded and client_id is not None:  # switching mode supersedes the other's withdrawal
             await self._set_fence(client_id, None)
         return entry, True
 
@@ -186,7 +270,7 @@ class PendingInputs:
 
     def _fences(self) -> dict[str, str]:
         """``client_id -> mode`` of withdrawn input (see the module doc)."""
-        fences = (self.thread.metadata or {}).get("withdrawn_client_ids")
+        fences = (self.host.thread.metadata or {}).get("withdrawn_client_ids")
         return fences if isinstance(fences, dict) else {}
 
     async def _set_fence(self, client_id: str, mode: str | None, *, remove_input: str | None = None) -> None:
@@ -197,32 +281,40 @@ class PendingInputs:
             fences.pop(client_id, None)
         else:
             fences[client_id] = mode
-        metadata = {**(self.thread.metadata or {}), "withdrawn_client_ids": fences}
-        if not self.ephemeral:
-            tid = self.thread.id
+        metadata = {**(self.host.thread.metadata or {}), "withdrawn_client_ids": fences}
+        if not self.host.ephemeral:
+            tid = self.host.thread.id
 
             def write(conn: Any) -> None:
                 if remove_input is not None:
-                    _items.remove_held_input(conn, remove_input)
-                _threads.update_thread(conn, tid, metadata=metadata)
+                    storage.remove_held_input(conn, remove_input)
+                storage.update_thread(conn, tid, metadata=metadata)
 
-            await self.services.store.writer.submit(write)
-        self.thread.metadata = metadata
+            await self.host.services.store.writer.submit(write)
+        self.host.thread.metadata = metadata
 
-    async def _queue(self, msg: QueueInput) -> dict:
+    async def queue(self, msg: QueueInput) -> dict:
         if not msg.prompt:
             raise InvalidParams("prompt is required")
-        entry, created = await self._accept_input("queue", msg.prompt, hold=msg.hold, client_id=msg.client_id,
+        hold, reason = msg.hold, "requested"
+        if not hold and self.host.active is None and await self.host.busy_elsewhere():
+            # Another process executes the thread: this one cannot start the input, and that one
+            # does not see this process's queue. It is kept as visible held work (never lost);
+            # send it with turn/steer once the thread is free.
+            hold, reason = True, "executing_elsewhere"
+        entry, created = await self._accept_input("queue", msg.prompt, hold=hold, client_id=msg.client_id,
                                                   images=msg.images, origin=msg.origin,
                                                   content_parts=msg.content_parts)
-        public = public_input(entry)
         if created:
-            self.emit("turn/held" if msg.hold else "turn/queued", {"thread_id": self.thread.id, "input": public})
-            if not msg.hold and self.active is None:
-                self._dispatch_next()
-        return public
+            if hold:
+                self.announce("turn/held", entry, "held", reason=reason)
+            else:
+                self.announce("turn/queued", entry, "queued")
+                if self.host.active is None:
+                    self.dispatch_next()
+        return public_input(entry)
 
-    async def _update_queued(self, msg: UpdateQueued) -> dict:
+    async def update_queued(self, msg: UpdateQueued) -> dict:
         for entry in self.pending + self.held:
             if entry["id"] == msg.input_id:
                 entry["prompt"] = msg.prompt
@@ -233,10 +325,10 @@ class PendingInputs:
                 for key in ("images", "content_parts"):
                     if entry.get(key):
                         payload[key] = entry[key]
-                if not self.ephemeral:
-                    await self.services.store.writer.submit(functools.partial(
-                        _items.update_held_input, payload=payload), msg.input_id)
-                self.emit("turn/queued", {"thread_id": self.thread.id, "input": public_input(entry)})
+                if not self.host.ephemeral:
+                    await self.host.services.store.writer.submit(functools.partial(
+                        storage.update_held_input, payload=payload), msg.input_id)
+                self.announce("turn/queued", entry, "updated")
                 return public_input(entry)
         raise InvalidParams(f"no pending input {msg.input_id}")
 
@@ -248,20 +340,20 @@ class PendingInputs:
                     if entry.get("client_id"):  # fence retries in this delivery mode
                         mode = "steer" if event == "turn/unsteered" else "queue"
                         await self._set_fence(entry["client_id"], mode, remove_input=input_id)
-                    elif not self.ephemeral:
-                        await self.services.store.writer.submit(_items.remove_held_input, input_id)
-                    self.emit(event, {"thread_id": self.thread.id, "input": public_input(entry)})
+                    elif not self.host.ephemeral:
+                        await self.host.services.store.writer.submit(storage.remove_held_input, input_id)
+                    self.announce(event, entry, "withdrawn")
                     return public_input(entry)
         raise InvalidParams(f"no pending input {input_id}")
 
-    async def _dequeue(self, msg: Dequeue) -> dict:
+    async def dequeue(self, msg: Dequeue) -> dict:
         return await self._remove_input(msg.input_id, ("queue", "steer"), "turn/dequeued")
 
-    async def _unsteer(self, msg: Unsteer) -> dict:
+    async def unsteer(self, msg: Unsteer) -> dict:
         return await self._remove_input(msg.input_id, ("steer",), "turn/unsteered")
 
-    async def _steer(self, msg: SteerInput) -> dict:
-        tid = self.thread.id
+    async def steer(self, msg: SteerInput) -> dict:
+        tid = self.host.thread.id
         if msg.input_id is not None:
             entry = next((e for e in self.held + self.pending if e["id"] == msg.input_id), None)
             if entry is None:
@@ -275,19 +367,29 @@ class PendingInputs:
                 raise InvalidParams("prompt (or input_id) is required")
             entry, prompt, client_id = None, msg.prompt, msg.client_id
             images, parts = msg.images, msg.content_parts
-        if self.active is None:
+        if entry is None and client_id is not None:
+            duplicate = next((e for e in self.pending + self.held if e.get("client_id") == client_id), None)
+            if duplicate is not None:  # a retry (also after a restart): the original, never a second run
+                return self._steer_reply(duplicate)
+        if self.host.active is None:
             if msg.expected_turn_id is not None:
                 raise StaleTurn(f"turn {msg.expected_turn_id} is not running on thread {tid}")
             # Idle: sending input (or a held item) starts a turn with it. The held item leaves the
             # held list only once the turn is admitted (if admission fails, it stays held).
             superseded = False
             if entry is None and client_id is not None:
-                if any(i.get("source_id") == client_id for i in self.items if i["type"] == "user_message"):
+                if self.host.consumed(client_id):
                     raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {tid}")
                 superseded = self._check_fence(client_id, "steer")
-            if superseded:
+            if superseded and client_id is not None:
                 await self._set_fence(client_id, None)
-            turn = await self._start_turn(StartTurn(prompt=prompt, client_id=client_id, origin=msg.origin,
+            if entry is None and not self.host.ephemeral and await self.host.busy_elsewhere():
+                # Another process executes the thread: keep the input as visible held work.
+                entry, _ = await self._accept_input("steer", prompt, hold=True, client_id=client_id,
+                                                    origin=msg.origin, images=images, content_parts=parts)
+                self.announce("turn/held", entry, "held", reason="executing_elsewhere")
+                return self._steer_reply(entry)
+            turn = await self.host.start_turn(StartTurn(prompt=prompt, client_id=client_id, origin=msg.origin,
                                                     images=images, content_parts=parts,
                                                     input_id=entry["id"] if entry else None))
             if entry is not None:
@@ -295,19 +397,42 @@ class PendingInputs:
                     if entry in bucket:
                         bucket.remove(entry)
             return {"thread_id": tid, "delivery": "queued", "turn": turn}
-        if msg.expected_turn_id is not None and msg.expected_turn_id != self.active.id:
-            raise StaleTurn(f"expected turn {msg.expected_turn_id}, the active turn is {self.active.id}")
+        active = self.host.active
+        if msg.expected_turn_id is not None and msg.expected_turn_id != active.id:
+            raise StaleTurn(f"expected turn {msg.expected_turn_id}, the active turn is {active.id}")
         if entry is not None:
             (self.held if entry in self.held else self.pending).remove(entry)
             entry["kind"] = "steer"
             entry["held"] = False
             self.pending.append(entry)
-            if not self.ephemeral:
-                await self.services.store.writer.submit(functools.partial(
-                    _items.update_held_input, kind="steer", held=False), entry["id"])
+            if not self.host.ephemeral:
+                await self.host.services.store.writer.submit(functools.partial(
+                    storage.update_held_input, kind="steer", held=False), entry["id"])
         else:
             entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin,
                                                 images=images, content_parts=parts)
-        if self.active is not None:
-            self.active.cut_for_steer()  # a reply streaming text stops here; the steer goes next
-        return {"thread_id": tid, "delivery": "active_turn", "turn_id": self.active.id, "input": public_input(entry)}
+        if entry in self.pending:  # other clients see the steer waiting for the next model step
+            self.announce("turn/steered", entry, "pending", turn_id=active.id)
+        if self.host.active is None and entry in self.pending:
+            # The turn ended while the steer was being accepted (its end could not see it): a
+            # completed turn's steer starts the next turn; after an interrupt it is held work.
+            if active.status == "completed":
+                self.dispatch_next()
+            else:
+                self.pending.remove(entry)
+                entry["held"] = True
+                self.held.append(entry)
+                await self.persist_held([entry], reason="turn_ended")
+        elif self.host.active is not None:
+            self.host.active.cut_for_steer()  # a reply streaming text stops here; the steer goes next
+        return self._steer_reply(entry)
+
+    def _steer_reply(self, entry: dict) -> dict:
+        """The turn/steer result for accepted input ``entry``: ``delivery`` ``active_turn`` (the
+        running turn takes it at its next model step) or ``queued`` (it starts or waits for a
+        turn of its own, or is held work: ``input.held``)."""
+        tid = self.host.thread.id
+        active = self.host.active
+        if active is not None and entry in self.pending and entry["kind"] == "steer" and not entry.get("_foreign"):
+            return {"thread_id": tid, "delivery": "active_turn", "turn_id": active.id, "input": public_input(entry)}
+        return {"thread_id": tid, "delivery": "queued", "input": public_input(entry)}

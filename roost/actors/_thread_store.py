@@ -19,17 +19,19 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from roost import storage
 from roost.actors._edit import RETRACTED
 from roost.actors._views import history_from_items
 from roost.errors import NotFound
-from roost.storage import _items, _threads, leases
+from roost.storage import leases
 from roost.storage.leases import owner_is_dead
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
 
 __all__ = [
-    "read_state", "load_state", "store_changed", "apply_state", "settle_abandoned", "hold_inputs",
+    "read_state", "read_lease", "read_held", "merge_held", "load_state", "store_changed", "apply_state",
+    "settle_abandoned", "hold_inputs",
     "live_elsewhere",
 ]
 
@@ -42,11 +44,16 @@ def read_state(conn: Any, thread_id: str) -> dict:
         "has_workers": bool}``, rows in thread order (items by ``seq``, input by position);
         ``has_workers``: the thread is the root of a worker tree.
     """
-    has_workers = conn.execute("SELECT 1 FROM workers WHERE root_thread_id = ? LIMIT 1", (thread_id,)).fetchone()
-    return {"turns": _threads.list_turns(conn, thread_id), "items": _items.list_items(conn, thread_id),
-            "inputs": _items.list_held_input(conn, thread_id),
+    return {"turns": storage.list_turns(conn, thread_id), "items": storage.list_items(conn, thread_id),
+            "inputs": storage.list_held_input(conn, thread_id),
             "lease": leases.get_lease(conn, leases.thread_lease_key(thread_id)),
-            "has_workers": has_workers is not None}
+            "has_workers": storage.thread_has_workers(conn, thread_id)}
+
+
+def read_lease(store: Any, thread_id: str) -> dict | None:
+    """The execution lease row of ``thread_id`` (blocking read; None if it never had one)."""
+    with store.read() as conn:
+        return leases.get_lease(conn, leases.thread_lease_key(thread_id))
 
 
 def load_state(store: Any, thread_id: str) -> dict:
@@ -58,9 +65,7 @@ def load_state(store: Any, thread_id: str) -> dict:
 def store_changed(conn: Any, thread_id: str, turn_rows: int, max_seq: int) -> bool:
     """Whether the store holds other turns or items than an actor that saw ``turn_rows`` turn rows
     and items up to ``max_seq`` (blocking, read-only)."""
-    if conn.execute("SELECT 1 FROM items WHERE thread_id = ? AND seq > ? LIMIT 1", (thread_id, max_seq)).fetchone():
-        return True
-    return conn.execute("SELECT COUNT(*) FROM turns WHERE thread_id = ?", (thread_id,)).fetchone()[0] != turn_rows
+    return storage.thread_changed_since(conn, thread_id, turn_rows, max_seq)
 
 
 def live_elsewhere(lease: dict | None, owner: str) -> bool:
@@ -109,12 +114,13 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
         if meta.get("resume_after_turn_id"):
             actor.consumed_turn_ids.add(meta["resume_after_turn_id"])
     actor.history = history_from_items(actor.items)
-    if actor._dispatching is not None:
-        keep = keep | {actor._dispatching["id"]}
-    alive = {row.id for row in state["inputs"]} | actor._accepting
-    pending = [e for e in actor.pending if e["id"] in alive and not e.get("_foreign")]
-    held = [e for e in actor.held if e["id"] in alive]
-    known = {e["id"] for e in pending + held} | keep | actor._accepting
+    inputs = actor.inputs
+    if inputs.dispatching is not None:
+        keep = keep | {inputs.dispatching["id"]}
+    alive = {row.id for row in state["inputs"]} | inputs.accepting
+    pending = [e for e in inputs.pending if e["id"] in alive and not e.get("_foreign")]
+    held = [e for e in inputs.held if e["id"] in alive]
+    known = {e["id"] for e in pending + held} | keep | inputs.accepting
     foreign = live_elsewhere(state["lease"], actor.services.owner)
     orphans: list[dict] = []
     for row in state["inputs"]:
@@ -132,8 +138,36 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
     orphans = [e for e in orphans if e["kind"] == "steer"] + [e for e in orphans if e["kind"] != "steer"]
     for view in orphans:
         view["held"] = True
-    actor.pending, actor.held = pending, held + orphans
+    inputs.pending, inputs.held = pending, held + orphans
     return orphans
+
+
+def read_held(store: Any, thread_id: str) -> list:
+    """The thread's held input rows (``held`` true), in input order (blocking read)."""
+    with store.read() as conn:
+        return storage.list_held_input(conn, thread_id, held=True)
+
+
+def merge_held(actor: ThreadActor, rows: list) -> bool:
+    """Merge the store's held input ``rows`` (:func:`read_held`) into ``actor``'s held work: rows it
+    does not know (held by another process on the same store, e.g. input accepted there while
+    this process executes the thread) are added; held entries whose rows are gone (sent or
+    withdrawn elsewhere) are dropped, except input being accepted or started here. Pending input
+    is left alone. Returns whether anything changed. Not a checkpoint (run it in the actor's task).
+    """
+    inputs = actor.inputs
+    busy = set(inputs.accepting) | ({inputs.dispatching["id"]} if inputs.dispatching else set())
+    stored = {row.id for row in rows}
+    known = {e["id"] for e in inputs.pending + inputs.held}
+    held = [e for e in inputs.held if e["id"] in stored or e["id"] in busy]
+    changed = len(held) != len(inputs.held)
+    for row in rows:
+        if row.id not in known:
+            held.append({"id": row.id, "kind": row.kind, "held": True, "client_id": row.client_id,
+                         "position": row.position, **(row.payload or {})})
+            changed = True
+    inputs.held = held
+    return changed
 
 
 def hold_inputs(conn: Any, thread_id: str, entries: list[dict]) -> None:
@@ -143,11 +177,11 @@ def hold_inputs(conn: Any, thread_id: str, entries: list[dict]) -> None:
     """
     if not entries:
         return
-    position = max((row.position for row in _items.list_held_input(conn, thread_id)), default=0)
+    position = max((row.position for row in storage.list_held_input(conn, thread_id)), default=0)
     for entry in entries:
         position += 1
         try:
-            _items.update_held_input(conn, entry["id"], held=True, position=position)
+            storage.update_held_input(conn, entry["id"], held=True, position=position)
         except NotFound:
             pass
 
@@ -160,14 +194,13 @@ def settle_abandoned(conn: Any, thread_id: str) -> int:
     else will settle them. Their ``error`` gets ``reason: "abandoned"``. Blocking write.
     """
     count = 0
-    for row in _threads.list_turns(conn, thread_id, status="running"):
+    for row in storage.list_turns(conn, thread_id, status="running"):
         error = dict(row.error) if isinstance(row.error, dict) else {}
         error.update(category="cancelled", reason="abandoned",
                      message="interrupted: its execution ended without settling it (the process "
                              "died or lost the execution lease)")
-        _threads.update_turn(conn, row.id, status="interrupted", error=error)
+        storage.update_turn(conn, row.id, status="interrupted", error=error)
         # a started tool call checkpointed by the dead execution ends with its turn
-        conn.execute("UPDATE items SET status = 'interrupted' WHERE turn_id = ? AND status = 'in_progress'",
-                     (row.id,))
+        storage.interrupt_open_items(conn, row.id)
         count += 1
     return count

@@ -1,9 +1,20 @@
-"""The turn loop (the TurnActor of DESIGN.md): engine stream -> items -> tools -> approvals.
+"""The TurnActor of DESIGN.md section 2: one admitted turn of a thread (restart type *temporary*).
 
-A turn runs as a task in its ThreadActor's nursery, inside its own cancel scope (interrupt = cancel
-that scope) and under the thread's execution lease (losing the lease cancels the same scope). Its
-clean-up runs shielded and bounded: partial items persist as ``interrupted``, every tool call gets a
-result, and exactly one terminal event (turn/completed or turn/error) is emitted.
+A ThreadActor admits input; each admitted turn is a :class:`TurnActor`, started in the thread's
+nursery. The turn holds the thread's execution lease, writes the turn row and its input
+(admission), runs its body (the sampling loop of :mod:`roost.actors._turn_loop`, or a compaction)
+inside its own cancel scope, writes its items (fenced by the lease's token) and ends with exactly
+one terminal event. It is never restarted: a turn is never replayed automatically (model calls and
+tool side effects are not idempotent); a bug in it fails the turn, and the thread lives on.
+
+The two sides talk through a small, explicit interface:
+
+* thread -> turn: :meth:`TurnActor.interrupt`, :meth:`TurnActor.cut_for_steer`,
+  :meth:`TurnActor.view` and :attr:`TurnActor.done` (also as the messages :class:`StopTurn` and
+  :class:`CutForSteer` through the turn's mailbox);
+* turn -> thread: the :class:`TurnHost` protocol, which the ThreadActor implements: its
+  conversation history, the fan-out (``emit``), its pending steers, and three callbacks that keep
+  the thread's own state (``admit``, ``item_settled``, ``turn_finished``).
 
 An interrupted turn's ``error`` says who stopped it (STYLE.md: attributed cancellation):
 ``{"category": "cancelled", "reason": ..., "message": ...}`` with ``reason`` one of
@@ -14,42 +25,139 @@ later write of the turn was refused), or ``stopped`` (the thread actor was stopp
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
 
+import attrs
 import trio
 
-from roost._faults import fault_point
+from roost import storage
+from roost.actors._actor import Actor, shielded_cleanup
+from roost.actors._views import item_payload, user_item_view
+from roost.errors import InvalidParams, LeaseHeld, NotFound, RoostError, StaleLease, StoreBusy, ThreadBusy
+from roost.storage import leases, utc_now
 
-from roost.actors._actor import shielded_cleanup
-from roost.actors._fair import FairEvents
-from roost.engines._types import (
-    AgentMessage, EngineRequest, Finish, Reasoning, ReasoningDelta, ReasoningItems, Retrying, TextDelta, ToolCall,
-    ToolCallDelta, ToolCallEnd, ToolCallStart, ToolResult, ToolSchema, Usage,
-)
-from roost.errors import EngineFailure, RoostError, StaleLease
-from roost.storage._processes import tool_process_hook
-from roost.storage._rows import new_id, utc_now
-from roost.tools import ToolContext, run_tool
-
-if TYPE_CHECKING:
-    from roost.actors._thread import ThreadActor
-
-__all__ = ["TurnState", "run_turn"]
+__all__ = ["STOP_MESSAGES", "TurnActor", "TurnState", "TurnHost", "StopTurn", "CutForSteer", "TurnBody"]
 
 log = logging.getLogger("roost.turn")
 
+#: Seconds a shielded write of turn state may take before the caller gives up (StoreBusy).
+PERSIST_TIMEOUT = 30.0
 
-class TurnState:
-    """The live state of one admitted turn (owned by its ThreadActor)."""
+#: The ``message`` of an interrupted turn's ``error`` per ``reason``.
+STOP_MESSAGES = {
+    "interrupted": "interrupted by the client",
+    "shutdown": "interrupted: the server is shutting down (end of input or SIGTERM)",
+    "stopped": "interrupted: the thread was stopped",
+}
+#: The former private name (roost.orchestration reads it).
+_STOP_MESSAGES = STOP_MESSAGES
 
-    def __init__(self, turn_id: str, origin: Any, *, run_id: str | None = None) -> None:
+#: ``await body(turn, execution)``: a turn's work; must settle the turn (:meth:`TurnActor.finish`)
+#: even when cancelled. ``execution`` is the lease's :class:`roost.storage.Execution` (None when
+#: the thread is ephemeral).
+TurnBody = Callable[["TurnActor", Any], Awaitable[None]]
+
+
+class TurnHost(Protocol):
+    """What a turn may use of its thread (implemented by :class:`~roost.actors._thread.ThreadActor`).
+
+    Attributes:
+        thread: the thread's row (``id``, ``model``, ``effort``, ``cwd``, ``permission_mode``).
+        services: the process's services (engines, tools, store, keeper, limits).
+        ephemeral: nothing is written (``thread/start`` with ``ephemeral: true``).
+        history: the engine conversation; the turn appends its messages in order.
+        agent_name: the thread's agent (worker threads), or None.
+        tree: the root thread's WorkerTree once started, else None.
+        worker_id: set when the thread is a worker.
+    """
+
+    thread: Any
+    services: Any
+    ephemeral: bool
+    history: list
+    agent_name: str | None
+    tree: Any
+    worker_id: str | None
+
+    @property
+    def cwd(self) -> Path: ...
+
+    def emit(self, method: str, params: dict) -> None:
+        """Fan a notification out to the thread's subscribers."""
+
+    async def ensure_tree(self) -> Any:
+        """The root thread's WorkerTree (started on first use)."""
+
+    def take_steers(self) -> list[dict]:
+        """Remove and return the pending steers the turn admits next (in order)."""
+
+    def return_steers(self, steers: list[dict]) -> None:
+        """Put steers the turn could not admit back in front of the pending input."""
+
+    def has_steers(self) -> bool:
+        """Whether a steer is pending for this process's turn."""
+
+    async def admit(self, turn: TurnActor) -> dict | None:
+        """Write the turn row and its user input under the lease (the admission); return the
+        user item view (None: no user message). Raises StaleLease."""
+
+    def item_settled(self, turn: TurnActor, view: dict) -> None:
+        """Record a stored item of ``turn`` in the thread's conversation (``view["seq"]`` set
+        when it was stored)."""
+
+    def inputs_at_end(self, turn: TurnActor) -> list[dict]:
+        """The pending input that becomes held work because ``turn`` did not complete."""
+
+    def turn_finished(self, turn: TurnActor, moved: list[dict]) -> None:
+        """The turn's end is stored (or refused): update the thread, emit turn/held for ``moved``
+        and the terminal event (turn/completed or turn/error)."""
+
+    def turn_released(self, turn: TurnActor) -> None:
+        """The turn's execution lease is released (a completed turn may start queued input)."""
+
+
+@attrs.frozen
+class StopTurn:
+    """Interrupt the turn (``reason``: ``interrupted``, ``shutdown``...). Reply: bool, whether
+    this message stopped it (False: it had already ended or was settling with its own outcome)."""
+
+    reason: str = "interrupted"
+
+
+@attrs.frozen
+class CutForSteer:
+    """Cut the model response streaming text now, for a steer. Reply: None."""
+
+
+class TurnActor(Actor):
+    """One admitted turn (see the module doc).
+
+    Args:
+        host: the thread (a :class:`TurnHost`).
+        turn_id: the turn's id.
+        origin: who started it (approvals go back to it).
+        run_id: the execution run it belongs to, or None.
+        start: the :class:`~roost.actors._messages.StartTurn` that admitted it.
+        body: what the turn does once admitted (:data:`TurnBody`; default: the sampling loop).
+    """
+
+    mailbox_size = 16
+    #: DESIGN.md section 2: a turn is never restarted.
+    restart = "temporary"
+
+    def __init__(self, host: TurnHost | None, turn_id: str, origin: Any, *, run_id: str | None = None,
+                 start: Any = None, body: TurnBody | None = None) -> None:
+        super().__init__(name=f"turn:{turn_id}")
+        self.host: Any = host
         self.id = turn_id
         self.origin = origin
         self.run_id = run_id
+        self.start = start
+        self._body = body
         self.scope = trio.CancelScope()
         self.status = "running"
         self.started_at = utc_now()
@@ -62,6 +170,8 @@ class TurnState:
         self.token: int | None = None
         #: the :class:`roost.storage.Execution` holding the thread's lease (None when ephemeral)
         self.execution: Any = None
+        self._hold: Any = None
+        self._user_item: dict | None = None
         #: the turn this one continues (``turn/start`` with ``resume_after_turn_id``), or None
         self.resume_after_turn_id: str | None = None
         self.model_calls = 0
@@ -69,12 +179,28 @@ class TurnState:
         #: orchestration agent turn: the agent's settings (:class:`AgentTurn`), else None
         self.agent: Any = None
         self.tool_rounds = 0
-        #: ids of this turn's items stored while still in progress (their end is an update)
+        #: ids of this turn's items stored while still in progress (their end replaces the row)
         self.checkpointed: set[str] = set()
         #: the model response streaming now (cancelled to cut it for a steer), and whether it is
         #: streaming text with no tool call started (only then is it cut)
         self.stream_cut: trio.CancelScope | None = None
         self.text_streaming = False
+
+    # -- the interface of the thread -------------------------------------------------------------
+
+    def interrupt(self, reason: str) -> bool:
+        """Interrupt the turn (idempotent, not a checkpoint): cancel its scope, name ``reason``.
+
+        Returns:
+            True if the turn is (now, or already was) being interrupted; False if it is settling
+            with an outcome of its own (completed, failed, lease lost).
+        """
+        if self.interrupt_reason is None:
+            if self.status != "running":
+                return False
+            self.interrupt_reason = reason
+            self.scope.cancel()
+        return True
 
     def cut_for_steer(self) -> None:
         """Cut the model response streaming text now, for a steer (app-server-protocol.md:
@@ -91,7 +217,8 @@ class TurnState:
         return self.agent.tools if self.agent is not None else None
 
     def view(self, *, with_items: bool = False) -> dict:
-        view = {
+        """The wire ``turn`` object (``thread_id`` None; the thread fills it in)."""
+        view: dict[str, Any] = {
             "id": self.id, "thread_id": None, "status": self.status, "run_id": self.run_id,
             "started_at": self.started_at, "completed_at": self.completed_at,
             "error": self.error, "usage": dict(self.usage),
@@ -100,358 +227,345 @@ class TurnState:
             view["items"] = list(self.items)
         return view
 
+    async def handle(self, message: Any) -> Any:
+        if isinstance(message, StopTurn):
+            return self.interrupt(message.reason)
+        if isinstance(message, CutForSteer):
+            self.cut_for_steer()
+            return None
+        raise InvalidParams(f"a turn cannot handle {type(message).__name__}")
 
-def _tool_schemas(tools: dict[str, Any]) -> tuple[ToolSchema, ...]:
-    return tuple(ToolSchema(name=t.name, description=t.description, parameters=t.parameters)
-                 for t in tools.values())
+    # -- lifecycle ------------------------------------------------------------------------------
 
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Admit the turn (:meth:`_admission`), then run it as an actor until it has ended; reports
+        its ref once admitted.
 
-async def run_turn(thread: ThreadActor, turn: TurnState, execution: Any) -> None:
-    """Run ``turn`` of ``thread`` to its end; emits exactly one terminal event.
+        Raises (to the ``nursery.start(turn.run)`` caller, nothing admitted): what
+        :meth:`_admission` raises, unwrapped.
+        """
+        self._user_item = await self._admission()
+        try:
+            await super().run(task_status=task_status)
+        finally:
+            await self._release()  # normally released by the body's end already
 
-    Cancellation: cancelling ``turn.scope`` (interrupt) or losing the lease ends the turn as
-    ``interrupted`` after a shielded, bounded clean-up; the Cancelled does not escape. Cancelled
-    from outside (the actor stopping), the turn ends the same way and the Cancelled propagates.
-    """
-    open_items: dict[str, dict] = {}  # item id -> view, streamed but not yet completed
-    try:
-        with turn_outcome(turn, execution), turn.scope:
-            await _loop(thread, turn, open_items)
-            # An interrupt acknowledged while the last (shielded) write ran still wins.
-            await trio.lowlevel.checkpoint_if_cancelled()
-            turn.status = "completed"
-    finally:
-        # Bounded, shielded clean-up; a root turn's includes freezing its worker tree.
-        with shielded_cleanup(60.0):
-            await _settle(thread, turn, open_items)
+    async def on_start(self) -> None:
+        self.nursery.start_soon(self._main, self._user_item)
 
+    async def _admission(self) -> dict | None:
+        """Admission: hold the thread's execution lease (persistent threads), write the turn row
+        and its input (:meth:`TurnHost.admit`); then the body runs in the turn's nursery.
 
-@contextlib.contextmanager
-def turn_outcome(turn: TurnState, execution: Any) -> Iterator[None]:
-    """Record how a turn's body ended in ``turn.status`` / ``turn.error``.
+        Returns:
+            The turn's user item view (None: the turn has no user message).
 
-    The body sets ``status = "completed"`` itself when it finishes. An engine failure or a
-    :class:`RoostError` fails the turn (``failed``, with an error view); any other exception is a
-    bug, logged, and fails the turn too: the thread lives on. A superseded lease
-    (:class:`StaleLease`) or a cancellation leaves it ``interrupted``, naming who stopped it.
-    Cancellation and other BaseExceptions propagate; the rest are absorbed.
-    """
-    try:
-        yield
-    except StaleLease:
-        pass  # a write found the lease superseded (the scope is cancelled too): interrupted below
-    except EngineFailure as failure:
-        turn.status = "failed"
-        turn.error = _failure_view(failure)
-    except RoostError as exc:
-        turn.status = "failed"
-        turn.error = {"category": "internal", "message": str(exc)}
-    except Exception as exc:  # a bug: the turn fails, the thread lives on
-        log.exception("turn %s crashed", turn.id)
-        turn.status = "failed"
-        turn.error = {"category": "internal", "message": f"{type(exc).__name__}: {exc}"}
-    finally:
-        if turn.status == "running":
-            turn.status = "interrupted"
-            turn.error = _interruption(turn, execution)
+        Raises:
+            ThreadBusy: another execution holds the thread's lease (another process), or took it
+                while the turn was being admitted.
+        """
+        host = self.host
+        tid = host.thread.id
+        if not host.ephemeral:
+            try:
+                self._hold = host.services.keeper.hold(leases.thread_lease_key(tid), ttl=host.services.lease_ttl)
+                self.execution = await self._hold.__aenter__()
+            except LeaseHeld as exc:
+                raise ThreadBusy(f"thread {tid} is executing in another process ({exc.owner})") from None
+            self.token = self.execution.lease.token
+            if self.scope.cancel_called:  # interrupted while the lease was being taken
+                self.execution.cancel_scope.cancel()
+            self.scope = self.execution.cancel_scope
+        try:
+            return await host.admit(self)
+        except BaseException as exc:
+            await self._release()
+            if isinstance(exc, StaleLease):
+                raise ThreadBusy(f"thread {tid}: another process took the execution lease") from None
+            raise
 
+    async def _main(self, user_item: dict | None) -> None:
+        """Announce the turn, run the body (which settles it), release the lease, stop."""
+        from roost.actors._turn_loop import run_turn
 
-async def _loop(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict]) -> None:
-    services = thread.services
-    agent = turn.agent
-    engine = agent.engine if agent is not None and agent.engine is not None else services.engine_for(thread.thread)
-    schemas = _tool_schemas({n: t for n, t in services.tools.items() if turn.tools is None or n in turn.tools})
-    if services.worker_tools:
-        tree = thread.tree if thread.tree is not None else (None if thread.worker_id else "root")
-        if tree == "root":
-            from roost.actors._workers import agent_tool_schemas
+        body = self._body or run_turn
+        try:
+            try:
+                await self._announce(user_item)
+            finally:
+                await body(self, self.execution)  # settles the turn even if cancelled above
+        except Exception:  # a bug: a temporary actor is not restarted; the thread lives on
+            log.exception("turn %s crashed", self.id)
+            if not self.done.is_set():
+                self.status, self.error = "failed", {"category": "internal", "message": "the turn crashed"}
+                with shielded_cleanup(30.0):
+                    await self.finish()
+        finally:
+            await self._release()
+            self.host.turn_released(self)
+            self.stop("ended")
 
-            worker_schemas = agent_tool_schemas(can_spawn=True)
+    async def _release(self) -> None:
+        if self._hold is not None:
+            hold, self._hold = self._hold, None
+            with trio.CancelScope(shield=True):
+                await hold.__aexit__(None, None, None)
+
+    async def _announce(self, user_item: dict | None) -> None:
+        """Emit turn/started and the user item, after the admitting response went out (bounded wait)."""
+        ack = getattr(self.start, "ack", None)
+        if ack is not None:
+            with trio.move_on_after(5):
+                await ack.wait()
+        tid = self.host.thread.id
+        view = self.view()
+        view["thread_id"] = tid
+        self.host.emit("turn/started", {"thread_id": tid, "turn": view})
+        if user_item is not None:
+            self.host.emit("item/started", {"thread_id": tid, "turn_id": self.id, "item": user_item})
+            self.host.emit("item/completed", {"thread_id": tid, "turn_id": self.id, "item": user_item})
+
+    # -- writes of the turn -----------------------------------------------------------------------
+
+    async def persist(self, fn: Any, *args: Any, urgent: bool = False) -> Any:
+        """Run a storage write for this turn, fenced by its lease token.
+
+        ``urgent`` writes skip the writer's queue (:meth:`roost.storage.StoreWriter.submit_urgent`):
+        the end of an interrupted turn, which a client is waiting on.
+
+        Returns:
+            What ``fn`` returned (None for an ephemeral thread: nothing is written).
+
+        Raises:
+            StaleLease: the turn's lease was superseded; the write changed nothing, and the
+                turn's execution is cancelled (``lost_reason="superseded"``).
+            StoreBusy: the write did not finish within 30 s (it may still commit).
+
+        Cancellation: the write is shielded (bounded), so the caller's in-memory state can follow
+        what was committed; a pending cancellation is delivered at the caller's next checkpoint.
+        """
+        host = self.host
+        if host.ephemeral:
+            return None
+        execution = self.execution
+        if execution is not None:
+            submit = execution.submit_urgent if urgent else execution.submit
         else:
-            worker_schemas = tree.tool_schemas(thread) if tree is not None else ()
-        schemas += tuple(s for s in worker_schemas if turn.tools is None or s.name in turn.tools)
-    start = len(thread.history)  # an agent turn sees earlier turns' messages as input
-    while True:
-        await thread.admit_steers(turn)
-        if turn.model_calls >= services.max_model_calls:
-            raise RoostError(f"turn stopped after {turn.model_calls} model calls")
-        turn.model_calls += 1
-        if agent is None:
-            request = EngineRequest(
-                system=services.system_prompt, history=tuple(thread.history), tools=schemas,
-                model=thread.thread.model, effort=thread.thread.effort, agent=thread.agent_name,
-            )
-        else:
-            request = _agent_request(thread, turn, schemas, start)
-        calls = await _sample(thread, turn, engine, request, open_items)
-        if not calls:
-            if not any(p["kind"] == "steer" and not p.get("_foreign") for p in thread.pending):
-                return
-            continue  # steered during this model response: the same turn takes the steer next
-        # One response's calls go into history together, then each result as its tool ends.
-        thread.history.extend(ToolCall(call_id=c["call_id"], name=c["name"], arguments=c["arguments"] or {})
-                              for c in calls)
-        out_of_rounds = not request.tools and bool(schemas)
-        for call in calls:
-            if out_of_rounds:  # asked for tools after its last round: answered, not run
-                await _refuse_tool_call(thread, turn, call, open_items, f"error: no tool rounds left "
-                                        f"(MaxToolRounds {agent.max_tool_rounds}); answer without tools")
-            else:
-                await _run_tool_call(thread, turn, call, open_items)
-        turn.tool_rounds += 1
-        if out_of_rounds:
+            writer = host.services.store.writer
+            submit = writer.submit_urgent if urgent else writer.submit
+            if self.token is not None:
+                fn = leases.fenced(leases.thread_lease_key(host.thread.id), self.token, fn)
+        result: Any = None
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + PERSIST_TIMEOUT) as scope:
+            result = await submit(fn, *args)
+        if scope.cancelled_caught:
+            raise StoreBusy(f"thread {host.thread.id}: a write took longer than {PERSIST_TIMEOUT:g} s")
+        return result
+
+    async def complete_item(self, view: dict, open_items: dict[str, dict], *, status: str = "completed") -> None:
+        """Persist ``view`` as a settled item and emit item/completed.
+
+        With the lease lost the write is refused (logged); the item still settles in memory.
+        """
+        await self.complete_items([view], open_items, status=status)
+
+    async def complete_items(self, views: list[dict], open_items: dict[str, dict], *,
+                             status: str = "completed") -> None:
+        """Persist several settled items in one write (in order), then emit item/completed for each."""
+        if not views:
             return
+        write = self.items_write(views, status)
+        try:
+            rows = await self.persist(write)
+        except StaleLease:
+            log.warning("thread %s: %d item(s) not persisted, lease lost", self.host.thread.id, len(views))
+            rows = None
+        self.items_settled(views, rows, open_items)
 
+    async def checkpoint_item(self, view: dict) -> None:
+        """Store ``view`` (an item still in progress, e.g. a tool call about to run) now, so a
+        crash cannot lose it; its completion then updates the row. A write refused because the
+        lease was lost is logged: the turn is being stopped anyway.
+        """
+        host = self.host
+        if host.ephemeral or view["id"] in self.checkpointed:
+            return
+        tid = host.thread.id
+        payload, text = item_payload(view)
+        write = functools.partial(storage.append_item, type=view["type"], payload=payload, text=text,
+                                  turn_id=self.id, status="in_progress", id=view["id"])
+        try:
+            row = await self.persist(write, tid)
+        except StaleLease:
+            log.warning("thread %s: item %s not checkpointed, lease lost", tid, view["id"])
+            return
+        self.checkpointed.add(view["id"])
+        if row is not None:
+            view["seq"] = row.seq
 
-def _agent_request(thread: ThreadActor, turn: TurnState, schemas: tuple, start: int) -> EngineRequest:
-    """The model call of an orchestration agent's turn: its prompt, model options and view of the
-    conversation; past its ``max_tool_rounds`` no tools are offered and a note says so."""
-    from roost.engines._types import UserMessage
+    def checkpoint_stream(self, view: dict, text: str) -> None:
+        """Queue a checkpoint of ``view`` (agent text or reasoning still streaming) with ``text``,
+        its text so far, as an ``in_progress`` row (:mod:`roost.actors._checkpoint`); not a
+        checkpoint of trio's, never waits. Fenced by the turn's lease token; a full writer queue
+        skips this checkpoint (backpressure), the next one carries the text.
+        """
+        host = self.host
+        if host.ephemeral:
+            return
+        payload, _ = item_payload(dict(view, text=text))
+        # Not full-text indexed while it streams (re-indexing a growing text at every checkpoint
+        # would cost O(n²)); the item's final write indexes it.
+        write: Callable[..., Any] = functools.partial(
+            storage.put_item, id=view["id"], type=view["type"], payload=payload, text=None,
+            turn_id=self.id, status="in_progress", only_in_progress=True)
+        if self.token is not None:
+            write = leases.fenced(leases.thread_lease_key(host.thread.id), self.token, write)
+        try:
+            host.services.store.writer.submit_nowait(write, host.thread.id)
+        except RoostError as exc:  # StoreFull / StoreClosed: this checkpoint is skipped
+            log.debug("thread %s: checkpoint of %s skipped (%s)", host.thread.id, view["id"], exc)
+            return
+        self.checkpointed.add(view["id"])
 
-    agent = turn.agent
-    history = _agent_view(thread.history, start)
-    if agent.max_tool_rounds is not None and turn.tool_rounds >= agent.max_tool_rounds and schemas:
-        schemas = ()
-        history += (UserMessage(text=f"[Roost] You have used all {agent.max_tool_rounds} tool rounds of this "
-                                     "turn. Answer now, without calling tools.", synthetic=True),)
-    return EngineRequest(
-        system=agent.system_prompt or thread.services.system_prompt, history=history, tools=schemas,
-        model=agent.model or thread.thread.model, effort=thread.thread.effort, agent=agent.name,
-        max_tokens=agent.max_tokens, temperature=agent.temperature,
-    )
+    def items_write(self, views: list[dict], status: str) -> Callable[[Any], list]:
+        """Mark ``views`` settled with ``status``; return the write storing them (-> rows): an
+        append, or a replacement of an item checkpointed while in progress."""
+        tid = self.host.thread.id
+        rows_in = []
+        for view in views:
+            view["status"] = status
+            payload, text = item_payload(view)
+            rows_in.append((view, payload, text, view["id"] in self.checkpointed))
 
+        def write(conn: Any) -> list:
+            return [storage.put_item(conn, tid, id=v["id"], type=v["type"], payload=payload, text=text,
+                                    turn_id=self.id, status=status) if stored
+                    else storage.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=self.id,
+                                            status=status, id=v["id"])
+                    for v, payload, text, stored in rows_in]
 
-def _agent_view(history: list, start: int) -> tuple:
-    """An orchestration agent's history: other turns' agent messages become input (user
-    messages), their reasoning is dropped; the current turn (from ``start``) is unchanged."""
-    from roost.engines._types import UserMessage
+        return write
 
-    earlier = []
-    for item in history[:start]:
-        if isinstance(item, AgentMessage):
-            earlier.append(UserMessage(text=item.text))
-        elif not isinstance(item, Reasoning):
-            earlier.append(item)
-    return tuple(earlier) + tuple(history[start:])
+    def items_settled(self, views: list[dict], rows: list | None, open_items: dict[str, dict]) -> None:
+        """Record settled ``views`` (their ``rows``, None when not persisted); emit item/completed."""
+        host = self.host
+        tid = host.thread.id
+        for view, row in zip(views, rows or [None] * len(views), strict=True):
+            open_items.pop(view["id"], None)
+            if row is not None:
+                view["seq"] = row.seq
+            host.item_settled(self, view)
+            self.items.append(view)
+            host.emit("item/completed", {"thread_id": tid, "turn_id": self.id, "item": view})
 
+    async def request_approval(self, item: dict, kind: str, fields: dict) -> bool | None:
+        """Ask the client that started the turn (never a bystander); None if it cannot be asked."""
+        ask = getattr(self.origin, "request_approval", None)
+        if ask is None:
+            return None
+        params = {"thread_id": self.host.thread.id, "turn_id": self.id, "item_id": item["id"], "kind": kind, **fields}
+        return await ask(params)
 
-async def _sample(thread: ThreadActor, turn: TurnState, engine: Any, request: EngineRequest,
-                  open_items: dict[str, dict]) -> list[dict]:
-    """One model call: stream deltas to the client, return the tool-call item views requested.
+    async def append_user_item(self, prompt: str, *, source_id: str | None, images: Any = None,
+                               content_parts: Any = None, consume_input: str | None = None) -> dict:
+        """Store a user message of this turn (a steer; ``consume_input``: the pending input row it
+        consumes, in the same write); record it in the thread; emit item/started and item/completed."""
+        host = self.host
+        tid = host.thread.id
+        view = user_item_view(tid, self.id, prompt, source_id=source_id, images=images, content_parts=content_parts)
+        payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id")}
 
-    A steer arriving while the response streams text cuts it (:meth:`TurnState.cut_for_steer`):
-    the text so far becomes the agent message (marked ``steered``) and no tool call is returned,
-    so the turn loop admits the steer and asks the model again.
-    """
-    emit = thread.emit
-    tid = thread.thread.id
-    message: dict | None = None
-    reasoning: dict | None = None
-    text_parts: list[str] = []
-    reasoning_parts: list[str] = []
-    calls: dict[str, dict] = {}
-    ended: list[dict] = []
+        def write(conn: Any) -> Any:
+            if consume_input is not None:
+                try:
+                    storage.remove_held_input(conn, consume_input)
+                except NotFound:
+                    pass
+            return storage.append_item(conn, tid, type="user_message", payload=payload,
+                                      text=prompt, turn_id=self.id, id=view["id"])
 
-    def start_item(kind: str, **fields: Any) -> dict:
-        view = {"id": new_id("item"), "type": kind, "status": "in_progress", "turn_id": turn.id,
-                "thread_id": tid, **fields}
-        open_items[view["id"]] = view
-        emit("item/started", {"thread_id": tid, "turn_id": turn.id, "item": view})
+        row = await self.persist(write)
+        if row is not None:
+            view["seq"] = row.seq
+        host.item_settled(self, view)
+        self.items.append(view)
+        host.emit("item/started", {"thread_id": tid, "turn_id": self.id, "item": view})
+        host.emit("item/completed", {"thread_id": tid, "turn_id": self.id, "item": view})
         return view
 
-    cut = turn.stream_cut = trio.CancelScope()
-    try:
-        with cut:
-            async with engine.stream(request) as events:
-                async for event in FairEvents(events):  # bounded slices: control stays ahead
-                    fault_point("turn")
-                    cls = type(event)
-                    if cls is TextDelta:
-                        if message is None:
-                            message = start_item("agent_message", text="",
-                                                 **({"agent": turn.agent.name} if turn.agent else {}))
-                            turn.text_streaming = not calls
-                        text_parts.append(event.text)
-                        emit("item/agentMessage/delta",
-                             {"thread_id": tid, "turn_id": turn.id, "item_id": message["id"], "delta": event.text})
-                    elif cls is ReasoningDelta:
-                        if reasoning is None:
-                            reasoning = start_item("reasoning", text="")
-                        reasoning_parts.append(event.text)
-                        emit("item/reasoning/delta",
-                             {"thread_id": tid, "turn_id": turn.id, "item_id": reasoning["id"], "delta": event.text})
-                    elif cls is ToolCallStart:
-                        turn.text_streaming = False  # a response that calls tools is not cut
-                        calls[event.call_id] = start_item("tool_call", call_id=event.call_id, name=event.name,
-                                                          arguments=None, output=None)
-                    elif cls is ToolCallDelta:
-                        view = calls.get(event.call_id)
-                        if view is not None:
-                            emit("item/toolCall/delta", {"thread_id": tid, "turn_id": turn.id,
-                                                         "item_id": view["id"], "delta": event.delta})
-                    elif cls is ToolCallEnd:
-                        turn.text_streaming = False
-                        view = calls.get(event.call_id)
-                        if view is None:
-                            view = calls[event.call_id] = start_item(
-                                "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None)
-                        view["arguments"] = event.arguments
-                        ended.append(view)
-                    elif cls is Usage:
-                        for key in ("input_tokens", "output_tokens", "cached_tokens"):
-                            turn.usage[key] += getattr(event, key) or 0
-                        emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
-                    elif cls is Finish:
-                        pass
-                    elif cls is ReasoningItems:
-                        # the provider's reasoning blocks, replayed unchanged (issue 14, case 4)
-                        if reasoning is None:
-                            reasoning = start_item("reasoning", text="")
-                        reasoning["replay"] = {"provider": event.provider, "items": list(event.items)}
-                    elif cls is Retrying:
-                        emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
-                            "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
-                            "delay_s": event.delay_s, "reason": event.reason}})
-    finally:
-        turn.stream_cut, turn.text_streaming = None, False
-        # Settle what was streamed: complete on success, keep as interrupted/failed otherwise.
-        if reasoning is not None:
-            reasoning["text"] = "".join(reasoning_parts)
-            replay = reasoning.get("replay") or {}
-            thread.history.append(Reasoning(text=reasoning["text"], provider=replay.get("provider"),
-                                            items=replay.get("items") or ()))
-        if message is not None:
-            message["text"] = "".join(text_parts)
-            if cut.cancelled_caught:
-                message["steered"] = True  # a fragment: the reply was cut here for a steer
-            turn.final_text = message["text"]
-            thread.history.append(AgentMessage(text=message["text"]))
-    for view in (reasoning, message):
-        if view is not None:
-            await thread.complete_item(turn, view, open_items)
-    if cut.cancelled_caught and calls:
-        # A tool call began in the instant the cut took effect: it never runs.
-        for view in calls.values():
-            thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
-                                           arguments=view.get("arguments") or {}))
-            await _refuse_tool_call(thread, turn, view, open_items,
-                                    "error: not run: the response was cut here for a steer")
-        return []
-    return ended
+    async def admit_steers(self) -> None:
+        """Admit the thread's pending steers into this turn (before each model request)."""
+        from roost.actors._thread_inputs import public_input
+
+        for steer in self.host.take_steers():
+            try:
+                await self.append_user_item(steer["prompt"], source_id=steer.get("client_id"),
+                                            images=steer.get("images"),
+                                            consume_input=None if steer.get("_internal") else steer["id"],
+                                            content_parts=steer.get("content_parts"))
+            except BaseException:
+                # Not admitted (e.g. the lease was lost): it stays pending, and becomes held work
+                # when the turn ends.
+                self.host.return_steers([steer])
+                raise
+            self.host.emit("turn/steered", {"thread_id": self.host.thread.id, "turn_id": self.id,
+                                            "input": public_input(steer), "state": "admitted"})
+
+    async def finish(self, *, settle: list[dict] | None = None, settle_status: str = "interrupted",
+                     open_items: dict[str, dict] | None = None) -> None:
+        """Persist the turn's end, settle pending input, end the execution, emit the terminal event.
+
+        A turn that did not complete turns pending steers and queued input into durable held work,
+        steers first (:meth:`TurnHost.inputs_at_end`). The turn row, that input, the items of
+        ``settle`` (items still open when the turn stopped, settled with ``settle_status``) and the
+        release of the lease commit in one transaction fenced by the turn's token, before the one
+        terminal event is emitted: an interrupt costs one store round trip. If the lease was lost,
+        the turn's own writes are refused (its new holder settles the row); the user's input still
+        becomes held work.
+
+        Cancellation: called from the turn's shielded, bounded clean-up.
+        """
+        from roost.actors._thread_store import hold_inputs
+
+        host = self.host
+        settle = settle or []
+        items_write = self.items_write(settle, settle_status) if settle else None
+        tid = host.thread.id
+        moved = host.inputs_at_end(self) if self.status != "completed" else []
+        error = self.error
+        if self.resume_after_turn_id:  # kept so the continued turn id stays consumed
+            error = {**(error or {}), "resume_after_turn_id": self.resume_after_turn_id}
+        execution = self.execution
+        host.thread.updated_at = utc_now()
+        updated_at = host.thread.updated_at
+
+        def write(conn: Any) -> list | None:
+            rows = items_write(conn) if items_write is not None else None
+            storage.update_turn(conn, self.id, status=self.status, completed_at=self.completed_at,
+                                 error=error, usage=dict(self.usage))
+            hold_inputs(conn, tid, moved)
+            storage.update_thread(conn, tid, updated_at=updated_at)
+            if execution is not None:
+                leases.release(conn, execution.lease)  # the execution ends with its turn row
+            return rows
+
+        rows = None
+        try:
+            rows = await self.persist(write, urgent=self.status != "completed")
+        except StaleLease:
+            log.warning("thread %s: turn %s ended after its lease was lost; its end is not persisted", tid, self.id)
+            if moved and not host.ephemeral:
+                try:
+                    await host.services.store.writer.submit(hold_inputs, tid, moved)
+                except Exception:
+                    log.exception("thread %s: could not make input held work", tid)
+        except Exception:
+            log.exception("thread %s: could not persist the end of turn %s", tid, self.id)
+        if settle:
+            self.items_settled(settle, rows, open_items if open_items is not None else {})
+        host.turn_finished(self, moved)
+        self.done.set()
 
 
-async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict]) -> None:
-    tid = thread.thread.id
-    from roost.actors._workers import AGENT_TOOL_NAMES
-
-    allowed = turn.tools is None or view["name"] in turn.tools
-    if view["name"] in AGENT_TOOL_NAMES and thread.services.worker_tools and allowed:
-        await _run_agent_tool(thread, turn, view, open_items)
-        return
-    tool = thread.services.tools.get(view["name"]) if allowed else None
-    origin = turn.origin
-
-    def on_output(chunk: str) -> None:
-        thread.emit("item/toolCall/outputDelta",
-                    {"thread_id": tid, "turn_id": turn.id, "item_id": view["id"], "delta": chunk})
-
-    if tool is None:
-        await _refuse_tool_call(thread, turn, view, open_items, f"error: unknown tool {view['name']!r}")
-        return
-    # The call is about to run: make it durable first, so that a process killed while it runs
-    # still leaves a record that the command ran (the item settles as interrupted on restart).
-    await thread.checkpoint_item(turn, view)
-    ctx = ToolContext(
-        cwd=thread.cwd, permission_mode=thread.thread.permission_mode or "standard",
-        on_output=on_output,
-        request_approval=functools.partial(thread.request_approval, turn, view),
-        unattended_policy=getattr(origin, "unattended_policy", "deny"),
-        agent=turn.agent.name if turn.agent is not None else None,
-        on_process=tool_process_hook(thread.services.store.writer, thread.services.owner, tid),
-    )
-    result = await run_tool(tool, view["arguments"] or {}, ctx)
-    await _finish_tool_call(thread, turn, view, open_items, result.output, result.is_error, result.metadata)
-
-
-async def _refuse_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict],
-                            message: str) -> None:
-    """End a tool call without running it: its result is the error ``message``."""
-    await _finish_tool_call(thread, turn, view, open_items, message, True, {})
-
-
-async def _finish_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict],
-                            output: str, is_error: bool, metadata: dict) -> None:
-    view["output"] = output
-    view["is_error"] = is_error
-    if metadata:
-        view["metadata"] = metadata
-    thread.history.append(ToolResult(call_id=view["call_id"], output=output, is_error=is_error))
-    await thread.complete_item(turn, view, open_items, status="failed" if is_error else "completed")
-
-
-_STOP_MESSAGES = {
-    "interrupted": "interrupted by the client",
-    "shutdown": "interrupted: the server is shutting down (end of input or SIGTERM)",
-    "stopped": "interrupted: the thread was stopped",
-}
-
-
-def _interruption(turn: TurnState, execution: Any) -> dict:
-    """The ``error`` of an interrupted turn, naming who stopped it (a lost lease first)."""
-    lost = getattr(execution, "lost_reason", None)
-    if lost is not None:
-        return {"category": "cancelled", "reason": "lease_lost", "lease": lost,
-                "message": f"the execution lease was lost ({lost}); the turn was stopped and its "
-                           "later writes were refused"}
-    reason = turn.interrupt_reason or "stopped"
-    return {"category": "cancelled", "reason": reason,
-            "message": _STOP_MESSAGES.get(reason, f"interrupted ({reason})")}
-
-
-async def _run_agent_tool(thread: ThreadActor, turn: TurnState, view: dict, open_items: dict[str, dict]) -> None:
-    """spawn_agent / send_message / close_agent / wait_agents, served by the thread's WorkerTree."""
-    tree = thread.tree if thread.tree is not None else await thread.ensure_tree()
-    output, is_error, metadata = await tree.run_tool(thread, turn, view["name"], view["arguments"] or {})
-    await _finish_tool_call(thread, turn, view, open_items, output, is_error, metadata)
-
-
-def _failure_view(failure: EngineFailure) -> dict:
-    return {
-        "category": failure.category,
-        "message": failure.message,
-        "retryable": failure.retryable,
-        "provider_code": failure.provider_code,
-        "http_status": failure.http_status,
-        "partial_text": failure.partial_text,
-        "recovery": {
-            "attempt_count": failure.attempt_count,
-            "retry_count": failure.retry_count,
-            "submission_count": failure.submission_count,
-            "max_attempts": failure.max_attempts,
-            "stop_reason": failure.stop_reason,
-            "failure_category": failure.category,
-        },
-    }
-
-
-async def _settle(thread: ThreadActor, turn: TurnState, open_items: dict[str, dict]) -> None:
-    """Persist partial items, give every tool call a result, settle pending input, emit the end."""
-    from roost.engines import INTERRUPTED_OUTPUT
-
-    if turn.status == "interrupted" and thread.tree is not None and thread.worker_id is None:
-        # Interrupting the root turn freezes the whole worker tree first (before the partial
-        # items are written), and before the root's terminal event, so no worker event follows it.
-        await thread.tree.freeze(turn.interrupt_reason or "interrupted")
-    partial_status = "interrupted" if turn.status == "interrupted" else "failed"
-    views = list(open_items.values())
-    called = {h.call_id for h in thread.history if isinstance(h, ToolCall)}
-    for view in views:
-        if view["type"] == "tool_call" and view.get("output") is None:
-            view["output"] = INTERRUPTED_OUTPUT
-            view["is_error"] = True
-            if view["call_id"] not in called:
-                thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
-                                               arguments=view.get("arguments") or {}))
-            thread.history.append(ToolResult(call_id=view["call_id"], output=INTERRUPTED_OUTPUT, is_error=True))
-    turn.completed_at = utc_now()
-    await thread.finish_turn(turn, settle=views, settle_status=partial_status, open_items=open_items)
+#: The name this class had before the turn became an actor (kept for callers outside this room).
+TurnState = TurnActor

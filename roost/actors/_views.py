@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost.engines import AgentMessage, Reasoning, ToolCall, ToolResult, UserMessage, Image
-from roost.engines import INTERRUPTED_OUTPUT
+from roost.engines import INTERRUPTED_OUTPUT, AgentMessage, Image, Reasoning, ToolCall, ToolResult, UserMessage
 
 __all__ = [
     "thread_view", "turn_view", "item_view", "input_view", "history_from_items", "latest_compaction",
-    "summary_message", "SUMMARY_PREFIX", "SUMMARY_SOURCE_ID",
+    "summary_message", "SUMMARY_PREFIX", "SUMMARY_SOURCE_ID", "item_payload", "user_item_view",
 ]
 
 #: The text before a compaction's summary in the user message that stands for the compacted history.
@@ -60,6 +59,29 @@ def item_view(item_id: str, item_type: str, status: str, turn_id: str | None, th
         view["seq"] = seq
     if payload:
         view.update(payload)
+    return view
+
+
+def item_payload(view: dict) -> tuple[dict, str | None]:
+    """An item view's stored ``payload`` (every field without a column of its own, whatever the
+    item type carries) and its searchable ``text`` (user and agent messages only)."""
+    payload = {k: v for k, v in view.items() if k not in ("id", "type", "status", "turn_id", "thread_id", "seq")}
+    text = view.get("text") if view["type"] in ("agent_message", "user_message") else None
+    return payload, text
+
+
+def user_item_view(thread_id: str, turn_id: str, prompt: str, *, source_id: str | None, images: Any = None,
+                   content_parts: Any = None) -> dict:
+    """A new ``user_message`` item view of turn ``turn_id`` (a fresh id; ``source_id``: the input's
+    ``client_id``)."""
+    from roost.storage import new_id
+
+    view: dict[str, Any] = {"id": new_id("item"), "type": "user_message", "status": "completed", "turn_id": turn_id,
+            "thread_id": thread_id, "text": prompt, "source_id": source_id}
+    if images:
+        view["images"] = list(images)
+    if content_parts is not None:
+        view["content_parts"] = content_parts
     return view
 
 

@@ -25,7 +25,7 @@ import trio
 
 from roost import __version__
 from roost._json import dumps_line
-from roost.actors import Origin, Subscribe
+from roost.actors import Origin, Subscribe, tree_settings
 from roost.errors import (
     Unsupported,
     InternalError, InvalidRequest, MailboxClosed, MailboxFull, MethodNotFound, ProtocolError,
@@ -378,5 +378,6 @@ def initialize_result(session: AppServerSession) -> dict:
         "extensions": [],
         "features": {"ephemeral_threads": True, "worktrees": True, "runs": True, "steering": True,
                      "held_input": True, "reverse_rpc": ["approval/request"]},
-        "max_parallel": 5,
+        # the effective limit of concurrently running workers per tree (ROOST_MAX_PARALLEL)
+        "max_parallel": tree_settings()[0],
     }

@@ -228,7 +228,9 @@ def _input(p: dict) -> tuple[str, tuple, list | None]:
 async def turn_start(session: AppServerSession, params: Any) -> dict:
     """``turn/start``: admit a turn with a prompt and/or attachments, or continue without input.
 
-    ``client_id`` becomes the user item's ``source_id``. ``resume_after_turn_id`` (and no input)
+    ``client_id`` becomes the user item's ``source_id``; one the thread already consumed (also
+    before a restart) or that pending or held input carries is refused (``invalid_params``), so a
+    retried turn/start never runs its input twice. ``resume_after_turn_id`` (and no input)
     continues after the thread's latest turn: a stale or already continued id is ``stale_turn``,
     an unknown one ``turn_not_found``. Result: ``{turn}``; then turn/started, item and terminal
     notifications follow.
@@ -250,6 +252,7 @@ async def turn_start(session: AppServerSession, params: Any) -> dict:
     ack = session.after_response()
     turn = await actor.ref.ask(StartTurn(
         ack=ack, prompt=prompt or None, images=images, client_id=p.get("client_id"), content_parts=parts,
+        check_client_id=True,
         resume_after_turn_id=p.get("resume_after_turn_id"), origin=session.origin(),
     ))
     return {"turn": turn}

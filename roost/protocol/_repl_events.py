@@ -225,6 +225,8 @@ class ChatTranslator:
         if method == "turn/started":
             return self._turn_started(params)
         if method == "turn/steered":
+            if params.get("state") == "pending":  # accepted, not yet in the turn
+                return []
             return [{"type": "interjection", "status": "joined", "count": 1}]
         if method == "turn/held":
             entry = params.get("input") or {}

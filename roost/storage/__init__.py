@@ -30,6 +30,7 @@ from ._items import append_item as append_item
 from ._items import get_item as get_item
 from ._items import list_held_input as list_held_input
 from ._items import list_items as list_items
+from ._items import put_item as put_item
 from ._items import remove_held_input as remove_held_input
 from ._items import search_items as search_items
 from ._items import update_held_input as update_held_input
@@ -42,6 +43,9 @@ from ._memory import list_memory as list_memory
 from ._memory import put_context_file as put_context_file
 from ._memory import put_memory as put_memory
 from ._rows import new_id as new_id
+from ._thread_state import interrupt_open_items as interrupt_open_items
+from ._thread_state import thread_changed_since as thread_changed_since
+from ._thread_state import thread_has_workers as thread_has_workers
 from ._rows import utc_now as utc_now
 from ._schema import migrate as migrate
 from ._schema import schema_version as schema_version
@@ -176,10 +180,11 @@ __all__ = [
     "Lease", "acquire", "renew", "release", "hand_over", "check_fence", "fenced", "get_lease",
     "thread_lease_key", "LeaseKeeper", "Execution", "default_owner",
     "ReconcileReport", "reconcile", "new_id", "utc_now",
+    "thread_has_workers", "thread_changed_since", "interrupt_open_items",
     "create_thread", "get_thread", "list_threads", "update_thread", "delete_thread",
     "create_turn", "get_turn", "list_turns", "update_turn",
     "create_run", "get_run", "list_runs", "update_run",
-    "append_item", "get_item", "list_items", "update_item", "search_items",
+    "append_item", "get_item", "list_items", "update_item", "put_item", "search_items",
     "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
     "claim_queued_worker",
     "create_worker", "get_worker", "list_workers", "update_worker",

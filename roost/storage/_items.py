@@ -19,6 +19,7 @@ __all__ = [
     "get_item",
     "list_items",
     "update_item",
+    "put_item",
     "search_items",
     "add_held_input",
     "list_held_input",
@@ -76,6 +77,52 @@ def append_item(
     ).fetchone()
     return Item(id=item_id, thread_id=thread_id, seq=row[0], type=type, turn_id=turn_id,
                 status=status, payload=payload, text=text, created_at=created_at)
+
+
+def put_item(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    *,
+    id: str,
+    type: str,
+    payload: Any = None,
+    text: str | None = None,
+    turn_id: str | None = None,
+    status: str = "completed",
+    only_in_progress: bool = False,
+) -> Item | None:
+    """Store item ``id``: append it (next ``seq``, as :func:`append_item`) or, when it exists,
+    replace its ``payload``, ``text`` and ``status`` (its ``seq`` stays) (write).
+
+    Used for items written more than once while they stream (checkpoints of agent text and
+    reasoning, DESIGN.md "streamed text is checkpointed") and for their final write, which may
+    reach the writer before a checkpoint queued earlier (an urgent end of an interrupted turn).
+
+    Args:
+        only_in_progress: a checkpoint: an existing row is changed only while its status is still
+            ``in_progress`` (a settled item is never reopened by a late checkpoint).
+
+    Returns:
+        The stored item, or None when ``only_in_progress`` left a settled row unchanged.
+    """
+    guard = " WHERE items.status = 'in_progress'" if only_in_progress else ""
+    created_at = utc_now()
+    row = conn.execute(
+        f"""INSERT INTO items (id, thread_id, turn_id, seq, type, status, payload, text, created_at)
+            VALUES (?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE thread_id = ?),
+                    ?, ?, ?, ?, ?)
+            ON CONFLICT(id) DO UPDATE SET payload = excluded.payload, text = excluded.text,
+                                          status = excluded.status{guard}
+            RETURNING seq, created_at""",
+        (
+            id, thread_id, turn_id, thread_id, type, status,
+            ITEMS.encode({"payload": payload})["payload"], text, created_at,
+        ),
+    ).fetchone()
+    if row is None:
+        return None
+    return Item(id=id, thread_id=thread_id, seq=row[0], type=type, turn_id=turn_id,
+                status=status, payload=payload, text=text, created_at=row[1])
 
 
 def get_item(conn: sqlite3.Connection, item_id: str) -> Item:
