@@ -125,7 +125,8 @@ async def test_engine_list(env, tmp_path):
         builtin = engines["roost"]
         assert builtin["enabled"] is True and builtin["binary_ok"] is True
         assert builtin["models_status"] == "ready" and any(m["current"] for m in builtin["models"])
-        assert set(builtin["permission_modes"]) == {"standard", "read_only", "unconfined"}
+        assert {r["id"]: r["label"] for r in builtin["permission_modes"]} == {
+            "standard": "Standard", "read_only": "Read only", "unconfined": "Unconfined"}
         providers = {p["id"]: p for p in builtin["providers"]}
         assert providers["scripted"]["default"] is True and providers["scripted"]["available"] is True
         assert set(providers) == {"scripted", "openai", "openai-responses", "anthropic"}
@@ -135,7 +136,7 @@ async def test_engine_list(env, tmp_path):
             assert "unsupported" in engines[name]["error"]
         assert listed["settings"]["default_engine"] == "roost"
         deferred = await client.request("engine/list", {"include_models": False})
-        assert deferred["engines"][0]["models_status"] == "deferred" and "models" not in deferred["engines"][0]
+        assert all(e["models_status"] == "deferred" and "models" not in e for e in deferred["engines"])
         await expect_error(client, "engine/list", {"include_quota": True}, "unsupported")
         await expect_error(client, "engine/list", {"refresh": True}, "invalid_params")
         await expect_error(client, "thread/start", {"engine": "claude"}, "unsupported")
@@ -205,3 +206,22 @@ async def test_every_error_code_on_the_wire(monkeypatch):
     # every wire code is covered: here, or end to end (thread_busy, turn_not_found, unsupported)
     assert {c.code for c in errors.PROTOCOL_ERRORS.values()} <= set(codes) | {"thread_busy", "turn_not_found",
                                                                               "unsupported"}
+
+
+async def test_model_catalog_directory(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        init = await client.initialize()
+        directory = init["catalog_providers"]
+        names = [p["name"] for p in directory]
+        assert names == sorted(names, key=str.lower) and len(directory) >= 5
+        assert all(p["type"] == "openai" and p["base_url"].startswith("http") and p["model_count"] >= 1
+                   and "models" not in p for p in directory)
+        listed = (await client.request("config/model-catalog/providers", {}))["providers"]
+        assert listed == directory
+        (deepseek,) = (await client.request("config/model-catalog/providers", {"provider": "deepseek"}))["providers"]
+        assert deepseek["base_url"] == "https://api.deepseek.com" and deepseek["default_model"] == "deepseek-chat"
+        assert [m["id"] for m in deepseek["models"]][0] == deepseek["default_model"]
+        assert len(deepseek["models"]) == deepseek["model_count"]
+        await expect_error(client, "config/model-catalog/providers", {"provider": "nope"}, "invalid_params",
+                           contains="deepseek")
+        await expect_error(client, "config/model-catalog/refresh", {}, "unsupported")

@@ -29,7 +29,7 @@ import textwrap
 from typing import Any
 
 from roost.errors import PROTOCOL_ERRORS
-from roost.protocol import _as_config, _as_runs, _as_threads, _as_turns  # noqa: F401  (register methods)
+from roost.protocol import _as_config, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
 from roost.protocol._appserver import METHODS, PROTOCOL_VERSION, UNSUPPORTED_METHODS
 from roost.protocol._params import ANY, BOOL, DICT, INT, LIST, NUM, STR
 
@@ -174,7 +174,12 @@ def _objects() -> dict[str, dict]:
     # A turn's error names a failure category (engine failures: roost.errors.EngineFailure.CATEGORIES,
     # "internal" for others, "cancelled" with a "reason" for an interrupted turn), not a wire code.
     turn_error = _obj(["category", "message"], {"category": S, "message": S, "reason": S, "retryable": B})
-    return {"Thread": thread, "Turn": turn, "Item": item, "Usage": usage, "UserInput": user_input,
+    catalog = _obj(["id", "name", "type", "base_url", "model_count", "default_model"], {
+        "id": S, "name": S, "type": S, "base_url": S, "api_key_env": NS, "model_count": I, "default_model": S,
+        "models": {"type": "array", "items": _obj(["id"], {"id": S, "default": B})}})
+    counts = ["input_tokens", "output_tokens", "cached_tokens", "total_tokens", "turns", "sessions", "agents"]
+    totals = _obj(counts, {**{c: I for c in counts}, "active_days": I})
+    return {"UsageTotals": totals, "CatalogProvider": catalog, "Thread": thread, "Turn": turn, "Item": item, "Usage": usage, "UserInput": user_input,
             "Run": run, "Agent": agent, "Error": error, "TurnError": turn_error}
 
 
@@ -193,11 +198,17 @@ def _snapshot(*extra: str) -> dict:
 def _results() -> dict[str, dict]:
     inp = _obj(["input"], {"input": _ref("UserInput")})
     thread = _obj(["thread"], {"thread": _ref("Thread")})
+    usage = {"timezone": S, "total_sessions": I, "metrics": _ref("UsageTotals"),
+             "days": {"type": "array", "items": {"allOf": [_ref("UsageTotals")], "required": ["date"],
+                                                 "properties": {"date": S}}}}
     return {
         "initialize": _obj(["protocol_version", "status", "issues", "server", "runtime_host", "model",
                             "permissions", "features", "max_parallel"], {
             "protocol_version": {"const": PROTOCOL_VERSION}, "status": {"enum": ["ready", "needs_setup"]},
-            "issues": {"type": "array", "items": S}, "model": NO, "max_parallel": I}),
+            "issues": {"type": "array", "items": S}, "model": NO, "max_parallel": I,
+            "runtime_host": _obj(["kind", "instance_id"], {"kind": {"enum": ["local", "cloud"]}, "instance_id": S,
+                                                           "workspace_id": S}),
+            "catalog_providers": {"type": "array", "items": _ref("CatalogProvider")}}),
         "shutdown": _obj(["ok"], {"ok": {"const": True}}),
         "thread/start": thread,
         "thread/resume": _snapshot("held_user_messages", "pending_user_messages", "agents"),
@@ -220,7 +231,14 @@ def _results() -> dict[str, dict]:
         "run/interrupt": _obj(["run"], {"run": _ref("Run")}),
         "config/model/update": _obj(["model"], {"thread": _ref("Thread")}),
         "engine/list": _obj(["engines"], {"engines": {"type": "array", "items": _obj(["id", "enabled"], {
-            "id": S, "enabled": B})}}),
+            "id": S, "enabled": B, "permission_modes": {"type": "array", "items": _obj(["id", "label"], {
+                "id": S, "label": S, "native_id": S})}})}}),
+        "usage/overview": _obj(["timezone", "total_sessions", "metrics", "days"], usage),
+        "settings/usage": _obj(["timezone", "total_sessions", "metrics", "days", "engine_breakdowns"], {
+            **usage, "engine_breakdowns": {"type": "array", "items": _obj(["engine_id", "in_wuu"], {
+                "engine_id": S, "in_wuu": _ref("UsageTotals")})}}),
+        "config/model-catalog/providers": _obj(["providers"], {"providers": {"type": "array", "items": _ref(
+            "CatalogProvider")}}),
     }
 
 
@@ -247,6 +265,9 @@ def _notifications() -> dict[str, dict]:
         "run/started": run, "run/updated": run,
         "agent/updated": _obj(["thread_id", "agent"], {"thread_id": S, "agent": _ref("Agent")}),
         "agent/mailbox": _obj(["thread_id", "message"], {"thread_id": S, "message": O}),
+        "config/error": _obj(["path", "message"], {"path": S, "message": S}),
+        "config/changed": _obj(["path", "status", "model", "providers"], {
+            "path": S, "status": {"const": "ready"}, "model": O, "providers": A}),
     }
 
 

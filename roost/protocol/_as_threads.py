@@ -137,8 +137,9 @@ async def thread_start(session: AppServerSession, params: Any) -> dict:
     metadata: dict = {}
     if options:
         metadata["model_options"] = dict(options)
-    if p.get("workspace_id"):
-        metadata["workspace_id"] = p["workspace_id"]
+    workspace_id = p.get("workspace_id") or (session.host or {}).get("workspace_id")  # hosted mode's default
+    if workspace_id:
+        metadata["workspace_id"] = workspace_id
     thread = Thread(id=thread_id, kind="chat", title=(p.get("title") or "").strip() or None, cwd=str(cwd),
                     provider=provider, model=model, effort=effort, permission_mode=mode, created_at=now,
                     updated_at=now, metadata=metadata)

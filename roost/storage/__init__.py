@@ -82,6 +82,7 @@ from ._workers import create_worker as create_worker
 from ._workers import get_worker as get_worker
 from ._workers import list_workers as list_workers
 from ._workers import update_worker as update_worker
+from ._usage import list_usage_records as list_usage_records
 from ._writer import StoreWriter as StoreWriter
 from ._writer import WriterState as WriterState
 from ._writer import WriterStats as WriterStats
@@ -107,7 +108,7 @@ __all__ = [
     "create_run", "get_run", "list_runs", "update_run",
     "append_item", "get_item", "list_items", "update_item", "search_items",
     "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
-    "claim_queued_worker",
+    "claim_queued_worker", "list_usage_records",
     "create_worker", "get_worker", "list_workers", "update_worker",
     "create_schedule", "get_schedule", "list_schedules", "update_schedule", "delete_schedule",
     "claim_schedule_slot", "list_schedule_runs", "update_schedule_run",
