@@ -419,6 +419,7 @@ def _failure_view(failure: EngineFailure) -> dict:
             "max_attempts": failure.max_attempts,
             "stop_reason": failure.stop_reason,
             "failure_category": failure.category,
+            "operation_id": failure.operation_id,
         },
     }
 

@@ -10,6 +10,7 @@ leaves (including when it is cancelled).
 from __future__ import annotations
 
 import email.utils
+import logging
 import random
 import time
 from contextlib import aclosing, asynccontextmanager
@@ -23,7 +24,9 @@ from httpx_sse import EventSource, SSEError
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._settings import ProviderSettings
 from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, Retrying, TextDelta
-from roost.errors import EngineFailure
+from roost.errors import EngineFailure, new_operation_id
+
+_log = logging.getLogger("roost.engines.http")
 
 __all__ = ["RetryPolicy", "StreamParser", "HttpEngine", "failure_from_response", "failure_from_transport"]
 
@@ -279,8 +282,10 @@ class HttpEngine:
         max_attempts = max(1, policy.max_attempts)
         attempt = 0
         partial: list[str] = []
+        operation_id = new_operation_id()  # app-server-protocol.md: error.recovery.operation_id
         while True:
             attempt += 1
+            _log.debug("%s %s: attempt %d of %d", self.name, operation_id, attempt, max_attempts)
             yielded = False
             retry_headers: httpx.Headers | None = None
             response: httpx.Response | None = None
@@ -326,6 +331,8 @@ class HttpEngine:
                     await policy.sleep(delay)
                     continue
                 failure.partial_text = "".join(partial)
+                failure.operation_id = operation_id
+                _log.info("%s %s failed after %d attempt(s): %s", self.name, operation_id, attempt, failure.message)
                 failure.attempt_count = attempt
                 failure.retry_count = attempt - 1
                 failure.submission_count = attempt
