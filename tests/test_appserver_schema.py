@@ -113,6 +113,17 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         steered = await call("turn/steer", {"thread_id": tid, "prompt": "hello again"})
         await client.wait_terminal(steered.get("turn", {}).get("id") or steered["turn_id"], start=start)
         first_turn = (await call("thread/history/read", {"thread_id": tid}))["turns"][0]
+        # an image attachment, read back by identity (chunk and preview)
+        start = len(client.lines)
+        pixel = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+        pictured = (await call("turn/start", {"thread_id": tid, "prompt": "picture",
+                                              "images": [{"media_type": "image/png", "data": pixel}]}))["turn"]
+        done = (await client.wait_terminal(pictured["id"], start=start))["turn"]
+        user = done["items"][0]
+        ref = {"kind": "artifact", "thread_id": tid, "turn_id": pictured["id"], "item_id": user["id"],
+               "content_index": 0, "sha256": user["images"][0]["sha256"]}
+        await call("thread/attachment/read", ref)
+        await call("thread/attachment/read", {**ref, "preview": True})
         for method, params in [
             ("thread/list", {}), ("thread/listAll", {}), ("thread/listArchived", {}),
             ("thread/search", {"query": "hello"}), ("thread/rename", {"thread_id": tid, "title": "T"}),

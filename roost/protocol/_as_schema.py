@@ -29,7 +29,7 @@ import textwrap
 from typing import Any
 
 from roost.errors import PROTOCOL_ERRORS
-from roost.protocol import _as_config, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
+from roost.protocol import _as_attachments, _as_config, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
 from roost.protocol._appserver import METHODS, PROTOCOL_VERSION, UNSUPPORTED_METHODS
 from roost.protocol._params import ANY, BOOL, DICT, INT, LIST, NUM, STR
 
@@ -233,6 +233,10 @@ def _results() -> dict[str, dict]:
         "engine/list": _obj(["engines"], {"engines": {"type": "array", "items": _obj(["id", "enabled"], {
             "id": S, "enabled": B, "permission_modes": {"type": "array", "items": _obj(["id", "label"], {
                 "id": S, "label": S, "native_id": S})}})}}),
+        "thread/attachment/read": _obj(["thread_id", "turn_id", "item_id", "content_index", "sha256", "preview",
+                                        "content_type", "offset", "total", "data", "next_offset"], {
+            "thread_id": S, "turn_id": S, "item_id": S, "content_index": I, "sha256": S, "preview": B,
+            "content_type": S, "offset": I, "total": I, "data": S, "next_offset": NI, "width": I, "height": I}),
         "usage/overview": _obj(["timezone", "total_sessions", "metrics", "days"], usage),
         "settings/usage": _obj(["timezone", "total_sessions", "metrics", "days", "engine_breakdowns"], {
             **usage, "engine_breakdowns": {"type": "array", "items": _obj(["engine_id", "in_wuu"], {

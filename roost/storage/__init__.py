@@ -82,6 +82,8 @@ from ._workers import create_worker as create_worker
 from ._workers import get_worker as get_worker
 from ._workers import list_workers as list_workers
 from ._workers import update_worker as update_worker
+from ._blobs import read_blob as read_blob
+from ._blobs import read_blob_chunk as read_blob_chunk
 from ._usage import list_usage_records as list_usage_records
 from ._writer import StoreWriter as StoreWriter
 from ._writer import WriterState as WriterState
@@ -108,7 +110,7 @@ __all__ = [
     "create_run", "get_run", "list_runs", "update_run",
     "append_item", "get_item", "list_items", "update_item", "search_items",
     "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
-    "claim_queued_worker", "list_usage_records",
+    "claim_queued_worker", "list_usage_records", "read_blob", "read_blob_chunk",
     "create_worker", "get_worker", "list_workers", "update_worker",
     "create_schedule", "get_schedule", "list_schedules", "update_schedule", "delete_schedule",
     "claim_schedule_slot", "list_schedule_runs", "update_schedule_run",

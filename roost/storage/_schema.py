@@ -267,3 +267,19 @@ def _m0003_tool_processes(db: sqlite_utils.Database) -> None:
             PRIMARY KEY (owner, pgid)
         )""",
     )
+
+
+@MIGRATIONS(name="0004_attachment_blobs")
+def _m0004_attachment_blobs(db: sqlite_utils.Database) -> None:
+    """Attachment bytes stored once, addressed by the sha256 of their decoded bytes (items keep
+    ``{media_type, sha256, size}`` references; see ``roost/storage/_blobs.py``)."""
+    _run(
+        db,
+        """CREATE TABLE blobs (
+            sha256 TEXT PRIMARY KEY,
+            content_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+    )
