@@ -224,4 +224,8 @@ async def test_model_catalog_directory(env, tmp_path):
         assert len(deepseek["models"]) == deepseek["model_count"]
         await expect_error(client, "config/model-catalog/providers", {"provider": "nope"}, "invalid_params",
                            contains="deepseek")
-        await expect_error(client, "config/model-catalog/refresh", {}, "unsupported")
+        refreshed = await client.request("config/model-catalog/refresh", {})
+        assert refreshed["catalog_providers"] == directory
+        assert refreshed["counts"]["catalog_providers"] == len(directory)
+        assert refreshed["counts"]["providers"] == len(refreshed["providers"]) >= 1
+        assert refreshed["providers"][0]["id"] == "scripted" and refreshed["providers"][0]["default"] is True

@@ -147,9 +147,11 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         await call("thread/delete", {"thread_id": fork, "only_if_archived": True})
         for method, params in [("turn/start", {"thread_id": "thr_missing", "prompt": "x"}),
                                ("usage/overview", {}), ("settings/usage", {"timezone": "Europe/Paris"}),
-                               ("config/model-catalog/providers", {}),
+                               ("config/model-catalog/providers", {}), ("config/model-catalog/refresh", {}),
                                ("config/model-catalog/providers", {"provider": "groq"}),
-                               ("thread/content/read", {}), ("no/such", {}), ("thread/start", {"bogus": 1})]:
+                               ("thread/content/read", {"thread_id": tid, "turn_id": pictured["id"],
+                                                        "item_id": user["id"], "field": "text"}),
+                               ("process/list", {}), ("no/such", {}), ("thread/start", {"bogus": 1})]:
             await call(method, params)
         await call("shutdown", {})
 
@@ -167,7 +169,7 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         if "result" in reply:
             _validator(schema, schema["x-methods"][method]["result"]).validate(reply["result"])
             results_checked += 1
-        elif method == "thread/content/read":
+        elif method == "process/list":
             assert reply["error"]["code"] == "unsupported"
     assert results_checked >= 25
     answered_ok = {m for m, r in answered if "result" in r}

@@ -116,6 +116,10 @@ class AppServerSession:
     # -- the Subscriber protocol ----------------------------------------------------------------
 
     def deliver(self, line: bytes) -> None:
+        if self.capabilities.get("deferred_notification_content") is True:
+            from roost.protocol._as_content import defer_line  # large content as references
+
+            line = defer_line(line)
         self.outbox.deliver(line)
 
     def _on_overflow(self) -> None:
@@ -324,8 +328,8 @@ class AppServerSession:
 #: they answer ``unsupported`` rather than ``method_not_found``).
 UNSUPPORTED_METHODS = frozenset({
     "thread/activity/read",
-    "thread/content/read", "engine/update", "engine/auth/methods", "engine/authenticate",
-    "engine/auth/cancel", "config/model-catalog/refresh",
+    "engine/update", "engine/auth/methods", "engine/authenticate",
+    "engine/auth/cancel",
     "process/list", "process/cancel-notifications", "process/read", "process/stop",
 })
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from roost.errors import InvalidParams, NotFound, ThreadNotFound, Unsupported
+from roost.errors import InvalidParams, NotFound, Unsupported
 from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import read_store
 from roost.protocol._params import BOOL, INT, STR, check_params
@@ -61,23 +61,7 @@ def make_preview(raw: bytes) -> tuple[bytes, int, int]:
     return out.getvalue(), rgb.width, rgb.height
 
 
-def _locate(conn: Any, p: dict) -> dict:
-    """The image reference ``p`` names, checked against the stored item (read-only).
-
-    Raises:
-        ThreadNotFound, InvalidParams: see :func:`attachment_read`.
-    """
-    try:
-        get_thread(conn, p["thread_id"])
-    except NotFound:
-        raise ThreadNotFound(f"no thread {p['thread_id']!r}") from None
-    try:
-        item = get_item(conn, p["item_id"])
-    except NotFound:
-        raise InvalidParams(f"no stored item {p['item_id']!r}") from None
-    if item.thread_id != p["thread_id"] or item.turn_id != p["turn_id"]:
-        raise InvalidParams(f"item {p['item_id']!r} is not in turn {p['turn_id']!r} of thread {p['thread_id']!r}")
-    images = (item.payload or {}).get("images") if isinstance(item.payload, dict) else None
+def _check_image(images: Any, p: dict) -> dict:
     index = p["content_index"]
     if not isinstance(images, list) or not 0 <= index < len(images):
         raise InvalidParams(f"item {p['item_id']!r} has no attachment at content_index {index}")
@@ -85,6 +69,44 @@ def _locate(conn: Any, p: dict) -> dict:
     if not isinstance(image, dict) or image.get("sha256") != p["sha256"]:
         raise InvalidParams("sha256 does not match the stored attachment at that content_index")
     return image
+
+
+def _locate(conn: Any, p: dict) -> dict | None:
+    """The image reference ``p`` names, checked against the stored item (read-only); None when the
+    item is not in the store.
+
+    Raises:
+        InvalidParams: see :func:`attachment_read`.
+    """
+    try:
+        get_thread(conn, p["thread_id"])
+    except NotFound:
+        return None  # not stored: an ephemeral thread's (else thread_not_found from memory)
+    try:
+        item = get_item(conn, p["item_id"])
+    except NotFound:
+        return None  # not stored (an ephemeral thread): look in memory
+    if item.thread_id != p["thread_id"] or item.turn_id != p["turn_id"]:
+        raise InvalidParams(f"item {p['item_id']!r} is not in turn {p['turn_id']!r} of thread {p['thread_id']!r}")
+    images = (item.payload or {}).get("images") if isinstance(item.payload, dict) else None
+    return _check_image(images, p)
+
+
+async def _in_memory(session: AppServerSession, p: dict) -> tuple[str, bytes]:
+    """The bytes of an attachment of an item that is not stored (an ephemeral thread's), from the
+    loaded thread's snapshot, checked against ``sha256``.
+
+    Raises:
+        ThreadNotFound, InvalidParams: as :func:`attachment_read`.
+    """
+    from roost.protocol._as_content import find_item
+
+    item = await find_item(session, p["thread_id"], p["turn_id"], p["item_id"])
+    image = _check_image(item.get("images"), p)
+    raw = base64.b64decode(image.get("data") or "")
+    if hashlib.sha256(raw).hexdigest() != p["sha256"]:
+        raise InvalidParams("the attachment bytes do not match their sha256")
+    return str(image.get("media_type") or "application/octet-stream"), raw
 
 
 @method("thread/attachment/read")
@@ -111,17 +133,20 @@ async def attachment_read(session: AppServerSession, params: Any) -> dict:
     offset = p.get("offset") or 0
     if offset < 0:
         raise InvalidParams("offset must be >= 0")
-    await read_store(session, _locate, p)
+    memory = None if await read_store(session, _locate, p) is not None else await _in_memory(session, p)
     base = {"thread_id": p["thread_id"], "turn_id": p["turn_id"], "item_id": p["item_id"],
             "content_index": p["content_index"], "sha256": p["sha256"]}
     if p.get("preview"):
-        blob = await read_store(session, read_blob, p["sha256"])
+        blob = memory if memory is not None else await read_store(session, read_blob, p["sha256"])
         if blob is None or hashlib.sha256(blob[1]).hexdigest() != p["sha256"]:
             raise InvalidParams("the stored attachment bytes are missing or do not match their sha256")
         jpeg, width, height = await trio.to_thread.run_sync(make_preview, blob[1])
         return {**base, "preview": True, "content_type": "image/jpeg", "width": width, "height": height,
                 "offset": 0, "total": len(jpeg), "data": base64.b64encode(jpeg).decode(), "next_offset": None}
-    chunk = await read_store(session, read_blob_chunk, p["sha256"], offset, CHUNK_BYTES)
+    if memory is not None:
+        chunk = (memory[0], len(memory[1]), memory[1][offset:offset + CHUNK_BYTES])
+    else:
+        chunk = await read_store(session, read_blob_chunk, p["sha256"], offset, CHUNK_BYTES)
     if chunk is None:
         raise InvalidParams("the stored attachment bytes are missing")
     content_type, total, data = chunk

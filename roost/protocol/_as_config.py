@@ -217,6 +217,24 @@ async def engine_list(session: AppServerSession, params: Any) -> dict:
     return {"engines": [entry, *unsupported], "settings": settings}
 
 
+@method("config/model-catalog/refresh")
+async def model_catalog_refresh(session: AppServerSession, params: Any) -> dict:
+    """``config/model-catalog/refresh``: the catalog directory alongside the configured providers.
+
+    Roost's directory is built in (:mod:`roost.protocol._catalog`), so a refresh fetches nothing
+    remote; the configured providers are re-resolved from the configuration. Result
+    ``{catalog_providers, providers, counts: {catalog_providers, providers, available}}``.
+    """
+    from roost.protocol._catalog import catalog_providers
+
+    check_params("config/model-catalog/refresh", params, {})
+    catalog = catalog_providers()
+    providers = provider_inventory(session)
+    return {"catalog_providers": catalog, "providers": providers,
+            "counts": {"catalog_providers": len(catalog), "providers": len(providers),
+                       "available": sum(1 for p in providers if p.get("available"))}}
+
+
 @method("config/model-catalog/providers")
 async def model_catalog_providers(session: AppServerSession, params: Any) -> dict:
     """``config/model-catalog/providers``: the built-in directory of OpenAI-compatible services.

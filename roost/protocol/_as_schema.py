@@ -29,7 +29,7 @@ import textwrap
 from typing import Any
 
 from roost.errors import PROTOCOL_ERRORS
-from roost.protocol import _as_attachments, _as_config, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
+from roost.protocol import _as_attachments, _as_config, _as_content, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
 from roost.protocol._appserver import METHODS, PROTOCOL_VERSION, UNSUPPORTED_METHODS
 from roost.protocol._params import ANY, BOOL, DICT, INT, LIST, NUM, STR
 
@@ -152,8 +152,11 @@ def _objects() -> dict[str, dict]:
         "parent_thread_id": NS, "created_at": S, "updated_at": S, "model_options": O,
     })
     thread["x-roost-source"] = "generated (field list from roost.actors thread_view), types hand-written"
+    content_ref = _obj(["type", "method", "thread_id", "turn_id", "item_id", "field", "bytes", "sha256"], {
+        "type": {"const": "content_ref"}, "method": {"const": "thread/content/read"}, "bytes": I})
     item = _obj(["id", "type", "status", "thread_id"], {
-        "id": S, "type": S, "status": S, "turn_id": NS, "thread_id": S, "seq": I, "text": NS,
+        "id": S, "type": S, "status": S, "turn_id": NS, "thread_id": S, "seq": I,
+        "text": {"anyOf": [NS, content_ref]},  # a content_ref only for deferred_notification_content clients
     })
     usage = _obj(["input_tokens", "output_tokens"], {"input_tokens": I, "output_tokens": I, "cached_tokens": I})
     turn = _obj(["id", "thread_id", "status"], {
@@ -237,10 +240,17 @@ def _results() -> dict[str, dict]:
                                         "content_type", "offset", "total", "data", "next_offset"], {
             "thread_id": S, "turn_id": S, "item_id": S, "content_index": I, "sha256": S, "preview": B,
             "content_type": S, "offset": I, "total": I, "data": S, "next_offset": NI, "width": I, "height": I}),
+        "thread/content/read": _obj(["thread_id", "turn_id", "item_id", "field", "content", "bytes", "sha256"], {
+            "thread_id": S, "turn_id": S, "item_id": S, "field": {"enum": ["text", "output", "arguments"]},
+            "content": S, "bytes": I, "sha256": S}),
         "usage/overview": _obj(["timezone", "total_sessions", "metrics", "days"], usage),
         "settings/usage": _obj(["timezone", "total_sessions", "metrics", "days", "engine_breakdowns"], {
             **usage, "engine_breakdowns": {"type": "array", "items": _obj(["engine_id", "in_wuu"], {
                 "engine_id": S, "in_wuu": _ref("UsageTotals")})}}),
+        "config/model-catalog/refresh": _obj(["catalog_providers", "providers", "counts"], {
+            "catalog_providers": {"type": "array", "items": _ref("CatalogProvider")}, "providers": A,
+            "counts": _obj(["catalog_providers", "providers", "available"], {
+                "catalog_providers": I, "providers": I, "available": I})}),
         "config/model-catalog/providers": _obj(["providers"], {"providers": {"type": "array", "items": _ref(
             "CatalogProvider")}}),
     }

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from roost.protocol import _as_attachments, _as_config, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
+from roost.protocol import _as_attachments, _as_config, _as_content, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._engines import EngineCatalog
 from roost.supervisor._root import open_runtime
