@@ -123,6 +123,11 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         ref = {"kind": "artifact", "thread_id": tid, "turn_id": pictured["id"], "item_id": user["id"],
                "content_index": 0, "sha256": user["images"][0]["sha256"]}
         await call("thread/attachment/read", ref)
+        conversation = await call("thread/resume", {"session_id": tid, "response_only": True,
+                                                    "conversation_history": True})
+        summary = next(i for t in conversation["turns"] for i in t["items"] if i["type"] == "process_summary")
+        await call("thread/activity/read", {"thread_id": tid, "turn_id": summary["turn_id"], "item_id": summary["id"],
+                                            "last_item_id": summary["activity"]["last_item_id"]})
         await call("thread/attachment/read", {**ref, "preview": True})
         for method, params in [
             ("thread/list", {}), ("thread/listAll", {}), ("thread/listArchived", {}),

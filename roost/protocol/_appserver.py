@@ -327,7 +327,6 @@ class AppServerSession:
 #: Methods of app-server-protocol.md for product features Roost does not have (spec/README.md:
 #: they answer ``unsupported`` rather than ``method_not_found``).
 UNSUPPORTED_METHODS = frozenset({
-    "thread/activity/read",
     "engine/update", "engine/auth/methods", "engine/authenticate",
     "engine/auth/cancel",
     "process/list", "process/cancel-notifications", "process/read", "process/stop",

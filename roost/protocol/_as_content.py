@@ -29,7 +29,7 @@ from roost.protocol._as_common import read_store, thread_actor, thread_snapshot
 from roost.protocol._params import STR, check_params
 from roost.storage import get_item
 
-__all__ = ["DEFERRED_FIELDS", "DEFER_BYTES", "defer_line", "find_item"]
+__all__ = ["DEFERRED_FIELDS", "DEFER_BYTES", "defer_item", "defer_line", "find_item"]
 
 #: Item strings longer than this (UTF-8 bytes) travel as references to deferring clients.
 DEFER_BYTES = 16 * 1024
@@ -38,7 +38,8 @@ DEFERRED_FIELDS = ("text", "output", "arguments")
 _DEFERRED_METHODS = (b'"method":"turn/completed"', b'"method":"turn/error"', b'"method":"thread/started"')
 
 
-def _defer_item(item: dict, thread_id: str | None, turn_id: str | None) -> None:
+def defer_item(item: dict, thread_id: str | None, turn_id: str | None) -> None:
+    """Replace, in place, ``item``'s strings over :data:`DEFER_BYTES` and its images by references."""
     ids = {"thread_id": thread_id, "turn_id": turn_id, "item_id": item.get("id")}
     for field in DEFERRED_FIELDS:
         value = item.get(field)
@@ -70,7 +71,7 @@ def _defer_turn(turn: Any, thread_id: str | None) -> None:
     if isinstance(turn, dict) and isinstance(turn.get("items"), list):
         for item in turn["items"]:
             if isinstance(item, dict):
-                _defer_item(item, thread_id, turn.get("id"))
+                defer_item(item, thread_id, turn.get("id"))
 
 
 def defer_line(line: bytes) -> bytes:

@@ -240,6 +240,9 @@ def _results() -> dict[str, dict]:
                                         "content_type", "offset", "total", "data", "next_offset"], {
             "thread_id": S, "turn_id": S, "item_id": S, "content_index": I, "sha256": S, "preview": B,
             "content_type": S, "offset": I, "total": I, "data": S, "next_offset": NI, "width": I, "height": I}),
+        "thread/activity/read": _obj(["thread_id", "turn", "next_cursor"], {
+            "thread_id": S, "next_cursor": NS, "turn": _obj(["id", "thread_id", "status", "items"], {
+                "id": S, "thread_id": S, "status": S, "items": {"type": "array", "items": _ref("Item")}})}),
         "thread/content/read": _obj(["thread_id", "turn_id", "item_id", "field", "content", "bytes", "sha256"], {
             "thread_id": S, "turn_id": S, "item_id": S, "field": {"enum": ["text", "output", "arguments"]},
             "content": S, "bytes": I, "sha256": S}),
