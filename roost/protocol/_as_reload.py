@@ -3,7 +3,8 @@ initialization"): watch the configuration file and publish ``config/error`` / ``
 
 - The file (``$ROOST_HOME/config.toml``, or hosted mode's ``--config FILE``) is watched with
   ``watchfiles.awatch`` (anyio-based, so it runs under trio; the Rust watcher polls its stop event,
-  so cancellation ends it within a step).
+  so cancellation ends it within a step). Only its directory is watched, not recursively, and
+  changes to other names are filtered out.
 - An edited document is checked the way start-up checks it: it must parse (TOML, or JSON for a
   ``.json`` name) and resolve to a usable provider (:func:`roost.config.resolve_provider`, with the
   server's own flags first); a scripted provider's script must open.
@@ -38,7 +39,7 @@ log = logging.getLogger("roost.appserver.reload")
 
 #: watchfiles grouping: yield after this many ms without new changes (at most DEBOUNCE_MS).
 DEBOUNCE_MS = 200
-STEP_MS = 20
+STEP_MS = 50
 #: The watcher yields an empty batch after this many ms without changes (the first proves it live).
 LIVE_TIMEOUT_MS = 1000
 
@@ -141,7 +142,8 @@ class ConfigReloader:
         try:
             async for changes in watchfiles.awatch(self.path.parent, watch_filter=only_the_file,
                                                    debounce=DEBOUNCE_MS, step=STEP_MS, stop_event=stop,  # type: ignore[arg-type]
-                                                   rust_timeout=LIVE_TIMEOUT_MS, yield_on_timeout=True):
+                                                   rust_timeout=LIVE_TIMEOUT_MS, yield_on_timeout=True,
+                                                   recursive=False):  # not $ROOST_HOME/worktrees/...
                 if not changes and live:
                     continue
                 live = True
