@@ -68,3 +68,21 @@ async def test_without_the_capability_content_is_inline(tmp_path: Path, roost_ho
         tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
         done = (await client.run_turn(tid, "big please"))["turn"]
         assert isinstance(done["items"][1]["output"], str) and isinstance(done["items"][2]["text"], str)
+
+
+async def test_paged_fork_history_in_thread_started_is_deferred(tmp_path: Path, roost_home: Path) -> None:
+    (tmp_path / "big.txt").write_text("line of the big file\n" * 2000)
+    async with open_app_server(env=script_env(tmp_path, roost_home, SCRIPT), cwd=tmp_path) as client:
+        await client.initialize(capabilities={"deferred_notification_content": True})
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        await client.run_turn(tid, "big please")
+        start = len(client.lines)
+        fork = await client.request("thread/fork", {"thread_id": tid, "history_page": True})
+        started = await client.wait_for("thread/started", lambda p: p["thread"]["id"] == fork["thread"]["id"],
+                                        start=start)
+        tool = started["turns"][0]["items"][1]
+        assert tool["output"]["type"] == "content_ref"  # the notification's snapshot: a reference
+        assert isinstance(fork["turns"][0]["items"][1]["output"], str)  # the RPC response: inline
+        got = await client.request("thread/content/read", {k: tool["output"][k] for k in
+                                                           ("thread_id", "turn_id", "item_id", "field")})
+        assert "line of the big file" in got["content"]

@@ -131,7 +131,7 @@ class AppServerSession:
         self.outbox.deliver(dumps_line(obj))
 
     def notify(self, method_name: str, params: dict) -> None:
-        self.send({"method": method_name, "params": params})
+        self.deliver(dumps_line({"method": method_name, "params": params}))  # deferral applies
 
     async def subscribe(self, actor: Any) -> None:
         """Receive ``actor``'s notifications from now on (idempotent)."""
