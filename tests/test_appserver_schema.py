@@ -41,6 +41,10 @@ rules:
     steps:
       - - {tool_call: {name: shell, arguments: {command: "echo started; sleep 60"}}}
       - - {text: "never"}
+  - match: {prompt: "^background"}
+    steps:
+      - - {tool_call: {name: shell, arguments: {command: "sleep 60", background: true}}}
+      - - {text: "started"}
 default: echo
 """
 
@@ -123,6 +127,16 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         ref = {"kind": "artifact", "thread_id": tid, "turn_id": pictured["id"], "item_id": user["id"],
                "content_index": 0, "sha256": user["images"][0]["sha256"]}
         await call("thread/attachment/read", ref)
+        await call("config/model/update", {"thread_id": tid, "permission_mode": "unconfined"})
+        start = len(client.lines)
+        bg = (await call("turn/start", {"thread_id": tid, "prompt": "background please"}))["turn"]
+        bg_done = (await client.wait_terminal(bg["id"], start=start))["turn"]
+        proc = {"thread_id": tid, "process_id": bg_done["items"][1]["metadata"]["process_id"]}
+        await call("process/list", {"thread_id": tid})
+        await call("process/read", proc)
+        await call("process/cancel-notifications", proc)
+        await call("process/stop", proc)
+        await call("config/model/update", {"thread_id": tid, "permission_mode": "standard"})
         conversation = await call("thread/resume", {"session_id": tid, "response_only": True,
                                                     "conversation_history": True})
         summary = next(i for t in conversation["turns"] for i in t["items"] if i["type"] == "process_summary")
@@ -156,7 +170,7 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
                                ("config/model-catalog/providers", {"provider": "groq"}),
                                ("thread/content/read", {"thread_id": tid, "turn_id": pictured["id"],
                                                         "item_id": user["id"], "field": "text"}),
-                               ("process/list", {}), ("no/such", {}), ("thread/start", {"bogus": 1})]:
+                               ("engine/update", {}), ("no/such", {}), ("thread/start", {"bogus": 1})]:
             await call(method, params)
         await call("shutdown", {})
 
@@ -174,7 +188,7 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         if "result" in reply:
             _validator(schema, schema["x-methods"][method]["result"]).validate(reply["result"])
             results_checked += 1
-        elif method == "process/list":
+        elif method == "engine/update":
             assert reply["error"]["code"] == "unsupported"
     assert results_checked >= 25
     answered_ok = {m for m, r in answered if "result" in r}

@@ -10,6 +10,8 @@ from roost.actors._mailbox import Envelope as Envelope
 from roost.actors._mailbox import Mailbox as Mailbox
 from roost.actors._mailbox import Ref as Ref
 from roost.actors._mailbox import ReplySlot as ReplySlot
+from roost.actors._bgprocess import ProcessManager as ProcessManager
+from roost.actors._bgprocess import process_view as process_view
 
 __all__ = [
     "Actor",
@@ -20,6 +22,8 @@ __all__ = [
     "Mailbox",
     "Ref",
     "ReplySlot",
+    "ProcessManager",
+    "process_view",
 ]
 
 for _name in __all__:

@@ -357,6 +357,7 @@ async def _run_tool_call(thread: ThreadActor, turn: TurnState, view: dict, open_
         unattended_policy=getattr(origin, "unattended_policy", "deny"),
         agent=turn.agent.name if turn.agent is not None else None,
         on_process=tool_process_hook(thread.services.store.writer, thread.services.owner, tid),
+        start_background=thread.services.processes.starter(tid) if thread.services.processes else None,
     )
     result = await run_tool(tool, view["arguments"] or {}, ctx)
     await _finish_tool_call(thread, turn, view, open_items, result.output, result.is_error, result.metadata)

@@ -329,7 +329,6 @@ class AppServerSession:
 UNSUPPORTED_METHODS = frozenset({
     "engine/update", "engine/auth/methods", "engine/authenticate",
     "engine/auth/cancel",
-    "process/list", "process/cancel-notifications", "process/read", "process/stop",
 })
 
 

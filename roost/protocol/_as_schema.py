@@ -29,7 +29,7 @@ import textwrap
 from typing import Any
 
 from roost.errors import PROTOCOL_ERRORS
-from roost.protocol import _as_attachments, _as_config, _as_content, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
+from roost.protocol import _as_attachments, _as_config, _as_content, _as_processes, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
 from roost.protocol._appserver import METHODS, PROTOCOL_VERSION, UNSUPPORTED_METHODS
 from roost.protocol._params import ANY, BOOL, DICT, INT, LIST, NUM, STR
 
@@ -182,7 +182,12 @@ def _objects() -> dict[str, dict]:
         "models": {"type": "array", "items": _obj(["id"], {"id": S, "default": B})}})
     counts = ["input_tokens", "output_tokens", "cached_tokens", "total_tokens", "turns", "sessions", "agents"]
     totals = _obj(counts, {**{c: I for c in counts}, "active_days": I})
-    return {"UsageTotals": totals, "CatalogProvider": catalog, "Thread": thread, "Turn": turn, "Item": item, "Usage": usage, "UserInput": user_input,
+    process = _obj(["id", "thread_id", "command", "status", "trigger"], {
+        "id": S, "thread_id": S, "command": S, "cwd": NS, "pid": NI, "exit_code": NI, "reason": NS,
+        "status": {"enum": ["running", "exited", "stopped", "lost"]},
+        "trigger": _obj(["status", "on_exit"], {"status": {"enum": ["waiting", "received", "handled", "cancelled",
+                                                                     "stopped"]}, "on_exit": S})})
+    return {"Process": process, "UsageTotals": totals, "CatalogProvider": catalog, "Thread": thread, "Turn": turn, "Item": item, "Usage": usage, "UserInput": user_input,
             "Run": run, "Agent": agent, "Error": error, "TurnError": turn_error}
 
 
@@ -240,6 +245,10 @@ def _results() -> dict[str, dict]:
                                         "content_type", "offset", "total", "data", "next_offset"], {
             "thread_id": S, "turn_id": S, "item_id": S, "content_index": I, "sha256": S, "preview": B,
             "content_type": S, "offset": I, "total": I, "data": S, "next_offset": NI, "width": I, "height": I}),
+        "process/list": _obj(["processes"], {"processes": {"type": "array", "items": _ref("Process")}}),
+        "process/read": _obj(["process", "output"], {"process": _ref("Process"), "output": S}),
+        "process/stop": _obj(["process"], {"process": _ref("Process")}),
+        "process/cancel-notifications": _obj(["process"], {"process": _ref("Process")}),
         "thread/activity/read": _obj(["thread_id", "turn", "next_cursor"], {
             "thread_id": S, "next_cursor": NS, "turn": _obj(["id", "thread_id", "status", "items"], {
                 "id": S, "thread_id": S, "status": S, "items": {"type": "array", "items": _ref("Item")}})}),

@@ -82,6 +82,12 @@ from ._workers import create_worker as create_worker
 from ._workers import get_worker as get_worker
 from ._workers import list_workers as list_workers
 from ._workers import update_worker as update_worker
+from ._bgprocs import get_bg_process as get_bg_process
+from ._bgprocs import insert_bg_process as insert_bg_process
+from ._bgprocs import list_bg_processes as list_bg_processes
+from ._bgprocs import mark_lost_bg_processes as mark_lost_bg_processes
+from ._bgprocs import running_owners as running_owners
+from ._bgprocs import update_bg_process as update_bg_process
 from ._blobs import read_blob as read_blob
 from ._blobs import read_blob_chunk as read_blob_chunk
 from ._usage import list_usage_records as list_usage_records
@@ -111,6 +117,8 @@ __all__ = [
     "append_item", "get_item", "list_items", "update_item", "search_items",
     "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
     "claim_queued_worker", "list_usage_records", "read_blob", "read_blob_chunk",
+    "insert_bg_process", "get_bg_process", "list_bg_processes", "update_bg_process", "mark_lost_bg_processes",
+    "running_owners",
     "create_worker", "get_worker", "list_workers", "update_worker",
     "create_schedule", "get_schedule", "list_schedules", "update_schedule", "delete_schedule",
     "claim_schedule_slot", "list_schedule_runs", "update_schedule_run",

@@ -283,3 +283,28 @@ def _m0004_attachment_blobs(db: sqlite_utils.Database) -> None:
             created_at TEXT NOT NULL
         )""",
     )
+
+
+@MIGRATIONS(name="0005_background_processes")
+def _m0005_background_processes(db: sqlite_utils.Database) -> None:
+    """Background shell processes of a thread and their exit triggers (``process/*`` methods)."""
+    _run(
+        db,
+        """CREATE TABLE background_processes (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            owner TEXT NOT NULL,
+            pid INTEGER,
+            command TEXT NOT NULL,
+            cwd TEXT,
+            status TEXT NOT NULL,
+            exit_code INTEGER,
+            trigger_status TEXT NOT NULL DEFAULT 'waiting',
+            on_exit TEXT NOT NULL DEFAULT 'continue',
+            output_tail TEXT NOT NULL DEFAULT '',
+            reason TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT
+        )""",
+        "CREATE INDEX background_processes_thread ON background_processes(thread_id, started_at)",
+    )
