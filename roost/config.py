@@ -38,7 +38,8 @@ from roost._paths import config_path as default_config_path
 from roost.engines import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS, PROVIDERS, ProviderSettings
 from roost.errors import ConfigError
 
-__all__ = ["ProviderSettings", "resolve_provider", "derive_provider", "load_config", "SETUP_HINT"]
+__all__ = ["ProviderSettings", "resolve_provider", "derive_provider", "load_config", "parse_config",
+           "SETUP_HINT", "PROVIDER_ENV_VARS"]
 
 #: What to tell a user who has configured no provider.
 SETUP_HINT = (
@@ -56,22 +57,49 @@ _ENV = {
     "script": "ROOST_SCRIPT",
     "api_key_env": "ROOST_API_KEY_ENV",
 }
+#: The environment variables that select a provider (hosted mode ignores them: no ambient state).
+PROVIDER_ENV_VARS = tuple(_ENV.values())
 
 
 def load_config(path: Path | None = None) -> dict[str, Any]:
     """Read ``config.toml`` (default ``$ROOST_HOME/config.toml``); a missing file is ``{}``.
 
+    A file whose name ends in ``.json`` holds the same tables as a JSON object (hosted mode's
+    ``--config /run/.../config.json``, app-server-protocol.md "Hosted processes").
+
     Raises:
-        ConfigError: the file exists but is unreadable or not valid TOML (the message has the path).
+        ConfigError: the file exists but is unreadable or not valid TOML (or JSON), or a JSON
+            document that is not an object (the message has the path).
     """
     path = path if path is not None else default_config_path()
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read()
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return parse_config(data, path)
+
+
+def parse_config(data: bytes, path: Path) -> dict[str, Any]:
+    """Parse the bytes of the config file ``path`` (TOML, or JSON for a ``.json`` name).
+
+    Raises:
+        ConfigError: not valid TOML/JSON, or a JSON document that is not an object.
+    """
+    if Path(path).suffix == ".json":
+        import json
+
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{path} must hold a JSON object")
+        return doc
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
 

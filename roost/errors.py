@@ -205,6 +205,13 @@ class EngineError(RoostError):
     """A model-engine failure (see :mod:`roost.engines` for the categories)."""
 
 
+def new_operation_id() -> str:
+    """A fresh inference operation id (``op_`` + 24 hex digits) for one logical model stream."""
+    import secrets
+
+    return "op_" + secrets.token_hex(12)
+
+
 class EngineFailure(EngineError):
     """A model call failed; raised by an engine stream in place of its remaining events.
 
@@ -221,6 +228,9 @@ class EngineFailure(EngineError):
             runs"): attempts started, retries started, physical provider requests, the attempt
             limit, why recovery stopped (``non_retryable``, ``retry_limit``, ``replay_unsafe``,
             ``recovery_unavailable``) and the category that decided it.
+        operation_id: identifies the failed logical stream in inference diagnostics (the same
+            id across the stream's retries; HTTP engines log it with each attempt); ``op_``
+            followed by 24 hex digits.
     """
 
     CATEGORIES = frozenset(
@@ -241,6 +251,7 @@ class EngineFailure(EngineError):
         submission_count: int = 1,
         max_attempts: int = 1,
         stop_reason: str | None = None,
+        operation_id: str | None = None,
     ):
         if category not in self.CATEGORIES:
             raise ValueError(f"unknown engine failure category {category!r}")
@@ -257,6 +268,7 @@ class EngineFailure(EngineError):
         self.max_attempts = max_attempts
         self.stop_reason = stop_reason or ("retry_limit" if retryable else "non_retryable")
         self.failure_category = category
+        self.operation_id = operation_id or new_operation_id()
 
     def recovery(self) -> dict:
         """Return the recovery facts as a dict (the ``turn.error.recovery`` object)."""
@@ -267,6 +279,7 @@ class EngineFailure(EngineError):
             "max_attempts": self.max_attempts,
             "stop_reason": self.stop_reason,
             "failure_category": self.failure_category,
+            "operation_id": self.operation_id,
         }
 
     def to_dict(self) -> dict:

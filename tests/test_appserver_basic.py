@@ -74,7 +74,7 @@ async def test_errors_are_structured_and_reading_goes_on(env, tmp_path):
         await client.send(b'{"method":"thread/list"}\n')  # no id: nothing to echo, so an error
         await client.wait_line(lambda m: m.get("id") is None and "id is required" in m.get("error", {}).get("message", ""))
         with pytest.raises(RemoteError) as exc:
-            await client.request("usage/overview", {})  # a spec method for a feature Roost lacks
+            await client.request("engine/update", {})  # a spec method for a feature Roost lacks
         assert exc.value.code == "unsupported"
         assert (await client.initialize())["status"] == "ready"
 

@@ -4,6 +4,7 @@ subprocess; plus the wire form of the error codes that no single stdio client ca
 
 from __future__ import annotations
 
+import trio
 import os
 from pathlib import Path
 
@@ -125,7 +126,8 @@ async def test_engine_list(env, tmp_path):
         builtin = engines["roost"]
         assert builtin["enabled"] is True and builtin["binary_ok"] is True
         assert builtin["models_status"] == "ready" and any(m["current"] for m in builtin["models"])
-        assert set(builtin["permission_modes"]) == {"standard", "read_only", "unconfined"}
+        assert {r["id"]: r["label"] for r in builtin["permission_modes"]} == {
+            "standard": "Standard", "read_only": "Read only", "unconfined": "Unconfined"}
         providers = {p["id"]: p for p in builtin["providers"]}
         assert providers["scripted"]["default"] is True and providers["scripted"]["available"] is True
         assert set(providers) == {"scripted", "openai", "openai-responses", "anthropic"}
@@ -135,7 +137,7 @@ async def test_engine_list(env, tmp_path):
             assert "unsupported" in engines[name]["error"]
         assert listed["settings"]["default_engine"] == "roost"
         deferred = await client.request("engine/list", {"include_models": False})
-        assert deferred["engines"][0]["models_status"] == "deferred" and "models" not in deferred["engines"][0]
+        assert all(e["models_status"] == "deferred" and "models" not in e for e in deferred["engines"])
         await expect_error(client, "engine/list", {"include_quota": True}, "unsupported")
         await expect_error(client, "engine/list", {"refresh": True}, "invalid_params")
         await expect_error(client, "thread/start", {"engine": "claude"}, "unsupported")
@@ -191,12 +193,23 @@ async def test_every_error_code_on_the_wire(monkeypatch):
     for frame in frames:
         await session._on_frame(frame)
     session.outbox.close()
-    lines = []
-    while True:
-        try:
-            lines.append(loads(session.outbox._recv.receive_nowait()))
-        except Exception:
-            break
+
+    class Capture(trio.abc.SendStream):
+        def __init__(self) -> None:
+            self.data = b""
+
+        async def send_all(self, data) -> None:
+            self.data += bytes(data)
+
+        async def wait_send_all_might_not_block(self) -> None:
+            pass
+
+        async def aclose(self) -> None:
+            pass
+
+    sink = Capture()
+    await session.outbox.run_writer(sink)   # drains what is queued and returns (closed)
+    lines = [loads(line) for line in sink.data.splitlines()]
     codes = [line["error"]["code"] for line in lines]
     assert codes == ["parse_error", "invalid_request", "invalid_request", "method_not_found", "invalid_params",
                      *[code for _exc, code in raised.values()]]
@@ -205,3 +218,26 @@ async def test_every_error_code_on_the_wire(monkeypatch):
     # every wire code is covered: here, or end to end (thread_busy, turn_not_found, unsupported)
     assert {c.code for c in errors.PROTOCOL_ERRORS.values()} <= set(codes) | {"thread_busy", "turn_not_found",
                                                                               "unsupported"}
+
+
+async def test_model_catalog_directory(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        init = await client.initialize()
+        directory = init["catalog_providers"]
+        names = [p["name"] for p in directory]
+        assert names == sorted(names, key=str.lower) and len(directory) >= 5
+        assert all(p["type"] == "openai" and p["base_url"].startswith("http") and p["model_count"] >= 1
+                   and "models" not in p for p in directory)
+        listed = (await client.request("config/model-catalog/providers", {}))["providers"]
+        assert listed == directory
+        (deepseek,) = (await client.request("config/model-catalog/providers", {"provider": "deepseek"}))["providers"]
+        assert deepseek["base_url"] == "https://api.deepseek.com" and deepseek["default_model"] == "deepseek-chat"
+        assert [m["id"] for m in deepseek["models"]][0] == deepseek["default_model"]
+        assert len(deepseek["models"]) == deepseek["model_count"]
+        await expect_error(client, "config/model-catalog/providers", {"provider": "nope"}, "invalid_params",
+                           contains="deepseek")
+        refreshed = await client.request("config/model-catalog/refresh", {})
+        assert refreshed["catalog_providers"] == directory
+        assert refreshed["counts"]["catalog_providers"] == len(directory)
+        assert refreshed["counts"]["providers"] == len(refreshed["providers"]) >= 1
+        assert refreshed["providers"][0]["id"] == "scripted" and refreshed["providers"][0]["default"] is True

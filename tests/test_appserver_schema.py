@@ -41,6 +41,10 @@ rules:
     steps:
       - - {tool_call: {name: shell, arguments: {command: "echo started; sleep 60"}}}
       - - {text: "never"}
+  - match: {prompt: "^background"}
+    steps:
+      - - {tool_call: {name: shell, arguments: {command: "sleep 60", background: true}}}
+      - - {text: "started"}
 default: echo
 """
 
@@ -113,6 +117,32 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         steered = await call("turn/steer", {"thread_id": tid, "prompt": "hello again"})
         await client.wait_terminal(steered.get("turn", {}).get("id") or steered["turn_id"], start=start)
         first_turn = (await call("thread/history/read", {"thread_id": tid}))["turns"][0]
+        # an image attachment, read back by identity (chunk and preview)
+        start = len(client.lines)
+        pixel = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+        pictured = (await call("turn/start", {"thread_id": tid, "prompt": "picture",
+                                              "images": [{"media_type": "image/png", "data": pixel}]}))["turn"]
+        done = (await client.wait_terminal(pictured["id"], start=start))["turn"]
+        user = done["items"][0]
+        ref = {"kind": "artifact", "thread_id": tid, "turn_id": pictured["id"], "item_id": user["id"],
+               "content_index": 0, "sha256": user["images"][0]["sha256"]}
+        await call("thread/attachment/read", ref)
+        await call("config/model/update", {"thread_id": tid, "permission_mode": "unconfined"})
+        start = len(client.lines)
+        bg = (await call("turn/start", {"thread_id": tid, "prompt": "background please"}))["turn"]
+        bg_done = (await client.wait_terminal(bg["id"], start=start))["turn"]
+        proc = {"thread_id": tid, "process_id": bg_done["items"][1]["metadata"]["process_id"]}
+        await call("process/list", {"thread_id": tid})
+        await call("process/read", proc)
+        await call("process/cancel-notifications", proc)
+        await call("process/stop", proc)
+        await call("config/model/update", {"thread_id": tid, "permission_mode": "standard"})
+        conversation = await call("thread/resume", {"session_id": tid, "response_only": True,
+                                                    "conversation_history": True})
+        summary = next(i for t in conversation["turns"] for i in t["items"] if i["type"] == "process_summary")
+        await call("thread/activity/read", {"thread_id": tid, "turn_id": summary["turn_id"], "item_id": summary["id"],
+                                            "last_item_id": summary["activity"]["last_item_id"]})
+        await call("thread/attachment/read", {**ref, "preview": True})
         for method, params in [
             ("thread/list", {}), ("thread/listAll", {}), ("thread/listArchived", {}),
             ("thread/search", {"query": "hello"}), ("thread/rename", {"thread_id": tid, "title": "T"}),
@@ -135,7 +165,12 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         await call("thread/archive", {"thread_id": fork})
         await call("thread/delete", {"thread_id": fork, "only_if_archived": True})
         for method, params in [("turn/start", {"thread_id": "thr_missing", "prompt": "x"}),
-                               ("usage/overview", {}), ("no/such", {}), ("thread/start", {"bogus": 1})]:
+                               ("usage/overview", {}), ("settings/usage", {"timezone": "Europe/Paris"}),
+                               ("config/model-catalog/providers", {}), ("config/model-catalog/refresh", {}),
+                               ("config/model-catalog/providers", {"provider": "groq"}),
+                               ("thread/content/read", {"thread_id": tid, "turn_id": pictured["id"],
+                                                        "item_id": user["id"], "field": "text"}),
+                               ("engine/update", {}), ("no/such", {}), ("thread/start", {"bogus": 1})]:
             await call(method, params)
         await call("shutdown", {})
 
@@ -153,7 +188,7 @@ async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path:
         if "result" in reply:
             _validator(schema, schema["x-methods"][method]["result"]).validate(reply["result"])
             results_checked += 1
-        elif method == "usage/overview":
+        elif method == "engine/update":
             assert reply["error"]["code"] == "unsupported"
     assert results_checked >= 25
     answered_ok = {m for m, r in answered if "result" in r}

@@ -416,6 +416,7 @@ async def test_turn_error_carries_recovery_facts(env, tmp_path):
                     "failure_category"):
             assert key in recovery, key
         assert recovery["failure_category"] == "rate_limit"
+        assert recovery["operation_id"].startswith("op_")  # identifies the stream in diagnostics
         partial = failed["turn"]["items"][1]
         assert partial["type"] == "agent_message" and partial["text"] == "Let me try" and partial["status"] == "failed"
         assert not [n for n in client.notifications("turn/completed") if n["params"]["turn"]["id"] == turn["id"]]
@@ -426,6 +427,7 @@ async def test_turn_error_carries_recovery_facts(env, tmp_path):
         snap = await client.request("thread/resume", {"session_id": tid})
         stored = snap["turns"][0]
         assert stored["status"] == "failed" and stored["error"]["recovery"]["failure_category"] == "rate_limit"
+        assert stored["error"]["recovery"]["operation_id"] == recovery["operation_id"]  # persisted
 
 
 # -- framing and end of input -------------------------------------------------------------------

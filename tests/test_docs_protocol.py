@@ -80,7 +80,8 @@ def event_types(paths: list[Path]) -> set[str]:
 def test_app_server_methods_match_the_dispatcher() -> None:
     parts = sections(DOCS / "app-server.md", "### ")
     documented = table_names(parts["Initialization"])
-    for heading in ("Threads", "Turns and pending input", "Runs", "Model selection and engines"):
+    for heading in ("Threads", "Turns and pending input", "Runs", "Model selection and engines", "Usage",
+                    "Background processes"):
         documented |= table_names(parts[heading])
     assert documented == set(METHODS), (documented ^ set(METHODS))
     assert table_names(parts["Unsupported methods"]) == set(UNSUPPORTED_METHODS)

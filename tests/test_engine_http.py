@@ -66,7 +66,9 @@ async def test_bounded_attempts_and_recovery_facts():
             events, failure = await collect(eng, REQ)
     assert [type(e).__name__ for e in events] == ["Retrying", "Retrying"]
     assert failure.category == "provider" and failure.http_status == 500 and failure.retryable
-    assert failure.recovery() == {
+    recovery = failure.recovery()
+    assert recovery.pop("operation_id").startswith("op_")  # one id for the whole retried stream
+    assert recovery == {
         "attempt_count": 3,
         "retry_count": 2,
         "submission_count": 3,

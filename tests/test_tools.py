@@ -71,7 +71,7 @@ def test_builtin_names_and_parameters():
     assert set(BUILTINS) == {"shell", "read_file", "write_file", "list_dir", "search_files"}
     props = {name: set(t.parameters["properties"]) for name, t in BUILTINS.items()}
     assert props == {
-        "shell": {"command", "timeout_s"},
+        "shell": {"command", "timeout_s", "background"},
         "read_file": {"path", "offset", "limit"},
         "write_file": {"path", "content"},
         "list_dir": {"path"},

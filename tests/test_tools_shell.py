@@ -234,3 +234,20 @@ async def test_bad_arguments(tmp_path, args, field):
     assert result.is_error
     assert result.metadata["invalid_field"] == field
     assert field in result.output
+
+
+async def test_background_without_an_owner_is_a_clear_tool_error(tmp_path):
+    result = await run_tool(SHELL, {"command": "echo hi", "background": True}, _ctx(tmp_path))
+    assert result.is_error and "background processes are not available here" in result.output
+
+
+async def test_background_hands_the_command_to_its_owner(tmp_path):
+    started: list[tuple[str, Path]] = []
+
+    async def start(command: str, cwd: Path) -> dict:
+        started.append((command, cwd))
+        return {"id": "proc_1", "pid": 4242}
+
+    result = await run_tool(SHELL, {"command": "sleep 5", "background": True}, _ctx(tmp_path, start_background=start))
+    assert started == [("sleep 5", tmp_path)] and not result.is_error
+    assert result.metadata == {"process_id": "proc_1", "background": True} and "proc_1" in result.output

@@ -15,6 +15,8 @@ from roost.actors._mailbox import Envelope as Envelope
 from roost.actors._mailbox import Mailbox as Mailbox
 from roost.actors._mailbox import Ref as Ref
 from roost.actors._mailbox import ReplySlot as ReplySlot
+from roost.actors._bgprocess import ProcessManager as ProcessManager
+from roost.actors._bgprocess import process_view as process_view
 
 from roost.actors._connection import CLOSE_NORMAL as CLOSE_NORMAL
 from roost.actors._connection import ConnectionActor as ConnectionActor
@@ -87,6 +89,8 @@ __all__ = [
     "Ref",
     "ReplySlot",
     "tree_settings",
+    "ProcessManager",
+    "process_view",
 ]
 
 if TYPE_CHECKING:

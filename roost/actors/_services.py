@@ -34,3 +34,5 @@ class Services:
     max_model_calls: int = 50
     #: offer spawn_agent / send_message / close_agent / wait_agents to the model
     worker_tools: bool = True
+    #: the background :class:`~roost.actors._bgprocess.ProcessManager`, where a server runs one
+    processes: Any = None

@@ -340,6 +340,7 @@ async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_ite
         unattended_policy=getattr(origin, "unattended_policy", "deny"),
         agent=turn.agent.name if turn.agent is not None else None,
         on_process=tool_process_hook(thread.services.store.writer, thread.services.owner, tid),
+        start_background=thread.services.processes.starter(tid) if thread.services.processes else None,
     )
     result = await run_tool(tool, view["arguments"] or {}, ctx)
     await _finish_tool_call(thread, turn, view, open_items, result.output, result.is_error, result.metadata)
@@ -395,6 +396,7 @@ def _failure_view(failure: EngineFailure) -> dict:
             "max_attempts": failure.max_attempts,
             "stop_reason": failure.stop_reason,
             "failure_category": failure.category,
+            "operation_id": failure.operation_id,
         },
     }
 

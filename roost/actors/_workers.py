@@ -254,6 +254,7 @@ class WorkerTree:
                 message = args.get("message")
                 if not isinstance(message, str) or not message:
                     raise _ToolInputError("message must be a non-empty string")
+                self._emit_message(caller, worker, message)
                 return await self._send_message(worker, message, turn)
         except _ToolInputError as exc:
             return f"error: {exc}", True, {}
@@ -590,6 +591,16 @@ class WorkerTree:
             worker.result = (actor.last_agent_text() or "")[:RESULT_CHARS]
             worker.partial = True
         await self._settle(worker)
+
+    def _emit_message(self, caller: ThreadActor, worker: WorkerState, text: str) -> None:
+        """``agent/mailbox`` for a ``send_message`` to ``worker`` (app-server-protocol.md,
+        "Notifications": worker state and messages): ``{id, kind: "agent_message", from_agent_id,
+        from_name, to_agent_id, to_name, text}``; ``from_agent_id`` is None from the root thread."""
+        sender = None if caller is self.root else self.workers.get(caller.worker_id or "")
+        message = {"id": new_id("msg"), "kind": "agent_message",
+                   "from_agent_id": sender.id if sender else None, "from_name": sender.name if sender else "root",
+                   "to_agent_id": worker.id, "to_name": worker.name, "text": text}
+        self.root.emit("agent/mailbox", {"thread_id": self.root.thread.id, "message": message})
 
     async def _send_message(self, worker: WorkerState, message: str, turn: Any) -> tuple[str, bool, dict]:
         if self.frozen:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,14 +16,54 @@ from roost.cli._engine_options import EngineFlags, engine_options
 from roost.errors import ConfigError
 
 
-def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True) -> Any:
+def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True,
+             resolve_options: dict[str, Any] | None = None) -> Any:
     from roost.protocol import EngineCatalog
 
+    options = dict(resolve_options or {})
     try:
-        settings = flags.resolve(allow_scripted_default=allow_scripted_default)
-        return EngineCatalog(settings, pacing=pacing)
+        settings = flags.resolve(allow_scripted_default=allow_scripted_default, **options)
+        return EngineCatalog(settings, pacing=pacing, resolve_options=options)
     except ConfigError as exc:
-        return EngineCatalog(None, setup_error=str(exc), pacing=pacing)
+        return EngineCatalog(None, setup_error=str(exc), pacing=pacing, resolve_options=options)
+
+
+def hosted_options(host: str, instance_id: str | None, workspace_id: str | None, workdir: str | None,
+                   config: str | None) -> tuple[dict | None, dict[str, Any], Path]:
+    """Check the hosted-mode options (app-server-protocol.md, "Hosted processes").
+
+    Returns:
+        ``(host, resolve_options, config file)``: ``host`` is ``{kind: "cloud", instance_id,
+        workspace_id}`` or None (local); ``resolve_options`` for :func:`roost.config.resolve_provider`
+        (cloud: only the ``--config`` file and no ``ROOST_PROVIDER``-style variables, so nothing is
+        made from ambient state; API key variables are still read, the host injects secrets).
+
+    Raises:
+        click.UsageError: cloud mode without every one of --instance-id, --workspace-id, --workdir,
+            --config (all missing ones are named), identity options in local mode, a --workdir that
+            is not a directory or a --config that is not a file.
+    """
+    from roost.config import PROVIDER_ENV_VARS
+
+    given = {"--instance-id": instance_id, "--workspace-id": workspace_id, "--workdir": workdir, "--config": config}
+    if host == "cloud":
+        missing = [name for name, value in given.items() if not value]
+        if missing:
+            raise click.UsageError(f"--host cloud requires {', '.join(missing)} (explicit identity and "
+                                   "configuration; nothing is taken from the host's ambient state)")
+    elif instance_id or workspace_id:
+        raise click.UsageError("--instance-id and --workspace-id apply only with --host cloud")
+    if workdir is not None and not Path(workdir).is_dir():
+        raise click.UsageError(f"--workdir {workdir!r} is not a directory")
+    if config is not None and not Path(config).is_file():
+        raise click.UsageError(f"--config {config!r} is not a file")
+    home = Path(os.environ.get("ROOST_HOME") or Path.home() / ".roost").expanduser()
+    path = Path(config).absolute() if config else home / "config.toml"
+    options: dict[str, Any] = {"config_path": path}
+    if host != "cloud":
+        return None, options, path
+    options["env"] = {k: v for k, v in os.environ.items() if k not in PROVIDER_ENV_VARS}
+    return {"kind": "cloud", "instance_id": instance_id, "workspace_id": workspace_id}, options, path
 
 
 def setup_logging(verbose: bool) -> None:
@@ -35,7 +77,18 @@ def setup_logging(verbose: bool) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
 @click.option("--print-schema", is_flag=True,
               help="Print the JSON Schema (draft 2020-12) of the app-server messages and exit.")
-def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: bool) -> None:
+@click.option("--host", "host_kind", type=click.Choice(["local", "cloud"]), default="local", show_default=True,
+              help="local, or cloud (hosted: needs --instance-id, --workspace-id, --workdir and --config).")
+@click.option("--instance-id", metavar="ID", default=None, help="Cloud mode: this instance's id (reported by initialize).")
+@click.option("--workspace-id", metavar="ID", default=None,
+              help="Cloud mode: the workspace id (reported by initialize; the default of new threads).")
+@click.option("--workdir", metavar="DIR", default=None, help="The working directory (workspace root) to serve.")
+@click.option("--config", "config_file", metavar="FILE", default=None,
+              help="The configuration file to read and watch (TOML, or JSON for a .json name); "
+                   "default $ROOST_HOME/config.toml.")
+def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: bool, host_kind: str,
+                       instance_id: str | None, workspace_id: str | None, workdir: str | None,
+                       config_file: str | None) -> None:
     """Serve the app-server protocol as JSONL over stdin/stdout.
 
     The protocol version string "wuu-app-server/v0.1" and every method and field name are those of
@@ -48,11 +101,22 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: b
     status "needs_setup" with the settings to set. Request lines may be up to 64 MiB
     (ROOST_MAX_LINE_BYTES lowers the limit).
 
+    The configuration file is watched: an edit that cannot be loaded sends config/error (once per
+    distinct document; turns and configuration changes are refused until it is repaired), a
+    repaired or changed file sends config/changed.
+
+    --host cloud runs a hosted instance: --instance-id, --workspace-id, --workdir and --config are
+    all required, provider selection comes only from flags and that file (ROOST_PROVIDER and the
+    other selection variables are ignored), and initialize reports runtime_host {kind: "cloud",
+    instance_id, workspace_id}. Transport authentication, tenant isolation and secrets remain the
+    host's.
+
     --print-schema prints the schema (request params generated from the server's own parameter
     checks; results and notifications hand-written) and exits without serving.
 
-    Exit status: 0 after end of input, shutdown or SIGTERM (and after --print-schema); 2 when the
-    runtime cannot start (for example, the state directory is not writable).
+    Exit status: 0 after end of input, shutdown or SIGTERM (and after --print-schema); 2 for bad
+    options (cloud mode without its required options) or when the runtime cannot start (for
+    example, the state directory is not writable).
     """
     if print_schema:
         import json
@@ -64,8 +128,14 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: b
     from roost.protocol import open_stdio_stream
     from roost.protocol import serve_app_server
 
+    host, resolve_options, config_path = hosted_options(host_kind, instance_id, workspace_id, workdir, config_file)
+    if workdir is not None:
+        os.chdir(workdir)
     setup_logging(verbose)
-    engines = _engines(engine_flags)
+    engines = _engines(engine_flags, resolve_options=resolve_options)
+
+    def resolve() -> Any:
+        return engine_flags.resolve(**resolve_options)
 
     async def main() -> None:
         stream = open_stdio_stream()
@@ -78,7 +148,8 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: b
                         return
 
             nursery.start_soon(stop_on_sigterm)
-            await serve_app_server(stream.receive_stream, stream.send_stream, engines=engines)
+            await serve_app_server(stream.receive_stream, stream.send_stream, engines=engines, host=host,
+                                   watch_config=(config_path, resolve))
             nursery.cancel_scope.cancel()
 
     from roost.cli._runner import run_main

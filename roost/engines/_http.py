@@ -10,6 +10,7 @@ leaves (including when it is cancelled).
 from __future__ import annotations
 
 import email.utils
+import logging
 import random
 import socket
 import time
@@ -25,7 +26,9 @@ from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._settings import ProviderSettings
 from roost.engines._sse import SSEDecoder
 from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, Retrying, TextDelta
-from roost.errors import EngineFailure
+from roost.errors import EngineFailure, new_operation_id
+
+_log = logging.getLogger("roost.engines.http")
 
 __all__ = ["RetryPolicy", "StreamParser", "HttpEngine", "failure_from_response", "failure_from_transport"]
 
@@ -290,8 +293,10 @@ class HttpEngine:
         max_attempts = max(1, policy.max_attempts)
         attempt = 0
         partial: list[str] = []
+        operation_id = new_operation_id()  # app-server-protocol.md: error.recovery.operation_id
         while True:
             attempt += 1
+            _log.debug("%s %s: attempt %d of %d", self.name, operation_id, attempt, max_attempts)
             accepted = False  # a 200 arrived: the request was taken (and may be billed)
             retry_headers: httpx.Headers | None = None
             response: httpx.Response | None = None
@@ -349,6 +354,8 @@ class HttpEngine:
                     yield Retrying(attempt, max_attempts, delay, failure.category)  # progress only
                     await policy.sleep(delay)
                     continue
+                failure.operation_id = operation_id
+                _log.info("%s %s failed after %d attempt(s): %s", self.name, operation_id, attempt, failure.message)
                 _record_recovery(failure, attempt, max_attempts, accepted=accepted, partial=partial)
                 raise
             finally:

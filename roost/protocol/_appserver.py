@@ -70,11 +70,15 @@ class AppServerSession:
         runtime: the running :class:`~roost.supervisor.Runtime`.
         settings: the default ProviderSettings, or None when no engine is configured.
         setup_issues: why no engine is usable (reported by ``initialize`` as ``needs_setup``).
+        host: hosted mode's ``{kind, instance_id, workspace_id}`` (app-server-protocol.md,
+            "Hosted processes"), reported by ``initialize``; None for a local server.
     """
 
-    def __init__(self, runtime: Any, *, engines: Any) -> None:
+    def __init__(self, runtime: Any, *, engines: Any, host: dict | None = None) -> None:
         self.runtime = runtime
         self.engines = engines
+        #: hosted mode's identity ``{kind: "cloud", instance_id, workspace_id}``; None when local
+        self.host = dict(host) if host else None
         self.settings = engines.default
         self.setup_issues = [engines.setup_error] if engines.setup_error else []
         self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS,
@@ -116,6 +120,10 @@ class AppServerSession:
     # -- the Subscriber protocol ----------------------------------------------------------------
 
     def deliver(self, line: bytes) -> None:
+        if self.capabilities.get("deferred_notification_content") is True:
+            from roost.protocol._as_content import defer_line  # large content as references
+
+            line = defer_line(line)
         self.outbox.deliver(line)
 
     def _on_overflow(self) -> None:
@@ -127,7 +135,7 @@ class AppServerSession:
         self.outbox.deliver(dumps_line(obj))
 
     def notify(self, method_name: str, params: dict) -> None:
-        self.send({"method": method_name, "params": params})
+        self.deliver(dumps_line({"method": method_name, "params": params}))  # deferral applies
 
     async def subscribe(self, actor: Any) -> None:
         """Receive ``actor``'s notifications from now on (idempotent)."""
@@ -323,10 +331,8 @@ class AppServerSession:
 #: Methods of app-server-protocol.md for product features Roost does not have (spec/README.md:
 #: they answer ``unsupported`` rather than ``method_not_found``).
 UNSUPPORTED_METHODS = frozenset({
-    "usage/overview", "settings/usage", "thread/activity/read", "thread/attachment/read",
-    "thread/content/read", "engine/update", "engine/auth/methods", "engine/authenticate",
-    "engine/auth/cancel", "config/model-catalog/refresh", "config/model-catalog/providers",
-    "process/list", "process/cancel-notifications", "process/read", "process/stop",
+    "engine/update", "engine/auth/methods", "engine/authenticate",
+    "engine/auth/cancel",
 })
 
 
@@ -364,15 +370,31 @@ def _map_error(exc: RoostError) -> ProtocolError:
 
 
 def initialize_result(session: AppServerSession) -> dict:
+    """The ``initialize`` result (docs/app-server.md, "Initialization").
+
+    ``runtime_host`` is ``{kind: "local", instance_id}`` (the runtime's owner id), or hosted mode's
+    ``{kind: "cloud", instance_id, workspace_id}`` as given on the command line;
+    ``catalog_providers`` is the built-in directory of :mod:`roost.protocol._catalog`.
+    """
+    from roost.protocol._catalog import catalog_providers
+
     settings = session.settings
+    host = session.host or {"kind": "local", "instance_id": session.runtime.services.owner}
+    workspace: dict = {"root": os.getcwd()}
+    if host.get("workspace_id"):
+        workspace["id"] = host["workspace_id"]
+    issues = list(session.setup_issues)
+    config_error = getattr(session.engines, "config_error", None)
+    if config_error:  # a rejected configuration edit: the previous model stays for display
+        issues.append(f"the configuration file was rejected: {config_error}")
     return {
         "protocol_version": PROTOCOL_VERSION,
-        "status": "needs_setup" if session.setup_issues else "ready",
-        "issues": list(session.setup_issues),
+        "status": "needs_setup" if issues else "ready",
+        "issues": issues,
         "server": {"name": "roost", "version": __version__},
         "core": {"name": "roost", "version": __version__, "engine": "roost"},
-        "runtime_host": {"kind": "local", "instance_id": session.runtime.services.owner},
-        "workspace": {"root": str(__import__("os").getcwd())},
+        "runtime_host": dict(host),
+        "workspace": workspace,
         "model": settings.describe() if settings is not None else None,
         "permissions": {"modes": ["read_only", "standard", "unconfined"], "default": "standard"},
         "extensions": [],
@@ -380,4 +402,5 @@ def initialize_result(session: AppServerSession) -> dict:
                      "held_input": True, "reverse_rpc": ["approval/request"]},
         # the effective limit of concurrently running workers per tree (ROOST_MAX_PARALLEL)
         "max_parallel": tree_settings()[0],
+        "catalog_providers": catalog_providers(),
     }

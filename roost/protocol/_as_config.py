@@ -22,10 +22,17 @@ from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import PERMISSION_MODES, check_no_foreign_lease, thread_actor
 from roost.protocol._params import BOOL, DICT, STR, check_params
 
-__all__ = ["EXTERNAL_ENGINES"]
+__all__ = ["EXTERNAL_ENGINES", "PERMISSION_MODE_ROWS", "provider_inventory"]
 
 #: External engines of app-server-protocol.md that Roost reports as unsupported.
 EXTERNAL_ENGINES = ("codex", "claude", "opencode", "acp")
+#: engine/list ``permission_modes``: the composer access menu as rows ``{id, label}`` (the built-in
+#: engine has no native mode ids, so ``native_id`` is absent).
+PERMISSION_MODE_ROWS = (
+    {"id": "standard", "label": "Standard"},
+    {"id": "read_only", "label": "Read only"},
+    {"id": "unconfined", "label": "Unconfined"},
+)
 _CONNECTION = ("base_url", "api_key", "keep_selection", "add_model", "remove_model")
 
 
@@ -74,6 +81,7 @@ async def config_model_update(session: AppServerSession, params: Any) -> dict:
         raise InvalidParams("provider connection changes belong to workspace configuration; "
                             "send them without thread_id (a request combining both is rejected)")
     _check_selection(p)
+    session.engines.check_config()  # no mutation on top of a rejected configuration file
     if "thread_id" in p:
         return await _update_thread(session, p)
     if connection:
@@ -124,7 +132,7 @@ def _update_workspace(session: AppServerSession, p: dict) -> dict:
         settings = attrs.evolve(current, model=p["model"])
     else:
         try:
-            settings = resolve_provider(provider=provider, model=p["model"])
+            settings = resolve_provider(provider=provider, model=p["model"], **session.engines.resolve_options)
         except ConfigError as exc:
             raise InvalidParams(str(exc)) from None
     session.settings = settings
@@ -143,8 +151,12 @@ def _workspace_model(session: AppServerSession) -> dict | None:
     return session.settings.describe() if session.settings is not None else None
 
 
-def _providers(session: AppServerSession) -> list[dict]:
-    """Every provider Roost can reach, the configured default first, with its availability."""
+def provider_inventory(session: AppServerSession) -> list[dict]:
+    """Every provider Roost can reach, the configured default first, with its availability.
+
+    Each entry: ``{id, default, available, provider, base_url, model, ...}`` or, when the
+    provider cannot be resolved, ``{id, default: false, available: false, provider, error}``.
+    """
     current = session.settings
     out = []
     if current is not None:
@@ -153,7 +165,7 @@ def _providers(session: AppServerSession) -> list[dict]:
         if current is not None and name == current.provider:
             continue
         try:
-            settings = resolve_provider(provider=name)
+            settings = resolve_provider(provider=name, **session.engines.resolve_options)
         except ConfigError as exc:
             out.append({"id": name, "default": False, "available": False, "provider": name, "error": str(exc)})
         else:
@@ -176,8 +188,8 @@ async def engine_list(session: AppServerSession, params: Any) -> dict:
         raise Unsupported("subscription quota adapters are not part of Roost")
     entry: dict = {
         "id": "roost", "display_name": "Roost built-in engine", "enabled": session.settings is not None,
-        "binary_ok": True, "protocol": "builtin", "permission_modes": list(PERMISSION_MODES),
-        "providers": _providers(session),
+        "binary_ok": True, "protocol": "builtin", "permission_modes": [dict(r) for r in PERMISSION_MODE_ROWS],
+        "providers": provider_inventory(session),
     }
     if session.setup_issues:
         entry["error"] = "; ".join(session.setup_issues)
@@ -194,11 +206,50 @@ async def engine_list(session: AppServerSession, params: Any) -> dict:
         else:
             entry["models"] = [{"id": m.id, "current": m.current} for m in models]
             entry["models_status"] = "ready" if models else "empty"
+    deferred = not p.get("include_models", True)  # every entry then reports "deferred"
     unsupported = [
-        {"id": name, "enabled": False, "binary_ok": False, "models_status": "unsupported",
+        {"id": name, "enabled": False, "binary_ok": False, "models_status": "deferred" if deferred else "unsupported",
          "error": "unsupported: external engines are not part of Roost; use the built-in engine"}
         for name in EXTERNAL_ENGINES
     ]
     settings = {"default_engine": "roost", "roost": {"enabled": True},
                 **{name: {"enabled": False} for name in EXTERNAL_ENGINES}}
     return {"engines": [entry, *unsupported], "settings": settings}
+
+
+@method("config/model-catalog/refresh")
+async def model_catalog_refresh(session: AppServerSession, params: Any) -> dict:
+    """``config/model-catalog/refresh``: the catalog directory alongside the configured providers.
+
+    Roost's directory is built in (:mod:`roost.protocol._catalog`), so a refresh fetches nothing
+    remote; the configured providers are re-resolved from the configuration. Result
+    ``{catalog_providers, providers, counts: {catalog_providers, providers, available}}``.
+    """
+    from roost.protocol._catalog import catalog_providers
+
+    check_params("config/model-catalog/refresh", params, {})
+    catalog = catalog_providers()
+    providers = provider_inventory(session)
+    return {"catalog_providers": catalog, "providers": providers,
+            "counts": {"catalog_providers": len(catalog), "providers": len(providers),
+                       "available": sum(1 for p in providers if p.get("available"))}}
+
+
+@method("config/model-catalog/providers")
+async def model_catalog_providers(session: AppServerSession, params: Any) -> dict:
+    """``config/model-catalog/providers``: the built-in directory of OpenAI-compatible services.
+
+    Params: optional ``provider`` (a service id). Result ``{providers: [{id, name, type,
+    base_url, api_key_env, model_count, default_model}]}`` ordered by name; with ``provider``,
+    that service alone with its ``models`` (:mod:`roost.protocol._catalog`).
+
+    Raises:
+        InvalidParams: ``provider`` is not in the directory (the message lists the ids).
+    """
+    from roost.protocol._catalog import CATALOG, catalog_providers
+
+    p = check_params("config/model-catalog/providers", params, {"provider": (STR, False)})
+    try:
+        return {"providers": catalog_providers(p.get("provider"))}
+    except KeyError:
+        raise InvalidParams(f"unknown catalog provider {p['provider']!r}; known: {', '.join(sorted(CATALOG))}") from None

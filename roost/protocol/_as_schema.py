@@ -29,7 +29,7 @@ import textwrap
 from typing import Any
 
 from roost.errors import PROTOCOL_ERRORS
-from roost.protocol import _as_config, _as_runs, _as_threads, _as_turns  # noqa: F401  (register methods)
+from roost.protocol import _as_attachments, _as_config, _as_content, _as_processes, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
 from roost.protocol._appserver import METHODS, PROTOCOL_VERSION, UNSUPPORTED_METHODS
 from roost.protocol._params import ANY, BOOL, DICT, INT, LIST, NUM, STR
 
@@ -152,8 +152,11 @@ def _objects() -> dict[str, dict]:
         "parent_thread_id": NS, "created_at": S, "updated_at": S, "model_options": O,
     })
     thread["x-roost-source"] = "generated (field list from roost.actors thread_view), types hand-written"
+    content_ref = _obj(["type", "method", "thread_id", "turn_id", "item_id", "field", "bytes", "sha256"], {
+        "type": {"const": "content_ref"}, "method": {"const": "thread/content/read"}, "bytes": I})
     item = _obj(["id", "type", "status", "thread_id"], {
-        "id": S, "type": S, "status": S, "turn_id": NS, "thread_id": S, "seq": I, "text": NS,
+        "id": S, "type": S, "status": S, "turn_id": NS, "thread_id": S, "seq": I,
+        "text": {"anyOf": [NS, content_ref]},  # a content_ref only for deferred_notification_content clients
     })
     usage = _obj(["input_tokens", "output_tokens"], {"input_tokens": I, "output_tokens": I, "cached_tokens": I})
     turn = _obj(["id", "thread_id", "status"], {
@@ -174,7 +177,17 @@ def _objects() -> dict[str, dict]:
     # A turn's error names a failure category (engine failures: roost.errors.EngineFailure.CATEGORIES,
     # "internal" for others, "cancelled" with a "reason" for an interrupted turn), not a wire code.
     turn_error = _obj(["category", "message"], {"category": S, "message": S, "reason": S, "retryable": B})
-    return {"Thread": thread, "Turn": turn, "Item": item, "Usage": usage, "UserInput": user_input,
+    catalog = _obj(["id", "name", "type", "base_url", "model_count", "default_model"], {
+        "id": S, "name": S, "type": S, "base_url": S, "api_key_env": NS, "model_count": I, "default_model": S,
+        "models": {"type": "array", "items": _obj(["id"], {"id": S, "default": B})}})
+    counts = ["input_tokens", "output_tokens", "cached_tokens", "total_tokens", "turns", "sessions", "agents"]
+    totals = _obj(counts, {**{c: I for c in counts}, "active_days": I})
+    process = _obj(["id", "thread_id", "command", "status", "trigger"], {
+        "id": S, "thread_id": S, "command": S, "cwd": NS, "pid": NI, "exit_code": NI, "reason": NS,
+        "status": {"enum": ["running", "exited", "stopped", "lost"]},
+        "trigger": _obj(["status", "on_exit"], {"status": {"enum": ["waiting", "received", "handled", "cancelled",
+                                                                     "stopped"]}, "on_exit": S})})
+    return {"Process": process, "UsageTotals": totals, "CatalogProvider": catalog, "Thread": thread, "Turn": turn, "Item": item, "Usage": usage, "UserInput": user_input,
             "Run": run, "Agent": agent, "Error": error, "TurnError": turn_error}
 
 
@@ -193,11 +206,17 @@ def _snapshot(*extra: str) -> dict:
 def _results() -> dict[str, dict]:
     inp = _obj(["input"], {"input": _ref("UserInput")})
     thread = _obj(["thread"], {"thread": _ref("Thread")})
+    usage = {"timezone": S, "total_sessions": I, "metrics": _ref("UsageTotals"),
+             "days": {"type": "array", "items": {"allOf": [_ref("UsageTotals")], "required": ["date"],
+                                                 "properties": {"date": S}}}}
     return {
         "initialize": _obj(["protocol_version", "status", "issues", "server", "runtime_host", "model",
                             "permissions", "features", "max_parallel"], {
             "protocol_version": {"const": PROTOCOL_VERSION}, "status": {"enum": ["ready", "needs_setup"]},
-            "issues": {"type": "array", "items": S}, "model": NO, "max_parallel": I}),
+            "issues": {"type": "array", "items": S}, "model": NO, "max_parallel": I,
+            "runtime_host": _obj(["kind", "instance_id"], {"kind": {"enum": ["local", "cloud"]}, "instance_id": S,
+                                                           "workspace_id": S}),
+            "catalog_providers": {"type": "array", "items": _ref("CatalogProvider")}}),
         "shutdown": _obj(["ok"], {"ok": {"const": True}}),
         "thread/start": thread,
         "thread/resume": _snapshot("held_user_messages", "pending_user_messages", "agents"),
@@ -220,7 +239,32 @@ def _results() -> dict[str, dict]:
         "run/interrupt": _obj(["run"], {"run": _ref("Run")}),
         "config/model/update": _obj(["model"], {"thread": _ref("Thread")}),
         "engine/list": _obj(["engines"], {"engines": {"type": "array", "items": _obj(["id", "enabled"], {
-            "id": S, "enabled": B})}}),
+            "id": S, "enabled": B, "permission_modes": {"type": "array", "items": _obj(["id", "label"], {
+                "id": S, "label": S, "native_id": S})}})}}),
+        "thread/attachment/read": _obj(["thread_id", "turn_id", "item_id", "content_index", "sha256", "preview",
+                                        "content_type", "offset", "total", "data", "next_offset"], {
+            "thread_id": S, "turn_id": S, "item_id": S, "content_index": I, "sha256": S, "preview": B,
+            "content_type": S, "offset": I, "total": I, "data": S, "next_offset": NI, "width": I, "height": I}),
+        "process/list": _obj(["processes"], {"processes": {"type": "array", "items": _ref("Process")}}),
+        "process/read": _obj(["process", "output"], {"process": _ref("Process"), "output": S}),
+        "process/stop": _obj(["process"], {"process": _ref("Process")}),
+        "process/cancel-notifications": _obj(["process"], {"process": _ref("Process")}),
+        "thread/activity/read": _obj(["thread_id", "turn", "next_cursor"], {
+            "thread_id": S, "next_cursor": NS, "turn": _obj(["id", "thread_id", "status", "items"], {
+                "id": S, "thread_id": S, "status": S, "items": {"type": "array", "items": _ref("Item")}})}),
+        "thread/content/read": _obj(["thread_id", "turn_id", "item_id", "field", "content", "bytes", "sha256"], {
+            "thread_id": S, "turn_id": S, "item_id": S, "field": {"enum": ["text", "output", "arguments"]},
+            "content": S, "bytes": I, "sha256": S}),
+        "usage/overview": _obj(["timezone", "total_sessions", "metrics", "days"], usage),
+        "settings/usage": _obj(["timezone", "total_sessions", "metrics", "days", "engine_breakdowns"], {
+            **usage, "engine_breakdowns": {"type": "array", "items": _obj(["engine_id", "in_wuu"], {
+                "engine_id": S, "in_wuu": _ref("UsageTotals")})}}),
+        "config/model-catalog/refresh": _obj(["catalog_providers", "providers", "counts"], {
+            "catalog_providers": {"type": "array", "items": _ref("CatalogProvider")}, "providers": A,
+            "counts": _obj(["catalog_providers", "providers", "available"], {
+                "catalog_providers": I, "providers": I, "available": I})}),
+        "config/model-catalog/providers": _obj(["providers"], {"providers": {"type": "array", "items": _ref(
+            "CatalogProvider")}}),
     }
 
 
@@ -247,6 +291,9 @@ def _notifications() -> dict[str, dict]:
         "run/started": run, "run/updated": run,
         "agent/updated": _obj(["thread_id", "agent"], {"thread_id": S, "agent": _ref("Agent")}),
         "agent/mailbox": _obj(["thread_id", "message"], {"thread_id": S, "message": O}),
+        "config/error": _obj(["path", "message"], {"path": S, "message": S}),
+        "config/changed": _obj(["path", "status", "model", "providers"], {
+            "path": S, "status": {"const": "ready"}, "model": O, "providers": A}),
     }
 
 

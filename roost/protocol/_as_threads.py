@@ -26,6 +26,7 @@ from roost.protocol._as_common import (
     encode_cursor,
     page_limit, page_start, read_store, same_dir, thread_actor, thread_snapshot,
 )
+from roost.protocol._as_conversation import conversation_page, is_conversation_cursor
 from roost.protocol._params import ANY, BOOL, DICT, INT, STR, check_params
 from roost.protocol._worktree import create_worktree, remove_worktree
 from roost.storage import append_item, chat_threads_with_cwd, create_thread, create_turn, update_turn
@@ -137,8 +138,9 @@ async def thread_start(session: AppServerSession, params: Any) -> dict:
     metadata: dict = {}
     if options:
         metadata["model_options"] = dict(options)
-    if p.get("workspace_id"):
-        metadata["workspace_id"] = p["workspace_id"]
+    workspace_id = p.get("workspace_id") or (session.host or {}).get("workspace_id")  # hosted mode's default
+    if workspace_id:
+        metadata["workspace_id"] = workspace_id
     thread = Thread(id=thread_id, kind="chat", title=(p.get("title") or "").strip() or None, cwd=str(cwd),
                     provider=provider, model=model, effort=effort, permission_mode=mode, created_at=now,
                     updated_at=now, metadata=metadata)
@@ -196,8 +198,9 @@ async def thread_resume(session: AppServerSession, params: Any) -> dict:
     ``session_id`` omitted: the most recent visible thread of the workspace (``cwd``, default the
     server's working directory). ``history_page`` bounds the turns returned and adds a
     ``history_cursor`` for ``thread/history/read``. ``response_only`` suppresses the
-    ``thread/resumed`` notification. ``conversation_history`` is accepted and ignored (the spec lets
-    hosts without conversation paging ignore it): the ordinary item format is returned.
+    ``thread/resumed`` notification. ``conversation_history: true`` returns a conversation page
+    instead (``items_view: "conversation"``, process regions as ``process_summary`` items, up to
+    100 turns and 1 MiB; :mod:`roost.protocol._as_conversation`).
     """
     p = check_params("thread/resume", params, {
         "session_id": (STR, False), "thread_id": (STR, False), "response_only": (BOOL, False),
@@ -208,7 +211,10 @@ async def thread_resume(session: AppServerSession, params: Any) -> dict:
         thread_id = await _most_recent(session, str(Path(p.get("cwd") or os.getcwd()).resolve()))
     limit = page_limit(p["history_page"]) if "history_page" in p else None
     snapshot = await thread_snapshot(session, thread_id)
-    if limit is not None:
+    if p.get("conversation_history"):
+        turns = snapshot["turns"]
+        snapshot.update(conversation_page(thread_id, turns, len(turns), limit or MAX_PAGE_TURNS))
+    elif limit is not None:
         turns = snapshot["turns"]
         start = page_start(turns, len(turns), limit)
         snapshot["turns"] = turns[start:]
@@ -242,6 +248,8 @@ async def thread_history_read(session: AppServerSession, params: Any) -> dict:
         if before not in ids:
             raise InvalidParams("history_cursor no longer matches the thread's history (edited or deleted)")
         end = ids.index(before)
+    if cursor is not None and is_conversation_cursor(cursor):  # continue in conversation form
+        return {"thread_id": p["thread_id"], **conversation_page(p["thread_id"], turns, end, limit)}
     start = page_start(turns, end, limit)
     page = turns[start:end]
     next_cursor = encode_cursor(p["thread_id"], page[0]["id"]) if start > 0 and page else None

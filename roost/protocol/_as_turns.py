@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from typing import Any
 
@@ -50,7 +51,8 @@ def check_images(images: Any) -> tuple:
     """Validate ``images``: each ``{media_type: "image/...", data: base64, original?: str}``.
 
     Returns:
-        The images as a tuple of dicts with only those fields.
+        The images as a tuple of dicts with only those fields, plus ``sha256`` (of the decoded
+        bytes: the address of the stored blob, for ``thread/attachment/read``).
 
     Raises:
         InvalidParams: naming the first bad image.
@@ -66,8 +68,8 @@ def check_images(images: Any) -> tuple:
             raise InvalidParams(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         if not image["media_type"].startswith("image/"):
             raise InvalidParams(f"{where}.media_type must be an image type")
-        _decode_base64(image["data"], where)
-        out.append({"media_type": image["media_type"], "data": image["data"],
+        digest = hashlib.sha256(_decode_base64(image["data"], where)).hexdigest()
+        out.append({"media_type": image["media_type"], "data": image["data"], "sha256": digest,
                     **({"original": image["original"]} if isinstance(image.get("original"), str) else {})})
     return tuple(out)
 

@@ -20,13 +20,23 @@ class EngineCatalog:
         default: the resolved default settings, or None when nothing is configured.
         setup_error: why ``default`` is None (shown to clients as ``needs_setup``).
         pacing: scripted engine pacing (False for benchmarks).
+        resolve_options: extra keyword arguments of :func:`roost.config.resolve_provider` for the
+            providers a thread selects (``env``, ``config_path``: hosted mode reads only its
+            ``--config`` file and no ambient provider variables).
+
+    Attributes:
+        config_error: set by the configuration reload (``roost.protocol._as_reload``) while the
+            edited configuration file is rejected: ``default`` stays for display, but no turn
+            may execute on it (:meth:`settings_for` raises) until the file is repaired.
     """
 
     def __init__(self, default: ProviderSettings | None, *, setup_error: str | None = None,
-                 pacing: bool = True) -> None:
+                 pacing: bool = True, resolve_options: dict[str, Any] | None = None) -> None:
         self.default = default
         self.setup_error = setup_error
         self.pacing = pacing
+        self.resolve_options: dict[str, Any] = dict(resolve_options or {})
+        self.config_error: str | None = None
         self._engines: dict[tuple, Any] = {}
         if default is not None and default.provider == "scripted":
             try:  # a missing or invalid script is a setup problem, reported before any turn
@@ -38,9 +48,10 @@ class EngineCatalog:
         """The settings a thread's turns use.
 
         Raises:
-            InvalidParams: no provider is configured (the message names the settings), or the
-                thread's provider cannot be resolved.
+            InvalidParams: no provider is configured (the message names the settings), the
+                thread's provider cannot be resolved, or the configuration file is rejected.
         """
+        self.check_config()
         provider = getattr(thread, "provider", None)
         model = getattr(thread, "model", None)
         if self.default is not None and provider in (None, self.default.provider):
@@ -48,9 +59,21 @@ class EngineCatalog:
         if provider is None:
             raise InvalidParams(self.setup_error or "no model provider is configured")
         try:
-            return resolve_provider(provider=provider, model=model)
+            return resolve_provider(provider=provider, model=model, **self.resolve_options)
         except ConfigError as exc:
             raise InvalidParams(str(exc)) from None
+
+    def check_config(self) -> None:
+        """Refuse execution and configuration mutations while the configuration file is rejected.
+
+        app-server-protocol.md ("Transport and initialization"): the previous inventory stays
+        for display; it is not a fallback for mutations or execution validation.
+
+        Raises:
+            InvalidParams: :attr:`config_error` is set (the message says why and how to recover).
+        """
+        if self.config_error is not None:
+            raise InvalidParams(f"the configuration file was rejected and must be repaired first: {self.config_error}")
 
     def engine_for(self, thread: Any) -> Any:
         """The engine of ``thread``'s turns (opened once per selection).
@@ -66,8 +89,11 @@ class EngineCatalog:
         :func:`roost.config.derive_provider`).
 
         Raises:
-            ConfigError: no provider, an unknown one, or a missing API key.
+            ConfigError: no provider, an unknown one, a missing API key, or a rejected
+                configuration file.
         """
+        if self.config_error is not None:
+            raise ConfigError(f"the configuration file was rejected: {self.config_error}")
         if self.default is None and provider is None:
             raise ConfigError(self.setup_error or "no model provider is configured")
         return derive_provider(self.default, provider=provider, base_url=endpoint, model=model,

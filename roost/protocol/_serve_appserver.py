@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from roost.protocol import _as_config, _as_runs, _as_threads, _as_turns  # noqa: F401  (register methods)
+from roost.actors import ProcessManager
+from roost.protocol import _as_attachments, _as_config, _as_content, _as_processes, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._engines import EngineCatalog
 from roost.supervisor import open_runtime
@@ -18,17 +20,41 @@ __all__ = ["serve_app_server"]
 
 async def serve_app_server(
     receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, engines: EngineCatalog,
-    db_path: Path | None = None, tools: dict[str, Any] | None = None,
+    db_path: Path | None = None, tools: dict[str, Any] | None = None, host: dict | None = None,
+    watch_config: tuple[Path, Callable[[], Any]] | None = None,
 ) -> None:
     """Start a runtime and serve one app-server session until end of input or ``shutdown``.
 
-    On the way out, running turns are interrupted and persisted before the runtime stops.
+    Args:
+        host: hosted mode's ``{kind, instance_id, workspace_id}`` for ``initialize`` (None: local).
+        watch_config: ``(config file, resolve)`` to reload the configuration on edits
+            (:class:`~roost.protocol._as_reload.ConfigReloader`); None watches nothing.
+
+    Background processes (``process/*``) run in a :class:`~roost.actors.ProcessManager` for the
+    session's lifetime. On the way out, running turns are interrupted and persisted, and live
+    background processes are stopped and recorded ``lost``, before the runtime stops.
     """
     tools = builtin_tools() if tools is None else tools
     try:
         async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:
-            session = AppServerSession(runtime, engines=engines)
-            await session.serve(receive, send)
+            session = AppServerSession(runtime, engines=engines, host=host)
+            async with trio.open_nursery() as nursery:
+                processes = ProcessManager(runtime.services, runtime.registry, nursery)
+                await processes.reconcile()
+                runtime.services.processes = processes
+                try:
+                    if watch_config is not None:
+                        from roost.protocol._as_reload import ConfigReloader
+
+                        reloader = ConfigReloader(session, *watch_config)
+                        await trio.to_thread.run_sync(reloader.prime)
+                        nursery.start_soon(reloader.run)
+                    await session.serve(receive, send)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await processes.aclose()  # recorded as lost: they end with Roost
+                    runtime.services.processes = None
+                    nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await engines.aclose()

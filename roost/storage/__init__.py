@@ -69,6 +69,15 @@ from ._workers import create_worker as create_worker
 from ._workers import get_worker as get_worker
 from ._workers import list_workers as list_workers
 from ._workers import update_worker as update_worker
+from ._bgprocs import get_bg_process as get_bg_process
+from ._bgprocs import insert_bg_process as insert_bg_process
+from ._bgprocs import list_bg_processes as list_bg_processes
+from ._bgprocs import mark_lost_bg_processes as mark_lost_bg_processes
+from ._bgprocs import running_owners as running_owners
+from ._bgprocs import update_bg_process as update_bg_process
+from ._blobs import read_blob as read_blob
+from ._blobs import read_blob_chunk as read_blob_chunk
+from ._usage import list_usage_records as list_usage_records
 from .leases import Lease as Lease
 from .leases import acquire as acquire
 from .leases import check_fence as check_fence
@@ -186,7 +195,9 @@ __all__ = [
     "create_run", "get_run", "list_runs", "update_run",
     "append_item", "get_item", "list_items", "update_item", "put_item", "search_items",
     "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
-    "claim_queued_worker",
+    "claim_queued_worker", "list_usage_records", "read_blob", "read_blob_chunk",
+    "insert_bg_process", "get_bg_process", "list_bg_processes", "update_bg_process", "mark_lost_bg_processes",
+    "running_owners",
     "create_worker", "get_worker", "list_workers", "update_worker",
     "ScheduledJob", "JobRun", "add_job", "get_job", "list_jobs", "remove_job", "set_job_enabled", "bump_schedule_changes", "schedule_changes", "advance_next_run", "request_run", "list_requested_runs", "claim_requested_run", "claim_slot", "record_skipped", "mark_run_started", "mark_run_finished", "has_running_run", "list_open_runs", "list_job_runs",
     "enqueue_daemon_task", "get_daemon_task", "list_daemon_tasks", "update_daemon_task",

@@ -9,9 +9,12 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import attrs
+
 from roost.errors import UsageError
 from roost.model import HELD_INPUT_KINDS, HeldInput, Item, SearchHit
 
+from ._blobs import externalize, hydrate
 from ._rows import TableSpec, new_id, utc_now
 
 __all__ = [
@@ -72,7 +75,7 @@ def append_item(
            RETURNING seq""",
         (
             item_id, thread_id, turn_id, thread_id, type, status,
-            ITEMS.encode({"payload": payload})["payload"], text, created_at,
+            ITEMS.encode({"payload": externalize(conn, payload)})["payload"], text, created_at,
         ),
     ).fetchone()
     return Item(id=item_id, thread_id=thread_id, seq=row[0], type=type, turn_id=turn_id,
@@ -127,7 +130,13 @@ def put_item(
 
 def get_item(conn: sqlite3.Connection, item_id: str) -> Item:
     """Return one item (read-only). Raises NotFound."""
-    return ITEMS.get(conn, item_id)
+    return _hydrated(conn, ITEMS.get(conn, item_id))
+
+
+def _hydrated(conn: sqlite3.Connection, item: Item) -> Item:
+    """``item`` with its image references' bytes read back (roost/storage/_blobs.py)."""
+    payload = hydrate(conn, item.payload)
+    return item if payload is item.payload else attrs.evolve(item, payload=payload)
 
 
 def list_items(
@@ -136,9 +145,11 @@ def list_items(
 ) -> list[Item]:
     """Return a thread's items with ``seq > after_seq``, in ``seq`` order (read-only)."""
     if turn_id is None:
-        return ITEMS.select(conn, "thread_id = ? AND seq > ?", (thread_id, after_seq), order="seq", limit=limit)
-    return ITEMS.select(conn, "thread_id = ? AND seq > ? AND turn_id = ?", (thread_id, after_seq, turn_id),
-                        order="seq", limit=limit)
+        items = ITEMS.select(conn, "thread_id = ? AND seq > ?", (thread_id, after_seq), order="seq", limit=limit)
+    else:
+        items = ITEMS.select(conn, "thread_id = ? AND seq > ? AND turn_id = ?", (thread_id, after_seq, turn_id),
+                             order="seq", limit=limit)
+    return [_hydrated(conn, item) for item in items]
 
 
 def update_item(conn: sqlite3.Connection, item_id: str, **changes: Any) -> Item:
@@ -148,7 +159,9 @@ def update_item(conn: sqlite3.Connection, item_id: str, **changes: Any) -> Item:
     """
     if {"seq", "thread_id"} & set(changes):
         raise UsageError("an item's seq and thread_id never change")
-    return ITEMS.update(conn, item_id, changes)
+    if "payload" in changes:
+        changes["payload"] = externalize(conn, changes["payload"])
+    return _hydrated(conn, ITEMS.update(conn, item_id, changes))
 
 
 def search_items(

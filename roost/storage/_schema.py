@@ -342,3 +342,44 @@ def _m0004_schedule_settings(db: sqlite_utils.Database) -> None:
         "ALTER TABLE schedules ADD COLUMN provider TEXT",
         "ALTER TABLE schedules ADD COLUMN model TEXT",
     )
+
+
+@MIGRATIONS(name="0005_attachment_blobs")
+def _m0005_attachment_blobs(db: sqlite_utils.Database) -> None:
+    """Attachment bytes stored once, addressed by the sha256 of their decoded bytes (items keep
+    ``{media_type, sha256, size}`` references; see ``roost/storage/_blobs.py``)."""
+    _run(
+        db,
+        """CREATE TABLE blobs (
+            sha256 TEXT PRIMARY KEY,
+            content_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+    )
+
+
+@MIGRATIONS(name="0006_background_processes")
+def _m0006_background_processes(db: sqlite_utils.Database) -> None:
+    """Background shell processes of a thread and their exit triggers (``process/*`` methods)."""
+    _run(
+        db,
+        """CREATE TABLE background_processes (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            owner TEXT NOT NULL,
+            pid INTEGER,
+            command TEXT NOT NULL,
+            cwd TEXT,
+            status TEXT NOT NULL,
+            exit_code INTEGER,
+            trigger_status TEXT NOT NULL DEFAULT 'waiting',
+            on_exit TEXT NOT NULL DEFAULT 'continue',
+            output_tail TEXT NOT NULL DEFAULT '',
+            reason TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT
+        )""",
+        "CREATE INDEX background_processes_thread ON background_processes(thread_id, started_at)",
+    )

@@ -29,6 +29,7 @@ from roost.tools._plugins import plugin_tool_names as plugin_tool_names
 from roost.tools._policy import approval_request_for as approval_request_for
 from roost.tools._policy import run_tool as run_tool
 from roost.tools._schema import validate_args as validate_args
+from roost.tools._shell import spawn_shell as spawn_shell
 from roost.tools._shell import stop_process_group as stop_process_group
 
 from roost.tools._memory_tools import context_items as context_items
@@ -68,6 +69,7 @@ __all__ = [
     "plugin_tool_names",
     "resolve_path",
     "run_tool",
+    "spawn_shell",
     "stop_process_group",
     "unified_diff",
     "validate_args",

@@ -90,6 +90,8 @@ class ToolContext:
             :func:`roost.storage.tool_process_hook`, which records groups so a restart can kill
             a killed process's leftovers. Its errors are logged, never fail the call. ``None``:
             nobody is told.
+        start_background: starts a background process for the calling thread (see the
+            attribute comment).
     """
 
     cwd: Path = attrs.field(validator=_check_cwd)
@@ -107,6 +109,9 @@ class ToolContext:
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
     )
     on_process: Callable[[int, bool], Awaitable[None]] | None = None
+    #: ``async (command, cwd) -> process view``: starts a background process owned by the calling
+    #: thread (the shell tool's ``background: true``); None where nothing can own one.
+    start_background: Callable[[str, Path], Awaitable[dict]] | None = None
 
     @output_cap_bytes.validator
     def _check_cap(self, attribute: Any, value: int) -> None:

@@ -78,6 +78,12 @@ _PARAMETERS: dict[str, Any] = {
             "maximum": _MAX_TIMEOUT_S,
             "default": _DEFAULT_TIMEOUT_S,
         },
+        "background": {
+            "type": "boolean",
+            "description": "Start the command in the background and return at once; when it exits "
+                           "you get its exit status and output in a new message.",
+            "default": False,
+        },
     },
     "required": ["command"],
     "additionalProperties": False,
@@ -292,6 +298,8 @@ async def _run_shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     timeout_s = float(args["timeout_s"])
     if not ctx.cwd.is_dir():
         raise ToolError(f"working directory {str(ctx.cwd)!r} does not exist")
+    if args.get("background"):
+        return await _start_background(command, ctx)
     env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}
     try:
         process = await spawn_shell(command, cwd=str(ctx.cwd), env=env)
@@ -335,6 +343,21 @@ async def _run_shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             "output_bytes": out.total_bytes,
             "duration_s": round(trio.current_time() - started, 3),
         },
+    )
+
+
+async def _start_background(command: str, ctx: ToolContext) -> ToolResult:
+    """``background: true``: hand the command to ``ctx.start_background`` and return at once."""
+    if ctx.start_background is None:
+        raise ToolError("background processes are not available here; run the command without background")
+    try:
+        process = await ctx.start_background(command, ctx.cwd)
+    except OSError as exc:
+        raise ToolError(f"could not start /bin/sh: {exc}") from exc
+    return ToolResult(
+        output=f"started background process {process['id']} (pid {process['pid']}); its exit status and "
+               "output will be sent to you when it exits",
+        is_error=False, metadata={"process_id": process["id"], "background": True},
     )
 
 

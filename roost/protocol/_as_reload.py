@@ -1,0 +1,157 @@
+"""Configuration reload for ``roost app-server`` (app-server-protocol.md, "Transport and
+initialization"): watch the configuration file and publish ``config/error`` / ``config/changed``.
+
+- The file (``$ROOST_HOME/config.toml``, or hosted mode's ``--config FILE``) is watched with
+  ``watchfiles.awatch`` (anyio-based, so it runs under trio; the Rust watcher polls its stop event,
+  so cancellation ends it within a step). Only its directory is watched, not recursively, and
+  changes to other names are filtered out.
+- An edited document is checked the way start-up checks it: it must parse (TOML, or JSON for a
+  ``.json`` name) and resolve to a usable provider (:func:`roost.config.resolve_provider`, with the
+  server's own flags first); a scripted provider's script must open.
+- A rejected document sends ``config/error`` ``{path, message}`` once per distinct document
+  (sha256 of its bytes; a missing file counts as one document). The previous selection and
+  provider inventory stay for display (``initialize``, ``engine/list``), but
+  :attr:`EngineCatalog.config_error <roost.protocol._engines.EngineCatalog>` refuses turns and
+  configuration mutations until the file is repaired.
+- An accepted document after a rejection (including the previous contents restored), or a valid
+  document that differs from the last accepted one, sends ``config/changed`` ``{path, status,
+  model, providers}`` and becomes the selection of threads that use the default provider.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+import watchfiles
+
+from roost.config import parse_config
+from roost.engines import ProviderSettings
+from roost.errors import ConfigError, InvalidParams
+
+__all__ = ["ConfigReloader"]
+
+log = logging.getLogger("roost.appserver.reload")
+
+#: watchfiles grouping: yield after this many ms without new changes (at most DEBOUNCE_MS).
+DEBOUNCE_MS = 200
+STEP_MS = 50
+#: The watcher yields an empty batch after this many ms without changes (the first proves it live).
+LIVE_TIMEOUT_MS = 1000
+
+
+class ConfigReloader:
+    """Watches one configuration file for one app-server session.
+
+    Args:
+        session: the :class:`~roost.protocol._appserver.AppServerSession` to notify and update.
+        path: the configuration file (it may not exist yet; its directory must).
+        resolve: resolves the provider settings from the file (flags and environment applied as at
+            start-up); raises :class:`ConfigError`.
+    """
+
+    def __init__(self, session: Any, path: Path, resolve: Callable[[], ProviderSettings]) -> None:
+        self.session = session
+        self.path = Path(path).absolute()
+        self.resolve = resolve
+        self.accepted_digest: str | None = None
+        self.rejected_digest: str | None = None
+
+    def _read(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(f"cannot read {self.path}: {exc.strerror or exc}") from exc
+
+    def _check(self) -> tuple[str, ProviderSettings | ConfigError]:
+        """Read and validate the document: ``(digest, settings or the rejection)``."""
+        try:
+            data = self._read()
+        except ConfigError as exc:
+            return "unreadable", exc
+        digest = hashlib.sha256(b"missing" if data is None else b"doc:" + data).hexdigest()
+        try:
+            if data is not None:
+                parse_config(data, self.path)
+            settings = self.resolve()
+            if settings.provider == "scripted":
+                self.session.engines.engine_for_settings(settings)  # the script must open
+        except InvalidParams as exc:
+            return digest, ConfigError(str(exc))
+        except ConfigError as exc:
+            return digest, exc
+        return digest, settings
+
+    def prime(self) -> None:
+        """Record the document the server started with (no notification)."""
+        digest, outcome = self._check()
+        if isinstance(outcome, ConfigError):
+            self.rejected_digest = digest
+        else:
+            self.accepted_digest = digest
+
+    async def check_now(self) -> None:
+        """Validate the current document and notify as the module docstring describes."""
+        digest, outcome = await trio.to_thread.run_sync(self._check)
+        engines = self.session.engines
+        if isinstance(outcome, ConfigError):
+            if digest == self.rejected_digest:
+                return  # an unchanged rejected document does not emit repeated errors
+            self.rejected_digest = digest
+            if engines.default is not None:
+                engines.config_error = str(outcome)
+            self.session.notify("config/error", {"path": str(self.path), "message": str(outcome)})
+            return
+        recovering = self.rejected_digest is not None
+        if digest == self.accepted_digest and not recovering:
+            return
+        self.accepted_digest, self.rejected_digest = digest, None
+        engines.default = outcome
+        engines.setup_error = None
+        engines.config_error = None
+        self.session.settings = outcome
+        self.session.setup_issues = []
+        from roost.protocol._as_config import provider_inventory
+
+        providers = await trio.to_thread.run_sync(provider_inventory, self.session)
+        self.session.notify("config/changed", {"path": str(self.path), "status": "ready",
+                                               "model": outcome.describe(), "providers": providers})
+
+    async def run(self) -> None:
+        """Watch until cancelled.
+
+        The first (possibly empty) batch, yielded once the watcher is live, re-checks the document,
+        so an edit made between :meth:`prime` and the watcher's start is not missed.
+        """
+        name = self.path.name
+
+        def only_the_file(change: watchfiles.Change, changed: str) -> bool:
+            return Path(changed).name == name
+
+        stop = trio.Event()
+        live = False
+        if not self.path.parent.is_dir():
+            log.warning("not watching %s: its directory does not exist", self.path)
+            return
+        try:
+            async for changes in watchfiles.awatch(self.path.parent, watch_filter=only_the_file,
+                                                   debounce=DEBOUNCE_MS, step=STEP_MS, stop_event=stop,
+                                                   rust_timeout=LIVE_TIMEOUT_MS, yield_on_timeout=True,
+                                                   recursive=False):  # not $ROOST_HOME/worktrees/...
+                if not changes and live:
+                    continue
+                live = True
+                try:
+                    await self.check_now()
+                except Exception:  # a reload failure must never end the session
+                    log.exception("configuration reload failed")
+        except OSError as exc:  # the watcher could not be set up (e.g. inotify limits): serve on
+            log.warning("configuration reload is off: cannot watch %s: %s", self.path.parent, exc)
+        finally:
+            stop.set()

@@ -1,0 +1,68 @@
+"""End-to-end: conversation pages (``conversation_history`` on ``thread/resume``) and
+``thread/activity/read`` over the real ``roost app-server``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _helpers.appserver import expect_error, open_app_server, script_env
+
+SCRIPT = r"""
+rules:
+  - match: {prompt: "^work"}
+    steps:
+      - - {text: "Looking."}
+        - {tool_call: {name: list_dir, arguments: {path: "."}}}
+      - - {tool_call: {name: read_file, arguments: {path: "a.txt"}}}
+        - {tool_call: {name: read_file, arguments: {path: "missing.txt"}}}
+      - - {text: "All read."}
+default: echo
+"""
+
+
+async def test_conversation_pages_and_activity(tmp_path: Path, roost_home: Path) -> None:
+    (tmp_path / "a.txt").write_text("alpha\n")
+    async with open_app_server(env=script_env(tmp_path, roost_home, SCRIPT), cwd=tmp_path) as client:
+        await client.initialize()
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        plain = (await client.run_turn(tid, "hello"))["turn"]
+        work = (await client.run_turn(tid, "work please"))["turn"]
+        detail = work["items"]
+        assert [i["type"] for i in detail][:1] == ["user_message"] and detail[-1]["text"] == "All read."
+        page = await client.request("thread/resume", {"session_id": tid, "response_only": True,
+                                                      "conversation_history": True})
+        assert page["items_view"] == "conversation" and page["has_more"] is False
+        first, second = page["turns"]
+        assert first["items"] == plain["items"] and first["has_final_answer"] is True
+        types = [i["type"] for i in second["items"]]
+        assert types == ["user_message", "process_summary", "agent_message"] and second["has_final_answer"] is True
+        summary = second["items"][1]
+        region = detail[1:-1]
+        assert summary["id"] == region[0]["id"]
+        assert summary["activity"] == {"last_item_id": region[-1]["id"], "item_count": len(region),
+                                       "tool_count": 3, "failed_count": 1}
+        # the ordinary format is unchanged without the opt-in
+        ordinary = await client.request("thread/resume", {"session_id": tid, "response_only": True})
+        assert "items_view" not in ordinary and ordinary["turns"][1]["items"] == detail
+        # the summary's detail items
+        ref = {"thread_id": tid, "turn_id": work["id"], "item_id": summary["id"],
+               "last_item_id": summary["activity"]["last_item_id"]}
+        activity = await client.request("thread/activity/read", ref)
+        assert [i["id"] for i in activity["turn"]["items"]] == [i["id"] for i in region]
+        assert activity["next_cursor"] is None and activity["turn"]["id"] == work["id"]
+        await expect_error(client, "thread/activity/read", {**ref, "last_item_id": region[0]["id"]},
+                           "invalid_params", contains="no longer exists")
+        await expect_error(client, "thread/activity/read", {**ref, "turn_id": "turn_nope"}, "turn_not_found")
+        await expect_error(client, "thread/activity/read", {**ref, "cursor": "bm9wZQ=="}, "invalid_params")
+        # paging: one turn per page, the cursor continues in conversation form
+        last = await client.request("thread/resume", {"session_id": tid, "response_only": True,
+                                                      "conversation_history": True, "history_page": 1})
+        assert [t["id"] for t in last["turns"]] == [work["id"]] and last["has_more"] is True
+        older = await client.request("thread/history/read", {"thread_id": tid,
+                                                             "history_cursor": last["history_cursor"]})
+        assert older["items_view"] == "conversation" and [t["id"] for t in older["turns"]] == [plain["id"]]
+        assert older["has_more"] is False and older["history_cursor"] is None
+        # an edit removes the boundary (with its turn): reading the summary then fails explicitly
+        await client.request("thread/edit-message", {"thread_id": tid, "turn_id": work["id"],
+                                                     "item_id": detail[0]["id"]})
+        await expect_error(client, "thread/activity/read", ref, "turn_not_found")
