@@ -33,6 +33,7 @@ from roost.actors._messages import Unsteer as Unsteer
 from roost.actors._messages import Unsubscribe as Unsubscribe
 from roost.actors._messages import UpdateQueued as UpdateQueued
 from roost.actors._messages import UpdateThread as UpdateThread
+from roost.actors._objectives import ObjectiveRunner as ObjectiveRunner
 from roost.actors._registry import ThreadRegistry as ThreadRegistry
 from roost.actors._scheduler import Scheduler as Scheduler
 from roost.actors._scheduler import TaskOutcomes as TaskOutcomes
@@ -45,6 +46,7 @@ from roost.actors._workers import agent_tool_schemas as agent_tool_schemas
 
 __all__ = [
     "AgentTurn",
+    "ObjectiveRunner",
     "CLOSE_NORMAL",
     "Compact",
     "ConnectionActor",

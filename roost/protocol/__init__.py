@@ -33,6 +33,9 @@ from roost.protocol._wire_types import ConfigSummary as ConfigSummary
 from roost.protocol._wire_types import ContextFileInfo as ContextFileInfo
 from roost.protocol._wire_types import ContextItem as ContextItem
 from roost.protocol._wire_types import InitResult as InitResult
+from roost.protocol._wire_types import Objective as Objective
+from roost.protocol._wire_types import ObjectiveTaskInfo as ObjectiveTaskInfo
+from roost.protocol._serve_events import auto_dispatched_event as auto_dispatched_event
 from roost.protocol._wire_types import Memory as Memory
 from roost.protocol._wire_types import MemoryAgent as MemoryAgent
 from roost.protocol._wire_types import Plugin as Plugin
@@ -52,6 +55,9 @@ from roost.protocol._stdout import silence_stdout as silence_stdout
 
 __all__ = [
     "silence_stdout",
+    "Objective",
+    "ObjectiveTaskInfo",
+    "auto_dispatched_event",
     "AgentMessage",
     "ConfigSummary",
     "ContextFileInfo",

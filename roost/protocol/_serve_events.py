@@ -36,7 +36,7 @@ from typing import Any
 
 from roost._json import JSONDecodeError, dumps, loads
 
-__all__ = ["TaskEventTranslator", "args_summary", "approval_event", "result_event"]
+__all__ = ["TaskEventTranslator", "args_summary", "approval_event", "result_event", "auto_dispatched_event"]
 
 #: Characters of a tool call's arguments shown in ``argsSummary``.
 ARGS_SUMMARY_CHARS = 120
@@ -178,3 +178,9 @@ def result_event(*, session_id: str, task: str, succeeded: bool, error_message: 
     """The ``result`` event (wire-protocol.md, "Daemon events"): nullable fields present as null."""
     return {"type": "result", "sessionId": session_id, "task": task, "succeeded": succeeded,
             "errorMessage": error_message, "lastAgent": last_agent, "lastMessage": last_message}
+
+
+def auto_dispatched_event(*, session_id: str, objective_id: str, task: str) -> dict:
+    """The ``auto_dispatched`` event (wire-protocol.md, "Daemon events"): ``roost serve
+    --auto-objective`` started ``task`` of ``objective_id`` on its own as task ``session_id``."""
+    return {"type": "auto_dispatched", "sessionId": session_id, "objectiveId": objective_id, "task": task}
