@@ -66,6 +66,8 @@ PROTOCOL_VERSION = 1
 #: Longest input line accepted on the Unix socket (bytes), as the JSONL framing (DESIGN.md section 5).
 MAX_LINE_BYTES = 64 << 20
 _anon = itertools.count(1)
+#: Tasks whose approval records (:meth:`ServeDaemon.approvals_of`) are kept.
+_APPROVALS_KEPT = 1000
 
 
 class DaemonRunning(ConfigError):
@@ -189,6 +191,7 @@ class ServeDaemon:
         self.http_port: int | None = None
         self.events_broadcast = 0
         self.max_line_bytes = MAX_LINE_BYTES
+        self._approvals: dict[str, list[dict]] = {}
 
     # -- running ------------------------------------------------------------------------------------
 
@@ -447,6 +450,22 @@ class ServeDaemon:
             self.broadcast(out)
 
     async def request_approval(self, task: QueuedTask, params: dict) -> bool | None:
+        """:meth:`_ask_client`, recording who answered for :meth:`approvals_of` (MCP ``get_result``)."""
+        answer = await self._ask_client(task, params)
+        record = {"kind": params.get("kind"),
+                  "approved": answer if answer is not None else self.options.unattended_policy == "allow",
+                  "answeredBy": "client" if answer is not None else "unattended"}
+        self._approvals.setdefault(task.id, []).append(record)
+        while len(self._approvals) > _APPROVALS_KEPT:
+            self._approvals.pop(next(iter(self._approvals)))
+        return answer
+
+    def approvals_of(self, task_id: str) -> list[dict]:
+        """``[{kind, approved, answeredBy: "client" | "unattended"}]`` of a task's approvals, in
+        order (kept in memory for the latest tasks only; empty after a daemon restart)."""
+        return list(self._approvals.get(task_id, []))
+
+    async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
         """Ask the task's client (see the module doc); None = nobody answered (unattended policy).
 
         A tool approval (with an ``item_id``) first announces its tool call (``tool_calling``); a
