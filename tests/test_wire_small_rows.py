@@ -83,3 +83,22 @@ def test_validate_diagram_and_show_paths(tmp_path: Path) -> None:
         refused = roost(tmp_path, env, "validate", str(config), flag, "--json")
         assert refused.returncode == 1
         assert json.loads(refused.stdout) == {"protocolVersion": 1, "error": f"--json can't be combined with {flag}"}
+
+
+async def test_serve_token_warn_threshold_applies_to_orchestrated_tasks(tmp_path: Path) -> None:
+    from _helpers.serve_client import open_daemon
+
+    config = tmp_path / "team.yaml"
+    config.write_text(TEAM.replace("MaxIterations: 1", "MaxIterations: 2").replace("Type: keyword", "Type: sequential"))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"rules": [], "default": "echo"}))
+    async with open_daemon(script=script, args=["-c", str(config), "--token-warn-threshold", "1"]) as daemon:
+        async with daemon.unix() as client:
+            await client.wait_for("hello")
+            await client.send({"type": "user_input", "text": "Build it"})
+            sid = (await client.wait_for("queued"))["sessionId"]
+            await client.wait_for("result", lambda e: e["sessionId"] == sid)
+    warnings = [e for e in client.of_type("token_budget_warning") if e["sessionId"] == sid]
+    assert len(warnings) == 1   # once per task, though both agents' turns pass the threshold
+    assert warnings[0]["warnThreshold"] == 1 and warnings[0]["inputTokens"] >= 1
+    assert warnings[0]["agent"] == "Planner"

@@ -426,9 +426,11 @@ class ServeDaemon:
     def _translator(self, task: QueuedTask) -> TaskEventTranslator:
         translator = self._translators.get(task.id)
         if translator is None:
+            threshold = self.options.warn_threshold
+            if task.orchestrated and threshold is not None and _config_budget(task.config) is not None:
+                threshold = None   # the config's own token budget warns instead
             translator = self._translators[task.id] = TaskEventTranslator(
-                task.id, self.options.agent_name, warn_threshold=self.options.warn_threshold,
-                orchestrated=task.orchestrated)
+                task.id, self.options.agent_name, warn_threshold=threshold, orchestrated=task.orchestrated)
         return translator
 
     def task_started(self, task: QueuedTask) -> None:
@@ -599,6 +601,17 @@ async def _unix_lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:
             line = bytes(buffer[:index])
             del buffer[: index + 1]
             yield line.decode("utf-8", "replace")
+
+
+def _config_budget(path: str | None) -> int | None:
+    """The ``token_budget`` of the orchestration config at ``path`` (None: none, or unreadable:
+    the task then fails on its own when it loads the config)."""
+    if not path:
+        return None
+    try:
+        return roost.orchestration.token_budget(roost.orchestration.load_config_file(path).termination)
+    except (RoostError, OSError):
+        return None
 
 
 def _json_object(text: str) -> dict | None:
