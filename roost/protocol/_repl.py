@@ -591,7 +591,7 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
     in its shielded clean-up) and no ``session_end`` is promised.
     """
     from roost.supervisor import open_runtime
-    from roost.tools import builtin_tools
+    from roost.tools import builtin_tools, plan_tool
 
     outbox = Outbox(coalesce=WIRE_TOKENS)
     code = 0
@@ -633,6 +633,7 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
                 code = 2
                 return code
             tools = builtin_tools()
+            tools["update_plan"] = plan_tool()   # plan and step_status events
             if questions:
                 tools["ask_user"] = ask_user_tool(broker)
             async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:

@@ -1,0 +1,43 @@
+"""`plan` and `step_status` from the `update_plan` tool on `roost repl --vscode` (scripted model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _helpers.appserver import script_env
+from test_docs_wire_fields import documented_fields
+from test_repl import open_repl
+
+SCRIPT = """
+rules:
+  - match: {prompt: "^plan"}
+    steps:
+      - - {tool_call: {name: update_plan, arguments: {steps: ["Read the code", "Fix the bug", "Run the tests"]}}}
+      - - {tool_call: {name: update_plan, arguments: {step: 1, status: completed}}}
+      - - {tool_call: {name: update_plan, arguments: {step: 9, status: completed}}}
+      - - {text: "Planned."}
+default: echo
+"""
+
+
+async def test_plan_tool_sends_plan_and_step_status(tmp_path: Path, roost_home: Path) -> None:
+    env = script_env(tmp_path, roost_home, SCRIPT)
+    async with open_repl(env, tmp_path) as repl:
+        await repl.wait("ready")
+        start = await repl.say("plan the fix")
+        end = await repl.wait("message_end", start=start)
+        plan = await repl.wait("plan", start=start)
+        assert plan["steps"] == ["Read the code", "Fix the bug", "Run the tests"]
+        status = await repl.wait("step_status", start=start)
+        assert {k: status[k] for k in ("step", "total", "status", "stepsLeft")} == {
+            "step": 1, "total": 3, "status": "completed", "stepsLeft": 2}
+        assert plan["_index"] < status["_index"] < end["_index"]
+        # the out-of-range step is an error result, and no event
+        results = [e for e in repl.events[start:end["_index"]] if e["type"] == "tool_result"]
+        assert [r["ok"] for r in results] == [True, True, False]
+        assert "between 1 and 3" in results[2]["output"]
+        assert len([e for e in repl.events[start:] if e["type"] == "step_status"]) == 1
+        await repl.close()
+    docs = documented_fields("Stdio chat events (`roost repl --vscode`)")
+    assert set(plan) - {"type", "_index"} <= docs["plan"]
+    assert set(status) - {"type", "_index"} <= docs["step_status"]
