@@ -41,3 +41,35 @@ async def test_plan_tool_sends_plan_and_step_status(tmp_path: Path, roost_home: 
     docs = documented_fields("Stdio chat events (`roost repl --vscode`)")
     assert set(plan) - {"type", "_index"} <= docs["plan"]
     assert set(status) - {"type", "_index"} <= docs["step_status"]
+
+
+async def test_switch_runs_another_chat_and_names_it_in_title(tmp_path: Path, roost_home: Path) -> None:
+    import json
+    import subprocess
+
+    from _helpers.appserver import roost_argv
+
+    env = script_env(tmp_path, roost_home, "rules: []\ndefault: echo\n")
+    async with open_repl(env, tmp_path) as first:
+        old = (await first.wait("ready"))["sessionId"]
+        start = await first.say("first chat words")
+        await first.wait("message_end", start=start)
+        await first.close()
+    async with open_repl(env, tmp_path) as repl:
+        new = (await repl.wait("ready"))["sessionId"]
+        bad = await repl.say("/switch thr_nope")
+        assert "no chat with id 'thr_nope'" in (await repl.wait("error", start=bad))["text"]
+        start = await repl.say(f"/switch {old}")
+        title = await repl.wait("title", start=start)
+        assert title["sessionId"] == old and title["sessionId"] != new
+        replay = await repl.wait("replay", start=start)
+        assert replay["total"] == 1 and replay["turns"][0]["user"] == "first chat words"
+        await repl.wait("message_end", start=start)
+        start = await repl.say("more words")
+        end = await repl.wait("message_end", start=start)
+        assert end["turnIndex"] == 1   # the switched-to chat's second turn
+        await repl.close()
+    chats = json.loads(subprocess.run([*roost_argv(), "sessions", "--repl", "--json"], capture_output=True,
+                                      text=True, env=env, timeout=60).stdout)["items"]
+    by_id = {c["sessionId"]: c for c in chats}
+    assert by_id[old]["turnIndex"] == 2 and by_id[new]["turnIndex"] == 0
