@@ -73,3 +73,26 @@ async def test_switch_runs_another_chat_and_names_it_in_title(tmp_path: Path, ro
                                       text=True, env=env, timeout=60).stdout)["items"]
     by_id = {c["sessionId"]: c for c in chats}
     assert by_id[old]["turnIndex"] == 2 and by_id[new]["turnIndex"] == 0
+
+
+async def test_fork_copies_the_chat_and_fork_switch_runs_the_copy(tmp_path: Path, roost_home: Path) -> None:
+    env = script_env(tmp_path, roost_home, "rules: []\ndefault: echo\n")
+    async with open_repl(env, tmp_path) as repl:
+        original = (await repl.wait("ready"))["sessionId"]
+        start = await repl.say("words to keep")
+        await repl.wait("message_end", start=start)
+        start = await repl.say("/fork")
+        info = await repl.wait("info", lambda e: e["text"].startswith("Forked"), start=start)
+        copy = info["text"].removeprefix("Forked this chat as ").rstrip(".")
+        assert copy.startswith("thr_") and copy != original
+        await repl.wait("message_end", start=start)
+        # still the original (an auto-title of the first turn may come, naming it)
+        assert {e["sessionId"] for e in repl.events[start:] if e["type"] == "title"} <= {original}
+        start = await repl.say("/fork switch")
+        title = await repl.wait("title", lambda e: e["sessionId"] != original, start=start)
+        assert title["sessionId"] not in (original, copy)
+        replay = await repl.wait("replay", start=start)
+        assert [t["user"] for t in replay["turns"]] == ["words to keep"]
+        bad = await repl.say("/fork sideways")
+        assert (await repl.wait("error", start=bad))["text"] == "usage: /fork [switch]"
+        await repl.close()

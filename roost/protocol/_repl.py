@@ -61,6 +61,7 @@ from roost.protocol._outbox import Outbox
 from roost.protocol._repl_events import ChatTranslator, assistant_replies, replay_event
 from roost.protocol._repl_prompts import PromptBroker, ask_user_tool
 from roost.protocol._repl_shell import ShellEscape
+from roost.protocol._repl_switch import fork_chat, switch_chat
 
 __all__ = ["ReplSession", "serve_repl", "PROTOCOL_VERSION", "MID_TURN_COMMANDS"]
 
@@ -82,6 +83,7 @@ _HELP = """**Commands**
 - `/copy [N]`: copy the last (or the Nth-last) assistant reply
 - `/compact [instructions]`: replace the conversation the model sees with a summary of it
 - `/switch <id>`: continue another chat (its earlier turns are replayed)
+- `/fork [switch]`: copy this chat into a new one (and continue in the copy with `switch`)
 - `!<command>`: run a shell command in the chat's directory (no approval; `interrupt` stops it)
 - `/exit`: end the chat
 
@@ -448,42 +450,6 @@ class ReplSession:
                 self.translator.abandon_turn()
             self.emit({"type": "error", "text": f"could not compact: {exc}"})
 
-    async def _switch(self, target: str) -> bool:
-        """``/switch ID``: this process now runs the chat ``ID`` (wire-protocol.md "Turn events":
-        ``title`` names the session it now runs as; its earlier turns follow as ``replay``).
-
-        Returns False (after an ``error`` event) when ``ID`` is missing, unknown or not a chat.
-        """
-        from roost.actors import Subscribe, Unsubscribe
-
-        if not target:
-            self.emit({"type": "error", "text": "usage: /switch <session id>"})
-            return False
-        if self.registry is None or target == self.actor.thread.id:
-            self.emit({"type": "error", "text": f"already running as {target}" if self.registry else
-                       "/switch is not available here"})
-            return False
-        try:
-            actor = await self.registry.get(target)
-        except RoostError:
-            self.emit({"type": "error", "text": f"no chat with id {target!r}"})
-            return False
-        if actor.thread.kind != "chat":
-            self.emit({"type": "error", "text": f"{target} is a {actor.thread.kind} thread, not a chat"})
-            return False
-        snapshot = await actor.ref.ask(_snapshot())
-        await actor.ref.ask(Subscribe(self))
-        try:
-            await self.actor.ref.ask(Unsubscribe(self), timeout=5)
-        except RoostError:
-            pass
-        self.actor = actor
-        self.translator = ChatTranslator(cwd=actor.cwd, turn_index=len(snapshot["turns"]))
-        self._first_prompt = None if not snapshot["turns"] else ""
-        self.emit(self.title_event())
-        self.emit(replay_event(snapshot))
-        return True
-
     async def _command(self, line: str) -> None:
         from roost.actors import UpdateThread
 
@@ -520,9 +486,14 @@ class ReplSession:
             await self._compact(arg)
             return  # compacted and message_end follow from the compaction turn's events
         elif command == "/switch":
-            if not await self._switch(arg):
+            if not await switch_chat(self, arg):
                 return
             message = f"switched to {arg}"
+        elif command == "/fork":
+            forked = await fork_chat(self, arg)
+            if forked is None:
+                return
+            message = f"forked as {forked}"
         elif command == "/copy":
             text = await self._reply_to_copy(arg)
             if text is None:
