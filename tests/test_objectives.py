@@ -102,3 +102,43 @@ async def test_auto_objective_runs_tasks_skips_after_three_failures_and_survives
             await wait_status("OBJ-0002", "completed")
     assert (first["objectiveId"], first["task"]) == ("OBJ-0002", "delta")
     assert [t["outcome"] for t in status("OBJ-0001")["tasks"]] == ["succeeded", "skipped", "succeeded"]
+
+
+async def test_attempt_running_when_the_daemon_died_is_settled_not_rerun(tmp_path: Path, roost_home: Path) -> None:
+    from _helpers.serve_client import short_socket_path, start_daemon
+
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({"rules": [{"match": {"prompt": "slow one"},
+                                           "steps": [[{"text": "working"}, {"delay": 60}, {"text": "done"}]]}],
+                                "default": "echo"}))
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps({"rules": [], "default": "echo"}))
+    assert roost("objective", "create", "--title", "Durable", "--tasks", "slow one",
+                 "--tasks", "after").stdout == "OBJ-0001\n"
+    socket_path = short_socket_path()
+    args = ["--auto-objective", "OBJ-0001"]
+    async with trio.open_nursery() as nursery:
+        first = await start_daemon(nursery, script=slow, socket=socket_path, args=args)
+        try:
+            async with first.ws() as client:
+                await client.wait_for("hello")
+                sid = (await client.wait_for("auto_dispatched"))["sessionId"]
+                await client.wait_for("token", lambda e: e["sessionId"] == sid)
+            assert status("OBJ-0001")["tasks"][0]["outcome"] == "running"
+        finally:
+            first.kill9()
+            await first.process.wait()
+        second = await start_daemon(nursery, script=fast, socket=socket_path, args=args)
+        try:
+            async with second.ws() as client:
+                await client.wait_for("hello")
+                nxt = await client.wait_for("auto_dispatched")   # (task_resumed went out before we attached)
+                final = await wait_status("OBJ-0001", "completed")
+        finally:
+            second.process.send_signal(15)
+            await second.process.wait()
+    assert nxt["task"] == "after"          # the interrupted attempt was resumed, not dispatched again
+    assert [(t["outcome"], t["failures"], t["sessionId"]) for t in final["tasks"]] == [
+        ("succeeded", 0, sid), ("succeeded", 0, nxt["sessionId"])]
+    sessions = {s["sessionId"]: s for s in json.loads(roost("sessions", "--all", "--json").stdout)["items"]}
+    assert sessions[sid]["isComplete"] is True and sessions[sid]["turnCount"] >= 2   # resumed on its thread
