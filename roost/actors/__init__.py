@@ -39,6 +39,7 @@ from roost.actors._messages import Unsteer as Unsteer
 from roost.actors._messages import Unsubscribe as Unsubscribe
 from roost.actors._messages import UpdateQueued as UpdateQueued
 from roost.actors._messages import UpdateThread as UpdateThread
+from roost.actors._objectives import ObjectiveRunner as ObjectiveRunner
 from roost.actors._registry import ThreadRegistry as ThreadRegistry
 from roost.actors._services import Services as Services
 from roost.actors._taskqueue import QueuedTask as QueuedTask
@@ -50,6 +51,7 @@ from roost.actors._workers import tree_settings as tree_settings
 
 __all__ = [
     "AgentTurn",
+    "ObjectiveRunner",
     "CLOSE_NORMAL",
     "Compact",
     "ConnectionActor",

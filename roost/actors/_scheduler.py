@@ -115,7 +115,7 @@ class TaskOutcomes:
 
     Args:
         lookup: ``async lookup(task_id) -> task | None`` (``TaskQueue.lookup``): a task with
-            ``status == "finished"`` and ``result["succeeded"]`` has already ended; ``None`` means
+            ``status`` ``finished`` or ``collected`` and ``result["succeeded"]`` has already ended; ``None`` means
             the queue does not know it (:meth:`wait` raises :class:`LookupError`).
     """
 
@@ -152,7 +152,7 @@ class TaskOutcomes:
             task = await self._lookup(task_id)
             if task is None:
                 raise LookupError(f"no task {task_id!r}")
-            if getattr(task, "status", None) == "finished" and not event.is_set():
+            if getattr(task, "status", None) in ("finished", "collected") and not event.is_set():
                 result = getattr(task, "result", None) or {}
                 return "succeeded" if result.get("succeeded") else "failed"
             await event.wait()

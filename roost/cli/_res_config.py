@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -160,14 +161,20 @@ def config_command(as_json: bool, list_configs: bool, directory: str) -> None:
 @click.command("validate")
 @click.argument("path", type=click.Path())
 @json_option
-def validate_command(path: str, as_json: bool) -> None:
+@click.option("--diagram", is_flag=True, help="Also print a text diagram of the agents and their routes.")
+@click.option("--show-paths", is_flag=True, help="Also print the files the config uses (itself, agent files).")
+def validate_command(path: str, as_json: bool, diagram: bool = False, show_paths: bool = False) -> None:
     """Check the orchestration config PATH; exit status 1 when it has errors.
 
-    --json prints the Validation item in every case (also when invalid).
+    --json prints the Validation item in every case (also when invalid); it cannot be combined
+    with --diagram or --show-paths (an error envelope, exit status 1).
 
     Exit status: 0 when the config is valid (warnings allowed); 1 when it has errors or cannot be
     read; 2 for a usage error.
     """
+    for flag, given in (("--diagram", diagram), ("--show-paths", show_paths)):
+        if given and as_json:
+            fail("validate", f"--json can't be combined with {flag}", as_json=True)
     file = Path(path).expanduser().resolve()
     config, found = validate_config_file(file)
     issues = [ValidationIssue(level=i.level, message=i.message) for i in found]
@@ -182,8 +189,49 @@ def validate_command(path: str, as_json: bool) -> None:
         for issue in issues:
             click.echo(f"{issue.level}: {issue.message}", err=issue.level == "error")
         click.echo(f"{file}: {'valid' if result.valid else 'invalid'}")
+        if config is not None and show_paths:
+            click.echo("\n".join(config_paths(file, config)))
+        if config is not None and diagram:
+            click.echo("\n".join(config_diagram(config)))
     if errors:
         raise SystemExit(1)
+
+
+def config_paths(file: Path, config: Any) -> list[str]:
+    """``validate --show-paths``: the config file and each agent's file (absolute), one a line."""
+    lines = [f"config: {file}"]
+    for agent in config.agents:
+        if agent.file:
+            lines.append(f"agent {agent.name}: {(file.parent / agent.file).resolve()}")
+        else:
+            lines.append(f"agent {agent.name}: (inline in the config)")
+    return lines
+
+
+def config_diagram(config: Any) -> list[str]:
+    """``validate --diagram``: a text diagram of the agents (in order) and the selection's routes.
+
+    Sequential selection draws the turn order as a ring; keyword routes are drawn
+    ``SOURCE --"KEYWORD"--> TARGET`` (``*`` for any source), with ``[human approval]`` when the
+    route needs one.
+    """
+    selection = config.selection
+    names = [a.name for a in config.agents]
+    lines = [f"{config.name or 'Orchestration'}  (selection: {selection.type})", "agents:"]
+    for agent in config.agents:
+        lines.append(f"  [{agent.name}]" + (f"  {agent.description}" if agent.description else ""))
+    if selection.type == "sequential" and names:
+        lines.append("turn order:")
+        lines.append("  " + " -> ".join(f"[{n}]" for n in names) + f" -> [{names[0]}] ...")
+    if selection.default_agent:
+        lines.append(f"default agent: [{selection.default_agent}]")
+    if selection.routes:
+        lines.append("routes:")
+        for route in selection.routes:
+            sources = ", ".join(f"[{s}]" for s in route.source_agents) or "*"
+            gate = "  [human approval]" if route.require_human_approval else ""
+            lines.append(f'  {sources} --"{route.keyword}"--> [{route.agent}]{gate}')
+    return lines
 
 
 def _default_model_and_endpoint() -> tuple[str, str | None]:

@@ -97,7 +97,7 @@ def repl_rows(conn: sqlite3.Connection, *, project: str | None) -> list[ReplSess
             continue
         meta = thread.metadata or {}
         out.append(ReplSession(
-            session_id=thread.id, model_id=thread.model or "", cwd=thread.cwd or "", title=thread.title,
+            session_id=thread.id, model_id=_model_id(thread), cwd=thread.cwd or "", title=thread.title,
             auto_title=meta.get("auto_title"), started_at=thread.created_at, last_updated_at=thread.updated_at,
             turn_index=_turn_count(conn, thread.id),
             first_user_message=_first_user_text(conn, thread.id)[:_PREVIEW_CHARS]))
@@ -184,22 +184,31 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
 @click.option("--show", "show_id", metavar="ID", default=None, help="Show one session with its messages.")
 @click.option("--repl", "repl", is_flag=True, help="List REPL chats instead, newest first.")
 @click.option("--delete", "delete_id", metavar="ID", default=None, help="Delete a session (and its turns and items).")
+@click.option("--prune", is_flag=True, help="Delete every completed orchestration session (--project narrows it).")
+@click.option("--cleanup", is_flag=True,
+              help="Delete incomplete orchestration sessions that never recorded a turn and no live "
+                   "process holds (left by runs that failed before starting; --project narrows it).")
 def sessions_command(as_json: bool, include_all: bool, project: str | None, show_id: str | None, repl: bool,
-                     delete_id: str | None) -> None:
+                     delete_id: str | None, prune: bool, cleanup: bool) -> None:
     """List orchestration sessions (incomplete ones unless --all), or show, list chats, delete.
 
     --json prints one wire-protocol line: Session items, a SessionDetail item (--show), or
-    ReplSession items (--repl). --delete reports by exit status and cannot be combined with --json.
+    ReplSession items (--repl). --delete, --prune and --cleanup report by exit status (and a
+    line saying how many were deleted) and cannot be combined with --json.
 
     Exit status: 0 on success; 1 on failure (an unknown or malformed id; with --json an error
     envelope on stdout); 2 for a usage error.
     """
+    project_dir = os.path.abspath(project) if project else None
+    for flag, given in (("--prune", prune), ("--cleanup", cleanup), ("--delete", delete_id is not None)):
+        if given and as_json:
+            fail("sessions", f"--json can't be combined with {flag}", as_json=True)
     if delete_id is not None:
-        if as_json:
-            fail("sessions", "--json can't be combined with --delete", as_json=True)
         _delete(delete_id)
         return
-    project_dir = os.path.abspath(project) if project else None
+    if prune or cleanup:
+        _sweep(project_dir, prune=prune, cleanup=cleanup)
+        return
     try:
         with open_cli_store() as store, store.read() as conn:
             if show_id is not None:
@@ -247,6 +256,34 @@ def _delete(session_id: str) -> None:
         fail("sessions", str(exc), as_json=False)
 
 
+def _sweep(project: str | None, *, prune: bool, cleanup: bool) -> None:
+    """``--prune`` (completed sessions) and ``--cleanup`` (incomplete ones with no turn and no live
+    lease holder), in one write transaction; prints how many were deleted."""
+    from roost.storage import delete_thread, get_lease, thread_lease_key
+    from roost.storage.leases import live_elsewhere
+
+    pruned = cleaned = 0
+    try:
+        with open_cli_store() as store, store.transaction() as conn:
+            for thread in _threads(conn, "orchestration"):
+                if not _in_project(thread.cwd, project):
+                    continue
+                complete = _is_complete(conn, thread)
+                if prune and complete:
+                    delete_thread(conn, thread.id)
+                    pruned += 1
+                elif (cleanup and not complete and _turn_count(conn, thread.id) == 0
+                      and not live_elsewhere(get_lease(conn, thread_lease_key(thread.id)), owner="roost-cli")):
+                    delete_thread(conn, thread.id)
+                    cleaned += 1
+    except RoostError as exc:
+        fail("sessions", str(exc), as_json=False)
+    if prune:
+        click.echo(f"pruned {pruned} completed session{'s' if pruned != 1 else ''}")
+    if cleanup:
+        click.echo(f"cleaned up {cleaned} empty session{'s' if cleaned != 1 else ''}")
+
+
 def _print_detail(detail: SessionDetail) -> None:
     click.echo(f"session {detail.session_id}  ({'complete' if detail.is_complete else 'incomplete'})")
     click.echo(f"task: {detail.task}")
@@ -255,3 +292,9 @@ def _print_detail(detail: SessionDetail) -> None:
         for call in m.tool_calls:
             click.echo(f"  $ {call.name} {call.args_summary} {'ok' if call.succeeded else 'failed'}")
         click.echo(m.content)
+
+
+def _model_id(thread: Any) -> str:
+    """A chat's ``modelId``, never empty: its model, else its provider (what ``ready``'s ``model``
+    names for a provider without model ids, e.g. ``scripted``), else ``default``."""
+    return thread.model or thread.provider or "default"

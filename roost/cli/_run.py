@@ -101,7 +101,7 @@ class _Transcript:
     def _render(self, event: dict) -> str:
         kind = event.get("type")
         if self.quiet:
-            return dumps(event).decode() + "\n" if kind == "result" else ""
+            return dumps({"protocolVersion": 1, **event}).decode() + "\n" if kind == "result" else ""
         now = trio.current_time()
         self.started = self.started if self.started is not None else now
         if kind == "ready":

@@ -39,8 +39,10 @@ __all__ = ["serve_command", "run_serve"]
 log = logging.getLogger("roost.serve")
 
 
-async def run_serve(options: ServeOptions, engines: EngineCatalog) -> int:
+async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectives: tuple[str, ...] = ()) -> int:
     """Run the daemon until SIGINT/SIGTERM; return the exit status.
+
+    ``auto_objectives``: the ``--auto-objective`` ids (see :func:`_start_objectives`).
 
     Raises:
         DaemonRunning: another daemon owns the socket path (nothing was started).
@@ -65,6 +67,7 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog) -> int:
                     await nursery.start(daemon.run)
                     await _start_scheduler(runtime, daemon)
                     registered = _register(options, daemon)
+                    await _start_objectives(runtime, daemon, auto_objectives)
                     sys.stdout.buffer.write(dumps_line({
                         "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),
                         "httpPort": daemon.http_port, "pid": os.getpid()}))
@@ -112,6 +115,29 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
 
     await runtime.root.start_child(ChildSpec.of_factory("scheduler", scheduler, restart=Restart.PERMANENT,
                                                         shutdown_timeout=10))
+
+
+async def _start_objectives(runtime: Any, daemon: Any, auto_objectives: tuple[str, ...]) -> None:
+    """Start the ObjectiveRunner as a permanent child of the root supervisor: it records the
+    outcomes of objective tasks and, for ``auto_objectives``, dispatches the next remaining task
+    when the daemon is idle, broadcasting ``auto_dispatched`` (wire-protocol.md appendix)."""
+    from roost.actors import ObjectiveRunner
+    from roost.protocol import auto_dispatched_event
+    from roost.supervisor import ChildSpec, Restart
+
+    def idle() -> bool:
+        return not any(t.status in ("queued", "running") for t in daemon.queue.tasks.values())
+
+    def announce(session_id: str, objective_id: str, task: str) -> None:
+        daemon.broadcast(auto_dispatched_event(session_id=session_id, objective_id=objective_id, task=task))
+
+    async def start_runner(*, task_status: Any) -> None:
+        runner = ObjectiveRunner(runtime.store, dispatch=daemon.queue.dispatch, wait_task=daemon.outcomes.wait,
+                                 announce=announce, idle=idle, auto_objectives=auto_objectives)
+        await runner.run(task_status=task_status)
+
+    await runtime.root.start_child(ChildSpec("objectives", start_runner, restart=Restart.PERMANENT,
+                                             shutdown_timeout=10))
 
 
 def _check_config(path: Path | None, engines: Any) -> str | None:
@@ -174,6 +200,9 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
               default="standard", show_default=True, help="What task tools may do; standard asks approval.")
 @click.option("--token-warn-threshold", type=click.IntRange(1), default=None,
               help="Input tokens at which a task sends token_budget_warning once.")
+@click.option("--auto-objective", "auto_objectives", multiple=True, metavar="ID",
+              help="When idle, run the next remaining task of this active objective (repeatable; "
+                   "see `roost objective`); a task failing 3 times in a row is skipped.")
 @click.option("--outbox-lines", type=click.IntRange(1), default=None, hidden=True,
               help="Lines a client's outbox holds before it counts as a slow consumer.")
 @click.option("--kick-grace", type=click.FloatRange(0), default=10.0, hidden=True,
@@ -185,7 +214,8 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
                   http_port: int | None, host: str, tls_cert: Path | None, tls_key: Path | None,
                   tokens_file: Path | None, reconnect_grace: float, unattended_policy: str, max_concurrent: int,
                   max_queued: int, permission_mode: str, token_warn_threshold: int | None,
-                  outbox_lines: int | None, kick_grace: float, stamp_events: bool, verbose: bool) -> None:
+                  auto_objectives: tuple[str, ...], outbox_lines: int | None, kick_grace: float,
+                  stamp_events: bool, verbose: bool) -> None:
     """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
 
     Speaks the wire protocol's daemon events (docs/wire.md). Each user_input (or plain text line)
@@ -266,7 +296,7 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
         trio.run(engines.aclose)
         sys.exit(2)
     try:
-        code = trio.run(run_serve, options, engines)
+        code = trio.run(run_serve, options, engines, auto_objectives)
     except BaseException as exc:  # an expected failure becomes one line; anything else is re-raised
         sys.exit(_exit_for(exc, options))
     sys.exit(code)

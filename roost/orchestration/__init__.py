@@ -25,12 +25,14 @@ from roost.orchestration._agents import resolve_agents as resolve_agents
 from roost.orchestration._run import Orchestrator as Orchestrator
 from roost.orchestration._run import RunOutcome as RunOutcome
 from roost.orchestration._run import STOP as STOP
+from roost.orchestration._policy import token_budget as token_budget
 
 __all__ = [
     "Orchestrator",
     "RunOutcome",
     "STOP",
     "resolve_agents",
+    "token_budget",
 
     "SELECTION_TYPES", "TERMINATION_TYPES", "AgentSpec", "ConfigInvalid", "ConfigIssue", "ModelSpec",
     "OrchestrationConfig", "Route", "Selection", "Termination", "load_config_file", "validate_config_file",

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 from roost._lazy import attach as _attach
 
 if TYPE_CHECKING:
+    from roost.protocol._wire_types import Objective as Objective
+    from roost.protocol._wire_types import ObjectiveTaskInfo as ObjectiveTaskInfo
+    from roost.protocol._serve_events import auto_dispatched_event as auto_dispatched_event
     from roost.protocol._as_schema import app_server_schema as app_server_schema
     from roost.protocol._bridge import failed_result as failed_result
     from roost.protocol._bridge import run_bridge as run_bridge
@@ -65,6 +68,9 @@ if TYPE_CHECKING:
 #: Every export is loaded on first access (PEP 562, roost/_lazy.py): `roost sessions --json` and the
 #: app-server's start-up must not import the daemon, the repl or hypercorn (issue 19).
 _LAZY = {
+    "Objective": "roost.protocol._wire_types",
+    "ObjectiveTaskInfo": "roost.protocol._wire_types",
+    "auto_dispatched_event": "roost.protocol._serve_events",
     "app_server_schema": "roost.protocol._as_schema",
     "failed_result": "roost.protocol._bridge",
     "run_bridge": "roost.protocol._bridge",

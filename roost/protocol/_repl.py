@@ -61,6 +61,7 @@ from roost.protocol._outbox import Outbox
 from roost.protocol._repl_events import ChatTranslator, assistant_replies, replay_event
 from roost.protocol._repl_prompts import PromptBroker, ask_user_tool
 from roost.protocol._repl_shell import ShellEscape
+from roost.protocol._repl_switch import fork_chat, switch_chat
 
 __all__ = ["ReplSession", "serve_repl", "PROTOCOL_VERSION", "MID_TURN_COMMANDS"]
 
@@ -81,6 +82,8 @@ _HELP = """**Commands**
 - `/title <text>`: name this chat
 - `/copy [N]`: copy the last (or the Nth-last) assistant reply
 - `/compact [instructions]`: replace the conversation the model sees with a summary of it
+- `/switch <id>`: continue another chat (its earlier turns are replayed)
+- `/fork [switch]`: copy this chat into a new one (and continue in the copy with `switch`)
 - `!<command>`: run a shell command in the chat's directory (no approval; `interrupt` stops it)
 - `/exit`: end the chat
 
@@ -482,6 +485,15 @@ class ReplSession:
         elif command == "/compact":
             await self._compact(arg)
             return  # compacted and message_end follow from the compaction turn's events
+        elif command == "/switch":
+            if not await switch_chat(self, arg):
+                return
+            message = f"switched to {arg}"
+        elif command == "/fork":
+            forked = await fork_chat(self, arg)
+            if forked is None:
+                return
+            message = f"forked as {forked}"
         elif command == "/copy":
             text = await self._reply_to_copy(arg)
             if text is None:
@@ -591,7 +603,7 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
     in its shielded clean-up) and no ``session_end`` is promised.
     """
     from roost.supervisor import open_runtime
-    from roost.tools import builtin_tools
+    from roost.tools import builtin_tools, plan_tool
 
     outbox = Outbox(coalesce=WIRE_TOKENS)
     code = 0
@@ -633,6 +645,7 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
                 code = 2
                 return code
             tools = builtin_tools()
+            tools["update_plan"] = plan_tool()   # plan and step_status events
             if questions:
                 tools["ask_user"] = ask_user_tool(broker)
             async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:
@@ -685,7 +698,7 @@ async def _serve(session: ReplSession, receive: trio.abc.ReceiveStream, snapshot
         session.untap_workers()
         with trio.CancelScope(shield=True):
             try:
-                await actor.ref.ask(Unsubscribe(session), timeout=5)
+                await session.actor.ref.ask(Unsubscribe(session), timeout=5)   # /switch may have changed it
             except RoostError:
                 pass
 

@@ -52,6 +52,19 @@ _SUMMARY_CHARS = 120
 _TERMINAL = ("turn/completed", "turn/error")
 
 
+def plan_events(metadata: dict) -> list[dict]:
+    """``plan {steps}`` and ``step_status {step, total, status, stepsLeft}`` for a completed
+    ``update_plan`` call's result metadata (:func:`roost.tools.plan_tool`)."""
+    events: list[dict] = []
+    if isinstance(metadata.get("plan"), list):
+        events.append({"type": "plan", "steps": [str(s) for s in metadata["plan"]]})
+    status = metadata.get("step_status")
+    if isinstance(status, dict):
+        events.append({"type": "step_status", "step": status.get("step"), "total": status.get("total"),
+                       "status": status.get("status"), "stepsLeft": status.get("steps_left")})
+    return events
+
+
 def tool_summary(name: str, args: Any) -> str:
     """A one-line human summary of a tool call: ``shell: ls -la``, ``write_file: src/a.py``.
 
@@ -296,6 +309,8 @@ class ChatTranslator:
         events.append({"type": "tool_result", "id": item_id, "name": call["name"], "ok": ok,
                        "output": output[:TOOL_OUTPUT_CHARS]})
         metadata = item.get("metadata") or {}
+        if ok and call["name"] == "update_plan":
+            events.extend(plan_events(metadata))
         if ok and call["name"] == "write_file" and isinstance(metadata.get("path"), str):
             path = self._display(metadata["path"])
             sigil = "A" if metadata.get("created") else "M"

@@ -71,6 +71,8 @@ PROTOCOL_VERSION = 1
 #: Longest input line accepted on the Unix socket (bytes), as the JSONL framing (DESIGN.md section 5).
 MAX_LINE_BYTES = 64 << 20
 _anon = itertools.count(1)
+#: Tasks whose approval records (:meth:`ServeDaemon.approvals_of`) are kept.
+_APPROVALS_KEPT = 1000
 
 
 class DaemonRunning(ConfigError):
@@ -198,6 +200,7 @@ class ServeDaemon:
         self.http_port: int | None = None
         self.events_broadcast = 0
         self.max_line_bytes = line_limit()
+        self._approvals: dict[str, list[dict]] = {}
 
     # -- running ------------------------------------------------------------------------------------
 
@@ -475,9 +478,11 @@ class ServeDaemon:
     def _translator(self, task: QueuedTask) -> TaskEventTranslator:
         translator = self._translators.get(task.id)
         if translator is None:
+            threshold = self.options.warn_threshold
+            if task.orchestrated and threshold is not None and _config_budget(task.config) is not None:
+                threshold = None   # the config's own token budget warns instead
             translator = self._translators[task.id] = TaskEventTranslator(
-                task.id, self.options.agent_name, warn_threshold=self.options.warn_threshold,
-                orchestrated=task.orchestrated)
+                task.id, self.options.agent_name, warn_threshold=threshold, orchestrated=task.orchestrated)
         return translator
 
     def task_started(self, task: QueuedTask) -> None:
@@ -501,6 +506,22 @@ class ServeDaemon:
             self.broadcast(out)
 
     async def request_approval(self, task: QueuedTask, params: dict) -> bool | None:
+        """:meth:`_ask_client`, recording who answered for :meth:`approvals_of` (MCP ``get_result``)."""
+        answer = await self._ask_logged(task, params)
+        record = {"kind": params.get("kind"),
+                  "approved": answer if answer is not None else self.options.unattended_policy == "allow",
+                  "answeredBy": "client" if answer is not None else "unattended"}
+        self._approvals.setdefault(task.id, []).append(record)
+        while len(self._approvals) > _APPROVALS_KEPT:
+            self._approvals.pop(next(iter(self._approvals)))
+        return answer
+
+    def approvals_of(self, task_id: str) -> list[dict]:
+        """``[{kind, approved, answeredBy: "client" | "unattended"}]`` of a task's approvals, in
+        order (kept in memory for the latest tasks only; empty after a daemon restart)."""
+        return list(self._approvals.get(task_id, []))
+
+    async def _ask_logged(self, task: QueuedTask, params: dict) -> bool | None:
         """Ask the task's client (see the module doc); None = nobody answered (unattended policy).
 
         A tool approval (with an ``item_id``) first announces its tool call (``tool_calling``); a
@@ -599,6 +620,17 @@ async def _unix_lines(stream: trio.abc.ReceiveStream, limit: int) -> AsyncIterat
             yield frame
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return
+
+
+def _config_budget(path: str | None) -> int | None:
+    """The ``token_budget`` of the orchestration config at ``path`` (None: none, or unreadable:
+    the task then fails on its own when it loads the config)."""
+    if not path:
+        return None
+    try:
+        return roost.orchestration.token_budget(roost.orchestration.load_config_file(path).termination)
+    except (RoostError, OSError):
+        return None
 
 
 def _json_object(text: str) -> dict | None:

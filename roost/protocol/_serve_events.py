@@ -36,7 +36,7 @@ from typing import Any
 
 from roost._json import JSONDecodeError, dumps, loads
 
-__all__ = ["TaskEventTranslator", "args_summary", "approval_event", "result_event"]
+__all__ = ["TaskEventTranslator", "args_summary", "approval_event", "result_event", "auto_dispatched_event"]
 
 #: Characters of a tool call's arguments shown in ``argsSummary``.
 ARGS_SUMMARY_CHARS = 120
@@ -61,8 +61,10 @@ class TaskEventTranslator:
     Args:
         session_id: the task's ``sessionId``.
         agent: the agent name shown in ``agent`` fields.
-        warn_threshold: input tokens at which ``token_budget_warning`` is sent once (None: never);
-            ignored for an orchestrated task (its config's ``token_budget`` warns instead).
+        warn_threshold: input tokens at which ``token_budget_warning`` is sent once (None: never).
+            For a single turn, the turn's input tokens; for an orchestrated task, the run's input
+            tokens so far (the sum of its agent messages' ``inputTokens``). The daemon passes None
+            for an orchestrated task whose config has a ``token_budget`` (that budget warns instead).
         orchestrated: the task runs an orchestration: ``agent_starting`` and the token budget
             warning come from :meth:`run_event`, not from the thread's notifications.
     """
@@ -72,8 +74,9 @@ class TaskEventTranslator:
         self.session_id = session_id
         self.agent = agent
         self.orchestrated = orchestrated
-        self.warn_threshold = None if orchestrated else warn_threshold
+        self.warn_threshold = warn_threshold
         self._warned = False
+        self._run_input_tokens = 0
         self._calls: dict[str | None, dict] = {}     # item id -> {"name", "args": [str], "announced"}
 
     def translate(self, method: str, params: dict) -> list[dict]:
@@ -104,7 +107,8 @@ class TaskEventTranslator:
                 self._calls.pop(item.get("id"), None)
                 return events
             return []
-        if method == "turn/usage" and self.warn_threshold is not None and not self._warned:
+        if (method == "turn/usage" and self.warn_threshold is not None and not self._warned
+                and not self.orchestrated):
             tokens = int((params.get("usage") or {}).get("input_tokens") or 0)
             if tokens >= self.warn_threshold:
                 self._warned = True
@@ -129,7 +133,18 @@ class TaskEventTranslator:
         if kind == "agent_starting":
             self.agent = str(event.get("agent") or self.agent)
             return [{"type": "agent_starting", "agent": self.agent, "sessionId": self.session_id}]
+        if kind == "agent_message":
+            tokens = (event.get("message") or {}).get("inputTokens")
+            self._run_input_tokens += int(tokens or 0)
+            if self.warn_threshold is not None and not self._warned and self._run_input_tokens >= self.warn_threshold:
+                self._warned = True
+                return [{"type": "token_budget_warning", "agent": self.agent, "inputTokens": self._run_input_tokens,
+                         "warnThreshold": self.warn_threshold, "sessionId": self.session_id}]
+            return []
         if kind == "token_budget_warning":
+            if self._warned:
+                return []
+            self._warned = True
             return [{"type": "token_budget_warning", "agent": event.get("agent") or self.agent,
                      "inputTokens": event.get("inputTokens"), "warnThreshold": event.get("warnThreshold"),
                      "sessionId": self.session_id}]
@@ -178,3 +193,9 @@ def result_event(*, session_id: str, task: str, succeeded: bool, error_message: 
     """The ``result`` event (wire-protocol.md, "Daemon events"): nullable fields present as null."""
     return {"type": "result", "sessionId": session_id, "task": task, "succeeded": succeeded,
             "errorMessage": error_message, "lastAgent": last_agent, "lastMessage": last_message}
+
+
+def auto_dispatched_event(*, session_id: str, objective_id: str, task: str) -> dict:
+    """The ``auto_dispatched`` event (wire-protocol.md, "Daemon events"): ``roost serve
+    --auto-objective`` started ``task`` of ``objective_id`` on its own as task ``session_id``."""
+    return {"type": "auto_dispatched", "sessionId": session_id, "objectiveId": objective_id, "task": task}

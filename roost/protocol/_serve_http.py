@@ -241,35 +241,8 @@ def _hypercorn_server(app: Any) -> Any:
 
 
 def build_mcp_app(daemon: Any) -> Any:
-    """The MCP server (``dispatch_task``, ``get_status``, ``get_result``) as a streamable HTTP ASGI app."""
-    from mcp.server.mcpserver import MCPServer
+    """The MCP server (``dispatch_task``, ``get_status``, ``get_result``) as a streamable HTTP ASGI
+    app (built by :func:`roost.protocol._serve_mcp.build_mcp_app`, imported on first use)."""
+    from roost.protocol._serve_mcp import build_mcp_app as build
 
-    server = MCPServer("roost-serve")
-    queue = daemon.queue
-
-    @server.tool()
-    async def dispatch_task(task: str, config: str | None = None, work_dir: str | None = None) -> dict:
-        """Queue a task on the daemon; returns its sessionId and queue position."""
-        session_id = await queue.dispatch(task, config=config, work_dir=work_dir, client_id=None, source="mcp")
-        return {"sessionId": session_id, "position": queue.position(session_id) or 0}
-
-    @server.tool()
-    async def get_status(session_id: str) -> dict:
-        """The status of a task: queued (with position), running, or finished."""
-        task = await queue.lookup(session_id)
-        if task is None:
-            return {"sessionId": session_id, "status": "unknown"}
-        status = "finished" if task.status in ("finished", "collected") else task.status
-        return {"sessionId": session_id, "task": task.task, "status": status, "position": queue.position(session_id)}
-
-    @server.tool()
-    async def get_result(session_id: str) -> dict:
-        """The result of a finished task (the daemon's ``result`` event), or its status while it is not done."""
-        task = await queue.lookup(session_id)
-        if task is None:
-            return {"sessionId": session_id, "status": "unknown"}
-        if task.status not in ("finished", "collected"):
-            return {"sessionId": session_id, "status": task.status, "position": queue.position(session_id)}
-        return daemon.result_of(task)
-
-    return server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
+    return build(daemon)

@@ -50,6 +50,8 @@ __all__ = [
     "PluginFunction",
     "Plugin",
     "Model",
+    "ObjectiveTaskInfo",
+    "Objective",
 ]
 
 #: wire-protocol.md, "Versioning".
@@ -259,6 +261,31 @@ class Model:
 
     id: str
     current: bool
+
+
+@attrs.frozen(kw_only=True)
+class ObjectiveTaskInfo:
+    """One task of an objective: ``outcome`` is ``pending``, ``running``, ``succeeded`` or ``skipped``;
+    ``failures`` counts consecutive failed attempts; ``sessionId`` is its latest attempt's task id."""
+
+    index: int
+    task: str
+    outcome: str
+    failures: int
+    session_id: str | None
+
+
+@attrs.frozen(kw_only=True)
+class Objective:
+    """A long-horizon objective (``objective list --json``, ``objective status ID --json``)."""
+
+    id: str
+    title: str
+    description: str | None
+    status: str
+    created_at: str
+    updated_at: str
+    tasks: list[ObjectiveTaskInfo] = attrs.field(factory=list)
 
 
 def _make_converter() -> Any:

@@ -129,6 +129,17 @@ from ._queries import memory_scope_counts as memory_scope_counts
 from ._queries import delete_memory_prefix as delete_memory_prefix
 from ._queries import scope_has_memory as scope_has_memory
 
+from ._objectives import Objective as Objective
+from ._objectives import ObjectiveTask as ObjectiveTask
+from ._objectives import MAX_FAILURES as MAX_FAILURES
+from ._objectives import create_objective as create_objective
+from ._objectives import get_objective as get_objective
+from ._objectives import list_objectives as list_objectives
+from ._objectives import set_objective_status as set_objective_status
+from ._objectives import add_objective_task as add_objective_task
+from ._objectives import start_objective_task as start_objective_task
+from ._objectives import finish_objective_task as finish_objective_task
+
 from ._interface import OPERATIONS as OPERATIONS
 from ._interface import ConnT as ConnT
 from ._interface import InputStore as InputStore
@@ -136,6 +147,7 @@ from ._interface import ItemStore as ItemStore
 from ._interface import LeaseStore as LeaseStore
 from ._interface import MemoryStore as MemoryStore
 from ._interface import ProcessStore as ProcessStore
+from ._interface import ObjectiveStore as ObjectiveStore
 from ._interface import ScheduleStore as ScheduleStore
 from ._interface import StoreBackend as StoreBackend
 from ._interface import TaskStore as TaskStore
@@ -181,7 +193,7 @@ _LAZY = {
 __all__ = [
     "adopt_job",
     "StoreBackend", "ConnT", "OPERATIONS", "ThreadStore", "ItemStore", "InputStore", "LeaseStore", "WorkerStore",
-    "ScheduleStore", "TaskStore", "MemoryStore", "ProcessStore",
+    "ScheduleStore", "TaskStore", "MemoryStore", "ProcessStore", "ObjectiveStore",
 
     "DEFAULT_BUSY_TIMEOUT", "connect", "immediate", "translate_error",
     "Store", "open_store", "migrate", "schema_version",
@@ -206,6 +218,7 @@ __all__ = [
     "put_context_file", "list_context_files", "delete_context_file",
     "ProcessHook", "record_tool_process", "forget_tool_process", "list_tool_processes",
     "reap_tool_processes", "tool_process_hook",
+    "Objective", "ObjectiveTask", "MAX_FAILURES", "create_objective", "get_objective", "list_objectives", "set_objective_status", "add_objective_task", "start_objective_task", "finish_objective_task",
 ]
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from roost.model import ContextFile, DaemonTask, HeldInput, Item, MemoryEntry, Run, SearchHit, Thread, Turn, Worker
 
+from ._objectives import Objective, ObjectiveTask
 from ._schedules2 import JobRun, ScheduledJob
 from .leases import Lease
 
@@ -43,6 +44,7 @@ __all__ = [
     "TaskStore",
     "MemoryStore",
     "ProcessStore",
+    "ObjectiveStore",
 ]
 
 #: A backend's connection type (``sqlite3.Connection`` for SQLite).
@@ -268,6 +270,21 @@ class ProcessStore(Protocol[ConnT_contra]):
 
 
 @runtime_checkable
+class ObjectiveStore(Protocol[ConnT_contra]):
+    """Objectives, their ordered tasks and each task's outcome and failure counter."""
+
+    def create_objective(
+        self, conn: ConnT_contra, *, title: str, tasks: list[str], description: str | None = ..., status: str = ...
+    ) -> Objective: ...
+    def get_objective(self, conn: ConnT_contra, objective_id: str) -> Objective: ...
+    def list_objectives(self, conn: ConnT_contra, *, status: str | None = ...) -> list[Objective]: ...
+    def set_objective_status(self, conn: ConnT_contra, objective_id: str, status: str) -> Objective: ...
+    def add_objective_task(self, conn: ConnT_contra, objective_id: str, task: str) -> ObjectiveTask: ...
+    def start_objective_task(self, conn: ConnT_contra, objective_id: str, index: int, session_id: str) -> ObjectiveTask: ...
+    def finish_objective_task(self, conn: ConnT_contra, objective_id: str, index: int, succeeded: bool) -> ObjectiveTask: ...
+
+
+@runtime_checkable
 class StoreBackend(
     ThreadStore[ConnT],
     ItemStore[ConnT],
@@ -278,6 +295,7 @@ class StoreBackend(
     TaskStore[ConnT],
     MemoryStore[ConnT],
     ProcessStore[ConnT],
+    ObjectiveStore[ConnT],
     Protocol[ConnT],
 ):
     """A whole store: the operations of every group, plus its connections.
@@ -379,4 +397,11 @@ OPERATIONS: tuple[str, ...] = (
     "record_tool_process",
     "forget_tool_process",
     "list_tool_processes",
+    "create_objective",
+    "get_objective",
+    "list_objectives",
+    "set_objective_status",
+    "add_objective_task",
+    "start_objective_task",
+    "finish_objective_task",
 )

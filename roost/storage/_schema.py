@@ -383,3 +383,29 @@ def _m0006_background_processes(db: sqlite_utils.Database) -> None:
         )""",
         "CREATE INDEX background_processes_thread ON background_processes(thread_id, started_at)",
     )
+
+
+@MIGRATIONS(name="0007_objectives")
+def _m0007_objectives(db: sqlite_utils.Database) -> None:
+    """Objectives and their ordered tasks with each task's outcome and failure counter (storage._objectives)."""
+    _run(
+        db,
+        """CREATE TABLE objectives (
+            id TEXT PRIMARY KEY,
+            title TEXT NOT NULL,
+            description TEXT,
+            status TEXT NOT NULL DEFAULT 'active',
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE objective_tasks (
+            objective_id TEXT NOT NULL REFERENCES objectives(id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            task TEXT NOT NULL,
+            outcome TEXT NOT NULL DEFAULT 'pending',
+            failures INTEGER NOT NULL DEFAULT 0,
+            session_id TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (objective_id, idx)
+        )""",
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import _items
 from . import _memory
+from . import _objectives
 from . import _processes
 from . import _queries
 from . import _schedules2
@@ -41,6 +42,14 @@ class SQLiteOperations:
     put_context_file = staticmethod(_memory.put_context_file)
     list_context_files = staticmethod(_memory.list_context_files)
     delete_context_file = staticmethod(_memory.delete_context_file)
+    # _objectives
+    create_objective = staticmethod(_objectives.create_objective)
+    get_objective = staticmethod(_objectives.get_objective)
+    list_objectives = staticmethod(_objectives.list_objectives)
+    set_objective_status = staticmethod(_objectives.set_objective_status)
+    add_objective_task = staticmethod(_objectives.add_objective_task)
+    start_objective_task = staticmethod(_objectives.start_objective_task)
+    finish_objective_task = staticmethod(_objectives.finish_objective_task)
     # _processes
     record_tool_process = staticmethod(_processes.record_tool_process)
     forget_tool_process = staticmethod(_processes.forget_tool_process)

@@ -24,6 +24,7 @@ from roost.tools._model import ToolContext as ToolContext
 from roost.tools._model import ToolResult as ToolResult
 from roost.tools._model import UnattendedPolicy as UnattendedPolicy
 from roost.tools._output import OutputBuffer as OutputBuffer
+from roost.tools._plan import plan_tool as plan_tool
 from roost.tools._plugins import PLUGIN_GROUPS as PLUGIN_GROUPS
 from roost.tools._plugins import plugin_tool_names as plugin_tool_names
 from roost.tools._policy import approval_request_for as approval_request_for
@@ -42,6 +43,7 @@ from roost.tools._memory_tools import scan_context_dir as scan_context_dir
 from roost.tools._shell import spawn_shell as spawn_shell
 
 __all__ = [
+    "plan_tool",
     "context_items",
     "forget_memory",
     "import_context",

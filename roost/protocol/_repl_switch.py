@@ -1,0 +1,95 @@
+"""``/switch ID`` and ``/fork [switch]`` of ``roost repl --vscode`` (wire-protocol.md "Turn events":
+``title`` names the session the process now runs as).
+
+``/switch ID`` moves the process onto chat ``ID``: the session subscribes to that chat's thread
+actor, leaves the old one, sends ``title`` (its ``sessionId`` is ``ID``) and ``replay`` (its
+earlier turns). ``/fork`` copies the chat's settled turns and items into a new chat (as the
+app-server's ``thread/fork`` does, with its helpers) and says so with ``info``; ``/fork switch``
+then switches to the copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roost.errors import RoostError
+from roost.protocol._repl_events import ChatTranslator, replay_event
+
+__all__ = ["switch_chat", "fork_chat"]
+
+
+async def switch_chat(session: Any, target: str) -> bool:
+    """Run the chat ``target`` in ``session`` (a :class:`~roost.protocol._repl.ReplSession`).
+
+    Returns False (after an ``error`` event) when ``target`` is empty, the current chat, unknown
+    or not a chat.
+    """
+    from roost.actors import Snapshot, Subscribe, Unsubscribe
+
+    if not target:
+        session.emit({"type": "error", "text": "usage: /switch <session id>"})
+        return False
+    if session.registry is None:
+        session.emit({"type": "error", "text": "/switch is not available here"})
+        return False
+    if target == session.actor.thread.id:
+        session.emit({"type": "error", "text": f"already running as {target}"})
+        return False
+    try:
+        actor = await session.registry.get(target)
+    except RoostError:
+        session.emit({"type": "error", "text": f"no chat with id {target!r}"})
+        return False
+    if actor.thread.kind != "chat":
+        session.emit({"type": "error", "text": f"{target} is a {actor.thread.kind} thread, not a chat"})
+        return False
+    snapshot = await actor.ref.ask(Snapshot())
+    await actor.ref.ask(Subscribe(session))
+    try:
+        await session.actor.ref.ask(Unsubscribe(session), timeout=5)
+    except RoostError:
+        pass
+    session.actor = actor
+    session.translator = ChatTranslator(cwd=actor.cwd, turn_index=len(snapshot["turns"]))
+    session._first_prompt = None if not snapshot["turns"] else ""   # no auto-title for an older chat
+    session.emit(session.title_event())
+    session.emit(replay_event(snapshot))
+    return True
+
+
+async def fork_chat(session: Any, arg: str) -> str | None:
+    """Copy the chat into a new one; with ``arg == "switch"`` continue in it. Returns the new
+    chat's id, or None (after an ``error`` event) for a bad argument or a failed copy."""
+    from roost.actors import Snapshot
+    from roost.model import Thread
+    from roost.protocol._as_threads import _copy_history, _cut
+    from roost.storage import new_id, utc_now
+
+    if arg not in ("", "switch"):
+        session.emit({"type": "error", "text": "usage: /fork [switch]"})
+        return None
+    if session.registry is None:
+        session.emit({"type": "error", "text": "/fork is not available here"})
+        return None
+    src = session.actor.thread
+    try:
+        snapshot = await session.actor.ref.ask(Snapshot())
+        turns, items = _cut(snapshot, src.id, None, None)
+        now = utc_now()
+        metadata = {k: v for k, v in (src.metadata or {}).items() if k not in ("worktree", "forked_from")}
+        metadata["forked_from"] = {"thread_id": src.id, "turn_id": turns[-1]["id"] if turns else None,
+                                   "item_id": None}
+        thread = Thread(id=new_id("thr"), kind="chat", title=f"{src.title} (fork)" if src.title else None,
+                        cwd=src.cwd, provider=src.provider, model=src.model, effort=src.effort,
+                        permission_mode=src.permission_mode, parent_thread_id=src.id, created_at=now,
+                        updated_at=now, metadata=metadata)
+        turn_map = {t["id"]: new_id("turn") for t in turns}
+        item_map = {i["id"]: new_id("item") for i in items}
+        await session.registry.services.store.writer.submit(_copy_history, thread, turns, items, turn_map, item_map)
+    except RoostError as exc:
+        session.emit({"type": "error", "text": f"could not fork the chat: {exc}"})
+        return None
+    session.emit({"type": "info", "text": f"Forked this chat as {thread.id}."})
+    if arg == "switch" and not await switch_chat(session, thread.id):
+        return None
+    return thread.id

@@ -1,0 +1,107 @@
+"""The daemon's MCP tools (``dispatch_task``, ``get_status``, ``get_result``) on the official ``mcp`` SDK.
+
+wire-protocol.md, "Daemon events" (the daemon exposes them over HTTP) and the appendix
+(``dispatch_task(task, objectiveId?)``). Served at ``/mcp`` by :mod:`roost.protocol._serve_http`,
+which imports this module on the first MCP request (the SDK is slow to import).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from roost.errors import NotFound, RoostError
+from roost.protocol._serve_auth import bearer_token, parse_client_id
+from roost.storage import add_objective_task, start_objective_task
+
+__all__ = ["build_mcp_app"]
+
+
+def build_mcp_app(daemon: Any) -> Any:
+    """The MCP server (``dispatch_task``, ``get_status``, ``get_result``) as a streamable HTTP ASGI app.
+
+    Each tool returns structured output (MCP ``structuredContent``, an object) and refuses bad
+    input with a tool error (``isError``): an unknown ``objectiveId``, a ``work_dir`` that is not a
+    directory, a malformed ``Fuseraft-Client-Id``. ``get_status``/``get_result`` take the id as
+    ``sessionId`` (what ``dispatch_task`` returns) or ``session_id``. A request with a
+    ``Fuseraft-Client-Id`` header dispatches its task for that client (scoped to its bearer token,
+    as on ``/attach``): an attached connection with the same id is asked its approvals (with the
+    reconnect grace), else the unattended policy answers; ``get_result`` lists each approval with
+    ``answeredBy`` (``client`` or ``unattended``).
+    """
+    server = MCPServer("roost-serve")
+    queue = daemon.queue
+
+    def client_key(ctx: Context) -> str | None:
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None) or {}
+        try:
+            client_id = parse_client_id(headers.get("fuseraft-client-id"))
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        if client_id is None:
+            return None
+        grant = daemon.options.auth.check(bearer_token(headers.get("authorization")))
+        return f"{grant.scope if grant else 'http'}/{client_id}"
+
+    def session_of(session_id: str | None, camel: str | None) -> str:
+        chosen = camel or session_id
+        if not chosen:
+            raise ToolError("give the task's sessionId (what dispatch_task returned)")
+        return chosen
+
+    @server.tool(structured_output=True)
+    async def dispatch_task(task: str, ctx: Context, config: str | None = None, work_dir: str | None = None,
+                            objectiveId: str | None = None) -> dict[str, Any]:  # noqa: N803 (wire name)
+        """Queue a task on the daemon; returns its sessionId and queue position.
+
+        objectiveId adds the task to that objective (see `roost objective`): its outcome is
+        recorded there. work_dir must be an existing directory (relative: from the daemon's).
+        """
+        if not task.strip():
+            raise ToolError("task must not be empty")
+        if work_dir is not None:
+            work_dir = os.path.join(str(daemon.options.work_dir), os.path.expanduser(work_dir))
+            if not os.path.isdir(work_dir):
+                raise ToolError(f"work_dir {work_dir!r} is not an existing directory")
+        key = client_key(ctx)
+        index = None
+        if objectiveId is not None:
+            try:
+                index = (await daemon.runtime.store.writer.submit(add_objective_task, objectiveId, task)).index
+            except NotFound:
+                raise ToolError(f"no objective {objectiveId!r}") from None
+        try:
+            session_id = await queue.dispatch(task, config=config, work_dir=work_dir, client_id=key, source="mcp")
+        except RoostError as exc:
+            raise ToolError(f"the task could not be queued: {exc}") from None
+        if objectiveId is not None and index is not None:
+            await daemon.runtime.store.writer.submit(start_objective_task, objectiveId, index, session_id)
+        return {"sessionId": session_id, "position": queue.position(session_id) or 0, "objectiveId": objectiveId}
+
+    @server.tool(structured_output=True)
+    async def get_status(session_id: str | None = None, sessionId: str | None = None) -> dict[str, Any]:  # noqa: N803
+        """The status of a task: queued (with position), running, or finished."""
+        sid = session_of(session_id, sessionId)
+        task = await queue.lookup(sid)
+        if task is None:
+            return {"sessionId": sid, "status": "unknown"}
+        status = "finished" if task.status in ("finished", "collected") else task.status
+        return {"sessionId": sid, "task": task.task, "status": status, "position": queue.position(sid)}
+
+    @server.tool(structured_output=True)
+    async def get_result(session_id: str | None = None, sessionId: str | None = None) -> dict[str, Any]:  # noqa: N803
+        """The result of a finished task (the daemon's ``result`` event, plus its approvals and who
+        answered each), or its status while it is not done."""
+        sid = session_of(session_id, sessionId)
+        task = await queue.lookup(sid)
+        if task is None:
+            return {"sessionId": sid, "status": "unknown"}
+        if task.status not in ("finished", "collected"):
+            return {"sessionId": sid, "status": task.status, "position": queue.position(sid)}
+        return {**daemon.result_of(task), "approvals": daemon.approvals_of(sid)}
+
+    return server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
