@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from roost.protocol._serve_auth import bearer_token
+from roost.protocol._serve_auth import RequireToken, bearer_token
 
 __all__ = ["serve_http", "build_mcp_app", "MAX_HEAD_BYTES"]
 
@@ -216,4 +216,7 @@ def build_mcp_app(daemon: Any) -> Any:
             return {"sessionId": session_id, "status": task.status, "position": queue.position(session_id)}
         return daemon.result_of(task)
 
-    return server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
+    app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
+    # The head check in serve_http sees only a connection's first request; keep-alive requests
+    # after it are checked here, each on its own.
+    return RequireToken(app, daemon.options.auth)
