@@ -38,6 +38,7 @@ import logging
 import os
 import socket as stdsocket
 import ssl
+import stat
 import struct
 import time
 from pathlib import Path
@@ -56,7 +57,7 @@ from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
 
-__all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "default_socket_path", "claim_socket_path",
+__all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "SocketPathTaken", "default_socket_path", "claim_socket_path",
            "PROTOCOL_VERSION"]
 
 log = logging.getLogger("roost.serve")
@@ -71,6 +72,10 @@ class DaemonRunning(ConfigError):
     """Another live ``roost serve`` owns this socket path."""
 
 
+class SocketPathTaken(DaemonRunning):
+    """Something that is not a socket (a regular file, a directory, a symlink) is at the socket path."""
+
+
 def default_socket_path(work_dir: Path) -> Path:
     """``$ROOST_HOME/run/<first 16 hex digits of sha256(work dir)>.sock``."""
     digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:16]
@@ -82,6 +87,7 @@ def claim_socket_path(path: Path) -> int:
 
     Raises:
         DaemonRunning: another daemon holds the lock, or something accepts connections on ``path``.
+        SocketPathTaken: ``path`` exists and is not a socket (it is left untouched).
     """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -92,7 +98,18 @@ def claim_socket_path(path: Path) -> int:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise DaemonRunning(f"another roost serve is already running on {path}") from None
         raise
-    if path.exists() or path.is_symlink():
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISSOCK(mode):
+        # Issue 18, finding 7: only a socket is ever removed; a file, directory or symlink at the
+        # path is somebody's data.
+        os.close(fd)
+        kind = "directory" if stat.S_ISDIR(mode) else "symbolic link" if stat.S_ISLNK(mode) else "file"
+        raise SocketPathTaken(f"{path} exists and is a {kind}, not a socket; not removing it. "
+                              "Move it away or give another path with --socket")
+    if mode is not None:
         probe = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         probe.settimeout(2.0)
         try:
@@ -228,9 +245,12 @@ class ServeDaemon:
                 task_status.started()
         finally:
             try:
-                options.socket_path.unlink(missing_ok=True)
-            except OSError:
+                if stat.S_ISSOCK(os.lstat(options.socket_path).st_mode):
+                    options.socket_path.unlink(missing_ok=True)
+            except FileNotFoundError:
                 pass
+            except OSError:
+                log.warning("could not remove the socket %s", options.socket_path, exc_info=True)
 
     # -- transports ---------------------------------------------------------------------------------
 
