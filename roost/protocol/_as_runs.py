@@ -45,6 +45,7 @@ import attrs
 import jsonschema
 import trio
 
+from roost import _faults as faults
 from roost._json import JSONDecodeError, dumps, loads
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import InterruptTurn, IsBusy, Snapshot, StartTurn
@@ -350,6 +351,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
         scope=trio.CancelScope(deadline=deadline),
     )
     await _persist(run, create=True)
+    faults.point("run.accepted")
     registry = runs_of(session.runtime)
     registry.add(run)
 
