@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.appserver import open_app_server, script_env
 from _helpers.timing import scaled
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.serve_client import open_daemon
 from _helpers.timing import scaled
 
@@ -32,7 +31,7 @@ class _Http:
 
     async def post(self, body: dict, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         data = json.dumps(body).encode()
-        head = [f"POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{self.port}", "Content-Type: application/json",
+        head = ["POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{self.port}", "Content-Type: application/json",
                 "Accept: application/json, text/event-stream", f"Content-Length: {len(data)}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
         await self.stream.send_all(("\r\n".join(head) + "\r\n\r\n").encode() + data)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon, short_socket_path
 from _helpers.timing import scaled

@@ -5,12 +5,15 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import logging
 import trio
 
 from roost.actors._thread import ThreadActor
 from roost.errors import NotFound, ThreadNotFound
 from roost.storage import _threads
 from roost.supervisor import ChildSpec, Restart, Supervisor
+
+log = logging.getLogger("roost.actors")
 
 __all__ = ["ThreadRegistry"]
 
@@ -78,7 +81,7 @@ class ThreadRegistry:
             try:
                 await self.supervisor.terminate_child(spec.id)
             except Exception:
-                pass
+                log.debug("could not terminate the previous thread actor", exc_info=True)
             await self.supervisor.start_child(spec)
             return self.actors[thread_id]
 
@@ -150,7 +153,7 @@ class ThreadRegistry:
                         try:
                             await self.supervisor.terminate_child(f"thread:{thread_id}")
                         except Exception:
-                            pass
+                            log.debug("could not terminate an idle thread actor", exc_info=True)
 
     def loaded(self) -> list[ThreadActor]:
         return [a for a in self.actors.values() if a.state.value == "running"]

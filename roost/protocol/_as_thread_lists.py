@@ -13,6 +13,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import logging
 import trio
 
 from roost._json import dumps, loads
@@ -28,6 +29,8 @@ from roost.protocol._params import BOOL, INT, STR, check_params
 from roost.protocol._worktree import remove_clean_worktree
 from roost.storage import _items, _threads, leases
 from roost.storage._threads import THREADS
+
+log = logging.getLogger("roost.protocol")
 
 __all__ = ["MAX_LIST", "MAX_SEARCH"]
 
@@ -47,7 +50,7 @@ def _decode(cursor: str) -> tuple[str, str]:
         if isinstance(data, dict) and isinstance(data.get("u"), str) and isinstance(data.get("i"), str):
             return data["u"], data["i"]
     except Exception:
-        pass
+        log.debug("a list cursor did not decode", exc_info=True)
     raise InvalidParams("cursor is not a list cursor this server issued")
 
 
@@ -261,7 +264,7 @@ async def thread_delete(session: AppServerSession, params: Any) -> dict:
     try:
         await registry.supervisor.terminate_child(f"thread:{thread_id}")
     except Exception:
-        pass
+        log.debug("could not terminate a deleted thread's actor", exc_info=True)
     registry.forget(thread_id)
     session.subscribed.discard(thread_id)
     if not worktree:

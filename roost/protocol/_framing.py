@@ -19,6 +19,8 @@ Framing rules:
 
 from __future__ import annotations
 
+import json as _stdjson
+
 import os
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
@@ -140,7 +142,10 @@ class LineDecoder:
                 append(_oversized(limit))
                 continue
             try:
-                append(loads(line))
+                value = loads(line)
+                if type(value) is dict and type(value.get("id")) is float:
+                    value = _exact_id(line, value)
+                append(value)
             except JSONDecodeError as exc:
                 if line.isspace() or not line:
                     continue
@@ -167,6 +172,19 @@ class LineDecoder:
             out.append(_oversized(self._max))
             self._buf = bytearray()
             self._discarding = True
+
+
+def _exact_id(line: bytes, value: dict) -> dict:
+    """``value`` with an integer ``id`` beyond 64 bits kept exact (orjson reads it as a float).
+
+    Issue 18, finding 10: an integer request id of any size is echoed as sent. The standard
+    library's decoder keeps big integers exact; it runs only for a line whose id came out a float.
+    """
+    try:
+        exact = _stdjson.loads(line)
+    except ValueError:
+        return value
+    return exact if isinstance(exact, dict) and isinstance(exact.get("id"), int) else value
 
 
 def _oversized(limit: int) -> FrameError:

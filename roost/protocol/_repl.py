@@ -511,7 +511,7 @@ class ReplSession:
             try:
                 self.actor.ref.tell(InterruptTurn(reason="shutdown"))
             except RoostError:
-                pass
+                log.debug("could not interrupt the turn at shutdown", exc_info=True)
             with trio.move_on_after(_SHUTDOWN_GRACE):
                 await self.actor.idle.wait()
         self.broker.close()
@@ -683,7 +683,7 @@ async def _serve(session: ReplSession, receive: trio.abc.ReceiveStream, snapshot
             try:
                 await actor.ref.ask(Unsubscribe(session), timeout=5)
             except RoostError:
-                pass
+                log.debug("could not unsubscribe at shutdown", exc_info=True)
 
 
 async def _sigint(on_sigint: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

@@ -55,6 +55,7 @@ from roost.errors import ConfigError, RoostError, ServerOverloaded
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
+from roost.protocol._errors import to_protocol_error
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
 
 __all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "SocketPathTaken", "default_socket_path", "claim_socket_path",
@@ -422,7 +423,8 @@ class ServeDaemon:
             conn.send(_error(str(exc), exc.code))
             return
         except RoostError as exc:
-            conn.send(_error(f"the task could not be queued: {exc}", "internal_error"))
+            error = to_protocol_error(exc, context="serve dispatch")   # the same table as the app-server
+            conn.send(_error(f"the task could not be queued: {error.message}", error.code))
             return
         conn.send({"type": "queued", "sessionId": task_id, "position": self.queue.position(task_id) or 0})
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from roost.errors import LifecycleError, StoreBusy, StoreClosed, StoreError, StoreFull
+from roost.errors import LifecycleError, StoreClosed, StoreError, StoreFull
 
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
 
@@ -336,7 +336,10 @@ def _translate(exc: sqlite3.Error) -> StoreError:
 
 def _fresh(exc: StoreError) -> StoreError:
     """A separate exception object per caller (tracebacks of one raise must not be shared)."""
-    err: StoreError = StoreBusy(str(exc)) if isinstance(exc, StoreBusy) else StoreError(str(exc))
+    try:
+        err: StoreError = type(exc)(str(exc))   # keep the class: callers map it to a typed code
+    except TypeError:
+        err = StoreError(str(exc))
     err.__cause__ = exc.__cause__ or exc
     return err
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sqlite3
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -23,8 +24,8 @@ import trio
 
 from roost.actors._registry import ThreadRegistry
 from roost.actors._services import Services
-from roost.errors import ConfigError
-from roost.storage import LeaseKeeper, default_owner, open_store, reconcile
+from roost.errors import ConfigError, StoreError
+from roost.storage import LeaseKeeper, default_owner, open_store, reconcile, translate_error
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 from roost.supervisor._supervisor import Supervisor
 
@@ -108,6 +109,13 @@ async def open_runtime(
 
     try:
         report = await trio.to_thread.run_sync(_reconcile)
+    except sqlite3.Error as exc:
+        # Expected on a read-only or full database: one line, no traceback (issue 18, finding 6).
+        log.warning("start-up reconciliation failed: %s", translate_error(exc))
+        report = None
+    except StoreError as exc:
+        log.warning("start-up reconciliation failed: %s", exc)
+        report = None
     except Exception:
         # Not fatal (e.g. the database stayed locked): leases still expire on their own, and each
         # admission settles the turns a dead execution left running on its thread.
