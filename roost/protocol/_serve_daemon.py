@@ -53,7 +53,7 @@ from roost.actors._connection import CLOSE_NORMAL, ConnectionActor
 from roost.actors._taskqueue import QueuedTask, TaskQueue
 from roost.errors import ConfigError, RoostError, ServerOverloaded
 from roost.protocol._coalesce import WIRE_TOKENS
-from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
+from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox, stall_timeout_from_env
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
 from roost.protocol._errors import to_protocol_error
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
@@ -318,8 +318,8 @@ class ServeDaemon:
         key = f"{scope}/{client_id}" if client_id else f"{scope}/conn-{next(_anon)}"
         client = self._client(key, client_id, anonymous=client_id is None)
         holder: list[ConnectionActor] = []
-        outbox = Outbox(self.options.outbox_lines, coalesce=WIRE_TOKENS,
-                        on_overflow=lambda: holder[0].kick("slow consumer: outbox full"))
+        outbox = Outbox(self.options.outbox_lines, coalesce=WIRE_TOKENS, stall_timeout_s=stall_timeout_from_env(),
+                        on_overflow=lambda: holder[0].kick(f"slow consumer: {outbox.reason}"))
         conn = ConnectionActor(outbox=outbox, handle_line=self._handle, close=close,
                                kick_grace=self.options.kick_grace, client=client, read_only=read_only)
         holder.append(conn)
