@@ -6,6 +6,7 @@ the moment a random kill hits only sometimes.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import sys
@@ -93,3 +94,21 @@ async def test_a_tool_process_started_just_before_a_kill_is_reaped_at_restart(tm
     finally:
         if job is not None and _alive(job):
             os.kill(job, 9)
+
+
+async def test_a_crashed_thread_actor_does_not_end_a_vscode_chat(tmp_path: Path, roost_home: Path) -> None:
+    from test_repl import open_repl
+
+    env = script_env(tmp_path, roost_home, "default: echo\n")
+    async with open_repl({**env, "ROOST_FAULTS": "thread.StartTurn=raise"}, tmp_path) as repl:
+        await repl.wait("ready")
+        start = await repl.say("first")
+        error = await repl.wait("error", start=start)
+        assert "crash" in error["text"].lower() or "fault" in error["text"].lower(), error
+        # The chat keeps working: the next input gets a reply, not MailboxClosed.
+        start = await repl.say("second")
+        end = await repl.wait("message_end", start=start)
+        later = repl.events[start:end["_index"] + 1]
+        assert not any("MailboxClosed" in (e.get("text") or "") for e in later), later
+        assert "second" in json.dumps(later)
+        assert await repl.close() == 0
