@@ -103,14 +103,38 @@ class CronExpr:
         Raises:
             NeverFires: as :meth:`next_after`.
         """
+        # Issue 18, finding 8: walk back from ``end``, so the cost is O(limit) whatever the gap
+        # (a 30-day outage of an every-minute job is 43,200 slots, of which ``limit`` are kept).
+        following = self.next_after(end)
         out: list[datetime.datetime] = []
-        t = self.next_after(start - datetime.timedelta(microseconds=1))
-        while t <= end:
+        if limit <= 0:
+            return out, following
+        end = end.astimezone(UTC)
+        cursor = end.replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
+        start = start.astimezone(UTC)
+        while len(out) < limit:
+            t = self.prev_before(cursor)
+            if t is None or t < start:
+                break
             out.append(t)
-            if len(out) > limit:
-                del out[0]
-            t = self.next_after(t)
-        return out, t
+            cursor = t
+        out.reverse()
+        return out, following
+
+    def prev_before(self, before: datetime.datetime) -> datetime.datetime | None:
+        """Return the last fire time strictly before ``before`` (aware UTC), or None if none is found
+        (croniter searches a bounded range back).
+
+        Not thread-safe, like :meth:`next_after`.
+        """
+        if before.tzinfo is None:
+            raise UsageError("cron times must be timezone-aware (UTC)")
+        it = croniter(self.text, before.astimezone(UTC), day_or=self.day_or)
+        try:
+            prev = it.get_prev(datetime.datetime)
+        except CroniterBadDateError:
+            return None
+        return prev.astimezone(UTC)
 
 
 #: Reused croniter iterators, by expression (bounded; cleared when full).
