@@ -39,9 +39,13 @@ HEAD_TIMEOUT = 10.0
 class _Replay(trio.abc.Stream):
     """A stream that first returns ``prefix`` and then reads from ``stream``."""
 
-    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
+    def __init__(self, stream: trio.abc.Stream, prefix: bytes, *, websocket: bool = False) -> None:
         self.stream = stream
         self.prefix = prefix
+        #: a WebSocket: watch for the 101 upgrade and for a close frame going out
+        self.websocket = websocket
+        self.upgraded = False
+        self.close_sent = False
         self.socket = getattr(stream, "socket", None) or getattr(getattr(stream, "transport_stream", None),
                                                                  "socket", None)
 
@@ -53,6 +57,11 @@ class _Replay(trio.abc.Stream):
         return await self.stream.receive_some(max_bytes)
 
     async def send_all(self, data: bytes) -> None:
+        if self.websocket:
+            if not self.upgraded and data.startswith(b"HTTP/1.1 101"):
+                self.upgraded = True
+            elif self.upgraded and data[:1] == b"\x88":
+                self.close_sent = True
         await self.stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -64,6 +73,19 @@ class _Replay(trio.abc.Stream):
             await send_eof()
 
     async def aclose(self) -> None:
+        if self.websocket and self.upgraded and not self.close_sent:
+            # trio-websocket drops the TCP stream without a close frame when wsproto reports a
+            # frame-level protocol error (unmasked or reserved frame, bad UTF-8): send one (RFC 6455
+            # section 7.4.1, 1002 protocol error) so the client learns why (issue 18, finding 10).
+            self.close_sent = True
+            reason = b"protocol error"
+            frame = b"\x88" + bytes([2 + len(reason)]) + (1002).to_bytes(2, "big") + reason
+            with trio.move_on_after(1) as scope:
+                scope.shield = True   # the connection's nursery may be cancelling already
+                try:
+                    await self.stream.send_all(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    log.debug("serve: could not send the close frame of a broken WebSocket")
         await self.stream.aclose()
 
 
@@ -154,7 +176,7 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
             return
         method, target, headers = _parse_head(head.split(b"\r\n\r\n", 1)[0])
         path = target.split("?", 1)[0]
-        replay = _Replay(conn, head)
+        replay = _Replay(conn, head, websocket=path == "/attach")
         if path == "/attach":
             async with trio.open_nursery() as nursery:
                 request = await wrap_server_stream(nursery, replay, max_message_size=daemon.max_line_bytes)
