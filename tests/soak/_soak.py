@@ -26,7 +26,8 @@ def alive(pid: int) -> bool:
 
 
 def marked_processes(tag: str) -> list[int]:
-    """Pids of running processes whose environment holds ``SOAK_TAG=<tag>`` (tool commands of a run)."""
+    """Pids of running tool commands of a run: ``SOAK_TAG=<tag>`` and a ``ROOST_TOOL_MARK`` in their
+    environment (Roost itself carries the tag but no marker)."""
     needle = f"SOAK_TAG={tag}".encode()
     found = []
     for entry in os.listdir("/proc"):
@@ -36,7 +37,8 @@ def marked_processes(tag: str) -> list[int]:
             environ = Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue
-        if needle in environ.split(b"\0") and alive(int(entry)):
+        fields = environ.split(b"\0")
+        if needle in fields and any(f.startswith(b"ROOST_TOOL_MARK=") for f in fields) and alive(int(entry)):
             found.append(int(entry))
     return found
 
