@@ -1,4 +1,4 @@
-"""Soak: a protocol fuzzer (hypothesis) over every stdin and socket dialect.
+"""Soak: a protocol fuzzer (hypothesis strategies) over the stdin and socket dialects.
 
 Lines are drawn from hypothesis strategies: valid-looking requests with wrong fields, random JSON values,
 broken JSON and raw bytes. Dialects: ``roost app-server`` (stdin) and ``roost serve`` (Unix socket
