@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from roost.scheduling import InvalidCron, NeverFires, parse_cron
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 EXAMPLES = int(os.environ.get("ROOST_CRON_EXAMPLES") or 300)
 BOUNDS = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
 MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]

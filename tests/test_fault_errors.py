@@ -6,10 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-
 from _helpers.appserver import open_app_server, scripted_env
+
 from roost.errors import (
-    Conflict, MailboxClosed, NotFound, StoreBusy, StoreCorrupt, StoreDiskFull, StoreReadOnly, ThreadBusy,
+    Conflict,
+    MailboxClosed,
+    NotFound,
+    StoreBusy,
+    StoreCorrupt,
+    StoreDiskFull,
+    StoreReadOnly,
+    ThreadBusy,
 )
 from roost.protocol._errors import error_code, to_protocol_error
 

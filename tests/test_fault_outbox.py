@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import trio
+from _helpers.serve_client import WsClient, open_daemon
 from trio_websocket import wrap_client_stream
 
-from _helpers.serve_client import WsClient, open_daemon
 from roost.protocol._outbox import Outbox
 
 #: 4 MB of streamed text in 2,000 deltas of 2 KB.

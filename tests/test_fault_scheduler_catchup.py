@@ -14,15 +14,15 @@ import subprocess
 from pathlib import Path
 
 import trio
-
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
 from _helpers.timing import scaled
+
 from roost.scheduling import parse_cron
 
 
 def _roost(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 async def test_a_twenty_year_outage_catches_up_at_once(tmp_path: Path, roost_home: Path) -> None:
@@ -31,7 +31,7 @@ async def test_a_twenty_year_outage_catches_up_at_once(tmp_path: Path, roost_hom
     added = _roost("schedule", "add", "tick", "--cron", "* * * * *", "--task", "caught up",
                    "--work-dir", str(tmp_path))
     assert added.returncode == 0, added.stderr
-    long_ago = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=365 * 20))
+    long_ago = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=365 * 20))
     db = sqlite3.connect(roost_home / "roost.db")
     with db:
         db.execute("UPDATE schedules SET next_run = ?", (long_ago.strftime("%Y-%m-%dT%H:%M:00.000000Z"),))
@@ -57,7 +57,7 @@ def _runs(home: Path, status: str) -> list[tuple]:
 
 def test_due_slots_walks_back_from_the_end() -> None:
     expr = parse_cron("*/5 * * * *")
-    utc = datetime.timezone.utc
+    utc = datetime.UTC
     start = datetime.datetime(2000, 1, 1, tzinfo=utc)
     end = datetime.datetime(2026, 1, 1, 0, 7, 30, tzinfo=utc)
     slots, following = expr.due_slots(start, end, limit=3)

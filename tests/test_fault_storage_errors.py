@@ -13,13 +13,18 @@ from pathlib import Path
 
 import pytest
 import trio
-
-from _helpers.appserver import AppServerClient, RemoteError, open_app_server, roost_argv, scripted_env
+from _helpers.appserver import (
+    AppServerClient,
+    RemoteError,
+    open_app_server,
+    roost_argv,
+    scripted_env,
+)
 from _helpers.timing import scaled
 
 
 def _chattr(flag: str, path: Path) -> bool:
-    return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+    return subprocess.run(["chattr", flag, str(path)], capture_output=True, check=False).returncode == 0
 
 
 async def _prepare(home: Path, tmp_path: Path) -> str:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.serve_client import open_daemon
 from _helpers.timing import scaled
 

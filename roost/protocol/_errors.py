@@ -31,9 +31,25 @@ from __future__ import annotations
 import logging
 
 from roost.errors import (
-    ActorCrashed, ConfigError, Conflict, InternalError, InvalidParams, MailboxClosed, MailboxFull,
-    NotFound, ProtocolError, RunNotFound, ServerOverloaded, StoreBusy, StoreCorrupt, StoreDiskFull,
-    StoreFull, StoreReadOnly, ThreadNotFound, TurnNotFound, UsageError,
+    ActorCrashed,
+    ConfigError,
+    Conflict,
+    InternalError,
+    InvalidParams,
+    MailboxClosed,
+    MailboxFull,
+    NotFound,
+    ProtocolError,
+    RunNotFound,
+    ServerOverloaded,
+    StoreBusy,
+    StoreCorrupt,
+    StoreDiskFull,
+    StoreFull,
+    StoreReadOnly,
+    ThreadNotFound,
+    TurnNotFound,
+    UsageError,
 )
 
 __all__ = ["ERROR_CODES", "NOT_FOUND_CODES", "error_code", "to_protocol_error", "wire_error"]

@@ -58,9 +58,10 @@ class _Replay(trio.abc.Stream):
 
     async def send_all(self, data: bytes) -> None:
         if self.websocket:
-            if not self.upgraded and data.startswith(b"HTTP/1.1 101"):
+            start = bytes(data[:12])
+            if not self.upgraded and start.startswith(b"HTTP/1.1 101"):
                 self.upgraded = True
-            elif self.upgraded and data[:1] == b"\x88":
+            elif self.upgraded and start[:1] == b"\x88":
                 self.close_sent = True
         await self.stream.send_all(data)
 

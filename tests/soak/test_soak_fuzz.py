@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from hypothesis import strategies as st
-
 from _helpers.appserver import AppServerClient, roost_argv, scripted_env
 from _helpers.serve_client import open_daemon
+from hypothesis import strategies as st
+
 from soak._soak import ITERATIONS
 
 pytestmark = [pytest.mark.soak, pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")]

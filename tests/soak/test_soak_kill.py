@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.appserver import AppServerClient, RemoteError, roost_argv, scripted_env
 from _helpers.serve_client import open_daemon, start_daemon
+
 from soak._soak import ITERATIONS, linux_only, marked_processes
 
 pytestmark = [pytest.mark.soak, linux_only]

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.appserver import open_app_server, scripted_env
-from soak._soak import ITERATIONS, linux_only
 from test_appserver_leases import start_thread, wait_output, write_script
+
+from soak._soak import ITERATIONS, linux_only
 
 pytestmark = [pytest.mark.soak, linux_only]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import trio
+from _helpers.serve_client import WsClient, open_daemon
 from trio_websocket import wrap_client_stream
 
-from _helpers.serve_client import WsClient, open_daemon
 from soak._soak import ITERATIONS, linux_only, rss_bytes
 
 pytestmark = [pytest.mark.soak, linux_only]
@@ -80,7 +80,7 @@ async def test_soak_stalled_clients(tmp_path: Path, soak_report) -> None:
                         while len(closed_at) < min(gone, STALLED):
                             closed_at.append(time.monotonic() - began)
                         await trio.sleep(0.05)
-                    await reader.wait_for("result", lambda e: e["sessionId"] == sid, timeout=120)
+                    await reader.wait_for("result", lambda e, sid=sid: e["sessionId"] == sid, timeout=120)
                     text = "".join(e["text"] for e in reader.events[start:]
                                    if e.get("type") == "token" and e.get("sessionId") == sid)
                     lost += text != BIG
