@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.soak, pytest.mark.filterwarnings("ignore::hypothesis.e
 LINES_PER_ITERATION = 200
 METHODS = ["initialize", "thread/start", "turn/start", "turn/interrupt", "thread/list", "run/start",
            "turn/steer", "thread/resume", "no/such", "", "shutdown-not"]
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=12)
 
