@@ -83,3 +83,21 @@ def test_the_byte_bound_lets_one_long_line_through_and_drops_the_backlog_on_give
     assert box.queued_bytes == 0              # the backlog is dropped with the client
     box.deliver(b"z\n")
     assert box.queued_bytes == 0
+
+
+async def test_a_broken_stream_under_the_stall_watchdog_raises_the_plain_error() -> None:
+    class Broken(trio.abc.SendStream):
+        async def send_all(self, data) -> None:
+            await trio.lowlevel.checkpoint()
+            raise trio.BrokenResourceError("gone")
+
+        async def wait_send_all_might_not_block(self) -> None:
+            await trio.lowlevel.checkpoint()
+
+        async def aclose(self) -> None:
+            await trio.lowlevel.checkpoint()
+
+    box = Outbox(10, stall_timeout_s=30)
+    box.deliver(b"x\n")
+    with pytest.raises(trio.BrokenResourceError):   # not an ExceptionGroup: the connection catches it
+        await box.run_writer(Broken())

@@ -140,14 +140,21 @@ class Outbox:
         The send itself is not cancelled (a half-written frame would corrupt the stream): the
         give-up calls ``on_overflow``, whose kick bounds how long the send may still take.
         """
-        async with trio.open_nursery() as nursery:
-            async def watchdog() -> None:
-                await trio.sleep(stall_s)
-                self._give_up(f"a write stayed blocked for {stall_s:g} s")
+        async def watchdog() -> None:
+            await trio.sleep(stall_s)
+            self._give_up(f"a write stayed blocked for {stall_s:g} s")
 
-            nursery.start_soon(watchdog)
-            await stream.send_all(data)
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watchdog)
+                await stream.send_all(data)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # Callers catch the transport's own errors (BrokenResourceError...), not a group.
+            leaves = _leaves(group)
+            if len(leaves) == 1:
+                raise leaves[0] from None
+            raise
 
     async def run_writer(self, stream: trio.abc.SendStream) -> None:
         """Send queued lines to ``stream`` until :meth:`close`, coalescing bursts into one write.
@@ -183,6 +190,13 @@ class Outbox:
                 await self._send_watched(stream, data, self.stall_timeout_s)
             del data
             self._maybe_trim()
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 def outbox_bytes_from_env() -> int:
