@@ -105,10 +105,12 @@ async def test_soak_protocol_fuzz(tmp_path: Path, roost_home: Path, soak_report)
                             await client.ws.send_message(line.decode("utf-8", "replace"))
                     sent += len(batch)
                     start = len(client.events)
-                    await client.send({"type": "interrupt"})    # the sentinel: always answered
+                    # The sentinel: always answered with this error (an interrupt is not: a fuzzed
+                    # user_input may have started a task it would interrupt).
+                    await client.send({"type": "question_response", "answer": "sentinel"})
                     try:
-                        await client.wait_for("error", lambda e: "running" in e.get("text", ""), start=start,
-                                              timeout=60)
+                        await client.wait_for("error", lambda e: "no question is pending" in e.get("text", ""),
+                                              start=start, timeout=60)
                     except (AssertionError, trio.TooSlowError):
                         unanswered += 1
                     crashes += client.closed is not None
