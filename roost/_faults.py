@@ -15,14 +15,28 @@ handled). Supervised children can also be crashed by path with
 
 Never set ``ROOST_FAULT_INJECT`` in production: it exists so end-to-end tests can crash parts of
 a real process deterministically.
+
+A second, process-level form serves the crash tests of the soak suite: ``ROOST_FAULTS`` (also
+test-only) is a comma-separated list of ``point=action`` applied by :func:`point`, with the actions
+``kill`` (the process SIGKILLs itself exactly there), ``stall`` (the calling thread blocks for an
+hour: a process frozen there) and ``raise`` (the first pass raises :class:`InjectedFault`). Its
+points: ``tool.spawned`` (a shell tool's ``sh`` was just forked), ``run.accepted`` (a ``run/start``
+run row was just committed as ``accepted``) and ``thread.<Message>`` (a thread actor is about to
+handle a message of that class, e.g. ``thread.StartTurn``). This makes "a kill lands just after X"
+deterministic (issue 18, findings 2 and 3) instead of hoping a random kill lands there.
 """
+
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import signal
+import time
 
-__all__ = ["FAULT_ENV", "InjectedFault", "arm_fault", "armed_faults", "disarm_faults", "fault_point", "load_fault_env"]
+__all__ = ["FAULT_ENV", "InjectedFault", "arm_fault", "armed_faults", "disarm_faults", "fault_point", "load_fault_env",
+           "point"]
 
 #: The test-only environment variable naming fault points to arm at start-up.
 FAULT_ENV = "ROOST_FAULT_INJECT"
@@ -89,3 +103,30 @@ def load_fault_env(environ: dict[str, str] | None = None) -> list[str]:
             continue
         armed.append(point)
     return armed
+
+
+_raised: set[str] = set()
+
+
+@functools.lru_cache(maxsize=1)
+def _actions() -> dict[str, str]:
+    spec = os.environ.get("ROOST_FAULTS", "")
+    actions: dict[str, str] = {}
+    for part in spec.split(","):
+        name, sep, action = part.strip().partition("=")
+        if sep and name:
+            actions[name.strip()] = action.strip()
+    return actions
+
+
+def point(name: str) -> None:
+    """Apply the action ``ROOST_FAULTS`` gives for point ``name`` (usually: nothing)."""
+    action = _actions().get(name)
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # SIGKILL is delivered asynchronously; never run past the point
+    elif action == "stall":
+        time.sleep(3600)
+    elif action == "raise" and name not in _raised:
+        _raised.add(name)
+        raise InjectedFault(f"fault injected at {name}")

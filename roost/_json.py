@@ -31,12 +31,28 @@ def dumps(value: Any) -> bytes:
     Raises:
         TypeError: ``value`` holds something JSON cannot represent.
     """
-    return orjson.dumps(value, option=_OPTS)
+    try:
+        return orjson.dumps(value, option=_OPTS)
+    except orjson.JSONEncodeError as exc:
+        return _big_int_fallback(value, exc)
+
+
+def _big_int_fallback(value: Any, exc: Exception) -> bytes:
+    """The standard library's encoding for a value orjson refuses only for an integer beyond 64
+    bits (e.g. a client's request id, echoed exactly); any other refusal is re-raised."""
+    if "64-bit" not in str(exc):
+        raise exc
+    import json
+
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def dumps_line(value: Any) -> bytes:
     """Like :func:`dumps`, with the trailing ``\\n`` of JSONL framing."""
-    return orjson.dumps(value, option=_OPTS | orjson.OPT_APPEND_NEWLINE)
+    try:
+        return orjson.dumps(value, option=_OPTS | orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError as exc:
+        return _big_int_fallback(value, exc) + b"\n"
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:

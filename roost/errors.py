@@ -24,7 +24,10 @@ translated at the boundary of the room that meets them and raised ``from`` the o
     │   ├── LeaseError                  execution leases (roost.storage.leases)
     │   │   ├── LeaseHeld               another live owner holds the lease
     │   │   └── StaleLease              the fencing token was superseded; the write changed nothing
-    │   └── NotFound                    no row with that key
+    │   ├── StoreDiskFull               no space left to write the database (disk or size limit)
+    │   ├── StoreReadOnly               the database (file, directory or mount) is not writable
+    │   ├── StoreCorrupt                not a database, or it fails the integrity check
+    │   └── NotFound                    no row with that key (``kind``: which table)
     ├── EngineError                     model engines (roost.engines), see roost.engines for details
     │   └── EngineFailure               a model call failed: category, retryable, recovery facts
     ├── ToolError                       built-in tools (roost.tools)
@@ -75,6 +78,9 @@ __all__ = [
     "LeaseHeld",
     "StaleLease",
     "NotFound",
+    "StoreDiskFull",
+    "StoreReadOnly",
+    "StoreCorrupt",
     "EngineError",
     "EngineFailure",
     "ToolError",
@@ -195,7 +201,26 @@ class StaleLease(LeaseError):
 
 
 class NotFound(StoreError):
-    """No row with the given key."""
+    """No row with the given key; ``kind`` names what is missing (the table, e.g. ``"threads"``)."""
+
+    def __init__(self, message: str = "", *, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class StoreDiskFull(StoreError):
+    """The database could not grow: the disk (or a file-size limit) is full (SQLITE_FULL,
+    SQLITE_IOERR_WRITE). Nothing committed is lost; reads still work; free space and retry."""
+
+
+class StoreReadOnly(StoreError):
+    """The database file, its directory or its mount is not writable (SQLITE_READONLY, or
+    SQLITE_CANTOPEN on a path that is not writable). Its contents are fine; reads still work."""
+
+
+class StoreCorrupt(StoreError):
+    """The file is not a SQLite database, or fails SQLite's integrity check (SQLITE_CORRUPT,
+    SQLITE_NOTADB)."""
 
 
 # -- other rooms --------------------------------------------------------------------------------

@@ -6,12 +6,15 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import logging
 import trio
 
 from roost.actors._thread import ThreadActor
 from roost.errors import LifecycleError, NotFound, ThreadNotFound
 from roost.storage import create_thread, get_thread
 from roost.supervisor import ChildSpec, Restart, Supervisor
+
+log = logging.getLogger("roost.actors")
 
 __all__ = ["ThreadRegistry"]
 
@@ -107,7 +110,7 @@ class ThreadRegistry:
                 try:
                     await supervisor.terminate_child(spec.id)
                 except Exception:
-                    pass
+                    log.debug("could not terminate the previous thread actor", exc_info=True)
                 try:
                     await supervisor.start_child(spec)
                     return self.actors[thread_id]
@@ -187,7 +190,7 @@ class ThreadRegistry:
                         try:
                             await self.supervisor.terminate_child(f"thread:{thread_id}")
                         except Exception:
-                            pass
+                            log.debug("could not terminate an idle thread actor", exc_info=True)
 
     def loaded(self) -> list[ThreadActor]:
         return [a for a in self.actors.values() if a.state.value == "running"]

@@ -279,7 +279,7 @@ class TaskQueue:
                     task.actor.ref.tell(InterruptTurn(turn_id=task.turn_id, reason="interrupted by client"))
                     count += 1
                 except RoostError:
-                    pass
+                    log.debug("could not interrupt a task's turn", exc_info=True)
         return count
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -399,7 +399,7 @@ class TaskQueue:
                     try:
                         await actor.ref.ask(Unsubscribe(sink))
                     except RoostError:
-                        pass
+                        log.debug("could not unsubscribe from a finished task's thread", exc_info=True)
         task.actor = task.orchestrator = None
         task.interrupt_pending = False
         await self._finish(task, result)

@@ -34,6 +34,7 @@ from typing import Any
 import trio
 
 from roost import storage
+from roost import _faults as faults
 from roost.actors._actor import Actor
 from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
@@ -328,6 +329,7 @@ class ThreadActor(Actor):
     # -- message handling -----------------------------------------------------------------------
 
     async def handle(self, message: Any) -> Any:
+        faults.point(f"thread.{type(message).__name__}")
         handler: Any = _HANDLERS.get(type(message))
         if handler is None:
             raise InvalidParams(f"thread actor cannot handle {type(message).__name__}")

@@ -484,7 +484,7 @@ class WorkerTree:
                         actor.ref.tell(InterruptTurn(reason="frozen"))
                         await actor.wait_turn_end(worker.turn_id)
                     except RoostError:
-                        pass
+                        log.debug("could not freeze a worker's turn", exc_info=True)
                     worker.result = (actor.last_agent_text() or "")[:RESULT_CHARS]
                 await self._settle(worker)
                 self.running.discard(worker.id)

@@ -11,6 +11,7 @@ counter in its transaction, so a running ``roost serve`` scheduler picks it up (
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import sys
 from typing import Any, Callable
@@ -23,6 +24,8 @@ from roost.engines import PROVIDERS
 from roost.scheduling import format_slot, parse_cron, parse_slot
 from roost import storage as db
 from roost.storage import open_store
+
+log = logging.getLogger("roost.cli")
 
 __all__ = ["schedule_command", "job_item"]
 
@@ -306,6 +309,7 @@ def _daemon_running() -> bool:
     try:
         locks = sorted((roost_home() / "run").glob("*.lock"))
     except (RoostError, OSError):
+        log.debug("could not look for a daemon's socket lock", exc_info=True)
         return False
     for lock in locks:
         if not os.path.exists(str(lock)[: -len(".lock")]):
@@ -335,6 +339,7 @@ def _claimed_soon(run_id: str) -> bool:
     try:
         store = open_store()
     except RoostError:
+        log.debug("could not open the store to wait for a claim", exc_info=True)
         return False
     try:
         while True:
@@ -346,6 +351,7 @@ def _claimed_soon(run_id: str) -> bool:
                 return False
             time.sleep(0.1)
     except Exception:  # noqa: BLE001 - only the message depends on it; the request is stored
+        log.debug("could not wait for the daemon's claim", exc_info=True)
         return False
     finally:
         store.close()

@@ -188,7 +188,7 @@ class Orchestrator:
                 self.actor.ref.tell(InterruptTurn(turn_id=self.active_turn, reason=reason))
                 return
             except RoostError:
-                pass
+                log.debug("could not interrupt the agent's turn", exc_info=True)
         self.scope.cancel()
 
     async def tool_approval(self, params: dict) -> bool | None:

@@ -31,6 +31,7 @@ from roost.errors import (
     InternalError, InvalidRequest, MailboxClosed, MailboxFull, MethodNotFound, ProtocolError,
     RoostError, ServerOverloaded, InvalidParams,
 )
+from roost.protocol._errors import to_protocol_error, wire_error
 from roost.protocol._framing import FrameError, LineDecoder, read_frames
 from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
 from roost.protocol._outbox import Outbox
@@ -295,15 +296,8 @@ class AppServerSession:
             if handler is None:
                 raise MethodNotFound(f"unknown method {name!r}")
             result = await handler(self, params)
-        except ProtocolError as exc:
-            error = exc.to_wire()
-        except (MailboxFull, MailboxClosed) as exc:
-            error = ServerOverloaded(str(exc)).to_wire()
-        except RoostError as exc:
-            error = _map_error(exc).to_wire()
         except Exception as exc:
-            log.exception("internal error in %s", name)
-            error = InternalError(f"{type(exc).__name__}: {exc}").to_wire()
+            error = wire_error(exc, context=name)   # the one table (roost.protocol._errors)
         else:
             if rid is not None:
                 self.send({"id": rid, "result": result})
@@ -319,7 +313,7 @@ class AppServerSession:
             try:
                 actor.ref.tell(InterruptTurn(reason="shutdown"))
             except RoostError:
-                pass
+                log.debug("could not interrupt a turn at shutdown", exc_info=True)
         with trio.move_on_after(15):
             for actor in actors:
                 await actor.idle.wait()
@@ -358,15 +352,8 @@ def max_line_bytes() -> int:
 
 
 def _map_error(exc: RoostError) -> ProtocolError:
-    from roost.errors import ConfigError, NotFound, StoreBusy, StoreFull, ThreadNotFound, UsageError
-
-    if isinstance(exc, (StoreFull, StoreBusy)):
-        return ServerOverloaded(str(exc))
-    if isinstance(exc, NotFound):
-        return ThreadNotFound(str(exc))
-    if isinstance(exc, (ConfigError, UsageError)):
-        return InvalidParams(str(exc))
-    return InternalError(f"{type(exc).__name__}: {exc}")
+    """Kept for callers of the old name: :func:`roost.protocol._errors.to_protocol_error`."""
+    return to_protocol_error(exc)
 
 
 def initialize_result(session: AppServerSession) -> dict:

@@ -44,6 +44,7 @@ from typing import Any
 import attrs
 import trio
 
+from roost import _faults as faults
 from roost._json import JSONDecodeError, dumps, loads
 from roost.actors import shielded_cleanup
 from roost.actors import InterruptTurn, IsBusy, Snapshot, StartTurn
@@ -353,6 +354,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
         scope=trio.CancelScope(deadline=deadline),
     )
     await _persist(run, create=True)
+    faults.point("run.accepted")
     registry = runs_of(session.runtime)
     registry.add(run)
 

@@ -13,6 +13,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import logging
 import trio
 
 from roost._json import dumps, loads
@@ -36,6 +37,8 @@ from roost.storage import (
 )
 from roost.storage import leases
 
+log = logging.getLogger("roost.protocol")
+
 __all__ = ["MAX_LIST", "MAX_SEARCH"]
 
 #: Most threads one list page may hold.
@@ -54,7 +57,7 @@ def _decode(cursor: str) -> tuple[str, str]:
         if isinstance(data, dict) and isinstance(data.get("u"), str) and isinstance(data.get("i"), str):
             return data["u"], data["i"]
     except Exception:
-        pass
+        log.debug("a list cursor did not decode", exc_info=True)
     raise InvalidParams("cursor is not a list cursor this server issued")
 
 
@@ -254,7 +257,7 @@ async def thread_delete(session: AppServerSession, params: Any) -> dict:
     try:
         await registry.supervisor.terminate_child(f"thread:{thread_id}")
     except Exception:
-        pass
+        log.debug("could not terminate a deleted thread's actor", exc_info=True)
     registry.forget(thread_id)
     session.subscribed.discard(thread_id)
     if not worktree:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import attrs
@@ -9,6 +10,8 @@ import attrs
 from roost.config import derive_provider, resolve_provider
 from roost.engines import ProviderSettings
 from roost.errors import ConfigError, InvalidParams
+
+log = logging.getLogger("roost.protocol")
 
 __all__ = ["EngineCatalog"]
 
@@ -122,5 +125,5 @@ class EngineCatalog:
             try:
                 await engine.aclose()
             except Exception:
-                pass
+                log.debug("could not close an engine", exc_info=True)
         self._engines.clear()

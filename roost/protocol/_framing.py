@@ -28,6 +28,8 @@ all of them, so tests can exercise the oversized path without 64 MiB of input.
 
 from __future__ import annotations
 
+import json as _stdjson
+
 import os
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
@@ -156,7 +158,10 @@ class LineDecoder:
                 append(_text(line))
                 continue
             try:
-                append(loads(line))
+                value = loads(line)
+                if type(value) is dict and type(value.get("id")) is float:
+                    value = _exact_id(line, value)
+                append(value)
             except JSONDecodeError as exc:
                 if line.isspace() or not line:
                     continue
@@ -201,6 +206,19 @@ def line_limit() -> int:
     except ValueError:
         value = DEFAULT_MAX_LINE_BYTES
     return value if value > 0 else DEFAULT_MAX_LINE_BYTES
+
+
+def _exact_id(line: bytes | bytearray, value: dict) -> dict:
+    """``value`` with an integer ``id`` beyond 64 bits kept exact (orjson reads it as a float).
+
+    Issue 18, finding 10: an integer request id of any size is echoed as sent. The standard
+    library's decoder keeps big integers exact; it runs only for a line whose id came out a float.
+    """
+    try:
+        exact = _stdjson.loads(line)
+    except ValueError:
+        return value
+    return exact if isinstance(exact, dict) and isinstance(exact.get("id"), int) else value
 
 
 def _oversized(limit: int) -> FrameError:

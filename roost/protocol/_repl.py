@@ -316,6 +316,7 @@ class ReplSession:
             self.emit({"type": "error", "text": "an input line must be a JSON object with a type"})
             return
         kind = frame.get("type")
+        await self._recover_actor()
         if kind == "user_input":
             await self._user_input(frame)
         elif kind == "interrupt":
@@ -326,6 +327,31 @@ class ReplSession:
                 self.emit({"type": "error", "text": f"{kind} ignored: no {what} is pending"})
         else:
             self.emit({"type": "error", "text": f"unknown input type {kind!r}"})
+
+    async def _recover_actor(self) -> None:
+        """After a crash of the chat's thread actor, go on with its restarted successor.
+
+        Issue 18, finding 4: the crash ends the work it interrupted (an ``error`` event; a turn
+        in progress is over), and the chat keeps working. The thread supervisor restarts the actor
+        (transient child); :meth:`ThreadRegistry.get` returns that one, or loads the thread anew,
+        and subscriptions live in the registry, so events keep coming.
+        """
+        actor = self.actor
+        if actor.state.value != "stopped" or self.registry is None:
+            return
+        try:
+            fresh = await self.registry.get(actor.thread.id)
+        except RoostError as exc:
+            log.warning("the chat's thread could not be reloaded after a crash: %s", exc)
+            return
+        if fresh is actor:
+            return
+        self.actor = fresh
+        if self.translator.busy:
+            self.translator.abandon_turn()
+        log.warning("the chat's thread actor stopped unexpectedly; going on with a fresh one")
+        self.emit({"type": "error", "text": "the chat's runtime part stopped unexpectedly and was restarted; "
+                                            "the turn in progress (if any) ended"})
 
     async def _user_input(self, frame: dict) -> None:
         from roost.errors import InvalidParams
@@ -523,7 +549,7 @@ class ReplSession:
             try:
                 self.actor.ref.tell(InterruptTurn(reason="shutdown"))
             except RoostError:
-                pass
+                log.debug("could not interrupt the turn at shutdown", exc_info=True)
             with trio.move_on_after(_SHUTDOWN_GRACE):
                 await self.actor.idle.wait()
         self.broker.close()
@@ -700,7 +726,7 @@ async def _serve(session: ReplSession, receive: trio.abc.ReceiveStream, snapshot
             try:
                 await session.actor.ref.ask(Unsubscribe(session), timeout=5)   # /switch may have changed it
             except RoostError:
-                pass
+                log.debug("could not unsubscribe at shutdown", exc_info=True)
 
 
 async def _sigint(on_sigint: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

@@ -25,14 +25,19 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 
 from roost.errors import ConfigError
 
-__all__ = ["ServeAuth", "Grant", "CLIENT_ID_RE", "TOKEN_ENV_NAMES", "parse_client_id", "bearer_token"]
+#: An ASGI application: ``async (scope, receive, send) -> None``.
+ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+
+__all__ = ["ServeAuth", "Grant", "CLIENT_ID_RE", "TOKEN_ENV_NAMES", "parse_client_id", "bearer_token",
+           "RequireToken"]
 
 TOKEN_ENV_NAMES = ("FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN")
 CLIENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -132,3 +137,52 @@ def parse_client_id(value: str | None) -> str | None:
     if not CLIENT_ID_RE.fullmatch(value):
         raise ValueError("Fuseraft-Client-Id must be 1-64 of A-Z a-z 0-9 - _")
     return value
+
+
+class RequireToken:
+    """ASGI middleware: every HTTP request is authenticated on its own (issue 18, finding 1).
+
+    A keep-alive connection carries many requests, and an MCP session id is never a credential:
+    each request must carry ``Authorization: Bearer <full token>`` when the daemon has tokens
+    (401 otherwise), a read token is refused with 403 (the MCP tools mutate), and so is any
+    request with an ``Origin`` header (a browser page). Non-HTTP scopes (``lifespan``) pass.
+
+    Args:
+        app: the ASGI application to protect.
+        auth: the daemon's tokens.
+    """
+
+    def __init__(self, app: ASGIApp, auth: ServeAuth) -> None:
+        self.app = app
+        self.auth = auth
+        # Starlette's lifespan and router are reached through the wrapped app (e.g. ``.router``).
+        self.router = getattr(app, "router", None)
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1")
+                   for k, v in scope.get("headers") or ()}
+        refusal = self.refusal(headers)
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        status, body = refusal
+        extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode()),
+                                *extra]})
+        await send({"type": "http.response.body", "body": body})
+
+    def refusal(self, headers: dict[str, str]) -> tuple[int, bytes] | None:
+        """``(status, body)`` for a request that may not proceed, None for one that may."""
+        if "origin" in headers:
+            return 403, b"refused: a request with an Origin header is not accepted\n"
+        grant = self.auth.check(bearer_token(headers.get("authorization")))
+        if grant is None:
+            return 401, b"unauthorized: send Authorization: Bearer <token>\n"
+        if grant.read_only:
+            return 403, b"a read token cannot use the MCP tools\n"
+        return None

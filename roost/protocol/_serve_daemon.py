@@ -39,6 +39,7 @@ import logging
 import os
 import socket as stdsocket
 import ssl
+import stat
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -55,14 +56,15 @@ from roost.errors import ChildNotFound, ConfigError, LifecycleError, RoostError,
 import roost.orchestration
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
-from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox
+from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox, stall_timeout_from_env
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
+from roost.protocol._errors import to_protocol_error
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
 from roost.protocol._serve_listeners import run_http_listener, run_unix_listener
 from roost.protocol._websocket import ServerWebSocket, accept_websocket, read_request, reject_websocket
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
-__all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "default_socket_path", "claim_socket_path",
+__all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "SocketPathTaken", "default_socket_path", "claim_socket_path",
            "PROTOCOL_VERSION"]
 
 log = logging.getLogger("roost.serve")
@@ -79,6 +81,10 @@ class DaemonRunning(ConfigError):
     """Another live ``roost serve`` owns this socket path."""
 
 
+class SocketPathTaken(DaemonRunning):
+    """Something that is not a socket (a regular file, a directory, a symlink) is at the socket path."""
+
+
 def default_socket_path(work_dir: Path) -> Path:
     """``$ROOST_HOME/run/<first 16 hex digits of sha256(work dir)>.sock``."""
     digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:16]
@@ -90,6 +96,7 @@ def claim_socket_path(path: Path) -> int:
 
     Raises:
         DaemonRunning: another daemon holds the lock, or something accepts connections on ``path``.
+        SocketPathTaken: ``path`` exists and is not a socket (it is left untouched).
     """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -100,7 +107,18 @@ def claim_socket_path(path: Path) -> int:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise DaemonRunning(f"another roost serve is already running on {path}") from None
         raise
-    if path.exists() or path.is_symlink():
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISSOCK(mode):
+        # Issue 18, finding 7: only a socket is ever removed; a file, directory or symlink at the
+        # path is somebody's data.
+        os.close(fd)
+        kind = "directory" if stat.S_ISDIR(mode) else "symbolic link" if stat.S_ISLNK(mode) else "file"
+        raise SocketPathTaken(f"{path} exists and is a {kind}, not a socket; not removing it. "
+                              "Move it away or give another path with --socket")
+    if mode is not None:
         probe = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         probe.settimeout(2.0)
         try:
@@ -233,9 +251,12 @@ class ServeDaemon:
                     except ChildNotFound:
                         pass
             try:
-                self.options.socket_path.unlink(missing_ok=True)
-            except OSError:
+                if stat.S_ISSOCK(os.lstat(self.options.socket_path).st_mode):
+                    self.options.socket_path.unlink(missing_ok=True)
+            except FileNotFoundError:
                 pass
+            except OSError:
+                log.warning("could not remove the socket %s", self.options.socket_path, exc_info=True)
 
     def _child_specs(self) -> list[ChildSpec]:
         specs = [
@@ -343,8 +364,8 @@ class ServeDaemon:
         key = f"{scope}/{client_id}" if client_id else f"{scope}/conn-{next(_anon)}"
         client = self._client(key, client_id, anonymous=client_id is None)
         holder: list[ConnectionActor] = []
-        outbox = Outbox(self.options.outbox_lines, coalesce=WIRE_TOKENS,
-                        on_overflow=lambda: holder[0].kick("slow consumer: outbox full"))
+        outbox = Outbox(self.options.outbox_lines, coalesce=WIRE_TOKENS, stall_timeout_s=stall_timeout_from_env(),
+                        on_overflow=lambda: holder[0].kick(f"slow consumer: {outbox.reason}"))
         conn = ConnectionActor(outbox=outbox, handle_line=self._handle, close=close,
                                kick_grace=self.options.kick_grace, client=client, read_only=read_only)
         holder.append(conn)
@@ -460,7 +481,8 @@ class ServeDaemon:
             conn.send(_error(str(exc), exc.code))
             return
         except RoostError as exc:
-            conn.send(_error(f"the task could not be queued: {exc}", "internal_error"))
+            error = to_protocol_error(exc, context="serve dispatch")   # the same table as the app-server
+            conn.send(_error(f"the task could not be queued: {error.message}", error.code))
             return
         conn.send({"type": "queued", "sessionId": task_id, "position": self.queue.position(task_id) or 0})
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import trio
 
-from roost.protocol._serve_auth import bearer_token
+from roost.protocol._serve_auth import RequireToken, bearer_token
 from roost.protocol._serve_listeners import ACCEPT_TRANSIENT
 
 __all__ = ["serve_http", "build_mcp_app", "MAX_HEAD_BYTES"]
@@ -245,4 +245,6 @@ def build_mcp_app(daemon: Any) -> Any:
     app (built by :func:`roost.protocol._serve_mcp.build_mcp_app`, imported on first use)."""
     from roost.protocol._serve_mcp import build_mcp_app as build
 
-    return build(daemon)
+    # The head check in serve_http sees only a connection's first request; keep-alive requests
+    # after it are checked by RequireToken, each on its own (issue 18, finding 1).
+    return RequireToken(build(daemon), daemon.options.auth)

@@ -162,7 +162,10 @@ class ServerWebSocket:
                     await self._send_raw(self.ws.send(event.response()))
                 elif isinstance(event, CloseConnection):
                     self.close_code = event.code
-                    if self.ws.state is ConnectionState.REMOTE_CLOSING:
+                    if self.ws.state in (ConnectionState.REMOTE_CLOSING, ConnectionState.OPEN):
+                        # REMOTE_CLOSING: answer the peer's close. OPEN: wsproto found a protocol
+                        # error in the peer's frames (unmasked, reserved opcode, bad UTF-8) and
+                        # reports the close we owe with its code (1002/1007, RFC 6455 section 7.4.1).
                         await self._send_raw(self.ws.send(event.response()))
                     return
             if not data:

@@ -17,8 +17,11 @@ Rules (pinned by ``tests/test_schedule_cron.py``):
 * An expression is valid only if it has a next fire time (searched up to 50 years ahead). One
   that can never fire (``0 0 31 2 *``) raises :class:`NeverFires`.
 
-croniter does the calendar search; this module decides the syntax and the day rule (croniter's
-``day_or`` otherwise treats ``*/2`` as a restriction, unlike vixie).
+croniter does the calendar search; this module decides the syntax, every field's values and the
+day rule: croniter is handed each field as the explicit list of its values (its own reading of
+``0-0``, ``5/10`` or day 0 differs from vixie cron; its ``day_or`` otherwise treats ``*/2`` as a
+restriction). ``tests/test_cron_oracle.py`` checks all of this against an oracle written from the
+crontab(5) man page over a random corpus (issue 18, finding 9).
 """
 
 from __future__ import annotations
@@ -63,6 +66,13 @@ class CronExpr:
 
     text: str
     day_or: bool
+    #: each field as the explicit comma list of its values (what croniter is given): Roost
+    #: decides every field's meaning itself, croniter only searches the calendar
+    expanded: str = attrs.field(default="", eq=False, repr=False)
+
+    @property
+    def _search_text(self) -> str:
+        return self.expanded or self.text
 
     def next_after(self, after: datetime.datetime) -> datetime.datetime:
         """Return the first fire time strictly after ``after`` (aware UTC, whole minute).
@@ -83,7 +93,7 @@ class CronExpr:
         it = _ITERATORS.get(self)
         try:
             if it is None:
-                it = croniter(self.text, after, day_or=self.day_or)
+                it = croniter(self._search_text, after, day_or=self.day_or)
                 if len(_ITERATORS) >= _CACHE_MAX:
                     _ITERATORS.clear()
                 _ITERATORS[self] = it
@@ -103,14 +113,38 @@ class CronExpr:
         Raises:
             NeverFires: as :meth:`next_after`.
         """
+        # Issue 18, finding 8: walk back from ``end``, so the cost is O(limit) whatever the gap
+        # (a 30-day outage of an every-minute job is 43,200 slots, of which ``limit`` are kept).
+        following = self.next_after(end)
         out: list[datetime.datetime] = []
-        t = self.next_after(start - datetime.timedelta(microseconds=1))
-        while t <= end:
+        if limit <= 0:
+            return out, following
+        end = end.astimezone(UTC)
+        cursor = end.replace(second=0, microsecond=0) + datetime.timedelta(minutes=1)
+        start = start.astimezone(UTC)
+        while len(out) < limit:
+            t = self.prev_before(cursor)
+            if t is None or t < start:
+                break
             out.append(t)
-            if len(out) > limit:
-                del out[0]
-            t = self.next_after(t)
-        return out, t
+            cursor = t
+        out.reverse()
+        return out, following
+
+    def prev_before(self, before: datetime.datetime) -> datetime.datetime | None:
+        """Return the last fire time strictly before ``before`` (aware UTC), or None if none is found
+        (croniter searches a bounded range back).
+
+        Not thread-safe, like :meth:`next_after`.
+        """
+        if before.tzinfo is None:
+            raise UsageError("cron times must be timezone-aware (UTC)")
+        it = croniter(self._search_text, before.astimezone(UTC), day_or=self.day_or)
+        try:
+            prev = it.get_prev(datetime.datetime)
+        except CroniterBadDateError:
+            return None
+        return prev.astimezone(UTC)
 
 
 #: Reused croniter iterators, by expression (bounded; cleared when full).
@@ -126,16 +160,75 @@ def _compile(norm: str) -> CronExpr:
             f"cron {norm!r} has {len(fields)} field(s); exactly 5 are required "
             "(minute hour day-of-month month day-of-week, UTC)"
         )
-    for name, field in zip(_FIELD_NAMES, fields, strict=True):
+    expanded = []
+    for index, (name, field) in enumerate(zip(_FIELD_NAMES, fields, strict=True)):
         if not _FIELD.match(field):
             raise InvalidCron(f"cron {norm!r}: unsupported {name} field {field!r}")
+        try:
+            expanded.append(",".join(str(v) for v in sorted(_field_values(field, index))))
+        except ValueError as exc:
+            raise InvalidCron(f"cron {norm!r}: {name} field {field!r}: {exc}") from None
     dom, dow = fields[2], fields[4]
-    expr = CronExpr(norm, day_or=not (dom.startswith("*") or dow.startswith("*")))
+    expr = CronExpr(norm, day_or=not (dom.startswith("*") or dow.startswith("*")), expanded=" ".join(expanded))
     try:
-        croniter(norm, day_or=expr.day_or)
+        croniter(expr.expanded, day_or=expr.day_or)
     except (CroniterBadCronError, CroniterError, ValueError) as exc:
         raise InvalidCron(f"cron {norm!r}: {exc}") from exc
     return expr
+
+
+_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def _value(text: str, index: int) -> int:
+    low = text.lower()
+    if index == 3 and low in _MONTHS:
+        return _MONTHS.index(low) + 1
+    if index == 4 and low in _DAYS:
+        return _DAYS.index(low)
+    if not text.isdigit():
+        raise ValueError(f"{text!r} is not a number{' or name' if index in (3, 4) else ''} here")
+    return int(text)
+
+
+def _field_values(field: str, index: int) -> set[int]:
+    """The values field number ``index`` matches, by crontab(5) (vixie cron).
+
+    ``*`` is first-last; ``a-b`` is inclusive and needs ``a <= b``; a step ``/n`` (n >= 1) follows
+    ``*`` or a range and takes every n-th value from the range's start; a step after a single
+    value (``5/10``) is refused, as in vixie cron. Day of week 7 is Sunday (0).
+
+    Raises:
+        ValueError: a value out of the field's range, a reversed range, a bad step.
+    """
+    first, last = _BOUNDS[index]
+    values: set[int] = set()
+    for term in field.split(","):
+        base, slash, step_text = term.partition("/")
+        if base == "*":
+            low, high = first, last
+        elif "-" in base:
+            a, _, b = base.partition("-")
+            low, high = _value(a, index), _value(b, index)
+            if low > high:
+                raise ValueError(f"range {base!r} runs backwards")
+        elif slash:
+            raise ValueError(f"a step needs a range or *, not {term!r} (write {base}-{last}/{step_text})")
+        else:
+            low = high = _value(base, index)
+        for v in (low, high):
+            if not first <= v <= last:
+                raise ValueError(f"{v} is out of range {first}-{last}")
+        step = int(step_text) if slash and step_text.isdigit() else 1
+        if slash and step < 1:
+            raise ValueError(f"step {step_text!r} must be at least 1")
+        values.update(range(low, high + 1, step))
+    if index == 4 and 7 in values:
+        values.discard(7)
+        values.add(0)
+    return values
 
 
 def parse_cron(text: str, *, now: datetime.datetime | None = None, check_fires: bool = True) -> CronExpr:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from roost.errors import Conflict, StoreBusy, StoreError
+from roost.errors import Conflict, StoreBusy, StoreCorrupt, StoreDiskFull, StoreError, StoreReadOnly
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -27,6 +27,11 @@ __all__ = [
 
 #: Seconds a statement waits for another connection's lock before SQLite reports it busy.
 DEFAULT_BUSY_TIMEOUT = 5.0
+# SQLite result codes (https://www.sqlite.org/rescode.html).
+_SQLITE_READONLY, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 8, 11, 13, 26
+#: SQLITE_IOERR_WRITE, _FSYNC, _TRUNCATE: a write the file system refused (ENOSPC, EFBIG, EDQUOT).
+_WRITE_IOERRS = frozenset({778, 1034, 1546})
+
 #: How many times ``BEGIN IMMEDIATE``/``COMMIT`` is retried after a full busy_timeout.
 _BUSY_RETRIES = 3
 
@@ -81,12 +86,25 @@ def translate_error(exc: sqlite3.Error) -> StoreError:
     """Map a sqlite3 error to the most specific :class:`~roost.errors.StoreError` (not raised).
 
     ``database is locked``/busy -> :class:`StoreBusy`; constraint violations (``IntegrityError``)
-    -> :class:`Conflict`; anything else -> :class:`StoreError`. The caller raises it ``from exc``.
+    -> :class:`Conflict`; SQLITE_FULL and failed writes (SQLITE_IOERR_WRITE/FSYNC/TRUNCATE) ->
+    :class:`StoreDiskFull`; SQLITE_READONLY -> :class:`StoreReadOnly`; SQLITE_CORRUPT/NOTADB ->
+    :class:`StoreCorrupt` (result codes: https://www.sqlite.org/rescode.html); anything else ->
+    :class:`StoreError`. The caller raises it ``from exc``.
     """
     if is_locked(exc):
         return StoreBusy(f"database stayed locked: {exc}")
     if isinstance(exc, sqlite3.IntegrityError):
         return Conflict(str(exc))
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary == _SQLITE_FULL or code in _WRITE_IOERRS:
+        return StoreDiskFull(f"the database could not be written: no space left (disk full or a file-size "
+                             f"limit; {exc}). Nothing committed is lost: free space and retry")
+    if primary == _SQLITE_READONLY:
+        return StoreReadOnly(f"the database is read-only ({exc}): make the file, its directory and its "
+                             "mount writable; its contents are fine")
+    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return StoreCorrupt(f"the database is damaged or not a SQLite database ({exc})")
     return StoreError(f"{type(exc).__name__}: {exc}")
 
 

@@ -4,10 +4,12 @@ A shell tool call runs its command in a process group of its own (``start_new_se
 the group does not die with Roost. Each running group is a row ``tool_processes(pgid, owner,
 start_ticks, boot_id, thread_id, started_at)``:
 
-* ``pgid``: the process group id (= the group leader's pid);
+* ``pgid``: the process group id (= the group leader's pid), or, for an *intent* recorded before
+  the fork, minus the command's marker (``ROOST_TOOL_MARK`` in its environment);
 * ``owner``: the lease owner identity of the Roost process that started it
   (``"<host>:<pid>:<nonce>"``, :func:`roost.storage.default_owner`);
-* ``start_ticks``: the leader's start time, field 22 (``starttime``) of ``/proc/<pgid>/stat``, in
+* ``start_ticks``: (an intent: the clock ticks when it was recorded; no process of the command
+  started earlier) the leader's start time, field 22 (``starttime``) of ``/proc/<pgid>/stat``, in
   clock ticks since boot: with ``boot_id`` it tells the recorded leader from a later process that
   reuses its pid;
 * ``boot_id``: ``/proc/sys/kernel/random/boot_id`` (``NULL`` where unknown);
@@ -30,11 +32,16 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from roost.errors import StoreBusy
+
 from ._rows import utc_now
 from .leases import owner_is_dead
 
 if TYPE_CHECKING:  # the writer (and trio) load only when a hook is made: `roost sessions` needs neither
     from ._writer import StoreWriter
+
+#: The environment variable that marks every process of one shell command (the shell tool's).
+MARK_ENV = "ROOST_TOOL_MARK"
 
 __all__ = [
     "ProcessHook",
@@ -97,6 +104,60 @@ def boot_id() -> str | None:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+def now_ticks() -> int | None:
+    """The current time in clock ticks since boot (``/proc/uptime``), one tick early; None without procfs."""
+    try:
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, int(uptime * os.sysconf("SC_CLK_TCK")) - 1)
+
+
+def _marked_processes(mark: int, since: int) -> list[int]:
+    """The pids of running processes whose environment holds ``ROOST_TOOL_MARK=<mark>`` and that
+    started at or after ``since`` (clock ticks since boot): a recorded intent's command and all it
+    started. Processes of other users (unreadable ``environ``) are skipped."""
+    needle = f"{MARK_ENV}={mark}".encode()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if needle not in environ.split(b"\0"):
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is None or len(fields) < 20 or fields[0] in (b"Z", b"X"):
+            continue
+        try:
+            if int(fields[19]) >= since:
+                found.append(int(entry))
+        except ValueError:
+            continue
+    return found
+
+
+def _kill_marked(mark: int, since: int) -> bool:
+    """SIGKILL every process carrying ``mark`` (:func:`_marked_processes`); True when any was found."""
+    pids = _marked_processes(mark, since)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            log.warning("cannot kill leftover tool process %d (marker %d)", pid, mark)
+    return bool(pids)
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -225,7 +286,10 @@ def reap_tool_processes(conn: sqlite3.Connection, owner: str) -> int:
         same_boot = row["boot_id"] is None or this_boot is None or row["boot_id"] == this_boot
         if same_boot and holder != owner and not owner_is_dead(holder):
             continue
-        if same_boot and _is_recorded_group(row["pgid"], row["start_ticks"]):
+        if same_boot and row["pgid"] < 0:
+            # An intent: the command may have started (or not) before its group was recorded.
+            killed += _kill_marked(-row["pgid"], row["start_ticks"])
+        elif same_boot and _is_recorded_group(row["pgid"], row["start_ticks"]):
             try:
                 os.killpg(row["pgid"], signal.SIGKILL)
                 killed += 1
@@ -253,12 +317,20 @@ def tool_process_hook(writer: StoreWriter, owner: str, thread_id: str | None = N
         owner: this process's lease owner identity (``"<host>:<pid>:<nonce>"``).
         thread_id: the Roost thread the tool calls belong to, or None.
 
+    An *intent* (``pgid`` < 0: minus the marker of a command about to start, see
+    :mod:`roost.tools._shell`) is recorded with the current clock ticks and waited for; unlike the
+    others, its failure is raised (:class:`StoreBusy` on a timeout, or the writer's error), so the
+    command is not started.
+
     Cancellation:
         The hook is a checkpoint; cancelled, its write may still commit.
     """
     import trio
 
     async def hook(pgid: int, running: bool) -> None:
+        if pgid < 0 and running:
+            await _record_intent(pgid)
+            return
         try:
             if not running:
                 writer.submit_nowait(forget_tool_process, pgid, owner)
@@ -274,5 +346,14 @@ def tool_process_hook(writer: StoreWriter, owner: str, thread_id: str | None = N
         except Exception:
             log.warning("could not record tool process group %d (running=%s)", pgid, running,
                         exc_info=True)
+
+    async def _record_intent(intent: int) -> None:
+        ticks = now_ticks()
+        if ticks is None:
+            return  # no procfs: nothing could be reaped by marker anyway
+        with trio.move_on_after(_HOOK_TIMEOUT_S) as scope:
+            await writer.submit(record_tool_process, intent, owner, ticks, boot_id(), thread_id)
+        if scope.cancelled_caught:
+            raise StoreBusy(f"recording a tool command took more than {_HOOK_TIMEOUT_S:g} s")
 
     return hook

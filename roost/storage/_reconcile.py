@@ -37,7 +37,8 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
       daemon), expired, or held by a dead process of this host (:func:`owner_is_dead`) are
       released (tokens kept, so they keep growing);
     * turns and runs still ``running`` become ``interrupted`` (``completed_at`` now; a turn's
-      ``error`` gets ``category: "cancelled", reason: "abandoned"``), and workers
+      ``error`` gets ``category: "cancelled", reason: "abandoned"``), runs left ``accepted`` by a
+      dead starter likewise (:func:`_settle_accepted_runs`), and workers
       ``pending``, ``running`` or ``waiting_children`` become ``interrupted``, unless their thread
       is under a live lease of another process (which is still executing it). ``queued`` workers
       are kept: a queued spawn survives a restart and is claimed exactly once later
@@ -102,5 +103,31 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
                            ELSE NOT {_LIVE.format(col='runs.thread_id')} END""",
             params,
         ).rowcount
+        runs += _settle_accepted_runs(conn, owner, stamp)
         killed = reap_tool_processes(conn, owner)
     return ReconcileReport(leases, turns, workers, runs, killed)
+
+
+def _settle_accepted_runs(conn: sqlite3.Connection, owner: str, stamp: str) -> int:
+    """Runs left ``accepted`` (killed during ``run/start`` admission) become ``interrupted``.
+
+    A run is ``accepted`` only while its starter admits the first turn, before any lease is taken,
+    so liveness is told by the starter's identity (``metadata.runtime.owner``): the run is settled
+    when that is ``owner`` itself, a dead process of this host, or unknown (issue 18, finding 3).
+    Returns the number of runs settled.
+    """
+    rows = conn.execute(
+        "SELECT id, json_extract(metadata, '$.runtime.owner') FROM runs WHERE status = 'accepted'"
+    ).fetchall()
+    settled = 0
+    for run_id, starter in rows:
+        if starter and starter != owner and not owner_is_dead(starter):
+            continue
+        settled += conn.execute(
+            """UPDATE runs SET status = 'interrupted', completed_at = :stamp,
+                      error = json_object('code', 'interrupted', 'message', :message)
+               WHERE id = :id AND status = 'accepted'""",
+            {"id": run_id, "stamp": stamp,
+             "message": "interrupted: the process admitting the run ended before its first turn started"},
+        ).rowcount
+    return settled

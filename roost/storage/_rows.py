@@ -97,7 +97,7 @@ class TableSpec(Generic[T]):
         """
         row = conn.execute(f"SELECT * FROM {self.table} WHERE {self.key} = ?", (key,)).fetchone()
         if row is None:
-            raise NotFound(f"no {self.table} row with {self.key}={key!r}")
+            raise NotFound(f"no {self.table} row with {self.key}={key!r}", kind=self.table)
         return self.decode(row)
 
     def select(
@@ -136,7 +136,7 @@ class TableSpec(Generic[T]):
                 f"UPDATE {self.table} SET {sets} WHERE {self.key} = :_key", {**values, "_key": key}
             )
             if cur.rowcount == 0:
-                raise NotFound(f"no {self.table} row with {self.key}={key!r}")
+                raise NotFound(f"no {self.table} row with {self.key}={key!r}", kind=self.table)
         return self.get(conn, key)
 
     def delete(self, conn: sqlite3.Connection, key: Any) -> None:
@@ -147,4 +147,4 @@ class TableSpec(Generic[T]):
         """
         cur = conn.execute(f"DELETE FROM {self.table} WHERE {self.key} = ?", (key,))
         if cur.rowcount == 0:
-            raise NotFound(f"no {self.table} row with {self.key}={key!r}")
+            raise NotFound(f"no {self.table} row with {self.key}={key!r}", kind=self.table)

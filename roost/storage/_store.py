@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roost._paths import database_path
-from roost.errors import StoreClosed, StoreError
+from roost.errors import (
+    MigrationError, StoreBusy, StoreClosed, StoreCorrupt, StoreDiskFull, StoreError, StoreReadOnly,
+)
 
-from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate
+from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
 from ._schema import migrate
 from ._sqlite_ops import SQLiteOperations
 
@@ -173,6 +176,41 @@ def open_store(
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:  # "file is not a database", a corrupt header...
-        raise StoreError(f"{db_path} is not a usable Roost database ({exc}); move it aside to start afresh") from exc
+        raise _open_failure(db_path, translate_error(exc)) from exc
+    except StoreError as exc:
+        raise _open_failure(db_path, exc) from exc
     return Store(db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size,
                  _tempdir=tempdir)
+
+
+def _open_failure(db_path: Path, exc: StoreError) -> StoreError:
+    """The start-up error for ``db_path``, telling corrupt, unwritable and full apart (issue 18, finding 6).
+
+    Moving the file aside is suggested only when SQLite says it is not a database or its
+    integrity check fails; a healthy database on a full or read-only disk is never called corrupt.
+    """
+    if isinstance(exc, (StoreDiskFull, StoreReadOnly, StoreBusy, MigrationError)):
+        return type(exc)(f"{db_path}: {exc}")
+    if isinstance(exc, StoreCorrupt) or not _passes_integrity_check(db_path):
+        return StoreCorrupt(f"{db_path} is not a usable Roost database ({exc}); it fails SQLite's integrity "
+                            "check, so move it aside (keep the copy) to start afresh")
+    if not os.access(db_path if db_path.exists() else db_path.parent, os.W_OK):
+        return StoreReadOnly(f"{db_path} cannot be written ({exc}): make it and its directory writable; "
+                             "its contents are fine")
+    return StoreError(f"{db_path} could not be opened ({exc}); it passes SQLite's integrity check, "
+                      "so do not move it: fix the cause above and retry")
+
+
+def _passes_integrity_check(db_path: Path) -> bool:
+    """Whether ``db_path`` opens read-only and passes ``PRAGMA quick_check`` (True when absent)."""
+    if not db_path.exists():
+        return True
+    try:
+        conn = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return conn.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        code = getattr(exc, "sqlite_errorcode", 0) or 0
+        return (code & 0xFF) not in (11, 26)   # corrupt / not a database; other errors say nothing

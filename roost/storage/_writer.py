@@ -389,7 +389,10 @@ def _translate(exc: sqlite3.Error) -> StoreError:
 
 def _fresh(exc: StoreError) -> StoreError:
     """A separate exception object per caller (tracebacks of one raise must not be shared)."""
-    err: StoreError = StoreBusy(str(exc)) if isinstance(exc, StoreBusy) else StoreError(str(exc))
+    try:
+        err: StoreError = type(exc)(str(exc))   # keep the class: callers map it to a typed code
+    except TypeError:
+        err = StoreError(str(exc))
     err.__cause__ = exc.__cause__ or exc
     return err
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,8 +26,8 @@ import trio
 from roost._faults import load_fault_env
 from roost.actors import ThreadRegistry
 from roost.actors import Services
-from roost.errors import ConfigError
-from roost.storage import LeaseKeeper, default_owner, open_store, queued_worker_roots, reconcile
+from roost.errors import ConfigError, StoreError
+from roost.storage import LeaseKeeper, default_owner, open_store, queued_worker_roots, reconcile, translate_error
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 from roost.supervisor._supervisor import Supervisor
 
@@ -110,6 +111,13 @@ async def open_runtime(
 
     try:
         report = await trio.to_thread.run_sync(_reconcile)
+    except sqlite3.Error as exc:
+        # Expected on a read-only or full database: one line, no traceback (issue 18, finding 6).
+        log.warning("start-up reconciliation failed: %s", translate_error(exc))
+        report = None
+    except StoreError as exc:
+        log.warning("start-up reconciliation failed: %s", exc)
+        report = None
     except Exception:
         # Not fatal (e.g. the database stayed locked): leases still expire on their own, and each
         # admission settles the turns a dead execution left running on its thread.

@@ -15,9 +15,12 @@ killed Roost (SIGKILL) from leaving commands running forever:
   thread itself (``subprocess.Popen`` there, blocking it for the fork and exec: well under a
   millisecond to a few) and wraps the result as a ``trio.Process``. The signal does not reach
   ``sh``'s children (the setting is cleared on fork) and is cleared on exec of set-uid binaries.
-* Durable reaping: ``ToolContext.on_process`` is told of each group (e.g.
-  :func:`roost.storage.tool_process_hook` records it in the store), and start-up reconciliation
-  kills the groups of a dead predecessor (:func:`roost.storage.reap_tool_processes`).
+* Durable reaping: before the fork, ``ToolContext.on_process`` is told of the *intent*
+  (``pgid`` = minus a random marker that the command's environment carries as
+  ``ROOST_TOOL_MARK``, inherited by everything it starts) and must have recorded it; then of the
+  group itself. Start-up reconciliation kills a dead predecessor's groups, and every process
+  carrying the marker of a recorded intent (:func:`roost.storage.reap_tool_processes`), so a kill
+  landing between the fork and the group's row leaves nothing unknown (issue 18, finding 2).
 
 Elsewhere (or if libc's ``prctl`` or trio's ``Process._create`` is missing) the command starts
 through ``trio.lowlevel.open_process`` without the death signal.
@@ -30,6 +33,7 @@ import ctypes
 import functools
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -38,11 +42,12 @@ from typing import Any
 
 import trio
 
+from roost import _faults as faults
 from roost.errors import ToolError
 from roost.tools._model import Tool, ToolContext, ToolResult
 from roost.tools._output import OutputBuffer
 
-__all__ = ["SHELL", "spawn_shell", "stop_process_group"]
+__all__ = ["SHELL", "MARK_ENV", "spawn_shell", "stop_process_group"]
 
 log = logging.getLogger("roost.tools")
 
@@ -58,6 +63,8 @@ _KILL_SETTLE_S = 2.0
 _REAP_S = 5.0
 #: Most seconds the shielded clean-up gives ``ToolContext.on_process`` to hear of the end.
 _NOTIFY_S = 5.0
+#: Environment variable carrying a command's marker to every process it starts (reaping by marker).
+MARK_ENV = "ROOST_TOOL_MARK"
 #: ``prctl`` option (linux/prctl.h): the signal a process gets when its parent thread exits.
 _PR_SET_PDEATHSIG = 1
 
@@ -182,6 +189,10 @@ async def spawn_shell(command: str, *, cwd: str, env: dict[str, str]) -> trio.Pr
     argv = ["/bin/sh", "-c", command]
     preexec = _pdeathsig_preexec()
     create = getattr(trio.Process, "_create", None)
+    if preexec is not None and create is None:
+        # Pinned in pyproject (trio < 0.36) and guarded by tests/test_tool_reaper.py; never silent.
+        log.error("trio.Process._create is gone (trio %s): shell commands start WITHOUT the death "
+                  "signal and may outlive a killed Roost", trio.__version__)
     if preexec is None or create is None:
         return await trio.lowlevel.open_process(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -201,6 +212,24 @@ async def spawn_shell(command: str, *, cwd: str, env: dict[str, str]) -> trio.Pr
         os.close(read_fd)
         raise
     return create(popen, None, stdout, None)
+
+
+async def _announce_intent(ctx: ToolContext, intent: int) -> None:
+    """Tell ``ctx.on_process`` of the command about to start (``intent`` < 0 is minus its marker).
+
+    Unlike the other notifications this one must succeed: a command the store cannot be told of
+    is not started.
+
+    Raises:
+        ToolError: the hook failed (e.g. the store is unwritable); nothing was started.
+    """
+    if ctx.on_process is None:
+        return
+    try:
+        await ctx.on_process(intent, True)
+    except Exception as exc:
+        log.warning("could not record a shell command before starting it", exc_info=True)
+        raise ToolError(f"the command was not started: it could not be recorded first ({exc})") from exc
 
 
 async def _notify(ctx: ToolContext, pgid: int, running: bool) -> None:
@@ -300,11 +329,18 @@ async def _run_shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError(f"working directory {str(ctx.cwd)!r} does not exist")
     if args.get("background"):
         return await _start_background(command, ctx)
-    env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}
+    # Nothing runs that the store does not know about first (issue 18, finding 2): the intent,
+    # keyed by a marker every process of the command inherits, commits before the fork.
+    mark = secrets.randbits(62) + 1
+    await _announce_intent(ctx, -mark)
+    env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat", MARK_ENV: str(mark)}
     try:
         process = await spawn_shell(command, cwd=str(ctx.cwd), env=env)
     except OSError as exc:
+        with trio.CancelScope(shield=True), trio.move_on_after(_NOTIFY_S):
+            await _notify(ctx, -mark, False)
         raise ToolError(f"could not start /bin/sh: {exc}") from exc
+    faults.point("tool.spawned")
     out = OutputBuffer(ctx.output_cap_bytes)
     started = trio.current_time()
     stopped = timed_out = False
@@ -327,6 +363,7 @@ async def _run_shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             if not ((timed_out or not stopped) and _group_running(process.pid)):
                 with trio.move_on_after(_NOTIFY_S):
                     await _notify(ctx, process.pid, False)
+                    await _notify(ctx, -mark, False)
     exit_code = process.returncode
     text = out.text()
     if timed_out:

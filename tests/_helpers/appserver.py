@@ -25,7 +25,10 @@ from typing import Any, AsyncIterator, Callable
 
 import trio
 
+from _helpers.timing import scaled
+
 ROOT = Path(__file__).resolve().parents[2]
+#: Seconds a wait may take before the test fails (times ``ROOST_TEST_TIMEOUT_SCALE``).
 DEFAULT_TIMEOUT = 20.0
 
 
@@ -104,7 +107,7 @@ class AppServerClient:
                         timeout: float = DEFAULT_TIMEOUT) -> dict:
         """The first line (from index ``start``) matching ``predicate``; waits for it."""
         index = start
-        with trio.fail_after(timeout):
+        with trio.fail_after(scaled(timeout)):
             while True:
                 while index < len(self.lines):
                     line = self.lines[index]
@@ -181,7 +184,7 @@ async def open_app_server(*, env: dict[str, str], cwd: Path | None = None, args:
         try:
             yield client
         finally:
-            with trio.move_on_after(20) as scope:
+            with trio.move_on_after(scaled(20)) as scope:
                 try:
                     await client.close_stdin()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):

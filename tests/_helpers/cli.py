@@ -9,10 +9,11 @@ from pathlib import Path
 import trio
 
 from _helpers.appserver import roost_argv
+from _helpers.timing import scaled
 
 
 async def roost(env: dict, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         return await trio.run_process([*roost_argv(), *args], env=env, cwd=str(cwd), capture_stdout=True,
                                       capture_stderr=True, check=False, stdin=subprocess.DEVNULL)
 
@@ -32,7 +33,7 @@ def _cli_sync(args: tuple[str, ...], cwd: Path, env: dict | None) -> subprocess.
 
 async def cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run a `roost` command in this process (the same click entry point, without a process start)."""
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         return await trio.to_thread.run_sync(_cli_sync, args, cwd, env)
 
 

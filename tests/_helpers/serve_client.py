@@ -28,6 +28,7 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket
 
 from _helpers.appserver import roost_argv
+from _helpers.timing import scaled
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -56,7 +57,7 @@ class Client:
     async def wait_for(self, kind: str, pred: Callable[[dict], bool] | None = None, *,
                        timeout: float = DEFAULT_TIMEOUT, start: int = 0) -> dict:
         """The first event of type ``kind`` (matching ``pred``) at index >= ``start``; waits for it."""
-        with trio.fail_after(timeout):
+        with trio.fail_after(scaled(timeout)):
             index = start
             while True:
                 while index < len(self.events):
@@ -69,7 +70,7 @@ class Client:
                 await self._changed.wait()
 
     async def wait_closed(self, *, timeout: float = DEFAULT_TIMEOUT) -> Any:
-        with trio.fail_after(timeout):
+        with trio.fail_after(scaled(timeout)):
             while self.closed is None:
                 await self._changed.wait()
         return self.closed
@@ -180,7 +181,7 @@ async def start_daemon(nursery: trio.Nursery, *, script: Path, args: list[str] =
             "--socket", socket or short_socket_path(), "--http-port", "0", *args]
     process = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=environ, stderr=stderr)
     buffer = b""
-    with trio.fail_after(DEFAULT_TIMEOUT):
+    with trio.fail_after(scaled(DEFAULT_TIMEOUT)):
         while b"\n" not in buffer:
             data = await process.stdout.receive_some(4096)
             if not data:
@@ -199,7 +200,7 @@ async def open_daemon(**kwargs: Any) -> AsyncIterator[Daemon]:
             with trio.CancelScope(shield=True):
                 if daemon.process.returncode is None:
                     daemon.process.send_signal(signal.SIGTERM)
-                    with trio.move_on_after(15):
+                    with trio.move_on_after(scaled(15)):
                         await daemon.process.wait()
                     if daemon.process.returncode is None:
                         daemon.process.kill()

@@ -17,6 +17,8 @@ from typing import AsyncIterator, Awaitable, Callable, Union
 import attrs
 import trio
 
+from _helpers.timing import scaled
+
 Chunk = Union[bytes, Callable[[], Awaitable[None]]]
 
 
@@ -175,7 +177,7 @@ async def collect(engine, request, *, deadline: float = 10.0):
     from roost.errors import EngineFailure
 
     events = []
-    with trio.fail_after(deadline):
+    with trio.fail_after(scaled(deadline)):
         try:
             async with engine.stream(request) as stream:
                 async for event in stream:
