@@ -35,3 +35,24 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+# -- PostgreSQL (issue 13): one throwaway cluster per session, a fresh database per test ----------
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The session's PostgreSQL server (tests/_helpers/postgres.py); fails in CI when missing."""
+    from _helpers.postgres import start_cluster
+
+    with start_cluster() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """The URL of an empty database of its own on the session's server."""
+    from _helpers.postgres import fresh_database
+
+    with fresh_database(pg_server) as url:
+        yield url

@@ -1,0 +1,139 @@
+"""The PostgreSQL store: a connection pool, migrations on open, and the operations done so far.
+
+Implemented on PostgreSQL (issue 13, foundation): connections, versioned migrations and the lease
+group (:class:`roost.storage.LeaseStore`: acquire, renew, release, hand_over, check_fence,
+get_lease). The other groups of :class:`roost.storage.StoreBackend` (threads, items, inputs,
+workers, schedules, tasks, memory, processes) are not implemented here yet, so a
+:class:`PostgresStore` is a ``LeaseStore`` but not yet a whole ``StoreBackend``; and there is no
+group-commit writer for it (:class:`roost.storage.StoreWriter` is SQLite's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from roost.errors import StoreClosed, StoreError
+
+from . import _pg_leases
+from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
+from ._pg_schema import migrate_pg
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+    from ._interface import LeaseStore
+
+__all__ = ["PostgresStore", "open_postgres_store"]
+
+
+class PostgresStore:
+    """An open Roost database on a PostgreSQL server. Create it with :func:`open_postgres_store`.
+
+    Attributes:
+        url: the database URL (holds the password: show it with ``redact_url``).
+    """
+
+    acquire = staticmethod(_pg_leases.acquire)
+    renew = staticmethod(_pg_leases.renew)
+    release = staticmethod(_pg_leases.release)
+    hand_over = staticmethod(_pg_leases.hand_over)
+    check_fence = staticmethod(_pg_leases.check_fence)
+    get_lease = staticmethod(_pg_leases.get_lease)
+    fenced = staticmethod(_pg_leases.fenced)
+    db_now = staticmethod(_pg_leases.db_now)
+
+    def __init__(self, url: str, pool: ConnectionPool) -> None:
+        self.url = url
+        self._pool = pool
+        self._closed = False
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise translate_pg_error(exc, self.url) from exc
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[psycopg.Connection]:
+        """Lend a connection for reads, in a ``READ ONLY`` transaction ended with the block.
+
+        Blocking; offload from trio with ``trio.to_thread.run_sync``.
+
+        Raises:
+            StoreClosed: the store is closed.
+            DatabaseUnreachable: the server went away.
+        """
+        with self._connection() as conn:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION READ ONLY")
+                yield conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """Run the block in one write transaction: committed when it ends normally, rolled back
+        on an exception (``READ COMMITTED``; the lease operations lock their rows).
+
+        Raises:
+            StoreClosed: the store is closed.
+            DatabaseUnreachable: the server went away.
+            StoreError: the commit failed.
+        """
+        with self._connection() as conn:
+            with conn.transaction():
+                yield conn
+
+    def close(self) -> None:
+        """Close the pool (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_postgres_store(url: str, *, max_connections: int = 8) -> PostgresStore:
+    """Connect to ``url``, bring its schema up to date and return a :class:`PostgresStore`.
+
+    Blocking (migrations run here). Safe to call from several processes at once.
+
+    Args:
+        url: ``postgresql://user:password@host:port/dbname``.
+        max_connections: the pool's size.
+
+    Raises:
+        DatabaseUrlInvalid: the URL is malformed.
+        DatabaseUnreachable: no server answers, or it refused the login or the database name.
+        DatabasePermissionDenied: the role may not connect or create Roost's tables.
+        SchemaTooNew: a newer Roost migrated this database.
+        MigrationError: a migration failed (nothing of it applied).
+    """
+    validate_url(url)
+    conn = connect_pg(url)
+    try:
+        migrate_pg(conn, url)
+    finally:
+        conn.close()
+    try:
+        pool = open_pool(url, max_size=max_connections)
+    except psycopg.Error as exc:
+        raise translate_pg_error(exc, url) from exc
+    except StoreError:
+        raise
+    return PostgresStore(url, pool)
+
+
+def _pg_conforms(store: PostgresStore) -> LeaseStore[psycopg.Connection]:
+    """Never called: mypy checks here that PostgresStore implements the lease group."""
+    return store
