@@ -24,6 +24,7 @@ from roost.storage import (
     get_lease,
     hand_over,
     list_items,
+    open_postgres_store,
     open_store,
     release,
     renew,
@@ -39,32 +40,64 @@ def store(tmp_path: Path) -> Store:
     s.close()
 
 
-def test_acquire_increments_token_and_excludes(store: Store) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path):
+    """A store of each backend, through the store interface (LeaseStore) only."""
+    if request.param == "sqlite":
+        s = open_store(tmp_path / "roost.db")
+    else:
+        s = open_postgres_store(request.getfixturevalue("pg_url"))
+    yield s
+    s.close()
+
+
+def test_acquire_increments_token_and_excludes(backend) -> None:
+    store = backend
     with store.transaction() as conn:
-        a = acquire(conn, "k", "A", 10.0, now=100.0)
+        a = store.acquire(conn, "k", "A", 10.0, now=100.0)
         with pytest.raises(LeaseHeld) as held:
-            acquire(conn, "k", "B", 10.0, now=105.0)
+            store.acquire(conn, "k", "B", 10.0, now=105.0)
         assert (held.value.owner, held.value.expires_at) == ("A", 110.0)
         with pytest.raises(LeaseHeld):
-            acquire(conn, "k", "A", 10.0, now=105.0)  # even the same owner: one execution
-        b = acquire(conn, "k", "B", 10.0, now=110.0)  # expired: anyone may take it
+            store.acquire(conn, "k", "A", 10.0, now=105.0)  # even the same owner: one execution
+        b = store.acquire(conn, "k", "B", 10.0, now=110.0)  # expired: anyone may take it
         assert (a.token, b.token) == (1, 2)
-        assert release(conn, b) is True
-        assert release(conn, b) is False  # idempotent
-        c = acquire(conn, "k", "A", 10.0, now=111.0)  # released: free, token keeps growing
+        assert store.release(conn, b) is True
+        assert store.release(conn, b) is False  # idempotent
+        c = store.acquire(conn, "k", "A", 10.0, now=111.0)  # released: free, token keeps growing
         assert c.token == 3
+    with store.read() as conn:
+        assert store.get_lease(conn, "k") == {"key": "k", "owner": "A", "token": 3, "expires_at": 121.0,
+                                              "successor": None}
+        assert store.get_lease(conn, "never") is None
 
 
-def test_renew_extends_and_detects_supersession(store: Store) -> None:
+def test_renew_extends_and_detects_supersession(backend) -> None:
+    store = backend
     with store.transaction() as conn:
-        a = acquire(conn, "k", "A", 10.0, now=100.0)
-        a2 = renew(conn, a, now=108.0)
+        a = store.acquire(conn, "k", "A", 10.0, now=100.0)
+        a2 = store.renew(conn, a, now=108.0)
         assert (a2.token, a2.expires_at) == (1, 118.0)
-        late = renew(conn, a2, now=200.0)  # past expiry but nobody took it: still ours
+        late = store.renew(conn, a2, now=200.0)  # past expiry but nobody took it: still ours
         assert late.expires_at == 210.0
-        acquire(conn, "k", "B", 10.0, now=300.0)
+        store.acquire(conn, "k", "B", 10.0, now=300.0)
         with pytest.raises(StaleLease):
-            renew(conn, late, now=301.0)
+            store.renew(conn, late, now=301.0)
+
+
+def test_a_stale_guarded_write_rolls_back_its_transaction(backend) -> None:
+    """check_fence in the write's transaction: a stale token undoes the whole transaction."""
+    store = backend
+    with store.transaction() as conn:
+        a = store.acquire(conn, "thread:t1", "A", 10.0, now=100.0)
+        store.acquire(conn, "thread:t1", "B", 10.0, now=200.0)
+    with pytest.raises(StaleLease):
+        with store.transaction() as conn:
+            store.acquire(conn, "side-effect", "A", 10.0, now=100.0)  # a write before the guard
+            store.check_fence(conn, a.key, a.token)
+    with store.read() as conn:
+        assert store.get_lease(conn, "side-effect") is None
+        assert store.get_lease(conn, "thread:t1")["owner"] == "B"
 
 
 def test_stale_token_write_changes_nothing(store: Store) -> None:
@@ -99,19 +132,22 @@ async def test_stale_write_through_the_writer_rolls_back_alone(store: Store) -> 
         assert [i.type for i in list_items(conn, "t1")] == ["y"]
 
 
-def test_hand_over_reserves_for_the_successor(store: Store) -> None:
+def test_hand_over_reserves_for_the_successor(backend) -> None:
+    store = backend
     with store.transaction() as conn:
-        a = acquire(conn, "k", "A", 10.0, now=100.0)
-        hand_over(conn, a, "B", ttl=5.0, now=101.0)
+        a = store.acquire(conn, "k", "A", 10.0, now=100.0)
+        store.hand_over(conn, a, "B", ttl=5.0, now=101.0)
         with pytest.raises(StaleLease):
-            check_fence(conn, "k", a.token)  # the old holder is fenced off at once
+            store.check_fence(conn, "k", a.token)  # the old holder is fenced off at once
+        with pytest.raises(StaleLease):
+            store.hand_over(conn, a, "C", now=101.0)
         with pytest.raises(LeaseHeld) as held:
-            acquire(conn, "k", "C", 10.0, now=102.0)
+            store.acquire(conn, "k", "C", 10.0, now=102.0)
         assert held.value.owner == "B"
-        b = acquire(conn, "k", "B", 10.0, now=102.0)
-        assert b.token == 2 and get_lease(conn, "k")["successor"] is None
-        hand_over(conn, b, "D", ttl=5.0, now=103.0)
-        c = acquire(conn, "k", "C", 10.0, now=108.5)  # D never came: the reservation lapsed
+        b = store.acquire(conn, "k", "B", 10.0, now=102.0)
+        assert b.token == 2 and store.get_lease(conn, "k")["successor"] is None
+        store.hand_over(conn, b, "D", ttl=5.0, now=103.0)
+        c = store.acquire(conn, "k", "C", 10.0, now=108.5)  # D never came: the reservation lapsed
         assert c.token == 3
 
 

@@ -169,13 +169,14 @@ __all__ = [
 from ._backend import open_backend as open_backend
 from ._pg_connect import DATABASE_URL_ENV as DATABASE_URL_ENV
 from ._pg_connect import redact_url as redact_url
+from ._pg_schema import migrate_pg as migrate_pg
 from ._pg_schema import pg_migrations as pg_migrations
 from ._pg_schema import pg_schema_version as pg_schema_version
 from ._pg_store import PostgresStore as PostgresStore
 from ._pg_store import open_postgres_store as open_postgres_store
 
 __all__ += [
-    "open_backend", "DATABASE_URL_ENV", "redact_url", "pg_migrations", "pg_schema_version",
+    "open_backend", "migrate_pg", "DATABASE_URL_ENV", "redact_url", "pg_migrations", "pg_schema_version",
     "PostgresStore", "open_postgres_store",
 ]
 

@@ -114,7 +114,8 @@ def check_fence(conn: psycopg.Connection, key: str, token: int) -> None:
     """Raise :class:`StaleLease` unless ``token`` is the current, held token of ``key``.
 
     Call it inside the transaction of the write it guards, before the write: it locks the lease row
-    ``FOR SHARE`` until that transaction ends, so no takeover can commit in between.
+    ``FOR SHARE`` until that transaction ends, so no takeover can commit in between. Unlike on
+    SQLite, that needs a write transaction (``PostgresStore.transaction()``, not ``read()``).
 
     Raises:
         StaleLease: the lease was re-acquired (higher token), released or handed over.
