@@ -296,3 +296,33 @@ def test_a_takeover_waits_for_a_guarded_write_in_flight(pg: PostgresStore, pg_ur
         assert pg.get_lease(conn, "guarded-write")["owner"] == "A"
         with pytest.raises(StaleLease):
             pg.check_fence(conn, holder.key, holder.token)
+
+
+# -- the fixture itself --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("true", "1 error"), ("", "1 skipped")])
+def test_without_a_server_ci_fails_and_a_laptop_skips(ci: str, outcome: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import pytest\n"
+        "import _helpers.postgres as p\n"
+        "p._bindir = lambda: None  # as on a machine without the postgresql package\n"
+        "@pytest.fixture\n"
+        "def server():\n"
+        "    with p.start_cluster() as s:\n"
+        "        yield s\n"
+        "def test_needs_postgres(server):\n"
+        "    pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ROOST_TEST_DATABASE_URL"}
+    env.update(CI=ci, PYTHONPATH=str(Path(__file__).parent))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(probe), "-q", "-p", "no:cacheprovider", "-p", "no:trio"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert outcome in done.stdout, done.stdout + done.stderr
