@@ -56,3 +56,17 @@ def pg_url(pg_server) -> str:
 
     with fresh_database(pg_server) as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path):
+    """An open store of each backend (SQLite file, PostgreSQL database), for tests written
+    against the store interface (``store.op(conn, ...)`` under ``read()``/``transaction()``)."""
+    from roost.storage import open_postgres_store, open_store
+
+    if request.param == "sqlite":
+        store = open_store(tmp_path / "roost.db")
+    else:
+        store = open_postgres_store(request.getfixturevalue("pg_url"))
+    yield store
+    store.close()

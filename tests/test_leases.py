@@ -24,7 +24,6 @@ from roost.storage import (
     get_lease,
     hand_over,
     list_items,
-    open_postgres_store,
     open_store,
     release,
     renew,
@@ -36,17 +35,6 @@ def store(tmp_path: Path) -> Store:
     s = open_store(tmp_path / "roost.db")
     with s.transaction() as conn:
         create_thread(conn, id="t1")
-    yield s
-    s.close()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path):
-    """A store of each backend, through the store interface (LeaseStore) only."""
-    if request.param == "sqlite":
-        s = open_store(tmp_path / "roost.db")
-    else:
-        s = open_postgres_store(request.getfixturevalue("pg_url"))
     yield s
     s.close()
 

@@ -147,13 +147,17 @@ def test_the_url_setting_selects_the_backend(pg_url: str, monkeypatch: pytest.Mo
         assert isinstance(chosen, storage.Store)
 
 
-def test_the_postgres_store_implements_the_lease_interface(pg: PostgresStore) -> None:
+def test_the_postgres_store_implements_four_groups_of_the_interface(pg: PostgresStore) -> None:
+    """Threads, items, inputs and leases: same operations, same parameters as the interface."""
     import inspect
 
-    assert isinstance(pg, storage.LeaseStore)
-    for name in ("acquire", "renew", "release", "hand_over", "check_fence", "get_lease"):
-        declared = inspect.signature(getattr(storage.LeaseStore, name))
-        assert list(declared.parameters)[1:] == list(inspect.signature(getattr(pg, name)).parameters), name
+    done = (storage.ThreadStore, storage.ItemStore, storage.InputStore, storage.LeaseStore)
+    for group in done:
+        assert isinstance(pg, group), group
+        for name in (n for n in storage.OPERATIONS if hasattr(group, n)):
+            declared = inspect.signature(getattr(group, name))
+            assert list(declared.parameters)[1:] == list(inspect.signature(getattr(pg, name)).parameters), name
+    assert not isinstance(pg, storage.StoreBackend)  # workers, schedules, tasks, memory, processes: not yet
 
 
 # -- leases: the database clock, row locks, races ------------------------------------------------

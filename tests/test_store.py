@@ -365,3 +365,102 @@ def test_the_sqlite_store_implements_the_store_interface(tmp_path: Path) -> None
         with store.read() as conn:
             assert store.get_thread(conn, thread.id).title == "via the interface"
             assert store.page_threads(conn, archived=None, kind="chat", before=None, limit=5) == [thread]
+
+
+# -- the store interface on both backends (issue 13): threads, turns, runs, items, inputs ---------
+
+
+def test_threads_turns_runs_items_inputs_round_trip_on_each_backend(backend) -> None:
+    store = backend
+    # SQLite's functions raise sqlite3's IntegrityError outside the writer (which translates it).
+    conflict = (Conflict, sqlite3.IntegrityError) if isinstance(store, storage.Store) else Conflict
+    with store.transaction() as conn:
+        thread = store.create_thread(conn, title="Hello", cwd="/tmp", metadata={"k": [1, 2]}, pinned=True)
+        child = store.create_thread(conn, kind="worker", parent_thread_id=thread.id)
+        turn = store.create_turn(conn, thread.id)
+        first = store.append_item(conn, thread.id, turn_id=turn.id, type="user_message", text="find the llama")
+        second = store.append_item(conn, thread.id, type="agent_message", payload={"text": "ok"})
+        store.update_item(conn, second.id, status="in_progress", text="a spotted llama")
+        store.update_turn(conn, turn.id, status="completed", usage={"input_tokens": 3})
+        store.update_thread(conn, thread.id, title="Renamed", archived=True)
+        run = store.create_run(conn, thread_id=thread.id, owner="me", metadata={"m": 1})
+        store.update_run(conn, run.id, status="failed")
+        held, created = store.add_held_input(conn, thread.id, kind="queue", payload={"text": "hi"}, client_id="c1")
+        again, created_again = store.add_held_input(conn, thread.id, kind="queue", payload={}, client_id="c1")
+        steer, _ = store.add_held_input(conn, thread.id, kind="steer", held=True)
+        with pytest.raises(UsageError):
+            store.create_thread(conn, kind="bogus")
+        with pytest.raises(conflict):
+            store.create_thread(conn, id=thread.id)  # refused alone: the transaction goes on
+        with pytest.raises(conflict):
+            store.create_turn(conn, "no-such-thread")
+        with pytest.raises(NotFound):
+            store.update_turn(conn, "no-such-turn", status="completed")
+        store.create_thread(conn, title="after the conflicts")
+    with store.read() as conn:
+        got = store.get_thread(conn, thread.id)
+        assert (got.title, got.archived, got.pinned, got.metadata) == ("Renamed", True, True, {"k": [1, 2]})
+        assert [t.id for t in store.list_threads(conn, archived=True)] == [thread.id]
+        assert child in store.list_threads(conn, parent_thread_id=thread.id)
+        done = store.get_turn(conn, turn.id)
+        assert done.status == "completed" and done.completed_at and done.usage == {"input_tokens": 3}
+        assert [t.id for t in store.list_turns(conn, thread.id, status="completed")] == [turn.id]
+        assert [(i.seq, i.type) for i in store.list_items(conn, thread.id)] == [(1, "user_message"), (2, "agent_message")]
+        assert [i.id for i in store.list_items(conn, thread.id, after_seq=1)] == [second.id]
+        assert [i.id for i in store.list_items(conn, thread.id, turn_id=turn.id)] == [first.id]
+        assert store.get_item(conn, second.id).payload == {"text": "ok"}
+        hits = store.search_items(conn, "llama")
+        assert {h.item_id for h in hits} == {first.id, second.id} and all("[llama]" in h.snippet for h in hits)
+        assert [h.item_id for h in store.search_items(conn, "find llama", thread_id=thread.id)] == [first.id]
+        assert store.search_items(conn, 'NEAR("x" OR') == []  # operators are literal
+        assert store.get_run(conn, run.id).status == "failed" and store.get_run(conn, run.id).completed_at
+        assert [r.id for r in store.list_runs(conn, thread_id=thread.id)] == [run.id]
+        assert store.latest_run_status(conn, thread.id) == "failed"
+        assert store.first_user_text(conn, thread.id) == "find the llama"
+        assert store.count_turns(conn, thread.id) == 1
+        assert created and not created_again and again.id == held.id
+        assert [(h.kind, h.position) for h in store.list_held_input(conn, thread.id)] == [("queue", 1), ("steer", 2)]
+        assert [h.id for h in store.list_held_input(conn, thread.id, held=True)] == [steer.id]
+        assert store.chat_ids_with_title(conn, "RENAM", limit=5) == [thread.id]
+        page = store.page_threads(conn, archived=None, kind=None, before=None, limit=2)
+        rest = store.page_threads(conn, archived=None, kind=None, before=(page[-1].updated_at, page[-1].id), limit=9)
+        assert len(page) == 2 and len(rest) == 1 and not {t.id for t in page} & {t.id for t in rest}
+        assert [t.id for t in store.chat_threads_with_cwd(conn)] == []  # the one with a cwd is archived
+    with store.transaction() as conn:
+        store.update_held_input(conn, steer.id, held=False)
+        store.remove_held_input(conn, held.id)
+        store.delete_thread(conn, thread.id)
+    with store.read() as conn:
+        with pytest.raises(NotFound):
+            store.get_thread(conn, thread.id)
+        assert store.list_items(conn, thread.id) == [] and store.list_held_input(conn, thread.id) == []
+
+
+def test_concurrent_appenders_get_gap_free_seqs_on_each_backend(backend) -> None:
+    """Four threads of this process append to one thread at once, each in its own transactions."""
+    import threading
+
+    store = backend
+    with store.transaction() as conn:
+        store.create_thread(conn, id="t")
+    errors: list[BaseException] = []
+
+    def appender(n: int) -> None:
+        try:
+            for i in range(15):
+                with store.transaction() as conn:
+                    store.append_item(conn, "t", type=f"w{n}-{i}")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    workers = [threading.Thread(target=appender, args=(n,)) for n in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert errors == []
+    with store.read() as conn:
+        items = store.list_items(conn, "t")
+    assert [i.seq for i in items] == list(range(1, 61))
+    for n in range(4):  # each appender's items in its own order
+        assert [i.type for i in items if i.type.startswith(f"w{n}-")] == [f"w{n}-{i}" for i in range(15)]

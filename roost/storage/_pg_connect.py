@@ -103,9 +103,7 @@ def translate_pg_error(exc: BaseException, url: str | None = None) -> StoreError
     where = f" ({redact_url(url)})" if url else ""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, pg_errors.InsufficientPrivilege):
-        return DatabasePermissionDenied(
-            f"the database role of {SETTING}{where} lacks a privilege Roost needs: {first}"
-        )
+        return DatabasePermissionDenied(f"the database role of {SETTING}{where} lacks a privilege Roost needs: {first}")
     if isinstance(exc, pg_errors.InvalidCatalogName | pg_errors.InvalidAuthorizationSpecification):
         return DatabaseUnreachable(f"{SETTING}{where} was refused by the server: {first}")
     if isinstance(exc, psycopg.OperationalError | PoolTimeout) and not isinstance(exc, psycopg.errors.LockNotAvailable):
@@ -114,9 +112,7 @@ def translate_pg_error(exc: BaseException, url: str | None = None) -> StoreError
         return DatabaseUnreachable(f"cannot reach the database server of {SETTING}{where}: {first}")
     if isinstance(exc, psycopg.IntegrityError):
         return Conflict(first)
-    if isinstance(
-        exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected | pg_errors.LockNotAvailable
-    ):
+    if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected | pg_errors.LockNotAvailable):
         return StoreBusy(f"database stayed locked: {first}")
     return StoreError(f"{type(exc).__name__}: {first}")
 

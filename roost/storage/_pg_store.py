@@ -1,11 +1,11 @@
 """The PostgreSQL store: a connection pool, migrations on open, and the operations done so far.
 
-Implemented on PostgreSQL (issue 13, foundation): connections, versioned migrations and the lease
-group (:class:`roost.storage.LeaseStore`: acquire, renew, release, hand_over, check_fence,
-get_lease). The other groups of :class:`roost.storage.StoreBackend` (threads, items, inputs,
-workers, schedules, tasks, memory, processes) are not implemented here yet, so a
-:class:`PostgresStore` is a ``LeaseStore`` but not yet a whole ``StoreBackend``; and there is no
-group-commit writer for it (:class:`roost.storage.StoreWriter` is SQLite's).
+Implemented on PostgreSQL (issue 13, foundation): connections, versioned migrations, and four
+groups of :class:`roost.storage.StoreBackend`: ``ThreadStore`` (threads, turns, runs and their
+queries), ``ItemStore`` (items, search), ``InputStore`` (held input) and ``LeaseStore``. Not yet:
+``WorkerStore``, ``ScheduleStore``, ``TaskStore``, ``MemoryStore``, ``ProcessStore``, so a
+:class:`PostgresStore` is not yet a whole ``StoreBackend``; and there is no group-commit writer
+for it (:class:`roost.storage.StoreWriter` is SQLite's).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import psycopg
 
 from roost.errors import StoreClosed, StoreError
 
-from . import _pg_leases
+from . import _pg_items, _pg_leases, _pg_threads
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
 from ._pg_schema import migrate_pg
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
-    from ._interface import LeaseStore
+    from ._interface import InputStore, ItemStore, LeaseStore, ThreadStore
 
 __all__ = ["PostgresStore", "open_postgres_store"]
 
@@ -37,6 +37,37 @@ class PostgresStore:
         url: the database URL (holds the password: show it with ``redact_url``).
     """
 
+    # threads, turns, runs (ThreadStore)
+    create_thread = staticmethod(_pg_threads.create_thread)
+    get_thread = staticmethod(_pg_threads.get_thread)
+    list_threads = staticmethod(_pg_threads.list_threads)
+    update_thread = staticmethod(_pg_threads.update_thread)
+    delete_thread = staticmethod(_pg_threads.delete_thread)
+    create_turn = staticmethod(_pg_threads.create_turn)
+    get_turn = staticmethod(_pg_threads.get_turn)
+    list_turns = staticmethod(_pg_threads.list_turns)
+    update_turn = staticmethod(_pg_threads.update_turn)
+    create_run = staticmethod(_pg_threads.create_run)
+    get_run = staticmethod(_pg_threads.get_run)
+    list_runs = staticmethod(_pg_threads.list_runs)
+    update_run = staticmethod(_pg_threads.update_run)
+    first_user_text = staticmethod(_pg_threads.first_user_text)
+    latest_run_status = staticmethod(_pg_threads.latest_run_status)
+    count_turns = staticmethod(_pg_threads.count_turns)
+    chat_ids_with_title = staticmethod(_pg_threads.chat_ids_with_title)
+    page_threads = staticmethod(_pg_threads.page_threads)
+    chat_threads_with_cwd = staticmethod(_pg_threads.chat_threads_with_cwd)
+    # items (ItemStore) and pending inputs (InputStore)
+    append_item = staticmethod(_pg_items.append_item)
+    get_item = staticmethod(_pg_items.get_item)
+    list_items = staticmethod(_pg_items.list_items)
+    update_item = staticmethod(_pg_items.update_item)
+    search_items = staticmethod(_pg_items.search_items)
+    add_held_input = staticmethod(_pg_items.add_held_input)
+    list_held_input = staticmethod(_pg_items.list_held_input)
+    update_held_input = staticmethod(_pg_items.update_held_input)
+    remove_held_input = staticmethod(_pg_items.remove_held_input)
+    # leases (LeaseStore)
     acquire = staticmethod(_pg_leases.acquire)
     renew = staticmethod(_pg_leases.renew)
     release = staticmethod(_pg_leases.release)
@@ -134,6 +165,13 @@ def open_postgres_store(url: str, *, max_connections: int = 8) -> PostgresStore:
     return PostgresStore(url, pool)
 
 
-def _pg_conforms(store: PostgresStore) -> LeaseStore[psycopg.Connection]:
-    """Never called: mypy checks here that PostgresStore implements the lease group."""
-    return store
+def _pg_conforms(
+    store: PostgresStore,
+) -> tuple[
+    ThreadStore[psycopg.Connection],
+    ItemStore[psycopg.Connection],
+    InputStore[psycopg.Connection],
+    LeaseStore[psycopg.Connection],
+]:
+    """Never called: mypy checks here that PostgresStore implements the groups done so far."""
+    return store, store, store, store
