@@ -330,3 +330,52 @@ def test_without_a_server_ci_fails_and_a_laptop_skips(ci: str, outcome: str, tmp
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
     assert outcome in done.stdout, done.stdout + done.stderr
+
+
+# -- through the real `roost` command -------------------------------------------------------------
+
+
+def _roost(roost_cmd: list[str], *args: str, url: str | None = None) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "ROOST_DATABASE_URL"}
+    if url is not None:
+        env["ROOST_DATABASE_URL"] = url
+    return subprocess.run([*roost_cmd, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_roost_db_check_opens_and_migrates_the_postgres_database(roost_cmd: list[str], pg_url: str) -> None:
+    done = _roost(roost_cmd, "db", "check", url=pg_url)
+    assert done.returncode == 0, done.stderr
+    assert "backend: postgresql" in done.stdout
+    assert f"schema: {len(pg_migrations())} migrations" in done.stdout
+    by_option = _roost(roost_cmd, "db", "check", "--database-url", pg_url, url="mysql://ignored")
+    assert by_option.returncode == 0 and "backend: postgresql" in by_option.stdout, by_option.stderr
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM roost_migrations").fetchone()[0] == len(pg_migrations())
+
+
+def test_roost_db_check_reports_each_setting_error_in_one_line(
+    roost_cmd: list[str], pg_url: str, pg_server
+) -> None:
+    with psycopg.connect(pg_server.admin_url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS roost_nobody")
+        admin.execute("CREATE ROLE roost_nobody LOGIN")
+    open_postgres_store(pg_url).close()
+    future = pg_url
+    cases = {
+        "must start with postgresql://": "sqlite:///tmp/x.db",
+        "cannot reach the database server": f"postgresql://roost:hunter2@127.0.0.1:{_free_port()}/roost",
+        "lacks a privilege": pg_server.url_for("postgres").replace("//roost@", "//roost_nobody@"),
+    }
+    for expected, url in cases.items():
+        done = _roost(roost_cmd, "db", "check", url=url)
+        assert done.returncode == 1, (url, done.stdout, done.stderr)
+        assert expected in done.stderr and "ROOST_DATABASE_URL" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    with psycopg.connect(future, autocommit=True) as conn:
+        conn.execute("INSERT INTO roost_migrations (name, applied_order) VALUES ('9999_next', 99)")
+    done = _roost(roost_cmd, "db", "check", url=future)
+    assert done.returncode == 1 and "newer Roost" in done.stderr and "Traceback" not in done.stderr

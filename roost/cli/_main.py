@@ -30,6 +30,7 @@ _COMMANDS = {
     "validate": ("roost.cli._res_config", "validate_command"),
     "init": ("roost.cli._res_config", "init_command"),
     "models": ("roost.cli._models", "models_command"),
+    "db": ("roost.cli._db", "db_group"),
 }
 
 
