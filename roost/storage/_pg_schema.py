@@ -5,6 +5,10 @@ There is one list of versioned migrations. Each SQLite migration is a function t
 statement is translated to PostgreSQL:
 
 * ``REAL`` columns become ``DOUBLE PRECISION`` (lease expiry, unix seconds);
+* ``INTEGER`` columns become ``BIGINT`` (SQLite integers are 64-bit; tool process start ticks
+  outgrow 32 bits);
+* ``TEXT`` columns get ``COLLATE "C"``: bytewise comparison and order, as SQLite's ``BINARY``
+  (ids, ISO timestamps, keys sort the same on both, whatever the server's locale);
 * the FTS5 table ``items_fts`` becomes a generated ``tsvector`` column ``items.text_search`` with
   a GIN index (https://www.postgresql.org/docs/15/textsearch-tables.html), and the triggers that
   keep FTS5 in step are not needed;
@@ -68,7 +72,9 @@ def _translate(sql: str) -> list[str]:
         return []
     if head.startswith(("CREATE VIRTUAL", "CREATE TRIGGER", "PRAGMA")):
         raise MigrationError(f"no PostgreSQL translation for: {head} ...")
-    return [re.sub(r"\bREAL\b", "DOUBLE PRECISION", sql)]
+    sql = re.sub(r"\bREAL\b", "DOUBLE PRECISION", sql)
+    sql = re.sub(r"\bINTEGER\b", "BIGINT", sql)
+    return [re.sub(r"\bTEXT\b", 'TEXT COLLATE "C"', sql)]
 
 
 def pg_migrations() -> list[tuple[str, list[str]]]:
