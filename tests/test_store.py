@@ -464,3 +464,70 @@ def test_concurrent_appenders_get_gap_free_seqs_on_each_backend(backend) -> None
     assert [i.seq for i in items] == list(range(1, 61))
     for n in range(4):  # each appender's items in its own order
         assert [i.type for i in items if i.type.startswith(f"w{n}-")] == [f"w{n}-{i}" for i in range(15)]
+
+
+def test_memory_context_files_and_the_task_queue_on_each_backend(backend) -> None:
+    store = backend
+    with store.transaction() as conn:
+        thread = store.create_thread(conn)
+        store.put_memory(conn, "ws:/tmp", "fact", {"v": 1})
+        store.put_memory(conn, "ws:/tmp", "fact", {"v": 2})  # replaced, not added
+        store.put_memory(conn, "ws:/tmp", "a/b", None)
+        store.put_memory(conn, "ws:/tmp", "a/c", [1])
+        store.put_memory(conn, "agent:x", "Z", "z")
+        store.put_context_file(conn, thread.id, "README.md", "# hi")
+        store.put_context_file(conn, thread.id, "README.md", "# hello")
+        store.put_context_file(conn, thread.id, "A.md", "a")
+        first, created = store.enqueue_daemon_task(conn, payload={"task": "y"}, client_id="k")
+        again, created_again = store.enqueue_daemon_task(conn, payload={"other": 1}, client_id="k")
+        second, _ = store.enqueue_daemon_task(conn, payload={"task": "z"})
+    with store.read() as conn:
+        assert store.get_memory(conn, "ws:/tmp", "fact").value == {"v": 2}
+        assert [e.key for e in store.list_memory(conn, "ws:/tmp")] == ["a/b", "a/c", "fact"]
+        assert store.memory_value(conn, "ws:/tmp", "a/b") == (True, None)
+        assert store.memory_value(conn, "ws:/tmp", "nope") == (False, None)
+        assert store.memory_scope_counts(conn, "ws:") == [("/tmp", 3)]
+        assert store.scope_has_memory(conn, "agent:x") and not store.scope_has_memory(conn, "agent:y")
+        with pytest.raises(NotFound):
+            store.get_memory(conn, "ws:/tmp", "nope")
+        assert [(c.path, c.content) for c in store.list_context_files(conn, thread.id)] == [
+            ("A.md", "a"), ("README.md", "# hello")]
+        assert created and not created_again and again == first
+        assert [t.position for t in store.list_daemon_tasks(conn)] == [1, 2]
+        assert store.get_daemon_task(conn, second.id) == second and store.get_daemon_task(conn, "nope") is None
+    with store.transaction() as conn:
+        assert store.delete_memory_prefix(conn, "ws:/tmp", "a/") == 2
+        assert store.delete_memory(conn, "ws:/tmp", "fact") and not store.delete_memory(conn, "ws:/tmp", "fact")
+        assert store.delete_context_file(conn, thread.id, "A.md")
+        done = store.update_daemon_task(conn, first.id, status="completed", run_id="run_1")
+        assert (done.status, done.run_id) == ("completed", "run_1")
+    with store.read() as conn:
+        assert store.list_memory(conn, "ws:/tmp") == []
+        assert [t.id for t in store.list_daemon_tasks(conn, status="queued")] == [second.id]
+
+
+def test_concurrent_enqueuers_get_unique_ordered_positions_on_each_backend(backend) -> None:
+    import threading
+
+    store = backend
+    errors: list[BaseException] = []
+
+    def enqueuer(n: int) -> None:
+        try:
+            for i in range(10):
+                with store.transaction() as conn:
+                    store.enqueue_daemon_task(conn, payload={"n": n, "i": i}, client_id=f"c{n}-{i}")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    workers = [threading.Thread(target=enqueuer, args=(n,)) for n in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert errors == []
+    with store.read() as conn:
+        tasks = store.list_daemon_tasks(conn)
+    assert [t.position for t in tasks] == list(range(1, 41))
+    for n in range(4):
+        assert [t.payload["i"] for t in tasks if t.payload["n"] == n] == list(range(10))

@@ -1,9 +1,10 @@
 """The PostgreSQL store: a connection pool, migrations on open, and the operations done so far.
 
-Implemented on PostgreSQL (issue 13, foundation): connections, versioned migrations, and four
+Implemented on PostgreSQL (issue 13, foundation): connections, versioned migrations, and six
 groups of :class:`roost.storage.StoreBackend`: ``ThreadStore`` (threads, turns, runs and their
-queries), ``ItemStore`` (items, search), ``InputStore`` (held input) and ``LeaseStore``. Not yet:
-``WorkerStore``, ``ScheduleStore``, ``TaskStore``, ``MemoryStore``, ``ProcessStore``, so a
+queries), ``ItemStore`` (items, search), ``InputStore`` (held input), ``LeaseStore``,
+``MemoryStore`` (memory, context files) and ``TaskStore`` (the daemon queue). Not yet:
+``WorkerStore``, ``ScheduleStore``, ``ProcessStore``, so a
 :class:`PostgresStore` is not yet a whole ``StoreBackend``; and there is no group-commit writer
 for it (:class:`roost.storage.StoreWriter` is SQLite's).
 """
@@ -18,14 +19,14 @@ import psycopg
 
 from roost.errors import StoreClosed, StoreError
 
-from . import _pg_items, _pg_leases, _pg_threads
+from . import _pg_items, _pg_leases, _pg_memory, _pg_threads
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
 from ._pg_schema import migrate_pg
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
-    from ._interface import InputStore, ItemStore, LeaseStore, ThreadStore
+    from ._interface import InputStore, ItemStore, LeaseStore, MemoryStore, TaskStore, ThreadStore
 
 __all__ = ["PostgresStore", "open_postgres_store"]
 
@@ -67,6 +68,23 @@ class PostgresStore:
     list_held_input = staticmethod(_pg_items.list_held_input)
     update_held_input = staticmethod(_pg_items.update_held_input)
     remove_held_input = staticmethod(_pg_items.remove_held_input)
+    # memory and context files (MemoryStore)
+    put_memory = staticmethod(_pg_memory.put_memory)
+    get_memory = staticmethod(_pg_memory.get_memory)
+    list_memory = staticmethod(_pg_memory.list_memory)
+    delete_memory = staticmethod(_pg_memory.delete_memory)
+    put_context_file = staticmethod(_pg_memory.put_context_file)
+    list_context_files = staticmethod(_pg_memory.list_context_files)
+    delete_context_file = staticmethod(_pg_memory.delete_context_file)
+    memory_value = staticmethod(_pg_memory.memory_value)
+    memory_scope_counts = staticmethod(_pg_memory.memory_scope_counts)
+    delete_memory_prefix = staticmethod(_pg_memory.delete_memory_prefix)
+    scope_has_memory = staticmethod(_pg_memory.scope_has_memory)
+    # the daemon task queue (TaskStore)
+    enqueue_daemon_task = staticmethod(_pg_memory.enqueue_daemon_task)
+    get_daemon_task = staticmethod(_pg_memory.get_daemon_task)
+    list_daemon_tasks = staticmethod(_pg_memory.list_daemon_tasks)
+    update_daemon_task = staticmethod(_pg_memory.update_daemon_task)
     # leases (LeaseStore)
     acquire = staticmethod(_pg_leases.acquire)
     renew = staticmethod(_pg_leases.renew)
@@ -172,6 +190,8 @@ def _pg_conforms(
     ItemStore[psycopg.Connection],
     InputStore[psycopg.Connection],
     LeaseStore[psycopg.Connection],
+    MemoryStore[psycopg.Connection],
+    TaskStore[psycopg.Connection],
 ]:
     """Never called: mypy checks here that PostgresStore implements the groups done so far."""
-    return store, store, store, store
+    return store, store, store, store, store, store
