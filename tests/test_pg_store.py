@@ -147,18 +147,18 @@ def test_the_url_setting_selects_the_backend(pg_url: str, monkeypatch: pytest.Mo
         assert isinstance(chosen, storage.Store)
 
 
-def test_the_postgres_store_implements_six_groups_of_the_interface(pg: PostgresStore) -> None:
-    """Threads, items, inputs, leases, memory, tasks: same operations, same parameters as the interface."""
+def test_the_postgres_store_implements_every_group_but_schedules(pg: PostgresStore) -> None:
+    """Every group but schedules: same operations, same parameters as the interface."""
     import inspect
 
     done = (storage.ThreadStore, storage.ItemStore, storage.InputStore, storage.LeaseStore, storage.MemoryStore,
-            storage.TaskStore)
+            storage.TaskStore, storage.WorkerStore, storage.ProcessStore)
     for group in done:
         assert isinstance(pg, group), group
         for name in (n for n in storage.OPERATIONS if hasattr(group, n)):
             declared = inspect.signature(getattr(group, name))
             assert list(declared.parameters)[1:] == list(inspect.signature(getattr(pg, name)).parameters), name
-    assert not isinstance(pg, storage.StoreBackend)  # workers, schedules, processes: not yet
+    assert not isinstance(pg, storage.StoreBackend)  # schedules: not yet
 
 
 # -- leases: the database clock, row locks, races ------------------------------------------------

@@ -531,3 +531,36 @@ def test_concurrent_enqueuers_get_unique_ordered_positions_on_each_backend(backe
     assert [t.position for t in tasks] == list(range(1, 41))
     for n in range(4):
         assert [t.payload["i"] for t in tasks if t.payload["n"] == n] == list(range(10))
+
+
+def test_worker_trees_and_tool_process_records_on_each_backend(backend) -> None:
+    store = backend
+    with store.transaction() as conn:
+        root = store.create_thread(conn, kind="orchestration")
+        child = store.create_thread(conn, kind="worker", parent_thread_id=root.id)
+        w1 = store.create_worker(conn, thread_id=child.id, root_thread_id=root.id, name="a")
+        w2 = store.create_worker(conn, thread_id=child.id, root_thread_id=root.id, parent_id=w1.id)
+        with pytest.raises(NotFound):
+            store.create_worker(conn, thread_id=child.id, root_thread_id=root.id, parent_id="nope")
+        store.record_tool_process(conn, 4242, "me", 100, "boot-1", child.id)
+        store.record_tool_process(conn, 4242, "me", 101, "boot-1", child.id)  # replaced
+        store.record_tool_process(conn, 4343, "other", 5_000_000_000, None, None)  # past 32 bits
+    with store.read() as conn:
+        assert [(w.spawn_order, w.depth) for w in store.list_workers(conn, root.id)] == [(1, 0), (2, 1)]
+        assert store.get_worker(conn, w2.id).parent_id == w1.id
+        assert store.queued_worker_roots(conn) == [root.id]
+        assert [p["start_ticks"] for p in store.list_tool_processes(conn, "me")] == [101]
+        assert {p["pgid"] for p in store.list_tool_processes(conn)} == {4242, 4343}
+    with store.transaction() as conn:
+        assert store.claim_queued_worker(conn, w1.id) is True
+        assert store.claim_queued_worker(conn, w1.id) is False  # exactly once
+        assert store.mark_worker_delivered(conn, w1.id) is True
+        assert store.mark_worker_delivered(conn, w1.id) is False
+        store.update_worker(conn, w2.id, status="completed", result={"text": "done"})
+        assert store.forget_tool_process(conn, 4242, "me") and not store.forget_tool_process(conn, 4242, "me")
+    with store.read() as conn:
+        assert store.get_worker(conn, w1.id).status == "running"
+        assert store.get_worker(conn, w1.id).result == {"delivered": True}
+        assert [w.id for w in store.list_workers(conn, root.id, status="completed")] == [w2.id]
+        assert store.queued_worker_roots(conn) == []
+        assert [p["owner"] for p in store.list_tool_processes(conn)] == ["other"]

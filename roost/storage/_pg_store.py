@@ -1,12 +1,12 @@
 """The PostgreSQL store: a connection pool, migrations on open, and the operations done so far.
 
-Implemented on PostgreSQL (issue 13, foundation): connections, versioned migrations, and six
+Implemented on PostgreSQL (issue 13, foundation): connections, versioned migrations, and eight
 groups of :class:`roost.storage.StoreBackend`: ``ThreadStore`` (threads, turns, runs and their
 queries), ``ItemStore`` (items, search), ``InputStore`` (held input), ``LeaseStore``,
-``MemoryStore`` (memory, context files) and ``TaskStore`` (the daemon queue). Not yet:
-``WorkerStore``, ``ScheduleStore``, ``ProcessStore``, so a
-:class:`PostgresStore` is not yet a whole ``StoreBackend``; and there is no group-commit writer
-for it (:class:`roost.storage.StoreWriter` is SQLite's).
+``MemoryStore`` (memory, context files), ``TaskStore`` (the daemon queue), ``WorkerStore`` and
+``ProcessStore`` (records only: reaping is SQLite's ``reap_tool_processes``). Not yet:
+``ScheduleStore``, so a :class:`PostgresStore` is not yet a whole ``StoreBackend``; and there is
+no group-commit writer for it (:class:`roost.storage.StoreWriter` is SQLite's).
 """
 
 from __future__ import annotations
@@ -19,14 +19,23 @@ import psycopg
 
 from roost.errors import StoreClosed, StoreError
 
-from . import _pg_items, _pg_leases, _pg_memory, _pg_threads
+from . import _pg_items, _pg_leases, _pg_memory, _pg_threads, _pg_workers
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
 from ._pg_schema import migrate_pg
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
-    from ._interface import InputStore, ItemStore, LeaseStore, MemoryStore, TaskStore, ThreadStore
+    from ._interface import (
+        InputStore,
+        ItemStore,
+        LeaseStore,
+        MemoryStore,
+        ProcessStore,
+        TaskStore,
+        ThreadStore,
+        WorkerStore,
+    )
 
 __all__ = ["PostgresStore", "open_postgres_store"]
 
@@ -85,6 +94,18 @@ class PostgresStore:
     get_daemon_task = staticmethod(_pg_memory.get_daemon_task)
     list_daemon_tasks = staticmethod(_pg_memory.list_daemon_tasks)
     update_daemon_task = staticmethod(_pg_memory.update_daemon_task)
+    # worker trees (WorkerStore)
+    create_worker = staticmethod(_pg_workers.create_worker)
+    get_worker = staticmethod(_pg_workers.get_worker)
+    list_workers = staticmethod(_pg_workers.list_workers)
+    update_worker = staticmethod(_pg_workers.update_worker)
+    claim_queued_worker = staticmethod(_pg_workers.claim_queued_worker)
+    queued_worker_roots = staticmethod(_pg_workers.queued_worker_roots)
+    mark_worker_delivered = staticmethod(_pg_workers.mark_worker_delivered)
+    # tool process records (ProcessStore)
+    record_tool_process = staticmethod(_pg_workers.record_tool_process)
+    forget_tool_process = staticmethod(_pg_workers.forget_tool_process)
+    list_tool_processes = staticmethod(_pg_workers.list_tool_processes)
     # leases (LeaseStore)
     acquire = staticmethod(_pg_leases.acquire)
     renew = staticmethod(_pg_leases.renew)
@@ -192,6 +213,8 @@ def _pg_conforms(
     LeaseStore[psycopg.Connection],
     MemoryStore[psycopg.Connection],
     TaskStore[psycopg.Connection],
+    WorkerStore[psycopg.Connection],
+    ProcessStore[psycopg.Connection],
 ]:
     """Never called: mypy checks here that PostgresStore implements the groups done so far."""
-    return store, store, store, store, store, store
+    return store, store, store, store, store, store, store, store
