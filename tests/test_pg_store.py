@@ -147,18 +147,14 @@ def test_the_url_setting_selects_the_backend(pg_url: str, monkeypatch: pytest.Mo
         assert isinstance(chosen, storage.Store)
 
 
-def test_the_postgres_store_implements_every_group_but_schedules(pg: PostgresStore) -> None:
-    """Every group but schedules: same operations, same parameters as the interface."""
+def test_the_postgres_store_implements_the_whole_store_interface(pg: PostgresStore) -> None:
+    """Every operation of StoreBackend, with the interface's parameters."""
     import inspect
 
-    done = (storage.ThreadStore, storage.ItemStore, storage.InputStore, storage.LeaseStore, storage.MemoryStore,
-            storage.TaskStore, storage.WorkerStore, storage.ProcessStore)
-    for group in done:
-        assert isinstance(pg, group), group
-        for name in (n for n in storage.OPERATIONS if hasattr(group, n)):
-            declared = inspect.signature(getattr(group, name))
-            assert list(declared.parameters)[1:] == list(inspect.signature(getattr(pg, name)).parameters), name
-    assert not isinstance(pg, storage.StoreBackend)  # schedules: not yet
+    assert isinstance(pg, storage.StoreBackend)
+    for name in storage.OPERATIONS:
+        declared = inspect.signature(getattr(storage.StoreBackend, name))
+        assert list(declared.parameters)[1:] == list(inspect.signature(getattr(pg, name)).parameters), name
 
 
 # -- leases: the database clock, row locks, races ------------------------------------------------
@@ -380,3 +376,25 @@ def test_roost_db_check_reports_each_setting_error_in_one_line(
         conn.execute("INSERT INTO roost_migrations (name, applied_order) VALUES ('9999_next', 99)")
     done = _roost(roost_cmd, "db", "check", url=future)
     assert done.returncode == 1 and "newer Roost" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_cron_slot_is_claimed_once_by_simultaneous_nodes(pg: PostgresStore, pg_url: str) -> None:
+    with pg.transaction() as conn:
+        job = pg.add_job(conn, name="j", cron="* * * * *", task="t", next_run=None)
+    outcomes: list[str | None] = []
+    barrier = threading.Barrier(5)
+
+    def node(owner: str) -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            barrier.wait(30)
+            with conn.transaction():
+                outcomes.append(PostgresStore.claim_slot(conn, job.id, "2026-01-01T00:00:00Z", owner))
+
+    threads = [threading.Thread(target=node, args=(f"N{i}",)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(outcomes) == 5 and sum(o is not None for o in outcomes) == 1, outcomes
+    with pg.read() as conn:
+        assert len(pg.list_job_runs(conn, job.id)) == 1

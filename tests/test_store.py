@@ -564,3 +564,60 @@ def test_worker_trees_and_tool_process_records_on_each_backend(backend) -> None:
         assert [w.id for w in store.list_workers(conn, root.id, status="completed")] == [w2.id]
         assert store.queued_worker_roots(conn) == []
         assert [p["owner"] for p in store.list_tool_processes(conn)] == ["other"]
+
+
+def test_schedules_and_their_run_records_on_each_backend(backend) -> None:
+    store = backend
+    with store.transaction() as conn:
+        before = store.schedule_changes(conn)
+        job = store.add_job(conn, name="nightly", cron="0 3 * * *", task="x", next_run="2026-01-01T03:00:00Z",
+                            work_dir=None, provider="scripted")
+        later = store.add_job(conn, name="hourly", cron="0 * * * *", task="y", next_run=None, work_dir="/p")
+        with pytest.raises(Conflict):
+            store.add_job(conn, name="nightly", cron="0 3 * * *", task="x", next_run=None)
+        first = store.claim_slot(conn, job.id, "2026-01-01T03:00:00Z", "me")
+        second = store.claim_slot(conn, job.id, "2026-01-01T03:00:00Z", "other")
+        assert store.claim_slot(conn, "no-such-job", "2026-01-01T03:00:00Z", "me") is None
+        assert store.record_skipped(conn, job.id, ["2026-01-02T03:00:00Z", "2026-01-01T03:00:00Z"], "missed") == 1
+        upgraded = store.claim_slot(conn, job.id, "2026-01-02T03:00:00Z", "me")  # a missed slot may be claimed
+        store.advance_next_run(conn, job.id, "2026-01-03T03:00:00Z")
+        store.advance_next_run(conn, job.id, "2026-01-02T03:00:00Z")  # never backwards
+        request = store.request_run(conn, "hourly")
+        assert store.adopt_job(conn, job.id, "/p") and not store.adopt_job(conn, job.id, "/q")
+    with store.read() as conn:
+        assert store.schedule_changes(conn) > before
+        assert first is not None and second is None and upgraded is not None
+        assert store.schedule_run_status(conn, first) == "claimed"
+        got = store.get_job(conn, "nightly")
+        assert (got.next_run, got.work_dir, got.provider, got.enabled) == ("2026-01-03T03:00:00Z", "/p", "scripted", True)
+        assert [j.name for j in store.list_jobs(conn)] == ["nightly", "hourly"]  # never-firing last
+        assert [j.name for j in store.list_jobs(conn, project="/p")] == ["nightly", "hourly"]
+        assert [r.id for r in store.list_requested_runs(conn)] == [request.id]
+        assert store.has_running_run(conn, job.id) and not store.has_running_run(conn, later.id)
+        assert {r.id for r in store.list_open_runs(conn)} == {first, upgraded}
+    with store.transaction() as conn:
+        assert store.claim_requested_run(conn, request.id, "me") and not store.claim_requested_run(conn, request.id, "x")
+        store.mark_run_started(conn, first, "task_1", "2026-01-01T03:00:01Z")
+        with pytest.raises(NotFound):
+            store.mark_run_started(conn, "nope", "task_1", "2026-01-01T03:00:01Z")
+        store.mark_run_finished(conn, first, "succeeded", "2026-01-01T03:00:09Z")
+        store.mark_run_finished(conn, upgraded, "overlap", "2026-01-02T03:00:01Z")
+        store.adopt_schedule_run(conn, request.id, "adopter")
+        assert not store.has_running_run(conn, job.id)
+        assert store.has_running_run(conn, later.id) and not store.has_running_run(conn, later.id, exclude=request.id)
+        disabled = store.set_job_enabled(conn, "nightly", False, next_run=None)
+        enabled = store.set_job_enabled(conn, "nightly", True, next_run="2026-02-01T03:00:00Z")
+    with store.read() as conn:
+        assert disabled.enabled is False and enabled.next_run == "2026-02-01T03:00:00Z"
+        runs = store.list_job_runs(conn, job.id)
+        assert {(r.slot, r.status, r.outcome) for r in runs} == {
+            ("2026-01-01T03:00:00Z", "done", "succeeded"), ("2026-01-02T03:00:00Z", "skipped", "overlap")}
+        assert store.get_job(conn, "nightly").last_run == "2026-01-01T03:00:01Z"
+        assert store.list_job_runs(conn, later.id)[0].owner == "adopter"
+        assert [j.name for j in store.list_jobs(conn, enabled_only=True)] == ["nightly", "hourly"]
+    with store.transaction() as conn:
+        store.remove_job(conn, "nightly")
+        with pytest.raises(NotFound):
+            store.remove_job(conn, "nightly")
+    with store.read() as conn:
+        assert store.list_job_runs(conn, job.id) == [] and [j.name for j in store.list_jobs(conn)] == ["hourly"]

@@ -1,12 +1,12 @@
-"""The PostgreSQL store: a connection pool, migrations on open, and the operations done so far.
+"""The PostgreSQL store: a connection pool, migrations on open, and the store interface.
 
-Implemented on PostgreSQL (issue 13, foundation): connections, versioned migrations, and eight
-groups of :class:`roost.storage.StoreBackend`: ``ThreadStore`` (threads, turns, runs and their
-queries), ``ItemStore`` (items, search), ``InputStore`` (held input), ``LeaseStore``,
-``MemoryStore`` (memory, context files), ``TaskStore`` (the daemon queue), ``WorkerStore`` and
-``ProcessStore`` (records only: reaping is SQLite's ``reap_tool_processes``). Not yet:
-``ScheduleStore``, so a :class:`PostgresStore` is not yet a whole ``StoreBackend``; and there is
-no group-commit writer for it (:class:`roost.storage.StoreWriter` is SQLite's).
+Every operation of :class:`roost.storage.StoreBackend` is implemented on PostgreSQL (issue 13,
+foundation): ``_pg_threads`` (threads, turns, runs and their queries), ``_pg_items`` (items,
+search, held input), ``_pg_leases``, ``_pg_memory`` (memory, context files, the daemon task
+queue), ``_pg_workers`` (worker trees, tool process records) and ``_pg_schedules``; plus
+connections and the versioned migrations. Not here: a group-commit writer
+(:class:`roost.storage.StoreWriter`, the ``LeaseKeeper`` and start-up ``reconcile`` are SQLite's),
+so the daemon itself does not run on PostgreSQL yet.
 """
 
 from __future__ import annotations
@@ -19,23 +19,14 @@ import psycopg
 
 from roost.errors import StoreClosed, StoreError
 
-from . import _pg_items, _pg_leases, _pg_memory, _pg_threads, _pg_workers
+from . import _pg_items, _pg_leases, _pg_memory, _pg_schedules, _pg_threads, _pg_workers
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
 from ._pg_schema import migrate_pg
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
-    from ._interface import (
-        InputStore,
-        ItemStore,
-        LeaseStore,
-        MemoryStore,
-        ProcessStore,
-        TaskStore,
-        ThreadStore,
-        WorkerStore,
-    )
+    from ._interface import StoreBackend
 
 __all__ = ["PostgresStore", "open_postgres_store"]
 
@@ -106,6 +97,28 @@ class PostgresStore:
     record_tool_process = staticmethod(_pg_workers.record_tool_process)
     forget_tool_process = staticmethod(_pg_workers.forget_tool_process)
     list_tool_processes = staticmethod(_pg_workers.list_tool_processes)
+    # schedules and their run records (ScheduleStore)
+    bump_schedule_changes = staticmethod(_pg_schedules.bump_schedule_changes)
+    schedule_changes = staticmethod(_pg_schedules.schedule_changes)
+    add_job = staticmethod(_pg_schedules.add_job)
+    get_job = staticmethod(_pg_schedules.get_job)
+    list_jobs = staticmethod(_pg_schedules.list_jobs)
+    adopt_job = staticmethod(_pg_schedules.adopt_job)
+    remove_job = staticmethod(_pg_schedules.remove_job)
+    set_job_enabled = staticmethod(_pg_schedules.set_job_enabled)
+    advance_next_run = staticmethod(_pg_schedules.advance_next_run)
+    request_run = staticmethod(_pg_schedules.request_run)
+    list_requested_runs = staticmethod(_pg_schedules.list_requested_runs)
+    claim_requested_run = staticmethod(_pg_schedules.claim_requested_run)
+    claim_slot = staticmethod(_pg_schedules.claim_slot)
+    record_skipped = staticmethod(_pg_schedules.record_skipped)
+    mark_run_started = staticmethod(_pg_schedules.mark_run_started)
+    mark_run_finished = staticmethod(_pg_schedules.mark_run_finished)
+    has_running_run = staticmethod(_pg_schedules.has_running_run)
+    list_open_runs = staticmethod(_pg_schedules.list_open_runs)
+    list_job_runs = staticmethod(_pg_schedules.list_job_runs)
+    adopt_schedule_run = staticmethod(_pg_schedules.adopt_schedule_run)
+    schedule_run_status = staticmethod(_pg_schedules.schedule_run_status)
     # leases (LeaseStore)
     acquire = staticmethod(_pg_leases.acquire)
     renew = staticmethod(_pg_leases.renew)
@@ -204,17 +217,6 @@ def open_postgres_store(url: str, *, max_connections: int = 8) -> PostgresStore:
     return PostgresStore(url, pool)
 
 
-def _pg_conforms(
-    store: PostgresStore,
-) -> tuple[
-    ThreadStore[psycopg.Connection],
-    ItemStore[psycopg.Connection],
-    InputStore[psycopg.Connection],
-    LeaseStore[psycopg.Connection],
-    MemoryStore[psycopg.Connection],
-    TaskStore[psycopg.Connection],
-    WorkerStore[psycopg.Connection],
-    ProcessStore[psycopg.Connection],
-]:
-    """Never called: mypy checks here that PostgresStore implements the groups done so far."""
-    return store, store, store, store, store, store, store, store
+def _pg_conforms(store: PostgresStore) -> StoreBackend[psycopg.Connection]:
+    """Never called: mypy checks here that PostgresStore implements the whole store interface."""
+    return store
