@@ -104,20 +104,33 @@ def test_stale_token_write_changes_nothing(store: Store) -> None:
     assert _dump(store) == before
 
 
-async def test_stale_write_through_the_writer_rolls_back_alone(store: Store) -> None:
+def _fenced(store):
+    """The backend's fenced() (SQLite: roost.storage.fenced; PostgreSQL: PostgresStore.fenced)."""
+    return fenced if isinstance(store, Store) else store.fenced
+
+
+def _with_thread(store, thread_id: str = "t1"):
     with store.transaction() as conn:
-        stale = acquire(conn, "thread:t1", "A", 10.0, now=100.0)
-        fresh = acquire(conn, "thread:t1", "B", 10.0, now=200.0)
+        store.create_thread(conn, id=thread_id)
+    return store
+
+
+async def test_stale_write_through_the_writer_rolls_back_alone(backend) -> None:
+    store = _with_thread(backend)
+    with store.transaction() as conn:
+        stale = store.acquire(conn, "thread:t1", "A", 10.0, now=100.0)
+        fresh = store.acquire(conn, "thread:t1", "B", 10.0, now=200.0)
+    guard = _fenced(store)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             with pytest.raises(StaleLease):
-                await store.writer.submit(fenced(stale.key, stale.token, append_item), "t1", type="x")
-            ok = await store.writer.submit(fenced(fresh.key, fresh.token, append_item), "t1", type="y")
+                await store.writer.submit(guard(stale.key, stale.token, store.append_item), "t1", type="x")
+            ok = await store.writer.submit(guard(fresh.key, fresh.token, store.append_item), "t1", type="y")
             nursery.cancel_scope.cancel()
     assert ok.seq == 1
     with store.read() as conn:
-        assert [i.type for i in list_items(conn, "t1")] == ["y"]
+        assert [i.type for i in store.list_items(conn, "t1")] == ["y"]
 
 
 def test_hand_over_reserves_for_the_successor(backend) -> None:
@@ -139,7 +152,8 @@ def test_hand_over_reserves_for_the_successor(backend) -> None:
         assert c.token == 3
 
 
-async def test_keeper_renews_releases_and_cancels_on_supersession(store: Store) -> None:
+async def test_keeper_renews_releases_and_cancels_on_supersession(backend) -> None:
+    store = _with_thread(backend)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
@@ -148,28 +162,29 @@ async def test_keeper_renews_releases_and_cancels_on_supersession(store: Store) 
             async with keeper.hold("thread:t1", ttl=0.6) as ex:
                 with ex.cancel_scope:
                     await ex.renewed.wait()
-                    item = await ex.submit(append_item, "t1", type="fenced")
+                    item = await ex.submit(store.append_item, "t1", type="fenced")
                     assert item.seq == 1
                     # Another process takes the lease over (simulated time past expiry).
                     with store.transaction() as conn:
-                        acquire(conn, "thread:t1", "B", 60.0, now=time.time() + 3600)
+                        store.acquire(conn, "thread:t1", "B", 60.0, now=time.time() + 3600)
                     await trio.sleep_forever()  # cancelled by the keeper's next renewal
                 assert ex.cancel_scope.cancelled_caught
                 assert ex.lost_reason == "superseded"
                 assert ex.renewals >= 1
                 with pytest.raises(StaleLease):
-                    await ex.submit(append_item, "t1", type="late")
+                    await ex.submit(store.append_item, "t1", type="late")
             async with keeper.hold("thread:t2", ttl=30) as ex2:
                 pass
             with store.read() as conn:
-                assert get_lease(conn, "thread:t2")["owner"] is None  # released on exit
-                assert get_lease(conn, "thread:t1")["owner"] == "B"  # not ours to release
+                assert store.get_lease(conn, "thread:t2")["owner"] is None  # released on exit
+                assert store.get_lease(conn, "thread:t1")["owner"] == "B"  # not ours to release
             nursery.cancel_scope.cancel()
     with store.read() as conn:
-        assert [i.type for i in list_items(conn, "t1")] == ["fenced"]
+        assert [i.type for i in store.list_items(conn, "t1")] == ["fenced"]
 
 
-async def test_keeper_hand_over_between_two_keepers(store: Store) -> None:
+async def test_keeper_hand_over_between_two_keepers(backend) -> None:
+    store = _with_thread(backend)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
@@ -179,23 +194,23 @@ async def test_keeper_hand_over_between_two_keepers(store: Store) -> None:
             for keeper in (a, b, c):
                 await nursery.start(keeper.run)
             async with a.hold("thread:t1", ttl=30) as ex_a:
-                await ex_a.submit(append_item, "t1", type="a")
+                await ex_a.submit(store.append_item, "t1", type="a")
                 await ex_a.hand_over("B")
                 with pytest.raises(StaleLease):
-                    await ex_a.submit(append_item, "t1", type="a-late")
+                    await ex_a.submit(store.append_item, "t1", type="a-late")
                 with pytest.raises(LeaseHeld):
                     async with c.hold("thread:t1", ttl=30):
                         pass
                 async with b.hold("thread:t1", ttl=30) as ex_b:
                     assert ex_b.lease.token == ex_a.lease.token + 1
-                    await ex_b.submit(append_item, "t1", type="b")
+                    await ex_b.submit(store.append_item, "t1", type="b")
             nursery.cancel_scope.cancel()
     with store.read() as conn:
-        assert [i.type for i in list_items(conn, "t1")] == ["a", "b"]
+        assert [i.type for i in store.list_items(conn, "t1")] == ["a", "b"]
 
 
-async def test_keeper_must_be_running(store: Store) -> None:
-    keeper = LeaseKeeper(store.writer, owner="A")
+async def test_keeper_must_be_running(backend) -> None:
+    keeper = LeaseKeeper(backend.writer, owner="A")
     with pytest.raises(LifecycleError):
         async with keeper.hold("k"):
             pass

@@ -4,9 +4,9 @@ Every operation of :class:`roost.storage.StoreBackend` is implemented on Postgre
 foundation): ``_pg_threads`` (threads, turns, runs and their queries), ``_pg_items`` (items,
 search, held input), ``_pg_leases``, ``_pg_memory`` (memory, context files, the daemon task
 queue), ``_pg_workers`` (worker trees, tool process records) and ``_pg_schedules``; plus
-connections and the versioned migrations. Not here: a group-commit writer
-(:class:`roost.storage.StoreWriter`, the ``LeaseKeeper`` and start-up ``reconcile`` are SQLite's),
-so the daemon itself does not run on PostgreSQL yet.
+connections, the versioned migrations and the group-commit writer (:class:`PgWriter`, which
+:class:`roost.storage.LeaseKeeper` also drives). Not here: start-up ``reconcile`` and tool-process
+reaping (SQLite's), and the daemon's wiring, so ``roost serve`` does not run on PostgreSQL yet.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from roost.errors import StoreClosed, StoreError
 from . import _pg_items, _pg_leases, _pg_memory, _pg_schedules, _pg_threads, _pg_workers
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
 from ._pg_schema import migrate_pg
+from ._pg_writer import PgWriter
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -36,6 +37,7 @@ class PostgresStore:
 
     Attributes:
         url: the database URL (holds the password: show it with ``redact_url``).
+        writer: the process's :class:`PgWriter` (start it with ``nursery.start(store.writer.run)``).
     """
 
     # threads, turns, runs (ThreadStore)
@@ -133,6 +135,7 @@ class PostgresStore:
         self.url = url
         self._pool = pool
         self._closed = False
+        self.writer = PgWriter(self)
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
