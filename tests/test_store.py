@@ -621,3 +621,34 @@ def test_schedules_and_their_run_records_on_each_backend(backend) -> None:
             store.remove_job(conn, "nightly")
     with store.read() as conn:
         assert store.list_job_runs(conn, job.id) == [] and [j.name for j in store.list_jobs(conn)] == ["hourly"]
+
+
+async def test_the_writer_commits_groups_and_a_failing_write_alone_on_each_backend(backend) -> None:
+    store = backend
+    results: dict[int, object] = {}
+    all_answered = trio.Event()
+
+    async def one(n: int) -> None:
+        try:
+            results[n] = (await store.writer.submit(store.create_thread, id="dup" if n % 3 == 0 else f"t{n}")).id
+        except Exception as exc:  # noqa: BLE001
+            results[n] = type(exc).__name__
+        if len(results) == 9:
+            all_answered.set()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for n in range(1, 10):
+                nursery.start_soon(one, n)  # queued before the writer starts: grouped
+            await nursery.start(store.writer.run)
+            await all_answered.wait()
+            urgent = await store.writer.submit_urgent(store.create_thread, id="urgent")
+            nursery.cancel_scope.cancel()
+    assert sorted(v for v in results.values() if v == "Conflict") == ["Conflict", "Conflict"]
+    assert urgent.id == "urgent"
+    assert store.writer.stats.largest_group >= 2 and store.writer.stats.failed == 2
+    with store.read() as conn:
+        ids = {t.id for t in store.list_threads(conn, limit=50)}
+    assert ids == {"dup", "urgent"} | {f"t{n}" for n in range(1, 10) if n % 3}
+    with pytest.raises(StoreClosed):
+        await store.writer.submit(store.create_thread)
