@@ -3,6 +3,7 @@ where N nodes differ from one file (the database clock, row locks, concurrent co
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -305,7 +306,6 @@ def test_a_takeover_waits_for_a_guarded_write_in_flight(pg: PostgresStore, pg_ur
 @pytest.mark.parametrize(("ci", "outcome"), [("true", "1 error"), ("", "1 skipped")])
 def test_without_a_server_ci_fails_and_a_laptop_skips(ci: str, outcome: str, tmp_path: Path) -> None:
     import os
-    import subprocess
     import sys
 
     probe = tmp_path / "test_probe.py"
@@ -332,9 +332,9 @@ def test_without_a_server_ci_fails_and_a_laptop_skips(ci: str, outcome: str, tmp
 # -- through the real `roost` command -------------------------------------------------------------
 
 
-def _roost(roost_cmd: list[str], *args: str, url: str | None = None) -> "subprocess.CompletedProcess[str]":
+def _roost(roost_cmd: list[str], *args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
     import os
-    import subprocess
+
 
     env = {k: v for k, v in os.environ.items() if k != "ROOST_DATABASE_URL"}
     if url is not None:
