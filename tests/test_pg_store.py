@@ -335,7 +335,6 @@ def test_without_a_server_ci_fails_and_a_laptop_skips(ci: str, outcome: str, tmp
 def _roost(roost_cmd: list[str], *args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
     import os
 
-
     env = {k: v for k, v in os.environ.items() if k != "ROOST_DATABASE_URL"}
     if url is not None:
         env["ROOST_DATABASE_URL"] = url
