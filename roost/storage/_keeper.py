@@ -16,8 +16,8 @@ import trio
 
 from roost.errors import LifecycleError, StaleLease, StoreClosed, StoreError, StoreFull
 
-from ._writer import StoreWriter
 from . import leases as _sqlite_leases
+from ._writer import StoreWriter
 from .leases import Lease
 
 __all__ = ["LeaseKeeper", "Execution", "default_owner"]
