@@ -652,3 +652,32 @@ async def test_the_writer_commits_groups_and_a_failing_write_alone_on_each_backe
     assert ids == {"dup", "urgent"} | {f"t{n}" for n in range(1, 10) if n % 3}
     with pytest.raises(StoreClosed):
         await store.writer.submit(store.create_thread)
+
+
+def test_reconcile_interrupts_dead_executions_only_on_each_backend(backend) -> None:
+    store = backend
+    run_reconcile = reconcile if isinstance(store, storage.Store) else store.reconcile
+    with store.transaction() as conn:
+        for tid in ("dead", "live"):
+            store.create_thread(conn, id=tid)
+            store.create_turn(conn, tid, id=f"turn-{tid}")
+        store.update_turn(conn, "turn-dead", error={"note": "kept"})
+        store.append_item(conn, "dead", turn_id="turn-dead", type="tool_call", status="in_progress")
+        store.create_worker(conn, thread_id="dead", root_thread_id="dead", status="running")
+        store.create_worker(conn, thread_id="dead", root_thread_id="dead", status="queued")
+        store.create_run(conn, thread_id="live", id="run-live")
+        store.acquire(conn, "thread:live", "other-process", 60.0)
+        store.acquire(conn, "thread:mine", "me", 60.0)
+    with store.transaction() as conn:
+        report = run_reconcile(conn, "me")
+    assert (report.turns_interrupted, report.workers_interrupted, report.leases_released) == (1, 1, 1)
+    with store.read() as conn:
+        dead = store.get_turn(conn, "turn-dead")
+        assert dead.status == "interrupted" and dead.completed_at
+        assert (dead.error["note"], dead.error["category"], dead.error["reason"]) == ("kept", "cancelled", "abandoned")
+        assert store.list_items(conn, "dead")[0].status == "interrupted"
+        assert [w.status for w in store.list_workers(conn, "dead")] == ["interrupted", "queued"]
+        assert store.get_turn(conn, "turn-live").status == "running"
+        assert store.get_run(conn, "run-live").status == "running"
+        assert store.get_lease(conn, "thread:mine")["owner"] is None
+        assert store.get_lease(conn, "thread:live")["owner"] == "other-process"

@@ -4,9 +4,10 @@ Every operation of :class:`roost.storage.StoreBackend` is implemented on Postgre
 foundation): ``_pg_threads`` (threads, turns, runs and their queries), ``_pg_items`` (items,
 search, held input), ``_pg_leases``, ``_pg_memory`` (memory, context files, the daemon task
 queue), ``_pg_workers`` (worker trees, tool process records) and ``_pg_schedules``; plus
-connections, the versioned migrations and the group-commit writer (:class:`PgWriter`, which
-:class:`roost.storage.LeaseKeeper` also drives). Not here: start-up ``reconcile`` and tool-process
-reaping (SQLite's), and the daemon's wiring, so ``roost serve`` does not run on PostgreSQL yet.
+connections, the versioned migrations, the group-commit writer (:class:`PgWriter`, which
+:class:`roost.storage.LeaseKeeper` also drives) and start-up reconciliation (``reconcile``).
+Not here: reaping leftover tool process groups, and the daemon's wiring, so ``roost serve``
+does not run on PostgreSQL yet.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from roost.errors import StoreClosed, StoreError
 
 from . import _pg_items, _pg_leases, _pg_memory, _pg_schedules, _pg_threads, _pg_workers
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
+from ._pg_reconcile import reconcile_pg
 from ._pg_schema import migrate_pg
 from ._pg_writer import PgWriter
 
@@ -129,6 +131,7 @@ class PostgresStore:
     check_fence = staticmethod(_pg_leases.check_fence)
     get_lease = staticmethod(_pg_leases.get_lease)
     fenced = staticmethod(_pg_leases.fenced)
+    reconcile = staticmethod(reconcile_pg)
     db_now = staticmethod(_pg_leases.db_now)
 
     def __init__(self, url: str, pool: ConnectionPool) -> None:
