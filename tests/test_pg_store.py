@@ -346,8 +346,18 @@ def test_roost_db_check_opens_and_migrates_the_postgres_database(roost_cmd: list
     assert done.returncode == 0, done.stderr
     assert "backend: postgresql" in done.stdout
     assert f"schema: {len(pg_migrations())} migrations" in done.stdout
+    assert "queued tasks: 0" in done.stdout and "lease holders: 0" in done.stdout
+    with open_postgres_store(pg_url) as pg, pg.transaction() as conn:
+        pg.enqueue_daemon_task(conn, payload={"task": "x"})
+        pg.acquire(conn, "thread:a", "node-a:1:x", 60.0)
+        pg.acquire(conn, "thread:b", "node-a:1:x", 60.0)
+        pg.acquire(conn, "thread:c", "node-b:2:y", 60.0)
+        pg.acquire(conn, "thread:old", "node-c:3:z", 1.0, now=0.0)  # long expired: not listed
     by_option = _roost(roost_cmd, "db", "check", "--database-url", pg_url, url="mysql://ignored")
     assert by_option.returncode == 0 and "backend: postgresql" in by_option.stdout, by_option.stderr
+    assert "queued tasks: 1" in by_option.stdout and "lease holders: 2" in by_option.stdout
+    assert "  node-a:1:x: 2 leases" in by_option.stdout and "  node-b:2:y: 1 leases" in by_option.stdout
+    assert "node-c" not in by_option.stdout
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM roost_migrations").fetchone()[0] == len(pg_migrations())
 

@@ -34,7 +34,8 @@ def db_group() -> None:
 @database_url_option
 def db_check(database_url: str | None) -> None:
     """Open the database (creating and migrating its schema), then print its backend, where it
-    is (password hidden), its applied migrations and, for PostgreSQL, the server's clock.
+    is (password hidden), its applied migrations and, for PostgreSQL, the server's clock, the
+    queue depth and the owners (nodes) holding live leases.
 
     Exit status: 0 when it works; 1 with one line on stderr when it does not.
     """
@@ -46,7 +47,12 @@ def db_check(database_url: str | None) -> None:
                 with store.transaction() as conn:
                     names = pg_schema_version(conn)
                     clock = store.db_now(conn)
+                    owners = store.live_lease_owners(conn)
+                    queued = len(store.list_daemon_tasks(conn, status="queued"))
                 lines = ["backend: postgresql", f"database: {redact_url(store.url)}", f"server clock: {clock:.3f}"]
+                lines.append(f"queued tasks: {queued}")
+                lines.append(f"lease holders: {len(owners)}")
+                lines += [f"  {owner}: {count} leases, expiring within {left:.1f}s" for owner, count, left in owners]
             else:
                 with store.read() as conn:
                     names = schema_version(conn)

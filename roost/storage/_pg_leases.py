@@ -31,7 +31,17 @@ from roost.errors import LeaseHeld, StaleLease
 
 from .leases import Lease, owner_is_dead
 
-__all__ = ["acquire", "renew", "release", "hand_over", "check_fence", "fenced", "get_lease", "db_now"]
+__all__ = [
+    "acquire",
+    "renew",
+    "release",
+    "hand_over",
+    "check_fence",
+    "fenced",
+    "get_lease",
+    "db_now",
+    "live_lease_owners",
+]
 
 R = TypeVar("R")
 _COLUMNS = ("key", "owner", "token", "expires_at", "successor")
@@ -181,3 +191,14 @@ def hand_over(
             "UPDATE leases SET owner = NULL, successor = %s, expires_at = %s WHERE key = %s",
             (successor, (clock if now is None else now) + ttl, lease.key),
         )
+
+
+def live_lease_owners(conn: psycopg.Connection) -> list[tuple[str, int, float]]:
+    """Return ``(owner, live leases, seconds until the last expires)`` per owner holding an
+    unexpired lease, on the database's clock, busiest first (read-only; for a cluster status)."""
+    rows = conn.execute(
+        """SELECT owner, count(*), max(expires_at) - extract(epoch FROM now())::float8
+           FROM leases WHERE owner IS NOT NULL AND expires_at > extract(epoch FROM now())::float8
+           GROUP BY owner ORDER BY count(*) DESC, owner"""
+    ).fetchall()
+    return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]

@@ -133,6 +133,7 @@ class PostgresStore:
     fenced = staticmethod(_pg_leases.fenced)
     reconcile = staticmethod(reconcile_pg)
     db_now = staticmethod(_pg_leases.db_now)
+    live_lease_owners = staticmethod(_pg_leases.live_lease_owners)
 
     def __init__(self, url: str, pool: ConnectionPool) -> None:
         self.url = url
