@@ -21,6 +21,11 @@ translated at the boundary of the room that meets them and raised ``from`` the o
     │   ├── StoreFull                   the writer's bounded queue is full (submit_nowait)
     │   ├── Conflict                    a uniqueness or foreign-key constraint refused the write
     │   ├── MigrationError              the schema could not be brought up to date
+    │   ├── DatabaseSettingError        the database setting (``ROOST_DATABASE_URL``) does not work
+    │   │   ├── DatabaseUrlInvalid      the URL is not a usable database URL
+    │   │   ├── DatabaseUnreachable     no server answers at the URL (or it refused the login)
+    │   │   ├── DatabasePermissionDenied  the role lacks a privilege Roost needs
+    │   │   └── SchemaTooNew            the database has migrations this Roost does not know
     │   ├── LeaseError                  execution leases (roost.storage.leases)
     │   │   ├── LeaseHeld               another live owner holds the lease
     │   │   └── StaleLease              the fencing token was superseded; the write changed nothing
@@ -74,6 +79,11 @@ __all__ = [
     "StoreFull",
     "Conflict",
     "MigrationError",
+    "DatabaseSettingError",
+    "DatabaseUrlInvalid",
+    "DatabaseUnreachable",
+    "DatabasePermissionDenied",
+    "SchemaTooNew",
     "LeaseError",
     "LeaseHeld",
     "StaleLease",
@@ -181,6 +191,33 @@ class Conflict(StoreError):
 
 class MigrationError(StoreError):
     """The schema could not be migrated to the current version."""
+
+
+class DatabaseSettingError(StoreError):
+    """The configured database (``ROOST_DATABASE_URL`` or ``--database-url``) cannot be used.
+
+    ``setting`` names the setting to fix (the message names it too).
+    """
+
+    def __init__(self, message: str, *, setting: str = "ROOST_DATABASE_URL") -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class DatabaseUrlInvalid(DatabaseSettingError):
+    """The database URL is malformed or of an unsupported scheme."""
+
+
+class DatabaseUnreachable(DatabaseSettingError):
+    """No database server answers at the URL, or it refused the connection or the login."""
+
+
+class DatabasePermissionDenied(DatabaseSettingError):
+    """The database role lacks a privilege Roost needs (connecting, creating its tables, writing)."""
+
+
+class SchemaTooNew(DatabaseSettingError):
+    """The database holds migrations this version of Roost does not know (a newer Roost made it)."""
 
 
 class LeaseError(StoreError):

@@ -16,17 +16,11 @@ from roost.storage import (
     Store,
     acquire,
     append_item,
-    check_fence,
-    immediate,
     connect,
     create_thread,
     fenced,
-    get_lease,
-    hand_over,
-    list_items,
+    immediate,
     open_store,
-    release,
-    renew,
 )
 
 
@@ -39,32 +33,53 @@ def store(tmp_path: Path) -> Store:
     s.close()
 
 
-def test_acquire_increments_token_and_excludes(store: Store) -> None:
+def test_acquire_increments_token_and_excludes(backend) -> None:
+    store = backend
     with store.transaction() as conn:
-        a = acquire(conn, "k", "A", 10.0, now=100.0)
+        a = store.acquire(conn, "k", "A", 10.0, now=100.0)
         with pytest.raises(LeaseHeld) as held:
-            acquire(conn, "k", "B", 10.0, now=105.0)
+            store.acquire(conn, "k", "B", 10.0, now=105.0)
         assert (held.value.owner, held.value.expires_at) == ("A", 110.0)
         with pytest.raises(LeaseHeld):
-            acquire(conn, "k", "A", 10.0, now=105.0)  # even the same owner: one execution
-        b = acquire(conn, "k", "B", 10.0, now=110.0)  # expired: anyone may take it
+            store.acquire(conn, "k", "A", 10.0, now=105.0)  # even the same owner: one execution
+        b = store.acquire(conn, "k", "B", 10.0, now=110.0)  # expired: anyone may take it
         assert (a.token, b.token) == (1, 2)
-        assert release(conn, b) is True
-        assert release(conn, b) is False  # idempotent
-        c = acquire(conn, "k", "A", 10.0, now=111.0)  # released: free, token keeps growing
+        assert store.release(conn, b) is True
+        assert store.release(conn, b) is False  # idempotent
+        c = store.acquire(conn, "k", "A", 10.0, now=111.0)  # released: free, token keeps growing
         assert c.token == 3
+    with store.read() as conn:
+        assert store.get_lease(conn, "k") == {"key": "k", "owner": "A", "token": 3, "expires_at": 121.0,
+                                              "successor": None}
+        assert store.get_lease(conn, "never") is None
 
 
-def test_renew_extends_and_detects_supersession(store: Store) -> None:
+def test_renew_extends_and_detects_supersession(backend) -> None:
+    store = backend
     with store.transaction() as conn:
-        a = acquire(conn, "k", "A", 10.0, now=100.0)
-        a2 = renew(conn, a, now=108.0)
+        a = store.acquire(conn, "k", "A", 10.0, now=100.0)
+        a2 = store.renew(conn, a, now=108.0)
         assert (a2.token, a2.expires_at) == (1, 118.0)
-        late = renew(conn, a2, now=200.0)  # past expiry but nobody took it: still ours
+        late = store.renew(conn, a2, now=200.0)  # past expiry but nobody took it: still ours
         assert late.expires_at == 210.0
-        acquire(conn, "k", "B", 10.0, now=300.0)
+        store.acquire(conn, "k", "B", 10.0, now=300.0)
         with pytest.raises(StaleLease):
-            renew(conn, late, now=301.0)
+            store.renew(conn, late, now=301.0)
+
+
+def test_a_stale_guarded_write_rolls_back_its_transaction(backend) -> None:
+    """check_fence in the write's transaction: a stale token undoes the whole transaction."""
+    store = backend
+    with store.transaction() as conn:
+        a = store.acquire(conn, "thread:t1", "A", 10.0, now=100.0)
+        store.acquire(conn, "thread:t1", "B", 10.0, now=200.0)
+    with pytest.raises(StaleLease):
+        with store.transaction() as conn:
+            store.acquire(conn, "side-effect", "A", 10.0, now=100.0)  # a write before the guard
+            store.check_fence(conn, a.key, a.token)
+    with store.read() as conn:
+        assert store.get_lease(conn, "side-effect") is None
+        assert store.get_lease(conn, "thread:t1")["owner"] == "B"
 
 
 def test_stale_token_write_changes_nothing(store: Store) -> None:
@@ -83,39 +98,56 @@ def test_stale_token_write_changes_nothing(store: Store) -> None:
     assert _dump(store) == before
 
 
-async def test_stale_write_through_the_writer_rolls_back_alone(store: Store) -> None:
+def _fenced(store):
+    """The backend's fenced() (SQLite: roost.storage.fenced; PostgreSQL: PostgresStore.fenced)."""
+    return fenced if isinstance(store, Store) else store.fenced
+
+
+def _with_thread(store, thread_id: str = "t1"):
     with store.transaction() as conn:
-        stale = acquire(conn, "thread:t1", "A", 10.0, now=100.0)
-        fresh = acquire(conn, "thread:t1", "B", 10.0, now=200.0)
+        store.create_thread(conn, id=thread_id)
+    return store
+
+
+async def test_stale_write_through_the_writer_rolls_back_alone(backend) -> None:
+    store = _with_thread(backend)
+    with store.transaction() as conn:
+        stale = store.acquire(conn, "thread:t1", "A", 10.0, now=100.0)
+        fresh = store.acquire(conn, "thread:t1", "B", 10.0, now=200.0)
+    guard = _fenced(store)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             with pytest.raises(StaleLease):
-                await store.writer.submit(fenced(stale.key, stale.token, append_item), "t1", type="x")
-            ok = await store.writer.submit(fenced(fresh.key, fresh.token, append_item), "t1", type="y")
+                await store.writer.submit(guard(stale.key, stale.token, store.append_item), "t1", type="x")
+            ok = await store.writer.submit(guard(fresh.key, fresh.token, store.append_item), "t1", type="y")
             nursery.cancel_scope.cancel()
     assert ok.seq == 1
     with store.read() as conn:
-        assert [i.type for i in list_items(conn, "t1")] == ["y"]
+        assert [i.type for i in store.list_items(conn, "t1")] == ["y"]
 
 
-def test_hand_over_reserves_for_the_successor(store: Store) -> None:
+def test_hand_over_reserves_for_the_successor(backend) -> None:
+    store = backend
     with store.transaction() as conn:
-        a = acquire(conn, "k", "A", 10.0, now=100.0)
-        hand_over(conn, a, "B", ttl=5.0, now=101.0)
+        a = store.acquire(conn, "k", "A", 10.0, now=100.0)
+        store.hand_over(conn, a, "B", ttl=5.0, now=101.0)
         with pytest.raises(StaleLease):
-            check_fence(conn, "k", a.token)  # the old holder is fenced off at once
+            store.check_fence(conn, "k", a.token)  # the old holder is fenced off at once
+        with pytest.raises(StaleLease):
+            store.hand_over(conn, a, "C", now=101.0)
         with pytest.raises(LeaseHeld) as held:
-            acquire(conn, "k", "C", 10.0, now=102.0)
+            store.acquire(conn, "k", "C", 10.0, now=102.0)
         assert held.value.owner == "B"
-        b = acquire(conn, "k", "B", 10.0, now=102.0)
-        assert b.token == 2 and get_lease(conn, "k")["successor"] is None
-        hand_over(conn, b, "D", ttl=5.0, now=103.0)
-        c = acquire(conn, "k", "C", 10.0, now=108.5)  # D never came: the reservation lapsed
+        b = store.acquire(conn, "k", "B", 10.0, now=102.0)
+        assert b.token == 2 and store.get_lease(conn, "k")["successor"] is None
+        store.hand_over(conn, b, "D", ttl=5.0, now=103.0)
+        c = store.acquire(conn, "k", "C", 10.0, now=108.5)  # D never came: the reservation lapsed
         assert c.token == 3
 
 
-async def test_keeper_renews_releases_and_cancels_on_supersession(store: Store) -> None:
+async def test_keeper_renews_releases_and_cancels_on_supersession(backend) -> None:
+    store = _with_thread(backend)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
@@ -124,28 +156,29 @@ async def test_keeper_renews_releases_and_cancels_on_supersession(store: Store) 
             async with keeper.hold("thread:t1", ttl=0.6) as ex:
                 with ex.cancel_scope:
                     await ex.renewed.wait()
-                    item = await ex.submit(append_item, "t1", type="fenced")
+                    item = await ex.submit(store.append_item, "t1", type="fenced")
                     assert item.seq == 1
                     # Another process takes the lease over (simulated time past expiry).
                     with store.transaction() as conn:
-                        acquire(conn, "thread:t1", "B", 60.0, now=time.time() + 3600)
+                        store.acquire(conn, "thread:t1", "B", 60.0, now=time.time() + 3600)
                     await trio.sleep_forever()  # cancelled by the keeper's next renewal
                 assert ex.cancel_scope.cancelled_caught
                 assert ex.lost_reason == "superseded"
                 assert ex.renewals >= 1
                 with pytest.raises(StaleLease):
-                    await ex.submit(append_item, "t1", type="late")
-            async with keeper.hold("thread:t2", ttl=30) as ex2:
+                    await ex.submit(store.append_item, "t1", type="late")
+            async with keeper.hold("thread:t2", ttl=30):
                 pass
             with store.read() as conn:
-                assert get_lease(conn, "thread:t2")["owner"] is None  # released on exit
-                assert get_lease(conn, "thread:t1")["owner"] == "B"  # not ours to release
+                assert store.get_lease(conn, "thread:t2")["owner"] is None  # released on exit
+                assert store.get_lease(conn, "thread:t1")["owner"] == "B"  # not ours to release
             nursery.cancel_scope.cancel()
     with store.read() as conn:
-        assert [i.type for i in list_items(conn, "t1")] == ["fenced"]
+        assert [i.type for i in store.list_items(conn, "t1")] == ["fenced"]
 
 
-async def test_keeper_hand_over_between_two_keepers(store: Store) -> None:
+async def test_keeper_hand_over_between_two_keepers(backend) -> None:
+    store = _with_thread(backend)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
@@ -155,33 +188,37 @@ async def test_keeper_hand_over_between_two_keepers(store: Store) -> None:
             for keeper in (a, b, c):
                 await nursery.start(keeper.run)
             async with a.hold("thread:t1", ttl=30) as ex_a:
-                await ex_a.submit(append_item, "t1", type="a")
+                await ex_a.submit(store.append_item, "t1", type="a")
                 await ex_a.hand_over("B")
                 with pytest.raises(StaleLease):
-                    await ex_a.submit(append_item, "t1", type="a-late")
+                    await ex_a.submit(store.append_item, "t1", type="a-late")
                 with pytest.raises(LeaseHeld):
                     async with c.hold("thread:t1", ttl=30):
                         pass
                 async with b.hold("thread:t1", ttl=30) as ex_b:
                     assert ex_b.lease.token == ex_a.lease.token + 1
-                    await ex_b.submit(append_item, "t1", type="b")
+                    await ex_b.submit(store.append_item, "t1", type="b")
             nursery.cancel_scope.cancel()
     with store.read() as conn:
-        assert [i.type for i in list_items(conn, "t1")] == ["a", "b"]
+        assert [i.type for i in store.list_items(conn, "t1")] == ["a", "b"]
 
 
-async def test_keeper_must_be_running(store: Store) -> None:
-    keeper = LeaseKeeper(store.writer, owner="A")
+async def test_keeper_must_be_running(backend) -> None:
+    keeper = LeaseKeeper(backend.writer, owner="A")
     with pytest.raises(LifecycleError):
         async with keeper.hold("k"):
             pass
 
 
-async def test_two_processes_race_and_exactly_one_wins(store: Store) -> None:
+def _where(store) -> str:
+    return str(store.path) if isinstance(store, Store) else store.url
+
+
+async def test_two_processes_race_and_exactly_one_wins(backend) -> None:
     for round_ in range(3):
         key = f"thread:race{round_}"
         with trio.fail_after(30):
-            children = [await Child.start("race", str(store.path), key, f"P{i}") for i in range(2)]
+            children = [await Child.start("race", _where(backend), key, f"P{i}") for i in range(2)]
             try:
                 for child in children:
                     await child.expect("ready")
@@ -194,22 +231,25 @@ async def test_two_processes_race_and_exactly_one_wins(store: Store) -> None:
         assert outcomes == ["held", "won 1"], outcomes
 
 
-async def test_sigstopped_holder_is_fenced_off_and_cancelled_on_sigcont(store: Store) -> None:
+async def test_sigstopped_holder_is_fenced_off_and_cancelled_on_sigcont(backend) -> None:
+    store = _with_thread(backend)
     key = "thread:t1"
     with trio.fail_after(40):
-        child = await Child.start("holder", str(store.path), key, "t1", "1.5")
+        child = await Child.start("holder", _where(store), key, "t1", "1.5")
         try:
             assert await child.expect("acquired") == "acquired 1"
             assert await child.expect("wrote") == "wrote 1"
             await child.expect("renewed")
             child.signal(signal.SIGSTOP)  # just after a renewal: it holds no lock now
-            with store.read() as conn:
-                expires_at = get_lease(conn, key)["expires_at"]
-            await trio.sleep(max(0.0, expires_at - time.time()) + 0.05)  # wall-clock expiry
-            with store.transaction() as conn:
-                lease = acquire(conn, key, "taker", 60.0)
-                assert lease.token == 2
-                append_item(conn, "t1", type="taker")
+            while True:  # until the database judges the lease expired (its clock, not ours)
+                try:
+                    with store.transaction() as conn:
+                        lease = store.acquire(conn, key, "taker", 60.0)
+                        assert lease.token == 2
+                        store.append_item(conn, "t1", type="taker")
+                    break
+                except LeaseHeld:
+                    await trio.sleep(0.05)
             child.signal(signal.SIGCONT)
             rest = await child.rest()
             await child.process.wait()
@@ -219,9 +259,9 @@ async def test_sigstopped_holder_is_fenced_off_and_cancelled_on_sigcont(store: S
     lines = [line for line in rest if line != "renewed"]
     assert lines == ["lost superseded", "stale-write-refused"]
     with store.read() as conn:
-        items = list_items(conn, "t1")
+        items = store.list_items(conn, "t1")
         assert [(i.seq, i.type) for i in items] == [(1, "agent_message"), (2, "taker")]
-        assert get_lease(conn, key)["owner"] == "taker"  # the holder's release changed nothing
+        assert store.get_lease(conn, key)["owner"] == "taker"  # the holder's release changed nothing
 
 
 def _dump(store: Store) -> list:

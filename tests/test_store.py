@@ -367,3 +367,351 @@ def test_the_sqlite_store_implements_the_store_interface(tmp_path: Path) -> None
         with store.read() as conn:
             assert store.get_thread(conn, thread.id).title == "via the interface"
             assert store.page_threads(conn, archived=None, kind="chat", before=None, limit=5) == [thread]
+
+
+# -- the store interface on both backends (issue 13): threads, turns, runs, items, inputs ---------
+
+
+def test_threads_turns_runs_items_inputs_round_trip_on_each_backend(backend) -> None:
+    store = backend
+    # SQLite's functions raise sqlite3's IntegrityError outside the writer (which translates it).
+    conflict = (Conflict, sqlite3.IntegrityError) if isinstance(store, storage.Store) else Conflict
+    with store.transaction() as conn:
+        thread = store.create_thread(conn, title="Hello", cwd="/tmp", metadata={"k": [1, 2]}, pinned=True)
+        child = store.create_thread(conn, kind="worker", parent_thread_id=thread.id)
+        turn = store.create_turn(conn, thread.id)
+        first = store.append_item(conn, thread.id, turn_id=turn.id, type="user_message", text="find the llama")
+        second = store.append_item(conn, thread.id, type="agent_message", payload={"text": "ok"})
+        store.update_item(conn, second.id, status="in_progress", text="a spotted llama")
+        store.update_turn(conn, turn.id, status="completed", usage={"input_tokens": 3})
+        store.update_thread(conn, thread.id, title="Renamed", archived=True)
+        run = store.create_run(conn, thread_id=thread.id, owner="me", metadata={"m": 1})
+        store.update_run(conn, run.id, status="failed")
+        held, created = store.add_held_input(conn, thread.id, kind="queue", payload={"text": "hi"}, client_id="c1")
+        again, created_again = store.add_held_input(conn, thread.id, kind="queue", payload={}, client_id="c1")
+        steer, _ = store.add_held_input(conn, thread.id, kind="steer", held=True)
+        with pytest.raises(UsageError):
+            store.create_thread(conn, kind="bogus")
+        with pytest.raises(conflict):
+            store.create_thread(conn, id=thread.id)  # refused alone: the transaction goes on
+        with pytest.raises(conflict):
+            store.create_turn(conn, "no-such-thread")
+        with pytest.raises(NotFound):
+            store.update_turn(conn, "no-such-turn", status="completed")
+        store.create_thread(conn, title="after the conflicts")
+    with store.read() as conn:
+        got = store.get_thread(conn, thread.id)
+        assert (got.title, got.archived, got.pinned, got.metadata) == ("Renamed", True, True, {"k": [1, 2]})
+        assert [t.id for t in store.list_threads(conn, archived=True)] == [thread.id]
+        assert child in store.list_threads(conn, parent_thread_id=thread.id)
+        done = store.get_turn(conn, turn.id)
+        assert done.status == "completed" and done.completed_at and done.usage == {"input_tokens": 3}
+        assert [t.id for t in store.list_turns(conn, thread.id, status="completed")] == [turn.id]
+        assert [(i.seq, i.type) for i in store.list_items(conn, thread.id)] == [(1, "user_message"), (2, "agent_message")]
+        assert [i.id for i in store.list_items(conn, thread.id, after_seq=1)] == [second.id]
+        assert [i.id for i in store.list_items(conn, thread.id, turn_id=turn.id)] == [first.id]
+        assert store.get_item(conn, second.id).payload == {"text": "ok"}
+        hits = store.search_items(conn, "llama")
+        assert {h.item_id for h in hits} == {first.id, second.id} and all("[llama]" in h.snippet for h in hits)
+        assert [h.item_id for h in store.search_items(conn, "find llama", thread_id=thread.id)] == [first.id]
+        assert store.search_items(conn, 'NEAR("x" OR') == []  # operators are literal
+        assert store.get_run(conn, run.id).status == "failed" and store.get_run(conn, run.id).completed_at
+        assert [r.id for r in store.list_runs(conn, thread_id=thread.id)] == [run.id]
+        assert store.latest_run_status(conn, thread.id) == "failed"
+        assert store.first_user_text(conn, thread.id) == "find the llama"
+        assert store.count_turns(conn, thread.id) == 1
+        assert created and not created_again and again.id == held.id
+        assert [(h.kind, h.position) for h in store.list_held_input(conn, thread.id)] == [("queue", 1), ("steer", 2)]
+        assert [h.id for h in store.list_held_input(conn, thread.id, held=True)] == [steer.id]
+        assert store.chat_ids_with_title(conn, "RENAM", limit=5) == [thread.id]
+        page = store.page_threads(conn, archived=None, kind=None, before=None, limit=2)
+        rest = store.page_threads(conn, archived=None, kind=None, before=(page[-1].updated_at, page[-1].id), limit=9)
+        assert len(page) == 2 and len(rest) == 1 and not {t.id for t in page} & {t.id for t in rest}
+        assert [t.id for t in store.chat_threads_with_cwd(conn)] == []  # the one with a cwd is archived
+    with store.transaction() as conn:
+        store.update_held_input(conn, steer.id, held=False)
+        store.remove_held_input(conn, held.id)
+        store.delete_thread(conn, thread.id)
+    with store.read() as conn:
+        with pytest.raises(NotFound):
+            store.get_thread(conn, thread.id)
+        assert store.list_items(conn, thread.id) == [] and store.list_held_input(conn, thread.id) == []
+
+
+def test_concurrent_appenders_get_gap_free_seqs_on_each_backend(backend) -> None:
+    """Four threads of this process append to one thread at once, each in its own transactions."""
+    import threading
+
+    store = backend
+    with store.transaction() as conn:
+        store.create_thread(conn, id="t")
+    errors: list[BaseException] = []
+
+    def appender(n: int) -> None:
+        try:
+            for i in range(15):
+                with store.transaction() as conn:
+                    store.append_item(conn, "t", type=f"w{n}-{i}")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    workers = [threading.Thread(target=appender, args=(n,)) for n in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert errors == []
+    with store.read() as conn:
+        items = store.list_items(conn, "t")
+    assert [i.seq for i in items] == list(range(1, 61))
+    for n in range(4):  # each appender's items in its own order
+        assert [i.type for i in items if i.type.startswith(f"w{n}-")] == [f"w{n}-{i}" for i in range(15)]
+
+
+def test_memory_context_files_and_the_task_queue_on_each_backend(backend) -> None:
+    store = backend
+    with store.transaction() as conn:
+        thread = store.create_thread(conn)
+        store.put_memory(conn, "ws:/tmp", "fact", {"v": 1})
+        store.put_memory(conn, "ws:/tmp", "fact", {"v": 2})  # replaced, not added
+        store.put_memory(conn, "ws:/tmp", "a/b", None)
+        store.put_memory(conn, "ws:/tmp", "a/c", [1])
+        store.put_memory(conn, "agent:x", "Z", "z")
+        store.put_context_file(conn, thread.id, "README.md", "# hi")
+        store.put_context_file(conn, thread.id, "README.md", "# hello")
+        store.put_context_file(conn, thread.id, "A.md", "a")
+        first, created = store.enqueue_daemon_task(conn, payload={"task": "y"}, client_id="k")
+        again, created_again = store.enqueue_daemon_task(conn, payload={"other": 1}, client_id="k")
+        second, _ = store.enqueue_daemon_task(conn, payload={"task": "z"})
+    with store.read() as conn:
+        assert store.get_memory(conn, "ws:/tmp", "fact").value == {"v": 2}
+        assert [e.key for e in store.list_memory(conn, "ws:/tmp")] == ["a/b", "a/c", "fact"]
+        assert store.memory_value(conn, "ws:/tmp", "a/b") == (True, None)
+        assert store.memory_value(conn, "ws:/tmp", "nope") == (False, None)
+        assert store.memory_scope_counts(conn, "ws:") == [("/tmp", 3)]
+        assert store.scope_has_memory(conn, "agent:x") and not store.scope_has_memory(conn, "agent:y")
+        with pytest.raises(NotFound):
+            store.get_memory(conn, "ws:/tmp", "nope")
+        assert [(c.path, c.content) for c in store.list_context_files(conn, thread.id)] == [
+            ("A.md", "a"), ("README.md", "# hello")]
+        assert created and not created_again and again == first
+        assert [t.position for t in store.list_daemon_tasks(conn)] == [1, 2]
+        assert store.get_daemon_task(conn, second.id) == second and store.get_daemon_task(conn, "nope") is None
+    with store.transaction() as conn:
+        assert store.delete_memory_prefix(conn, "ws:/tmp", "a/") == 2
+        assert store.delete_memory(conn, "ws:/tmp", "fact") and not store.delete_memory(conn, "ws:/tmp", "fact")
+        assert store.delete_context_file(conn, thread.id, "A.md")
+        done = store.update_daemon_task(conn, first.id, status="completed", run_id="run_1")
+        assert (done.status, done.run_id) == ("completed", "run_1")
+    with store.read() as conn:
+        assert store.list_memory(conn, "ws:/tmp") == []
+        assert [t.id for t in store.list_daemon_tasks(conn, status="queued")] == [second.id]
+
+
+def test_concurrent_enqueuers_get_unique_ordered_positions_on_each_backend(backend) -> None:
+    import threading
+
+    store = backend
+    errors: list[BaseException] = []
+
+    def enqueuer(n: int) -> None:
+        try:
+            for i in range(10):
+                with store.transaction() as conn:
+                    store.enqueue_daemon_task(conn, payload={"n": n, "i": i}, client_id=f"c{n}-{i}")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    workers = [threading.Thread(target=enqueuer, args=(n,)) for n in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert errors == []
+    with store.read() as conn:
+        tasks = store.list_daemon_tasks(conn)
+    assert [t.position for t in tasks] == list(range(1, 41))
+    for n in range(4):
+        assert [t.payload["i"] for t in tasks if t.payload["n"] == n] == list(range(10))
+
+
+def test_worker_trees_and_tool_process_records_on_each_backend(backend) -> None:
+    store = backend
+    with store.transaction() as conn:
+        root = store.create_thread(conn, kind="orchestration")
+        child = store.create_thread(conn, kind="worker", parent_thread_id=root.id)
+        w1 = store.create_worker(conn, thread_id=child.id, root_thread_id=root.id, name="a")
+        w2 = store.create_worker(conn, thread_id=child.id, root_thread_id=root.id, parent_id=w1.id)
+        with pytest.raises(NotFound):
+            store.create_worker(conn, thread_id=child.id, root_thread_id=root.id, parent_id="nope")
+        store.record_tool_process(conn, 4242, "me", 100, "boot-1", child.id)
+        store.record_tool_process(conn, 4242, "me", 101, "boot-1", child.id)  # replaced
+        store.record_tool_process(conn, 4343, "other", 5_000_000_000, None, None)  # past 32 bits
+    with store.read() as conn:
+        assert [(w.spawn_order, w.depth) for w in store.list_workers(conn, root.id)] == [(1, 0), (2, 1)]
+        assert store.get_worker(conn, w2.id).parent_id == w1.id
+        assert store.queued_worker_roots(conn) == [root.id]
+        assert [p["start_ticks"] for p in store.list_tool_processes(conn, "me")] == [101]
+        assert {p["pgid"] for p in store.list_tool_processes(conn)} == {4242, 4343}
+    with store.transaction() as conn:
+        assert store.claim_queued_worker(conn, w1.id) is True
+        assert store.claim_queued_worker(conn, w1.id) is False  # exactly once
+        assert store.mark_worker_delivered(conn, w1.id) is True
+        assert store.mark_worker_delivered(conn, w1.id) is False
+        store.update_worker(conn, w2.id, status="completed", result={"text": "done"})
+        assert store.forget_tool_process(conn, 4242, "me") and not store.forget_tool_process(conn, 4242, "me")
+    with store.read() as conn:
+        assert store.get_worker(conn, w1.id).status == "running"
+        assert store.get_worker(conn, w1.id).result == {"delivered": True}
+        assert [w.id for w in store.list_workers(conn, root.id, status="completed")] == [w2.id]
+        assert store.queued_worker_roots(conn) == []
+        assert [p["owner"] for p in store.list_tool_processes(conn)] == ["other"]
+
+
+def test_schedules_and_their_run_records_on_each_backend(backend) -> None:
+    store = backend
+    with store.transaction() as conn:
+        before = store.schedule_changes(conn)
+        job = store.add_job(conn, name="nightly", cron="0 3 * * *", task="x", next_run="2026-01-01T03:00:00Z",
+                            work_dir=None, provider="scripted")
+        later = store.add_job(conn, name="hourly", cron="0 * * * *", task="y", next_run=None, work_dir="/p")
+        with pytest.raises(Conflict):
+            store.add_job(conn, name="nightly", cron="0 3 * * *", task="x", next_run=None)
+        first = store.claim_slot(conn, job.id, "2026-01-01T03:00:00Z", "me")
+        second = store.claim_slot(conn, job.id, "2026-01-01T03:00:00Z", "other")
+        assert store.claim_slot(conn, "no-such-job", "2026-01-01T03:00:00Z", "me") is None
+        assert store.record_skipped(conn, job.id, ["2026-01-02T03:00:00Z", "2026-01-01T03:00:00Z"], "missed") == 1
+        upgraded = store.claim_slot(conn, job.id, "2026-01-02T03:00:00Z", "me")  # a missed slot may be claimed
+        store.advance_next_run(conn, job.id, "2026-01-03T03:00:00Z")
+        store.advance_next_run(conn, job.id, "2026-01-02T03:00:00Z")  # never backwards
+        request = store.request_run(conn, "hourly")
+        assert store.adopt_job(conn, job.id, "/p") and not store.adopt_job(conn, job.id, "/q")
+    with store.read() as conn:
+        assert store.schedule_changes(conn) > before
+        assert first is not None and second is None and upgraded is not None
+        assert store.schedule_run_status(conn, first) == "claimed"
+        got = store.get_job(conn, "nightly")
+        assert (got.next_run, got.work_dir, got.provider, got.enabled) == ("2026-01-03T03:00:00Z", "/p", "scripted", True)
+        assert [j.name for j in store.list_jobs(conn)] == ["nightly", "hourly"]  # never-firing last
+        assert [j.name for j in store.list_jobs(conn, project="/p")] == ["nightly", "hourly"]
+        assert [r.id for r in store.list_requested_runs(conn)] == [request.id]
+        assert store.has_running_run(conn, job.id) and not store.has_running_run(conn, later.id)
+        assert {r.id for r in store.list_open_runs(conn)} == {first, upgraded}
+    with store.transaction() as conn:
+        assert store.claim_requested_run(conn, request.id, "me") and not store.claim_requested_run(conn, request.id, "x")
+        store.mark_run_started(conn, first, "task_1", "2026-01-01T03:00:01Z")
+        with pytest.raises(NotFound):
+            store.mark_run_started(conn, "nope", "task_1", "2026-01-01T03:00:01Z")
+        store.mark_run_finished(conn, first, "succeeded", "2026-01-01T03:00:09Z")
+        store.mark_run_finished(conn, upgraded, "overlap", "2026-01-02T03:00:01Z")
+        store.adopt_schedule_run(conn, request.id, "adopter")
+        assert not store.has_running_run(conn, job.id)
+        assert store.has_running_run(conn, later.id) and not store.has_running_run(conn, later.id, exclude=request.id)
+        disabled = store.set_job_enabled(conn, "nightly", False, next_run=None)
+        enabled = store.set_job_enabled(conn, "nightly", True, next_run="2026-02-01T03:00:00Z")
+    with store.read() as conn:
+        assert disabled.enabled is False and enabled.next_run == "2026-02-01T03:00:00Z"
+        runs = store.list_job_runs(conn, job.id)
+        assert {(r.slot, r.status, r.outcome) for r in runs} == {
+            ("2026-01-01T03:00:00Z", "done", "succeeded"), ("2026-01-02T03:00:00Z", "skipped", "overlap")}
+        assert store.get_job(conn, "nightly").last_run == "2026-01-01T03:00:01Z"
+        assert store.list_job_runs(conn, later.id)[0].owner == "adopter"
+        assert [j.name for j in store.list_jobs(conn, enabled_only=True)] == ["nightly", "hourly"]
+    with store.transaction() as conn:
+        store.remove_job(conn, "nightly")
+        with pytest.raises(NotFound):
+            store.remove_job(conn, "nightly")
+    with store.read() as conn:
+        assert store.list_job_runs(conn, job.id) == [] and [j.name for j in store.list_jobs(conn)] == ["hourly"]
+
+
+async def test_the_writer_commits_groups_and_a_failing_write_alone_on_each_backend(backend) -> None:
+    store = backend
+    results: dict[int, object] = {}
+    all_answered = trio.Event()
+
+    async def one(n: int) -> None:
+        try:
+            results[n] = (await store.writer.submit(store.create_thread, id="dup" if n % 3 == 0 else f"t{n}")).id
+        except Exception as exc:  # noqa: BLE001
+            results[n] = type(exc).__name__
+        if len(results) == 9:
+            all_answered.set()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for n in range(1, 10):
+                nursery.start_soon(one, n)  # queued before the writer starts: grouped
+            await nursery.start(store.writer.run)
+            await all_answered.wait()
+            urgent = await store.writer.submit_urgent(store.create_thread, id="urgent")
+            nursery.cancel_scope.cancel()
+    assert sorted(v for v in results.values() if v == "Conflict") == ["Conflict", "Conflict"]
+    assert urgent.id == "urgent"
+    assert store.writer.stats.largest_group >= 2 and store.writer.stats.failed == 2
+    with store.read() as conn:
+        ids = {t.id for t in store.list_threads(conn, limit=50)}
+    assert ids == {"dup", "urgent"} | {f"t{n}" for n in range(1, 10) if n % 3}
+    with pytest.raises(StoreClosed):
+        await store.writer.submit(store.create_thread)
+
+
+def test_reconcile_interrupts_dead_executions_only_on_each_backend(backend) -> None:
+    store = backend
+    run_reconcile = reconcile if isinstance(store, storage.Store) else store.reconcile
+    with store.transaction() as conn:
+        for tid in ("dead", "live"):
+            store.create_thread(conn, id=tid)
+            store.create_turn(conn, tid, id=f"turn-{tid}")
+        store.update_turn(conn, "turn-dead", error={"note": "kept"})
+        store.append_item(conn, "dead", turn_id="turn-dead", type="tool_call", status="in_progress")
+        store.create_worker(conn, thread_id="dead", root_thread_id="dead", status="running")
+        store.create_worker(conn, thread_id="dead", root_thread_id="dead", status="queued")
+        store.create_run(conn, thread_id="live", id="run-live")
+        store.acquire(conn, "thread:live", "other-process", 60.0)
+        store.acquire(conn, "thread:mine", "me", 60.0)
+    with store.transaction() as conn:
+        report = run_reconcile(conn, "me")
+    assert (report.turns_interrupted, report.workers_interrupted, report.leases_released) == (1, 1, 1)
+    with store.read() as conn:
+        dead = store.get_turn(conn, "turn-dead")
+        assert dead.status == "interrupted" and dead.completed_at
+        assert (dead.error["note"], dead.error["category"], dead.error["reason"]) == ("kept", "cancelled", "abandoned")
+        assert store.list_items(conn, "dead")[0].status == "interrupted"
+        assert [w.status for w in store.list_workers(conn, "dead")] == ["interrupted", "queued"]
+        assert store.get_turn(conn, "turn-live").status == "running"
+        assert store.get_run(conn, "run-live").status == "running"
+        assert store.get_lease(conn, "thread:mine")["owner"] is None
+        assert store.get_lease(conn, "thread:live")["owner"] == "other-process"
+
+
+def test_objectives_and_their_task_outcomes_on_each_backend(backend) -> None:
+    """Objectives (wire-protocol.md appendix) behave alike on both backends: ids in order, tasks
+    appended, the durable failure counter skipping a task at MAX_FAILURES, completion."""
+    from roost.errors import UsageError
+    from roost.storage import MAX_FAILURES
+
+    store = backend
+    with store.transaction() as conn:
+        first = store.create_objective(conn, title="Ship", tasks=["build", "test"], description="d")
+        second = store.create_objective(conn, title="Empty", tasks=[])
+        with pytest.raises(UsageError):
+            store.create_objective(conn, title=" ", tasks=[])
+    assert (first.id, second.id, second.status) == ("OBJ-0001", "OBJ-0002", "completed")
+    with store.transaction() as conn:
+        added = store.add_objective_task(conn, second.id, "later")
+        assert added.index == 0 and store.get_objective(conn, second.id).status == "active"
+        store.start_objective_task(conn, first.id, 0, "task_1")
+        assert store.finish_objective_task(conn, first.id, 0, True).outcome == "succeeded"
+        for attempt in range(MAX_FAILURES):
+            outcome = store.finish_objective_task(conn, first.id, 1, False)
+        assert (outcome.outcome, outcome.failures) == ("skipped", MAX_FAILURES)
+        with pytest.raises(NotFound):
+            store.start_objective_task(conn, first.id, 9, "task_9")
+        store.set_objective_status(conn, second.id, "paused")
+    with store.read() as conn:
+        assert store.get_objective(conn, first.id).status == "completed"
+        assert [o.id for o in store.list_objectives(conn)] == ["OBJ-0001", "OBJ-0002"]
+        assert [o.id for o in store.list_objectives(conn, status="paused")] == ["OBJ-0002"]
+        with pytest.raises(NotFound):
+            store.get_objective(conn, "OBJ-9999")

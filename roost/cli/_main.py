@@ -31,6 +31,7 @@ _COMMANDS = {
     "init": ("roost.cli._res_config", "init_command"),
     "models": ("roost.cli._models", "models_command"),
     "objective": ("roost.cli._objective", "objective_group"),
+    "db": ("roost.cli._db", "db_group"),
 }
 
 

@@ -222,6 +222,32 @@ __all__ = [
 ]
 
 
+if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is opened
+    from ._backend import open_backend as open_backend
+    from ._pg_connect import DATABASE_URL_ENV as DATABASE_URL_ENV
+    from ._pg_connect import redact_url as redact_url
+    from ._pg_schema import migrate_pg as migrate_pg
+    from ._pg_schema import pg_migrations as pg_migrations
+    from ._pg_schema import pg_schema_version as pg_schema_version
+    from ._pg_store import PostgresStore as PostgresStore
+    from ._pg_store import open_postgres_store as open_postgres_store
+
+_LAZY.update({
+    "open_backend": "roost.storage._backend",
+    "DATABASE_URL_ENV": "roost.storage._pg_connect",
+    "redact_url": "roost.storage._pg_connect",
+    "migrate_pg": "roost.storage._pg_schema",
+    "pg_migrations": "roost.storage._pg_schema",
+    "pg_schema_version": "roost.storage._pg_schema",
+    "PostgresStore": "roost.storage._pg_store",
+    "open_postgres_store": "roost.storage._pg_store",
+})
+
+__all__ += [
+    "open_backend", "migrate_pg", "DATABASE_URL_ENV", "redact_url", "pg_migrations", "pg_schema_version",
+    "PostgresStore", "open_postgres_store",
+]
+
 def _fix_module_metadata(names: list[str]) -> None:
     for name in names:
         obj = globals()[name]

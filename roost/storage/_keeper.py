@@ -17,12 +17,19 @@ import trio
 from roost._faults import fault_point
 from roost.errors import LifecycleError, StaleLease, StoreClosed, StoreError, StoreFull
 
+from . import leases as _sqlite_leases
 from ._writer import StoreWriter
-from .leases import Lease, acquire, fenced, hand_over, release, renew
+from .leases import Lease
 
 __all__ = ["LeaseKeeper", "Execution", "default_owner"]
 
 R = TypeVar("R")
+
+
+def _ops(writer: StoreWriter) -> Any:
+    """The lease functions of the writer's backend: PostgreSQL's for a ``PgWriter``
+    (its ``lease_ops``), else SQLite's (:mod:`roost.storage.leases`)."""
+    return getattr(writer, "lease_ops", _sqlite_leases)
 
 
 def default_owner() -> str:
@@ -75,7 +82,7 @@ class Execution:
         """
         try:
             return await self._writer.submit(
-                fenced(self.lease.key, self.lease.token, fn), *args, **kwargs
+                _ops(self._writer).fenced(self.lease.key, self.lease.token, fn), *args, **kwargs
             )
         except StaleLease:
             self._lose("superseded")
@@ -88,6 +95,7 @@ class Execution:
             The errors of :meth:`submit`.
         """
         try:
+            fenced = _ops(self._writer).fenced
             return await self._writer.submit_urgent(fenced(self.lease.key, self.lease.token, fn), *args)
         except StaleLease:
             self._lose("superseded")
@@ -103,7 +111,7 @@ class Execution:
             StaleLease: the lease was already lost (the scope is cancelled).
         """
         try:
-            await self._writer.submit(hand_over, self.lease, successor, ttl=ttl)
+            await self._writer.submit(_ops(self._writer).hand_over, self.lease, successor, ttl=ttl)
         except StaleLease:
             self._lose("superseded")
             raise
@@ -240,7 +248,7 @@ class LeaseKeeper:
         if self._state is _State.STOPPED:
             raise StoreClosed("the lease keeper has stopped")
         ttl = self.ttl if ttl is None else ttl
-        lease = await self.writer.submit(acquire, key, self.owner, ttl)
+        lease = await self.writer.submit(_ops(self.writer).acquire, key, self.owner, ttl)
         execution = Execution(lease, self.writer)
         self._held.add(execution)
         try:
@@ -258,7 +266,7 @@ class LeaseKeeper:
                 with trio.move_on_after(self.release_timeout) as scope:
                     scope.shield = True
                     try:
-                        await self.writer.submit(release, execution.lease)
+                        await self.writer.submit(_ops(self.writer).release, execution.lease)
                     except StoreError:
                         pass  # the lease expires on its own; its token fences any late write
 
@@ -273,7 +281,7 @@ class LeaseKeeper:
             fault_point("lease_keeper")
             try:
                 # control before data (issue 19): a renewal does not wait behind queued writes
-                execution.lease = await self.writer.submit_urgent(renew, execution.lease)
+                execution.lease = await self.writer.submit_urgent(_ops(self.writer).renew, execution.lease)
             except StaleLease:
                 execution._lose("superseded")
                 return

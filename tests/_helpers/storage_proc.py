@@ -1,6 +1,7 @@
 """A separate OS process that uses a Roost store, for the cross-process store and lease tests.
 
-Usage (one line of output per event, flushed, so the parent synchronises on them):
+Usage (one line of output per event, flushed, so the parent synchronises on them); DB is a SQLite
+file, or for ``race`` and ``holder`` also a ``postgresql://`` URL:
 
     storage_proc.py writer DB THREAD_ID     append items in groups forever; "committed N" per group
     storage_proc.py race DB KEY OWNER       wait for "go" on stdin, acquire; "won TOKEN" or "held"
@@ -17,7 +18,12 @@ import sys
 import trio
 
 from roost.errors import LeaseHeld, StaleLease
-from roost.storage import LeaseKeeper, acquire, append_item, connect, open_store
+from roost.storage import LeaseKeeper, PostgresStore, acquire, append_item, connect, open_backend, open_store
+
+
+def open_any(db: str):
+    """DB is a SQLite file or a postgresql:// URL (the lease tests run on both backends)."""
+    return open_backend(db) if db.startswith("postgresql://") else open_store(db)
 
 
 def say(line: str) -> None:
@@ -42,12 +48,19 @@ async def writer(db: str, thread_id: str) -> None:
 
 
 def race(db: str, key: str, owner: str) -> None:
-    conn = connect(db)
+    if db.startswith("postgresql://"):
+        import psycopg
+
+        pg = psycopg.connect(db, autocommit=True)
+        take = lambda: PostgresStore.acquire(pg, key, owner, 30.0)  # noqa: E731
+    else:
+        conn = connect(db)
+        take = lambda: acquire(conn, key, owner, 30.0)  # noqa: E731
     say("ready")
     if sys.stdin.readline().strip() != "go":
         raise SystemExit("expected go")
     try:
-        lease = acquire(conn, key, owner, 30.0)
+        lease = take()
     except LeaseHeld:
         say("held")
     else:
@@ -55,7 +68,7 @@ def race(db: str, key: str, owner: str) -> None:
 
 
 async def holder(db: str, key: str, thread_id: str, ttl: float) -> None:
-    store = open_store(db)
+    store = open_any(db)
     async with trio.open_nursery() as nursery:
         await nursery.start(store.writer.run)
         keeper = LeaseKeeper(store.writer, owner="holder-process")
@@ -63,7 +76,7 @@ async def holder(db: str, key: str, thread_id: str, ttl: float) -> None:
         async with keeper.hold(key, ttl=ttl) as execution:
             say(f"acquired {execution.lease.token}")
             with execution.cancel_scope:
-                item = await execution.submit(append_item, thread_id, type="agent_message",
+                item = await execution.submit(store.append_item, thread_id, type="agent_message",
                                               payload={"by": "holder"}, text="before the pause")
                 say(f"wrote {item.seq}")
                 while True:
@@ -71,7 +84,7 @@ async def holder(db: str, key: str, thread_id: str, ttl: float) -> None:
                     say("renewed")
             say(f"lost {execution.lost_reason}")
             try:
-                await execution.submit(append_item, thread_id, type="agent_message",
+                await execution.submit(store.append_item, thread_id, type="agent_message",
                                        payload={"by": "holder"}, text="after the loss")
             except StaleLease:
                 say("stale-write-refused")

@@ -1,0 +1,156 @@
+"""PostgreSQL connections (psycopg 3, psycopg-pool) and the translation of their errors.
+
+The database is named by a libpq URL, ``postgresql://user:password@host:port/dbname``
+(https://www.postgresql.org/docs/15/libpq-connect.html#LIBPQ-CONNSTRING), given as
+``ROOST_DATABASE_URL`` (or ``--database-url``). Connections are sync psycopg connections used from
+worker threads, as for SQLite, in autocommit mode: Roost opens every transaction itself
+(``conn.transaction()``; nested ones become savepoints).
+
+Errors that come from the setting (a malformed URL, no server at it, a refused login, a missing
+privilege) become :class:`~roost.errors.DatabaseSettingError` subclasses whose message names the
+setting and never contains the password.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from roost.errors import (
+    Conflict,
+    DatabasePermissionDenied,
+    DatabaseUnreachable,
+    DatabaseUrlInvalid,
+    StoreBusy,
+    StoreError,
+)
+
+__all__ = [
+    "DATABASE_URL_ENV",
+    "SETTING",
+    "is_postgres_url",
+    "database_url_from_env",
+    "validate_url",
+    "redact_url",
+    "connect_pg",
+    "open_pool",
+    "translate_pg_error",
+]
+
+#: The environment variable that selects the database (unset: the SQLite file).
+DATABASE_URL_ENV = "ROOST_DATABASE_URL"
+#: How error messages name the setting.
+SETTING = "ROOST_DATABASE_URL (or --database-url)"
+_SCHEMES = ("postgresql", "postgres")
+#: Seconds to wait for the server when connecting.
+CONNECT_TIMEOUT = 5
+
+
+def database_url_from_env() -> str | None:
+    """Return ``$ROOST_DATABASE_URL`` stripped, or ``None`` when unset or empty."""
+    url = os.environ.get(DATABASE_URL_ENV, "").strip()
+    return url or None
+
+
+def is_postgres_url(url: str) -> bool:
+    """Whether ``url`` has a PostgreSQL scheme (``postgresql://`` or ``postgres://``)."""
+    return urlsplit(url).scheme.lower() in _SCHEMES
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***`` (for messages and logs)."""
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+
+
+def validate_url(url: str) -> str:
+    """Check that ``url`` is a usable PostgreSQL URL and return it.
+
+    Raises:
+        DatabaseUrlInvalid: another scheme, no host/socket, a bad port, or libpq rejects it.
+    """
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise DatabaseUrlInvalid(f"{SETTING} is not a valid URL ({shown}): {exc}") from exc
+    if parts.scheme.lower() not in _SCHEMES:
+        raise DatabaseUrlInvalid(
+            f"{SETTING} must start with postgresql:// (got {shown}); unset it to use the SQLite file"
+        )
+    if port == 0:
+        raise DatabaseUrlInvalid(f"{SETTING} has port 0 ({shown})")
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise DatabaseUrlInvalid(f"{SETTING} is not a valid PostgreSQL URL ({shown}): {exc}") from exc
+    return url
+
+
+def translate_pg_error(exc: BaseException, url: str | None = None) -> StoreError:
+    """Map a psycopg (or pool) error to the most specific Roost error (not raised).
+
+    Refused connections and logins -> :class:`DatabaseUnreachable`; insufficient privilege ->
+    :class:`DatabasePermissionDenied`; unique/foreign-key/check violations -> :class:`Conflict`;
+    serialization failures, deadlocks and lock timeouts -> :class:`StoreBusy`; anything else ->
+    :class:`StoreError`. The caller raises it ``from exc``.
+    """
+    where = f" ({redact_url(url)})" if url else ""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return DatabasePermissionDenied(f"the database role of {SETTING}{where} lacks a privilege Roost needs: {first}")
+    if isinstance(exc, pg_errors.InvalidCatalogName | pg_errors.InvalidAuthorizationSpecification):
+        return DatabaseUnreachable(f"{SETTING}{where} was refused by the server: {first}")
+    if isinstance(exc, psycopg.OperationalError | PoolTimeout) and not isinstance(exc, psycopg.errors.LockNotAvailable):
+        if "permission denied" in first.lower():
+            return DatabasePermissionDenied(f"the database role of {SETTING}{where} may not connect: {first}")
+        return DatabaseUnreachable(f"cannot reach the database server of {SETTING}{where}: {first}")
+    if isinstance(exc, psycopg.IntegrityError):
+        return Conflict(first)
+    if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected | pg_errors.LockNotAvailable):
+        return StoreBusy(f"database stayed locked: {first}")
+    return StoreError(f"{type(exc).__name__}: {first}")
+
+
+def connect_pg(url: str) -> psycopg.Connection:
+    """Open one autocommit connection to ``url`` (for migrations and tests).
+
+    Raises:
+        DatabaseUrlInvalid, DatabaseUnreachable, DatabasePermissionDenied: see :func:`translate_pg_error`.
+    """
+    validate_url(url)
+    try:
+        return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.Error as exc:
+        raise translate_pg_error(exc, url) from exc
+
+
+def open_pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
+    """Open a pool of autocommit connections to ``url``, waiting for its first connection.
+
+    Args:
+        url: a URL already checked by :func:`validate_url`.
+        min_size, max_size: connections kept open / at most.
+
+    Raises:
+        DatabaseUnreachable: the first connection could not be made within the connect timeout.
+    """
+    pool = ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
+        open=False,
+        name="roost",
+    )
+    try:
+        pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+    except PoolTimeout as exc:
+        pool.close()
+        raise translate_pg_error(exc, url) from exc
+    return pool

@@ -1,0 +1,109 @@
+"""The group-commit writer on PostgreSQL: :class:`StoreWriter`'s queue, urgency and lifecycle,
+committing each group in one PostgreSQL transaction on a pooled connection.
+
+Each write runs in its own savepoint (``conn.transaction()`` nested), so a write that raises
+(:class:`StaleLease`, :class:`Conflict`, any exception) rolls back alone and the group commits
+without it, as on SQLite. A failed COMMIT or a lost connection answers every write of the group
+with the translated error (:class:`DatabaseUnreachable`, :class:`StoreBusy`...); nothing of the
+group is stored.
+
+``lease_ops`` tells :class:`roost.storage.LeaseKeeper` to use the PostgreSQL lease functions.
+"""
+
+from __future__ import annotations
+
+import collections
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import psycopg
+import trio
+
+from roost.errors import LifecycleError, StoreError
+
+from . import _pg_leases
+from ._pg_connect import translate_pg_error
+from ._writer import StoreWriter, WriterState, WriterStats, _Write
+
+if TYPE_CHECKING:
+    from ._pg_store import PostgresStore
+
+__all__ = ["PgWriter"]
+
+
+class PgWriter(StoreWriter):
+    """The writer of one process on a :class:`PostgresStore` (start it with
+    ``await nursery.start(writer.run)``; the same API as :class:`StoreWriter`).
+
+    Args:
+        store: the open PostgreSQL store (its pool lends the write connection per group).
+        queue_size: bound of the inbound queue.
+        batch_max: most writes committed in one transaction.
+    """
+
+    lease_ops: ModuleType = _pg_leases
+
+    def __init__(self, store: PostgresStore, *, queue_size: int = 4096, batch_max: int = 512) -> None:
+        if batch_max < 1 or queue_size < 1:
+            raise ValueError("batch_max and queue_size must be at least 1")
+        self.store = store
+        self.batch_max = batch_max
+        self.stats = WriterStats()
+        self.state = WriterState.NEW
+        self._send, self._receive = trio.open_memory_channel[_Write](queue_size)
+        self._urgent: collections.deque[_Write] = collections.deque()
+        self._carried: list[_Write] = []  # see StoreWriter: a group cut short for urgent writes
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve writes until cancelled (see :meth:`StoreWriter.run`).
+
+        Raises:
+            LifecycleError: run twice.
+        """
+        if self.state is not WriterState.NEW:
+            raise LifecycleError(f"PgWriter.run called in state {self.state.value}")
+        self.state = WriterState.RUNNING
+        try:
+            task_status.started()
+            while True:
+                group = await self._next_group()
+                if not group:
+                    continue
+                try:
+                    await trio.to_thread.run_sync(self._commit_pg_group, group)
+                finally:
+                    for write in group:
+                        if write.done is not None:
+                            write.done.set()
+        finally:
+            self.state = WriterState.STOPPED
+            self._fail_queued()
+            self._receive.close()
+
+    def _commit_pg_group(self, group: list[_Write]) -> None:
+        """Run one group in one transaction (blocking, in a worker thread)."""
+        try:
+            with self.store.transaction() as conn:
+                for write in group:
+                    write.result, write.error = None, None
+                    try:
+                        with conn.transaction():
+                            write.result = write.fn(conn, *write.args, **write.kwargs)
+                    except psycopg.Error as exc:
+                        if conn.broken:
+                            raise
+                        write.error = translate_pg_error(exc, self.store.url)
+                    except Exception as exc:
+                        write.error = exc
+        except (StoreError, psycopg.Error) as exc:
+            for write in group:
+                err = exc if isinstance(exc, StoreError) else translate_pg_error(exc, self.store.url)
+                fresh = type(err)(str(err))  # one exception object per caller
+                fresh.__cause__ = exc
+                write.error, write.result = fresh, None
+            return
+        ok = sum(1 for w in group if w.error is None)
+        self.stats.transactions += 1
+        self.stats.writes += ok
+        self.stats.failed += len(group) - ok
+        self.stats.largest_group = max(self.stats.largest_group, ok)
