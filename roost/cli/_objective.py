@@ -107,3 +107,11 @@ def status_command(objective_id: str, as_json: bool) -> None:
         emit_item(wire_objective(objective))
     else:
         _show(objective)
+
+
+#: Each sub-command's --help ends with the exit statuses (issue 17: every command documents them).
+for _command in objective_group.commands.values():
+    _command.epilog = _command.epilog or (
+        "Exit status: 0 on success; 1 on failure (an unknown objective id, an empty title or task, an "
+        "unusable ROOST_HOME; with --json an error envelope on stdout); 2 for a usage error.")
+del _command

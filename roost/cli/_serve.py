@@ -51,6 +51,7 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
+    _probe_http_port(options)   # a busy port is one line (exit 1), before any child starts
     lock_fd = claim_socket_path(options.socket_path)
     registered: Path | None = None
     try:
@@ -115,6 +116,26 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
 
     await runtime.root.start_child(ChildSpec.of_factory("scheduler", scheduler, restart=Restart.PERMANENT,
                                                         shutdown_timeout=10))
+
+
+
+def _probe_http_port(options: ServeOptions) -> None:
+    """Bind ``--http-port`` once and let it go, so a port in use (or privileged) fails the start
+    with the ``OSError`` :func:`_exit_for` turns into one line, instead of a crashing listener
+    child of the supervision tree. Port 0 (any free port) cannot be busy.
+
+    Raises:
+        OSError: the port cannot be bound (EADDRINUSE, EACCES, EADDRNOTAVAIL ...).
+    """
+    import socket
+
+    if not options.http_port:
+        return
+    for family, kind, proto, _name, address in socket.getaddrinfo(options.host, options.http_port,
+                                                                   type=socket.SOCK_STREAM):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as trio's listeners do
+            probe.bind(address)
 
 
 async def _start_objectives(runtime: Any, daemon: Any, auto_objectives: tuple[str, ...]) -> None:
