@@ -26,7 +26,6 @@ handle a message of that class, e.g. ``thread.StartTurn``). This makes "a kill l
 deterministic (issue 18, findings 2 and 3) instead of hoping a random kill lands there.
 """
 
-
 from __future__ import annotations
 
 import functools
@@ -35,8 +34,16 @@ import os
 import signal
 import time
 
-__all__ = ["FAULT_ENV", "InjectedFault", "arm_fault", "armed_faults", "disarm_faults", "fault_point", "load_fault_env",
-           "point"]
+__all__ = [
+    "FAULT_ENV",
+    "InjectedFault",
+    "arm_fault",
+    "armed_faults",
+    "disarm_faults",
+    "fault_point",
+    "load_fault_env",
+    "point",
+]
 
 #: The test-only environment variable naming fault points to arm at start-up.
 FAULT_ENV = "ROOST_FAULT_INJECT"

@@ -20,9 +20,9 @@ from typing import Any
 __all__ = ["attach"]
 
 
-def attach(namespace: dict[str, Any], lazy: Mapping[str, str], *,
-           on_load: Callable[[list[str]], None] | None = None
-           ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def attach(
+    namespace: dict[str, Any], lazy: Mapping[str, str], *, on_load: Callable[[list[str]], None] | None = None
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """Return a module's ``__getattr__`` and ``__dir__`` for lazily imported exports.
 
     Args:

@@ -29,8 +29,9 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import attrs
 
@@ -38,8 +39,15 @@ from roost._paths import config_path as default_config_path
 from roost.engines import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS, PROVIDERS, ProviderSettings
 from roost.errors import ConfigError
 
-__all__ = ["ProviderSettings", "resolve_provider", "derive_provider", "load_config", "parse_config",
-           "SETUP_HINT", "PROVIDER_ENV_VARS"]
+__all__ = [
+    "ProviderSettings",
+    "resolve_provider",
+    "derive_provider",
+    "load_config",
+    "parse_config",
+    "SETUP_HINT",
+    "PROVIDER_ENV_VARS",
+]
 
 #: What to tell a user who has configured no provider.
 SETUP_HINT = (
@@ -244,8 +252,9 @@ def derive_provider(
         base = ProviderSettings(provider=name)  # nothing of another provider's settings is kept
     if name == "scripted":
         script = base.script if same else "demo"
-        return ProviderSettings(provider=name, model=model or (base.model if same else None), script=script,
-                                source="config")
+        return ProviderSettings(
+            provider=name, model=model or (base.model if same else None), script=script, source="config"
+        )
     if same and base_url is None and api_key_env is None:
         return attrs.evolve(base, model=model or base.model)
     key_env = api_key_env or (base.api_key_env if same else None) or DEFAULT_KEY_ENVS[name]
@@ -255,10 +264,21 @@ def derive_provider(
         raise ConfigError(f"provider {name!r} needs an API key: set {key_env}")
     options: dict[str, Any] = {}
     if same:
-        options = {"headers": dict(base.headers), "connect_timeout": base.connect_timeout,
-                   "read_timeout": base.read_timeout, "max_attempts": base.max_attempts}
-    return ProviderSettings(provider=name, base_url=resolved_base, model=model or (base.model if same else None),
-                            api_key=api_key, api_key_env=key_env, source="config", **options)
+        options = {
+            "headers": dict(base.headers),
+            "connect_timeout": base.connect_timeout,
+            "read_timeout": base.read_timeout,
+            "max_attempts": base.max_attempts,
+        }
+    return ProviderSettings(
+        provider=name,
+        base_url=resolved_base,
+        model=model or (base.model if same else None),
+        api_key=api_key,
+        api_key_env=key_env,
+        source="config",
+        **options,
+    )
 
 
 def _describe_source(source: str, key: str) -> str:
@@ -266,4 +286,4 @@ def _describe_source(source: str, key: str) -> str:
         return f"--{key.replace('_', '-')}"
     if source == "env":
         return _ENV[key]
-    return f"[provider] in config.toml"
+    return "[provider] in config.toml"

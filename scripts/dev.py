@@ -80,8 +80,14 @@ def compile_bytecode(*, packages: bool) -> None:
     python = str(_bin("python"))
     targets = [str(ROOT / "roost")]
     if packages:
-        targets.append(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                      capture_output=True, text=True, check=True).stdout.strip())
+        targets.append(
+            subprocess.run(
+                [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
     subprocess.run([python, "-m", "compileall", "-q", "-j", "0", *targets], check=True, stdout=subprocess.DEVNULL)
 
 

@@ -6,24 +6,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roost._lazy import attach as _attach
-
 from roost.actors._actor import Actor as Actor
 from roost.actors._actor import ActorState as ActorState
 from roost.actors._actor import shielded_cleanup as shielded_cleanup
+from roost.actors._bgprocess import ProcessManager as ProcessManager
+from roost.actors._bgprocess import process_view as process_view
+from roost.actors._connection import CLOSE_NORMAL as CLOSE_NORMAL
+from roost.actors._connection import ConnectionActor as ConnectionActor
+from roost.actors._edit import RETRACTED as RETRACTED
+from roost.actors._edit import ImportHistory as ImportHistory
+from roost.actors._edit import RetractFrom as RetractFrom
+from roost.actors._edit import stored_payload as stored_payload
 from roost.actors._mailbox import DEFAULT_ASK_TIMEOUT as DEFAULT_ASK_TIMEOUT
 from roost.actors._mailbox import Envelope as Envelope
 from roost.actors._mailbox import Mailbox as Mailbox
 from roost.actors._mailbox import Ref as Ref
 from roost.actors._mailbox import ReplySlot as ReplySlot
-from roost.actors._bgprocess import ProcessManager as ProcessManager
-from roost.actors._bgprocess import process_view as process_view
-
-from roost.actors._connection import CLOSE_NORMAL as CLOSE_NORMAL
-from roost.actors._connection import ConnectionActor as ConnectionActor
-from roost.actors._edit import ImportHistory as ImportHistory
-from roost.actors._edit import RETRACTED as RETRACTED
-from roost.actors._edit import RetractFrom as RetractFrom
-from roost.actors._edit import stored_payload as stored_payload
 from roost.actors._messages import AgentTurn as AgentTurn
 from roost.actors._messages import Compact as Compact
 from roost.actors._messages import Dequeue as Dequeue
@@ -81,7 +79,6 @@ __all__ = [
     "agent_tool_schemas",
     "stored_payload",
     "thread_view",
-
     "Actor",
     "ActorState",
     "shielded_cleanup",

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import trio
 

@@ -51,10 +51,19 @@ _GRACE_S = 2.0
 def process_view(row: dict) -> dict:
     """The ``process`` object: ``{id, thread_id, command, cwd, pid, status, exit_code, reason,
     started_at, ended_at, trigger: {status, on_exit}}``."""
-    return {"id": row["id"], "thread_id": row["thread_id"], "command": row["command"], "cwd": row["cwd"],
-            "pid": row["pid"], "status": row["status"], "exit_code": row["exit_code"], "reason": row["reason"],
-            "started_at": row["started_at"], "ended_at": row["ended_at"],
-            "trigger": {"status": row["trigger_status"], "on_exit": row["on_exit"]}}
+    return {
+        "id": row["id"],
+        "thread_id": row["thread_id"],
+        "command": row["command"],
+        "cwd": row["cwd"],
+        "pid": row["pid"],
+        "status": row["status"],
+        "exit_code": row["exit_code"],
+        "reason": row["reason"],
+        "started_at": row["started_at"],
+        "ended_at": row["ended_at"],
+        "trigger": {"status": row["trigger_status"], "on_exit": row["on_exit"]},
+    }
 
 
 class _Live:
@@ -101,6 +110,7 @@ class ProcessManager:
 
     def starter(self, thread_id: str) -> Any:
         """The ``ToolContext.start_background`` callable of ``thread_id``'s tool calls."""
+
         async def start(command: str, cwd: Path) -> dict:
             return await self.start(thread_id, command, cwd)
 
@@ -117,8 +127,15 @@ class ProcessManager:
         process_id = new_id("proc")
         live = self.live[process_id] = _Live(process)
         try:
-            row = await self._write(insert_bg_process, id=process_id, thread_id=thread_id,
-                                    owner=self.services.owner, pid=process.pid, command=command, cwd=str(cwd))
+            row = await self._write(
+                insert_bg_process,
+                id=process_id,
+                thread_id=thread_id,
+                owner=self.services.owner,
+                pid=process.pid,
+                command=command,
+                cwd=str(cwd),
+            )
         except BaseException:
             with trio.CancelScope(shield=True):
                 await stop_process_group(process, grace_s=_GRACE_S)
@@ -131,6 +148,7 @@ class ProcessManager:
         process = live.process
         assert process.stdout is not None
         async with trio.open_nursery() as nursery:
+
             async def pump() -> None:
                 assert process.stdout is not None
                 while chunk := await process.stdout.receive_some(65536):
@@ -145,8 +163,14 @@ class ProcessManager:
             self.live.pop(process_id, None)
             if live.stopping:
                 return  # stop() records the outcome
-            row = await self._write(update_bg_process, process_id, status="exited", exit_code=process.returncode,
-                                    ended_at=_now(), output_tail=live.out.text())
+            row = await self._write(
+                update_bg_process,
+                process_id,
+                status="exited",
+                exit_code=process.returncode,
+                ended_at=_now(),
+                output_tail=live.out.text(),
+            )
         await self._trigger(row)
 
     async def _trigger(self, row: dict) -> None:
@@ -156,8 +180,10 @@ class ProcessManager:
             return  # cancelled or stopped: no notification
         await self._write(update_bg_process, row["id"], trigger_status="received")
         tail = (row["output_tail"] or "")[-CONTINUATION_TAIL_CHARS:]
-        text = (f"[background process {row['id']} exited with status {row['exit_code']}]\n"
-                f"command: {row['command']}\noutput (tail):\n{tail}")
+        text = (
+            f"[background process {row['id']} exited with status {row['exit_code']}]\n"
+            f"command: {row['command']}\noutput (tail):\n{tail}"
+        )
         try:
             actor = await self.registry.get(row["thread_id"])
             await actor.deliver_internal(text, start_turn=True)
@@ -190,8 +216,9 @@ class ProcessManager:
         live = self.live.get(process_id)
         return process_view(row), live.out.text() if live is not None else row["output_tail"]
 
-    async def stop(self, thread_id: str, process_id: str, *, status: str = "stopped",
-                   reason: str | None = "stopped by the client") -> dict:
+    async def stop(
+        self, thread_id: str, process_id: str, *, status: str = "stopped", reason: str | None = "stopped by the client"
+    ) -> dict:
         """Stop the process group (if running) and record ``status``; the trigger becomes ``stopped``."""
         row = await self.owned(thread_id, process_id)
         live = self.live.get(process_id)
@@ -203,9 +230,16 @@ class ProcessManager:
             with trio.move_on_after(_GRACE_S):
                 await live.drained.wait()  # keep the output it wrote before it stopped
             trigger = "stopped" if row["trigger_status"] == "waiting" else row["trigger_status"]
-            row = await self._write(update_bg_process, process_id, status=status,
-                                    exit_code=live.process.returncode, ended_at=_now(), reason=reason,
-                                    trigger_status=trigger, output_tail=live.out.text())
+            row = await self._write(
+                update_bg_process,
+                process_id,
+                status=status,
+                exit_code=live.process.returncode,
+                ended_at=_now(),
+                reason=reason,
+                trigger_status=trigger,
+                output_tail=live.out.text(),
+            )
         return process_view(row)
 
     async def cancel_notifications(self, thread_id: str, process_id: str) -> dict:

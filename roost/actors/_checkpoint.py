@@ -46,8 +46,9 @@ class StreamCheckpoints:
 
     __slots__ = ("_chunk", "_interval", "_items", "_write")
 
-    def __init__(self, write: Callable[[dict, str], None] | None, *, interval: float = INTERVAL,
-                 chunk: int = CHUNK) -> None:
+    def __init__(
+        self, write: Callable[[dict, str], None] | None, *, interval: float = INTERVAL, chunk: int = CHUNK
+    ) -> None:
         self._write = write
         self._interval = interval
         self._chunk = chunk

@@ -52,8 +52,13 @@ if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
 
 __all__ = [
-    "Compact", "COMPACTOR_AGENT", "COMPACTION_PROMPT", "compact", "compact_thread",
-    "compactable", "compaction_request",
+    "Compact",
+    "COMPACTOR_AGENT",
+    "COMPACTION_PROMPT",
+    "compact",
+    "compact_thread",
+    "compactable",
+    "compaction_request",
 ]
 
 log = logging.getLogger("roost.compact")
@@ -72,7 +77,7 @@ COMPACTION_PROMPT = (
 def compactable(items: list[dict]) -> bool:
     """Whether ``items`` (item views in thread order) hold history a compaction would replace:
     anything the model sees after the latest completed compaction."""
-    return bool(history_from_items(items[latest_compaction(items) + 1:]))
+    return bool(history_from_items(items[latest_compaction(items) + 1 :]))
 
 
 def compaction_request(actor: ThreadActor, instructions: str | None) -> EngineRequest:
@@ -87,16 +92,21 @@ def compaction_request(actor: ThreadActor, instructions: str | None) -> EngineRe
     if instructions and instructions.strip():
         prompt += f"\n\nAdditional instructions: {instructions.strip()}"
     return EngineRequest(
-        system=actor.services.system_prompt, history=tuple(actor.history) + (UserMessage(text=prompt),),
-        tools=(), model=actor.thread.model, effort=actor.thread.effort, agent=COMPACTOR_AGENT,
+        system=actor.services.system_prompt,
+        history=tuple(actor.history) + (UserMessage(text=prompt),),
+        tools=(),
+        model=actor.thread.model,
+        effort=actor.thread.effort,
+        agent=COMPACTOR_AGENT,
     )
 
 
 def _check_idle(actor: ThreadActor) -> None:
     """Raise ThreadBusy while a turn (or compaction) is admitted or queued input is starting."""
     if actor.active is not None:
-        raise ThreadBusy(f"thread {actor.thread.id} is running turn {actor.active.id}; "
-                         "wait for it or interrupt it before compacting")
+        raise ThreadBusy(
+            f"thread {actor.thread.id} is running turn {actor.active.id}; wait for it or interrupt it before compacting"
+        )
     if actor.inputs.dispatching is not None:
         raise ThreadBusy(f"thread {actor.thread.id} is starting a turn with queued input")
 
@@ -119,8 +129,15 @@ async def compact(actor: ThreadActor, msg: Compact) -> dict:
     if not compactable(actor.items):
         raise InvalidParams(f"thread {actor.thread.id} has nothing to compact")
     turn_id = new_id("turn")
-    view = {"id": new_id("item"), "type": "compaction", "status": "in_progress", "turn_id": turn_id,
-            "thread_id": actor.thread.id, "instructions": msg.instructions, "source_id": SUMMARY_SOURCE_ID}
+    view = {
+        "id": new_id("item"),
+        "type": "compaction",
+        "status": "in_progress",
+        "turn_id": turn_id,
+        "thread_id": actor.thread.id,
+        "instructions": msg.instructions,
+        "source_id": SUMMARY_SOURCE_ID,
+    }
     instructions = msg.instructions
 
     async def body(turn: TurnActor, execution: Any) -> None:
@@ -134,8 +151,9 @@ async def compact(actor: ThreadActor, msg: Compact) -> dict:
     return dict(view)
 
 
-async def _run_compaction(actor: ThreadActor, turn: TurnActor, view: dict, instructions: str | None,
-                          execution: Any) -> None:
+async def _run_compaction(
+    actor: ThreadActor, turn: TurnActor, view: dict, instructions: str | None, execution: Any
+) -> None:
     """Ask for the summary and settle the turn; emits exactly one terminal event.
 
     Cancellation: like :func:`roost.actors._turn_loop.run_turn`: an interrupt or a lost lease ends the
@@ -178,9 +196,20 @@ async def _summarize(actor: ThreadActor, turn: TurnActor, request: EngineRequest
                     turn.usage[key] += getattr(event, key) or 0
                 actor.emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
             elif cls is Retrying:
-                actor.emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
-                    "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
-                    "delay_s": event.delay_s, "reason": event.reason}})
+                actor.emit(
+                    "turn/event",
+                    {
+                        "thread_id": tid,
+                        "turn_id": turn.id,
+                        "event": {
+                            "type": "retrying",
+                            "attempt": event.attempt,
+                            "max_attempts": event.max_attempts,
+                            "delay_s": event.delay_s,
+                            "reason": event.reason,
+                        },
+                    },
+                )
     return "".join(parts).strip()
 
 
@@ -191,8 +220,9 @@ async def _settle(actor: ThreadActor, turn: TurnActor, view: dict) -> None:
     done = turn.status == "completed"
     if done:
         actor.emit("item/started", {"thread_id": actor.thread.id, "turn_id": turn.id, "item": dict(view)})
-    await turn.finish(settle=[view] if done else None, settle_status="completed",
-                      open_items={view["id"]: view} if done else None)
+    await turn.finish(
+        settle=[view] if done else None, settle_status="completed", open_items={view["id"]: view} if done else None
+    )
     if not done:
         return
     if not actor.ephemeral and "seq" not in view:
@@ -206,8 +236,9 @@ async def _settle(actor: ThreadActor, turn: TurnActor, view: dict) -> None:
     actor.history = history_from_items(actor.items)
 
 
-async def compact_thread(actor: ThreadActor, *, instructions: str | None = None,
-                         origin: Origin | None = None, timeout: float | None = None) -> dict:
+async def compact_thread(
+    actor: ThreadActor, *, instructions: str | None = None, origin: Origin | None = None, timeout: float | None = None
+) -> dict:
     """Compact ``actor``'s thread and wait for the end: return the stored compaction item view.
 
     Args:
@@ -239,5 +270,3 @@ async def compact_thread(actor: ThreadActor, *, instructions: str | None = None,
 
 def _no_limit() -> trio.CancelScope:
     return trio.CancelScope()
-
-

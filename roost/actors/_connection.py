@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -48,9 +49,16 @@ class ConnectionActor:
         kick_grace: seconds a kicked client still gets to read what was queued before the close.
     """
 
-    def __init__(self, *, outbox: Any, handle_line: Callable[[ConnectionActor, Any], Awaitable[None]],
-                 close: Callable[[int, str], Awaitable[None]], kick_grace: float = 10.0,
-                 client: Any = None, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        outbox: Any,
+        handle_line: Callable[[ConnectionActor, Any], Awaitable[None]],
+        close: Callable[[int, str], Awaitable[None]],
+        kick_grace: float = 10.0,
+        client: Any = None,
+        read_only: bool = False,
+    ) -> None:
         self.id = next(_ids)
         self.outbox = outbox
         self.handle_line = handle_line

@@ -19,8 +19,7 @@ import attrs
 
 from roost.actors._views import history_from_items
 from roost.errors import InvalidParams, ThreadBusy, TurnNotFound
-from roost.storage import get_item, update_item, update_thread, update_turn
-from roost.storage import new_id, utc_now
+from roost.storage import get_item, new_id, update_item, update_thread, update_turn, utc_now
 
 if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
@@ -73,8 +72,10 @@ async def retract_from(actor: ThreadActor, msg: RetractFrom) -> dict:
     turn_ids = [t["id"] for t in actor.turns]
     if msg.turn_id not in turn_ids:
         raise TurnNotFound(f"thread {tid} has no turn {msg.turn_id}")
-    start = next((n for n, item in enumerate(actor.items)
-                  if item["id"] == msg.item_id and item.get("turn_id") == msg.turn_id), None)
+    start = next(
+        (n for n, item in enumerate(actor.items) if item["id"] == msg.item_id and item.get("turn_id") == msg.turn_id),
+        None,
+    )
     if start is None:
         raise InvalidParams(f"turn {msg.turn_id} has no item {msg.item_id}")
     selected = actor.items[start]
@@ -112,9 +113,12 @@ async def retract_from(actor: ThreadActor, msg: RetractFrom) -> dict:
         "item_id": msg.item_id,
     }
     actor.emit("thread/updated", {"thread": actor.view()})
-    return {"draft": draft, "edit_id": record["edit_id"],
-            "retracted_item_ids": [i["id"] for i in retracted_items],
-            "retracted_turn_ids": [t["id"] for t in retracted_turns]}
+    return {
+        "draft": draft,
+        "edit_id": record["edit_id"],
+        "retracted_item_ids": [i["id"] for i in retracted_items],
+        "retracted_turn_ids": [t["id"] for t in retracted_turns],
+    }
 
 
 async def import_history(actor: ThreadActor, msg: ImportHistory) -> None:

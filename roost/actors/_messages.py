@@ -7,8 +7,22 @@ from typing import Any
 import attrs
 
 __all__ = [
-    "Origin", "AgentTurn", "StartTurn", "InterruptTurn", "QueueInput", "UpdateQueued", "Dequeue", "SteerInput",
-    "Unsteer", "DeliverInternal", "Snapshot", "Subscribe", "Unsubscribe", "UpdateThread", "IsBusy", "Compact",
+    "Origin",
+    "AgentTurn",
+    "StartTurn",
+    "InterruptTurn",
+    "QueueInput",
+    "UpdateQueued",
+    "Dequeue",
+    "SteerInput",
+    "Unsteer",
+    "DeliverInternal",
+    "Snapshot",
+    "Subscribe",
+    "Unsubscribe",
+    "UpdateThread",
+    "IsBusy",
+    "Compact",
 ]
 
 

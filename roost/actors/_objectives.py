@@ -53,9 +53,17 @@ class ObjectiveRunner:
         poll: seconds between passes.
     """
 
-    def __init__(self, store: Any, *, dispatch: Callable[..., Awaitable[str]],
-                 wait_task: Callable[[str], Awaitable[str]], announce: Callable[[str, str, str], None],
-                 idle: Callable[[], bool], auto_objectives: Sequence[str] = (), poll: float = 0.5) -> None:
+    def __init__(
+        self,
+        store: Any,
+        *,
+        dispatch: Callable[..., Awaitable[str]],
+        wait_task: Callable[[str], Awaitable[str]],
+        announce: Callable[[str, str, str], None],
+        idle: Callable[[], bool],
+        auto_objectives: Sequence[str] = (),
+        poll: float = 0.5,
+    ) -> None:
         self.store = store
         self.dispatch = dispatch
         self.wait_task = wait_task
@@ -95,8 +103,9 @@ class ObjectiveRunner:
             if objective is None:
                 if objective_id not in self._warned:
                     self._warned.add(objective_id)
-                    log.warning("--auto-objective %s: no such objective (create it with roost objective create)",
-                                objective_id)
+                    log.warning(
+                        "--auto-objective %s: no such objective (create it with roost objective create)", objective_id
+                    )
                 continue
             task = objective.next_task() if objective.status == "active" else None
             if task is None or task.outcome != "pending":
@@ -117,8 +126,12 @@ class ObjectiveRunner:
             try:
                 outcome = await self.wait_task(session_id)
             except LookupError:
-                log.warning("objective %s task %d: session %s is unknown to the queue; counted as failed",
-                            objective_id, index + 1, session_id)
+                log.warning(
+                    "objective %s task %d: session %s is unknown to the queue; counted as failed",
+                    objective_id,
+                    index + 1,
+                    session_id,
+                )
                 outcome = "failed"
             try:
                 await self.store.writer.submit(finish_objective_task, objective_id, index, outcome == "succeeded")
@@ -126,4 +139,3 @@ class ObjectiveRunner:
                 log.exception("objective %s task %d: the outcome could not be saved", objective_id, index + 1)
         finally:
             self._awaited.discard(session_id)
-

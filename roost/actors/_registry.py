@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
-import logging
 import trio
 
 from roost.actors._thread import ThreadActor
@@ -64,8 +64,9 @@ class ThreadRegistry:
             if self._ready.is_set():
                 self._ready = trio.Event()
 
-    async def create(self, thread: Any, *, ephemeral: bool, worker: tuple[Any, str] | None = None,
-                     persisted: bool = False) -> ThreadActor:
+    async def create(
+        self, thread: Any, *, ephemeral: bool, worker: tuple[Any, str] | None = None, persisted: bool = False
+    ) -> ThreadActor:
         """Persist (unless ephemeral or ``persisted``) and start a new thread's actor.
 
         Args:
@@ -77,10 +78,22 @@ class ThreadRegistry:
         if ephemeral:
             self._ephemeral[thread.id] = thread
         elif not persisted:
-            fields = {k: getattr(thread, k) for k in (
-                "title", "cwd", "provider", "model", "effort", "permission_mode", "parent_thread_id", "metadata")}
-            stored = await self.services.store.writer.submit(functools.partial(
-                create_thread, kind=thread.kind, id=thread.id, **fields))
+            fields = {
+                k: getattr(thread, k)
+                for k in (
+                    "title",
+                    "cwd",
+                    "provider",
+                    "model",
+                    "effort",
+                    "permission_mode",
+                    "parent_thread_id",
+                    "metadata",
+                )
+            }
+            stored = await self.services.store.writer.submit(
+                functools.partial(create_thread, kind=thread.kind, id=thread.id, **fields)
+            )
             thread = stored
         self._fresh.add(thread.id)
         return await self.get(thread.id, _thread=thread)
@@ -101,10 +114,14 @@ class ThreadRegistry:
             ephemeral = thread_id in self._ephemeral
             if _thread is None:
                 _thread = self._ephemeral.get(thread_id) or await self._load(thread_id)
-            spec = ChildSpec(f"thread:{thread_id}", functools.partial(self._run_actor, thread_id, ephemeral),
-                             restart=Restart.TRANSIENT, shutdown_timeout=15.0)
+            spec = ChildSpec(
+                f"thread:{thread_id}",
+                functools.partial(self._run_actor, thread_id, ephemeral),
+                restart=Restart.TRANSIENT,
+                shutdown_timeout=15.0,
+            )
             while True:
-                await self._ready.wait()   # the threads supervisor is (re)starting
+                await self._ready.wait()  # the threads supervisor is (re)starting
                 supervisor = self.supervisor
                 self._pending_thread = _thread
                 try:
@@ -119,7 +136,7 @@ class ThreadRegistry:
                         if supervisor.running:
                             raise
                         continue
-                    if self._ready.is_set():   # it is stopping: wait for its successor
+                    if self._ready.is_set():  # it is stopping: wait for its successor
                         self._ready = trio.Event()
 
     async def _load(self, thread_id: str) -> Any:
@@ -159,9 +176,15 @@ class ThreadRegistry:
     def unloadable(self, actor: ThreadActor) -> bool:
         """Whether ``actor`` can be stopped now and reloaded from the store later without loss:
         persistent, no turn admitted or starting, no pending input, no subscriber, no live workers."""
-        return (not actor.ephemeral and actor.state.value == "running" and actor.active is None
-                and actor._dispatching is None and not actor.pending and not actor.hub.subscribers
-                and (actor.tree is None or actor.worker_id is not None or not actor.tree.live))
+        return (
+            not actor.ephemeral
+            and actor.state.value == "running"
+            and actor.active is None
+            and actor._dispatching is None
+            and not actor.pending
+            and not actor.hub.subscribers
+            and (actor.tree is None or actor.worker_id is not None or not actor.tree.live)
+        )
 
     async def run_idle_unloader(self, *, idle_s: float, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Stop ThreadActors that stayed idle for ``idle_s`` seconds (DESIGN.md: idle unload).

@@ -59,18 +59,18 @@ import contextlib
 import datetime
 import heapq
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import attrs
 import trio
 
+from roost import storage as db
 from roost._faults import fault_point
-
 from roost.actors._actor import Actor
 from roost.errors import NotFound, RoostError
 from roost.scheduling import Clock, CronExpr, InvalidCron, SystemClock, format_slot, parse_cron, parse_slot
 from roost.storage import default_owner
-from roost import storage as db
 from roost.storage.leases import owner_is_dead
 
 __all__ = ["Scheduler", "SchedulesChanged", "TaskOutcomes", "Dispatch", "WaitTask"]
@@ -104,7 +104,7 @@ class _Job:
     next_run: datetime.datetime | None
     enabled: bool
     queue_lock: trio.Lock = attrs.field(factory=trio.Lock)
-    settings: dict = attrs.field(factory=dict)   # provider/model stored with the job (only the set ones)
+    settings: dict = attrs.field(factory=dict)  # provider/model stored with the job (only the set ones)
 
 
 class TaskOutcomes:
@@ -186,9 +186,17 @@ class Scheduler(Actor):
     """
 
     def __init__(
-        self, store: Any, *, dispatch: Dispatch, wait_task: WaitTask, clock: Clock | None = None,
-        owner: str | None = None, change_poll: float | None = 1.0, max_skipped_records: int = 100,
-        name: str = "scheduler", project: str | None = None,
+        self,
+        store: Any,
+        *,
+        dispatch: Dispatch,
+        wait_task: WaitTask,
+        clock: Clock | None = None,
+        owner: str | None = None,
+        change_poll: float | None = 1.0,
+        max_skipped_records: int = 100,
+        name: str = "scheduler",
+        project: str | None = None,
     ) -> None:
         super().__init__(name=name)
         self.store = store
@@ -237,8 +245,7 @@ class Scheduler(Actor):
         """Wait until the scheduler sleeps with no claim/dispatch in flight, having processed the
         clock up to ``at_least`` (default: the clock's current time). A checkpoint."""
         target = at_least or self.clock.now()
-        while not (self._sleeping and self._busy == 0 and self._processed is not None
-                   and self._processed >= target):
+        while not (self._sleeping and self._busy == 0 and self._processed is not None and self._processed >= target):
             await self._state_changed.wait()
 
     def _changed(self) -> None:
@@ -268,8 +275,13 @@ class Scheduler(Actor):
                 self._sleeping = False
             self.stats["wakeups"] += 1
 
-    async def _sleep_then_cancel(self, when: datetime.datetime, scope: trio.CancelScope, *,
-                                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _sleep_then_cancel(
+        self,
+        when: datetime.datetime,
+        scope: trio.CancelScope,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         task_status.started()
         await self.clock.sleep_until(when)
         scope.cancel()
@@ -324,18 +336,31 @@ class Scheduler(Actor):
                     log.warning("schedule %r: %s; marked as never firing", row.name, exc)
                     never.append(row.id)
                 cron, next_run = None, None
-            job = _Job(row.id, row.name, cron, row.task, row.config, row.work_dir, row.catch_up,
-                       row.overlap, next_run, row.enabled,
-                       settings={k: v for k, v in (("provider", row.provider), ("model", row.model)) if v})
+            job = _Job(
+                row.id,
+                row.name,
+                cron,
+                row.task,
+                row.config,
+                row.work_dir,
+                row.catch_up,
+                row.overlap,
+                next_run,
+                row.enabled,
+                settings={k: v for k, v in (("provider", row.provider), ("model", row.model)) if v},
+            )
             previous = old.get(row.id)
             if previous is not None:
                 job.queue_lock = previous.queue_lock
-                if previous.next_run is not None and next_run is not None and previous.next_run > next_run \
-                        and previous.cron == cron:
+                if (
+                    previous.next_run is not None
+                    and next_run is not None
+                    and previous.next_run > next_run
+                    and previous.cron == cron
+                ):
                     job.next_run = previous.next_run  # the database lags this process's own firing
             self._jobs[row.id] = job
-        self._heap = [(j.next_run, j.id) for j in self._jobs.values()
-                      if j.next_run is not None and j.enabled]
+        self._heap = [(j.next_run, j.id) for j in self._jobs.values() if j.next_run is not None and j.enabled]
         heapq.heapify(self._heap)
         for job_id in never:
             await self._record(db.advance_next_run, job_id, None)
@@ -355,8 +380,12 @@ class Scheduler(Actor):
                     continue
                 if not adopted:
                     continue
-                log.info("schedule %r adopted by the project %s", row.name, self.project,
-                         extra={"event": "schedule_adopted", "schedule": row.name, "work_dir": self.project})
+                log.info(
+                    "schedule %r adopted by the project %s",
+                    row.name,
+                    self.project,
+                    extra={"event": "schedule_adopted", "schedule": row.name, "work_dir": self.project},
+                )
                 row.work_dir = self.project
             kept.append(row)
         return kept
@@ -390,11 +419,9 @@ class Scheduler(Actor):
             job.next_run = following
             heapq.heappush(self._heap, (following, job.id))
             self._busy += 1
-            self.nursery.start_soon(self._fire, job, latest, [format_slot(s) for s in missed],
-                                    format_slot(following))
+            self.nursery.start_soon(self._fire, job, latest, [format_slot(s) for s in missed], format_slot(following))
 
-    async def _fire(self, job: _Job, slot: datetime.datetime | None, missed: list[str],
-                    following: str) -> None:
+    async def _fire(self, job: _Job, slot: datetime.datetime | None, missed: list[str], following: str) -> None:
         """Record ``missed``, claim and dispatch ``slot``, advance ``next_run``; await the run."""
         run_id: str | None = None
         verdict = "lost"
@@ -402,7 +429,8 @@ class Scheduler(Actor):
         try:
             slot_text = format_slot(slot) if slot is not None else None
             run_id, verdict = await self.store.writer.submit(
-                _claim_tx, job.id, slot_text, missed, following, self.owner, job.overlap)
+                _claim_tx, job.id, slot_text, missed, following, self.owner, job.overlap
+            )
             self.stats["skipped"] += len(missed) + (verdict == "overlap")
             if verdict == "lost":
                 self.stats["lost_claims"] += slot is not None
@@ -422,6 +450,7 @@ class Scheduler(Actor):
 
     async def _take_requests(self) -> None:
         """Claim the manual ``roost schedule run`` requests and dispatch them (overlap ignored)."""
+
         def requests() -> list[db.JobRun]:
             with self.store.read() as conn:
                 return db.list_requested_runs(conn)
@@ -459,8 +488,13 @@ class Scheduler(Actor):
                     step.shield = True
                     try:
                         task_id = await self._dispatch_run(
-                            job.task, config=job.config, work_dir=job.work_dir, client_id=None,
-                            source="schedule", **job.settings)
+                            job.task,
+                            config=job.config,
+                            work_dir=job.work_dir,
+                            client_id=None,
+                            source="schedule",
+                            **job.settings,
+                        )
                     except Exception:
                         log.exception("schedule %r: dispatch failed", job.name)
                         await self._record(db.mark_run_finished, run_id, "failed", format_slot(self.clock.now()))
@@ -468,11 +502,19 @@ class Scheduler(Actor):
                     await self._record(db.mark_run_started, run_id, str(task_id), format_slot(start))
                 await trio.lowlevel.checkpoint()
                 self.stats["fired"] += 1
-                log.info("schedule %r fired: task %s (slot %s)", job.name, task_id,
-                         format_slot(slot) if slot is not None else "manual",
-                         extra={"event": "schedule_fired", "schedule": job.name, "task_id": str(task_id),
-                                "slot": format_slot(slot) if slot is not None else None,
-                                "work_dir": job.work_dir})
+                log.info(
+                    "schedule %r fired: task %s (slot %s)",
+                    job.name,
+                    task_id,
+                    format_slot(slot) if slot is not None else "manual",
+                    extra={
+                        "event": "schedule_fired",
+                        "schedule": job.name,
+                        "task_id": str(task_id),
+                        "slot": format_slot(slot) if slot is not None else None,
+                        "work_dir": job.work_dir,
+                    },
+                )
                 settle()
                 await self._await_outcome(run_id, str(task_id))
         finally:
@@ -488,8 +530,12 @@ class Scheduler(Actor):
             outcome = "interrupted"
         if outcome not in _OUTCOMES:
             outcome = "failed"
-        log.info("scheduled task %s finished: %s", task_id, outcome,
-                 extra={"event": "schedule_run_finished", "task_id": task_id, "outcome": outcome})
+        log.info(
+            "scheduled task %s finished: %s",
+            task_id,
+            outcome,
+            extra={"event": "schedule_run_finished", "task_id": task_id, "outcome": outcome},
+        )
         await self._record(db.mark_run_finished, run_id, outcome, format_slot(self.clock.now()))
 
     async def _record(self, fn: Any, *args: Any) -> None:
@@ -512,12 +558,14 @@ class Scheduler(Actor):
                 await self.store.writer.submit(_adopt_tx, run.id, self.owner)
                 self.nursery.start_soon(self._await_outcome, run.id, run.session_id)
             else:
-                await self.store.writer.submit(db.mark_run_finished, run.id, "interrupted",
-                                               format_slot(self.clock.now()))
+                await self.store.writer.submit(
+                    db.mark_run_finished, run.id, "interrupted", format_slot(self.clock.now())
+                )
 
 
-def _claim_tx(conn: Any, schedule_id: str, slot: str | None, missed: list[str], following: str,
-              owner: str, overlap: str) -> tuple[str | None, str]:
+def _claim_tx(
+    conn: Any, schedule_id: str, slot: str | None, missed: list[str], following: str, owner: str, overlap: str
+) -> tuple[str | None, str]:
     """One transaction: record missed slots, claim ``slot``, apply the overlap rule, advance.
 
     Returns ``(run_id, verdict)``: ``claimed``, ``overlap`` (claimed and recorded skipped) or
@@ -539,4 +587,3 @@ def _claim_tx(conn: Any, schedule_id: str, slot: str | None, missed: list[str], 
 
 def _adopt_tx(conn: Any, run_id: str, owner: str) -> None:
     db.adopt_schedule_run(conn, run_id, owner)
-

@@ -46,8 +46,10 @@ __all__ = ["TaskQueue", "QueuedTask", "TaskListener", "RESUME_PROMPT"]
 log = logging.getLogger("roost.serve")
 
 #: The prompt of the turn that resumes a task interrupted by a daemon restart.
-RESUME_PROMPT = ("The daemon restarted while you were working on this task. Continue it from where "
-                 "you left off and finish it.\n\nThe task: {task}")
+RESUME_PROMPT = (
+    "The daemon restarted while you were working on this task. Continue it from where "
+    "you left off and finish it.\n\nThe task: {task}"
+)
 #: Seconds a runner's clean-up (unsubscribe, persist the end) may take.
 _CLEANUP = 10.0
 
@@ -60,17 +62,17 @@ class QueuedTask:
     task: str
     config: str | None = None
     work_dir: str | None = None
-    client_id: str | None = None       # the owning client's scoped key (opaque), or None
+    client_id: str | None = None  # the owning client's scoped key (opaque), or None
     source: str = "client"
-    provider: str | None = None        # the task's own model settings (a schedule's), else the queue's
+    provider: str | None = None  # the task's own model settings (a schedule's), else the queue's
     model: str | None = None
     status: str = "queued"
     resumed: bool = False
     result: dict | None = None
     turn_id: str | None = None
     actor: Any = None
-    orchestrator: Any = None           # the running Orchestrator of an orchestrated task
-    interrupt_pending: bool = False    # interrupted before its Orchestrator existed
+    orchestrator: Any = None  # the running Orchestrator of an orchestrated task
+    interrupt_pending: bool = False  # interrupted before its Orchestrator existed
 
     @property
     def orchestrated(self) -> bool:
@@ -78,8 +80,16 @@ class QueuedTask:
         return bool(self.config)
 
     def payload(self) -> dict:
-        return {"task": self.task, "config": self.config, "workDir": self.work_dir, "clientId": self.client_id,
-                "source": self.source, "result": self.result, "provider": self.provider, "model": self.model}
+        return {
+            "task": self.task,
+            "config": self.config,
+            "workDir": self.work_dir,
+            "clientId": self.client_id,
+            "source": self.source,
+            "result": self.result,
+            "provider": self.provider,
+            "model": self.model,
+        }
 
 
 class TaskListener(Protocol):
@@ -144,11 +154,22 @@ class TaskQueue:
             an orchestration config fails with ``ConfigError``.
     """
 
-    def __init__(self, runtime: Any, listener: TaskListener, *, provider: str | None, model: str | None,
-                 max_concurrent: int = 1, max_queued: int = 1000, unattended_policy: str = "deny",
-                 permission_mode: str = "standard", default_work_dir: str = ".",
-                 default_config: str | None = None, engines: Any = None,
-                 orchestrations: Orchestrations | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Any,
+        listener: TaskListener,
+        *,
+        provider: str | None,
+        model: str | None,
+        max_concurrent: int = 1,
+        max_queued: int = 1000,
+        unattended_policy: str = "deny",
+        permission_mode: str = "standard",
+        default_work_dir: str = ".",
+        default_config: str | None = None,
+        engines: Any = None,
+        orchestrations: Orchestrations | None = None,
+    ) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.runtime = runtime
@@ -172,9 +193,17 @@ class TaskQueue:
 
     # -- public API ---------------------------------------------------------------------------------
 
-    async def dispatch(self, task: str, *, config: str | None = None, work_dir: str | None = None,
-                       client_id: str | None = None, source: str = "client", provider: str | None = None,
-                       model: str | None = None) -> str:
+    async def dispatch(
+        self,
+        task: str,
+        *,
+        config: str | None = None,
+        work_dir: str | None = None,
+        client_id: str | None = None,
+        source: str = "client",
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> str:
         """Queue ``task`` durably and return its id (also its ``sessionId``).
 
         Args:
@@ -204,17 +233,36 @@ class TaskQueue:
         config = config or self.default_config
         if config:
             config = os.path.join(work_dir or self.default_work_dir, os.path.expanduser(config))
-        item = QueuedTask(id=new_id("thr"), task=task, config=config, work_dir=work_dir, client_id=client_id,
-                          source=source, provider=provider, model=model)
+        item = QueuedTask(
+            id=new_id("thr"),
+            task=task,
+            config=config,
+            work_dir=work_dir,
+            client_id=client_id,
+            source=source,
+            provider=provider,
+            model=model,
+        )
         await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
         self.tasks[item.id] = item
         self._queued.append(item.id)
         self._wake.set()
         if self.on_accepted is not None:
             self.on_accepted(item)
-        log.info("task %s accepted from %s (%d queued)", item.id, source, len(self._queued),
-                 extra={"event": "task_accepted", "task_id": item.id, "source": source, "client": client_id,
-                        "work_dir": work_dir or self.default_work_dir, "config": config})
+        log.info(
+            "task %s accepted from %s (%d queued)",
+            item.id,
+            source,
+            len(self._queued),
+            extra={
+                "event": "task_accepted",
+                "task_id": item.id,
+                "source": source,
+                "client": client_id,
+                "work_dir": work_dir or self.default_work_dir,
+                "config": config,
+            },
+        )
         return item.id
 
     def position(self, task_id: str) -> int | None:
@@ -240,9 +288,16 @@ class TaskQueue:
         if not rows:
             return None
         row, payload = rows[0], rows[0].payload or {}
-        return QueuedTask(id=row.id, task=payload.get("task") or "", config=payload.get("config"),
-                          work_dir=payload.get("workDir"), client_id=payload.get("clientId"),
-                          source=payload.get("source") or "client", status=row.status, result=payload.get("result"))
+        return QueuedTask(
+            id=row.id,
+            task=payload.get("task") or "",
+            config=payload.get("config"),
+            work_dir=payload.get("workDir"),
+            client_id=payload.get("clientId"),
+            source=payload.get("source") or "client",
+            status=row.status,
+            result=payload.get("result"),
+        )
 
     def in_flight(self, client_id: str) -> list[QueuedTask]:
         """The client's tasks still queued or running, in queue order."""
@@ -271,7 +326,7 @@ class TaskQueue:
             if task.orchestrator is not None:
                 task.orchestrator.interrupt("interrupted by client")
                 count += 1
-            elif task.orchestrated:   # still starting: its run is interrupted as soon as it exists
+            elif task.orchestrated:  # still starting: its run is interrupted as soon as it exists
                 task.interrupt_pending = True
                 count += 1
             elif task.actor is not None:
@@ -301,11 +356,18 @@ class TaskQueue:
         queued: list[str] = []
         for row in rows:
             payload = row.payload or {}
-            item = QueuedTask(id=row.id, task=payload.get("task") or "", config=payload.get("config"),
-                              work_dir=payload.get("workDir"), client_id=payload.get("clientId"),
-                              source=payload.get("source") or "client", status=row.status,
-                              result=payload.get("result"), provider=payload.get("provider"),
-                              model=payload.get("model"))
+            item = QueuedTask(
+                id=row.id,
+                task=payload.get("task") or "",
+                config=payload.get("config"),
+                work_dir=payload.get("workDir"),
+                client_id=payload.get("clientId"),
+                source=payload.get("source") or "client",
+                status=row.status,
+                result=payload.get("result"),
+                provider=payload.get("provider"),
+                model=payload.get("model"),
+            )
             self.tasks[item.id] = item
             if row.status == "running":
                 item.status, item.resumed = "queued", True
@@ -376,8 +438,12 @@ class TaskQueue:
         actor = None
         try:
             await self.runtime.store.writer.submit(update_daemon_task, task.id, status="running")
-            log.info("task %s started%s", task.id, " (resumed)" if task.resumed else "",
-                     extra={"event": "task_started", "task_id": task.id, "resumed": task.resumed})
+            log.info(
+                "task %s started%s",
+                task.id,
+                " (resumed)" if task.resumed else "",
+                extra={"event": "task_started", "task_id": task.id, "resumed": task.resumed},
+            )
             self.listener.task_started(task)
             config = await self._load_config(task)
             actor = await self._thread(task, config)
@@ -410,16 +476,25 @@ class TaskQueue:
         task.result = result
         task.status = "finished"
         try:
-            await self.runtime.store.writer.submit(update_daemon_task, task.id, status="finished",
-                                                   payload=task.payload())
+            await self.runtime.store.writer.submit(
+                update_daemon_task, task.id, status="finished", payload=task.payload()
+            )
             if result["succeeded"]:  # the session is complete (``roost sessions --json`` lists incomplete ones)
                 await self.runtime.store.writer.submit(_mark_complete, task.id)
         except RoostError:
             log.exception("task %s: could not persist its result", task.id)
-        log.info("task %s finished: %s", task.id,
-                 "succeeded" if result["succeeded"] else f"failed: {result.get('errorMessage')}",
-                 extra={"event": "task_finished", "task_id": task.id, "succeeded": bool(result["succeeded"]),
-                        "error": result.get("errorMessage"), "source": task.source})
+        log.info(
+            "task %s finished: %s",
+            task.id,
+            "succeeded" if result["succeeded"] else f"failed: {result.get('errorMessage')}",
+            extra={
+                "event": "task_finished",
+                "task_id": task.id,
+                "succeeded": bool(result["succeeded"]),
+                "error": result.get("errorMessage"),
+                "source": task.source,
+            },
+        )
         self.listener.task_finished(task)
 
     async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:
@@ -431,12 +506,14 @@ class TaskQueue:
         Raises:
             RoostError: the turn could not be started or awaited.
         """
-        origin = Origin(client_id=task.client_id or "serve",
-                        request_approval=functools.partial(self.listener.request_approval, task),
-                        unattended_policy=self.unattended_policy)
+        origin = Origin(
+            client_id=task.client_id or "serve",
+            request_approval=functools.partial(self.listener.request_approval, task),
+            unattended_policy=self.unattended_policy,
+        )
         live = actor.turn_view(task.turn_id) if task.resumed and task.turn_id is not None else None
         if live is not None and live["status"] in ("running", "queued"):
-            turn_id = task.turn_id   # a restarted queue re-attaches to the turn still running
+            turn_id = task.turn_id  # a restarted queue re-attaches to the turn still running
         else:
             prompt = RESUME_PROMPT.format(task=task.task) if task.resumed else task.task
             turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
@@ -479,8 +556,9 @@ class TaskQueue:
             except Exception:
                 log.exception("task %s: could not render a run event", task.id)
 
-        orch = orchestrator_class(config, actor, engines=self.engines, emit=emit,
-                            request_approval=functools.partial(self._ask, task))
+        orch = orchestrator_class(
+            config, actor, engines=self.engines, emit=emit, request_approval=functools.partial(self._ask, task)
+        )
         task.orchestrator = orch
         if task.interrupt_pending:
             orch.interrupt("interrupted by client")
@@ -526,16 +604,22 @@ class TaskQueue:
         metadata: dict[str, Any] = {"serveTask": True, "config": task.config}
         if config is not None:
             metadata.update({"task": task.task, "config_path": config.path, "is_complete": False})
-        thread = Thread(id=task.id, kind="orchestration", title=task.task[:120], cwd=task.work_dir or self.default_work_dir,
-                        provider=task.provider or self.provider,
-                        model=task.model or (self.model if not task.provider else None),
-                        permission_mode=self.permission_mode,
-                        created_at=now, updated_at=now, metadata=metadata)
+        thread = Thread(
+            id=task.id,
+            kind="orchestration",
+            title=task.task[:120],
+            cwd=task.work_dir or self.default_work_dir,
+            provider=task.provider or self.provider,
+            model=task.model or (self.model if not task.provider else None),
+            permission_mode=self.permission_mode,
+            created_at=now,
+            updated_at=now,
+            metadata=metadata,
+        )
         return await self.runtime.registry.create(thread, ephemeral=False)
 
 
-def _result(succeeded: bool, error: str | None, last_agent: str | None = None,
-            last_message: str | None = None) -> dict:
+def _result(succeeded: bool, error: str | None, last_agent: str | None = None, last_message: str | None = None) -> dict:
     """A task result: ``{succeeded, errorMessage, lastAgent, lastMessage}`` (wire-protocol ``result``)."""
     return {"succeeded": succeeded, "errorMessage": error, "lastAgent": last_agent, "lastMessage": last_message}
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import trio
 
-from roost import storage
 from roost import _faults as faults
+from roost import storage
 from roost.actors._actor import Actor
 from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
@@ -75,6 +75,7 @@ __all__ = ["ThreadActor"]
 
 log = logging.getLogger("roost.thread")
 
+
 class ThreadActor(Actor):
     """The actor of one thread.
 
@@ -93,21 +94,21 @@ class ThreadActor(Actor):
         self.services = services
         self.ephemeral = ephemeral
         self.hub = EventHub()
-        self.items: list[dict] = []          # item views in thread order (completed or settled)
-        self.turns: list[dict] = []          # turn views, oldest first
-        self.inputs = PendingInputs(self)     # pending input and held work (a component)
-        self.history: list = []              # engine history
+        self.items: list[dict] = []  # item views in thread order (completed or settled)
+        self.turns: list[dict] = []  # turn views, oldest first
+        self.inputs = PendingInputs(self)  # pending input and held work (a component)
+        self.history: list = []  # engine history
         self.active: TurnActor | None = None
         self.agent_name: str | None = None
         self.consumed_turn_ids: set[str] = set()
         self.idle = trio.Event()
         self.idle.set()
         self._turn_ended = trio.Event()
-        self._turn_rows = 0                           # turn rows of this thread in the store, last seen
-        self._max_seq = 0                             # highest item seq of this thread, last seen
-        self.registry: Any = None                     # the ThreadRegistry that started this actor
-        self.tree: Any = None                         # the WorkerTree this thread belongs to (root's own)
-        self.worker_id: str | None = None             # set when this thread is a worker
+        self._turn_rows = 0  # turn rows of this thread in the store, last seen
+        self._max_seq = 0  # highest item seq of this thread, last seen
+        self.registry: Any = None  # the ThreadRegistry that started this actor
+        self.tree: Any = None  # the WorkerTree this thread belongs to (root's own)
+        self.worker_id: str | None = None  # set when this thread is a worker
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -147,15 +148,27 @@ class ThreadActor(Actor):
         await self.ref.ask(DeliverInternal(text=text, start_turn=start_turn), timeout=30)
 
     async def _deliver_internal(self, msg: DeliverInternal) -> None:
-        entry = {"id": new_id("input"), "kind": "steer", "held": False, "client_id": msg.source_id,
-                 "prompt": msg.text, "_internal": True}
+        entry = {
+            "id": new_id("input"),
+            "kind": "steer",
+            "held": False,
+            "client_id": msg.source_id,
+            "prompt": msg.text,
+            "_internal": True,
+        }
         if self.active is not None or not msg.start_turn:
             self.pending.append(entry)
             return
         origin = self.tree.origin if self.tree is not None and self.tree.origin is not None else None
         try:
-            await self._start_turn(StartTurn(prompt=msg.text, client_id=msg.source_id, internal=True,
-                                             **({"origin": origin} if origin is not None else {})))
+            await self._start_turn(
+                StartTurn(
+                    prompt=msg.text,
+                    client_id=msg.source_id,
+                    internal=True,
+                    **({"origin": origin} if origin is not None else {}),
+                )
+            )
         except RoostError as exc:
             log.warning("thread %s: internal input waits (%s)", self.thread.id, exc)
             self.pending.append(entry)
@@ -201,9 +214,9 @@ class ThreadActor(Actor):
 
     def view(self) -> dict:
         status = "running" if self.active is not None else "idle"
-        return thread_view(self.thread, ephemeral=self.ephemeral, status=status,
-                           active_turn_id=self.active.id if self.active else None)
-
+        return thread_view(
+            self.thread, ephemeral=self.ephemeral, status=status, active_turn_id=self.active.id if self.active else None
+        )
 
     # -- the TurnHost interface (what a turn uses of its thread; roost.actors._turn) --------------
 
@@ -284,8 +297,14 @@ class ThreadActor(Actor):
     def _dispatching(self) -> dict | None:
         return self.inputs.dispatching
 
-    async def finish_turn(self, turn: TurnActor, *, settle: list[dict] | None = None,
-                          settle_status: str = "interrupted", open_items: dict[str, dict] | None = None) -> None:
+    async def finish_turn(
+        self,
+        turn: TurnActor,
+        *,
+        settle: list[dict] | None = None,
+        settle_status: str = "interrupted",
+        open_items: dict[str, dict] | None = None,
+    ) -> None:
         """:meth:`TurnActor.finish` (kept for callers of the former name)."""
         await turn.finish(settle=settle, settle_status=settle_status, open_items=open_items)
 
@@ -345,8 +364,10 @@ class ThreadActor(Actor):
             raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.thread.id}")
         for entry in self.inputs.pending + self.inputs.held:
             if entry.get("client_id") == client_id:
-                raise InvalidParams(f"client_id {client_id!r} belongs to pending input {entry['id']}; "
-                                    "send it with turn/steer (input_id)")
+                raise InvalidParams(
+                    f"client_id {client_id!r} belongs to pending input {entry['id']}; "
+                    "send it with turn/steer (input_id)"
+                )
 
     async def _start_turn(self, msg: StartTurn) -> dict:
         if self.active is not None:
@@ -368,9 +389,17 @@ class ThreadActor(Actor):
         if self.tree is not None and self.worker_id is None and not msg.internal:
             snapshot = self.tree.take_snapshot()
             if snapshot:  # the next user turn sees the frozen tree; nothing restarts
-                self.pending.insert(0, {"id": new_id("input"), "kind": "steer", "held": False,
-                                        "client_id": "roost:worker_snapshot", "prompt": snapshot,
-                                        "_internal": True})
+                self.pending.insert(
+                    0,
+                    {
+                        "id": new_id("input"),
+                        "kind": "steer",
+                        "held": False,
+                        "client_id": "roost:worker_snapshot",
+                        "prompt": snapshot,
+                        "_internal": True,
+                    },
+                )
         turn = TurnActor(self, new_id("turn"), msg.origin, run_id=msg.run_id, start=msg)
         turn.resume_after_turn_id = msg.resume_after_turn_id
         turn.agent = msg.agent
@@ -398,8 +427,14 @@ class ThreadActor(Actor):
         meta = {"resume_after_turn_id": msg.resume_after_turn_id} if msg.resume_after_turn_id else None
         user = None
         if msg.prompt or msg.images:
-            user = user_item_view(tid, turn.id, msg.prompt or "", source_id=msg.client_id, images=msg.images,
-                                  content_parts=msg.content_parts)
+            user = user_item_view(
+                tid,
+                turn.id,
+                msg.prompt or "",
+                source_id=msg.client_id,
+                images=msg.images,
+                content_parts=msg.content_parts,
+            )
         payload = {k: v for k, v in (user or {}).items() if k not in ("id", "type", "status", "turn_id", "thread_id")}
 
         turn_rows, max_seq = self._turn_rows, self._max_seq
@@ -418,8 +453,9 @@ class ThreadActor(Actor):
                         storage.remove_held_input(conn, msg.input_id)
                     except NotFound:
                         pass
-                row = storage.append_item(conn, tid, type="user_message", payload=payload,
-                                         text=user["text"], turn_id=turn.id, id=user["id"])
+                row = storage.append_item(
+                    conn, tid, type="user_message", payload=payload, text=user["text"], turn_id=turn.id, id=user["id"]
+                )
             return state, row
 
         state, row = await turn.persist(write) or (None, None)
@@ -428,9 +464,18 @@ class ThreadActor(Actor):
             keep = frozenset({msg.input_id}) if msg.input_id else frozenset()
             await self.inputs.persist_held(apply_state(self, state, keep=keep), reason="abandoned")
         self._turn_rows += 1
-        self.turns.append({"id": turn.id, "thread_id": tid, "status": "running", "run_id": msg.run_id,
-                           "started_at": turn.started_at, "completed_at": None, "error": None,
-                           "usage": None})
+        self.turns.append(
+            {
+                "id": turn.id,
+                "thread_id": tid,
+                "status": "running",
+                "run_id": msg.run_id,
+                "started_at": turn.started_at,
+                "completed_at": None,
+                "error": None,
+                "usage": None,
+            }
+        )
         if user is None:
             return None
         if row is not None:
@@ -456,8 +501,7 @@ class ThreadActor(Actor):
             if inputs.dispatch_cancelled is None:
                 inputs.dispatch_cancelled = msg.reason
             latest = self.turns[-1] if self.turns else None
-            return {"thread_id": tid, "turn": latest, "interrupted": True,
-                    "input": public_input(inputs.dispatching)}
+            return {"thread_id": tid, "turn": latest, "interrupted": True, "input": public_input(inputs.dispatching)}
         if active is not None and (msg.turn_id is None or msg.turn_id == active.id):
             view = active.view()
             view["thread_id"] = tid
@@ -488,7 +532,7 @@ class ThreadActor(Actor):
         await self._refresh_if_changed()
         if not self.ephemeral:  # held work another process on this store added or sent
             merge_held(self, await trio.to_thread.run_sync(read_held, self.services.store, self.thread.id))
-        turns = self.turns if msg.history_turns is None else self.turns[-msg.history_turns:]
+        turns = self.turns if msg.history_turns is None else self.turns[-msg.history_turns :]
         by_turn: dict[str | None, list[dict]] = {}
         for item in self.items:
             by_turn.setdefault(item.get("turn_id"), []).append(item)
@@ -515,14 +559,18 @@ class ThreadActor(Actor):
         if msg.selection and await self._is_busy(IsBusy()):
             # app-server-protocol.md: "Selection changes return thread_busy while the conversation
             # has active execution, including outstanding workers or a cross-process execution lease."
-            raise ThreadBusy(f"thread {self.thread.id} is executing (a turn, queued input starting, "
-                             "live workers, or another process's execution lease)")
+            raise ThreadBusy(
+                f"thread {self.thread.id} is executing (a turn, queued input starting, "
+                "live workers, or another process's execution lease)"
+            )
         for key, value in msg.changes.items():
             setattr(self.thread, key, value)
         self.thread.updated_at = utc_now()
         if not self.ephemeral:
-            await self.services.store.writer.submit(functools.partial(
-                storage.update_thread, updated_at=self.thread.updated_at, **msg.changes), self.thread.id)
+            await self.services.store.writer.submit(
+                functools.partial(storage.update_thread, updated_at=self.thread.updated_at, **msg.changes),
+                self.thread.id,
+            )
         view = self.view()
         self.emit("thread/updated", {"thread": view})
         return view
@@ -535,7 +583,6 @@ class ThreadActor(Actor):
         if self.active is not None or self.inputs.dispatching is not None:
             return True
         return await self._busy_elsewhere()
-
 
 
 _HANDLERS = {

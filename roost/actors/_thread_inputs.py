@@ -123,8 +123,9 @@ class PendingInputs:
     def announce(self, method: str, entry: dict, state: str, **extra: Any) -> None:
         """Emit pending-input notification ``method`` for ``entry`` with its ``state`` (see the
         module doc: which change of the input it reports) and ``extra`` fields."""
-        self.host.emit(method, {"thread_id": self.host.thread.id, "input": public_input(entry), "state": state,
-                                **extra})
+        self.host.emit(
+            method, {"thread_id": self.host.thread.id, "input": public_input(entry), "state": state, **extra}
+        )
 
     async def persist_held(self, entries: list[dict], *, announce: bool = True, reason: str = "turn_ended") -> None:
         """Make ``entries`` (already in :attr:`held`) durable held work, in order; emit turn/held
@@ -196,14 +197,23 @@ class PendingInputs:
         """
         try:
             if self.dispatch_cancelled is None:
-                await self.host.start_turn(StartTurn(
-                    prompt=entry["prompt"], client_id=entry.get("client_id"),
-                    images=tuple(entry.get("images") or ()), input_id=entry["id"],
-                    content_parts=entry.get("content_parts"),
-                    origin=entry.get("_origin") or default_origin()))
+                await self.host.start_turn(
+                    StartTurn(
+                        prompt=entry["prompt"],
+                        client_id=entry.get("client_id"),
+                        images=tuple(entry.get("images") or ()),
+                        input_id=entry["id"],
+                        content_parts=entry.get("content_parts"),
+                        origin=entry.get("_origin") or default_origin(),
+                    )
+                )
                 return
-            log.info("thread %s: queued input %s withdrawn by an interrupt (%s)", self.host.thread.id,
-                     entry["id"], self.dispatch_cancelled)
+            log.info(
+                "thread %s: queued input %s withdrawn by an interrupt (%s)",
+                self.host.thread.id,
+                entry["id"],
+                self.dispatch_cancelled,
+            )
         except RoostError as exc:
             log.warning("thread %s: queued input %s could not start a turn: %s", self.host.thread.id, entry["id"], exc)
         finally:
@@ -216,9 +226,17 @@ class PendingInputs:
             self.held.append(item)
         await self.persist_held(stranded, reason="not_started")
 
-    async def _accept_input(self, kind: str, prompt: str, *, hold: bool, client_id: str | None,
-                            images: tuple = (), origin: Any = None,
-                            content_parts: Any = None) -> tuple[dict, bool]:
+    async def _accept_input(
+        self,
+        kind: str,
+        prompt: str,
+        *,
+        hold: bool,
+        client_id: str | None,
+        images: tuple = (),
+        origin: Any = None,
+        content_parts: Any = None,
+    ) -> tuple[dict, bool]:
         """Durably accept pending input; idempotent per client_id (a consumed client_id is refused)."""
         mode = "steer" if kind == "steer" else "queue"
         superseded = False
@@ -238,14 +256,27 @@ class PendingInputs:
         if not self.host.ephemeral:
             self.accepting.add(entry["id"])
             try:
-                row, created = await self.host.services.store.writer.submit(functools.partial(
-                    storage.add_held_input, kind=kind, payload=payload, held=hold, client_id=client_id,
-                    id=entry["id"]), self.host.thread.id)
+                row, created = await self.host.services.store.writer.submit(
+                    functools.partial(
+                        storage.add_held_input,
+                        kind=kind,
+                        payload=payload,
+                        held=hold,
+                        client_id=client_id,
+                        id=entry["id"],
+                    ),
+                    self.host.thread.id,
+                )
             finally:
                 self.accepting.discard(entry["id"])
             if not created:
-                return {"id": row.id, "kind": row.kind, "held": row.held, "client_id": row.client_id,
-                        **(row.payload or {})}, False
+                return {
+                    "id": row.id,
+                    "kind": row.kind,
+                    "held": row.held,
+                    "client_id": row.client_id,
+                    **(row.payload or {}),
+                }, False
             entry["position"] = row.position
         if origin is not None:
             entry["_origin"] = origin
@@ -264,8 +295,10 @@ class PendingInputs:
         fence = self._fences().get(client_id)
         if fence == mode:
             verb = "turn/unsteer" if mode == "steer" else "turn/dequeue"
-            raise InvalidParams(f"client_id {client_id!r} was withdrawn with {verb}; a retry in the same "
-                                "delivery mode is refused (use a new client_id)")
+            raise InvalidParams(
+                f"client_id {client_id!r} was withdrawn with {verb}; a retry in the same "
+                "delivery mode is refused (use a new client_id)"
+            )
         return fence is not None
 
     def _fences(self) -> dict[str, str]:
@@ -302,9 +335,15 @@ class PendingInputs:
             # does not see this process's queue. It is kept as visible held work (never lost);
             # send it with turn/steer once the thread is free.
             hold, reason = True, "executing_elsewhere"
-        entry, created = await self._accept_input("queue", msg.prompt, hold=hold, client_id=msg.client_id,
-                                                  images=msg.images, origin=msg.origin,
-                                                  content_parts=msg.content_parts)
+        entry, created = await self._accept_input(
+            "queue",
+            msg.prompt,
+            hold=hold,
+            client_id=msg.client_id,
+            images=msg.images,
+            origin=msg.origin,
+            content_parts=msg.content_parts,
+        )
         if created:
             if hold:
                 self.announce("turn/held", entry, "held", reason=reason)
@@ -326,8 +365,9 @@ class PendingInputs:
                     if entry.get(key):
                         payload[key] = entry[key]
                 if not self.host.ephemeral:
-                    await self.host.services.store.writer.submit(functools.partial(
-                        storage.update_held_input, payload=payload), msg.input_id)
+                    await self.host.services.store.writer.submit(
+                        functools.partial(storage.update_held_input, payload=payload), msg.input_id
+                    )
                 self.announce("turn/queued", entry, "updated")
                 return public_input(entry)
         raise InvalidParams(f"no pending input {msg.input_id}")
@@ -385,13 +425,27 @@ class PendingInputs:
                 await self._set_fence(client_id, None)
             if entry is None and not self.host.ephemeral and await self.host.busy_elsewhere():
                 # Another process executes the thread: keep the input as visible held work.
-                entry, _ = await self._accept_input("steer", prompt, hold=True, client_id=client_id,
-                                                    origin=msg.origin, images=images, content_parts=parts)
+                entry, _ = await self._accept_input(
+                    "steer",
+                    prompt,
+                    hold=True,
+                    client_id=client_id,
+                    origin=msg.origin,
+                    images=images,
+                    content_parts=parts,
+                )
                 self.announce("turn/held", entry, "held", reason="executing_elsewhere")
                 return self._steer_reply(entry)
-            turn = await self.host.start_turn(StartTurn(prompt=prompt, client_id=client_id, origin=msg.origin,
-                                                    images=images, content_parts=parts,
-                                                    input_id=entry["id"] if entry else None))
+            turn = await self.host.start_turn(
+                StartTurn(
+                    prompt=prompt,
+                    client_id=client_id,
+                    origin=msg.origin,
+                    images=images,
+                    content_parts=parts,
+                    input_id=entry["id"] if entry else None,
+                )
+            )
             if entry is not None:
                 for bucket in (self.held, self.pending):
                     if entry in bucket:
@@ -406,11 +460,13 @@ class PendingInputs:
             entry["held"] = False
             self.pending.append(entry)
             if not self.host.ephemeral:
-                await self.host.services.store.writer.submit(functools.partial(
-                    storage.update_held_input, kind="steer", held=False), entry["id"])
+                await self.host.services.store.writer.submit(
+                    functools.partial(storage.update_held_input, kind="steer", held=False), entry["id"]
+                )
         else:
-            entry, _ = await self._accept_input("steer", prompt, hold=False, client_id=client_id, origin=msg.origin,
-                                                images=images, content_parts=parts)
+            entry, _ = await self._accept_input(
+                "steer", prompt, hold=False, client_id=client_id, origin=msg.origin, images=images, content_parts=parts
+            )
         if entry in self.pending:  # other clients see the steer waiting for the next model step
             self.announce("turn/steered", entry, "pending", turn_id=active.id)
         if self.host.active is None and entry in self.pending:

@@ -30,8 +30,15 @@ if TYPE_CHECKING:
     from roost.actors._thread import ThreadActor
 
 __all__ = [
-    "read_state", "read_lease", "read_held", "merge_held", "load_state", "store_changed", "apply_state",
-    "settle_abandoned", "hold_inputs",
+    "read_state",
+    "read_lease",
+    "read_held",
+    "merge_held",
+    "load_state",
+    "store_changed",
+    "apply_state",
+    "settle_abandoned",
+    "hold_inputs",
     "live_elsewhere",
 ]
 
@@ -44,10 +51,13 @@ def read_state(conn: Any, thread_id: str) -> dict:
         "has_workers": bool}``, rows in thread order (items by ``seq``, input by position);
         ``has_workers``: the thread is the root of a worker tree.
     """
-    return {"turns": storage.list_turns(conn, thread_id), "items": storage.list_items(conn, thread_id),
-            "inputs": storage.list_held_input(conn, thread_id),
-            "lease": leases.get_lease(conn, leases.thread_lease_key(thread_id)),
-            "has_workers": storage.thread_has_workers(conn, thread_id)}
+    return {
+        "turns": storage.list_turns(conn, thread_id),
+        "items": storage.list_items(conn, thread_id),
+        "inputs": storage.list_held_input(conn, thread_id),
+        "lease": leases.get_lease(conn, leases.thread_lease_key(thread_id)),
+        "has_workers": storage.thread_has_workers(conn, thread_id),
+    }
 
 
 def read_lease(store: Any, thread_id: str) -> dict | None:
@@ -100,16 +110,32 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
     for row in state["items"]:
         if row.status == RETRACTED:  # edited away: kept in the transcript, not in the conversation
             continue
-        actor.items.append({"id": row.id, "type": row.type, "status": row.status, "turn_id": row.turn_id,
-                            "thread_id": row.thread_id, "seq": row.seq, **(row.payload or {})})
+        actor.items.append(
+            {
+                "id": row.id,
+                "type": row.type,
+                "status": row.status,
+                "turn_id": row.turn_id,
+                "thread_id": row.thread_id,
+                "seq": row.seq,
+                **(row.payload or {}),
+            }
+        )
     for row in state["turns"]:
         if row.status == RETRACTED:
             continue
-        actor.turns.append({
-            "id": row.id, "thread_id": row.thread_id, "status": row.status, "run_id": row.run_id,
-            "started_at": row.started_at, "completed_at": row.completed_at, "error": row.error,
-            "usage": row.usage,
-        })
+        actor.turns.append(
+            {
+                "id": row.id,
+                "thread_id": row.thread_id,
+                "status": row.status,
+                "run_id": row.run_id,
+                "started_at": row.started_at,
+                "completed_at": row.completed_at,
+                "error": row.error,
+                "usage": row.usage,
+            }
+        )
         meta = row.error if isinstance(row.error, dict) else {}
         if meta.get("resume_after_turn_id"):
             actor.consumed_turn_ids.add(meta["resume_after_turn_id"])
@@ -126,8 +152,14 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
     for row in state["inputs"]:
         if row.id in known:
             continue
-        view = {"id": row.id, "kind": row.kind, "held": row.held, "client_id": row.client_id,
-                "position": row.position, **(row.payload or {})}
+        view = {
+            "id": row.id,
+            "kind": row.kind,
+            "held": row.held,
+            "client_id": row.client_id,
+            "position": row.position,
+            **(row.payload or {}),
+        }
         if row.held:
             held.append(view)
         elif foreign:
@@ -163,8 +195,16 @@ def merge_held(actor: ThreadActor, rows: list) -> bool:
     changed = len(held) != len(inputs.held)
     for row in rows:
         if row.id not in known:
-            held.append({"id": row.id, "kind": row.kind, "held": True, "client_id": row.client_id,
-                         "position": row.position, **(row.payload or {})})
+            held.append(
+                {
+                    "id": row.id,
+                    "kind": row.kind,
+                    "held": True,
+                    "client_id": row.client_id,
+                    "position": row.position,
+                    **(row.payload or {}),
+                }
+            )
             changed = True
     inputs.held = held
     return changed
@@ -196,9 +236,12 @@ def settle_abandoned(conn: Any, thread_id: str) -> int:
     count = 0
     for row in storage.list_turns(conn, thread_id, status="running"):
         error = dict(row.error) if isinstance(row.error, dict) else {}
-        error.update(category="cancelled", reason="abandoned",
-                     message="interrupted: its execution ended without settling it (the process "
-                             "died or lost the execution lease)")
+        error.update(
+            category="cancelled",
+            reason="abandoned",
+            message="interrupted: its execution ended without settling it (the process "
+            "died or lost the execution lease)",
+        )
         storage.update_turn(conn, row.id, status="interrupted", error=error)
         # a started tool call checkpointed by the dead execution ends with its turn
         storage.interrupt_open_items(conn, row.id)

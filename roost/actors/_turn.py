@@ -149,8 +149,16 @@ class TurnActor(Actor):
     #: DESIGN.md section 2: a turn is never restarted.
     restart = "temporary"
 
-    def __init__(self, host: TurnHost | None, turn_id: str, origin: Any, *, run_id: str | None = None,
-                 start: Any = None, body: TurnBody | None = None) -> None:
+    def __init__(
+        self,
+        host: TurnHost | None,
+        turn_id: str,
+        origin: Any,
+        *,
+        run_id: str | None = None,
+        start: Any = None,
+        body: TurnBody | None = None,
+    ) -> None:
         super().__init__(name=f"turn:{turn_id}")
         self.host: Any = host
         self.id = turn_id
@@ -219,9 +227,14 @@ class TurnActor(Actor):
     def view(self, *, with_items: bool = False) -> dict:
         """The wire ``turn`` object (``thread_id`` None; the thread fills it in)."""
         view: dict[str, Any] = {
-            "id": self.id, "thread_id": None, "status": self.status, "run_id": self.run_id,
-            "started_at": self.started_at, "completed_at": self.completed_at,
-            "error": self.error, "usage": dict(self.usage),
+            "id": self.id,
+            "thread_id": None,
+            "status": self.status,
+            "run_id": self.run_id,
+            "started_at": self.started_at,
+            "completed_at": self.completed_at,
+            "error": self.error,
+            "usage": dict(self.usage),
         }
         if with_items:
             view["items"] = list(self.items)
@@ -369,8 +382,9 @@ class TurnActor(Actor):
         """
         await self.complete_items([view], open_items, status=status)
 
-    async def complete_items(self, views: list[dict], open_items: dict[str, dict], *,
-                             status: str = "completed") -> None:
+    async def complete_items(
+        self, views: list[dict], open_items: dict[str, dict], *, status: str = "completed"
+    ) -> None:
         """Persist several settled items in one write (in order), then emit item/completed for each."""
         if not views:
             return
@@ -392,8 +406,15 @@ class TurnActor(Actor):
             return
         tid = host.thread.id
         payload, text = item_payload(view)
-        write = functools.partial(storage.append_item, type=view["type"], payload=payload, text=text,
-                                  turn_id=self.id, status="in_progress", id=view["id"])
+        write = functools.partial(
+            storage.append_item,
+            type=view["type"],
+            payload=payload,
+            text=text,
+            turn_id=self.id,
+            status="in_progress",
+            id=view["id"],
+        )
         try:
             row = await self.persist(write, tid)
         except StaleLease:
@@ -416,8 +437,15 @@ class TurnActor(Actor):
         # Not full-text indexed while it streams (re-indexing a growing text at every checkpoint
         # would cost O(n²)); the item's final write indexes it.
         write: Callable[..., Any] = functools.partial(
-            storage.put_item, id=view["id"], type=view["type"], payload=payload, text=None,
-            turn_id=self.id, status="in_progress", only_in_progress=True)
+            storage.put_item,
+            id=view["id"],
+            type=view["type"],
+            payload=payload,
+            text=None,
+            turn_id=self.id,
+            status="in_progress",
+            only_in_progress=True,
+        )
         if self.token is not None:
             write = leases.fenced(leases.thread_lease_key(host.thread.id), self.token, write)
         try:
@@ -438,11 +466,16 @@ class TurnActor(Actor):
             rows_in.append((view, payload, text, view["id"] in self.checkpointed))
 
         def write(conn: Any) -> list:
-            return [storage.put_item(conn, tid, id=v["id"], type=v["type"], payload=payload, text=text,
-                                    turn_id=self.id, status=status) if stored
-                    else storage.append_item(conn, tid, type=v["type"], payload=payload, text=text, turn_id=self.id,
-                                            status=status, id=v["id"])
-                    for v, payload, text, stored in rows_in]
+            return [
+                storage.put_item(
+                    conn, tid, id=v["id"], type=v["type"], payload=payload, text=text, turn_id=self.id, status=status
+                )
+                if stored
+                else storage.append_item(
+                    conn, tid, type=v["type"], payload=payload, text=text, turn_id=self.id, status=status, id=v["id"]
+                )
+                for v, payload, text, stored in rows_in
+            ]
 
         return write
 
@@ -466,8 +499,15 @@ class TurnActor(Actor):
         params = {"thread_id": self.host.thread.id, "turn_id": self.id, "item_id": item["id"], "kind": kind, **fields}
         return await ask(params)
 
-    async def append_user_item(self, prompt: str, *, source_id: str | None, images: Any = None,
-                               content_parts: Any = None, consume_input: str | None = None) -> dict:
+    async def append_user_item(
+        self,
+        prompt: str,
+        *,
+        source_id: str | None,
+        images: Any = None,
+        content_parts: Any = None,
+        consume_input: str | None = None,
+    ) -> dict:
         """Store a user message of this turn (a steer; ``consume_input``: the pending input row it
         consumes, in the same write); record it in the thread; emit item/started and item/completed."""
         host = self.host
@@ -481,8 +521,9 @@ class TurnActor(Actor):
                     storage.remove_held_input(conn, consume_input)
                 except NotFound:
                     pass
-            return storage.append_item(conn, tid, type="user_message", payload=payload,
-                                      text=prompt, turn_id=self.id, id=view["id"])
+            return storage.append_item(
+                conn, tid, type="user_message", payload=payload, text=prompt, turn_id=self.id, id=view["id"]
+            )
 
         row = await self.persist(write)
         if row is not None:
@@ -499,20 +540,35 @@ class TurnActor(Actor):
 
         for steer in self.host.take_steers():
             try:
-                await self.append_user_item(steer["prompt"], source_id=steer.get("client_id"),
-                                            images=steer.get("images"),
-                                            consume_input=None if steer.get("_internal") else steer["id"],
-                                            content_parts=steer.get("content_parts"))
+                await self.append_user_item(
+                    steer["prompt"],
+                    source_id=steer.get("client_id"),
+                    images=steer.get("images"),
+                    consume_input=None if steer.get("_internal") else steer["id"],
+                    content_parts=steer.get("content_parts"),
+                )
             except BaseException:
                 # Not admitted (e.g. the lease was lost): it stays pending, and becomes held work
                 # when the turn ends.
                 self.host.return_steers([steer])
                 raise
-            self.host.emit("turn/steered", {"thread_id": self.host.thread.id, "turn_id": self.id,
-                                            "input": public_input(steer), "state": "admitted"})
+            self.host.emit(
+                "turn/steered",
+                {
+                    "thread_id": self.host.thread.id,
+                    "turn_id": self.id,
+                    "input": public_input(steer),
+                    "state": "admitted",
+                },
+            )
 
-    async def finish(self, *, settle: list[dict] | None = None, settle_status: str = "interrupted",
-                     open_items: dict[str, dict] | None = None) -> None:
+    async def finish(
+        self,
+        *,
+        settle: list[dict] | None = None,
+        settle_status: str = "interrupted",
+        open_items: dict[str, dict] | None = None,
+    ) -> None:
         """Persist the turn's end, settle pending input, end the execution, emit the terminal event.
 
         A turn that did not complete turns pending steers and queued input into durable held work,
@@ -541,8 +597,9 @@ class TurnActor(Actor):
 
         def write(conn: Any) -> list | None:
             rows = items_write(conn) if items_write is not None else None
-            storage.update_turn(conn, self.id, status=self.status, completed_at=self.completed_at,
-                                 error=error, usage=dict(self.usage))
+            storage.update_turn(
+                conn, self.id, status=self.status, completed_at=self.completed_at, error=error, usage=dict(self.usage)
+            )
             hold_inputs(conn, tid, moved)
             storage.update_thread(conn, tid, updated_at=updated_at)
             if execution is not None:

@@ -23,8 +23,8 @@ import trio
 
 from roost._faults import fault_point
 from roost.actors._actor import shielded_cleanup
-from roost.actors._fair import FairEvents
 from roost.actors._checkpoint import StreamCheckpoints
+from roost.actors._fair import FairEvents
 from roost.actors._turn import STOP_MESSAGES, TurnActor, TurnHost
 from roost.engines import (
     AgentMessage,
@@ -52,8 +52,7 @@ log = logging.getLogger("roost.turn")
 
 
 def _tool_schemas(tools: dict[str, Any]) -> tuple[ToolSchema, ...]:
-    return tuple(ToolSchema(name=t.name, description=t.description, parameters=t.parameters)
-                 for t in tools.values())
+    return tuple(ToolSchema(name=t.name, description=t.description, parameters=t.parameters) for t in tools.values())
 
 
 async def run_turn(turn: TurnActor, execution: Any) -> None:
@@ -129,8 +128,12 @@ async def _loop(thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]) 
         turn.model_calls += 1
         if agent is None:
             request = EngineRequest(
-                system=services.system_prompt, history=tuple(thread.history), tools=schemas,
-                model=thread.thread.model, effort=thread.thread.effort, agent=thread.agent_name,
+                system=services.system_prompt,
+                history=tuple(thread.history),
+                tools=schemas,
+                model=thread.thread.model,
+                effort=thread.thread.effort,
+                agent=thread.agent_name,
             )
         else:
             request = _agent_request(thread, turn, schemas, start)
@@ -140,13 +143,19 @@ async def _loop(thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]) 
                 return
             continue  # steered during this model response: the same turn takes the steer next
         # One response's calls go into history together, then each result as its tool ends.
-        thread.history.extend(ToolCall(call_id=c["call_id"], name=c["name"], arguments=c["arguments"] or {})
-                              for c in calls)
+        thread.history.extend(
+            ToolCall(call_id=c["call_id"], name=c["name"], arguments=c["arguments"] or {}) for c in calls
+        )
         out_of_rounds = not request.tools and bool(schemas)
         for call in calls:
             if out_of_rounds:  # asked for tools after its last round: answered, not run
-                await _refuse_tool_call(thread, turn, call, open_items, f"error: no tool rounds left "
-                                        f"(MaxToolRounds {agent.max_tool_rounds}); answer without tools")
+                await _refuse_tool_call(
+                    thread,
+                    turn,
+                    call,
+                    open_items,
+                    f"error: no tool rounds left (MaxToolRounds {agent.max_tool_rounds}); answer without tools",
+                )
             else:
                 await _run_tool_call(thread, turn, call, open_items)
         turn.tool_rounds += 1
@@ -163,12 +172,22 @@ def _agent_request(thread: TurnHost, turn: TurnActor, schemas: tuple, start: int
     history = _agent_view(thread.history, start)
     if agent.max_tool_rounds is not None and turn.tool_rounds >= agent.max_tool_rounds and schemas:
         schemas = ()
-        history += (UserMessage(text=f"[Roost] You have used all {agent.max_tool_rounds} tool rounds of this "
-                                     "turn. Answer now, without calling tools.", synthetic=True),)
+        history += (
+            UserMessage(
+                text=f"[Roost] You have used all {agent.max_tool_rounds} tool rounds of this "
+                "turn. Answer now, without calling tools.",
+                synthetic=True,
+            ),
+        )
     return EngineRequest(
-        system=agent.system_prompt or thread.services.system_prompt, history=history, tools=schemas,
-        model=agent.model or thread.thread.model, effort=thread.thread.effort, agent=agent.name,
-        max_tokens=agent.max_tokens, temperature=agent.temperature,
+        system=agent.system_prompt or thread.services.system_prompt,
+        history=history,
+        tools=schemas,
+        model=agent.model or thread.thread.model,
+        effort=thread.thread.effort,
+        agent=agent.name,
+        max_tokens=agent.max_tokens,
+        temperature=agent.temperature,
     )
 
 
@@ -202,8 +221,14 @@ class _Response:
 
     def start_item(self, kind: str, **fields: Any) -> dict:
         turn = self.turn
-        view = {"id": new_id("item"), "type": kind, "status": "in_progress", "turn_id": turn.id,
-                "thread_id": self.tid, **fields}
+        view = {
+            "id": new_id("item"),
+            "type": kind,
+            "status": "in_progress",
+            "turn_id": turn.id,
+            "thread_id": self.tid,
+            **fields,
+        }
         self.open_items[view["id"]] = view
         self.thread.emit("item/started", {"thread_id": self.tid, "turn_id": turn.id, "item": view})
         return view
@@ -213,39 +238,48 @@ class _Response:
         cls, turn, tid, emit = type(event), self.turn, self.tid, self.thread.emit
         if cls is TextDelta:
             if self.message is None:
-                self.message = self.start_item("agent_message", text="",
-                                               **({"agent": turn.agent.name} if turn.agent else {}))
+                self.message = self.start_item(
+                    "agent_message", text="", **({"agent": turn.agent.name} if turn.agent else {})
+                )
                 turn.text_streaming = not self.calls
                 self.checkpoints.started(self.message)
                 self.checkpoints.flush(self.reasoning, self.reasoning_parts)
             self.text_parts.append(event.text)
             self.checkpoints.grew(self.message, self.text_parts, len(event.text))
-            emit("item/agentMessage/delta",
-                 {"thread_id": tid, "turn_id": turn.id, "item_id": self.message["id"], "delta": event.text})
+            emit(
+                "item/agentMessage/delta",
+                {"thread_id": tid, "turn_id": turn.id, "item_id": self.message["id"], "delta": event.text},
+            )
         elif cls is ReasoningDelta:
             if self.reasoning is None:
                 self.reasoning = self.start_item("reasoning", text="")
                 self.checkpoints.started(self.reasoning)
             self.reasoning_parts.append(event.text)
             self.checkpoints.grew(self.reasoning, self.reasoning_parts, len(event.text))
-            emit("item/reasoning/delta",
-                 {"thread_id": tid, "turn_id": turn.id, "item_id": self.reasoning["id"], "delta": event.text})
+            emit(
+                "item/reasoning/delta",
+                {"thread_id": tid, "turn_id": turn.id, "item_id": self.reasoning["id"], "delta": event.text},
+            )
         elif cls is ToolCallStart:
             turn.text_streaming = False  # a response that calls tools is not cut
             self.checkpoints.flush(self.message, self.text_parts)
-            self.calls[event.call_id] = self.start_item("tool_call", call_id=event.call_id, name=event.name,
-                                                        arguments=None, output=None)
+            self.calls[event.call_id] = self.start_item(
+                "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None
+            )
         elif cls is ToolCallDelta:
             view = self.calls.get(event.call_id)
             if view is not None:
-                emit("item/toolCall/delta", {"thread_id": tid, "turn_id": turn.id,
-                                             "item_id": view["id"], "delta": event.delta})
+                emit(
+                    "item/toolCall/delta",
+                    {"thread_id": tid, "turn_id": turn.id, "item_id": view["id"], "delta": event.delta},
+                )
         elif cls is ToolCallEnd:
             turn.text_streaming = False
             view = self.calls.get(event.call_id)
             if view is None:
                 view = self.calls[event.call_id] = self.start_item(
-                    "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None)
+                    "tool_call", call_id=event.call_id, name=event.name, arguments=None, output=None
+                )
             view["arguments"] = event.arguments
             self.ended.append(view)
         elif cls is Usage:
@@ -258,9 +292,20 @@ class _Response:
                 self.reasoning = self.start_item("reasoning", text="")
             self.reasoning["replay"] = {"provider": event.provider, "items": list(event.items)}
         elif cls is Retrying:
-            emit("turn/event", {"thread_id": tid, "turn_id": turn.id, "event": {
-                "type": "retrying", "attempt": event.attempt, "max_attempts": event.max_attempts,
-                "delay_s": event.delay_s, "reason": event.reason}})
+            emit(
+                "turn/event",
+                {
+                    "thread_id": tid,
+                    "turn_id": turn.id,
+                    "event": {
+                        "type": "retrying",
+                        "attempt": event.attempt,
+                        "max_attempts": event.max_attempts,
+                        "delay_s": event.delay_s,
+                        "reason": event.reason,
+                    },
+                },
+            )
 
     def close(self, *, cut: bool) -> None:
         """The stream ended (``cut``: for a steer): the text so far goes into history."""
@@ -268,8 +313,9 @@ class _Response:
         if self.reasoning is not None:
             self.reasoning["text"] = "".join(self.reasoning_parts)
             replay = self.reasoning.get("replay") or {}
-            history.append(Reasoning(text=self.reasoning["text"], provider=replay.get("provider"),
-                                     items=replay.get("items") or ()))
+            history.append(
+                Reasoning(text=self.reasoning["text"], provider=replay.get("provider"), items=replay.get("items") or ())
+            )
         if self.message is not None:
             self.message["text"] = "".join(self.text_parts)
             if cut:
@@ -278,8 +324,9 @@ class _Response:
             history.append(AgentMessage(text=self.message["text"]))
 
 
-async def _sample(thread: TurnHost, turn: TurnActor, engine: Any, request: EngineRequest,
-                  open_items: dict[str, dict]) -> list[dict]:
+async def _sample(
+    thread: TurnHost, turn: TurnActor, engine: Any, request: EngineRequest, open_items: dict[str, dict]
+) -> list[dict]:
     """One model call: stream deltas to the client, return the tool-call item views requested.
 
     A steer arriving while the response streams text cuts it (:meth:`TurnActor.cut_for_steer`):
@@ -304,10 +351,12 @@ async def _sample(thread: TurnHost, turn: TurnActor, engine: Any, request: Engin
     if cut.cancelled_caught and response.calls:
         # A tool call began in the instant the cut took effect: it never runs.
         for view in response.calls.values():
-            thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
-                                           arguments=view.get("arguments") or {}))
-            await _refuse_tool_call(thread, turn, view, open_items,
-                                    "error: not run: the response was cut here for a steer")
+            thread.history.append(
+                ToolCall(call_id=view["call_id"], name=view["name"], arguments=view.get("arguments") or {})
+            )
+            await _refuse_tool_call(
+                thread, turn, view, open_items, "error: not run: the response was cut here for a steer"
+            )
         return []
     return response.ended
 
@@ -324,8 +373,9 @@ async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_ite
     origin = turn.origin
 
     def on_output(chunk: str) -> None:
-        thread.emit("item/toolCall/outputDelta",
-                    {"thread_id": tid, "turn_id": turn.id, "item_id": view["id"], "delta": chunk})
+        thread.emit(
+            "item/toolCall/outputDelta", {"thread_id": tid, "turn_id": turn.id, "item_id": view["id"], "delta": chunk}
+        )
 
     if tool is None:
         await _refuse_tool_call(thread, turn, view, open_items, f"error: unknown tool {view['name']!r}")
@@ -334,7 +384,8 @@ async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_ite
     # still leaves a record that the command ran (the item settles as interrupted on restart).
     await turn.checkpoint_item(view)
     ctx = ToolContext(
-        cwd=thread.cwd, permission_mode=thread.thread.permission_mode or "standard",
+        cwd=thread.cwd,
+        permission_mode=thread.thread.permission_mode or "standard",
         on_output=on_output,
         request_approval=functools.partial(turn.request_approval, view),
         unattended_policy=getattr(origin, "unattended_policy", "deny"),
@@ -346,14 +397,22 @@ async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_ite
     await _finish_tool_call(thread, turn, view, open_items, result.output, result.is_error, result.metadata)
 
 
-async def _refuse_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_items: dict[str, dict],
-                            message: str) -> None:
+async def _refuse_tool_call(
+    thread: TurnHost, turn: TurnActor, view: dict, open_items: dict[str, dict], message: str
+) -> None:
     """End a tool call without running it: its result is the error ``message``."""
     await _finish_tool_call(thread, turn, view, open_items, message, True, {})
 
 
-async def _finish_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_items: dict[str, dict],
-                            output: str, is_error: bool, metadata: dict) -> None:
+async def _finish_tool_call(
+    thread: TurnHost,
+    turn: TurnActor,
+    view: dict,
+    open_items: dict[str, dict],
+    output: str,
+    is_error: bool,
+    metadata: dict,
+) -> None:
     view["output"] = output
     view["is_error"] = is_error
     if metadata:
@@ -366,12 +425,14 @@ def _interruption(turn: TurnActor, execution: Any) -> dict:
     """The ``error`` of an interrupted turn, naming who stopped it (a lost lease first)."""
     lost = getattr(execution, "lost_reason", None)
     if lost is not None:
-        return {"category": "cancelled", "reason": "lease_lost", "lease": lost,
-                "message": f"the execution lease was lost ({lost}); the turn was stopped and its "
-                           "later writes were refused"}
+        return {
+            "category": "cancelled",
+            "reason": "lease_lost",
+            "lease": lost,
+            "message": f"the execution lease was lost ({lost}); the turn was stopped and its later writes were refused",
+        }
     reason = turn.interrupt_reason or "stopped"
-    return {"category": "cancelled", "reason": reason,
-            "message": STOP_MESSAGES.get(reason, f"interrupted ({reason})")}
+    return {"category": "cancelled", "reason": reason, "message": STOP_MESSAGES.get(reason, f"interrupted ({reason})")}
 
 
 async def _run_agent_tool(thread: TurnHost, turn: TurnActor, view: dict, open_items: dict[str, dict]) -> None:
@@ -417,8 +478,9 @@ async def _settle(thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]
             view["output"] = INTERRUPTED_OUTPUT
             view["is_error"] = True
             if view["call_id"] not in called:
-                thread.history.append(ToolCall(call_id=view["call_id"], name=view["name"],
-                                               arguments=view.get("arguments") or {}))
+                thread.history.append(
+                    ToolCall(call_id=view["call_id"], name=view["name"], arguments=view.get("arguments") or {})
+                )
             thread.history.append(ToolResult(call_id=view["call_id"], output=INTERRUPTED_OUTPUT, is_error=True))
     turn.completed_at = utc_now()
     await turn.finish(settle=views, settle_status=partial_status, open_items=open_items)

@@ -11,8 +11,17 @@ from typing import Any
 from roost.engines import INTERRUPTED_OUTPUT, AgentMessage, Image, Reasoning, ToolCall, ToolResult, UserMessage
 
 __all__ = [
-    "thread_view", "turn_view", "item_view", "input_view", "history_from_items", "latest_compaction",
-    "summary_message", "SUMMARY_PREFIX", "SUMMARY_SOURCE_ID", "item_payload", "user_item_view",
+    "thread_view",
+    "turn_view",
+    "item_view",
+    "input_view",
+    "history_from_items",
+    "latest_compaction",
+    "summary_message",
+    "SUMMARY_PREFIX",
+    "SUMMARY_SOURCE_ID",
+    "item_payload",
+    "user_item_view",
 ]
 
 #: The text before a compaction's summary in the user message that stands for the compacted history.
@@ -51,10 +60,22 @@ def turn_view(turn: dict) -> dict:
     return turn
 
 
-def item_view(item_id: str, item_type: str, status: str, turn_id: str | None, thread_id: str,
-              payload: dict | None, seq: int | None = None) -> dict:
-    view: dict[str, Any] = {"id": item_id, "type": item_type, "status": status, "turn_id": turn_id,
-                            "thread_id": thread_id}
+def item_view(
+    item_id: str,
+    item_type: str,
+    status: str,
+    turn_id: str | None,
+    thread_id: str,
+    payload: dict | None,
+    seq: int | None = None,
+) -> dict:
+    view: dict[str, Any] = {
+        "id": item_id,
+        "type": item_type,
+        "status": status,
+        "turn_id": turn_id,
+        "thread_id": thread_id,
+    }
     if seq is not None:
         view["seq"] = seq
     if payload:
@@ -70,14 +91,22 @@ def item_payload(view: dict) -> tuple[dict, str | None]:
     return payload, text
 
 
-def user_item_view(thread_id: str, turn_id: str, prompt: str, *, source_id: str | None, images: Any = None,
-                   content_parts: Any = None) -> dict:
+def user_item_view(
+    thread_id: str, turn_id: str, prompt: str, *, source_id: str | None, images: Any = None, content_parts: Any = None
+) -> dict:
     """A new ``user_message`` item view of turn ``turn_id`` (a fresh id; ``source_id``: the input's
     ``client_id``)."""
     from roost.storage import new_id
 
-    view: dict[str, Any] = {"id": new_id("item"), "type": "user_message", "status": "completed", "turn_id": turn_id,
-            "thread_id": thread_id, "text": prompt, "source_id": source_id}
+    view: dict[str, Any] = {
+        "id": new_id("item"),
+        "type": "user_message",
+        "status": "completed",
+        "turn_id": turn_id,
+        "thread_id": thread_id,
+        "text": prompt,
+        "source_id": source_id,
+    }
     if images:
         view["images"] = list(images)
     if content_parts is not None:
@@ -122,7 +151,7 @@ def history_from_items(items: list[dict]) -> list:
     start = latest_compaction(items)
     if start >= 0:
         history.append(summary_message(items[start]))
-        items = items[start + 1:]
+        items = items[start + 1 :]
 
     def flush() -> None:
         history.extend(results)
@@ -133,8 +162,10 @@ def history_from_items(items: list[dict]) -> list:
         if kind != "tool_call":
             flush()
         if kind == "user_message":
-            images = tuple(Image(media_type=i.get("media_type", "image/png"), data=i.get("data", ""))
-                           for i in item.get("images") or ())
+            images = tuple(
+                Image(media_type=i.get("media_type", "image/png"), data=i.get("data", ""))
+                for i in item.get("images") or ()
+            )
             synthetic = str(item.get("source_id") or "").startswith("roost:")
             history.append(UserMessage(text=item.get("text") or "", images=images, synthetic=synthetic))
         elif kind == "agent_message":
@@ -143,17 +174,22 @@ def history_from_items(items: list[dict]) -> list:
         elif kind == "reasoning":
             replay = item.get("replay") or {}
             if item.get("text") or replay.get("items"):
-                history.append(Reasoning(text=item.get("text") or "", provider=replay.get("provider"),
-                                         items=replay.get("items") or ()))
+                history.append(
+                    Reasoning(
+                        text=item.get("text") or "", provider=replay.get("provider"), items=replay.get("items") or ()
+                    )
+                )
         elif kind == "tool_call":
-            history.append(ToolCall(call_id=item.get("call_id") or item["id"], name=item["name"],
-                                    arguments=item.get("arguments") or {}))
+            history.append(
+                ToolCall(
+                    call_id=item.get("call_id") or item["id"], name=item["name"], arguments=item.get("arguments") or {}
+                )
+            )
             output = item.get("output")
             if output is None:
                 output, is_error = INTERRUPTED_OUTPUT, True
             else:
                 is_error = bool(item.get("is_error"))
-            results.append(ToolResult(call_id=item.get("call_id") or item["id"], output=output,
-                                      is_error=is_error))
+            results.append(ToolResult(call_id=item.get("call_id") or item["id"], output=output, is_error=is_error))
     flush()
     return history

@@ -61,6 +61,7 @@ RESULT_CHARS = 8000
 
 def tree_settings() -> tuple[int, int]:
     """``(max_parallel, max_depth)`` from ``ROOST_MAX_PARALLEL`` / ``ROOST_MAX_DEPTH`` (5 and 3)."""
+
     def read(name: str, default: int) -> int:
         try:
             value = int(os.environ.get(name, default))
@@ -75,26 +76,55 @@ def agent_tool_schemas(*, can_spawn: bool) -> tuple[ToolSchema, ...]:
     """The model-facing subagent tools (``spawn_agent`` only while the depth limit allows)."""
     target = {"type": "string", "description": "A worker's id or name."}
     schemas = [
-        ToolSchema(name="send_message", description="Queue a message for a worker, or revive a finished one with it.",
-                   parameters={"type": "object", "properties": {"target": target, "message": {"type": "string"}},
-                               "required": ["target", "message"]}),
-        ToolSchema(name="close_agent", description="Cancel a worker and its children.",
-                   parameters={"type": "object", "properties": {"target": target}, "required": ["target"]}),
-        ToolSchema(name="wait_agents", description="Wait for workers to finish and collect their results.",
-                   parameters={"type": "object", "properties": {
-                       "targets": {"type": "array", "items": {"type": "string"}},
-                       "any": {"type": "boolean", "description": "Return as soon as one target finishes."},
-                       "timeout_s": {"type": "number", "description": "Seconds to wait at most."}}}),
+        ToolSchema(
+            name="send_message",
+            description="Queue a message for a worker, or revive a finished one with it.",
+            parameters={
+                "type": "object",
+                "properties": {"target": target, "message": {"type": "string"}},
+                "required": ["target", "message"],
+            },
+        ),
+        ToolSchema(
+            name="close_agent",
+            description="Cancel a worker and its children.",
+            parameters={"type": "object", "properties": {"target": target}, "required": ["target"]},
+        ),
+        ToolSchema(
+            name="wait_agents",
+            description="Wait for workers to finish and collect their results.",
+            parameters={
+                "type": "object",
+                "properties": {
+                    "targets": {"type": "array", "items": {"type": "string"}},
+                    "any": {"type": "boolean", "description": "Return as soon as one target finishes."},
+                    "timeout_s": {"type": "number", "description": "Seconds to wait at most."},
+                },
+            },
+        ),
     ]
     if can_spawn:
-        schemas.insert(0, ToolSchema(
-            name="spawn_agent", description="Start a subagent (a worker with its own thread) on a task.",
-            parameters={"type": "object", "properties": {
-                "description": {"type": "string"}, "prompt": {"type": "string"}, "name": {"type": "string"},
-                "model": {"type": "string", "description": "Optional model alias."},
-                "run_in_background": {"type": "boolean",
-                                      "description": "Return at once instead of waiting for the result."}},
-                "required": ["prompt"]}))
+        schemas.insert(
+            0,
+            ToolSchema(
+                name="spawn_agent",
+                description="Start a subagent (a worker with its own thread) on a task.",
+                parameters={
+                    "type": "object",
+                    "properties": {
+                        "description": {"type": "string"},
+                        "prompt": {"type": "string"},
+                        "name": {"type": "string"},
+                        "model": {"type": "string", "description": "Optional model alias."},
+                        "run_in_background": {
+                            "type": "boolean",
+                            "description": "Return at once instead of waiting for the result.",
+                        },
+                    },
+                    "required": ["prompt"],
+                },
+            ),
+        )
     return tuple(schemas)
 
 
@@ -125,11 +155,21 @@ class WorkerState:
 
     def view(self, root_thread_id: str) -> dict:
         return {
-            "id": self.id, "thread_id": self.thread_id, "root_thread_id": root_thread_id,
-            "parent_id": self.parent_id, "name": self.name, "description": self.description,
-            "status": self.status, "depth": self.depth, "spawn_order": self.spawn_order,
-            "model": self.model, "result": self.result, "partial": self.partial,
-            "delivered": self.delivered, "created_at": self.created_at, "updated_at": self.updated_at,
+            "id": self.id,
+            "thread_id": self.thread_id,
+            "root_thread_id": root_thread_id,
+            "parent_id": self.parent_id,
+            "name": self.name,
+            "description": self.description,
+            "status": self.status,
+            "depth": self.depth,
+            "spawn_order": self.spawn_order,
+            "model": self.model,
+            "result": self.result,
+            "partial": self.partial,
+            "delivered": self.delivered,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
         }
 
 
@@ -148,11 +188,11 @@ class WorkerTree:
         self.max_parallel = max_parallel or default_parallel
         self.max_depth = max_depth or default_depth
         self.workers: dict[str, WorkerState] = {}
-        self.queue: list[str] = []            # queued worker ids, in spawn order
+        self.queue: list[str] = []  # queued worker ids, in spawn order
         self.running: set[str] = set()
         self.frozen = False
         self.snapshot_pending = False
-        self.waiting: set[str] = set()        # ids a wait_agents call is about to claim
+        self.waiting: set[str] = set()  # ids a wait_agents call is about to claim
         self.origin: Any = None
         self._scope = trio.CancelScope()
         #: the supervisor of this generation's drivers (None while frozen or not running)
@@ -161,7 +201,7 @@ class WorkerTree:
         self._generation_done = trio.Event()
         self._spawn_counter = 0
         self._changed = trio.Event()
-        self._results: list[str] = []            # texts for the root, not yet handed over
+        self._results: list[str] = []  # texts for the root, not yet handed over
         self._results_ready = trio.Event()
 
     # -- service --------------------------------------------------------------------------------
@@ -180,8 +220,9 @@ class WorkerTree:
                 self._generation_done = done
                 with trio.CancelScope() as self._scope:
                     try:
-                        supervisor = Supervisor(name=f"workers:{self.root.thread.id}", intensity=1000, period=1,
-                                                stop_together=True)
+                        supervisor = Supervisor(
+                            name=f"workers:{self.root.thread.id}", intensity=1000, period=1, stop_together=True
+                        )
                         async with trio.open_nursery() as nursery:
                             await nursery.start(supervisor.run)
                             self.supervisor = supervisor
@@ -205,8 +246,9 @@ class WorkerTree:
             try:
                 await self.root.deliver_internal("\n\n".join(batch))
             except RoostError as exc:  # the root's mailbox is full or slow: try again shortly
-                log.warning("delivering %d worker results to %s failed (%s); retrying", len(batch),
-                            self.root.thread.id, exc)
+                log.warning(
+                    "delivering %d worker results to %s failed (%s); retrying", len(batch), self.root.thread.id, exc
+                )
                 self._results[:0] = batch
                 await trio.sleep(0.05)
                 self._results_ready.set()
@@ -285,11 +327,21 @@ class WorkerTree:
         raw_name, raw_description = args.get("name"), args.get("description")
         name = raw_name if isinstance(raw_name, str) and raw_name else f"worker-{self._spawn_counter + 1}"
         description = raw_description if isinstance(raw_description, str) else ""
-        worker = await self.spawn(parent_id=parent_id, parent_thread_id=caller.thread.id, name=name,
-                                  description=description, prompt=prompt, model=args.get("model"))
+        worker = await self.spawn(
+            parent_id=parent_id,
+            parent_thread_id=caller.thread.id,
+            name=name,
+            description=description,
+            prompt=prompt,
+            model=args.get("model"),
+        )
         if args.get("run_in_background", False):
-            return (f"spawned {worker.name} ({worker.id}), status {worker.status}; collect its result with "
-                    f"wait_agents or receive it when it finishes", False, {"agent_id": worker.id})
+            return (
+                f"spawned {worker.name} ({worker.id}), status {worker.status}; collect its result with "
+                f"wait_agents or receive it when it finishes",
+                False,
+                {"agent_id": worker.id},
+            )
         return await self._tool_wait(caller, {"targets": [worker.id]})
 
     async def _tool_wait(self, caller: ThreadActor, args: dict) -> tuple[str, bool, dict]:
@@ -332,40 +384,91 @@ class WorkerTree:
 
     # -- lifecycle of workers -------------------------------------------------------------------
 
-    async def spawn(self, *, parent_id: str | None, parent_thread_id: str, name: str, description: str,
-                    prompt: str, model: str | None = None) -> WorkerState:
+    async def spawn(
+        self,
+        *,
+        parent_id: str | None,
+        parent_thread_id: str,
+        name: str,
+        description: str,
+        prompt: str,
+        model: str | None = None,
+    ) -> WorkerState:
         """Create a worker (its thread and row) and start it, or queue it when no slot is free."""
         from roost.model import Thread
+
         root = self.root
         self._spawn_counter += 1
         parent = self.workers.get(parent_id) if parent_id else None
         depth = 1 if parent is None else parent.depth + 1
         now = utc_now()
         src = root.thread
-        thread = Thread(id=new_id("thr"), kind="worker", title=name, cwd=src.cwd, provider=src.provider,
-                        model=model or src.model, effort=src.effort, permission_mode=src.permission_mode,
-                        parent_thread_id=parent_thread_id, created_at=now, updated_at=now,
-                        metadata={"root_thread_id": src.id, "agent_name": name})
-        worker = WorkerState(id=new_id("wrk"), thread_id=thread.id, parent_id=parent_id,
-                             parent_thread_id=parent_thread_id, name=name, description=description,
-                             prompt=prompt, depth=depth, spawn_order=self._spawn_counter, model=model,
-                             created_at=now, updated_at=now)
+        thread = Thread(
+            id=new_id("thr"),
+            kind="worker",
+            title=name,
+            cwd=src.cwd,
+            provider=src.provider,
+            model=model or src.model,
+            effort=src.effort,
+            permission_mode=src.permission_mode,
+            parent_thread_id=parent_thread_id,
+            created_at=now,
+            updated_at=now,
+            metadata={"root_thread_id": src.id, "agent_name": name},
+        )
+        worker = WorkerState(
+            id=new_id("wrk"),
+            thread_id=thread.id,
+            parent_id=parent_id,
+            parent_thread_id=parent_thread_id,
+            name=name,
+            description=description,
+            prompt=prompt,
+            depth=depth,
+            spawn_order=self._spawn_counter,
+            model=model,
+            created_at=now,
+            updated_at=now,
+        )
         status = "running" if len(self.running) < self.max_parallel and not self.queue else "queued"
         worker.status = status
 
         def write(conn: Any) -> None:
-            fields = {k: getattr(thread, k) for k in ("title", "cwd", "provider", "model", "effort",
-                                                      "permission_mode", "parent_thread_id", "metadata")}
+            fields = {
+                k: getattr(thread, k)
+                for k in (
+                    "title",
+                    "cwd",
+                    "provider",
+                    "model",
+                    "effort",
+                    "permission_mode",
+                    "parent_thread_id",
+                    "metadata",
+                )
+            }
             create_thread(conn, kind="worker", id=thread.id, **fields)
-            row = create_worker(conn, thread_id=thread.id, root_thread_id=src.id, parent_id=parent_id,
-                                         name=name, status=status, id=worker.id)
-            update_worker(conn, worker.id, result={"description": description, "prompt": prompt,
-                                                            "model": model, "delivered": False})
+            row = create_worker(
+                conn,
+                thread_id=thread.id,
+                root_thread_id=src.id,
+                parent_id=parent_id,
+                name=name,
+                status=status,
+                id=worker.id,
+            )
+            update_worker(
+                conn,
+                worker.id,
+                result={"description": description, "prompt": prompt, "model": model, "delivered": False},
+            )
             worker.spawn_order = row.spawn_order
 
         await self._persist(write)
-        await root.services_registry().create(thread, ephemeral=root.ephemeral, worker=(self, worker.id),
-                                              persisted=not root.ephemeral)
+        await root.services_registry().create(
+            thread, ephemeral=root.ephemeral, worker=(self, worker.id), persisted=not root.ephemeral
+        )
         self.workers[worker.id] = worker
         if parent is not None:
             parent.children.append(worker.id)
@@ -390,8 +493,9 @@ class WorkerTree:
             task_status.started()
             await drive()
 
-        self.supervisor.start_child_soon(ChildSpec(f"worker:{worker.id}#{self._drivers}", start,
-                                                   restart=Restart.TEMPORARY, shutdown_timeout=30.0))
+        self.supervisor.start_child_soon(
+            ChildSpec(f"worker:{worker.id}#{self._drivers}", start, restart=Restart.TEMPORARY, shutdown_timeout=30.0)
+        )
 
     def _fill_slots(self) -> None:
         while self.queue and len(self.running) < self.max_parallel and not self.frozen and self.supervisor is not None:
@@ -421,12 +525,23 @@ class WorkerTree:
             data = row.result if isinstance(row.result, dict) else {}
             parent = self.workers.get(row.parent_id) if row.parent_id else None
             worker = WorkerState(
-                id=row.id, thread_id=row.thread_id, parent_id=row.parent_id,
-                parent_thread_id=parent.thread_id if parent else root.thread.id, name=row.name or row.id,
-                description=data.get("description") or "", prompt=data.get("prompt") or "",
-                depth=row.depth + 1, spawn_order=row.spawn_order, status=row.status, model=data.get("model"),
-                result=data.get("text"), partial=bool(data.get("partial")), delivered=bool(data.get("delivered")),
-                created_at=row.created_at, updated_at=row.updated_at)
+                id=row.id,
+                thread_id=row.thread_id,
+                parent_id=row.parent_id,
+                parent_thread_id=parent.thread_id if parent else root.thread.id,
+                name=row.name or row.id,
+                description=data.get("description") or "",
+                prompt=data.get("prompt") or "",
+                depth=row.depth + 1,
+                spawn_order=row.spawn_order,
+                status=row.status,
+                model=data.get("model"),
+                result=data.get("text"),
+                partial=bool(data.get("partial")),
+                delivered=bool(data.get("delivered")),
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+            )
             if worker.status in TERMINAL:
                 worker.ended.set()
             self.workers[worker.id] = worker
@@ -445,7 +560,8 @@ class WorkerTree:
             return
         try:
             self.root.services.store.writer.submit_nowait(
-                functools.partial(update_worker, status=worker.status), worker.id)
+                functools.partial(update_worker, status=worker.status), worker.id
+            )
         except RoostError:
             log.warning("worker %s: status %s not persisted (writer busy)", worker.id, worker.status)
 
@@ -455,6 +571,7 @@ class WorkerTree:
         ``claim``: the worker was queued; claim it in the store first (exactly once).
         """
         from roost.actors._messages import InterruptTurn, StartTurn
+
         registry = self.root.services_registry()
         actor = None
         if claim and not self.root.ephemeral:
@@ -517,9 +634,15 @@ class WorkerTree:
             self._persist_status_soon(worker)
             return
         worker.ended.set()
-        result = {"text": worker.result, "partial": worker.partial, "description": worker.description,
-                  "prompt": worker.prompt, "model": worker.model, "delivered": worker.delivered,
-                  "child_results": worker.child_results}
+        result = {
+            "text": worker.result,
+            "partial": worker.partial,
+            "description": worker.description,
+            "prompt": worker.prompt,
+            "model": worker.model,
+            "delivered": worker.delivered,
+            "child_results": worker.child_results,
+        }
         try:
             await self._persist(functools.partial(update_worker, status=worker.status, result=result), worker.id)
         except RoostError:
@@ -528,8 +651,11 @@ class WorkerTree:
         if not self.frozen and worker.id not in self.waiting:
             await self._deliver(worker)
         parent = self.workers.get(worker.parent_id) if worker.parent_id else None
-        if (parent is not None and parent.status == "waiting_children"
-                and all(self.workers[c].status in TERMINAL for c in parent.children)):
+        if (
+            parent is not None
+            and parent.status == "waiting_children"
+            and all(self.workers[c].status in TERMINAL for c in parent.children)
+        ):
             parent.status = "completed"
             await self._settle(parent)
 
@@ -539,6 +665,7 @@ class WorkerTree:
             return False
         worker.delivered = True
         if not self.root.ephemeral:
+
             def write(conn: Any) -> bool:
                 return mark_worker_delivered(conn, worker.id)
 
@@ -549,11 +676,19 @@ class WorkerTree:
         """Send the one ``agent/mailbox`` message of ``worker`` to its parent."""
         if not await self._claim(worker):
             return
-        message = {"id": new_id("msg"), "kind": "agent_result", "from_agent_id": worker.id,
-                   "from_name": worker.name, "to_agent_id": worker.parent_id, "status": worker.status,
-                   "partial": worker.partial, "result": worker.result, "child_results": worker.child_results}
+        message = {
+            "id": new_id("msg"),
+            "kind": "agent_result",
+            "from_agent_id": worker.id,
+            "from_name": worker.name,
+            "to_agent_id": worker.parent_id,
+            "status": worker.status,
+            "partial": worker.partial,
+            "result": worker.result,
+            "child_results": worker.child_results,
+        }
         self.root.emit("agent/mailbox", {"thread_id": self.root.thread.id, "message": message})
-        text = (f"[agent_result] {worker.name} ({worker.id}) {worker.status}:\n{worker.result or ''}")
+        text = f"[agent_result] {worker.name} ({worker.id}) {worker.status}:\n{worker.result or ''}"
         parent = self.workers.get(worker.parent_id) if worker.parent_id else None
         if parent is None:
             self._results.append(text)
@@ -565,11 +700,13 @@ class WorkerTree:
                 await parent_actor.deliver_internal(text, start_turn=False)
             except RoostError:
                 log.exception("worker %s: result for its parent %s kept as a child result", worker.id, parent.id)
-                parent.child_results.append({"agent_id": worker.id, "name": worker.name,
-                                             "status": worker.status, "result": worker.result})
+                parent.child_results.append(
+                    {"agent_id": worker.id, "name": worker.name, "status": worker.status, "result": worker.result}
+                )
         else:
-            parent.child_results.append({"agent_id": worker.id, "name": worker.name, "status": worker.status,
-                                         "result": worker.result})
+            parent.child_results.append(
+                {"agent_id": worker.id, "name": worker.name, "status": worker.status, "result": worker.result}
+            )
 
     async def close(self, worker_id: str) -> None:
         """Cancel ``worker_id`` and its children (status cancelled), deepest first."""
@@ -597,9 +734,15 @@ class WorkerTree:
         "Notifications": worker state and messages): ``{id, kind: "agent_message", from_agent_id,
         from_name, to_agent_id, to_name, text}``; ``from_agent_id`` is None from the root thread."""
         sender = None if caller is self.root else self.workers.get(caller.worker_id or "")
-        message = {"id": new_id("msg"), "kind": "agent_message",
-                   "from_agent_id": sender.id if sender else None, "from_name": sender.name if sender else "root",
-                   "to_agent_id": worker.id, "to_name": worker.name, "text": text}
+        message = {
+            "id": new_id("msg"),
+            "kind": "agent_message",
+            "from_agent_id": sender.id if sender else None,
+            "from_name": sender.name if sender else "root",
+            "to_agent_id": worker.id,
+            "to_name": worker.name,
+            "text": text,
+        }
         self.root.emit("agent/mailbox", {"thread_id": self.root.thread.id, "message": message})
 
     async def _send_message(self, worker: WorkerState, message: str, turn: Any) -> tuple[str, bool, dict]:
@@ -670,7 +813,11 @@ class WorkerTree:
             indent = "  " * (worker.depth - 1)
             kind = "partial result" if worker.partial else "result"
             text = (worker.result or "").strip() or "(none)"
-            hint = f" To resume it, send_message(target={worker.name!r}, message=...)." if worker.status != "completed" else ""
+            hint = (
+                f" To resume it, send_message(target={worker.name!r}, message=...)."
+                if worker.status != "completed"
+                else ""
+            )
             lines.append(f"{indent}- {worker.name} ({worker.id}) {worker.status}; {kind}: {text}.{hint}")
             worker.delivered = True
         return "\n".join(lines) if len(lines) > 1 else None

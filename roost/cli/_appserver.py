@@ -16,8 +16,13 @@ from roost.cli._engine_options import EngineFlags, engine_options
 from roost.errors import ConfigError
 
 
-def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing: bool = True,
-             resolve_options: dict[str, Any] | None = None) -> Any:
+def _engines(
+    flags: EngineFlags,
+    *,
+    allow_scripted_default: bool = False,
+    pacing: bool = True,
+    resolve_options: dict[str, Any] | None = None,
+) -> Any:
     from roost.protocol import EngineCatalog
 
     options = dict(resolve_options or {})
@@ -28,8 +33,9 @@ def _engines(flags: EngineFlags, *, allow_scripted_default: bool = False, pacing
         return EngineCatalog(None, setup_error=str(exc), pacing=pacing, resolve_options=options)
 
 
-def hosted_options(host: str, instance_id: str | None, workspace_id: str | None, workdir: str | None,
-                   config: str | None) -> tuple[dict | None, dict[str, Any], Path]:
+def hosted_options(
+    host: str, instance_id: str | None, workspace_id: str | None, workdir: str | None, config: str | None
+) -> tuple[dict | None, dict[str, Any], Path]:
     """Check the hosted-mode options (app-server-protocol.md, "Hosted processes").
 
     Returns:
@@ -49,8 +55,10 @@ def hosted_options(host: str, instance_id: str | None, workspace_id: str | None,
     if host == "cloud":
         missing = [name for name, value in given.items() if not value]
         if missing:
-            raise click.UsageError(f"--host cloud requires {', '.join(missing)} (explicit identity and "
-                                   "configuration; nothing is taken from the host's ambient state)")
+            raise click.UsageError(
+                f"--host cloud requires {', '.join(missing)} (explicit identity and "
+                "configuration; nothing is taken from the host's ambient state)"
+            )
     elif instance_id or workspace_id:
         raise click.UsageError("--instance-id and --workspace-id apply only with --host cloud")
     if workdir is not None and not Path(workdir).is_dir():
@@ -68,27 +76,54 @@ def hosted_options(host: str, instance_id: str | None, workspace_id: str | None,
 
 def setup_logging(verbose: bool) -> None:
     """Logs go to stderr only: stdout carries protocol lines."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 @click.command("app-server")
 @engine_options
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
-@click.option("--print-schema", is_flag=True,
-              help="Print the JSON Schema (draft 2020-12) of the app-server messages and exit.")
-@click.option("--host", "host_kind", type=click.Choice(["local", "cloud"]), default="local", show_default=True,
-              help="local, or cloud (hosted: needs --instance-id, --workspace-id, --workdir and --config).")
-@click.option("--instance-id", metavar="ID", default=None, help="Cloud mode: this instance's id (reported by initialize).")
-@click.option("--workspace-id", metavar="ID", default=None,
-              help="Cloud mode: the workspace id (reported by initialize; the default of new threads).")
+@click.option(
+    "--print-schema", is_flag=True, help="Print the JSON Schema (draft 2020-12) of the app-server messages and exit."
+)
+@click.option(
+    "--host",
+    "host_kind",
+    type=click.Choice(["local", "cloud"]),
+    default="local",
+    show_default=True,
+    help="local, or cloud (hosted: needs --instance-id, --workspace-id, --workdir and --config).",
+)
+@click.option(
+    "--instance-id", metavar="ID", default=None, help="Cloud mode: this instance's id (reported by initialize)."
+)
+@click.option(
+    "--workspace-id",
+    metavar="ID",
+    default=None,
+    help="Cloud mode: the workspace id (reported by initialize; the default of new threads).",
+)
 @click.option("--workdir", metavar="DIR", default=None, help="The working directory (workspace root) to serve.")
-@click.option("--config", "config_file", metavar="FILE", default=None,
-              help="The configuration file to read and watch (TOML, or JSON for a .json name); "
-                   "default $ROOST_HOME/config.toml.")
-def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: bool, host_kind: str,
-                       instance_id: str | None, workspace_id: str | None, workdir: str | None,
-                       config_file: str | None) -> None:
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    default=None,
+    help="The configuration file to read and watch (TOML, or JSON for a .json name); default $ROOST_HOME/config.toml.",
+)
+def app_server_command(
+    engine_flags: EngineFlags,
+    verbose: bool,
+    print_schema: bool,
+    host_kind: str,
+    instance_id: str | None,
+    workspace_id: str | None,
+    workdir: str | None,
+    config_file: str | None,
+) -> None:
     """Serve the app-server protocol as JSONL over stdin/stdout.
 
     The protocol version string "wuu-app-server/v0.1" and every method and field name are those of
@@ -125,8 +160,7 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: b
 
         click.echo(json.dumps(app_server_schema(), indent=2))
         return
-    from roost.protocol import open_stdio_stream
-    from roost.protocol import serve_app_server
+    from roost.protocol import open_stdio_stream, serve_app_server
 
     host, resolve_options, config_path = hosted_options(host_kind, instance_id, workspace_id, workdir, config_file)
     if workdir is not None:
@@ -140,6 +174,7 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: b
     async def main() -> None:
         stream = open_stdio_stream()
         async with trio.open_nursery() as nursery:
+
             async def stop_on_sigterm() -> None:
                 # SIGTERM ends input like EOF: running turns are interrupted and persisted.
                 with trio.open_signal_receiver(signal.SIGTERM) as signals:
@@ -148,8 +183,13 @@ def app_server_command(engine_flags: EngineFlags, verbose: bool, print_schema: b
                         return
 
             nursery.start_soon(stop_on_sigterm)
-            await serve_app_server(stream.receive_stream, stream.send_stream, engines=engines, host=host,
-                                   watch_config=(config_path, resolve))
+            await serve_app_server(
+                stream.receive_stream,
+                stream.send_stream,
+                engines=engines,
+                host=host,
+                watch_config=(config_path, resolve),
+            )
             nursery.cancel_scope.cancel()
 
     from roost.cli._runner import run_main

@@ -33,8 +33,9 @@ import json
 import os
 import sys
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 import trio
@@ -45,8 +46,7 @@ from roost.cli._attach_render import HELP, Renderer
 __all__ = ["attach_command", "run_attach"]
 
 #: ``error`` codes the daemon answers a dispatch (``user_input`` / plain text) with.
-_DISPATCH_ERROR_CODES = frozenset({"unsupported", "invalid_params", "read_only", "server_overloaded",
-                                   "internal_error"})
+_DISPATCH_ERROR_CODES = frozenset({"unsupported", "invalid_params", "read_only", "server_overloaded", "internal_error"})
 
 
 # -- the client ---------------------------------------------------------------------------------------
@@ -62,42 +62,42 @@ class AttachClient:
         write: writes text to stdout (and flushes).
     """
 
-    def __init__(self, link: _Link | None, *, json_mode: bool, where: str, write: Callable[[str], None],
-                 hold_lines: bool = False) -> None:
+    def __init__(
+        self, link: _Link | None, *, json_mode: bool, where: str, write: Callable[[str], None], hold_lines: bool = False
+    ) -> None:
         self.link: _Link | None = link
         self.json_mode = json_mode
         self.where = where
         self.write = write
         self.hold_lines = hold_lines and not json_mode
         self.renderer = Renderer(write)
-        self.acks = 0                       # dispatches sent, awaiting ``queued`` or an ``error``
-        self.waiting: set[str] = set()      # our sessionIds awaiting their ``result``
-        self.held: deque[str] = deque()     # stdin lines read while a task was in flight (hold_lines)
+        self.acks = 0  # dispatches sent, awaiting ``queued`` or an ``error``
+        self.waiting: set[str] = set()  # our sessionIds awaiting their ``result``
+        self.held: deque[str] = deque()  # stdin lines read while a task was in flight (hold_lines)
         self.approval_pending = False
         self.stdin_done = False
         self.closed = False
         self.hello_seen = False
-        self.done = trio.Event()            # stdin ended and nothing is outstanding
-        self.detach = trio.Event()          # /quit or a second Ctrl-C: leave now
-        self.interrupts = 0                 # Ctrl-C presses since the last result
-        self.connected = trio.Event()       # set while ``link`` is connected
+        self.done = trio.Event()  # stdin ended and nothing is outstanding
+        self.detach = trio.Event()  # /quit or a second Ctrl-C: leave now
+        self.interrupts = 0  # Ctrl-C presses since the last result
+        self.connected = trio.Event()  # set while ``link`` is connected
 
     def in_flight(self) -> bool:
         """A task of this client is being queued, is queued or is running (no ``result`` yet)."""
         return self.acks > 0 or bool(self.waiting)
 
     def _check_done(self) -> None:
-        if self.stdin_done and self.hello_seen and not self.in_flight() and not self.held \
-                and not self.approval_pending:
+        if self.stdin_done and self.hello_seen and not self.in_flight() and not self.held and not self.approval_pending:
             self.done.set()
 
     async def _send(self, line: str) -> None:
-        while self.link is None:   # connecting, or reconnecting: the line waits for the link
+        while self.link is None:  # connecting, or reconnecting: the line waits for the link
             await self.connected.wait()
         try:
             await self.link.send(line)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass   # the receive side reports the close
+            pass  # the receive side reports the close
 
     def connection_lost(self, *, keeps_tasks: bool) -> None:
         """The link closed and a new one is being opened. ``keeps_tasks``: the new link has the
@@ -109,8 +109,10 @@ class AttachClient:
         self.approval_pending = False
         self.acks = 0
         if not keeps_tasks and self.waiting:
-            self.renderer.line(f"{len(self.waiting)} task(s) keep running in the daemon, but their results "
-                               "cannot reach this client (attach over ws:// with --client-id to keep them)")
+            self.renderer.line(
+                f"{len(self.waiting)} task(s) keep running in the daemon, but their results "
+                "cannot reach this client (attach over ws:// with --client-id to keep them)"
+            )
             self.waiting.clear()
 
     async def command(self, text: str) -> bool:
@@ -171,8 +173,7 @@ class AttachClient:
         if kind == "hello":
             self.hello_seen = True
             if event.get("protocolVersion") != 1:
-                _warn(f"the daemon speaks protocol version {event.get('protocolVersion')}; "
-                      "this client was built for 1")
+                _warn(f"the daemon speaks protocol version {event.get('protocolVersion')}; this client was built for 1")
             flight = event.get("inFlight")
             if isinstance(flight, dict) and flight.get("sessionId"):
                 self.waiting.add(flight["sessionId"])
@@ -187,9 +188,9 @@ class AttachClient:
             self.interrupts = 0
         elif kind == "approval_request":
             self.approval_pending = True
-            if self.held:         # a line read ahead (piped stdin) answers it
+            if self.held:  # a line read ahead (piped stdin) answers it
                 await self._answer_with(self.held.popleft())
-            elif self.stdin_done:   # nobody is left to answer: deny, never approve
+            elif self.stdin_done:  # nobody is left to answer: deny, never approve
                 if not self.json_mode:
                     self.renderer.answer("n (stdin is closed: denied)")
                 await self._answer(False)
@@ -244,7 +245,7 @@ class AttachClient:
             await self._answer_with(raw)
             return
         if self.hold_lines and self.in_flight():
-            self.held.append(raw)     # the answer to an approval to come, or the next task
+            self.held.append(raw)  # the answer to an approval to come, or the next task
             return
         if raw.strip():
             await self._dispatch(raw)
@@ -276,8 +277,9 @@ async def _read_stdin(client: AttachClient) -> None:
     await client.stdin_ended()
 
 
-async def run_attach(target: str, *, token: str | None, client_id: str | None, json_mode: bool,
-                     reconnect: float = 0.0) -> int:
+async def run_attach(
+    target: str, *, token: str | None, client_id: str | None, json_mode: bool, reconnect: float = 0.0
+) -> int:
     """Attach to the daemon at ``target`` until stdin ends and the last result arrives.
 
     Args:
@@ -297,8 +299,7 @@ async def run_attach(target: str, *, token: str | None, client_id: str | None, j
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    client = AttachClient(None, json_mode=json_mode, where=target, write=write,
-                          hold_lines=not _stdin_is_tty())
+    client = AttachClient(None, json_mode=json_mode, where=target, write=write, hold_lines=not _stdin_is_tty())
     state: dict[str, Any] = {"error": None, "reason": None}
 
     async def connections(nursery: trio.Nursery) -> None:
@@ -320,8 +321,9 @@ async def run_attach(target: str, *, token: str | None, client_id: str | None, j
             if client.done.is_set() or reconnect <= 0 or (client.stdin_done and not client.in_flight()):
                 break
             client.connection_lost(keeps_tasks=client_id is not None)
-            client.renderer.line(f"{state['reason'] or 'the connection closed'}; reconnecting for up to "
-                                 f"{reconnect:g} s (Ctrl-C to stop)")
+            client.renderer.line(
+                f"{state['reason'] or 'the connection closed'}; reconnecting for up to {reconnect:g} s (Ctrl-C to stop)"
+            )
             if not await _wait_connectable(target, token=token, client_id=client_id, within=reconnect):
                 break
         nursery.cancel_scope.cancel()
@@ -333,6 +335,7 @@ async def run_attach(target: str, *, token: str | None, client_id: str | None, j
 
     async def finish(nursery: trio.Nursery) -> None:
         async with trio.open_nursery() as inner:
+
             async def on(event: trio.Event) -> None:
                 await event.wait()
                 inner.cancel_scope.cancel()
@@ -361,7 +364,7 @@ async def run_attach(target: str, *, token: str | None, client_id: str | None, j
 def _stdin_is_tty() -> bool:
     try:
         return sys.stdin.isatty()
-    except (AttributeError, ValueError):   # closed or replaced stdin
+    except (AttributeError, ValueError):  # closed or replaced stdin
         return False
 
 
@@ -372,20 +375,37 @@ def _warn(text: str) -> None:
 
 @click.command("attach")
 @click.argument("target", required=False)
-@click.option("--token", envvar=["FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN"], default=None,
-              help="Bearer token for ws:// (default: $FUSERAFT_SERVE_TOKEN, the wire protocol's name, "
-                   "or its Roost twin $ROOST_SERVE_TOKEN).")
-@click.option("--client-id", default=None,
-              help="Sent as the Fuseraft-Client-Id header (the wire protocol's name; 1-64 of A-Z a-z 0-9 - _) "
-                   "to keep your tasks across reconnects (ws://).")
-@click.option("--json", "json_mode", is_flag=True,
-              help="Pass every daemon line through to stdout and every stdin line to the daemon unchanged.")
-@click.option("--reconnect", type=click.FloatRange(0), default=None, metavar="SECONDS",
-              help="After the connection is lost (e.g. a daemon restart), keep trying to attach again "
-                   "for this long; with --client-id the tasks and results carry over. "
-                   "Default: 60 with --client-id, else 0 (exit).")
-def attach_command(target: str | None, token: str | None, client_id: str | None, json_mode: bool,
-                   reconnect: float | None) -> None:
+@click.option(
+    "--token",
+    envvar=["FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN"],
+    default=None,
+    help="Bearer token for ws:// (default: $FUSERAFT_SERVE_TOKEN, the wire protocol's name, "
+    "or its Roost twin $ROOST_SERVE_TOKEN).",
+)
+@click.option(
+    "--client-id",
+    default=None,
+    help="Sent as the Fuseraft-Client-Id header (the wire protocol's name; 1-64 of A-Z a-z 0-9 - _) "
+    "to keep your tasks across reconnects (ws://).",
+)
+@click.option(
+    "--json",
+    "json_mode",
+    is_flag=True,
+    help="Pass every daemon line through to stdout and every stdin line to the daemon unchanged.",
+)
+@click.option(
+    "--reconnect",
+    type=click.FloatRange(0),
+    default=None,
+    metavar="SECONDS",
+    help="After the connection is lost (e.g. a daemon restart), keep trying to attach again "
+    "for this long; with --client-id the tasks and results carry over. "
+    "Default: 60 with --client-id, else 0 (exit).",
+)
+def attach_command(
+    target: str | None, token: str | None, client_id: str | None, json_mode: bool, reconnect: float | None
+) -> None:
     """Attach to a running `roost serve`: TARGET is its socket path or ws://HOST:PORT/attach.
 
     Without TARGET, the daemon of the current directory ($ROOST_HOME/run/<hash>.sock). Events are
@@ -410,8 +430,7 @@ def attach_command(target: str | None, token: str | None, client_id: str | None,
       2    usage error
       130  detached by Ctrl-C or /quit while a task of yours was outstanding
     """
-    from roost.protocol import parse_client_id
-    from roost.protocol import default_socket_path
+    from roost.protocol import default_socket_path, parse_client_id
 
     if client_id is not None:
         try:
@@ -427,8 +446,9 @@ def attach_command(target: str | None, token: str | None, client_id: str | None,
         client_id = None
     window = reconnect if reconnect is not None else (60.0 if client_id else 0.0)
     try:
-        code = trio.run(lambda: run_attach(target, token=token, client_id=client_id, json_mode=json_mode,
-                                           reconnect=window))
+        code = trio.run(
+            lambda: run_attach(target, token=token, client_id=client_id, json_mode=json_mode, reconnect=window)
+        )
     except BaseException as exc:  # an expected end becomes one line; anything else is re-raised
         from roost.cli._runner import _leaf
 
@@ -436,7 +456,7 @@ def attach_command(target: str | None, token: str | None, client_id: str | None,
         if isinstance(leaf, DaemonUnreachable):
             click.echo(f"roost attach: {leaf}", err=True)
             sys.exit(1)
-        if isinstance(leaf, KeyboardInterrupt):   # Ctrl-C before the signal handler was installed
+        if isinstance(leaf, KeyboardInterrupt):  # Ctrl-C before the signal handler was installed
             click.echo("roost attach: interrupted", err=True)
             sys.exit(130)
         raise

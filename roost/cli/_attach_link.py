@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import trio
 
@@ -52,7 +53,7 @@ class _UnixLink(_Link):
                 return
             frames = decoder.feed(data) if data else decoder.finish()
             for frame in frames:
-                if not isinstance(frame, FrameError):   # an oversized daemon line is dropped
+                if not isinstance(frame, FrameError):  # an oversized daemon line is dropped
                     yield frame
             if not data:
                 self.close_reason = "the daemon closed the connection"
@@ -85,7 +86,7 @@ class _WsLink(_Link):
                 self.close_reason = f"the daemon closed the connection{code}{text}"
                 return
             data = message.encode("utf-8") if isinstance(message, str) else message
-            for frame in self._decoder.feed(data + b"\n"):   # a message ends its last line
+            for frame in self._decoder.feed(data + b"\n"):  # a message ends its last line
                 if not isinstance(frame, FrameError):
                     yield frame
 
@@ -119,10 +120,17 @@ async def open_link(target: str, *, token: str | None, client_id: str | None) ->
 
                 context = ssl.create_default_context()
             try:
-                ws = await stack.enter_async_context(open_websocket_url(
-                    target, context, extra_headers=headers, max_message_size=MAX_LINE_BYTES,
-                    connect_timeout=30, disconnect_timeout=5))
-            except Exception as exc:   # HandshakeError, ConnectionRejected, OSError, internal errors
+                ws = await stack.enter_async_context(
+                    open_websocket_url(
+                        target,
+                        context,
+                        extra_headers=headers,
+                        max_message_size=MAX_LINE_BYTES,
+                        connect_timeout=30,
+                        disconnect_timeout=5,
+                    )
+                )
+            except Exception as exc:  # HandshakeError, ConnectionRejected, OSError, internal errors
                 raise DaemonUnreachable(f"cannot attach to the daemon at {target}: {_describe(exc)}") from exc
             link: _Link = _WsLink(ws)
         else:
@@ -131,7 +139,8 @@ async def open_link(target: str, *, token: str | None, client_id: str | None) ->
             except OSError as exc:
                 raise DaemonUnreachable(
                     f"cannot connect to the daemon at {target}: {exc.strerror or exc} "
-                    "(is `roost serve` running for this directory?)") from exc
+                    "(is `roost serve` running for this directory?)"
+                ) from exc
             await stack.enter_async_context(stream)
             link = _UnixLink(stream)
         yield link
@@ -148,7 +157,7 @@ def _describe(exc: BaseException) -> str:
     if str(exc):
         return str(exc)
     cause = exc.__cause__ or exc.__context__
-    if cause is not None and cause is not exc:   # trio-websocket's HandshakeError wraps the OSError
+    if cause is not None and cause is not exc:  # trio-websocket's HandshakeError wraps the OSError
         return _describe(cause)
     return type(exc).__name__
 

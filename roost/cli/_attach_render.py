@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Renderer", "HELP"]
 
@@ -26,7 +27,7 @@ class Renderer:
 
     def __init__(self, write: Callable[[str], None]) -> None:
         self.write = write
-        self._open: str | None = None     # the sessionId whose token line is open, or _PROMPT
+        self._open: str | None = None  # the sessionId whose token line is open, or _PROMPT
 
     def line(self, text: str) -> None:
         self._close()
@@ -48,8 +49,10 @@ class Renderer:
             self.line(f"attached to {where} ({', '.join(flags)})")
             flight = event.get("inFlight")
             if isinstance(flight, dict):
-                self.line(f"in flight: [{_sid(flight.get('sessionId'))}] {flight.get('task')!r} "
-                          f"({flight.get('status')}, position {flight.get('position')})")
+                self.line(
+                    f"in flight: [{_sid(flight.get('sessionId'))}] {flight.get('task')!r} "
+                    f"({flight.get('status')}, position {flight.get('position')})"
+                )
             pending = event.get("pendingResults") or []
             if pending:
                 self.line("results from while you were away: " + ", ".join(_sid(p) for p in pending))
@@ -67,13 +70,14 @@ class Renderer:
                 self._open = event.get("sessionId")
             self.write(text)
         elif kind == "token_budget_warning":
-            self.line(f"[{sid}] warning: {event.get('agent')} used {event.get('inputTokens')} input tokens "
-                      f"(threshold {event.get('warnThreshold')})")
+            self.line(
+                f"[{sid}] warning: {event.get('agent')} used {event.get('inputTokens')} input tokens "
+                f"(threshold {event.get('warnThreshold')})"
+            )
         elif kind == "task_resumed":
             self.line(f"[{sid}] resumed after a daemon restart: {event.get('task')!r}")
         elif kind == "auto_dispatched":
-            self.line(f"[{sid}] dispatched by the daemon (objective {event.get('objectiveId')}): "
-                      f"{event.get('task')!r}")
+            self.line(f"[{sid}] dispatched by the daemon (objective {event.get('objectiveId')}): {event.get('task')!r}")
         elif kind == "a2a_call":
             self.line(f"[{sid}] A2A call to {event.get('agent')}")
         elif kind == "result":
@@ -102,15 +106,18 @@ class Renderer:
             self.line(f"  {event.get('plugin')}.{event.get('action')}: {event.get('detail')}")
         elif kind == "file_write":
             self.line(f"  {event.get('plugin')}.{event.get('action')} {event.get('path')}")
-            diff = difflib.unified_diff(str(event.get("oldContent") or "").splitlines(),
-                                        str(event.get("newContent") or "").splitlines(),
-                                        f"a/{event.get('path')}", f"b/{event.get('path')}", lineterm="")
+            diff = difflib.unified_diff(
+                str(event.get("oldContent") or "").splitlines(),
+                str(event.get("newContent") or "").splitlines(),
+                f"a/{event.get('path')}",
+                f"b/{event.get('path')}",
+                lineterm="",
+            )
             for row in diff:
                 self.line(f"  {row}")
         elif kind == "route_approval":
-            self.line(f"  {event.get('sourceAgent')} -> {event.get('targetAgent')} "
-                      f"(keyword {event.get('keyword')!r})")
-        else:   # an unknown kind: show the raw event, ask, never auto-approve
+            self.line(f"  {event.get('sourceAgent')} -> {event.get('targetAgent')} (keyword {event.get('keyword')!r})")
+        else:  # an unknown kind: show the raw event, ask, never auto-approve
             self.line("  " + json.dumps(event, ensure_ascii=False))
         self.write("approve? [y/N] ")
         self._open = _PROMPT
@@ -118,8 +125,10 @@ class Renderer:
     def status(self, event: dict) -> None:
         """Show the answer to ``/status`` (the daemon's additive ``status`` event)."""
         running, queued, clients = event.get("running") or [], event.get("queue") or [], event.get("clients") or []
-        self.line(f"daemon pid {event.get('pid')} in {event.get('workDir')}: running {len(running)}, "
-                  f"queued {len(queued)}, clients {len(clients)}")
+        self.line(
+            f"daemon pid {event.get('pid')} in {event.get('workDir')}: running {len(running)}, "
+            f"queued {len(queued)}, clients {len(clients)}"
+        )
         for t in running:
             self.line(f"  running [{_sid(t.get('sessionId'))}] {t.get('task')!r}")
         for t in queued:

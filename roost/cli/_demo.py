@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import click
-import trio
 
 from roost.cli._render import TextRenderer
 
@@ -19,8 +16,12 @@ DEMO_PROMPTS = (
 
 
 @click.command("demo")
-@click.option("--cwd", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Working directory the demo's tools see (default: the current one).")
+@click.option(
+    "--cwd",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Working directory the demo's tools see (default: the current one).",
+)
 @click.option("--no-color", is_flag=True, help="Plain output without ANSI colours.")
 def demo_command(cwd: Path | None, no_color: bool) -> None:
     """Run Roost's offline demo on the built-in scripted engine.
@@ -57,8 +58,15 @@ def demo_command(cwd: Path | None, no_color: bool) -> None:
             click.echo("Roost demo: scripted engine, no network.\n\nSupervision tree:")
             click.echo(runtime.render_tree())
             now = utc_now()
-            thread = Thread(id=new_id("thr"), title="roost demo", cwd=str(workdir), provider="scripted",
-                            permission_mode="standard", created_at=now, updated_at=now)
+            thread = Thread(
+                id=new_id("thr"),
+                title="roost demo",
+                cwd=str(workdir),
+                provider="scripted",
+                permission_mode="standard",
+                created_at=now,
+                updated_at=now,
+            )
             actor = await runtime.registry.create(thread, ephemeral=False)
             await actor.ref.ask(Subscribe(renderer))
             origin = Origin(client_id="demo", request_approval=approve)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 import click
@@ -32,9 +33,7 @@ class EngineFlags:
         Raises:
             ConfigError: nothing configured (names the settings), or an invalid setting.
         """
-        return resolve_provider(
-            **attrs.asdict(self), allow_scripted_default=allow_scripted_default, **kwargs
-        )
+        return resolve_provider(**attrs.asdict(self), allow_scripted_default=allow_scripted_default, **kwargs)
 
 
 def engine_options(command: F) -> F:

@@ -124,8 +124,17 @@ class TextPrinter:
         self.out.flush()
 
 
-async def run_exec(prompt: str, *, settings: Any, as_json: bool, cwd: Path, ephemeral: bool,
-                   permission_mode: str, out: BinaryIO | None = None, err: TextIO | None = None) -> int:
+async def run_exec(
+    prompt: str,
+    *,
+    settings: Any,
+    as_json: bool,
+    cwd: Path,
+    ephemeral: bool,
+    permission_mode: str,
+    out: BinaryIO | None = None,
+    err: TextIO | None = None,
+) -> int:
     """Run one turn on a new thread and print its notifications; return the exit status.
 
     Args:
@@ -153,8 +162,7 @@ async def run_exec(prompt: str, *, settings: Any, as_json: bool, cwd: Path, ephe
 
     out = out if out is not None else sys.stdout.buffer
     err = err if err is not None else sys.stderr
-    printer: JsonPrinter | TextPrinter = (
-        JsonPrinter(out) if as_json else TextPrinter(_text_stream(out), err))
+    printer: JsonPrinter | TextPrinter = JsonPrinter(out) if as_json else TextPrinter(_text_stream(out), err)
     engines = EngineCatalog(settings)
     if engines.default is None:  # e.g. a missing or broken --script: the same error as run/repl/app-server
         err.write(f"roost exec: error: {engines.setup_error or 'no model provider is configured'}\n")
@@ -164,6 +172,7 @@ async def run_exec(prompt: str, *, settings: Any, as_json: bool, cwd: Path, ephe
     try:
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async with trio.open_nursery() as main:
+
                 async def on_signals() -> None:
                     async for _ in signals:
                         state["signals"] += 1
@@ -175,17 +184,25 @@ async def run_exec(prompt: str, *, settings: Any, as_json: bool, cwd: Path, ephe
                                 actor.ref.tell(InterruptTurn(turn_id=state["turn_id"], reason="SIGINT"))
                             except RoostError:
                                 main.cancel_scope.cancel()
-                            main.cancel_scope.deadline = min(main.cancel_scope.deadline,
-                                                             trio.current_time() + _INTERRUPT_GRACE)
+                            main.cancel_scope.deadline = min(
+                                main.cancel_scope.deadline, trio.current_time() + _INTERRUPT_GRACE
+                            )
                         else:
                             main.cancel_scope.cancel()
 
                 main.start_soon(on_signals)
                 async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
                     now = utc_now()
-                    thread = Thread(id=new_id("thr"), kind="chat", cwd=str(cwd), provider=settings.provider,
-                                    model=settings.model, permission_mode=permission_mode,
-                                    created_at=now, updated_at=now)
+                    thread = Thread(
+                        id=new_id("thr"),
+                        kind="chat",
+                        cwd=str(cwd),
+                        provider=settings.provider,
+                        model=settings.model,
+                        permission_mode=permission_mode,
+                        created_at=now,
+                        updated_at=now,
+                    )
                     actor = await runtime.registry.create(thread, ephemeral=ephemeral)
                     sink = _Sink()
                     await actor.ref.ask(Subscribe(sink))
@@ -202,8 +219,10 @@ async def run_exec(prompt: str, *, settings: Any, as_json: bool, cwd: Path, ephe
                         message = loads(line)
                         printer.handle(message, line)
                         params = message.get("params") or {}
-                        if message.get("method") in TURN_TERMINAL_EVENTS \
-                                and (params.get("turn") or {}).get("id") == turn["id"]:
+                        if (
+                            message.get("method") in TURN_TERMINAL_EVENTS
+                            and (params.get("turn") or {}).get("id") == turn["id"]
+                        ):
                             state["status"] = params["turn"].get("status")
                             break
                 main.cancel_scope.cancel()
@@ -231,15 +250,30 @@ def _text_stream(out: BinaryIO) -> TextIO:
 @engine_options
 @click.argument("prompt")
 @click.option("--json", "as_json", is_flag=True, help="Print app-server notifications as JSONL.")
-@click.option("--cwd", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Working directory of the thread (default: the current directory).")
+@click.option(
+    "--cwd",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Working directory of the thread (default: the current directory).",
+)
 @click.option("--ephemeral", is_flag=True, help="Keep the thread in memory only (not resumable).")
-@click.option("--permission-mode", type=click.Choice(["read_only", "standard", "unconfined"]),
-              default="standard", show_default=True,
-              help="What tools may do; approvals cannot be asked, so 'standard' denies mutations.")
+@click.option(
+    "--permission-mode",
+    type=click.Choice(["read_only", "standard", "unconfined"]),
+    default="standard",
+    show_default=True,
+    help="What tools may do; approvals cannot be asked, so 'standard' denies mutations.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
-def exec_command(engine_flags: EngineFlags, prompt: str, as_json: bool, cwd: Path | None, ephemeral: bool,
-                 permission_mode: str, verbose: bool) -> None:
+def exec_command(
+    engine_flags: EngineFlags,
+    prompt: str,
+    as_json: bool,
+    cwd: Path | None,
+    ephemeral: bool,
+    permission_mode: str,
+    verbose: bool,
+) -> None:
     """Run PROMPT as one turn on a new thread and print what happens.
 
     PROMPT "-" reads the prompt from standard input. With --json, stdout carries app-server
@@ -262,6 +296,15 @@ def exec_command(engine_flags: EngineFlags, prompt: str, as_json: bool, cwd: Pat
     directory = (cwd or Path(os.getcwd())).resolve()
     from roost.cli._runner import run_main
 
-    code = run_main(lambda: run_exec(prompt, settings=settings, as_json=as_json, cwd=directory,
-                                     ephemeral=ephemeral, permission_mode=permission_mode), command="exec")
+    code = run_main(
+        lambda: run_exec(
+            prompt,
+            settings=settings,
+            as_json=as_json,
+            cwd=directory,
+            ephemeral=ephemeral,
+            permission_mode=permission_mode,
+        ),
+        command="exec",
+    )
     sys.exit(code)

@@ -48,7 +48,8 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
             "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -80,8 +81,7 @@ def setup_daemon_logging(verbose: bool, home: Path) -> Path | None:
     path = log_path(home)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handler = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS,
-                                                       encoding="utf-8")
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
     except OSError as exc:
         roost.warning("cannot open the log file %s: %s; logging to stderr only", path, exc)
         return None

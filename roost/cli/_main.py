@@ -8,7 +8,6 @@ import click
 
 from roost import __version__
 
-
 #: Sub-command name -> (module, attribute): each module is imported only when its command runs
 #: (or for ``roost --help``), so a quick ``roost sessions --json`` does not import the runtime,
 #: the engines and the daemon.

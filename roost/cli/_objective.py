@@ -24,10 +24,19 @@ def wire_objective(objective: Any) -> Any:
     from roost.protocol import Objective, ObjectiveTaskInfo
 
     return Objective(
-        id=objective.id, title=objective.title, description=objective.description, status=objective.status,
-        created_at=objective.created_at, updated_at=objective.updated_at,
-        tasks=[ObjectiveTaskInfo(index=t.index, task=t.task, outcome=t.outcome, failures=t.failures,
-                                 session_id=t.session_id) for t in objective.tasks])
+        id=objective.id,
+        title=objective.title,
+        description=objective.description,
+        status=objective.status,
+        created_at=objective.created_at,
+        updated_at=objective.updated_at,
+        tasks=[
+            ObjectiveTaskInfo(
+                index=t.index, task=t.task, outcome=t.outcome, failures=t.failures, session_id=t.session_id
+            )
+            for t in objective.tasks
+        ],
+    )
 
 
 def _show(objective: Any) -> None:
@@ -48,10 +57,14 @@ def objective_group() -> None:
 @objective_group.command("create")
 @click.option("--title", required=True, help="The objective's title.")
 @click.option("--description", default=None, help="What the objective is for.")
-@click.option("--tasks", "tasks", multiple=True, required=True,
-              help="One task (repeat for each, in order).")
-@click.option("--status", type=click.Choice(["active", "paused"]), default="active", show_default=True,
-              help="paused: --auto-objective leaves it alone until it is active.")
+@click.option("--tasks", "tasks", multiple=True, required=True, help="One task (repeat for each, in order).")
+@click.option(
+    "--status",
+    type=click.Choice(["active", "paused"]),
+    default="active",
+    show_default=True,
+    help="paused: --auto-objective leaves it alone until it is active.",
+)
 @json_option
 def create_command(title: str, description: str | None, tasks: tuple[str, ...], status: str, as_json: bool) -> None:
     """Create an objective; prints its id (or the Objective item with --json)."""
@@ -59,8 +72,7 @@ def create_command(title: str, description: str | None, tasks: tuple[str, ...], 
 
     try:
         with open_cli_store() as store, store.transaction() as conn:
-            objective = create_objective(conn, title=title, description=description, tasks=list(tasks),
-                                         status=status)
+            objective = create_objective(conn, title=title, description=description, tasks=list(tasks), status=status)
     except RoostError as exc:
         fail("objective create", str(exc), as_json=as_json)
     if as_json:
@@ -70,8 +82,12 @@ def create_command(title: str, description: str | None, tasks: tuple[str, ...], 
 
 
 @objective_group.command("list")
-@click.option("--status", type=click.Choice(["active", "paused", "completed"]), default=None,
-              help="Only objectives with this status.")
+@click.option(
+    "--status",
+    type=click.Choice(["active", "paused", "completed"]),
+    default=None,
+    help="Only objectives with this status.",
+)
 @json_option
 def list_command(status: str | None, as_json: bool) -> None:
     """List objectives in id order (Objective items with --json)."""
@@ -113,5 +129,6 @@ def status_command(objective_id: str, as_json: bool) -> None:
 for _command in objective_group.commands.values():
     _command.epilog = _command.epilog or (
         "Exit status: 0 on success; 1 on failure (an unknown objective id, an empty title or task, an "
-        "unusable ROOST_HOME; with --json an error envelope on stdout); 2 for a usage error.")
+        "unusable ROOST_HOME; with --json an error envelope on stdout); 2 for a usage error."
+    )
 del _command

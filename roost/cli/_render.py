@@ -10,7 +10,15 @@ from roost.protocol import silence_stdout
 
 __all__ = ["TextRenderer"]
 
-_DIM, _BOLD, _CYAN, _YELLOW, _RED, _GREEN, _RESET = "\033[2m", "\033[1m", "\033[36m", "\033[33m", "\033[31m", "\033[32m", "\033[0m"
+_DIM, _BOLD, _CYAN, _YELLOW, _RED, _GREEN, _RESET = (
+    "\033[2m",
+    "\033[1m",
+    "\033[36m",
+    "\033[33m",
+    "\033[31m",
+    "\033[32m",
+    "\033[0m",
+)
 
 
 class TextRenderer:
@@ -93,7 +101,9 @@ class TextRenderer:
             self._end_text()
             agent = params["agent"]
             indent = "  " * agent.get("depth", 1)
-            colour = {"completed": _GREEN, "failed": _RED, "interrupted": _RED, "cancelled": _RED}.get(agent["status"], _YELLOW)
+            colour = {"completed": _GREEN, "failed": _RED, "interrupted": _RED, "cancelled": _RED}.get(
+                agent["status"], _YELLOW
+            )
             line = f"{indent}⎿ worker {agent['name']} (depth {agent.get('depth')}): {agent['status']}"
             if agent.get("description"):
                 line += f" — {agent['description']}"
@@ -101,7 +111,9 @@ class TextRenderer:
         elif method == "agent/mailbox":
             self._end_text()
             message = params["message"]
-            out.write(self._c(_DIM, f"  ✉ result of {message.get('from_name')} delivered ({message.get('status')})") + "\n")
+            out.write(
+                self._c(_DIM, f"  ✉ result of {message.get('from_name')} delivered ({message.get('status')})") + "\n"
+            )
         elif method == "turn/held":
             self._end_text()
             out.write(self._c(_DIM, f"[held for later: {params['input'].get('prompt')!r}]") + "\n")

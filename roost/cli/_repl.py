@@ -18,18 +18,36 @@ __all__ = ["repl_command"]
 
 @click.command("repl")
 @engine_options
-@click.option("--vscode", is_flag=True,
-              help="Speak the stdio chat protocol (JSONL events on stdout); without it, a readable chat.")
+@click.option(
+    "--vscode",
+    is_flag=True,
+    help="Speak the stdio chat protocol (JSONL events on stdout); without it, a readable chat.",
+)
 @click.option("--no-banner", is_flag=True, help="Accepted for compatibility; --vscode never prints a banner.")
 @click.option("--resume", "resume", metavar="ID", default=None, help="Continue the chat with this session id.")
-@click.option("--cwd", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Working directory of a new chat (default: the current directory).")
-@click.option("--permission-mode", type=click.Choice(["read_only", "standard", "unconfined"]),
-              default="standard", show_default=True,
-              help="What tools may do in a new chat; 'standard' asks approval_request for mutations.")
+@click.option(
+    "--cwd",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Working directory of a new chat (default: the current directory).",
+)
+@click.option(
+    "--permission-mode",
+    type=click.Choice(["read_only", "standard", "unconfined"]),
+    default="standard",
+    show_default=True,
+    help="What tools may do in a new chat; 'standard' asks approval_request for mutations.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
-def repl_command(engine_flags: EngineFlags, vscode: bool, no_banner: bool, resume: str | None,
-                 cwd: Path | None, permission_mode: str, verbose: bool) -> None:
+def repl_command(
+    engine_flags: EngineFlags,
+    vscode: bool,
+    no_banner: bool,
+    resume: str | None,
+    cwd: Path | None,
+    permission_mode: str,
+    verbose: bool,
+) -> None:
     """Chat with the agent: one chat (a Roost thread of kind chat) per process.
 
     With --vscode, stdin takes JSONL input lines (user_input, approval_response, question_response,
@@ -46,9 +64,7 @@ def repl_command(engine_flags: EngineFlags, vscode: bool, no_banner: bool, resum
     Exit status: 0 after end of input or /exit, 1 when the chat cannot be opened, 2 when no model
     provider is configured.
     """
-    from roost.protocol import open_stdio_stream
-    from roost.protocol import serve_repl
-    from roost.protocol import questions_enabled
+    from roost.protocol import open_stdio_stream, questions_enabled, serve_repl
 
     setup_logging(verbose)
     engines = _engines(engine_flags)
@@ -56,12 +72,17 @@ def repl_command(engine_flags: EngineFlags, vscode: bool, no_banner: bool, resum
 
     async def main() -> int:
         if not vscode:
-            return await run_text_repl(engines=engines, cwd=directory, resume=resume,
-                                       permission_mode=permission_mode)
+            return await run_text_repl(engines=engines, cwd=directory, resume=resume, permission_mode=permission_mode)
         stream = open_stdio_stream()
-        return await serve_repl(stream.receive_stream, stream.send_stream, engines=engines, cwd=directory,
-                                resume=resume, permission_mode=permission_mode,
-                                questions=questions_enabled())
+        return await serve_repl(
+            stream.receive_stream,
+            stream.send_stream,
+            engines=engines,
+            cwd=directory,
+            resume=resume,
+            permission_mode=permission_mode,
+            questions=questions_enabled(),
+        )
 
     sys.exit(trio.run(main))
 
@@ -75,8 +96,9 @@ def _plain_markdown(text: str) -> str:
     from rich.markdown import Markdown
 
     buffer = io.StringIO()
-    Console(file=buffer, width=100, color_system=None, force_terminal=False, highlight=False,
-            emoji=False).print(Markdown(text))
+    Console(file=buffer, width=100, color_system=None, force_terminal=False, highlight=False, emoji=False).print(
+        Markdown(text)
+    )
     return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines())
 
 
@@ -107,8 +129,9 @@ class TextFrontEnd:
         if kind in ("ready", "message_end", "cancelled", "error", "approval_request", "question"):
             self.may_read.set()
         if kind == "ready":
-            self._line(f"roost chat {event.get('sessionId')} ({event.get('model')}); /help for commands, "
-                       "Ctrl-D to leave")
+            self._line(
+                f"roost chat {event.get('sessionId')} ({event.get('model')}); /help for commands, Ctrl-D to leave"
+            )
         elif kind == "token":
             self.out.write(event.get("text") or "")
             self.in_text = True
@@ -122,8 +145,11 @@ class TextFrontEnd:
             self._line(f"  {event.get('sigil')} {event.get('path')} (+{event.get('added')} -{event.get('removed')})")
         elif kind == "approval_request":
             self.pending = "approval"
-            fields = {k: v for k, v in event.items()
-                      if k not in ("type", "kind", "oldContent", "newContent", "sessionId") and v not in (None, "")}
+            fields = {
+                k: v
+                for k, v in event.items()
+                if k not in ("type", "kind", "oldContent", "newContent", "sessionId") and v not in (None, "")
+            }
             detail = ", ".join(f"{k}: {v}" for k, v in fields.items())
             self._line(f"approve {event.get('kind')} ({detail[:300]})? [y/N]")
         elif kind == "question":
@@ -135,15 +161,17 @@ class TextFrontEnd:
                 self.out.write("\n")
                 self.in_text = False
         elif kind == "status" and self.pending is None and not self.in_text:
-            self._line(f"[{event.get('model')} · turn {event.get('turn')} · context {event.get('context', 0):.0%} · "
-                       f"{event.get('input')} in / {event.get('output')} out tokens]")
+            self._line(
+                f"[{event.get('model')} · turn {event.get('turn')} · context {event.get('context', 0):.0%} · "
+                f"{event.get('input')} in / {event.get('output')} out tokens]"
+            )
         elif kind == "title":
             self._line(f"(title: {event.get('title') or event.get('autoTitle')})")
         elif kind == "cancelled":
             self._line("(cancelled)")
         elif kind in ("error", "warning"):
             self._line(f"{kind}: {event.get('text')}", stream=self.err)
-        elif kind == "text":   # Markdown (the stdio events carry it for editors): shown as text
+        elif kind == "text":  # Markdown (the stdio events carry it for editors): shown as text
             self._line(_plain_markdown(str(event.get("text") or "")))
         elif kind == "info":
             self._line(str(event.get("text") or ""))
@@ -197,8 +225,7 @@ async def run_text_repl(*, engines: Any, cwd: Path, resume: str | None, permissi
         The exit status of :func:`roost.protocol._repl.serve_repl`.
     """
     from roost._json import dumps_line, loads
-    from roost.protocol import serve_repl
-    from roost.protocol import questions_enabled
+    from roost.protocol import questions_enabled, serve_repl
 
     front = TextFrontEnd(sys.stdout, sys.stderr)
     import trio.testing  # in-process stream pair for the readable chat
@@ -207,10 +234,18 @@ async def run_text_repl(*, engines: Any, cwd: Path, resume: str | None, permissi
     from_chat_send, from_chat_receive = trio.testing.memory_stream_one_way_pair()
     code = 0
     async with trio.open_nursery() as nursery:
+
         async def chat() -> None:
             nonlocal code
-            code = await serve_repl(to_chat_receive, from_chat_send, engines=engines, cwd=cwd, resume=resume,
-                                    permission_mode=permission_mode, questions=questions_enabled())
+            code = await serve_repl(
+                to_chat_receive,
+                from_chat_send,
+                engines=engines,
+                cwd=cwd,
+                resume=resume,
+                permission_mode=permission_mode,
+                questions=questions_enabled(),
+            )
             await from_chat_send.aclose()
 
         async def render() -> None:

@@ -18,8 +18,9 @@ from roost.protocol import error_envelope, item_envelope, items_envelope
 
 __all__ = ["json_option", "emit_items", "emit_item", "fail", "open_cli_store"]
 
-json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print one wire-protocol JSON line on stdout (protocolVersion 1).")
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one wire-protocol JSON line on stdout (protocolVersion 1)."
+)
 
 
 def _write(line: bytes) -> None:

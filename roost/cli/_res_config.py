@@ -16,9 +16,17 @@ from roost.cli._res_common import emit_item, emit_items, fail, json_option
 from roost.orchestration import TEMPLATES, OrchestrationConfig, render_template, validate_config_file
 from roost.protocol import ConfigSummary, InitResult, Plugin, PluginFunction, Template, Validation, ValidationIssue
 
-__all__ = ["plugins_command", "config_command", "validate_command", "init_command", "builtin_plugins",
-           "known_plugin_names", "plugin_warnings",
-           "DEFAULT_CONFIG_DIR", "DEFAULT_CONFIG_FILE"]
+__all__ = [
+    "plugins_command",
+    "config_command",
+    "validate_command",
+    "init_command",
+    "builtin_plugins",
+    "known_plugin_names",
+    "plugin_warnings",
+    "DEFAULT_CONFIG_DIR",
+    "DEFAULT_CONFIG_FILE",
+]
 
 DEFAULT_CONFIG_DIR = Path(".roost") / "config"
 DEFAULT_CONFIG_FILE = DEFAULT_CONFIG_DIR / "orchestration.yaml"
@@ -58,8 +66,11 @@ def builtin_plugins() -> list[Plugin]:
             plugins.append(Plugin(name=group, source="builtin", functions=functions))
     for name in standalone:
         if name not in grouped:
-            plugins.append(Plugin(name=name, source="builtin",
-                                  functions=[PluginFunction(name=name, description=descriptions[name])]))
+            plugins.append(
+                Plugin(
+                    name=name, source="builtin", functions=[PluginFunction(name=name, description=descriptions[name])]
+                )
+            )
     agents = [PluginFunction(name=s.name, description=s.description) for s in agent_tool_schemas(can_spawn=True)]
     plugins.append(Plugin(name="agents", source="builtin", functions=agents))
     return plugins
@@ -76,10 +87,16 @@ def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
     """Return a ``warning`` for each ``Plugins`` entry of ``config``'s agents that names neither a
     plugin nor a known tool (``Orchestration.Agents[i].Plugins: ...``); such an entry gives no tool."""
     known = known_plugin_names()
-    return [ValidationIssue(level="warning",
-                            message=f"Orchestration.Agents[{i}].Plugins: {name!r} is neither a plugin nor a "
-                                    f"known tool (see roost plugins); it gives the agent no tool")
-            for i, agent in enumerate(config.agents) for name in agent.plugins if name not in known]
+    return [
+        ValidationIssue(
+            level="warning",
+            message=f"Orchestration.Agents[{i}].Plugins: {name!r} is neither a plugin nor a "
+            f"known tool (see roost plugins); it gives the agent no tool",
+        )
+        for i, agent in enumerate(config.agents)
+        for name in agent.plugins
+        if name not in known
+    ]
 
 
 @click.command("plugins")
@@ -111,10 +128,22 @@ def plugins_command(as_json: bool, plugin_name: str | None) -> None:
 def summarize(path: Path, config: OrchestrationConfig | None, error: str | None) -> ConfigSummary:
     """The ConfigSummary of a config file (``config`` None when it did not load)."""
     if config is None:
-        return ConfigSummary(path=str(path), name=None, description=None, agents=[], selection_type=None,
-                             error=error or "the file did not load")
-    return ConfigSummary(path=str(path), name=config.name, description=config.description,
-                         agents=[a.name for a in config.agents], selection_type=config.selection.type, error=error)
+        return ConfigSummary(
+            path=str(path),
+            name=None,
+            description=None,
+            agents=[],
+            selection_type=None,
+            error=error or "the file did not load",
+        )
+    return ConfigSummary(
+        path=str(path),
+        name=config.name,
+        description=config.description,
+        agents=[a.name for a in config.agents],
+        selection_type=config.selection.type,
+        error=error,
+    )
 
 
 def _config_files(directory: Path) -> list[Path]:
@@ -128,8 +157,14 @@ def _config_files(directory: Path) -> list[Path]:
 @click.command("config")
 @json_option
 @click.option("--list", "list_configs", is_flag=True, help="List the orchestration configs in --dir.")
-@click.option("--dir", "directory", type=click.Path(), default=str(DEFAULT_CONFIG_DIR),
-              show_default=True, help="The config folder (files in agents/ folders are skipped).")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(),
+    default=str(DEFAULT_CONFIG_DIR),
+    show_default=True,
+    help="The config folder (files in agents/ folders are skipped).",
+)
 def config_command(as_json: bool, list_configs: bool, directory: str) -> None:
     """Orchestration configs: --list them (--json: ConfigSummary items).
 
@@ -268,8 +303,16 @@ def _ensure_gitignore(project: Path) -> None:
 @click.option("--endpoint", default=None, help="Server base URL (default: ROOST_BASE_URL or config.toml).")
 @click.option("--force", is_flag=True, help="Overwrite files that exist.")
 @click.option("--no-interactive", is_flag=True, help="Accepted for compatibility: init never prompts.")
-def init_command(path: str | None, as_json: bool, template_key: str, list_templates: bool, model: str | None,
-                 endpoint: str | None, force: bool, no_interactive: bool) -> None:
+def init_command(
+    path: str | None,
+    as_json: bool,
+    template_key: str,
+    list_templates: bool,
+    model: str | None,
+    endpoint: str | None,
+    force: bool,
+    no_interactive: bool,
+) -> None:
     """Write an orchestration config and its agent files from a template.
 
     PATH is the config file (default .roost/config/orchestration.yaml; a directory gets
@@ -313,8 +356,13 @@ def init_command(path: str | None, as_json: bool, template_key: str, list_templa
         _ensure_gitignore(project)
     except OSError as exc:
         fail("init", f"cannot write {exc.filename}: {exc.strerror or exc}", as_json=as_json)
-    result = InitResult(template=template_key, model=model, endpoint=endpoint, config_path=str(target),
-                        agent_files=[str(p) for p in agent_paths])
+    result = InitResult(
+        template=template_key,
+        model=model,
+        endpoint=endpoint,
+        config_path=str(target),
+        agent_files=[str(p) for p in agent_paths],
+    )
     if as_json:
         emit_item(result)
     else:

@@ -28,8 +28,9 @@ from roost.tools import (
 __all__ = ["memory_group", "context_group"]
 
 _agent_option = click.option("--agent", default=None, help="The agent whose store to use (default: the shared one).")
-_dir_option = click.option("--dir", "project", type=click.Path(), default=".", show_default=True,
-                           help="The project directory.")
+_dir_option = click.option(
+    "--dir", "project", type=click.Path(), default=".", show_default=True, help="The project directory."
+)
 
 
 @click.group("memory")
@@ -116,13 +117,20 @@ def context_list(as_json: bool, project: str) -> None:
         with open_cli_store() as store, store.read() as conn:
             rows = []
             for name, m in context_items(conn, project_dir):
-                files = [ContextFileInfo(relative_path=str(f.get("relativePath", "")),
-                                         size_bytes=int(f.get("sizeBytes", 0)))
-                         for f in m.get("files") or []]
-                rows.append(ContextItem(name=name, description=m.get("description"),
-                                        source_path=str(m.get("sourcePath") or ""),
-                                        imported_at=str(m.get("importedAt") or ""),
-                                        size_bytes=sum(f.size_bytes for f in files), files=files))
+                files = [
+                    ContextFileInfo(relative_path=str(f.get("relativePath", "")), size_bytes=int(f.get("sizeBytes", 0)))
+                    for f in m.get("files") or []
+                ]
+                rows.append(
+                    ContextItem(
+                        name=name,
+                        description=m.get("description"),
+                        source_path=str(m.get("sourcePath") or ""),
+                        imported_at=str(m.get("importedAt") or ""),
+                        size_bytes=sum(f.size_bytes for f in files),
+                        files=files,
+                    )
+                )
     except RoostError as exc:
         fail("context list", str(exc), as_json=as_json)
     if as_json:
@@ -148,8 +156,15 @@ def context_add(source: str, name: str | None, description: str | None, force: b
         found = scan_context_dir(src)
         files = [(rel, path.read_bytes()) for rel, path, _ in found]
         with open_cli_store() as store, store.transaction() as conn:
-            import_context(conn, project=project_dir, name=name or src.name, description=description,
-                           source=src, files=files, replace=force)
+            import_context(
+                conn,
+                project=project_dir,
+                name=name or src.name,
+                description=description,
+                source=src,
+                files=files,
+                replace=force,
+            )
     except OSError as exc:
         fail("context add", f"cannot read {exc.filename or src}: {exc.strerror or exc}", as_json=False)
     except RoostError as exc:
@@ -177,5 +192,6 @@ for _group in (memory_group, context_group):
     for _command in _group.commands.values():
         _command.epilog = _command.epilog or (
             "Exit status: 0 on success; 1 on failure (an unknown name; with --json an error envelope "
-            "on stdout); 2 for a usage error.")
+            "on stdout); 2 for a usage error."
+        )
 del _group, _command

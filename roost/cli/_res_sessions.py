@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from roost._json import dumps
-from roost.cli._res_common import fail, emit_item, emit_items, json_option, open_cli_store
+from roost.cli._res_common import emit_item, emit_items, fail, json_option, open_cli_store
 from roost.errors import NotFound, RoostError
 from roost.protocol import AgentMessage, ReplSession, Session, SessionDetail, ToolCallSummary
 from roost.storage import count_turns, first_user_text, latest_run_status
@@ -81,10 +81,18 @@ def session_rows(conn: sqlite3.Connection, *, include_complete: bool, project: s
         complete = _is_complete(conn, thread)
         if complete and not include_complete:
             continue
-        out.append(Session(
-            session_id=thread.id, task=_task_of(conn, thread), working_directory=thread.cwd,
-            config_path=(thread.metadata or {}).get("config_path"), started_at=thread.created_at,
-            last_updated_at=thread.updated_at, is_complete=complete, turn_count=_turn_count(conn, thread.id)))
+        out.append(
+            Session(
+                session_id=thread.id,
+                task=_task_of(conn, thread),
+                working_directory=thread.cwd,
+                config_path=(thread.metadata or {}).get("config_path"),
+                started_at=thread.created_at,
+                last_updated_at=thread.updated_at,
+                is_complete=complete,
+                turn_count=_turn_count(conn, thread.id),
+            )
+        )
     return out
 
 
@@ -96,11 +104,19 @@ def repl_rows(conn: sqlite3.Connection, *, project: str | None) -> list[ReplSess
         if not _in_project(thread.cwd, project):
             continue
         meta = thread.metadata or {}
-        out.append(ReplSession(
-            session_id=thread.id, model_id=_model_id(thread), cwd=thread.cwd or "", title=thread.title,
-            auto_title=meta.get("auto_title"), started_at=thread.created_at, last_updated_at=thread.updated_at,
-            turn_index=_turn_count(conn, thread.id),
-            first_user_message=_first_user_text(conn, thread.id)[:_PREVIEW_CHARS]))
+        out.append(
+            ReplSession(
+                session_id=thread.id,
+                model_id=_model_id(thread),
+                cwd=thread.cwd or "",
+                title=thread.title,
+                auto_title=meta.get("auto_title"),
+                started_at=thread.created_at,
+                last_updated_at=thread.updated_at,
+                turn_index=_turn_count(conn, thread.id),
+                first_user_message=_first_user_text(conn, thread.id)[:_PREVIEW_CHARS],
+            )
+        )
     return out
 
 
@@ -133,7 +149,9 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
         raise NotFound(f"{session_id!r} is not an orchestration session")
     turns = list_turns(conn, thread.id)
     turn_index: dict[str | None, int] = {t.id: i for i, t in enumerate(turns)}
-    usage: dict[str | None, dict[str, Any] | None] = {t.id: t.usage if isinstance(t.usage, dict) else None for t in turns}
+    usage: dict[str | None, dict[str, Any] | None] = {
+        t.id: t.usage if isinstance(t.usage, dict) else None for t in turns
+    }
     messages: list[dict[str, Any]] = []
     pending: dict[str | None, list[ToolCallSummary]] = {}
     last_agent: dict[str | None, dict[str, Any]] = {}
@@ -143,8 +161,10 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
         if item.type == "tool_call":
             ok = p.get("output") is not None and not p.get("is_error") and item.status == "completed"
             pending.setdefault(item.turn_id, []).append(
-                ToolCallSummary(name=str(p.get("name") or ""), args_summary=_args_summary(p.get("arguments")),
-                                succeeded=bool(ok)))
+                ToolCallSummary(
+                    name=str(p.get("name") or ""), args_summary=_args_summary(p.get("arguments")), succeeded=bool(ok)
+                )
+            )
             continue
         if item.type == "user_message":
             synthetic = str(p.get("source_id") or "").startswith("roost:")
@@ -154,9 +174,17 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
             agent, role = p.get("agent") or p.get("agent_name") or "Assistant", "assistant"
         else:
             continue
-        msg: dict[str, Any] = {"agent_name": str(agent), "role": role, "content": item.text or p.get("text") or p.get("summary") or "",
-               "turn_index": index, "timestamp": item.created_at, "input_tokens": None, "output_tokens": None,
-               "is_compaction_summary": item.type == "compaction", "tool_calls": []}
+        msg: dict[str, Any] = {
+            "agent_name": str(agent),
+            "role": role,
+            "content": item.text or p.get("text") or p.get("summary") or "",
+            "turn_index": index,
+            "timestamp": item.created_at,
+            "input_tokens": None,
+            "output_tokens": None,
+            "is_compaction_summary": item.type == "compaction",
+            "tool_calls": [],
+        }
         if role == "assistant":
             msg["tool_calls"] = pending.pop(item.turn_id, [])
             last_agent[item.turn_id] = msg
@@ -170,26 +198,43 @@ def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
             msg["input_tokens"] = u.get("input_tokens")
             msg["output_tokens"] = u.get("output_tokens")
     return SessionDetail(
-        session_id=thread.id, task=_task_of(conn, thread), working_directory=thread.cwd,
-        config_path=(thread.metadata or {}).get("config_path"), started_at=thread.created_at,
-        last_updated_at=thread.updated_at, is_complete=_is_complete(conn, thread),
-        messages=[AgentMessage(**m) for m in messages])
+        session_id=thread.id,
+        task=_task_of(conn, thread),
+        working_directory=thread.cwd,
+        config_path=(thread.metadata or {}).get("config_path"),
+        started_at=thread.created_at,
+        last_updated_at=thread.updated_at,
+        is_complete=_is_complete(conn, thread),
+        messages=[AgentMessage(**m) for m in messages],
+    )
 
 
 @click.command("sessions")
 @json_option
 @click.option("--all", "include_all", is_flag=True, help="Include completed sessions.")
-@click.option("--project", type=click.Path(), default=None,
-              help="Only sessions that ran in this directory (or below it).")
+@click.option(
+    "--project", type=click.Path(), default=None, help="Only sessions that ran in this directory (or below it)."
+)
 @click.option("--show", "show_id", metavar="ID", default=None, help="Show one session with its messages.")
 @click.option("--repl", "repl", is_flag=True, help="List REPL chats instead, newest first.")
 @click.option("--delete", "delete_id", metavar="ID", default=None, help="Delete a session (and its turns and items).")
 @click.option("--prune", is_flag=True, help="Delete every completed orchestration session (--project narrows it).")
-@click.option("--cleanup", is_flag=True,
-              help="Delete incomplete orchestration sessions that never recorded a turn and no live "
-                   "process holds (left by runs that failed before starting; --project narrows it).")
-def sessions_command(as_json: bool, include_all: bool, project: str | None, show_id: str | None, repl: bool,
-                     delete_id: str | None, prune: bool, cleanup: bool) -> None:
+@click.option(
+    "--cleanup",
+    is_flag=True,
+    help="Delete incomplete orchestration sessions that never recorded a turn and no live "
+    "process holds (left by runs that failed before starting; --project narrows it).",
+)
+def sessions_command(
+    as_json: bool,
+    include_all: bool,
+    project: str | None,
+    show_id: str | None,
+    repl: bool,
+    delete_id: str | None,
+    prune: bool,
+    cleanup: bool,
+) -> None:
     """List orchestration sessions (incomplete ones unless --all), or show, list chats, delete.
 
     --json prints one wire-protocol line: Session items, a SessionDetail item (--show), or
@@ -223,8 +268,11 @@ def sessions_command(as_json: bool, include_all: bool, project: str | None, show
                 else:
                     _print_detail(detail)
                 return
-            rows: list[Any] = (repl_rows(conn, project=project_dir) if repl else
-                               session_rows(conn, include_complete=include_all, project=project_dir))
+            rows: list[Any] = (
+                repl_rows(conn, project=project_dir)
+                if repl
+                else session_rows(conn, include_complete=include_all, project=project_dir)
+            )
     except RoostError as exc:
         fail("sessions", str(exc), as_json=as_json)
     if as_json:
@@ -272,8 +320,12 @@ def _sweep(project: str | None, *, prune: bool, cleanup: bool) -> None:
                 if prune and complete:
                     delete_thread(conn, thread.id)
                     pruned += 1
-                elif (cleanup and not complete and _turn_count(conn, thread.id) == 0
-                      and not live_elsewhere(get_lease(conn, thread_lease_key(thread.id)), owner="roost-cli")):
+                elif (
+                    cleanup
+                    and not complete
+                    and _turn_count(conn, thread.id) == 0
+                    and not live_elsewhere(get_lease(conn, thread_lease_key(thread.id)), owner="roost-cli")
+                ):
                     delete_thread(conn, thread.id)
                     cleaned += 1
     except RoostError as exc:

@@ -19,8 +19,15 @@ def resource_commands() -> list[click.Command]:
     from roost.cli._res_memory import context_group, memory_group
     from roost.cli._res_sessions import sessions_command
 
-    return [sessions_command, memory_group, context_group, plugins_command, config_command, validate_command,
-            init_command]
+    return [
+        sessions_command,
+        memory_group,
+        context_group,
+        plugins_command,
+        config_command,
+        validate_command,
+        init_command,
+    ]
 
 
 def register_resources(group: click.Group) -> None:

@@ -48,8 +48,9 @@ class _Transcript:
     called once (the run is interrupted, resumably) and nothing more is written.
     """
 
-    def __init__(self, out: Any, *, quiet: bool, on_broken: Any = None, reason: Any = None,
-                 spinner: Any = None) -> None:
+    def __init__(
+        self, out: Any, *, quiet: bool, on_broken: Any = None, reason: Any = None, spinner: Any = None
+    ) -> None:
         from roost.cli._run_terminal import LiveText, Spinner
 
         self.out = out
@@ -62,9 +63,9 @@ class _Transcript:
         self.started: float | None = None
         self.agent: str | None = None
         self.spinner = spinner or Spinner(enabled=False)
-        self.denials: Any = None          # the run's Approvals (adds denial counts to the result)
+        self.denials: Any = None  # the run's Approvals (adds denial counts to the result)
         self.live = LiveText(self.write, lambda: self.agent, self.spinner)
-        self._status: str | None = None   # the spinner's text after this event's output
+        self._status: str | None = None  # the spinner's text after this event's output
 
     def emit(self, event: dict) -> None:
         if event.get("type") == "result":
@@ -79,7 +80,7 @@ class _Transcript:
         if text:
             self.write(text, summary=self.quiet)
         if self._status is not None and not self.broken:
-            self.spinner.show(self._status)   # after the text: the status line sits below it
+            self.spinner.show(self._status)  # after the text: the status line sits below it
 
     def write(self, text: str, *, summary: bool = False) -> None:
         """Write transcript text (nothing once stdout's reader went away; with --json only the
@@ -106,15 +107,15 @@ class _Transcript:
         self.started = self.started if self.started is not None else now
         if kind == "ready":
             verb = "resuming" if event.get("resumed") else "starting"
-            return (f"{verb} session {event['sessionId']}: {event['task']}\n"
-                    f"agents: {', '.join(event['agents'])}\n")
+            return f"{verb} session {event['sessionId']}: {event['task']}\nagents: {', '.join(event['agents'])}\n"
         if kind == "agent_starting":
             self.turns += 1
             self.agent = event["agent"]
             self.live.new_turn()
             self._status = f"{self.agent} is working"
-            return (f"\n[turn {self.turns} · {event['agent']} · {self.tokens} tokens so far · "
-                    f"{now - self.started:.1f} s]\n")
+            return (
+                f"\n[turn {self.turns} · {event['agent']} · {self.tokens} tokens so far · {now - self.started:.1f} s]\n"
+            )
         if kind == "tool_calling":
             self._status = f"{self.agent or 'agent'}: running {event['tool']}"
             return f"{self.live.end_line()}  $ {event['tool']} {event['argsSummary']}\n"
@@ -126,25 +127,34 @@ class _Transcript:
             failed = [c["name"] for c in m.get("toolCalls") or [] if not c.get("succeeded")]
             note = f"  ({len(failed)} tool call{_s(len(failed))} failed: {', '.join(failed)})\n" if failed else ""
             if self.live.streamed and m.get("role") == "assistant" and m.get("agentName") == self.agent:
-                end = self.live.end_line()   # its text is on the terminal already
+                end = self.live.end_line()  # its text is on the terminal already
                 self.live.new_turn()
                 return f"{end}{note}"
             return f"{self.live.end_line()}{note}{m['agentName']}: {m['content']}\n"
         if kind == "result":
             why = self.reason()
-            state = (f"completed: {why}" if why else "completed") if event["succeeded"] \
+            state = (
+                (f"completed: {why}" if why else "completed")
+                if event["succeeded"]
                 else f"did not complete: {event.get('errorMessage')}"
+            )
             session = event["sessionId"]
             if event.get("allActionsDenied"):
-                state = (f"completed, but all {event['deniedActions']} action{_s(event['deniedActions'])} "
-                         "it asked for were denied")
+                state = (
+                    f"completed, but all {event['deniedActions']} action{_s(event['deniedActions'])} "
+                    "it asked for were denied"
+                )
             elif event.get("deniedActions"):
                 state += f" ({event['deniedActions']} action{_s(event['deniedActions'])} denied)"
-            text = (f"{self.live.end_line()}\nsession {session} {state} ({event['turns']} turn{_s(event['turns'])}, "
-                    f"{event['inputTokens']}+{event['outputTokens']} tokens, {event['elapsedSeconds']} s)\n")
+            text = (
+                f"{self.live.end_line()}\nsession {session} {state} ({event['turns']} turn{_s(event['turns'])}, "
+                f"{event['inputTokens']}+{event['outputTokens']} tokens, {event['elapsedSeconds']} s)\n"
+            )
             if event.get("allActionsDenied"):
-                text += ("nothing it wanted to do was done: approve on a terminal, or use --hitl, --bridge, "
-                         "--unattended-policy allow or --permission-mode unconfined\n")
+                text += (
+                    "nothing it wanted to do was done: approve on a terminal, or use --hitl, --bridge, "
+                    "--unattended-policy allow or --permission-mode unconfined\n"
+                )
             if not event["succeeded"]:
                 text += f"resume with: roost run --resume {session}\n"
             return text
@@ -188,8 +198,9 @@ class _HumanInTheLoop:
     async def after_turn(self, agent: str, text: str) -> Any:
         from roost.orchestration import STOP
 
-        line = await self._ask(f"[{agent} is done] Enter: continue · a message: send it to the next agent · "
-                               "/stop: stop (resumable)\n> ")
+        line = await self._ask(
+            f"[{agent} is done] Enter: continue · a message: send it to the next agent · /stop: stop (resumable)\n> "
+        )
         if line is None or line.strip() == "/stop":
             return STOP
         return line.strip() or None
@@ -202,9 +213,19 @@ class _HumanInTheLoop:
         return None if line is None else line.strip().lower() in ("y", "yes")
 
 
-async def _run_plain(*, config: str | None, task: str | None, resume_id: str | None, settings: Any,
-                     cwd: Path, as_json: bool, hitl: bool = False, permission_mode: str = "standard",
-                     unattended_policy: str = "deny", interactive: bool | None = None) -> int:
+async def _run_plain(
+    *,
+    config: str | None,
+    task: str | None,
+    resume_id: str | None,
+    settings: Any,
+    cwd: Path,
+    as_json: bool,
+    hitl: bool = False,
+    permission_mode: str = "standard",
+    unattended_policy: str = "deny",
+    interactive: bool | None = None,
+) -> int:
     from roost.cli._run_terminal import Approvals, Spinner
     from roost.protocol import run_session
 
@@ -222,11 +243,13 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
     if interactive is None:
         interactive = _on_a_terminal()
     spinner = Spinner(enabled=not as_json and _isatty(sys.stderr))
-    printer = _Transcript(sys.stdout, quiet=as_json, on_broken=lambda: stop("stdout closed"), reason=reason,
-                          spinner=spinner)
+    printer = _Transcript(
+        sys.stdout, quiet=as_json, on_broken=lambda: stop("stdout closed"), reason=reason, spinner=spinner
+    )
     human = _HumanInTheLoop(sys.stderr) if hitl or interactive else None
-    approvals = Approvals(ask=human.approve if human else None, policy=unattended_policy,
-                          report=printer.write, spinner=spinner)
+    approvals = Approvals(
+        ask=human.approve if human else None, policy=unattended_policy, report=printer.write, spinner=spinner
+    )
     printer.denials = approvals
 
     def on_orchestrator(orch: Any) -> None:
@@ -236,6 +259,7 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
             orch.interrupt(holder["signal"])
 
     async with trio.open_nursery() as nursery:
+
         async def sigint() -> None:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
@@ -243,11 +267,19 @@ async def _run_plain(*, config: str | None, task: str | None, resume_id: str | N
 
         nursery.start_soon(sigint)
         try:
-            result = await run_session(config_path=config, task=task, resume_id=resume_id, settings=settings,
-                                       cwd=cwd, emit=printer.emit, request_approval=approvals.request,
-                                       on_orchestrator=on_orchestrator,
-                                       after_turn=human.after_turn if human and hitl else None,
-                                       subscriber=printer.live, permission_mode=permission_mode)
+            result = await run_session(
+                config_path=config,
+                task=task,
+                resume_id=resume_id,
+                settings=settings,
+                cwd=cwd,
+                emit=printer.emit,
+                request_approval=approvals.request,
+                on_orchestrator=on_orchestrator,
+                after_turn=human.after_turn if human and hitl else None,
+                subscriber=printer.live,
+                permission_mode=permission_mode,
+            )
         finally:
             spinner.pause()
         nursery.cancel_scope.cancel()
@@ -273,8 +305,10 @@ def _resumed_flags(flags: EngineFlags, session_id: str) -> EngineFlags:
     stored = (thread.metadata or {}).get("engine") or {}
     if not stored or (flags.provider is not None and flags.provider != stored.get("provider")):
         return flags
-    merged = {k: getattr(flags, k) if getattr(flags, k) is not None else stored.get(k)
-              for k in ("provider", "base_url", "model", "script", "api_key_env")}
+    merged = {
+        k: getattr(flags, k) if getattr(flags, k) is not None else stored.get(k)
+        for k in ("provider", "base_url", "model", "script", "api_key_env")
+    }
     return EngineFlags(**merged)
 
 
@@ -293,23 +327,47 @@ def _on_a_terminal() -> bool:
 @click.command("run")
 @engine_options
 @click.argument("task", required=False)
-@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), default=None,
-              help="The orchestration config (YAML).")
+@click.option(
+    "-c", "--config", "config", type=click.Path(dir_okay=False), default=None, help="The orchestration config (YAML)."
+)
 @click.option("--resume", "resume_id", metavar="ID", default=None, help="Continue an interrupted session.")
 @click.option("--bridge", is_flag=True, help="Speak the run bridge protocol (JSONL) on stdio.")
-@click.option("--hitl", is_flag=True, help="Human in the loop: pause after each agent turn for Enter, a "
-              "message to the next agent, or /stop; ask approvals on the terminal (not with --bridge).")
+@click.option(
+    "--hitl",
+    is_flag=True,
+    help="Human in the loop: pause after each agent turn for Enter, a "
+    "message to the next agent, or /stop; ask approvals on the terminal (not with --bridge).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one summary object (the result) at the end.")
-@click.option("--permission-mode", type=click.Choice(["read_only", "standard", "unconfined"]), default="standard",
-              show_default=True, help="What the agents' tools may do in a new session: read_only refuses "
-              "writes and commands, standard asks approval for them, unconfined never asks.")
-@click.option("--unattended-policy", type=click.Choice(["deny", "allow"]), default="deny", show_default=True,
-              help="Answer to an approval when nobody can be asked (stdin or stderr is not a terminal, "
-              "no --hitl). Not with --bridge, whose client answers.")
+@click.option(
+    "--permission-mode",
+    type=click.Choice(["read_only", "standard", "unconfined"]),
+    default="standard",
+    show_default=True,
+    help="What the agents' tools may do in a new session: read_only refuses "
+    "writes and commands, standard asks approval for them, unconfined never asks.",
+)
+@click.option(
+    "--unattended-policy",
+    type=click.Choice(["deny", "allow"]),
+    default="deny",
+    show_default=True,
+    help="Answer to an approval when nobody can be asked (stdin or stderr is not a terminal, "
+    "no --hitl). Not with --bridge, whose client answers.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
-def run_command(engine_flags: EngineFlags, task: str | None, config: str | None, resume_id: str | None,
-                bridge: bool, hitl: bool, as_json: bool, permission_mode: str, unattended_policy: str,
-                verbose: bool) -> None:
+def run_command(
+    engine_flags: EngineFlags,
+    task: str | None,
+    config: str | None,
+    resume_id: str | None,
+    bridge: bool,
+    hitl: bool,
+    as_json: bool,
+    permission_mode: str,
+    unattended_policy: str,
+    verbose: bool,
+) -> None:
     """Run TASK with the team of agents in the orchestration config (-c), or --resume a session.
 
     The readable transcript streams each agent's text and tool calls. On a terminal each
@@ -358,19 +416,36 @@ def run_command(engine_flags: EngineFlags, task: str | None, config: str | None,
     from roost.cli._runner import run_main
 
     if bridge:
-        from roost.protocol import run_bridge
-        from roost.protocol import open_stdio_stream
+        from roost.protocol import open_stdio_stream, run_bridge
 
         async def main() -> int:
             stream = open_stdio_stream()
             async with stream:
-                return await run_bridge(config_path=config_path, task=task, resume_id=resume_id, settings=settings,
-                                        cwd=cwd, receive=stream.receive_stream, send=stream.send_stream,
-                                        permission_mode=permission_mode)
+                return await run_bridge(
+                    config_path=config_path,
+                    task=task,
+                    resume_id=resume_id,
+                    settings=settings,
+                    cwd=cwd,
+                    receive=stream.receive_stream,
+                    send=stream.send_stream,
+                    permission_mode=permission_mode,
+                )
 
         code = run_main(main, command="run")
     else:
-        code = run_main(lambda: _run_plain(config=config_path, task=task, resume_id=resume_id, settings=settings,
-                                           cwd=cwd, as_json=as_json, hitl=hitl, permission_mode=permission_mode,
-                                           unattended_policy=unattended_policy), command="run")
+        code = run_main(
+            lambda: _run_plain(
+                config=config_path,
+                task=task,
+                resume_id=resume_id,
+                settings=settings,
+                cwd=cwd,
+                as_json=as_json,
+                hitl=hitl,
+                permission_mode=permission_mode,
+                unattended_policy=unattended_policy,
+            ),
+            command="run",
+        )
     sys.exit(code)

@@ -32,9 +32,11 @@ TOOL_LINES = 4
 #: approval fields that identify, rather than describe, what is asked (not shown to the human)
 _INTERNAL_FIELDS = frozenset({"kind", "item_id", "thread_id", "turn_id", "call_id", "sessionId"})
 
-HINT = ("roost run: nobody can approve on this input (not a terminal), so actions needing approval are "
-        "denied; run it on a terminal, or use --hitl, --bridge, --unattended-policy allow or "
-        "--permission-mode unconfined")
+HINT = (
+    "roost run: nobody can approve on this input (not a terminal), so actions needing approval are "
+    "denied; run it on a terminal, or use --hitl, --bridge, --unattended-policy allow or "
+    "--permission-mode unconfined"
+)
 
 
 def describe_approval(params: dict) -> str:
@@ -83,8 +85,9 @@ class Approvals:
         spinner: paused while a person is asked.
     """
 
-    def __init__(self, *, ask: Any, policy: str, report: Callable[[str], None], spinner: Spinner,
-                 err: TextIO | None = None) -> None:
+    def __init__(
+        self, *, ask: Any, policy: str, report: Callable[[str], None], spinner: Spinner, err: TextIO | None = None
+    ) -> None:
         self.ask = ask
         self.policy = policy
         self.report = report
@@ -143,8 +146,8 @@ class LiveText:
         self.write = write
         self.agent = agent
         self.spinner = spinner
-        self.open = False        # a line of streamed text is open (not yet ended by a newline)
-        self.streamed = False    # the running agent turn streamed text
+        self.open = False  # a line of streamed text is open (not yet ended by a newline)
+        self.streamed = False  # the running agent turn streamed text
 
     def deliver(self, line: bytes) -> None:
         if line.startswith(b'{"method":"item/completed"'):

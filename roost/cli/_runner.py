@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import click
 import trio
 
-from roost.protocol import silence_stdout
 from roost.errors import RoostError
+from roost.protocol import silence_stdout
 
 __all__ = ["run_main", "EXIT_SETUP"]
 

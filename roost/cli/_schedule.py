@@ -14,15 +14,16 @@ import datetime
 import logging
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from roost._json import dumps_line
-from roost.errors import RoostError
-from roost.engines import PROVIDERS
-from roost.scheduling import format_slot, parse_cron, parse_slot
 from roost import storage as db
+from roost._json import dumps_line
+from roost.engines import PROVIDERS
+from roost.errors import RoostError
+from roost.scheduling import format_slot, parse_cron, parse_slot
 from roost.storage import open_store
 
 log = logging.getLogger("roost.cli")
@@ -32,10 +33,11 @@ __all__ = ["schedule_command", "job_item"]
 #: wire-protocol.md "Versioning".
 PROTOCOL_VERSION = 1
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
-_json_option = click.option("--json", "as_json", is_flag=True,
-                            help="On failure print one wire-protocol error envelope (exit 1).")
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="On failure print one wire-protocol error envelope (exit 1)."
+)
 
 
 def _fail(as_json: bool, command: str, message: str) -> None:
@@ -104,25 +106,57 @@ def schedule_command() -> None:
 @click.argument("name")
 @click.option("--cron", "cron", required=True, help='5-field cron expression, UTC, e.g. "0 9 * * 1-5".')
 @click.option("--task", required=True, help="The task text each run starts with.")
-@click.option("--config", type=click.Path(), default=None,
-              help="Orchestration config (YAML) the run's team of agents follows; checked now, stored as an "
-                   "absolute path (default: the daemon's `roost serve -c`, else one agent).")
-@click.option("--work-dir", type=click.Path(), default=None,
-              help="The project directory: the run works in it, and only the `roost serve` of this "
-                   "work directory fires the schedule; must exist, stored as an absolute path "
-                   "(default: the current directory).")
+@click.option(
+    "--config",
+    type=click.Path(),
+    default=None,
+    help="Orchestration config (YAML) the run's team of agents follows; checked now, stored as an "
+    "absolute path (default: the daemon's `roost serve -c`, else one agent).",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(),
+    default=None,
+    help="The project directory: the run works in it, and only the `roost serve` of this "
+    "work directory fires the schedule; must exist, stored as an absolute path "
+    "(default: the current directory).",
+)
 @click.option("--description", default=None, help="A one-line description, reported by `schedule list --json`.")
-@click.option("--catch-up", type=click.Choice(["once", "none"]), default="once", show_default=True,
-              help="Slots missed while no daemon ran: run the latest once, or none.")
-@click.option("--overlap", type=click.Choice(["skip", "queue"]), default="skip", show_default=True,
-              help="A slot due while the previous run still runs: skip it, or queue it.")
-@click.option("--provider", type=click.Choice(PROVIDERS), default=None,
-              help="The model provider its runs use (default: the daemon's).")
+@click.option(
+    "--catch-up",
+    type=click.Choice(["once", "none"]),
+    default="once",
+    show_default=True,
+    help="Slots missed while no daemon ran: run the latest once, or none.",
+)
+@click.option(
+    "--overlap",
+    type=click.Choice(["skip", "queue"]),
+    default="skip",
+    show_default=True,
+    help="A slot due while the previous run still runs: skip it, or queue it.",
+)
+@click.option(
+    "--provider",
+    type=click.Choice(PROVIDERS),
+    default=None,
+    help="The model provider its runs use (default: the daemon's).",
+)
 @click.option("--model", default=None, help="The model id its runs use (default: the daemon's, or the provider's).")
 @_json_option
-def add_command(name: str, cron: str, task: str, config: str | None, work_dir: str | None,
-                description: str | None, catch_up: str, overlap: str, provider: str | None, model: str | None,
-                as_json: bool) -> None:
+def add_command(
+    name: str,
+    cron: str,
+    task: str,
+    config: str | None,
+    work_dir: str | None,
+    description: str | None,
+    catch_up: str,
+    overlap: str,
+    provider: str | None,
+    model: str | None,
+    as_json: bool,
+) -> None:
     """Add schedule NAME. An expression that can never fire (February 31) is refused, and so are an
     unusable --config (missing, unparsable or with errors) and a --work-dir that is not an existing
     directory: nothing is stored then. The config's agent models (provider, API key variable) are
@@ -145,9 +179,22 @@ def add_command(name: str, cron: str, task: str, config: str | None, work_dir: s
         _fail(as_json, "add", "the name must not be empty")
     config = _checked_config(as_json, config)
     work = _checked_work_dir(as_json, work_dir or os.getcwd())
-    _mutate(as_json, "add", db.add_job, name=name, cron=expr.text, task=task, next_run=next_run,
-            description=description, config=config, work_dir=work, catch_up=catch_up, overlap=overlap,
-            provider=provider, model=model)
+    _mutate(
+        as_json,
+        "add",
+        db.add_job,
+        name=name,
+        cron=expr.text,
+        task=task,
+        next_run=next_run,
+        description=description,
+        config=config,
+        work_dir=work,
+        catch_up=catch_up,
+        overlap=overlap,
+        provider=provider,
+        model=model,
+    )
     if not as_json:
         click.echo(f"added {name}: next run {next_run}")
 
@@ -209,8 +256,10 @@ def list_command(as_json: bool) -> None:
         due = " due" if it["due"] else ""
         nxt = it["nextRun"] or ("-" if not it["enabled"] else "never")
         last = f"{it['lastRun']} {it['lastResult'] or ''}".strip() if it["lastRun"] else (it["lastResult"] or "-")
-        click.echo(f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {nxt}"
-                   f"  last {last}  in {it['workDir'] or '(first daemon)'}  {it['task'][:60]}")
+        click.echo(
+            f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {nxt}"
+            f"  last {last}  in {it['workDir'] or '(first daemon)'}  {it['task'][:60]}"
+        )
 
 
 @schedule_command.command("remove")
@@ -262,14 +311,17 @@ def run_command(name: str, as_json: bool) -> None:
     others = _other_daemons(work_dir)
     try:
         claimed = others is False or _claimed_soon(run.id)
-    except KeyboardInterrupt:   # the request is stored either way
+    except KeyboardInterrupt:  # the request is stored either way
         click.echo(f"run of {name} requested (not waiting to see a daemon take it)", err=True)
         sys.exit(130)
     if claimed:
         click.echo(f"run of {name} requested; the running daemon starts it", err=True)
     elif others:
-        click.echo(f"run of {name} requested; no roost serve is running for {work_dir} (only for other "
-                   f"projects): it starts when `roost serve --work-dir {work_dir}` runs", err=True)
+        click.echo(
+            f"run of {name} requested; no roost serve is running for {work_dir} (only for other "
+            f"projects): it starts when `roost serve --work-dir {work_dir}` runs",
+            err=True,
+        )
     else:
         click.echo(f"run of {name} requested; no roost serve is running: it starts when one does", err=True)
 
@@ -361,5 +413,6 @@ def _claimed_soon(run_id: str) -> bool:
 for _command in schedule_command.commands.values():
     _command.epilog = _command.epilog or (
         "Exit status: 0 on success; 1 on failure (an unknown name, an invalid or never-firing cron "
-        "expression; with --json an error envelope on stdout); 2 for a usage error.")
+        "expression; with --json an error envelope on stdout); 2 for a usage error."
+    )
 del _command

@@ -20,7 +20,6 @@ import signal
 import ssl
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -51,7 +50,7 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
-    _probe_http_port(options)   # a busy port is one line (exit 1), before any child starts
+    _probe_http_port(options)  # a busy port is one line (exit 1), before any child starts
     lock_fd = claim_socket_path(options.socket_path)
     registered: Path | None = None
     try:
@@ -59,8 +58,13 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
             metrics = DaemonMetrics()
             async with open_runtime(engine_for=metrics.meter(engines.engine_for), tools=builtin_tools()) as runtime:
                 default = engines.default
-                daemon = ServeDaemon(runtime, options, provider=default.provider if default else None,
-                                     model=default.model if default else None, engines=engines)
+                daemon = ServeDaemon(
+                    runtime,
+                    options,
+                    provider=default.provider if default else None,
+                    model=default.model if default else None,
+                    engines=engines,
+                )
                 daemon.metrics = metrics
                 metrics.bind(daemon)
                 daemon.queue.on_accepted = lambda task: metrics.task_accepted(task.source)
@@ -69,14 +73,30 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
                     await _start_scheduler(runtime, daemon)
                     registered = _register(options, daemon)
                     await _start_objectives(runtime, daemon, auto_objectives)
-                    sys.stdout.buffer.write(dumps_line({
-                        "type": "listening", "protocolVersion": 1, "socket": str(options.socket_path),
-                        "httpPort": daemon.http_port, "pid": os.getpid()}))
+                    sys.stdout.buffer.write(
+                        dumps_line(
+                            {
+                                "type": "listening",
+                                "protocolVersion": 1,
+                                "socket": str(options.socket_path),
+                                "httpPort": daemon.http_port,
+                                "pid": os.getpid(),
+                            }
+                        )
+                    )
                     sys.stdout.buffer.flush()
-                    log.info("daemon listening on %s (http port %s), work dir %s", options.socket_path,
-                             daemon.http_port, options.work_dir,
-                             extra={"event": "daemon_started", "socket": str(options.socket_path),
-                                    "http_port": daemon.http_port, "work_dir": str(options.work_dir)})
+                    log.info(
+                        "daemon listening on %s (http port %s), work dir %s",
+                        options.socket_path,
+                        daemon.http_port,
+                        options.work_dir,
+                        extra={
+                            "event": "daemon_started",
+                            "socket": str(options.socket_path),
+                            "http_port": daemon.http_port,
+                            "work_dir": str(options.work_dir),
+                        },
+                    )
                     async for _ in signals:
                         nursery.cancel_scope.cancel()
                         break
@@ -95,8 +115,9 @@ def _register(options: Any, daemon: Any) -> Path | None:
     from roost.protocol import register_daemon
 
     try:
-        return register_daemon(roost_home(), socket=str(options.socket_path), work_dir=str(options.work_dir),
-                               http_port=daemon.http_port)
+        return register_daemon(
+            roost_home(), socket=str(options.socket_path), work_dir=str(options.work_dir), http_port=daemon.http_port
+        )
     except (OSError, RoostError) as exc:
         log.warning("could not register the daemon for roost status: %s", exc)
         return None
@@ -110,13 +131,18 @@ async def _start_scheduler(runtime: Any, daemon: Any) -> None:
 
     daemon.outcomes = TaskOutcomes(daemon.queue.lookup)
 
-    def scheduler() -> Scheduler:   # a fresh actor per (re)start; it re-adopts its open runs
-        return Scheduler(runtime.store, dispatch=daemon.queue.dispatch, wait_task=daemon.outcomes.wait,
-                         owner=runtime.services.owner, project=str(daemon.options.work_dir))
+    def scheduler() -> Scheduler:  # a fresh actor per (re)start; it re-adopts its open runs
+        return Scheduler(
+            runtime.store,
+            dispatch=daemon.queue.dispatch,
+            wait_task=daemon.outcomes.wait,
+            owner=runtime.services.owner,
+            project=str(daemon.options.work_dir),
+        )
 
-    await runtime.root.start_child(ChildSpec.of_factory("scheduler", scheduler, restart=Restart.PERMANENT,
-                                                        shutdown_timeout=10))
-
+    await runtime.root.start_child(
+        ChildSpec.of_factory("scheduler", scheduler, restart=Restart.PERMANENT, shutdown_timeout=10)
+    )
 
 
 def _probe_http_port(options: ServeOptions) -> None:
@@ -131,10 +157,11 @@ def _probe_http_port(options: ServeOptions) -> None:
 
     if not options.http_port:
         return
-    for family, kind, proto, _name, address in socket.getaddrinfo(options.host, options.http_port,
-                                                                   type=socket.SOCK_STREAM):
+    for family, kind, proto, _name, address in socket.getaddrinfo(
+        options.host, options.http_port, type=socket.SOCK_STREAM
+    ):
         with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as trio's listeners do
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as trio's listeners do
             probe.bind(address)
 
 
@@ -153,12 +180,19 @@ async def _start_objectives(runtime: Any, daemon: Any, auto_objectives: tuple[st
         daemon.broadcast(auto_dispatched_event(session_id=session_id, objective_id=objective_id, task=task))
 
     async def start_runner(*, task_status: Any) -> None:
-        runner = ObjectiveRunner(runtime.store, dispatch=daemon.queue.dispatch, wait_task=daemon.outcomes.wait,
-                                 announce=announce, idle=idle, auto_objectives=auto_objectives)
+        runner = ObjectiveRunner(
+            runtime.store,
+            dispatch=daemon.queue.dispatch,
+            wait_task=daemon.outcomes.wait,
+            announce=announce,
+            idle=idle,
+            auto_objectives=auto_objectives,
+        )
         await runner.run(task_status=task_status)
 
-    await runtime.root.start_child(ChildSpec("objectives", start_runner, restart=Restart.PERMANENT,
-                                             shutdown_timeout=10))
+    await runtime.root.start_child(
+        ChildSpec("objectives", start_runner, restart=Restart.PERMANENT, shutdown_timeout=10)
+    )
 
 
 def _check_config(path: Path | None, engines: Any) -> str | None:
@@ -177,8 +211,7 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
     if path is None:
         return None
     from roost.errors import InvalidParams
-    from roost.orchestration import load_config_file
-    from roost.orchestration import resolve_agents
+    from roost.orchestration import load_config_file, resolve_agents
 
     absolute = os.path.abspath(os.path.expanduser(str(path)))
     config = load_config_file(absolute)
@@ -191,52 +224,141 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
 
 @click.command("serve")
 @engine_options
-@click.option("-c", "--config", "config", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Orchestration config (YAML) that runs each task dispatched without its own (client "
-                   "user_input, MCP dispatch_task, schedules without --config); checked at start, "
-                   "with each agent's model (provider, API key variable). "
-                   "Without it such a task is one agent's turn.")
-@click.option("--work-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Directory tasks run in; also names the default socket (default: the current directory).")
-@click.option("--socket", "socket_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Unix socket path (default $ROOST_HOME/run/<hash of the work dir>.sock).")
-@click.option("--http-port", type=click.IntRange(0, 65535), default=None,
-              help="Also listen for WebSocket clients at ws://HOST:PORT/attach (0 picks a free port).")
+@click.option(
+    "-c",
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Orchestration config (YAML) that runs each task dispatched without its own (client "
+    "user_input, MCP dispatch_task, schedules without --config); checked at start, "
+    "with each agent's model (provider, API key variable). "
+    "Without it such a task is one agent's turn.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Directory tasks run in; also names the default socket (default: the current directory).",
+)
+@click.option(
+    "--socket",
+    "socket_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Unix socket path (default $ROOST_HOME/run/<hash of the work dir>.sock).",
+)
+@click.option(
+    "--http-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also listen for WebSocket clients at ws://HOST:PORT/attach (0 picks a free port).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface for --http-port.")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="PEM certificate: serve wss:// (needs --tls-key).")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="PEM private key for --tls-cert.")
-@click.option("--tokens-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Bearer tokens, one per line: 'full <token>' or 'read <token>'.")
-@click.option("--reconnect-grace", type=click.FloatRange(0), default=30.0, show_default=True,
-              help="Seconds a pending approval waits for its client to reconnect.")
-@click.option("--unattended-policy", type=click.Choice(["deny", "allow"]), default="deny", show_default=True,
-              help="Answer to an approval nobody can be asked.")
-@click.option("--max-concurrent", type=click.IntRange(1), default=1, show_default=True,
-              help="Tasks running at once.")
-@click.option("--max-queued", type=click.IntRange(1), default=1000, show_default=True,
-              help="Queued tasks allowed before user_input gets server_overloaded.")
-@click.option("--permission-mode", type=click.Choice(["read_only", "standard", "unconfined"]),
-              default="standard", show_default=True, help="What task tools may do; standard asks approval.")
-@click.option("--token-warn-threshold", type=click.IntRange(1), default=None,
-              help="Input tokens at which a task sends token_budget_warning once.")
-@click.option("--auto-objective", "auto_objectives", multiple=True, metavar="ID",
-              help="When idle, run the next remaining task of this active objective (repeatable; "
-                   "see `roost objective`); a task failing 3 times in a row is skipped.")
-@click.option("--outbox-lines", type=click.IntRange(1), default=None, hidden=True,
-              help="Lines a client's outbox holds before it counts as a slow consumer.")
-@click.option("--kick-grace", type=click.FloatRange(0), default=10.0, hidden=True,
-              help="Seconds a slow consumer may still read what was queued before it is closed.")
-@click.option("--stamp-events", is_flag=True, hidden=True,
-              help="Add the emit time (unix seconds) as 't' to broadcast events (benchmarks).")
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="PEM certificate: serve wss:// (needs --tls-key).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="PEM private key for --tls-cert.",
+)
+@click.option(
+    "--tokens-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Bearer tokens, one per line: 'full <token>' or 'read <token>'.",
+)
+@click.option(
+    "--reconnect-grace",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a pending approval waits for its client to reconnect.",
+)
+@click.option(
+    "--unattended-policy",
+    type=click.Choice(["deny", "allow"]),
+    default="deny",
+    show_default=True,
+    help="Answer to an approval nobody can be asked.",
+)
+@click.option("--max-concurrent", type=click.IntRange(1), default=1, show_default=True, help="Tasks running at once.")
+@click.option(
+    "--max-queued",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="Queued tasks allowed before user_input gets server_overloaded.",
+)
+@click.option(
+    "--permission-mode",
+    type=click.Choice(["read_only", "standard", "unconfined"]),
+    default="standard",
+    show_default=True,
+    help="What task tools may do; standard asks approval.",
+)
+@click.option(
+    "--token-warn-threshold",
+    type=click.IntRange(1),
+    default=None,
+    help="Input tokens at which a task sends token_budget_warning once.",
+)
+@click.option(
+    "--auto-objective",
+    "auto_objectives",
+    multiple=True,
+    metavar="ID",
+    help="When idle, run the next remaining task of this active objective (repeatable; "
+    "see `roost objective`); a task failing 3 times in a row is skipped.",
+)
+@click.option(
+    "--outbox-lines",
+    type=click.IntRange(1),
+    default=None,
+    hidden=True,
+    help="Lines a client's outbox holds before it counts as a slow consumer.",
+)
+@click.option(
+    "--kick-grace",
+    type=click.FloatRange(0),
+    default=10.0,
+    hidden=True,
+    help="Seconds a slow consumer may still read what was queued before it is closed.",
+)
+@click.option(
+    "--stamp-events",
+    is_flag=True,
+    hidden=True,
+    help="Add the emit time (unix seconds) as 't' to broadcast events (benchmarks).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
-def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path | None, socket_path: Path | None,
-                  http_port: int | None, host: str, tls_cert: Path | None, tls_key: Path | None,
-                  tokens_file: Path | None, reconnect_grace: float, unattended_policy: str, max_concurrent: int,
-                  max_queued: int, permission_mode: str, token_warn_threshold: int | None,
-                  auto_objectives: tuple[str, ...], outbox_lines: int | None, kick_grace: float,
-                  stamp_events: bool, verbose: bool) -> None:
+def serve_command(
+    engine_flags: EngineFlags,
+    config: Path | None,
+    work_dir: Path | None,
+    socket_path: Path | None,
+    http_port: int | None,
+    host: str,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tokens_file: Path | None,
+    reconnect_grace: float,
+    unattended_policy: str,
+    max_concurrent: int,
+    max_queued: int,
+    permission_mode: str,
+    token_warn_threshold: int | None,
+    auto_objectives: tuple[str, ...],
+    outbox_lines: int | None,
+    kick_grace: float,
+    stamp_events: bool,
+    verbose: bool,
+) -> None:
     """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
 
     Speaks the wire protocol's daemon events (docs/wire.md). Each user_input (or plain text line)
@@ -271,18 +393,20 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
       2  configuration error (no provider, unusable -c config, tokens or TLS files, a socket
          path too long)
     """
-    from roost.protocol import EngineCatalog
-    from roost.protocol import DEFAULT_OUTBOX_LINES
-    from roost.protocol import ServeAuth
-    from roost.protocol import DaemonRunning, ServeOptions, default_socket_path
-
     from roost._paths import roost_home
     from roost.cli._logs import setup_daemon_logging
+    from roost.protocol import (
+        DEFAULT_OUTBOX_LINES,
+        EngineCatalog,
+        ServeAuth,
+        ServeOptions,
+        default_socket_path,
+    )
 
     try:
         setup_daemon_logging(verbose, roost_home())
     except RoostError:
-        setup_logging(verbose)   # an unusable ROOST_HOME is reported when the store opens
+        setup_logging(verbose)  # an unusable ROOST_HOME is reported when the store opens
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     engines = None
@@ -305,15 +429,29 @@ def serve_command(engine_flags: EngineFlags, config: Path | None, work_dir: Path
         sys.exit(2)
     directory = (work_dir or Path(os.getcwd())).resolve()
     options = ServeOptions(
-        socket_path=(socket_path or default_socket_path(directory)).absolute(), work_dir=directory,
-        http_port=http_port, host=host, ssl_context=context, auth=auth, reconnect_grace=reconnect_grace,
-        unattended_policy=unattended_policy, max_concurrent=max_concurrent, max_queued=max_queued,
-        outbox_lines=outbox_lines or DEFAULT_OUTBOX_LINES, kick_grace=kick_grace,
-        permission_mode=permission_mode, warn_threshold=token_warn_threshold,
-        stamp_events=stamp_events, config=config_path)
-    if len(os.fsencode(str(options.socket_path))) > 107:   # sun_path is 108 bytes with its NUL
-        click.echo(f"roost serve: the socket path is too long for a Unix socket ({options.socket_path}); "
-                   "give a shorter one with --socket", err=True)
+        socket_path=(socket_path or default_socket_path(directory)).absolute(),
+        work_dir=directory,
+        http_port=http_port,
+        host=host,
+        ssl_context=context,
+        auth=auth,
+        reconnect_grace=reconnect_grace,
+        unattended_policy=unattended_policy,
+        max_concurrent=max_concurrent,
+        max_queued=max_queued,
+        outbox_lines=outbox_lines or DEFAULT_OUTBOX_LINES,
+        kick_grace=kick_grace,
+        permission_mode=permission_mode,
+        warn_threshold=token_warn_threshold,
+        stamp_events=stamp_events,
+        config=config_path,
+    )
+    if len(os.fsencode(str(options.socket_path))) > 107:  # sun_path is 108 bytes with its NUL
+        click.echo(
+            f"roost serve: the socket path is too long for a Unix socket ({options.socket_path}); "
+            "give a shorter one with --socket",
+            err=True,
+        )
         trio.run(engines.aclose)
         sys.exit(2)
     try:
@@ -337,11 +475,15 @@ def _exit_for(exc: BaseException, options: Any) -> int:
         return 1
     if isinstance(leaf, OSError) and leaf.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
         where = f"{options.host}:{options.http_port}"
-        why = {errno.EADDRINUSE: "the port is in use by another process",
-               errno.EACCES: "permission denied (ports below 1024 need privileges)",
-               errno.EADDRNOTAVAIL: f"{options.host} is not an address of this host"}[leaf.errno]
-        click.echo(f"roost serve: cannot listen on {where}: {why}; choose another --http-port "
-                   "(0 picks a free one) or --host", err=True)
+        why = {
+            errno.EADDRINUSE: "the port is in use by another process",
+            errno.EACCES: "permission denied (ports below 1024 need privileges)",
+            errno.EADDRNOTAVAIL: f"{options.host} is not an address of this host",
+        }[leaf.errno]
+        click.echo(
+            f"roost serve: cannot listen on {where}: {why}; choose another --http-port (0 picks a free one) or --host",
+            err=True,
+        )
         return 1
     if isinstance(leaf, RoostError):
         click.echo(f"roost serve: {type(leaf).__name__}: {leaf}", err=True)

@@ -58,8 +58,8 @@ def ask_status(socket_path: str, *, timeout: float = TIMEOUT) -> dict:
 
 
 def _schedules() -> list[dict]:
-    from roost.cli._schedule import job_item
     from roost import storage as db
+    from roost.cli._schedule import job_item
     from roost.storage import open_store
 
     store = open_store()
@@ -79,15 +79,18 @@ def _print_daemon(d: dict) -> None:
         click.echo(f"  not answering: {d['error']}")
         return
     running, queued, clients = d.get("running") or [], d.get("queue") or [], d.get("clients") or []
-    click.echo(f"  running {len(running)}, queued {len(queued)}, clients {len(clients)}, "
-               f"restarts {d.get('restarts', 0)}")
+    click.echo(
+        f"  running {len(running)}, queued {len(queued)}, clients {len(clients)}, restarts {d.get('restarts', 0)}"
+    )
     for t in running:
         click.echo(f"    running {t['sessionId']} ({t['source']}): {t['task'][:60]}")
     for t in queued:
         click.echo(f"    queued #{t['position']} {t['sessionId']} ({t['source']}): {t['task'][:60]}")
     for c in clients:
-        click.echo(f"    client {c['client']} ({c['connections']} connection{'s' if c['connections'] != 1 else ''}"
-                   f"{', read-only' if c['readOnly'] else ''})")
+        click.echo(
+            f"    client {c['client']} ({c['connections']} connection{'s' if c['connections'] != 1 else ''}"
+            f"{', read-only' if c['readOnly'] else ''})"
+        )
     if d.get("tree"):
         click.echo("  supervision tree:")
         for line in str(d["tree"]).splitlines():
@@ -126,16 +129,23 @@ def _ask_all(entries: list[dict]) -> list[dict[str, Any]]:
         try:
             daemons.append(ask_status(str(entry["socket"])))
         except OSError as exc:
-            daemons.append({"pid": entry.get("pid"), "socket": entry.get("socket"),
-                            "workDir": entry.get("workDir"), "httpPort": entry.get("httpPort"),
-                            "error": str(exc) or type(exc).__name__})
+            daemons.append(
+                {
+                    "pid": entry.get("pid"),
+                    "socket": entry.get("socket"),
+                    "workDir": entry.get("workDir"),
+                    "httpPort": entry.get("httpPort"),
+                    "error": str(exc) or type(exc).__name__,
+                }
+            )
     return daemons
 
 
 def _show(home: Any, daemons: list[dict[str, Any]], schedules: list[dict], as_json: bool) -> None:
     if as_json:
-        sys.stdout.buffer.write(dumps_line({"protocolVersion": 1, "home": str(home), "daemons": daemons,
-                                            "schedules": schedules}))
+        sys.stdout.buffer.write(
+            dumps_line({"protocolVersion": 1, "home": str(home), "daemons": daemons, "schedules": schedules})
+        )
         sys.stdout.flush()
         return
     click.echo(f"ROOST_HOME {home}")

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 from roost._lazy import attach as _attach
 from roost.engines._history import INTERRUPTED_OUTPUT as INTERRUPTED_OUTPUT
+from roost.engines._history import new_call_id as new_call_id
 from roost.engines._history import pair_tool_results as pair_tool_results
 from roost.engines._history import parse_arguments as parse_arguments
-from roost.engines._history import new_call_id as new_call_id
 from roost.engines._settings import DEFAULT_BASE_URLS as DEFAULT_BASE_URLS
 from roost.engines._settings import DEFAULT_KEY_ENVS as DEFAULT_KEY_ENVS
 from roost.engines._settings import PROVIDERS as PROVIDERS
@@ -44,6 +44,7 @@ from roost.engines._types import ModelInfo as ModelInfo
 from roost.engines._types import Reasoning as Reasoning
 from roost.engines._types import ReasoningDelta as ReasoningDelta
 from roost.engines._types import ReasoningItems as ReasoningItems
+from roost.engines._types import Retrying as Retrying
 from roost.engines._types import TextDelta as TextDelta
 from roost.engines._types import ToolCall as ToolCall
 from roost.engines._types import ToolCallDelta as ToolCallDelta
@@ -52,7 +53,6 @@ from roost.engines._types import ToolCallStart as ToolCallStart
 from roost.engines._types import ToolResult as ToolResult
 from roost.engines._types import ToolSchema as ToolSchema
 from roost.engines._types import Usage as Usage
-from roost.engines._types import Retrying as Retrying
 from roost.engines._types import UserMessage as UserMessage
 from roost.errors import EngineFailure as EngineFailure
 

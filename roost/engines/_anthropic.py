@@ -2,9 +2,9 @@
 
 Stream format (Anthropic API reference, "Streaming Messages"): ``message_start``, then per content
 block ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``,
-``thinking_delta``, ``signature_delta``) / ``content_block_stop`` keyed by block ``index``, ``message_delta`` (stop reason,
-output usage), terminal ``message_stop``; ``ping`` anywhere; an ``error`` event may arrive after
-HTTP 200.
+``thinking_delta``, ``signature_delta``) / ``content_block_stop`` keyed by block ``index``,
+``message_delta`` (stop reason, output usage), terminal ``message_stop``; ``ping`` anywhere; an
+``error`` event may arrive after HTTP 200.
 
 History rules: roles alternate user/assistant (consecutive same-role turns are merged into one
 message of content blocks), the first message is a user message, tool results are ``tool_result``
@@ -81,7 +81,10 @@ def anthropic_messages(request: EngineRequest) -> list[dict[str, Any]]:
     for item in pair_tool_results(request.history):
         if isinstance(item, UserMessage):
             for im in item.images:
-                add("user", {"type": "image", "source": {"type": "base64", "media_type": im.media_type, "data": im.data}})
+                add(
+                    "user",
+                    {"type": "image", "source": {"type": "base64", "media_type": im.media_type, "data": im.data}},
+                )
             add("user", {"type": "text", "text": item.text or "(empty)"})
         elif isinstance(item, AgentMessage):
             if item.text:
@@ -93,7 +96,7 @@ def anthropic_messages(request: EngineRequest) -> list[dict[str, Any]]:
                 "user",
                 {"type": "tool_result", "tool_use_id": item.call_id, "content": item.output, "is_error": item.is_error},
             )
-        elif isinstance(item, Reasoning):
+        elif isinstance(item, Reasoning):  # noqa: SIM102 (another provider's reasoning must not fall through)
             if item.provider == "anthropic":
                 for block in item.items:  # signed thinking / redacted thinking, unchanged
                     add("assistant", dict(block))
@@ -213,8 +216,11 @@ class AnthropicParser:
             return [ToolCallStart(buf.call_id, buf.name, buf.index)]
         if btype == "thinking":
             text = block.get("thinking") or ""
-            self._thinking[index] = {"type": "thinking", "thinking": text,  # type: ignore[index]
-                                     "signature": block.get("signature") or ""}
+            self._thinking[index] = {  # type: ignore[index]
+                "type": "thinking",
+                "thinking": text,
+                "signature": block.get("signature") or "",
+            }
             return [ReasoningDelta(text)] if text else []
         if btype == "redacted_thinking":
             self._thinking[index] = {"type": "redacted_thinking", "data": block.get("data") or ""}  # type: ignore[index]
@@ -226,13 +232,18 @@ class AnthropicParser:
     def finish(self) -> list[EngineEvent]:
         if not self.done:
             raise EngineFailure(
-                "anthropic: the stream ended without message_stop", category="network", retryable=False,
+                "anthropic: the stream ended without message_stop",
+                category="network",
+                retryable=False,
                 provider_code="incomplete_stream",
             )
         out: list[EngineEvent] = [buf.end() for buf in self._blocks.values() if not buf.ended]
         # Only signed thinking can be sent back; the API rejects a thinking block without it.
-        blocks = [b for _, b in sorted(self._thinking.items(), key=lambda kv: kv[0] if isinstance(kv[0], int) else 0)
-                  if b["type"] == "redacted_thinking" or b.get("signature")]
+        blocks = [
+            b
+            for _, b in sorted(self._thinking.items(), key=lambda kv: kv[0] if isinstance(kv[0], int) else 0)
+            if b["type"] == "redacted_thinking" or b.get("signature")
+        ]
         if blocks:
             out.append(ReasoningItems("anthropic", tuple(blocks)))
         if self._input is not None or self._output is not None:

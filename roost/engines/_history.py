@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import secrets
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._types import (
@@ -15,8 +16,13 @@ from roost.engines._types import (
 from roost.errors import EngineFailure
 
 __all__ = [
-    "INTERRUPTED_OUTPUT", "pair_tool_results", "parse_arguments", "arguments_text", "ToolCallBuffer",
-    "CallIds", "new_call_id",
+    "INTERRUPTED_OUTPUT",
+    "pair_tool_results",
+    "parse_arguments",
+    "arguments_text",
+    "ToolCallBuffer",
+    "CallIds",
+    "new_call_id",
 ]
 
 #: Output given to a tool call that has no result in the history (interrupted or lost).

@@ -14,9 +14,9 @@ import logging
 import random
 import socket
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
-from collections.abc import AsyncGenerator
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 import attrs
 import httpx
@@ -262,9 +262,7 @@ class HttpEngine:
         except httpx.HTTPError as exc:
             raise failure_from_transport(exc, provider=self.name) from exc
         if response.status_code != 200:
-            raise failure_from_response(
-                response.status_code, response.headers, response.content, provider=self.name
-            )
+            raise failure_from_response(response.status_code, response.headers, response.content, provider=self.name)
         try:
             doc = loads(response.content)
         except (JSONDecodeError, ValueError) as exc:
@@ -383,8 +381,9 @@ class HttpEngine:
         )
 
 
-def _record_recovery(failure: EngineFailure, attempt: int, max_attempts: int, *, accepted: bool,
-                     partial: list[str]) -> None:
+def _record_recovery(
+    failure: EngineFailure, attempt: int, max_attempts: int, *, accepted: bool, partial: list[str]
+) -> None:
     """Fill the recovery facts of app-server-protocol.md ("Turns and execution runs") on the
     failure that ends the call: attempts, retries, physical submissions, the limit, and why
     recovery stopped (``replay_unsafe`` once a server answered 200: it is never sent again)."""
@@ -406,7 +405,9 @@ def _received(count: int, last: tuple[str, str] | None, head: bytes | bytearray 
     the start of its body when it carried no events (a JSON error body sent as an event stream)."""
     if count == 0 or last is None:
         if head.strip():
-            return f"the stream carried no events; the body began {bytes(head[:HEAD_BYTES]).decode('utf-8', 'replace')!r}"
+            return (
+                f"the stream carried no events; the body began {bytes(head[:HEAD_BYTES]).decode('utf-8', 'replace')!r}"
+            )
         return "the stream carried no events"
     name = f"event {last[0]!r} " if last[0] else ""
     return f"received {count} events; the last: {name}data {last[1][:120]!r}"

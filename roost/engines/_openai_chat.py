@@ -150,8 +150,12 @@ class ChatCompletionsParser:
             delta = choice.get("delta")
             if delta and choice.get("finish_reason") is None:
                 content = delta.get("content")
-                if (type(content) is str and content and len(delta) == (2 if "role" in delta else 1)
-                        and choice.get("index", 0) == 0):
+                if (
+                    type(content) is str
+                    and content
+                    and len(delta) == (2 if "role" in delta else 1)
+                    and choice.get("index", 0) == 0
+                ):
                     return [TextDelta(content)]
         if chunk.get("error") or chunk.get("object") == "error":  # "error": null is no error
             _raise_stream_error(chunk, data)
@@ -163,14 +167,18 @@ class ChatCompletionsParser:
         usage = chunk.get("usage")
         if usage:
             details = usage.get("prompt_tokens_details") or {}
-            self._usage = Usage(usage.get("prompt_tokens"), usage.get("completion_tokens"), details.get("cached_tokens"))
+            self._usage = Usage(
+                usage.get("prompt_tokens"), usage.get("completion_tokens"), details.get("cached_tokens")
+            )
         return out
 
     def _choice(self, choice: dict[str, Any], out: list[EngineEvent]) -> None:
         delta = choice.get("delta")
         if delta:
             content = delta.get("content")
-            if type(content) is str and content and len(delta) <= 2:  # the common case: {"content"} or {"role", "content"}
+            if (
+                type(content) is str and content and len(delta) <= 2
+            ):  # the common case: {"content"} or {"role", "content"}
                 out.append(TextDelta(content))
             else:
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -237,13 +245,17 @@ class ChatCompletionsParser:
     def finish(self) -> list[EngineEvent]:
         if not self.done and self._finish is None:
             raise EngineFailure(
-                "openai: the stream ended without [DONE] or a finish_reason", category="network", retryable=False,
+                "openai: the stream ended without [DONE] or a finish_reason",
+                category="network",
+                retryable=False,
                 provider_code="incomplete_stream",
             )
         if self._failed is not None:  # never a silent success on a generation the server gave up
             raise EngineFailure(
                 f"openai: the server ended the response with finish_reason {self._failed!r}",
-                category="provider", retryable=False, provider_code=f"finish_reason_{self._failed}",
+                category="provider",
+                retryable=False,
+                provider_code=f"finish_reason_{self._failed}",
             )
         out: list[EngineEvent] = [buf.end() for buf in self._order]
         if self._usage is not None:
@@ -323,7 +335,10 @@ class OpenAIChatEngine(HttpEngine):
         }
         if request.tools:
             body["tools"] = [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
                 for t in request.tools
             ]
         if request.max_tokens is not None:

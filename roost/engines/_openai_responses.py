@@ -67,7 +67,7 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
             )
         elif isinstance(item, ToolResult):
             items.append({"type": "function_call_output", "call_id": item.call_id, "output": item.output})
-        elif isinstance(item, Reasoning):
+        elif isinstance(item, Reasoning):  # noqa: SIM102 (another provider's reasoning must not fall through)
             if item.provider == "openai-responses":
                 items.extend(dict(kept) for kept in item.items)  # encrypted reasoning, unchanged
     return items
@@ -75,13 +75,22 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
 
 #: Events named in their ``event:`` line whose data Roost does not use: not decoded at all (the
 #: ``response.created``/``.in_progress`` snapshots echo the whole request configuration).
-_UNUSED_EVENTS = frozenset({
-    "response.created", "response.in_progress", "response.queued",
-    "response.content_part.added", "response.content_part.done", "response.output_text.done",
-    "response.output_text.annotation.added", "response.refusal.done",
-    "response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
-    "response.reasoning_summary_text.done", "response.reasoning_text.done",
-})
+_UNUSED_EVENTS = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.queued",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.done",
+        "response.output_text.annotation.added",
+        "response.refusal.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_text.done",
+    }
+)
 
 
 class ResponsesParser:
@@ -188,8 +197,11 @@ class ResponsesParser:
         if itype == "reasoning":
             if item.get("encrypted_content"):
                 # Replayed without its id, as stateless (store: false) clients do.
-                kept = {"type": "reasoning", "summary": item.get("summary") or [],
-                        "encrypted_content": item["encrypted_content"]}
+                kept = {
+                    "type": "reasoning",
+                    "summary": item.get("summary") or [],
+                    "encrypted_content": item["encrypted_content"],
+                }
                 if item.get("content"):
                     kept["content"] = item["content"]
                 self._reasoning.append(kept)
@@ -213,7 +225,9 @@ class ResponsesParser:
     def finish(self) -> list[EngineEvent]:
         if self._terminal is None:
             raise EngineFailure(
-                "openai-responses: the stream ended without response.completed", category="network", retryable=False,
+                "openai-responses: the stream ended without response.completed",
+                category="network",
+                retryable=False,
                 provider_code="incomplete_stream",
             )
         out: list[EngineEvent] = [buf.end(self._final_args.get(buf.call_id)) for buf in self._order if not buf.ended]
@@ -233,7 +247,9 @@ class ResponsesParser:
             error = self._terminal.get("error") or {}
             raise EngineFailure(
                 f"openai-responses: response failed: {error.get('message') or 'unknown error'}",
-                category=_category(error.get("code")), retryable=False, provider_code=error.get("code") or "response_failed",
+                category=_category(error.get("code")),
+                retryable=False,
+                provider_code=error.get("code") or "response_failed",
             )
         else:
             out.append(Finish("tool_calls" if self._order else "stop"))

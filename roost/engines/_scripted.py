@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import importlib.resources
 import re
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
-from collections.abc import AsyncGenerator
-from typing import Any, AsyncIterator
+from typing import Any
 
 import attrs
 import trio
@@ -48,15 +48,15 @@ import yaml
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._types import (
-    Retrying,
+    FINISH_REASONS,
     AgentMessage,
     EngineEvent,
     EngineRequest,
     Finish,
-    FINISH_REASONS,
     ModelInfo,
     Reasoning,
     ReasoningDelta,
+    Retrying,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -130,8 +130,9 @@ def load_script(source: str | Path) -> Script:
             text = path.read_text("utf-8")
         except OSError as exc:
             builtins = ", ".join(builtin_scripts())
-            raise ConfigError(f"cannot read script {str(path)!r}: {exc.strerror or exc} "
-                              f"(built-in scripts: {builtins})") from exc
+            raise ConfigError(
+                f"cannot read script {str(path)!r}: {exc.strerror or exc} (built-in scripts: {builtins})"
+            ) from exc
         name = path.stem
     try:
         # libyaml's safe loader when PyYAML has it: the same documents, a quarter of the time
@@ -389,7 +390,8 @@ class ScriptedEngine:
                 finish = element["finish"]
             elif "retrying" in element:  # simulate a provider retry: {retrying: {attempt, max, reason}}
                 spec = element["retrying"] or {}
-                yield Retrying(int(spec.get("attempt", 1)), int(spec.get("max", 3)), 0.0,
-                               str(spec.get("reason", "rate_limit")))
+                yield Retrying(
+                    int(spec.get("attempt", 1)), int(spec.get("max", 3)), 0.0, str(spec.get("reason", "rate_limit"))
+                )
         yield usage or Usage(_input_tokens(request), out_tokens, 0)
         yield Finish(finish or ("tool_calls" if tool_calls else "stop"))

@@ -7,9 +7,9 @@ events but :class:`roost.errors.EngineFailure` raised by the stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from typing import Any, AsyncIterator, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -136,7 +136,6 @@ class ToolSchema:
     parameters: dict[str, Any] = attrs.field(factory=lambda: {"type": "object", "properties": {}})
 
 
-
 @attrs.frozen(kw_only=True)
 class EngineRequest:
     """One model call.
@@ -260,7 +259,15 @@ class Retrying:
 
 
 EngineEvent: TypeAlias = (
-    TextDelta | ReasoningDelta | ReasoningItems | ToolCallStart | ToolCallDelta | ToolCallEnd | Usage | Finish | Retrying
+    TextDelta
+    | ReasoningDelta
+    | ReasoningItems
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | Usage
+    | Finish
+    | Retrying
 )
 
 
@@ -283,11 +290,8 @@ class Engine(Protocol):
 
     name: str
 
-    def stream(self, request: EngineRequest) -> AbstractAsyncContextManager[AsyncIterator[EngineEvent]]:
-        ...
+    def stream(self, request: EngineRequest) -> AbstractAsyncContextManager[AsyncIterator[EngineEvent]]: ...
 
-    async def list_models(self) -> list[ModelInfo]:
-        ...
+    async def list_models(self) -> list[ModelInfo]: ...
 
-    async def aclose(self) -> None:
-        ...
+    async def aclose(self) -> None: ...

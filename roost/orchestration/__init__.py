@@ -5,6 +5,7 @@ Public names are re-exported from the private modules that define them.
 
 from __future__ import annotations
 
+from roost.orchestration._agents import resolve_agents as resolve_agents
 from roost.orchestration._config import SELECTION_TYPES as SELECTION_TYPES
 from roost.orchestration._config import TERMINATION_TYPES as TERMINATION_TYPES
 from roost.orchestration._config import AgentSpec as AgentSpec
@@ -17,15 +18,13 @@ from roost.orchestration._config import Selection as Selection
 from roost.orchestration._config import Termination as Termination
 from roost.orchestration._config import load_config_file as load_config_file
 from roost.orchestration._config import validate_config_file as validate_config_file
+from roost.orchestration._policy import token_budget as token_budget
+from roost.orchestration._run import STOP as STOP
+from roost.orchestration._run import Orchestrator as Orchestrator
+from roost.orchestration._run import RunOutcome as RunOutcome
 from roost.orchestration._templates import TEMPLATES as TEMPLATES
 from roost.orchestration._templates import ConfigTemplate as ConfigTemplate
 from roost.orchestration._templates import render_template as render_template
-
-from roost.orchestration._agents import resolve_agents as resolve_agents
-from roost.orchestration._run import Orchestrator as Orchestrator
-from roost.orchestration._run import RunOutcome as RunOutcome
-from roost.orchestration._run import STOP as STOP
-from roost.orchestration._policy import token_budget as token_budget
 
 __all__ = [
     "Orchestrator",
@@ -33,10 +32,21 @@ __all__ = [
     "STOP",
     "resolve_agents",
     "token_budget",
-
-    "SELECTION_TYPES", "TERMINATION_TYPES", "AgentSpec", "ConfigInvalid", "ConfigIssue", "ModelSpec",
-    "OrchestrationConfig", "Route", "Selection", "Termination", "load_config_file", "validate_config_file",
-    "TEMPLATES", "ConfigTemplate", "render_template",
+    "SELECTION_TYPES",
+    "TERMINATION_TYPES",
+    "AgentSpec",
+    "ConfigInvalid",
+    "ConfigIssue",
+    "ModelSpec",
+    "OrchestrationConfig",
+    "Route",
+    "Selection",
+    "Termination",
+    "load_config_file",
+    "validate_config_file",
+    "TEMPLATES",
+    "ConfigTemplate",
+    "render_template",
 ]
 
 for _name in __all__:

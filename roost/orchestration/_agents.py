@@ -18,8 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from roost.actors import Actor
-from roost.actors import AgentTurn, Origin, StartTurn
+from roost.actors import Actor, AgentTurn, Origin, StartTurn
 from roost.orchestration._config import AgentSpec, ModelSpec, OrchestrationConfig
 from roost.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from roost.tools import plugin_tool_names
@@ -64,9 +63,15 @@ class AgentActor(Actor):
     async def handle(self, message: Any) -> Any:
         if not isinstance(message, Speak):
             raise TypeError(f"{self.name} does not handle {type(message).__name__}")
-        view = await self.thread_ref.ask(StartTurn(
-            prompt=message.prompt, client_id=message.client_id, resume_after_turn_id=message.resume_after_turn_id,
-            origin=message.origin, agent=self.settings))
+        view = await self.thread_ref.ask(
+            StartTurn(
+                prompt=message.prompt,
+                client_id=message.client_id,
+                resume_after_turn_id=message.resume_after_turn_id,
+                origin=message.origin,
+                agent=self.settings,
+            )
+        )
         self.turns += 1
         return view
 
@@ -90,8 +95,13 @@ def run_supervisor(session_id: str, agents: dict[str, AgentTurn], thread_ref: An
 
         return ChildSpec(agent_child_id(settings.name), start, restart=Restart.TRANSIENT, shutdown_timeout=5.0)
 
-    return Supervisor([child(s) for s in agents.values()], name=f"run:{session_id}",
-                      strategy=Strategy.ONE_FOR_ONE, intensity=3, period=10.0)
+    return Supervisor(
+        [child(s) for s in agents.values()],
+        name=f"run:{session_id}",
+        strategy=Strategy.ONE_FOR_ONE,
+        intensity=3,
+        period=10.0,
+    )
 
 
 def resolve_agents(config: OrchestrationConfig, engines: Any) -> dict[str, AgentTurn]:
@@ -124,9 +134,16 @@ def agent_turn(config: OrchestrationConfig, agent: AgentSpec, engines: Any) -> A
     """One agent's :class:`AgentTurn` (see :func:`resolve_agents`)."""
     spec = config.resolve_model(agent)
     engine, model, max_tokens, temperature = model_options(spec, engines)
-    return AgentTurn(name=agent.name, system_prompt=agent.instructions or None,
-                     tools=plugin_tool_names(agent.plugins), engine=engine, model=model, max_tokens=max_tokens,
-                     temperature=temperature, max_tool_rounds=agent.max_tool_rounds)
+    return AgentTurn(
+        name=agent.name,
+        system_prompt=agent.instructions or None,
+        tools=plugin_tool_names(agent.plugins),
+        engine=engine,
+        model=model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        max_tool_rounds=agent.max_tool_rounds,
+    )
 
 
 def model_options(spec: ModelSpec | None, engines: Any) -> tuple[Any, str | None, int | None, float | None]:
@@ -137,6 +154,7 @@ def model_options(spec: ModelSpec | None, engines: Any) -> tuple[Any, str | None
     """
     if spec is None:
         return None, None, None, None
-    settings = engines.settings_for_model(provider=spec.provider, endpoint=spec.endpoint, model=spec.model_id,
-                                          api_key_env=spec.api_key_env)
+    settings = engines.settings_for_model(
+        provider=spec.provider, endpoint=spec.endpoint, model=spec.model_id, api_key_env=spec.api_key_env
+    )
     return engines.engine_for_settings(settings), settings.model, spec.max_tokens, spec.temperature

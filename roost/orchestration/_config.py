@@ -71,8 +71,12 @@ __all__ = [
 SELECTION_TYPES = ("sequential", "roundrobin", "keyword", "llm")
 TERMINATION_TYPES = ("regex", "maxiterations", "token_budget", "composite")
 _SELECTION_ALIASES = {"round_robin": "roundrobin", "round-robin": "roundrobin"}
-_TERMINATION_ALIASES = {"max_iterations": "maxiterations", "tokenbudget": "token_budget",
-                        "token-budget": "token_budget", "max-iterations": "maxiterations"}
+_TERMINATION_ALIASES = {
+    "max_iterations": "maxiterations",
+    "tokenbudget": "token_budget",
+    "token-budget": "token_budget",
+    "max-iterations": "maxiterations",
+}
 _DEFAULT_MAX_ITERATIONS = 10
 
 
@@ -163,7 +167,8 @@ class OrchestrationConfig:
     agents: list[AgentSpec] = attrs.field(factory=list)
     selection: Selection = attrs.field(factory=Selection)
     termination: Termination = attrs.field(
-        factory=lambda: Termination(type="maxiterations", max_iterations=_DEFAULT_MAX_ITERATIONS))
+        factory=lambda: Termination(type="maxiterations", max_iterations=_DEFAULT_MAX_ITERATIONS)
+    )
 
     def resolve_model(self, agent: AgentSpec | Selection) -> ModelSpec | None:
         """Return an agent's (or the selector's) model with a ``Models`` alias resolved
@@ -236,6 +241,7 @@ def _make_converter() -> cattrs.Converter:
     def strict_container(kind: type, factory: Any, noun: str) -> Any:
         """A hook factory for ``list[...]``/``dict[...]`` refusing other shapes (cattrs would
         read a string as a list of characters)."""
+
         def make(type_: Any) -> Any:
             base = factory(type_, conv)
 
@@ -243,13 +249,17 @@ def _make_converter() -> cattrs.Converter:
                 if not isinstance(value, kind):
                     raise TypeError(f"expected {noun}, got {type(value).__name__}")
                 return base(value, t)
+
             return hook
+
         return make
 
-    conv.register_structure_hook_factory(lambda t: _origin(t) is list,
-                                         strict_container(list, list_structure_factory, "a list"))
-    conv.register_structure_hook_factory(lambda t: _origin(t) is dict,
-                                         strict_container(dict, mapping_structure_factory, "a mapping"))
+    conv.register_structure_hook_factory(
+        lambda t: _origin(t) is list, strict_container(list, list_structure_factory, "a list")
+    )
+    conv.register_structure_hook_factory(
+        lambda t: _origin(t) is dict, strict_container(dict, mapping_structure_factory, "a mapping")
+    )
     conv.register_structure_hook(float, strict_float)
     conv.register_structure_hook(str, strict_str)
     conv.register_structure_hook(int, strict_int)
@@ -264,8 +274,10 @@ def _make_converter() -> cattrs.Converter:
 
 
 _converter = _make_converter()
-_KNOWN_KEYS: dict[type, set[str]] = {cls: {_pascal(a.name) for a in attrs.fields(cls)} for cls in
-               (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig)}
+_KNOWN_KEYS: dict[type, set[str]] = {
+    cls: {_pascal(a.name) for a in attrs.fields(cls)}
+    for cls in (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig)
+}
 
 
 def _read_document(path: Path) -> Any:
@@ -386,6 +398,7 @@ def _normalise(body: dict[str, Any]) -> None:
 
 def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
     """Semantic checks that the types alone cannot express."""
+
     def error(msg: str) -> None:
         issues.append(ConfigIssue("error", msg))
 
@@ -402,8 +415,13 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
         if not agent.instructions.strip():
             issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Instructions: empty"))
         if isinstance(agent.model, str) and config.models and agent.model not in config.models:
-            issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Model: {agent.model!r} is not an alias "
-                                                 f"of Models ({', '.join(config.models)}); it is used as a model id"))
+            issues.append(
+                ConfigIssue(
+                    "warning",
+                    f"Orchestration.Agents[{i}].Model: {agent.model!r} is not an alias "
+                    f"of Models ({', '.join(config.models)}); it is used as a model id",
+                )
+            )
         if isinstance(agent.model, ModelSpec):
             _check_model(agent.model, f"Orchestration.Agents[{i}].Model", error)
         elif isinstance(agent.model, str) and not agent.model.strip():

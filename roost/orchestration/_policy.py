@@ -25,8 +25,16 @@ import attrs
 
 from roost.orchestration._config import OrchestrationConfig, Route, Termination
 
-__all__ = ["Progress", "Handoff", "first_agent", "next_sequential", "keyword_handoff", "terminated",
-           "token_budget", "WARN_FRACTION"]
+__all__ = [
+    "Progress",
+    "Handoff",
+    "first_agent",
+    "next_sequential",
+    "keyword_handoff",
+    "terminated",
+    "token_budget",
+    "WARN_FRACTION",
+]
 
 #: A ``token_budget_warning`` is sent once the run has used this fraction of its budget.
 WARN_FRACTION = 0.8
@@ -96,11 +104,13 @@ def keyword_handoff(config: OrchestrationConfig, speaker: str, message: str) -> 
             return Handoff(agent=route.agent, route=route)
     if config.selection.default_agent is not None:
         return Handoff(agent=config.selection.default_agent)
-    keywords = [r.keyword for r in config.selection.routes
-                if not r.source_agents or speaker in r.source_agents]
+    keywords = [r.keyword for r in config.selection.routes if not r.source_agents or speaker in r.source_agents]
     hint = ", ".join(repr(k) for k in keywords) or "a handoff keyword"
-    return Handoff(agent=speaker, correction=f"{speaker}: no handoff found in your message. Continue, and "
-                                             f"end your message with one of {hint} to hand off.")
+    return Handoff(
+        agent=speaker,
+        correction=f"{speaker}: no handoff found in your message. Continue, and "
+        f"end your message with one of {hint} to hand off.",
+    )
 
 
 def token_budget(term: Termination) -> int | None:

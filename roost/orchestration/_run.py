@@ -19,7 +19,8 @@ keyword selection's ``route_approval``) go to ``request_approval(params) -> bool
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
@@ -28,7 +29,13 @@ from roost._json import dumps, loads
 from roost.orchestration._agents import Speak, agent_child_id, model_options, resolve_agents, run_supervisor
 from roost.orchestration._config import AgentSpec, OrchestrationConfig
 from roost.orchestration._policy import (
-    WARN_FRACTION, Progress, first_agent, keyword_handoff, next_sequential, terminated, token_budget,
+    WARN_FRACTION,
+    Progress,
+    first_agent,
+    keyword_handoff,
+    next_sequential,
+    terminated,
+    token_budget,
 )
 
 __all__ = ["Orchestrator", "RunOutcome", "ORCHESTRATOR_SOURCE", "HUMAN_SOURCE", "STOP", "args_summary"]
@@ -42,8 +49,9 @@ HUMAN_SOURCE = "human"
 #: What an ``after_turn`` hook returns to stop the run (resumable, like an interrupt).
 STOP = object()
 _ARGS_SUMMARY_CHARS = 120
-_SELECTOR_SYSTEM = ("You choose which agent of a team speaks next. Reply with exactly one agent name "
-                    "from the list, and nothing else.")
+_SELECTOR_SYSTEM = (
+    "You choose which agent of a team speaks next. Reply with exactly one agent name from the list, and nothing else."
+)
 
 
 def args_summary(arguments: Any) -> str:
@@ -67,8 +75,9 @@ class RunOutcome:
 
 
 #: Notifications the run does not translate (hub lines start with ``{"method":"<method>"``).
-_IGNORED = tuple(b'{"method":"%s"' % m for m in (b"item/agentMessage/delta", b"item/reasoning/delta",
-                                                 b"turn/usage", b"turn/event"))
+_IGNORED = tuple(
+    b'{"method":"%s"' % m for m in (b"item/agentMessage/delta", b"item/reasoning/delta", b"turn/usage", b"turn/event")
+)
 
 
 class _TurnWatch:
@@ -82,8 +91,8 @@ class _TurnWatch:
         self.emit = emit
         self.agent: str | None = None
         self.turn_id: str | None = None
-        self.calls: dict[str, dict] = {}       # item id -> {name, args, announced}
-        self.ended: dict[str, dict] = {}       # turn id -> the terminal turn view (with items)
+        self.calls: dict[str, dict] = {}  # item id -> {name, args, announced}
+        self.ended: dict[str, dict] = {}  # turn id -> the terminal turn view (with items)
         self.changed = trio.Event()
 
     def announce(self, item_id: str | None) -> None:
@@ -96,8 +105,9 @@ class _TurnWatch:
             arguments = call["arguments"] if call["arguments"] is not None else loads("".join(call["deltas"]) or "{}")
         except ValueError:
             arguments = "".join(call["deltas"])
-        self.emit({"type": "tool_calling", "agent": self.agent, "tool": call["name"],
-                   "argsSummary": args_summary(arguments)})
+        self.emit(
+            {"type": "tool_calling", "agent": self.agent, "tool": call["name"], "argsSummary": args_summary(arguments)}
+        )
 
     def deliver(self, line: bytes) -> None:
         if line.startswith(_IGNORED):  # the hot path: a streamed delta is not decoded here
@@ -145,8 +155,16 @@ class Orchestrator:
             :func:`~roost.orchestration._agents.resolve_agents`).
     """
 
-    def __init__(self, config: OrchestrationConfig, actor: Any, *, engines: Any,
-                 emit: Callable[[dict], None], request_approval: Any, after_turn: Any = None) -> None:
+    def __init__(
+        self,
+        config: OrchestrationConfig,
+        actor: Any,
+        *,
+        engines: Any,
+        emit: Callable[[dict], None],
+        request_approval: Any,
+        after_turn: Any = None,
+    ) -> None:
         self.config = config
         self.actor = actor
         self.engines = engines
@@ -279,8 +297,9 @@ class Orchestrator:
                 error = turn.get("error") or {}
                 if turn.get("status") == "interrupted":
                     return RunOutcome(status="interrupted", error_message=error.get("message") or "interrupted")
-                return RunOutcome(status="failed",
-                                  error_message=f"{agent.name}: {error.get('message') or 'the turn failed'}")
+                return RunOutcome(
+                    status="failed", error_message=f"{agent.name}: {error.get('message') or 'the turn failed'}"
+                )
             p.iterations += 1
             self._budget_warning(agent.name)
             reason = terminated(self.config.termination, p, agent.name, text)
@@ -329,11 +348,14 @@ class Orchestrator:
         self.progress.correction = handoff.correction
         route = handoff.route
         if route is not None and route.require_human_approval:
-            approved = await self.request_approval({"kind": "route_approval", "keyword": route.keyword,
-                                                    "sourceAgent": speaker, "targetAgent": route.agent})
+            approved = await self.request_approval(
+                {"kind": "route_approval", "keyword": route.keyword, "sourceAgent": speaker, "targetAgent": route.agent}
+            )
             if approved is not True:
-                self.progress.correction = (f"The handoff from {speaker} to {route.agent} was not approved by a "
-                                            f"human. {speaker}, continue without handing off to {route.agent}.")
+                self.progress.correction = (
+                    f"The handoff from {speaker} to {route.agent} was not approved by a "
+                    f"human. {speaker}, continue without handing off to {route.agent}."
+                )
                 return speaker
         return handoff.agent
 
@@ -343,16 +365,20 @@ class Orchestrator:
 
         sel = self.config.selection
         roster = "\n".join(f"- {a.name}: {a.description or ''}".rstrip() for a in self.config.agents)
-        prompt = (f"Task: {(self.actor.thread.metadata or {}).get('task', '')}\n\nAgents:\n{roster}\n\n"
-                  f"Last message from {speaker}:\n{text}\n\nWhich agent speaks next?")
-        request = EngineRequest(system=sel.prompt or _SELECTOR_SYSTEM, history=(UserMessage(text=prompt),),
-                                agent="selector")
+        prompt = (
+            f"Task: {(self.actor.thread.metadata or {}).get('task', '')}\n\nAgents:\n{roster}\n\n"
+            f"Last message from {speaker}:\n{text}\n\nWhich agent speaks next?"
+        )
+        request = EngineRequest(
+            system=sel.prompt or _SELECTOR_SYSTEM, history=(UserMessage(text=prompt),), agent="selector"
+        )
         parts: list[str] = []
         engine, model, max_tokens, temperature = model_options(self.config.resolve_model(sel), self.engines)
         if engine is None:
             engine = self.engines.engine_for(self.actor.thread)
-        request = attrs.evolve(request, model=model or self.actor.thread.model, max_tokens=max_tokens,
-                               temperature=temperature)
+        request = attrs.evolve(
+            request, model=model or self.actor.thread.model, max_tokens=max_tokens, temperature=temperature
+        )
         async with engine.stream(request) as events:
             async for event in events:
                 if isinstance(event, TextDelta):
@@ -379,22 +405,38 @@ class Orchestrator:
         threshold = int(budget * WARN_FRACTION)
         if self.progress.tokens >= threshold:
             self.progress.warned = True
-            self.emit({"type": "token_budget_warning", "agent": agent, "inputTokens": self.progress.tokens,
-                       "warnThreshold": threshold})
+            self.emit(
+                {
+                    "type": "token_budget_warning",
+                    "agent": agent,
+                    "inputTokens": self.progress.tokens,
+                    "warnThreshold": threshold,
+                }
+            )
 
-    def _emit_message(self, agent: str, role: str, content: str, turn: dict | None, elapsed: float,
-                      calls: list[dict[str, Any]] | None = None) -> None:
+    def _emit_message(
+        self,
+        agent: str,
+        role: str,
+        content: str,
+        turn: dict | None,
+        elapsed: float,
+        calls: list[dict[str, Any]] | None = None,
+    ) -> None:
         """Send an ``agent_message`` run event; its ``message`` is the wire's AgentMessage
         (wire-protocol.md, camelCase; ``roost.protocol`` renders the same shape from its attrs type,
         and tests/test_orchestration_run.py checks the two agree)."""
         usage = (turn or {}).get("usage") or {}
         message = {
-            "agentName": agent, "role": role, "content": content,
+            "agentName": agent,
+            "role": role,
+            "content": content,
             "turnIndex": len(self.actor.turns) - (0 if turn is None else 1),
             "timestamp": (turn or {}).get("completed_at") or _now(),
             "inputTokens": usage.get("input_tokens") if turn else None,
             "outputTokens": usage.get("output_tokens") if turn else None,
-            "isCompactionSummary": False, "toolCalls": calls or [],
+            "isCompactionSummary": False,
+            "toolCalls": calls or [],
         }
         self.emit({"type": "agent_message", "message": message, "elapsedMs": int(elapsed * 1000)})
 
@@ -402,9 +444,15 @@ class Orchestrator:
         """Send the turn's ``agent_message``; return its text (the last agent message of the turn)."""
         items = turn.get("items") or []
         texts = [i.get("text") or "" for i in items if i.get("type") == "agent_message" and i.get("text")]
-        calls = [{"name": str(i.get("name") or ""), "argsSummary": args_summary(i.get("arguments")),
-                  "succeeded": i.get("status") == "completed" and not i.get("is_error")}
-                 for i in items if i.get("type") == "tool_call"]
+        calls = [
+            {
+                "name": str(i.get("name") or ""),
+                "argsSummary": args_summary(i.get("arguments")),
+                "succeeded": i.get("status") == "completed" and not i.get("is_error"),
+            }
+            for i in items
+            if i.get("type") == "tool_call"
+        ]
         text = texts[-1] if texts else ""
         if texts or calls or turn.get("status") == "completed":
             self._emit_message(agent, "assistant", text, turn, elapsed, calls)
@@ -418,7 +466,6 @@ class Orchestrator:
         meta["is_complete"] = complete
         with trio.CancelScope(shield=True):
             await self.actor.ref.ask(UpdateThread(changes={"metadata": meta}), timeout=30)
-
 
 
 def _interrupted(reason: str | None) -> str:

@@ -36,15 +36,25 @@ TEMPLATES: dict[str, ConfigTemplate] = {
             key="assistant",
             label="Single assistant",
             description="One agent with file, shell and memory tools that keeps working, turn after turn, "
-                        "until it says TASK COMPLETE (at most 20 turns).",
+            "until it says TASK COMPLETE (at most 20 turns).",
             name="Assistant",
-            agents=(("Assistant", "A general software assistant.",
-                     "You are a helpful software assistant. Use the tools to read and write files and run "
-                     "commands to complete the user's task. When you are done, say TASK COMPLETE.",
-                     ("files", "shell", "memory")),),
+            agents=(
+                (
+                    "Assistant",
+                    "A general software assistant.",
+                    "You are a helpful software assistant. Use the tools to read and write files and run "
+                    "commands to complete the user's task. When you are done, say TASK COMPLETE.",
+                    ("files", "shell", "memory"),
+                ),
+            ),
             selection={"Type": "roundrobin"},  # one agent: it continues until the termination
-            termination={"Type": "composite", "Strategies": [
-                {"Type": "regex", "Pattern": "TASK COMPLETE"}, {"Type": "maxiterations", "MaxIterations": 20}]},
+            termination={
+                "Type": "composite",
+                "Strategies": [
+                    {"Type": "regex", "Pattern": "TASK COMPLETE"},
+                    {"Type": "maxiterations", "MaxIterations": 20},
+                ],
+            },
         ),
         ConfigTemplate(
             key="dev-team",
@@ -52,24 +62,44 @@ TEMPLATES: dict[str, ConfigTemplate] = {
             description="Planner, Developer and Reviewer handing off by keyword until the Reviewer approves.",
             name="DevTeam",
             agents=(
-                ("Planner", "Breaks the task into steps.",
-                 "You plan the work: read the code, then write a short numbered plan. End with "
-                 "HANDOFF TO DEVELOPER on its own line.", ("files", "memory")),
-                ("Developer", "Implements the plan.",
-                 "You implement the plan with the file and shell tools and run the tests. End with "
-                 "HANDOFF TO REVIEWER on its own line.", ("files", "shell")),
-                ("Reviewer", "Reviews the change.",
-                 "You review the change. If it is right, say APPROVED; otherwise list the problems and "
-                 "end with REVISION REQUIRED on its own line.", ("files",)),
+                (
+                    "Planner",
+                    "Breaks the task into steps.",
+                    "You plan the work: read the code, then write a short numbered plan. End with "
+                    "HANDOFF TO DEVELOPER on its own line.",
+                    ("files", "memory"),
+                ),
+                (
+                    "Developer",
+                    "Implements the plan.",
+                    "You implement the plan with the file and shell tools and run the tests. End with "
+                    "HANDOFF TO REVIEWER on its own line.",
+                    ("files", "shell"),
+                ),
+                (
+                    "Reviewer",
+                    "Reviews the change.",
+                    "You review the change. If it is right, say APPROVED; otherwise list the problems and "
+                    "end with REVISION REQUIRED on its own line.",
+                    ("files",),
+                ),
             ),
-            selection={"Type": "keyword", "DefaultAgent": "Planner", "Routes": [
-                {"Keyword": "HANDOFF TO DEVELOPER", "Agent": "Developer", "SourceAgents": ["Planner"]},
-                {"Keyword": "HANDOFF TO REVIEWER", "Agent": "Reviewer", "SourceAgents": ["Developer"]},
-                {"Keyword": "REVISION REQUIRED", "Agent": "Developer", "SourceAgents": ["Reviewer"]},
-            ]},
-            termination={"Type": "composite", "Strategies": [
-                {"Type": "regex", "Pattern": "APPROVED", "AgentNames": ["Reviewer"]},
-                {"Type": "maxiterations", "MaxIterations": 30}]},
+            selection={
+                "Type": "keyword",
+                "DefaultAgent": "Planner",
+                "Routes": [
+                    {"Keyword": "HANDOFF TO DEVELOPER", "Agent": "Developer", "SourceAgents": ["Planner"]},
+                    {"Keyword": "HANDOFF TO REVIEWER", "Agent": "Reviewer", "SourceAgents": ["Developer"]},
+                    {"Keyword": "REVISION REQUIRED", "Agent": "Developer", "SourceAgents": ["Reviewer"]},
+                ],
+            },
+            termination={
+                "Type": "composite",
+                "Strategies": [
+                    {"Type": "regex", "Pattern": "APPROVED", "AgentNames": ["Reviewer"]},
+                    {"Type": "maxiterations", "MaxIterations": 30},
+                ],
+            },
         ),
     )
 }
@@ -107,10 +137,26 @@ def render_template(key: str, *, model: str, endpoint: str | None) -> tuple[str,
     for name, description, instructions, plugins in template.agents:
         fname = f"{_slug(name)}.yaml"
         files[fname] = yaml.safe_dump(
-            {"Name": name, "Description": description, "Instructions": instructions, "Model": "default",
-             "Plugins": list(plugins), "MaxToolRounds": _MAX_TOOL_ROUNDS}, sort_keys=False, width=100)
+            {
+                "Name": name,
+                "Description": description,
+                "Instructions": instructions,
+                "Model": "default",
+                "Plugins": list(plugins),
+                "MaxToolRounds": _MAX_TOOL_ROUNDS,
+            },
+            sort_keys=False,
+            width=100,
+        )
         refs.append({"File": f"agents/{fname}"})
-    config = {"Orchestration": {"Name": template.name, "Description": template.description,
-                                "Models": {"default": spec}, "Agents": refs,
-                                "Selection": template.selection, "Termination": template.termination}}
+    config = {
+        "Orchestration": {
+            "Name": template.name,
+            "Description": template.description,
+            "Models": {"default": spec},
+            "Agents": refs,
+            "Selection": template.selection,
+            "Termination": template.termination,
+        }
+    }
     return yaml.safe_dump(config, sort_keys=False, width=100), files

@@ -12,9 +12,6 @@ from typing import TYPE_CHECKING
 from roost._lazy import attach as _attach
 
 if TYPE_CHECKING:
-    from roost.protocol._wire_types import Objective as Objective
-    from roost.protocol._wire_types import ObjectiveTaskInfo as ObjectiveTaskInfo
-    from roost.protocol._serve_events import auto_dispatched_event as auto_dispatched_event
     from roost.protocol._as_schema import app_server_schema as app_server_schema
     from roost.protocol._bridge import failed_result as failed_result
     from roost.protocol._bridge import run_bridge as run_bridge
@@ -39,6 +36,7 @@ if TYPE_CHECKING:
     from roost.protocol._serve_daemon import ServeOptions as ServeOptions
     from roost.protocol._serve_daemon import claim_socket_path as claim_socket_path
     from roost.protocol._serve_daemon import default_socket_path as default_socket_path
+    from roost.protocol._serve_events import auto_dispatched_event as auto_dispatched_event
     from roost.protocol._serve_metrics import DaemonMetrics as DaemonMetrics
     from roost.protocol._serve_status import register_daemon as register_daemon
     from roost.protocol._serve_status import registered_daemons as registered_daemons
@@ -51,6 +49,8 @@ if TYPE_CHECKING:
     from roost.protocol._wire_types import InitResult as InitResult
     from roost.protocol._wire_types import Memory as Memory
     from roost.protocol._wire_types import MemoryAgent as MemoryAgent
+    from roost.protocol._wire_types import Objective as Objective
+    from roost.protocol._wire_types import ObjectiveTaskInfo as ObjectiveTaskInfo
     from roost.protocol._wire_types import Plugin as Plugin
     from roost.protocol._wire_types import PluginFunction as PluginFunction
     from roost.protocol._wire_types import ReplSession as ReplSession

@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -27,13 +28,15 @@ from roost import __version__
 from roost._json import dumps_line
 from roost.actors import Origin, Subscribe, tree_settings
 from roost.errors import (
+    InvalidRequest,
+    MethodNotFound,
+    ProtocolError,
+    RoostError,
     Unsupported,
-    InternalError, InvalidRequest, MailboxClosed, MailboxFull, MethodNotFound, ProtocolError,
-    RoostError, ServerOverloaded, InvalidParams,
 )
+from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
 from roost.protocol._errors import to_protocol_error, wire_error
 from roost.protocol._framing import FrameError, LineDecoder, read_frames
-from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
 from roost.protocol._outbox import Outbox
 
 __all__ = ["AppServerSession", "method", "PROTOCOL_VERSION", "METHODS"]
@@ -82,8 +85,7 @@ class AppServerSession:
         self.host = dict(host) if host else None
         self.settings = engines.default
         self.setup_issues = [engines.setup_error] if engines.setup_error else []
-        self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS,
-                             lanes=app_server_thread_of)
+        self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS, lanes=app_server_thread_of)
         self.capabilities: dict = {}
         #: config/workspace/update defaults (``effort``, ``permission_mode``) of this connection
         self.workspace_defaults: dict[str, Any] = {}
@@ -97,7 +99,7 @@ class AppServerSession:
         self.closed = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.client_name = "client"
-        self._chains: dict[str | None, trio.Event] = {}   # ordering key -> done event of its latest request
+        self._chains: dict[str | None, trio.Event] = {}  # ordering key -> done event of its latest request
         self._in_flight = trio.Semaphore(MAX_IN_FLIGHT)
         self._idle = trio.Event()
         self._idle.set()
@@ -166,6 +168,7 @@ class AppServerSession:
         reply: Any = None
         try:
             async with trio.open_nursery() as nursery:
+
                 async def watch_close() -> None:
                     await self.closed.wait()
                     nursery.cancel_scope.cancel()
@@ -206,6 +209,7 @@ class AppServerSession:
     async def _read(self, receive: trio.abc.ReceiveStream) -> None:
         decoder = LineDecoder(max_line_bytes=max_line_bytes())
         async with trio.open_nursery() as watcher:
+
             async def stop_on_close() -> None:
                 await self.closed.wait()
                 watcher.cancel_scope.cancel()
@@ -250,7 +254,9 @@ class AppServerSession:
             return
         extra = set(frame) - {"id", "method", "params", "jsonrpc"}
         if extra:
-            self.send({"id": rid, "error": InvalidRequest(f"unknown envelope field(s): {', '.join(sorted(extra))}").to_wire()})
+            self.send(
+                {"id": rid, "error": InvalidRequest(f"unknown envelope field(s): {', '.join(sorted(extra))}").to_wire()}
+            )
             return
         handler = METHODS.get(name)
         if handler is None and name in UNSUPPORTED_METHODS:
@@ -270,8 +276,16 @@ class AppServerSession:
             self._idle = trio.Event()
         self._requests.start_soon(self._run_request, rid, name, handler, params, previous, done, key)
 
-    async def _run_request(self, rid: Any, name: str, handler: Any, params: Any,
-                           previous: trio.Event | None, done: trio.Event | None, key: str | None = None) -> None:
+    async def _run_request(
+        self,
+        rid: Any,
+        name: str,
+        handler: Any,
+        params: Any,
+        previous: trio.Event | None,
+        done: trio.Event | None,
+        key: str | None = None,
+    ) -> None:
         acks: list[trio.Event] = []
         token = _ACKS.set(acks)
         try:
@@ -297,7 +311,7 @@ class AppServerSession:
                 raise MethodNotFound(f"unknown method {name!r}")
             result = await handler(self, params)
         except Exception as exc:
-            error = wire_error(exc, context=name)   # the one table (roost.protocol._errors)
+            error = wire_error(exc, context=name)  # the one table (roost.protocol._errors)
         else:
             if rid is not None:
                 self.send({"id": rid, "result": result})
@@ -324,10 +338,14 @@ class AppServerSession:
 
 #: Methods of app-server-protocol.md for product features Roost does not have (spec/README.md:
 #: they answer ``unsupported`` rather than ``method_not_found``).
-UNSUPPORTED_METHODS = frozenset({
-    "engine/update", "engine/auth/methods", "engine/authenticate",
-    "engine/auth/cancel",
-})
+UNSUPPORTED_METHODS = frozenset(
+    {
+        "engine/update",
+        "engine/auth/methods",
+        "engine/authenticate",
+        "engine/auth/cancel",
+    }
+)
 
 
 async def _unsupported(session: AppServerSession, params: Any) -> Any:
@@ -385,8 +403,14 @@ def initialize_result(session: AppServerSession) -> dict:
         "model": settings.describe() if settings is not None else None,
         "permissions": {"modes": ["read_only", "standard", "unconfined"], "default": "standard"},
         "extensions": [],
-        "features": {"ephemeral_threads": True, "worktrees": True, "runs": True, "steering": True,
-                     "held_input": True, "reverse_rpc": ["approval/request"]},
+        "features": {
+            "ephemeral_threads": True,
+            "worktrees": True,
+            "runs": True,
+            "steering": True,
+            "held_input": True,
+            "reverse_rpc": ["approval/request"],
+        },
         # the effective limit of concurrently running workers per tree (ROOST_MAX_PARALLEL)
         "max_parallel": tree_settings()[0],
         "catalog_providers": catalog_providers(),

@@ -124,27 +124,51 @@ async def attachment_read(session: AppServerSession, params: Any) -> dict:
             that no longer hash to the digest.
         Unsupported: another ``kind``.
     """
-    p = check_params("thread/attachment/read", params, {
-        "kind": (STR, True), "thread_id": (STR, True), "turn_id": (STR, True), "item_id": (STR, True),
-        "content_index": (INT, True), "sha256": (STR, True), "offset": (INT, False), "preview": (BOOL, False),
-    })
+    p = check_params(
+        "thread/attachment/read",
+        params,
+        {
+            "kind": (STR, True),
+            "thread_id": (STR, True),
+            "turn_id": (STR, True),
+            "item_id": (STR, True),
+            "content_index": (INT, True),
+            "sha256": (STR, True),
+            "offset": (INT, False),
+            "preview": (BOOL, False),
+        },
+    )
     if p["kind"] != "artifact":
-        raise Unsupported(f"attachment kind {p['kind']!r} is not supported; Roost serves kind: \"artifact\"")
+        raise Unsupported(f'attachment kind {p["kind"]!r} is not supported; Roost serves kind: "artifact"')
     offset = p.get("offset") or 0
     if offset < 0:
         raise InvalidParams("offset must be >= 0")
     memory = None if await read_store(session, _locate, p) is not None else await _in_memory(session, p)
-    base = {"thread_id": p["thread_id"], "turn_id": p["turn_id"], "item_id": p["item_id"],
-            "content_index": p["content_index"], "sha256": p["sha256"]}
+    base = {
+        "thread_id": p["thread_id"],
+        "turn_id": p["turn_id"],
+        "item_id": p["item_id"],
+        "content_index": p["content_index"],
+        "sha256": p["sha256"],
+    }
     if p.get("preview"):
         blob = memory if memory is not None else await read_store(session, read_blob, p["sha256"])
         if blob is None or hashlib.sha256(blob[1]).hexdigest() != p["sha256"]:
             raise InvalidParams("the stored attachment bytes are missing or do not match their sha256")
         jpeg, width, height = await trio.to_thread.run_sync(make_preview, blob[1])
-        return {**base, "preview": True, "content_type": "image/jpeg", "width": width, "height": height,
-                "offset": 0, "total": len(jpeg), "data": base64.b64encode(jpeg).decode(), "next_offset": None}
+        return {
+            **base,
+            "preview": True,
+            "content_type": "image/jpeg",
+            "width": width,
+            "height": height,
+            "offset": 0,
+            "total": len(jpeg),
+            "data": base64.b64encode(jpeg).decode(),
+            "next_offset": None,
+        }
     if memory is not None:
-        chunk = (memory[0], len(memory[1]), memory[1][offset:offset + CHUNK_BYTES])
+        chunk = (memory[0], len(memory[1]), memory[1][offset : offset + CHUNK_BYTES])
     else:
         chunk = await read_store(session, read_blob_chunk, p["sha256"], offset, CHUNK_BYTES)
     if chunk is None:
@@ -153,5 +177,12 @@ async def attachment_read(session: AppServerSession, params: Any) -> dict:
     if offset > total:
         raise InvalidParams(f"offset {offset} is past the end of the attachment ({total} bytes)")
     end = offset + len(data)
-    return {**base, "preview": False, "content_type": content_type, "offset": offset, "total": total,
-            "data": base64.b64encode(data).decode(), "next_offset": end if end < total else None}
+    return {
+        **base,
+        "preview": False,
+        "content_type": content_type,
+        "offset": offset,
+        "total": total,
+        "data": base64.b64encode(data).decode(),
+        "next_offset": end if end < total else None,
+    }

@@ -15,9 +15,20 @@ from roost.errors import InvalidParams, ReadOnly, ThreadBusy
 from roost.storage import leases
 
 __all__ = [
-    "PERMISSION_MODES", "HISTORY_PAGE_TURNS", "HISTORY_PAGE_BYTES", "MAX_PAGE_TURNS",
-    "read_store", "thread_actor", "thread_snapshot", "check_writable", "check_no_foreign_lease",
-    "page_limit", "page_start", "encode_cursor", "decode_cursor", "same_dir",
+    "PERMISSION_MODES",
+    "HISTORY_PAGE_TURNS",
+    "HISTORY_PAGE_BYTES",
+    "MAX_PAGE_TURNS",
+    "read_store",
+    "thread_actor",
+    "thread_snapshot",
+    "check_writable",
+    "check_no_foreign_lease",
+    "page_limit",
+    "page_start",
+    "encode_cursor",
+    "decode_cursor",
+    "same_dir",
 ]
 
 PERMISSION_MODES = ("read_only", "standard", "unconfined")
@@ -71,8 +82,10 @@ def check_writable(actor: Any) -> None:
         ReadOnly: the thread is archived.
     """
     if actor.thread.archived:
-        raise ReadOnly(f"thread {actor.thread.id} is archived; restore it with thread/archive "
-                       "(archived: false) before sending input")
+        raise ReadOnly(
+            f"thread {actor.thread.id} is archived; restore it with thread/archive "
+            "(archived: false) before sending input"
+        )
 
 
 async def check_no_foreign_lease(session: Any, thread_id: str) -> None:
@@ -82,8 +95,9 @@ async def check_no_foreign_lease(session: Any, thread_id: str) -> None:
         ThreadBusy: another live owner holds an unexpired lease on the thread (a dead process of
             this host does not count; see :func:`roost.storage.leases.live_elsewhere`).
     """
-    lease = await read_store(session, leases.held_elsewhere, leases.thread_lease_key(thread_id),
-                             session.runtime.services.owner)
+    lease = await read_store(
+        session, leases.held_elsewhere, leases.thread_lease_key(thread_id), session.runtime.services.owner
+    )
     if lease is not None:
         raise ThreadBusy(f"thread {thread_id} is executing in another process ({lease['owner']})")
 

@@ -70,23 +70,40 @@ async def config_model_update(session: AppServerSession, params: Any) -> dict:
         InvalidParams: bad values, nothing to change, or connection fields with ``thread_id``.
         Unsupported: provider connection changes (``base_url``, ``api_key``...), ``variant``.
     """
-    p = check_params("config/model/update", params, {
-        "thread_id": (STR, False), "provider": (STR, False), "model": (STR, False), "effort": (STR, False),
-        "permission_mode": (STR, False), "reset_model": (BOOL, False), "model_options": (DICT, False),
-        "base_url": (STR, False), "api_key": (STR, False), "keep_selection": (BOOL, False),
-        "variant": (STR, False), "add_model": (STR, False), "remove_model": (STR, False),
-    })
+    p = check_params(
+        "config/model/update",
+        params,
+        {
+            "thread_id": (STR, False),
+            "provider": (STR, False),
+            "model": (STR, False),
+            "effort": (STR, False),
+            "permission_mode": (STR, False),
+            "reset_model": (BOOL, False),
+            "model_options": (DICT, False),
+            "base_url": (STR, False),
+            "api_key": (STR, False),
+            "keep_selection": (BOOL, False),
+            "variant": (STR, False),
+            "add_model": (STR, False),
+            "remove_model": (STR, False),
+        },
+    )
     connection = [k for k in _CONNECTION if k in p]
     if "thread_id" in p and connection:
-        raise InvalidParams("provider connection changes belong to workspace configuration; "
-                            "send them without thread_id (a request combining both is rejected)")
+        raise InvalidParams(
+            "provider connection changes belong to workspace configuration; "
+            "send them without thread_id (a request combining both is rejected)"
+        )
     _check_selection(p)
     session.engines.check_config()  # no mutation on top of a rejected configuration file
     if "thread_id" in p:
         return await _update_thread(session, p)
     if connection:
-        raise Unsupported("provider connections are configured in $ROOST_HOME/config.toml or the environment; "
-                          "Roost does not store API keys or endpoints sent over the protocol")
+        raise Unsupported(
+            "provider connections are configured in $ROOST_HOME/config.toml or the environment; "
+            "Roost does not store API keys or endpoints sent over the protocol"
+        )
     return _update_workspace(session, p)
 
 
@@ -106,11 +123,13 @@ async def _update_thread(session: AppServerSession, p: dict) -> dict:
     if metadata != (thread.metadata or {}):
         changes["metadata"] = metadata
     if not changes and not p.get("reset_model"):
-        raise InvalidParams("nothing to change: give model, provider, effort, permission_mode, "
-                            "model_options or reset_model")
+        raise InvalidParams(
+            "nothing to change: give model, provider, effort, permission_mode, model_options or reset_model"
+        )
     if "provider" in changes or "model" in changes:
-        probe = Thread(id=thread.id, provider=changes.get("provider", thread.provider),
-                       model=changes.get("model", thread.model))
+        probe = Thread(
+            id=thread.id, provider=changes.get("provider", thread.provider), model=changes.get("model", thread.model)
+        )
         session.engines.settings_for(probe)  # InvalidParams when that provider cannot be reached
     await check_no_foreign_lease(session, thread.id)
     view = await actor.ref.ask(UpdateThread(changes=changes, selection=True))
@@ -181,14 +200,26 @@ async def engine_list(session: AppServerSession, params: Any) -> dict:
     ``include_quota`` is unsupported (Roost has no subscription adapters).
     Result ``{engines, settings}``.
     """
-    p = check_params("engine/list", params, {"cwd": (STR, False), "refresh_models": (BOOL, False),
-                                             "include_models": (BOOL, False), "include_quota": (BOOL, False),
-                                             "include_activity": (BOOL, False)})
+    p = check_params(
+        "engine/list",
+        params,
+        {
+            "cwd": (STR, False),
+            "refresh_models": (BOOL, False),
+            "include_models": (BOOL, False),
+            "include_quota": (BOOL, False),
+            "include_activity": (BOOL, False),
+        },
+    )
     if p.get("include_quota"):
         raise Unsupported("subscription quota adapters are not part of Roost")
     entry: dict = {
-        "id": "roost", "display_name": "Roost built-in engine", "enabled": session.settings is not None,
-        "binary_ok": True, "protocol": "builtin", "permission_modes": [dict(r) for r in PERMISSION_MODE_ROWS],
+        "id": "roost",
+        "display_name": "Roost built-in engine",
+        "enabled": session.settings is not None,
+        "binary_ok": True,
+        "protocol": "builtin",
+        "permission_modes": [dict(r) for r in PERMISSION_MODE_ROWS],
         "providers": provider_inventory(session),
     }
     if session.setup_issues:
@@ -208,12 +239,20 @@ async def engine_list(session: AppServerSession, params: Any) -> dict:
             entry["models_status"] = "ready" if models else "empty"
     deferred = not p.get("include_models", True)  # every entry then reports "deferred"
     unsupported = [
-        {"id": name, "enabled": False, "binary_ok": False, "models_status": "deferred" if deferred else "unsupported",
-         "error": "unsupported: external engines are not part of Roost; use the built-in engine"}
+        {
+            "id": name,
+            "enabled": False,
+            "binary_ok": False,
+            "models_status": "deferred" if deferred else "unsupported",
+            "error": "unsupported: external engines are not part of Roost; use the built-in engine",
+        }
         for name in EXTERNAL_ENGINES
     ]
-    settings = {"default_engine": "roost", "roost": {"enabled": True},
-                **{name: {"enabled": False} for name in EXTERNAL_ENGINES}}
+    settings = {
+        "default_engine": "roost",
+        "roost": {"enabled": True},
+        **{name: {"enabled": False} for name in EXTERNAL_ENGINES},
+    }
     return {"engines": [entry, *unsupported], "settings": settings}
 
 
@@ -230,9 +269,15 @@ async def model_catalog_refresh(session: AppServerSession, params: Any) -> dict:
     check_params("config/model-catalog/refresh", params, {})
     catalog = catalog_providers()
     providers = provider_inventory(session)
-    return {"catalog_providers": catalog, "providers": providers,
-            "counts": {"catalog_providers": len(catalog), "providers": len(providers),
-                       "available": sum(1 for p in providers if p.get("available"))}}
+    return {
+        "catalog_providers": catalog,
+        "providers": providers,
+        "counts": {
+            "catalog_providers": len(catalog),
+            "providers": len(providers),
+            "available": sum(1 for p in providers if p.get("available")),
+        },
+    }
 
 
 @method("config/model-catalog/providers")
@@ -252,4 +297,6 @@ async def model_catalog_providers(session: AppServerSession, params: Any) -> dic
     try:
         return {"providers": catalog_providers(p.get("provider"))}
     except KeyError:
-        raise InvalidParams(f"unknown catalog provider {p['provider']!r}; known: {', '.join(sorted(CATALOG))}") from None
+        raise InvalidParams(
+            f"unknown catalog provider {p['provider']!r}; known: {', '.join(sorted(CATALOG))}"
+        ) from None

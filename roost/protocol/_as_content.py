@@ -46,8 +46,14 @@ def defer_item(item: dict, thread_id: str | None, turn_id: str | None) -> None:
         if isinstance(value, str):
             raw = value.encode()
             if len(raw) > DEFER_BYTES:
-                item[field] = {"type": "content_ref", "method": "thread/content/read", **ids, "field": field,
-                               "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+                item[field] = {
+                    "type": "content_ref",
+                    "method": "thread/content/read",
+                    **ids,
+                    "field": field,
+                    "bytes": len(raw),
+                    "sha256": hashlib.sha256(raw).hexdigest(),
+                }
     images = item.get("images")
     if isinstance(images, list):
         item["images"] = [_image_ref(image, index, ids) for index, image in enumerate(images)]
@@ -63,8 +69,16 @@ def _image_ref(image: Any, index: int, ids: dict) -> Any:
         except (binascii.Error, ValueError):
             return image
         digest, size = hashlib.sha256(raw).hexdigest(), len(raw)
-    return {"type": "attachment_ref", "method": "thread/attachment/read", "kind": "artifact", **ids,
-            "content_index": index, "sha256": digest, "media_type": image.get("media_type"), "size": size}
+    return {
+        "type": "attachment_ref",
+        "method": "thread/attachment/read",
+        "kind": "artifact",
+        **ids,
+        "content_index": index,
+        "sha256": digest,
+        "media_type": image.get("media_type"),
+        "size": size,
+    }
 
 
 def _defer_turn(turn: Any, thread_id: str | None) -> None:
@@ -98,6 +112,7 @@ async def find_item(session: AppServerSession, thread_id: str, turn_id: str, ite
     Raises:
         ThreadNotFound: no such thread. InvalidParams: no such item in that thread and turn.
     """
+
     def stored(conn: Any) -> dict | None:
         try:
             item = get_item(conn, item_id)
@@ -130,9 +145,16 @@ async def content_read(session: AppServerSession, params: Any) -> dict:
         InvalidParams: an unknown field, no such item in that thread and turn, or the item has no
             string in that field.
     """
-    p = check_params("thread/content/read", params, {
-        "thread_id": (STR, True), "turn_id": (STR, True), "item_id": (STR, True), "field": (STR, True),
-    })
+    p = check_params(
+        "thread/content/read",
+        params,
+        {
+            "thread_id": (STR, True),
+            "turn_id": (STR, True),
+            "item_id": (STR, True),
+            "field": (STR, True),
+        },
+    )
     if p["field"] not in DEFERRED_FIELDS:
         raise InvalidParams(f"field must be one of {', '.join(DEFERRED_FIELDS)}")
     item = await find_item(session, p["thread_id"], p["turn_id"], p["item_id"])
@@ -140,5 +162,12 @@ async def content_read(session: AppServerSession, params: Any) -> dict:
     if not isinstance(content, str):
         raise InvalidParams(f"item {p['item_id']!r} has no {p['field']} content")
     raw = content.encode()
-    return {"thread_id": p["thread_id"], "turn_id": p["turn_id"], "item_id": p["item_id"], "field": p["field"],
-            "content": content, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+    return {
+        "thread_id": p["thread_id"],
+        "turn_id": p["turn_id"],
+        "item_id": p["item_id"],
+        "field": p["field"],
+        "content": content,
+        "bytes": len(raw),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+    }

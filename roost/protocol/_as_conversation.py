@@ -75,12 +75,21 @@ def conversation_turn(turn: dict) -> dict:
     for start, end in _regions(items):
         out.extend(items[cursor:start])
         region = items[start:end]
-        out.append({"id": region[0]["id"], "type": "process_summary",
-                    "status": "failed" if any(_failed(i) for i in region) else "completed",
-                    "turn_id": turn.get("id"), "thread_id": turn.get("thread_id"),
-                    "activity": {"last_item_id": region[-1]["id"], "item_count": len(region),
-                                 "tool_count": sum(1 for i in region if i.get("type") == "tool_call"),
-                                 "failed_count": sum(1 for i in region if _failed(i))}})
+        out.append(
+            {
+                "id": region[0]["id"],
+                "type": "process_summary",
+                "status": "failed" if any(_failed(i) for i in region) else "completed",
+                "turn_id": turn.get("id"),
+                "thread_id": turn.get("thread_id"),
+                "activity": {
+                    "last_item_id": region[-1]["id"],
+                    "item_count": len(region),
+                    "tool_count": sum(1 for i in region if i.get("type") == "tool_call"),
+                    "failed_count": sum(1 for i in region if _failed(i)),
+                },
+            }
+        )
         cursor = end
     out.extend(items[cursor:])
     last = items[-1] if items else None
@@ -119,8 +128,12 @@ def _activity_cursor(thread_id: str, item_id: str, next_id: str) -> str:
 def _decode_activity_cursor(cursor: str, thread_id: str, item_id: str) -> str:
     try:
         data = loads(base64.urlsafe_b64decode(cursor.encode()))
-        ok = isinstance(data, dict) and data.get("t") == thread_id and data.get("a") == item_id \
+        ok = (
+            isinstance(data, dict)
+            and data.get("t") == thread_id
+            and data.get("a") == item_id
             and isinstance(data.get("n"), str)
+        )
     except (ValueError, TypeError):
         ok = False
     if not ok:
@@ -140,10 +153,17 @@ async def activity_read(session: AppServerSession, params: Any) -> dict:
         ThreadNotFound, TurnNotFound: no such thread or turn.
         InvalidParams: the boundary was removed or regrouped, or a foreign cursor.
     """
-    p = check_params("thread/activity/read", params, {
-        "thread_id": (STR, True), "turn_id": (STR, True), "item_id": (STR, True), "last_item_id": (STR, True),
-        "cursor": (STR, False),
-    })
+    p = check_params(
+        "thread/activity/read",
+        params,
+        {
+            "thread_id": (STR, True),
+            "turn_id": (STR, True),
+            "item_id": (STR, True),
+            "last_item_id": (STR, True),
+            "cursor": (STR, False),
+        },
+    )
     snapshot = await thread_snapshot(session, p["thread_id"])
     turn = next((t for t in snapshot["turns"] if t["id"] == p["turn_id"]), None)
     if turn is None:
@@ -151,8 +171,10 @@ async def activity_read(session: AppServerSession, params: Any) -> dict:
     items = list(turn.get("items") or ())
     region = next((items[a:b] for a, b in _regions(items) if items[a]["id"] == p["item_id"]), None)
     if region is None or turn.get("status") in _ACTIVE or region[-1]["id"] != p["last_item_id"]:
-        raise InvalidParams(f"the activity {p['item_id']}..{p['last_item_id']} no longer exists in turn "
-                            f"{p['turn_id']} (edited, or regrouped); read the conversation again")
+        raise InvalidParams(
+            f"the activity {p['item_id']}..{p['last_item_id']} no longer exists in turn "
+            f"{p['turn_id']} (edited, or regrouped); read the conversation again"
+        )
     index = 0
     if p.get("cursor"):
         next_id = _decode_activity_cursor(p["cursor"], p["thread_id"], p["item_id"])
@@ -172,7 +194,8 @@ async def activity_read(session: AppServerSession, params: Any) -> dict:
         size += cost
         index += 1
     next_cursor = _activity_cursor(p["thread_id"], p["item_id"], region[index]["id"]) if index < len(region) else None
-    return {"thread_id": p["thread_id"],
-            "turn": {"id": turn["id"], "thread_id": p["thread_id"], "status": turn["status"], "items": page},
-            "next_cursor": next_cursor}
-
+    return {
+        "thread_id": p["thread_id"],
+        "turn": {"id": turn["id"], "thread_id": p["thread_id"], "status": turn["status"], "items": page},
+        "next_cursor": next_cursor,
+    }

@@ -17,6 +17,7 @@ from roost.protocol._params import STR, check_params
 
 __all__: list[str] = []
 
+
 async def _manager(session: AppServerSession, thread_id: str) -> Any:
     await thread_actor(session, thread_id)  # ThreadNotFound; subscribes to its continuation turns
     manager = getattr(session.runtime.services, "processes", None)

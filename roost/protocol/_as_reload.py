@@ -120,8 +120,10 @@ class ConfigReloader:
         from roost.protocol._as_config import provider_inventory
 
         providers = await trio.to_thread.run_sync(provider_inventory, self.session)
-        self.session.notify("config/changed", {"path": str(self.path), "status": "ready",
-                                               "model": outcome.describe(), "providers": providers})
+        self.session.notify(
+            "config/changed",
+            {"path": str(self.path), "status": "ready", "model": outcome.describe(), "providers": providers},
+        )
 
     async def run(self) -> None:
         """Watch until cancelled.
@@ -140,10 +142,16 @@ class ConfigReloader:
             log.warning("not watching %s: its directory does not exist", self.path)
             return
         try:
-            async for changes in watchfiles.awatch(self.path.parent, watch_filter=only_the_file,
-                                                   debounce=DEBOUNCE_MS, step=STEP_MS, stop_event=stop,
-                                                   rust_timeout=LIVE_TIMEOUT_MS, yield_on_timeout=True,
-                                                   recursive=False):  # not $ROOST_HOME/worktrees/...
+            async for changes in watchfiles.awatch(
+                self.path.parent,
+                watch_filter=only_the_file,
+                debounce=DEBOUNCE_MS,
+                step=STEP_MS,
+                stop_event=stop,
+                rust_timeout=LIVE_TIMEOUT_MS,
+                yield_on_timeout=True,
+                recursive=False,
+            ):  # not $ROOST_HOME/worktrees/...
                 if not changes and live:
                     continue
                 live = True

@@ -46,21 +46,31 @@ import trio
 
 from roost import _faults as faults
 from roost._json import JSONDecodeError, dumps, loads
-from roost.actors import shielded_cleanup
-from roost.actors import InterruptTurn, IsBusy, Snapshot, StartTurn
+from roost.actors import InterruptTurn, IsBusy, Snapshot, StartTurn, shielded_cleanup
 from roost.errors import (
-    InvalidParams, NotFound, ProtocolError, RoostError, RunNotAttached, RunNotFound, ThreadBusy,
+    InvalidParams,
+    NotFound,
+    ProtocolError,
+    RoostError,
+    RunNotAttached,
+    RunNotFound,
+    ThreadBusy,
 )
 from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import check_writable, thread_actor
 from roost.protocol._as_turns import _check_permission, _input
 from roost.protocol._params import DICT, INT, LIST, STR, check_params
-from roost.storage import create_run, get_run, update_run
-from roost.storage import new_id, utc_now
+from roost.storage import create_run, get_run, new_id, update_run, utc_now
 
 __all__ = [
-    "RUN_STATUSES", "TERMINAL_STATUSES", "LiveRun", "RunRegistry", "runs_of", "exit_code_for",
-    "check_output", "correction_prompt",
+    "RUN_STATUSES",
+    "TERMINAL_STATUSES",
+    "LiveRun",
+    "RunRegistry",
+    "runs_of",
+    "exit_code_for",
+    "check_output",
+    "correction_prompt",
 ]
 
 log = logging.getLogger("roost.runs")
@@ -117,7 +127,7 @@ def check_output(validator: Any, text: str | None) -> tuple[Any, str | None]:
     """
     raw = (text or "").strip()
     if raw.startswith("```") and raw.endswith("```") and "\n" in raw:
-        raw = raw[raw.index("\n") + 1: -3].strip()
+        raw = raw[raw.index("\n") + 1 : -3].strip()
     if not raw:
         return None, "the reply was empty, not a JSON value"
     try:
@@ -137,13 +147,19 @@ def check_output(validator: Any, text: str | None) -> tuple[Any, str | None]:
 
 def correction_prompt(problem: str, schema: dict) -> str:
     """The prompt of a correction turn: what was wrong and the schema to follow."""
-    return ("Your previous reply did not match the required output schema: " + problem + ".\n"
-            + _schema_instruction(schema, again=True))
+    return (
+        "Your previous reply did not match the required output schema: "
+        + problem
+        + ".\n"
+        + _schema_instruction(schema, again=True)
+    )
 
 
 def _schema_instruction(schema: dict, *, again: bool = False) -> str:
-    return (f"Reply{' again' if again else ''} with only a JSON value (no prose, no code fence) that "
-            f"validates against this JSON Schema:\n{dumps(schema).decode()}")
+    return (
+        f"Reply{' again' if again else ''} with only a JSON value (no prose, no code fence) that "
+        f"validates against this JSON Schema:\n{dumps(schema).decode()}"
+    )
 
 
 # -- the run and the registry -----------------------------------------------------------------------
@@ -198,31 +214,51 @@ class LiveRun:
     def view(self) -> dict:
         """The ``run`` object of results and notifications."""
         return {
-            "id": self.id, "thread_id": self.thread_id, "status": self.status,
-            "request": self.request, "runtime": self.runtime, "workspace": self.workspace,
+            "id": self.id,
+            "thread_id": self.thread_id,
+            "status": self.status,
+            "request": self.request,
+            "runtime": self.runtime,
+            "workspace": self.workspace,
             "turns": [dict(t) for t in self.turns],
-            "created_at": self.created_at, "started_at": self.started_at,
-            "updated_at": self.updated_at, "completed_at": self.completed_at,
-            "result": self.result, "error": self.error,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "updated_at": self.updated_at,
+            "completed_at": self.completed_at,
+            "result": self.result,
+            "error": self.error,
         }
 
     def metadata(self) -> dict:
         """What the ``runs.metadata`` column keeps (everything of the view not in a column)."""
-        return {"request": self.request, "runtime": self.runtime, "workspace": self.workspace,
-                "turns": self.turns, "result": self.result, "started_at": self.started_at,
-                "updated_at": self.updated_at}
+        return {
+            "request": self.request,
+            "runtime": self.runtime,
+            "workspace": self.workspace,
+            "turns": self.turns,
+            "result": self.result,
+            "started_at": self.started_at,
+            "updated_at": self.updated_at,
+        }
 
 
 def stored_view(row: Any) -> dict:
     """The ``run`` object of a run read from the store (:class:`roost.model.Run`)."""
     meta = row.metadata or {}
     return {
-        "id": row.id, "thread_id": row.thread_id, "status": row.status,
-        "request": meta.get("request"), "runtime": meta.get("runtime"),
-        "workspace": meta.get("workspace"), "turns": meta.get("turns") or [],
-        "created_at": row.started_at, "started_at": meta.get("started_at"),
-        "updated_at": meta.get("updated_at"), "completed_at": row.completed_at,
-        "result": meta.get("result"), "error": row.error,
+        "id": row.id,
+        "thread_id": row.thread_id,
+        "status": row.status,
+        "request": meta.get("request"),
+        "runtime": meta.get("runtime"),
+        "workspace": meta.get("workspace"),
+        "turns": meta.get("turns") or [],
+        "created_at": row.started_at,
+        "started_at": meta.get("started_at"),
+        "updated_at": meta.get("updated_at"),
+        "completed_at": row.completed_at,
+        "result": meta.get("result"),
+        "error": row.error,
     }
 
 
@@ -268,13 +304,28 @@ async def _persist(run: LiveRun, *, create: bool = False) -> None:
     writer = run.session.runtime.store.writer
     try:
         if create:
-            await writer.submit(functools.partial(
-                create_run, thread_id=run.thread_id, id=run.id, kind="run", status=run.status,
-                owner=run.session.runtime.services.owner, metadata=run.metadata()))
+            await writer.submit(
+                functools.partial(
+                    create_run,
+                    thread_id=run.thread_id,
+                    id=run.id,
+                    kind="run",
+                    status=run.status,
+                    owner=run.session.runtime.services.owner,
+                    metadata=run.metadata(),
+                )
+            )
         else:
-            await writer.submit(functools.partial(
-                update_run, status=run.status, error=run.error, metadata=run.metadata(),
-                completed_at=run.completed_at), run.id)
+            await writer.submit(
+                functools.partial(
+                    update_run,
+                    status=run.status,
+                    error=run.error,
+                    metadata=run.metadata(),
+                    completed_at=run.completed_at,
+                ),
+                run.id,
+            )
     except RoostError:
         if create:
             raise
@@ -298,10 +349,17 @@ def _announce(run: LiveRun, name: str) -> None:
 # -- methods ----------------------------------------------------------------------------------------
 
 _START = {
-    "thread_id": (STR, True), "prompt": (STR, False), "request": (DICT, False),
-    "max_turns": (INT, False), "timeout_ms": (INT, False), "output_schema": (DICT, False),
-    "images": (LIST, False), "files": (LIST, False), "client_id": (STR, False),
-    "content_parts": (LIST, False), "permission_mode": (STR, False),
+    "thread_id": (STR, True),
+    "prompt": (STR, False),
+    "request": (DICT, False),
+    "max_turns": (INT, False),
+    "timeout_ms": (INT, False),
+    "output_schema": (DICT, False),
+    "images": (LIST, False),
+    "files": (LIST, False),
+    "client_id": (STR, False),
+    "content_parts": (LIST, False),
+    "permission_mode": (STR, False),
 }
 
 
@@ -319,7 +377,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     request = dict(p.get("request") or {"mode": "start"})
     mode = request.setdefault("mode", "start")
     if mode != "start":
-        raise InvalidParams(f"request.mode {mode!r} is not supported; run/start takes request.mode \"start\"")
+        raise InvalidParams(f'request.mode {mode!r} is not supported; run/start takes request.mode "start"')
     prompt, images, parts = _input(p)  # the same input rules as turn/start (text files are inlined)
     if not prompt and not images:
         raise InvalidParams("prompt is required")
@@ -344,13 +402,25 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     request.update(prompt=p.get("prompt"), max_turns=max_turns, timeout_ms=timeout_ms, output_schema=schema)
     deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms is not None else float("inf")
     run = LiveRun(
-        id=new_id("run"), thread_id=thread["id"], actor=actor, session=session, origin=session.origin(),
+        id=new_id("run"),
+        thread_id=thread["id"],
+        actor=actor,
+        session=session,
+        origin=session.origin(),
         request=request,
-        runtime={"engine": "roost", "owner": session.runtime.services.owner, "provider": settings.provider,
-                 "model": settings.model, "effort": thread.get("effort"),
-                 "permission_mode": thread.get("permission_mode") or "standard"},
+        runtime={
+            "engine": "roost",
+            "owner": session.runtime.services.owner,
+            "provider": settings.provider,
+            "model": settings.model,
+            "effort": thread.get("effort"),
+            "permission_mode": thread.get("permission_mode") or "standard",
+        },
         workspace={"cwd": thread.get("cwd"), "worktree": thread.get("worktree")},
-        schema=schema, validator=validator, max_turns=max_turns, ephemeral=bool(thread.get("ephemeral")),
+        schema=schema,
+        validator=validator,
+        max_turns=max_turns,
+        ephemeral=bool(thread.get("ephemeral")),
         scope=trio.CancelScope(deadline=deadline),
     )
     await _persist(run, create=True)
@@ -364,9 +434,17 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     ack = session.after_response()
     turn_ack = trio.Event()
     try:
-        turn = await actor.ref.ask(StartTurn(
-            prompt=first_prompt or None, images=images, client_id=p.get("client_id"), content_parts=parts,
-            origin=run.origin, run_id=run.id, ack=turn_ack))
+        turn = await actor.ref.ask(
+            StartTurn(
+                prompt=first_prompt or None,
+                images=images,
+                client_id=p.get("client_id"),
+                content_parts=parts,
+                origin=run.origin,
+                run_id=run.id,
+                ack=turn_ack,
+            )
+        )
     except BaseException as exc:
         # Never admitted: the run ends here, recorded as cancelled with the admission error.
         run.status = "cancelled"
@@ -411,7 +489,8 @@ async def run_interrupt(session: AppServerSession, params: Any) -> dict:
             return {"run": stored_view(row)}
         raise RunNotAttached(
             f"run {row.id} is {row.status} in another process ({row.owner or 'unknown owner'}); "
-            "interrupt it through the app-server that started it")
+            "interrupt it through the app-server that started it"
+        )
     if run.status not in TERMINAL_STATUSES:
         if run.stop_reason is None:
             run.stop_reason = "timed_out" if p.get("reason") == "timeout" else "interrupted"
@@ -458,8 +537,11 @@ async def _drive(run: LiveRun, ack: trio.Event, turn_ack: trio.Event) -> None:
             except Exception:
                 log.exception("run %s: clean-up failed", run.id)
             finally:
-                await _settle(run, outcome or Outcome("failed", error={
-                    "code": "internal_error", "message": "the run's clean-up failed"}))
+                await _settle(
+                    run,
+                    outcome
+                    or Outcome("failed", error={"code": "internal_error", "message": "the run's clean-up failed"}),
+                )
 
 
 async def _cancel_on_close(run: LiveRun) -> None:
@@ -478,9 +560,15 @@ async def _follow(run: LiveRun) -> Outcome:
             _record_turn(run, view)
             if view["status"] == "failed":
                 error = view.get("error") or {}
-                return Outcome("failed", item=await _final_message(run, turn_id), error={
-                    "code": "turn_failed", "message": f"turn {turn_id} failed: {error.get('message', 'unknown error')}",
-                    "turn_error": error})
+                return Outcome(
+                    "failed",
+                    item=await _final_message(run, turn_id),
+                    error={
+                        "code": "turn_failed",
+                        "message": f"turn {turn_id} failed: {error.get('message', 'unknown error')}",
+                        "turn_error": error,
+                    },
+                )
             if view["status"] != "completed":
                 status = _interrupted_status(run, view)
                 return Outcome(status, item=await _final_message(run, turn_id), error=_stop_error(run, status))
@@ -491,9 +579,14 @@ async def _follow(run: LiveRun) -> Outcome:
             if problem is None:
                 return Outcome("completed", item=item, output=output)
             if len(run.turns) >= run.max_turns:
-                return Outcome("failed", item=item, error={
-                    "code": "output_invalid",
-                    "message": f"no output valid against output_schema after {len(run.turns)} turn(s): {problem}"})
+                return Outcome(
+                    "failed",
+                    item=item,
+                    error={
+                        "code": "output_invalid",
+                        "message": f"no output valid against output_schema after {len(run.turns)} turn(s): {problem}",
+                    },
+                )
             error = await _start_correction(run, problem)
             if error is not None:
                 return Outcome("failed", item=item, error=error)
@@ -507,8 +600,9 @@ async def _start_correction(run: LiveRun, problem: str) -> dict | None:
     assert run.schema is not None
     try:
         with trio.CancelScope(shield=True):  # never lose track of a turn admitted for the run
-            turn = await run.actor.ref.ask(StartTurn(
-                prompt=correction_prompt(problem, run.schema), origin=run.origin, run_id=run.id))
+            turn = await run.actor.ref.ask(
+                StartTurn(prompt=correction_prompt(problem, run.schema), origin=run.origin, run_id=run.id)
+            )
     except ProtocolError as exc:
         return {"code": exc.code, "message": f"the correction turn was not admitted: {exc}"}
     except RoostError as exc:
@@ -545,8 +639,11 @@ def _record_turn(run: LiveRun, view: dict) -> None:
 def _stop_error(run: LiveRun, status: str) -> dict:
     if status == "timed_out":
         timeout_ms = run.request.get("timeout_ms")
-        message = (f"the run exceeded timeout_ms ({timeout_ms} ms)" if run.stop_reason is None and timeout_ms
-                   else "the run was interrupted with reason timeout")
+        message = (
+            f"the run exceeded timeout_ms ({timeout_ms} ms)"
+            if run.stop_reason is None and timeout_ms
+            else "the run was interrupted with reason timeout"
+        )
         return {"code": "timed_out", "message": message}
     if status == "cancelled":
         return {"code": "cancelled", "message": "the client went away or the server shut down"}

@@ -10,16 +10,14 @@ of the lists they match; they are not searchable (their text is never indexed).
 from __future__ import annotations
 
 import base64
+import logging
 from pathlib import Path
 from typing import Any
 
-import logging
 import trio
 
 from roost._json import dumps, loads
-from roost.actors import RETRACTED
-from roost.actors import IsBusy, UpdateThread
-from roost.actors import thread_view
+from roost.actors import RETRACTED, IsBusy, UpdateThread, thread_view
 from roost.errors import InvalidParams, NotFound, ThreadBusy
 from roost.model import THREAD_KINDS
 from roost.protocol._appserver import AppServerSession, method
@@ -31,11 +29,11 @@ from roost.storage import (
     delete_thread,
     get_item,
     get_thread,
+    leases,
     list_threads,
     page_threads,
     search_items,
 )
-from roost.storage import leases
 
 log = logging.getLogger("roost.protocol")
 
@@ -68,8 +66,9 @@ def _limit(p: dict, default: int, most: int) -> int:
     return limit
 
 
-async def _page(session: AppServerSession, p: dict, *, archived: bool | None, kind: str | None,
-                default_limit: int) -> dict:
+async def _page(
+    session: AppServerSession, p: dict, *, archived: bool | None, kind: str | None, default_limit: int
+) -> dict:
     """One page of persisted threads (plus matching ephemeral ones on the first page)."""
     limit = _limit(p, default_limit, MAX_LIST)
     if kind is not None and kind not in THREAD_KINDS:
@@ -88,10 +87,13 @@ async def _page(session: AppServerSession, p: dict, *, archived: bool | None, ki
     threads = threads[:limit]
     views = _views(session, threads)
     if not p.get("cursor"):
-        ephemeral = [v for v in session.runtime.registry.ephemeral_views()
-                     if (archived is None or v["archived"] == archived)
-                     and (kind is None or v["kind"] == kind)
-                     and (cwd is None or same_dir(v["cwd"], cwd))]
+        ephemeral = [
+            v
+            for v in session.runtime.registry.ephemeral_views()
+            if (archived is None or v["archived"] == archived)
+            and (kind is None or v["kind"] == kind)
+            and (cwd is None or same_dir(v["cwd"], cwd))
+        ]
         views = sorted(ephemeral, key=lambda v: v["updated_at"], reverse=True) + views
     return {"threads": views, "next_cursor": _encode(threads[-1]) if more and threads else None}
 
@@ -102,8 +104,9 @@ def _views(session: AppServerSession, threads: list) -> list[dict]:
     out = []
     for thread in threads:
         live = registry.live_view(thread.id)
-        out.append(live if live is not None else thread_view(thread, ephemeral=False, status="idle",
-                                                             active_turn_id=None))
+        out.append(
+            live if live is not None else thread_view(thread, ephemeral=False, status="idle", active_turn_id=None)
+        )
     return out
 
 
@@ -114,16 +117,18 @@ async def thread_list(session: AppServerSession, params: Any) -> dict:
     Params: ``cwd``, ``kind`` (default ``chat``), ``limit`` (1..500, default 50), ``cursor``.
     Result: ``{threads, next_cursor}``.
     """
-    p = check_params("thread/list", params, {"cwd": (STR, False), "limit": (INT, False), "cursor": (STR, False),
-                                             "kind": (STR, False)})
+    p = check_params(
+        "thread/list",
+        params,
+        {"cwd": (STR, False), "limit": (INT, False), "cursor": (STR, False), "kind": (STR, False)},
+    )
     return await _page(session, p, archived=False, kind=p.get("kind", "chat"), default_limit=50)
 
 
 @method("thread/listAll")
 async def thread_list_all(session: AppServerSession, params: Any) -> dict:
     """``thread/listAll``: every conversation of the store, archived or not, across workspaces."""
-    p = check_params("thread/listAll", params, {"limit": (INT, False), "cursor": (STR, False),
-                                                "kind": (STR, False)})
+    p = check_params("thread/listAll", params, {"limit": (INT, False), "cursor": (STR, False), "kind": (STR, False)})
     return await _page(session, p, archived=None, kind=p.get("kind", "chat"), default_limit=200)
 
 
@@ -149,8 +154,10 @@ async def thread_search(session: AppServerSession, params: Any) -> dict:
 
     def search(conn: Any) -> list[dict]:
         if not query:
-            return [{"thread": t, "snippet": t.title or "", "message_seq": None}
-                    for t in list_threads(conn, archived=False, kind="chat", limit=limit)]
+            return [
+                {"thread": t, "snippet": t.title or "", "message_seq": None}
+                for t in list_threads(conn, archived=False, kind="chat", limit=limit)
+            ]
         results: list[dict] = []
         seen: set[str] = set()
         lowered = query.lower()
@@ -178,11 +185,16 @@ async def thread_search(session: AppServerSession, params: Any) -> dict:
 
     rows = await read_store(session, search)
     views = _views(session, [r["thread"] for r in rows])
-    return {"results": [
-        {"thread": view, "snippet": row["snippet"],
-         **({"message_seq": row["message_seq"]} if row["message_seq"] is not None else {})}
-        for view, row in zip(views, rows, strict=True)
-    ]}
+    return {
+        "results": [
+            {
+                "thread": view,
+                "snippet": row["snippet"],
+                **({"message_seq": row["message_seq"]} if row["message_seq"] is not None else {}),
+            }
+            for view, row in zip(views, rows, strict=True)
+        ]
+    }
 
 
 async def _update(session: AppServerSession, thread_id: str, changes: dict) -> dict:

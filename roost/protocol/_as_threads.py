@@ -16,21 +16,29 @@ from typing import Any
 
 import trio
 
-from roost.actors import ImportHistory, RetractFrom, stored_payload
-from roost.actors import Snapshot
+from roost.actors import ImportHistory, RetractFrom, Snapshot, stored_payload
 from roost.errors import InvalidParams, ThreadNotFound, TurnNotFound, Unsupported
 from roost.model import Thread
-from roost.protocol._appserver import AppServerSession, PROTOCOL_VERSION, initialize_result, method
+from roost.protocol._appserver import PROTOCOL_VERSION, AppServerSession, initialize_result, method
 from roost.protocol._as_common import (
-    HISTORY_PAGE_TURNS, MAX_PAGE_TURNS, PERMISSION_MODES, check_no_foreign_lease, check_writable, decode_cursor,
+    HISTORY_PAGE_TURNS,
+    MAX_PAGE_TURNS,
+    PERMISSION_MODES,
+    check_no_foreign_lease,
+    check_writable,
+    decode_cursor,
     encode_cursor,
-    page_limit, page_start, read_store, same_dir, thread_actor, thread_snapshot,
+    page_limit,
+    page_start,
+    read_store,
+    same_dir,
+    thread_actor,
+    thread_snapshot,
 )
 from roost.protocol._as_conversation import conversation_page, is_conversation_cursor
 from roost.protocol._params import ANY, BOOL, DICT, INT, STR, check_params
 from roost.protocol._worktree import create_worktree, remove_worktree
-from roost.storage import append_item, chat_threads_with_cwd, create_thread, create_turn, update_turn
-from roost.storage import new_id, utc_now
+from roost.storage import append_item, chat_threads_with_cwd, create_thread, create_turn, new_id, update_turn, utc_now
 
 __all__ = ["PERMISSION_MODES", "HISTORY_PAGE_TURNS", "BUILTIN_ENGINES"]
 
@@ -50,9 +58,15 @@ async def initialize(session: AppServerSession, params: Any) -> dict:
     in ``capabilities.reverse_rpc.methods``. A repeated ``initialize`` replaces what it names:
     without ``capabilities`` (or ``client``) the earlier ones stay, so approvals keep working.
     """
-    p = check_params("initialize", params, {
-        "protocol_version": (STR, False), "client": (DICT, False), "capabilities": (DICT, False),
-    })
+    p = check_params(
+        "initialize",
+        params,
+        {
+            "protocol_version": (STR, False),
+            "client": (DICT, False),
+            "capabilities": (DICT, False),
+        },
+    )
     version = p.get("protocol_version")
     if version is not None and version != PROTOCOL_VERSION:
         raise InvalidParams(f"unsupported protocol_version {version!r}; this server speaks {PROTOCOL_VERSION}")
@@ -101,12 +115,25 @@ async def thread_start(session: AppServerSession, params: Any) -> dict:
         InvalidParams: bad cwd, mode, workspace or provider; worktree impossible.
         Unsupported: an external engine, or ``approve_for_me: true`` (Roost has no approval reviewer).
     """
-    p = check_params("thread/start", params, {
-        "cwd": (STR, False), "workspace_id": (STR, False), "engine": (STR, False), "provider": (STR, False),
-        "model": (STR, False), "effort": (STR, False), "permission_mode": (STR, False),
-        "approve_for_me": (BOOL, False), "ephemeral": (BOOL, False), "workspace": (STR, False),
-        "base_revision": (STR, False), "title": (STR, False), "model_options": (DICT, False),
-    })
+    p = check_params(
+        "thread/start",
+        params,
+        {
+            "cwd": (STR, False),
+            "workspace_id": (STR, False),
+            "engine": (STR, False),
+            "provider": (STR, False),
+            "model": (STR, False),
+            "effort": (STR, False),
+            "permission_mode": (STR, False),
+            "approve_for_me": (BOOL, False),
+            "ephemeral": (BOOL, False),
+            "workspace": (STR, False),
+            "base_revision": (STR, False),
+            "title": (STR, False),
+            "model_options": (DICT, False),
+        },
+    )
     engine = p.get("engine", "roost")
     if engine not in BUILTIN_ENGINES:
         raise Unsupported(f"external engine {engine!r} is not supported by Roost; use the built-in engine")
@@ -141,9 +168,19 @@ async def thread_start(session: AppServerSession, params: Any) -> dict:
     workspace_id = p.get("workspace_id") or (session.host or {}).get("workspace_id")  # hosted mode's default
     if workspace_id:
         metadata["workspace_id"] = workspace_id
-    thread = Thread(id=thread_id, kind="chat", title=(p.get("title") or "").strip() or None, cwd=str(cwd),
-                    provider=provider, model=model, effort=effort, permission_mode=mode, created_at=now,
-                    updated_at=now, metadata=metadata)
+    thread = Thread(
+        id=thread_id,
+        kind="chat",
+        title=(p.get("title") or "").strip() or None,
+        cwd=str(cwd),
+        provider=provider,
+        model=model,
+        effort=effort,
+        permission_mode=mode,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata,
+    )
     if "provider" in p:
         session.engines.settings_for(thread)  # an unusable explicit binding fails now, not at the first turn
     worktree = None
@@ -177,8 +214,11 @@ async def _most_recent(session: AppServerSession, cwd: str) -> str:
     best = await read_store(session, find)
     best_id, best_updated = (best.id, best.updated_at) if best is not None else (None, "")
     for view in session.runtime.registry.ephemeral_views():  # ephemeral threads have no rows
-        if (not view["archived"] and same_dir(view["cwd"], cwd)
-                and (best_id is None or view["updated_at"] > best_updated)):
+        if (
+            not view["archived"]
+            and same_dir(view["cwd"], cwd)
+            and (best_id is None or view["updated_at"] > best_updated)
+        ):
             best_id, best_updated = view["id"], view["updated_at"]
     if best_id is None:
         raise ThreadNotFound(f"no thread for workspace {cwd}")
@@ -202,10 +242,18 @@ async def thread_resume(session: AppServerSession, params: Any) -> dict:
     instead (``items_view: "conversation"``, process regions as ``process_summary`` items, up to
     100 turns and 1 MiB; :mod:`roost.protocol._as_conversation`).
     """
-    p = check_params("thread/resume", params, {
-        "session_id": (STR, False), "thread_id": (STR, False), "response_only": (BOOL, False),
-        "history_page": (ANY, False), "conversation_history": (BOOL, False), "cwd": (STR, False),
-    })
+    p = check_params(
+        "thread/resume",
+        params,
+        {
+            "session_id": (STR, False),
+            "thread_id": (STR, False),
+            "response_only": (BOOL, False),
+            "history_page": (ANY, False),
+            "conversation_history": (BOOL, False),
+            "cwd": (STR, False),
+        },
+    )
     thread_id = p.get("session_id") or p.get("thread_id")
     if thread_id is None:
         thread_id = await _most_recent(session, str(Path(p.get("cwd") or os.getcwd()).resolve()))
@@ -232,9 +280,16 @@ async def thread_history_read(session: AppServerSession, params: Any) -> dict:
     Without a cursor, the most recent page. Pages hold at most ``limit`` (default 20, at most 100)
     turns and about 256 KiB of items. The returned ``history_cursor`` is null on the oldest page.
     """
-    p = check_params("thread/history/read", params, {
-        "thread_id": (STR, True), "history_cursor": (STR, False), "cursor": (STR, False), "limit": (INT, False),
-    })
+    p = check_params(
+        "thread/history/read",
+        params,
+        {
+            "thread_id": (STR, True),
+            "history_cursor": (STR, False),
+            "cursor": (STR, False),
+            "limit": (INT, False),
+        },
+    )
     limit = p.get("limit", HISTORY_PAGE_TURNS)
     if not 1 <= limit <= MAX_PAGE_TURNS:
         raise InvalidParams(f"limit must be between 1 and {MAX_PAGE_TURNS}")
@@ -273,8 +328,9 @@ def _cut(snapshot: dict, thread_id: str, turn_id: str | None, item_id: str | Non
     if item_id is not None:
         ids = [i["id"] for i in items]
         if item_id not in ids:
-            raise InvalidParams(f"thread {thread_id} has no settled item {item_id}"
-                                + (f" in turn {turn_id}" if turn_id else ""))
+            raise InvalidParams(
+                f"thread {thread_id} has no settled item {item_id}" + (f" in turn {turn_id}" if turn_id else "")
+            )
         cut = items[ids.index(item_id)]
         if turn_id is not None and cut.get("turn_id") != turn_id:
             raise InvalidParams(f"item {item_id} is not in turn {turn_id}")
@@ -296,10 +352,18 @@ async def thread_fork(session: AppServerSession, params: Any) -> dict:
     Raises:
         ThreadNotFound, TurnNotFound, InvalidParams; Unsupported for ``mode``.
     """
-    p = check_params("thread/fork", params, {
-        "thread_id": (STR, True), "turn_id": (STR, False), "item_id": (STR, False), "target": (STR, False),
-        "mode": (STR, False), "history_page": (ANY, False),
-    })
+    p = check_params(
+        "thread/fork",
+        params,
+        {
+            "thread_id": (STR, True),
+            "turn_id": (STR, False),
+            "item_id": (STR, False),
+            "target": (STR, False),
+            "mode": (STR, False),
+            "history_page": (ANY, False),
+        },
+    )
     if "mode" in p:
         raise Unsupported("thread/fork mode is not supported by Roost; omit it to copy the conversation")
     target = p.get("target", "shared")
@@ -314,12 +378,25 @@ async def thread_fork(session: AppServerSession, params: Any) -> dict:
     src = source.thread
     now = utc_now()
     metadata = {k: v for k, v in (src.metadata or {}).items() if k not in ("worktree", "forked_from")}
-    metadata["forked_from"] = {"thread_id": src.id, "turn_id": turns[-1]["id"] if turns else None,
-                               "item_id": p.get("item_id")}
-    new_thread = Thread(id=new_id("thr"), kind="chat", title=f"{src.title} (fork)" if src.title else None,
-                        cwd=src.cwd, provider=src.provider, model=src.model, effort=src.effort,
-                        permission_mode=src.permission_mode, parent_thread_id=src.id, created_at=now,
-                        updated_at=now, metadata=metadata)
+    metadata["forked_from"] = {
+        "thread_id": src.id,
+        "turn_id": turns[-1]["id"] if turns else None,
+        "item_id": p.get("item_id"),
+    }
+    new_thread = Thread(
+        id=new_id("thr"),
+        kind="chat",
+        title=f"{src.title} (fork)" if src.title else None,
+        cwd=src.cwd,
+        provider=src.provider,
+        model=src.model,
+        effort=src.effort,
+        permission_mode=src.permission_mode,
+        parent_thread_id=src.id,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata,
+    )
     worktree = None
     if target == "worktree":
         worktree = await trio.to_thread.run_sync(create_worktree, Path(src.cwd or os.getcwd()), None, new_thread.id)
@@ -330,9 +407,14 @@ async def thread_fork(session: AppServerSession, params: Any) -> dict:
     try:
         if source.ephemeral:
             actor = await session.runtime.registry.create(new_thread, ephemeral=True)
-            await actor.ref.ask(ImportHistory(
-                turns=tuple({k: v for k, v in t.items() if k != "items"} | {"id": turn_map[t["id"]]} for t in turns),
-                items=tuple(dict(i, id=item_map[i["id"]], turn_id=turn_map.get(i.get("turn_id"))) for i in items)))
+            await actor.ref.ask(
+                ImportHistory(
+                    turns=tuple(
+                        {k: v for k, v in t.items() if k != "items"} | {"id": turn_map[t["id"]]} for t in turns
+                    ),
+                    items=tuple(dict(i, id=item_map[i["id"]], turn_id=turn_map.get(i.get("turn_id"))) for i in items),
+                )
+            )
         else:
             await session.runtime.store.writer.submit(_copy_history, new_thread, turns, items, turn_map, item_map)
             actor = await session.runtime.registry.get(new_thread.id)
@@ -358,17 +440,32 @@ async def thread_fork(session: AppServerSession, params: Any) -> dict:
 
 def _copy_history(conn: Any, thread: Thread, turns: list, items: list, turn_map: dict, item_map: dict) -> None:
     """Write a fork: the thread row, its copied turns and items (one transaction)."""
-    fields = {k: getattr(thread, k) for k in ("title", "cwd", "provider", "model", "effort", "permission_mode",
-                                               "parent_thread_id", "metadata")}
+    fields = {
+        k: getattr(thread, k)
+        for k in ("title", "cwd", "provider", "model", "effort", "permission_mode", "parent_thread_id", "metadata")
+    }
     create_thread(conn, kind="chat", id=thread.id, **fields)
     for t in turns:
         create_turn(conn, thread.id, id=turn_map[t["id"]], status=t["status"], run_id=None)
-        update_turn(conn, turn_map[t["id"]], started_at=t.get("started_at"),
-                             completed_at=t.get("completed_at"), error=t.get("error"), usage=t.get("usage"))
+        update_turn(
+            conn,
+            turn_map[t["id"]],
+            started_at=t.get("started_at"),
+            completed_at=t.get("completed_at"),
+            error=t.get("error"),
+            usage=t.get("usage"),
+        )
     for i in items:
-        append_item(conn, thread.id, type=i["type"], payload=stored_payload(i), id=item_map[i["id"]],
-                           text=i.get("text") if i["type"] in ("user_message", "agent_message") else None,
-                           turn_id=turn_map.get(i.get("turn_id")), status=i["status"])
+        append_item(
+            conn,
+            thread.id,
+            type=i["type"],
+            payload=stored_payload(i),
+            id=item_map[i["id"]],
+            text=i.get("text") if i["type"] in ("user_message", "agent_message") else None,
+            turn_id=turn_map.get(i.get("turn_id")),
+            status=i["status"],
+        )
 
 
 # -- thread/edit-message ------------------------------------------------------------------------
@@ -390,15 +487,21 @@ async def thread_edit_message(session: AppServerSession, params: Any) -> dict:
         TurnNotFound: no such turn.
         InvalidParams: no such item in that turn, or it is not a user message.
     """
-    p = check_params("thread/edit-message", params, {"thread_id": (STR, True), "turn_id": (STR, True),
-                                                     "item_id": (STR, True)})
+    p = check_params(
+        "thread/edit-message", params, {"thread_id": (STR, True), "turn_id": (STR, True), "item_id": (STR, True)}
+    )
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     await check_no_foreign_lease(session, p["thread_id"])
     edit = await actor.ref.ask(RetractFrom(turn_id=p["turn_id"], item_id=p["item_id"]))
     snapshot = await actor.ref.ask(Snapshot(None))
-    return {"thread": snapshot["thread"], "turns": snapshot["turns"], "draft": edit["draft"],
-            "retracted_item_ids": edit["retracted_item_ids"], "retracted_turn_ids": edit["retracted_turn_ids"]}
+    return {
+        "thread": snapshot["thread"],
+        "turns": snapshot["turns"],
+        "draft": edit["draft"],
+        "retracted_item_ids": edit["retracted_item_ids"],
+        "retracted_turn_ids": edit["retracted_turn_ids"],
+    }
 
 
 from roost.protocol import _as_thread_lists  # noqa: E402,F401  (registers the list/organise methods)

@@ -23,16 +23,30 @@ from roost.protocol._params import BOOL, DICT, LIST, STR, check_params
 __all__ = ["check_images", "check_files", "check_content_parts", "MAX_ATTACHMENT_BYTES"]
 
 _INPUT = {
-    "thread_id": (STR, True), "prompt": (STR, False), "images": (LIST, False), "files": (LIST, False),
-    "content_parts": (LIST, False), "client_id": (STR, False), "active_document": (DICT, False),
+    "thread_id": (STR, True),
+    "prompt": (STR, False),
+    "images": (LIST, False),
+    "files": (LIST, False),
+    "content_parts": (LIST, False),
+    "client_id": (STR, False),
+    "active_document": (DICT, False),
     "permission_mode": (STR, False),
 }
 
 #: Decoded bytes one image or file attachment may have.
 MAX_ATTACHMENT_BYTES = 20 * 2**20
 #: File media types the built-in engines read (as UTF-8 text inlined into the user message).
-_TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/yaml", "application/x-yaml",
-               "application/toml", "application/javascript", "application/x-sh", "application/sql")
+_TEXT_MEDIA = (
+    "text/",
+    "application/json",
+    "application/xml",
+    "application/yaml",
+    "application/x-yaml",
+    "application/toml",
+    "application/javascript",
+    "application/x-sh",
+    "application/sql",
+)
 #: The flattened text of a response_selection part begins with this (spec: "Input Content Parts").
 _QUOTE_PREFIX = "Quoted assistant response (JSON):\n"
 
@@ -60,8 +74,11 @@ def check_images(images: Any) -> tuple:
     out = []
     for index, image in enumerate(images or ()):
         where = f"images[{index}]"
-        if not isinstance(image, dict) or not isinstance(image.get("media_type"), str) \
-                or not isinstance(image.get("data"), str):
+        if (
+            not isinstance(image, dict)
+            or not isinstance(image.get("media_type"), str)
+            or not isinstance(image.get("data"), str)
+        ):
             raise InvalidParams(f"{where} must have string media_type and base64 data")
         unknown = set(image) - {"media_type", "data", "original"}
         if unknown:
@@ -69,8 +86,14 @@ def check_images(images: Any) -> tuple:
         if not image["media_type"].startswith("image/"):
             raise InvalidParams(f"{where}.media_type must be an image type")
         digest = hashlib.sha256(_decode_base64(image["data"], where)).hexdigest()
-        out.append({"media_type": image["media_type"], "data": image["data"], "sha256": digest,
-                    **({"original": image["original"]} if isinstance(image.get("original"), str) else {})})
+        out.append(
+            {
+                "media_type": image["media_type"],
+                "data": image["data"],
+                "sha256": digest,
+                **({"original": image["original"]} if isinstance(image.get("original"), str) else {}),
+            }
+        )
     return tuple(out)
 
 
@@ -90,8 +113,11 @@ def check_files(files: Any) -> list[dict]:
     out = []
     for index, entry in enumerate(files or ()):
         where = f"files[{index}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("media_type"), str) \
-                or not isinstance(entry.get("data"), str):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("media_type"), str)
+            or not isinstance(entry.get("data"), str)
+        ):
             raise InvalidParams(f"{where} must have string media_type and base64 data")
         unknown = set(entry) - {"media_type", "data", "filename"}
         if unknown:
@@ -102,8 +128,10 @@ def check_files(files: Any) -> list[dict]:
         media = entry["media_type"]
         raw = _decode_base64(entry["data"], where)
         if not media.startswith(_TEXT_MEDIA):
-            raise Unsupported(f"{where}: {media} attachments are not supported by Roost's engines; "
-                              "attach text files, or images in images")
+            raise Unsupported(
+                f"{where}: {media} attachments are not supported by Roost's engines; "
+                "attach text files, or images in images"
+            )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -115,8 +143,8 @@ def check_files(files: Any) -> list[dict]:
 def inline_files(prompt: str, files: list[dict]) -> str:
     """The model-visible message: ``prompt`` followed by each text file in an ``<attachment>`` block."""
     blocks = [
-        f'<attachment filename={json.dumps(f["filename"])} media_type={json.dumps(f["media_type"])}>\n'
-        f'{f["text"]}\n</attachment>'
+        f"<attachment filename={json.dumps(f['filename'])} media_type={json.dumps(f['media_type'])}>\n"
+        f"{f['text']}\n</attachment>"
         for f in files
     ]
     return "\n\n".join([prompt, *blocks]) if prompt else "\n\n".join(blocks)
@@ -134,8 +162,12 @@ def _int(d: dict, key: str) -> bool:
 
 def _valid_file_selection(part: dict) -> bool:
     source = part.get("source")
-    if not (isinstance(source, dict) and part.get("intent") in ("comment", "edit", "quote")
-            and _str(part, "id") and _str(part, "comment", True)):
+    if not (
+        isinstance(source, dict)
+        and part.get("intent") in ("comment", "edit", "quote")
+        and _str(part, "id")
+        and _str(part, "comment", True)
+    ):
         return False
     if not all(_str(source, k) for k in ("workspace", "path", "quote", "revision")):
         return False
@@ -158,12 +190,21 @@ def _valid_file_selection(part: dict) -> bool:
 
 def _valid_response_selection(part: dict) -> bool:
     selection = part.get("selection")
-    if not (isinstance(selection, dict) and _str(selection, "id") and _str(selection, "text")
-            and _str(selection, "comment", True)):
+    if not (
+        isinstance(selection, dict)
+        and _str(selection, "id")
+        and _str(selection, "text")
+        and _str(selection, "comment", True)
+    ):
         return False
     source = selection.get("source")
-    if not (isinstance(source, dict) and all(_str(source, k) for k in ("thread_id", "turn_id", "item_id"))
-            and _int(source, "start_offset") and _int(source, "end_offset") and _str(source, "range_text", True)):
+    if not (
+        isinstance(source, dict)
+        and all(_str(source, k) for k in ("thread_id", "turn_id", "item_id"))
+        and _int(source, "start_offset")
+        and _int(source, "end_offset")
+        and _str(source, "range_text", True)
+    ):
         return False
     if not 0 <= source["start_offset"] <= source["end_offset"]:
         return False
@@ -171,11 +212,14 @@ def _valid_response_selection(part: dict) -> bool:
     if not (text.startswith(_QUOTE_PREFIX) and text.endswith("\n")):
         return False
     try:
-        quoted = json.loads(text[len(_QUOTE_PREFIX):])
+        quoted = json.loads(text[len(_QUOTE_PREFIX) :])
     except ValueError:
         return False
-    return (isinstance(quoted, dict) and quoted.get("text") == selection["text"]
-            and (quoted.get("comment") or "") == (selection.get("comment") or ""))
+    return (
+        isinstance(quoted, dict)
+        and quoted.get("text") == selection["text"]
+        and (quoted.get("comment") or "") == (selection.get("comment") or "")
+    )
 
 
 _VALIDATORS = {
@@ -202,8 +246,14 @@ def check_content_parts(parts: Any, prompt: str | None) -> list | None:
     texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
     if "".join(texts).strip() != (prompt or "").strip():
         return None
-    kept = [p for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)
-            and p.get("type") in _VALIDATORS and _VALIDATORS[p["type"]](p)]
+    kept = [
+        p
+        for p in parts
+        if isinstance(p, dict)
+        and isinstance(p.get("text"), str)
+        and p.get("type") in _VALIDATORS
+        and _VALIDATORS[p["type"]](p)
+    ]
     return kept or None
 
 
@@ -252,11 +302,18 @@ async def turn_start(session: AppServerSession, params: Any) -> dict:
     _check_permission(actor, p)
     session.ensure_engine(actor.thread)
     ack = session.after_response()
-    turn = await actor.ref.ask(StartTurn(
-        ack=ack, prompt=prompt or None, images=images, client_id=p.get("client_id"), content_parts=parts,
-        check_client_id=True,
-        resume_after_turn_id=p.get("resume_after_turn_id"), origin=session.origin(),
-    ))
+    turn = await actor.ref.ask(
+        StartTurn(
+            ack=ack,
+            prompt=prompt or None,
+            images=images,
+            client_id=p.get("client_id"),
+            content_parts=parts,
+            check_client_id=True,
+            resume_after_turn_id=p.get("resume_after_turn_id"),
+            origin=session.origin(),
+        )
+    )
     return {"turn": turn}
 
 
@@ -287,23 +344,33 @@ async def turn_queue(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     _check_permission(actor, p)
-    entry = await actor.ref.ask(QueueInput(prompt=prompt, hold=bool(p.get("hold")), client_id=p.get("client_id"),
-                                           images=images, content_parts=parts, origin=session.origin()))
+    entry = await actor.ref.ask(
+        QueueInput(
+            prompt=prompt,
+            hold=bool(p.get("hold")),
+            client_id=p.get("client_id"),
+            images=images,
+            content_parts=parts,
+            origin=session.origin(),
+        )
+    )
     return {"input": entry}
 
 
 @method("turn/update-queued")
 async def turn_update_queued(session: AppServerSession, params: Any) -> dict:
     """``turn/update-queued``: replace the prompt (and content_parts) of pending or held input."""
-    p = check_params("turn/update-queued", params, {"thread_id": (STR, True), "input_id": (STR, True),
-                                                    "prompt": (STR, True), "content_parts": (LIST, False)})
+    p = check_params(
+        "turn/update-queued",
+        params,
+        {"thread_id": (STR, True), "input_id": (STR, True), "prompt": (STR, True), "content_parts": (LIST, False)},
+    )
     if not p["prompt"].strip():
         raise InvalidParams("prompt must not be empty; use turn/dequeue to withdraw input")
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     parts = check_content_parts(p.get("content_parts"), p["prompt"])
-    return {"input": await actor.ref.ask(UpdateQueued(input_id=p["input_id"], prompt=p["prompt"],
-                                                      content_parts=parts))}
+    return {"input": await actor.ref.ask(UpdateQueued(input_id=p["input_id"], prompt=p["prompt"], content_parts=parts))}
 
 
 @method("turn/dequeue")
@@ -331,9 +398,17 @@ async def turn_steer(session: AppServerSession, params: Any) -> dict:
     _check_permission(actor, p)
     if actor.active is None:
         session.ensure_engine(actor.thread)
-    return await actor.ref.ask(SteerInput(prompt=prompt or None, expected_turn_id=p.get("expected_turn_id"),
-                                          client_id=p.get("client_id"), input_id=p.get("input_id"),
-                                          images=images, content_parts=parts, origin=session.origin()))
+    return await actor.ref.ask(
+        SteerInput(
+            prompt=prompt or None,
+            expected_turn_id=p.get("expected_turn_id"),
+            client_id=p.get("client_id"),
+            input_id=p.get("input_id"),
+            images=images,
+            content_parts=parts,
+            origin=session.origin(),
+        )
+    )
 
 
 @method("turn/unsteer")

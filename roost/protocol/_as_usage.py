@@ -61,8 +61,13 @@ class _Tally:
             self.agents.add(record["thread_id"])
 
     def view(self) -> dict:
-        return {**self.counts, "total_tokens": self.counts["input_tokens"] + self.counts["output_tokens"],
-                "turns": self.turns, "sessions": len(self.sessions), "agents": len(self.agents)}
+        return {
+            **self.counts,
+            "total_tokens": self.counts["input_tokens"] + self.counts["output_tokens"],
+            "turns": self.turns,
+            "sessions": len(self.sessions),
+            "agents": len(self.agents),
+        }
 
 
 def summarize_usage(records: list[dict], tz: Any) -> dict:
@@ -82,8 +87,11 @@ def summarize_usage(records: list[dict], tz: Any) -> dict:
         total.add(record)
         days.setdefault(day, _Tally()).add(record)
     metrics = {**total.view(), "active_days": len(days)}
-    return {"total_sessions": metrics["sessions"], "metrics": metrics,
-            "days": [{"date": day, **days[day].view()} for day in sorted(days)]}
+    return {
+        "total_sessions": metrics["sessions"],
+        "metrics": metrics,
+        "days": [{"date": day, **days[day].view()} for day in sorted(days)],
+    }
 
 
 async def _summary(session: AppServerSession, p: dict) -> tuple[str, dict, list[dict]]:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import trio
 
@@ -35,9 +36,19 @@ _EXIT = {"completed": 0, "failed": 1, "interrupted": 130}
 
 def failed_result(message: str, *, task: str | None = None, config: str | None = None) -> dict:
     """The ``result`` of a run that failed before it started (``sessionId`` null, exit code 1)."""
-    return {"type": "result", "sessionId": None, "task": task, "config": config, "succeeded": False,
-            "errorMessage": message, "exitCode": 1, "turns": 0, "elapsedSeconds": 0.0,
-            "inputTokens": 0, "outputTokens": 0}
+    return {
+        "type": "result",
+        "sessionId": None,
+        "task": task,
+        "config": config,
+        "succeeded": False,
+        "errorMessage": message,
+        "exitCode": 1,
+        "turns": 0,
+        "elapsedSeconds": 0.0,
+        "inputTokens": 0,
+        "outputTokens": 0,
+    }
 
 
 def engine_record(settings: Any) -> dict:
@@ -46,10 +57,20 @@ def engine_record(settings: Any) -> dict:
     return {k: getattr(settings, k, None) for k in ("provider", "base_url", "model", "script", "api_key_env")}
 
 
-async def run_session(*, config_path: str | None, task: str | None, resume_id: str | None, settings: Any,
-                      cwd: Path, emit: Callable[[dict], None], request_approval: Any,
-                      on_orchestrator: Callable[[Any], None] | None = None, after_turn: Any = None,
-                      subscriber: Any = None, permission_mode: str = "standard") -> dict:
+async def run_session(
+    *,
+    config_path: str | None,
+    task: str | None,
+    resume_id: str | None,
+    settings: Any,
+    cwd: Path,
+    emit: Callable[[dict], None],
+    request_approval: Any,
+    on_orchestrator: Callable[[Any], None] | None = None,
+    after_turn: Any = None,
+    subscriber: Any = None,
+    permission_mode: str = "standard",
+) -> dict:
     """Run (or resume) one orchestration session; return its ``result`` event (also emitted).
 
     Args:
@@ -72,9 +93,7 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
     stops the run abruptly (the running turn is persisted as interrupted by the runtime).
     """
     from roost.model import Thread
-    from roost.orchestration import load_config_file
-    from roost.orchestration import resolve_agents
-    from roost.orchestration import Orchestrator
+    from roost.orchestration import Orchestrator, load_config_file, resolve_agents
     from roost.protocol._engines import EngineCatalog
     from roost.storage import new_id, utc_now
     from roost.supervisor import open_runtime
@@ -111,38 +130,66 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
                 except (NotFound, ThreadNotFound):
                     actor = None
                 meta = actor.thread.metadata or {} if actor is not None else {}
-                problem = (f"no session with id {resume_id!r}" if actor is None or actor.thread.kind != "orchestration"
-                           else f"session {resume_id} is already complete" if meta.get("is_complete") else None)
+                problem = (
+                    f"no session with id {resume_id!r}"
+                    if actor is None or actor.thread.kind != "orchestration"
+                    else f"session {resume_id} is already complete"
+                    if meta.get("is_complete")
+                    else None
+                )
                 if problem is None and config is None:
                     try:
                         config = await trio.to_thread.run_sync(load_config_file, str(meta.get("config_path")))
                     except ConfigError as exc:
                         problem = str(exc)
                 if problem is not None:
-                    result = failed_result(problem, task=meta.get("task"), config=config_path or meta.get("config_path"))
+                    result = failed_result(
+                        problem, task=meta.get("task"), config=config_path or meta.get("config_path")
+                    )
                     emit(result)
                     return result
                 task = str(meta.get("task") or "")
             else:
                 assert config is not None  # a new session without a config was refused above
                 now = utc_now()
-                thread = Thread(id=new_id("thr"), kind="orchestration", cwd=str(cwd), provider=settings.provider,
-                                model=settings.model, permission_mode=permission_mode, created_at=now, updated_at=now,
-                                metadata={"task": task, "config_path": config.path, "is_complete": False,
-                                          "engine": engine_record(settings)})
+                thread = Thread(
+                    id=new_id("thr"),
+                    kind="orchestration",
+                    cwd=str(cwd),
+                    provider=settings.provider,
+                    model=settings.model,
+                    permission_mode=permission_mode,
+                    created_at=now,
+                    updated_at=now,
+                    metadata={
+                        "task": task,
+                        "config_path": config.path,
+                        "is_complete": False,
+                        "engine": engine_record(settings),
+                    },
+                )
                 actor = await runtime.registry.create(thread, ephemeral=False)
             assert config is not None and actor is not None  # else a problem was returned above
             if subscriber is not None:
                 from roost.actors import Subscribe
 
                 await actor.ref.ask(Subscribe(subscriber))
-            orch = Orchestrator(config, actor, engines=engines, emit=emit, request_approval=request_approval,
-                                after_turn=after_turn)
+            orch = Orchestrator(
+                config, actor, engines=engines, emit=emit, request_approval=request_approval, after_turn=after_turn
+            )
             if on_orchestrator is not None:
                 on_orchestrator(orch)
-            emit({"type": "ready", "protocolVersion": PROTOCOL_VERSION, "sessionId": actor.thread.id, "task": task,
-                  "config": config.path, "resumed": resume_id is not None,
-                  "agents": [a.name for a in config.agents]})
+            emit(
+                {
+                    "type": "ready",
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "sessionId": actor.thread.id,
+                    "task": task,
+                    "config": config.path,
+                    "resumed": resume_id is not None,
+                    "agents": [a.name for a in config.agents],
+                }
+            )
             try:
                 outcome = await orch.run(task or "")
             except RoostError as exc:
@@ -151,12 +198,19 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
 
                 outcome = RunOutcome(status="failed", error_message=str(exc))
             p = orch.progress
-            result = {"type": "result", "sessionId": actor.thread.id, "task": task, "config": config.path,
-                      "succeeded": outcome.status == "completed",
-                      "errorMessage": None if outcome.status == "completed" else outcome.error_message,
-                      "exitCode": _EXIT[outcome.status], "turns": p.iterations,
-                      "elapsedSeconds": round(trio.current_time() - began, 3),
-                      "inputTokens": p.input_tokens, "outputTokens": p.output_tokens}
+            result = {
+                "type": "result",
+                "sessionId": actor.thread.id,
+                "task": task,
+                "config": config.path,
+                "succeeded": outcome.status == "completed",
+                "errorMessage": None if outcome.status == "completed" else outcome.error_message,
+                "exitCode": _EXIT[outcome.status],
+                "turns": p.iterations,
+                "elapsedSeconds": round(trio.current_time() - began, 3),
+                "inputTokens": p.input_tokens,
+                "outputTokens": p.output_tokens,
+            }
     except RoostError as exc:
         result = failed_result(str(exc), task=task, config=config_path)
     finally:
@@ -166,9 +220,17 @@ async def run_session(*, config_path: str | None, task: str | None, resume_id: s
     return result
 
 
-async def run_bridge(*, config_path: str | None, task: str | None, resume_id: str | None, settings: Any,
-                     cwd: Path, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
-                     permission_mode: str = "standard") -> int:
+async def run_bridge(
+    *,
+    config_path: str | None,
+    task: str | None,
+    resume_id: str | None,
+    settings: Any,
+    cwd: Path,
+    receive: trio.abc.ReceiveStream,
+    send: trio.abc.SendStream,
+    permission_mode: str = "standard",
+) -> int:
     """Serve one run bridge session on ``receive``/``send`` (stdin/stdout); return the exit code.
 
     Input lines: ``approval_response`` answers the pending ``approval_request``; ``interrupt``
@@ -244,10 +306,17 @@ async def run_bridge(*, config_path: str | None, task: str | None, resume_id: st
         async with trio.open_nursery() as inputs:
             inputs.start_soon(read_input)
             inputs.start_soon(sigint)
-            result = await run_session(config_path=config_path, task=task, resume_id=resume_id,
-                                       settings=settings, cwd=cwd, emit=emit,
-                                       request_approval=broker.request_approval, on_orchestrator=on_orchestrator,
-                                       permission_mode=permission_mode)
+            result = await run_session(
+                config_path=config_path,
+                task=task,
+                resume_id=resume_id,
+                settings=settings,
+                cwd=cwd,
+                emit=emit,
+                request_approval=broker.request_approval,
+                on_orchestrator=on_orchestrator,
+                permission_mode=permission_mode,
+            )
             inputs.cancel_scope.cancel()
         outbox.close()
     if state.get("stdout_gone"):

@@ -20,30 +20,59 @@ __all__ = ["CATALOG", "catalog_providers"]
 
 #: id -> (display name, base URL, suggested key variable, models; the first is the default).
 CATALOG: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
-    "deepseek": ("DeepSeek", "https://api.deepseek.com", "DEEPSEEK_API_KEY",
-                 ("deepseek-chat", "deepseek-reasoner")),
-    "fireworks": ("Fireworks AI", "https://api.fireworks.ai/inference/v1", "FIREWORKS_API_KEY",
-                  ("accounts/fireworks/models/llama-v3p3-70b-instruct",
-                   "accounts/fireworks/models/qwen2p5-coder-32b-instruct")),
-    "groq": ("Groq", "https://api.groq.com/openai/v1", "GROQ_API_KEY",
-             ("llama-3.3-70b-versatile", "llama-3.1-8b-instant")),
-    "mistral": ("Mistral AI", "https://api.mistral.ai/v1", "MISTRAL_API_KEY",
-                ("mistral-large-latest", "mistral-small-latest", "codestral-latest")),
-    "moonshot": ("Moonshot AI (Kimi)", "https://api.moonshot.ai/v1", "MOONSHOT_API_KEY",
-                 ("kimi-k2-0711-preview", "moonshot-v1-8k")),
+    "deepseek": ("DeepSeek", "https://api.deepseek.com", "DEEPSEEK_API_KEY", ("deepseek-chat", "deepseek-reasoner")),
+    "fireworks": (
+        "Fireworks AI",
+        "https://api.fireworks.ai/inference/v1",
+        "FIREWORKS_API_KEY",
+        ("accounts/fireworks/models/llama-v3p3-70b-instruct", "accounts/fireworks/models/qwen2p5-coder-32b-instruct"),
+    ),
+    "groq": (
+        "Groq",
+        "https://api.groq.com/openai/v1",
+        "GROQ_API_KEY",
+        ("llama-3.3-70b-versatile", "llama-3.1-8b-instant"),
+    ),
+    "mistral": (
+        "Mistral AI",
+        "https://api.mistral.ai/v1",
+        "MISTRAL_API_KEY",
+        ("mistral-large-latest", "mistral-small-latest", "codestral-latest"),
+    ),
+    "moonshot": (
+        "Moonshot AI (Kimi)",
+        "https://api.moonshot.ai/v1",
+        "MOONSHOT_API_KEY",
+        ("kimi-k2-0711-preview", "moonshot-v1-8k"),
+    ),
     "ollama": ("Ollama (local)", "http://localhost:11434/v1", None, ("llama3.2", "qwen2.5-coder")),
-    "openrouter": ("OpenRouter", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY",
-                   ("openai/gpt-4o-mini", "anthropic/claude-3.5-sonnet", "meta-llama/llama-3.3-70b-instruct")),
-    "together": ("Together AI", "https://api.together.xyz/v1", "TOGETHER_API_KEY",
-                 ("meta-llama/Llama-3.3-70B-Instruct-Turbo", "Qwen/Qwen2.5-Coder-32B-Instruct")),
+    "openrouter": (
+        "OpenRouter",
+        "https://openrouter.ai/api/v1",
+        "OPENROUTER_API_KEY",
+        ("openai/gpt-4o-mini", "anthropic/claude-3.5-sonnet", "meta-llama/llama-3.3-70b-instruct"),
+    ),
+    "together": (
+        "Together AI",
+        "https://api.together.xyz/v1",
+        "TOGETHER_API_KEY",
+        ("meta-llama/Llama-3.3-70B-Instruct-Turbo", "Qwen/Qwen2.5-Coder-32B-Instruct"),
+    ),
     "xai": ("xAI", "https://api.x.ai/v1", "XAI_API_KEY", ("grok-2-latest",)),
 }
 
 
 def _entry(service_id: str, *, with_models: bool) -> dict[str, Any]:
     name, base_url, key_env, models = CATALOG[service_id]
-    entry: dict[str, Any] = {"id": service_id, "name": name, "type": "openai", "base_url": base_url,
-                             "api_key_env": key_env, "model_count": len(models), "default_model": models[0]}
+    entry: dict[str, Any] = {
+        "id": service_id,
+        "name": name,
+        "type": "openai",
+        "base_url": base_url,
+        "api_key_env": key_env,
+        "model_count": len(models),
+        "default_model": models[0],
+    }
     if with_models:
         entry["models"] = [{"id": m, "default": i == 0} for i, m in enumerate(models)]
     return entry

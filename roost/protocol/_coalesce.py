@@ -103,15 +103,25 @@ class DeltaCoalescer:
 
 #: The app-server dialect's streamed deltas (app-server-protocol.md; ``params.delta`` per item).
 APP_SERVER_DELTAS = DeltaCoalescer(
-    prefixes=tuple(b'{"method":"%s"' % m for m in (
-        b"item/agentMessage/delta", b"item/reasoning/delta", b"item/toolCall/delta",
-        b"item/toolCall/outputDelta")),
-    key_fields=("thread_id", "turn_id", "item_id"), text_field="delta", container="params")
+    prefixes=tuple(
+        b'{"method":"%s"' % m
+        for m in (
+            b"item/agentMessage/delta",
+            b"item/reasoning/delta",
+            b"item/toolCall/delta",
+            b"item/toolCall/outputDelta",
+        )
+    ),
+    key_fields=("thread_id", "turn_id", "item_id"),
+    text_field="delta",
+    container="params",
+)
 
 #: The wire protocol's streamed text (wire-protocol.md: ``token``/``thinking`` ``{text}``; on the
 #: serve socket also ``sessionId`` and ``agent``, which name the stream).
-WIRE_TOKENS = DeltaCoalescer(prefixes=(b'{"type":"token"', b'{"type":"thinking"'),
-                             key_fields=("sessionId", "agent"), text_field="text")
+WIRE_TOKENS = DeltaCoalescer(
+    prefixes=(b'{"type":"token"', b'{"type":"thinking"'), key_fields=("sessionId", "agent"), text_field="text"
+)
 
 
 _THREAD_KEY = b'"thread_id":"'

@@ -33,8 +33,14 @@ class EngineCatalog:
             may execute on it (:meth:`settings_for` raises) until the file is repaired.
     """
 
-    def __init__(self, default: ProviderSettings | None, *, setup_error: str | None = None,
-                 pacing: bool = True, resolve_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        default: ProviderSettings | None,
+        *,
+        setup_error: str | None = None,
+        pacing: bool = True,
+        resolve_options: dict[str, Any] | None = None,
+    ) -> None:
         self.default = default
         self.setup_error = setup_error
         self.pacing = pacing
@@ -86,8 +92,14 @@ class EngineCatalog:
         """
         return self.engine_for_settings(self.settings_for(thread))
 
-    def settings_for_model(self, *, provider: str | None = None, endpoint: str | None = None,
-                           model: str | None = None, api_key_env: str | None = None) -> ProviderSettings:
+    def settings_for_model(
+        self,
+        *,
+        provider: str | None = None,
+        endpoint: str | None = None,
+        model: str | None = None,
+        api_key_env: str | None = None,
+    ) -> ProviderSettings:
         """Settings for an orchestration model alias, derived from the default (see
         :func:`roost.config.derive_provider`).
 
@@ -99,8 +111,7 @@ class EngineCatalog:
             raise ConfigError(f"the configuration file was rejected: {self.config_error}")
         if self.default is None and provider is None:
             raise ConfigError(self.setup_error or "no model provider is configured")
-        return derive_provider(self.default, provider=provider, base_url=endpoint, model=model,
-                               api_key_env=api_key_env)
+        return derive_provider(self.default, provider=provider, base_url=endpoint, model=model, api_key_env=api_key_env)
 
     def engine_for_settings(self, settings: ProviderSettings) -> Any:
         """The engine for ``settings`` (opened on first use, then shared).

@@ -76,9 +76,14 @@ ERROR_CODES: tuple[tuple[type[BaseException], str], ...] = (
 #: The code of a ``NotFound`` by the table it names (``NotFound.kind``).
 NOT_FOUND_CODES = {"threads": "thread_not_found", "turns": "turn_not_found", "runs": "run_not_found"}
 
-_TYPED = {"thread_not_found": ThreadNotFound, "turn_not_found": TurnNotFound, "run_not_found": RunNotFound,
-          "server_overloaded": ServerOverloaded, "invalid_params": InvalidParams,
-          "internal_error": InternalError}
+_TYPED = {
+    "thread_not_found": ThreadNotFound,
+    "turn_not_found": TurnNotFound,
+    "run_not_found": RunNotFound,
+    "server_overloaded": ServerOverloaded,
+    "invalid_params": InvalidParams,
+    "internal_error": InternalError,
+}
 
 
 def error_code(exc: BaseException) -> str:

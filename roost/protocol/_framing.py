@@ -29,7 +29,6 @@ all of them, so tests can exercise the oversized path without 64 MiB of input.
 from __future__ import annotations
 
 import json as _stdjson
-
 import os
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias

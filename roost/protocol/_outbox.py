@@ -32,14 +32,21 @@ import functools
 import logging
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import trio
 
 from roost.protocol._coalesce import COALESCE_AFTER
 
-__all__ = ["Outbox", "DEFAULT_OUTBOX_LINES", "DEFAULT_OUTBOX_BYTES", "DEFAULT_STALL_TIMEOUT_S",
-           "outbox_bytes_from_env", "stall_timeout_from_env", "release_memory"]
+__all__ = [
+    "Outbox",
+    "DEFAULT_OUTBOX_LINES",
+    "DEFAULT_OUTBOX_BYTES",
+    "DEFAULT_STALL_TIMEOUT_S",
+    "outbox_bytes_from_env",
+    "stall_timeout_from_env",
+    "release_memory",
+]
 
 log = logging.getLogger("roost.protocol")
 
@@ -76,10 +83,16 @@ class Outbox:
             consumer (None: no limit).
     """
 
-    def __init__(self, capacity: int = DEFAULT_OUTBOX_LINES, *, on_overflow: Callable[[], None] | None = None,
-                 coalesce: Callable[[list[bytes]], list[bytes]] | None = None,
-                 lanes: Callable[[bytes], bytes | None] | None = None,
-                 max_bytes: int | None = None, stall_timeout_s: float | None = None):
+    def __init__(
+        self,
+        capacity: int = DEFAULT_OUTBOX_LINES,
+        *,
+        on_overflow: Callable[[], None] | None = None,
+        coalesce: Callable[[list[bytes]], list[bytes]] | None = None,
+        lanes: Callable[[bytes], bytes | None] | None = None,
+        max_bytes: int | None = None,
+        stall_timeout_s: float | None = None,
+    ):
         self.capacity = capacity
         self._on_overflow = on_overflow
         #: most bytes that may wait (``ROOST_OUTBOX_BYTES`` or 16 MiB when not given)
@@ -204,6 +217,7 @@ class Outbox:
         The send itself is not cancelled (a half-written frame would corrupt the stream): the
         give-up calls ``on_overflow``, whose kick bounds how long the send may still take.
         """
+
         async def watchdog() -> None:
             await trio.sleep(stall_s)
             self._give_up(f"a write stayed blocked for {stall_s:g} s")

@@ -54,6 +54,12 @@ def check_params(method: str, params: Any, spec: Mapping[str, tuple[tuple[type, 
 
 
 def _names(types: tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
-             dict: "an object", list: "an array"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        dict: "an object",
+        list: "an array",
+    }
     return " or ".join(names.get(t, t.__name__) for t in types)

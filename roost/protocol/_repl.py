@@ -55,8 +55,8 @@ import trio
 
 from roost._json import dumps_line, loads
 from roost.errors import RoostError
-from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
 from roost.protocol._coalesce import WIRE_TOKENS
+from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
 from roost.protocol._outbox import Outbox
 from roost.protocol._repl_events import ChatTranslator, assistant_replies, replay_event
 from roost.protocol._repl_prompts import PromptBroker, ask_user_tool
@@ -131,8 +131,17 @@ class ReplSession:
         turn_index: the number of turns the chat already has.
     """
 
-    def __init__(self, actor: Any, outbox: Outbox, broker: PromptBroker, *, model: str,
-                 questions: bool, turn_index: int = 0, registry: Any = None) -> None:
+    def __init__(
+        self,
+        actor: Any,
+        outbox: Outbox,
+        broker: PromptBroker,
+        *,
+        model: str,
+        questions: bool,
+        turn_index: int = 0,
+        registry: Any = None,
+    ) -> None:
         from roost.actors import Origin
 
         self.actor = actor
@@ -146,8 +155,8 @@ class ReplSession:
         self.exit_requested = False
         self._first_prompt: str | None = None
         self.registry = registry
-        self._taps: dict[str, _WorkerTap] = {}   # worker thread id -> its tap
-        self._shell: ShellEscape | None = None   # the running ``!command``, if any
+        self._taps: dict[str, _WorkerTap] = {}  # worker thread id -> its tap
+        self._shell: ShellEscape | None = None  # the running ``!command``, if any
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -231,21 +240,38 @@ class ReplSession:
         context = min(1.0, t.last_input_tokens / window) if window > 0 else 0.0
         level = "ok" if context < 0.75 else "warning" if context < 0.9 else "critical"
         modes = [self.actor.thread.permission_mode or "standard"] + (["questions"] if self.questions else [])
-        return {"type": "status", "model": self.model, "turn": t.turn_index, "context": round(context, 4),
-                "level": level, "modes": modes, "input": t.input_tokens, "output": t.output_tokens,
-                "cached": t.cached_tokens}
+        return {
+            "type": "status",
+            "model": self.model,
+            "turn": t.turn_index,
+            "context": round(context, 4),
+            "level": level,
+            "modes": modes,
+            "input": t.input_tokens,
+            "output": t.output_tokens,
+            "cached": t.cached_tokens,
+        }
 
     def title_event(self) -> dict:
         thread = self.actor.thread
-        return {"type": "title", "sessionId": thread.id, "title": thread.title,
-                "autoTitle": (thread.metadata or {}).get("auto_title")}
+        return {
+            "type": "title",
+            "sessionId": thread.id,
+            "title": thread.title,
+            "autoTitle": (thread.metadata or {}).get("auto_title"),
+        }
 
     def ready_event(self) -> dict:
         thread = self.actor.thread
-        return {"type": "ready", "protocolVersion": PROTOCOL_VERSION, "sessionId": thread.id,
-                "model": self.model, "title": thread.title,
-                "autoTitle": (thread.metadata or {}).get("auto_title"),
-                "midTurnCommands": list(MID_TURN_COMMANDS)}
+        return {
+            "type": "ready",
+            "protocolVersion": PROTOCOL_VERSION,
+            "sessionId": thread.id,
+            "model": self.model,
+            "title": thread.title,
+            "autoTitle": (thread.metadata or {}).get("auto_title"),
+            "midTurnCommands": list(MID_TURN_COMMANDS),
+        }
 
     def _after_turn(self, turn: dict) -> None:
         """After a turn's terminal events: carry unadmitted mid-turn input; name the chat."""
@@ -256,8 +282,11 @@ class ReplSession:
             # Busy from now on, so input read meanwhile joins the carried turn instead of racing it.
             self.translator.expect_turn(carried_text="\n\n".join(str(h.get("prompt") or "") for h in held))
             self.nursery.start_soon(self._carry, held)
-        elif turn.get("status") == "completed" and self._first_prompt \
-                and not (self.actor.thread.metadata or {}).get("auto_title"):
+        elif (
+            turn.get("status") == "completed"
+            and self._first_prompt
+            and not (self.actor.thread.metadata or {}).get("auto_title")
+        ):
             self.nursery.start_soon(self._auto_title, self._first_prompt)
 
     async def _carry(self, held: list[dict]) -> None:
@@ -269,8 +298,7 @@ class ReplSession:
             first = await self.actor.ref.ask(SteerInput(input_id=held[0]["id"], origin=self.origin))
             turn_id = (first.get("turn") or {}).get("id")
             for entry in held[1:]:
-                await self.actor.ref.ask(SteerInput(input_id=entry["id"], expected_turn_id=turn_id,
-                                                    origin=self.origin))
+                await self.actor.ref.ask(SteerInput(input_id=entry["id"], expected_turn_id=turn_id, origin=self.origin))
         except RoostError as exc:
             if not self.translator._turn_id:
                 self.translator.abandon_turn()
@@ -350,8 +378,13 @@ class ReplSession:
         if self.translator.busy:
             self.translator.abandon_turn()
         log.warning("the chat's thread actor stopped unexpectedly; going on with a fresh one")
-        self.emit({"type": "error", "text": "the chat's runtime part stopped unexpectedly and was restarted; "
-                                            "the turn in progress (if any) ended"})
+        self.emit(
+            {
+                "type": "error",
+                "text": "the chat's runtime part stopped unexpectedly and was restarted; "
+                "the turn in progress (if any) ended",
+            }
+        )
 
     async def _user_input(self, frame: dict) -> None:
         from roost.errors import InvalidParams
@@ -413,8 +446,13 @@ class ReplSession:
         ``message_end`` follows its ``shell_end`` (``cancelled`` when it was interrupted).
         """
         if self.translator.busy:
-            self.emit({"type": "error", "text": "!commands cannot be used while a reply is streaming; "
-                                                f"mid-turn commands: {', '.join(MID_TURN_COMMANDS)}"})
+            self.emit(
+                {
+                    "type": "error",
+                    "text": "!commands cannot be used while a reply is streaming; "
+                    f"mid-turn commands: {', '.join(MID_TURN_COMMANDS)}",
+                }
+            )
             return
         if not command:
             self.emit({"type": "error", "text": "usage: !<shell command>"})
@@ -432,8 +470,11 @@ class ReplSession:
         finally:
             self._shell = None
         if ran and not self.exit_requested:
-            self.emit({"type": "cancelled"} if escape.interrupted else
-                      {"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []})
+            self.emit(
+                {"type": "cancelled"}
+                if escape.interrupted
+                else {"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []}
+            )
 
     async def _reply_to_copy(self, arg: str) -> str | None:
         """The text ``/copy [N]`` copies: the Nth-last assistant reply (default the last).
@@ -483,8 +524,13 @@ class ReplSession:
         command, arg = command.lower(), arg.strip()
         mid_turn = self.translator.busy
         if mid_turn and command not in MID_TURN_COMMANDS and command not in ("/exit", "/quit"):
-            self.emit({"type": "error", "text": f"{command} cannot be used while a reply is streaming; "
-                                                f"mid-turn commands: {', '.join(MID_TURN_COMMANDS)}"})
+            self.emit(
+                {
+                    "type": "error",
+                    "text": f"{command} cannot be used while a reply is streaming; "
+                    f"mid-turn commands: {', '.join(MID_TURN_COMMANDS)}",
+                }
+            )
             return
         message = ""
         if command in ("/exit", "/quit"):
@@ -582,8 +628,7 @@ class _WorkerTap:
         self._emit(self.translator.announce_running())
 
 
-async def _open_chat(runtime: Any, *, resume: str | None, cwd: Path, settings: Any,
-                     permission_mode: str) -> Any:
+async def _open_chat(runtime: Any, *, resume: str | None, cwd: Path, settings: Any, permission_mode: str) -> Any:
     """The chat's ThreadActor: the resumed thread, or a new ``chat`` thread in ``cwd``.
 
     Raises:
@@ -599,15 +644,31 @@ async def _open_chat(runtime: Any, *, resume: str | None, cwd: Path, settings: A
             raise InvalidParams(f"{resume} is a {actor.thread.kind} thread, not a chat")
         return actor
     now = utc_now()
-    thread = Thread(id=new_id("thr"), kind="chat", cwd=str(cwd), provider=settings.provider,
-                    model=settings.model, permission_mode=permission_mode, created_at=now, updated_at=now)
+    thread = Thread(
+        id=new_id("thr"),
+        kind="chat",
+        cwd=str(cwd),
+        provider=settings.provider,
+        model=settings.model,
+        permission_mode=permission_mode,
+        created_at=now,
+        updated_at=now,
+    )
     return await runtime.registry.create(thread, ephemeral=False)
 
 
-async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, engines: Any,
-                     cwd: Path, resume: str | None = None, permission_mode: str = "standard",
-                     questions: bool = False, db_path: Path | None = None,
-                     handle_sigint: bool = True) -> int:
+async def serve_repl(
+    receive: trio.abc.ReceiveStream,
+    send: trio.abc.SendStream,
+    *,
+    engines: Any,
+    cwd: Path,
+    resume: str | None = None,
+    permission_mode: str = "standard",
+    questions: bool = False,
+    db_path: Path | None = None,
+    handle_sigint: bool = True,
+) -> int:
     """Serve one stdio chat until end of input or ``/exit``; return the exit status.
 
     Args:
@@ -651,6 +712,7 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
             emit({"type": "cancelled"})  # nothing is running yet; the process lives on
 
     async with trio.open_nursery() as writer:
+
         async def write() -> None:
             try:
                 await outbox.run_writer(send)
@@ -660,6 +722,7 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
         writer.start_soon(write)
         signals_scope = trio.CancelScope()
         if handle_sigint:
+
             async def signals(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 with signals_scope:
                     await _sigint(on_sigint, task_status=task_status)
@@ -671,13 +734,14 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
                 code = 2
                 return code
             tools = builtin_tools()
-            tools["update_plan"] = plan_tool()   # plan and step_status events
+            tools["update_plan"] = plan_tool()  # plan and step_status events
             if questions:
                 tools["ask_user"] = ask_user_tool(broker)
             async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:
                 try:
-                    actor = await _open_chat(runtime, resume=resume, cwd=cwd, settings=engines.default,
-                                             permission_mode=permission_mode)
+                    actor = await _open_chat(
+                        runtime, resume=resume, cwd=cwd, settings=engines.default, permission_mode=permission_mode
+                    )
                     snapshot = await actor.ref.ask(_snapshot()) if resume is not None else None
                 except RoostError as exc:
                     emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
@@ -685,8 +749,9 @@ async def serve_repl(receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
                     return code
                 model = actor.thread.model or engines.default.model or engines.default.provider
                 turns = len(snapshot["turns"]) if snapshot else 0
-                session = ReplSession(actor, outbox, broker, model=model, questions=questions, turn_index=turns,
-                                      registry=runtime.registry)
+                session = ReplSession(
+                    actor, outbox, broker, model=model, questions=questions, turn_index=turns, registry=runtime.registry
+                )
                 await _serve(session, receive, snapshot)
         finally:
             broker.close()
@@ -724,7 +789,7 @@ async def _serve(session: ReplSession, receive: trio.abc.ReceiveStream, snapshot
         session.untap_workers()
         with trio.CancelScope(shield=True):
             try:
-                await session.actor.ref.ask(Unsubscribe(session), timeout=5)   # /switch may have changed it
+                await session.actor.ref.ask(Unsubscribe(session), timeout=5)  # /switch may have changed it
             except RoostError:
                 log.debug("could not unsubscribe at shutdown", exc_info=True)
 

@@ -60,8 +60,15 @@ def plan_events(metadata: dict) -> list[dict]:
         events.append({"type": "plan", "steps": [str(s) for s in metadata["plan"]]})
     status = metadata.get("step_status")
     if isinstance(status, dict):
-        events.append({"type": "step_status", "step": status.get("step"), "total": status.get("total"),
-                       "status": status.get("status"), "stepsLeft": status.get("steps_left")})
+        events.append(
+            {
+                "type": "step_status",
+                "step": status.get("step"),
+                "total": status.get("total"),
+                "status": status.get("status"),
+                "stepsLeft": status.get("steps_left"),
+            }
+        )
     return events
 
 
@@ -180,9 +187,9 @@ class ChatTranslator:
         self.last_input_tokens = 0
         self._tool_names: list[str] = []
         self._changes: dict[str, str] = {}
-        self._calls: dict[str | None, dict] = {}      # item id -> {name, args_json, announced}
+        self._calls: dict[str | None, dict] = {}  # item id -> {name, args_json, announced}
         self._turn_id: str | None = None
-        self._compacting = False               # the current (or expected) turn is a compaction
+        self._compacting = False  # the current (or expected) turn is a compaction
 
     # -- state the session drives ---------------------------------------------------------------
 
@@ -225,8 +232,12 @@ class ChatTranslator:
         if method == "item/started":
             item = params.get("item") or {}
             if item.get("type") == "tool_call":
-                self._calls[item["id"]] = {"name": item.get("name") or "tool", "args_json": "",
-                                           "announced": False, "args": item.get("arguments")}
+                self._calls[item["id"]] = {
+                    "name": item.get("name") or "tool",
+                    "args_json": "",
+                    "announced": False,
+                    "args": item.get("arguments"),
+                }
             return []
         if method == "item/completed":
             item = params.get("item") or {}
@@ -268,8 +279,12 @@ class ChatTranslator:
             except (JSONDecodeError, ValueError):
                 args = None
         self._tool_names.append(call["name"])
-        event: dict[str, Any] = {"type": "tool_call", "id": item_id, "name": call["name"],
-                                 "summary": tool_summary(call["name"], args)}
+        event: dict[str, Any] = {
+            "type": "tool_call",
+            "id": item_id,
+            "name": call["name"],
+            "summary": tool_summary(call["name"], args),
+        }
         if isinstance(args, dict) and args:
             event["args"] = args
         return [event]
@@ -297,8 +312,12 @@ class ChatTranslator:
     def _tool_completed(self, item: dict) -> list[dict]:
         item_id = item.get("id")
         if item_id not in self._calls:
-            self._calls[item_id] = {"name": item.get("name") or "tool", "args_json": "", "announced": False,
-                                    "args": item.get("arguments")}
+            self._calls[item_id] = {
+                "name": item.get("name") or "tool",
+                "args_json": "",
+                "announced": False,
+                "args": item.get("arguments"),
+            }
         call = self._calls[item_id]
         call["done"] = True
         if call.get("args") is None:
@@ -306,8 +325,9 @@ class ChatTranslator:
         events = self.announce_tool_call(item_id)
         output = str(item.get("output") or "")
         ok = not item.get("is_error")
-        events.append({"type": "tool_result", "id": item_id, "name": call["name"], "ok": ok,
-                       "output": output[:TOOL_OUTPUT_CHARS]})
+        events.append(
+            {"type": "tool_result", "id": item_id, "name": call["name"], "ok": ok, "output": output[:TOOL_OUTPUT_CHARS]}
+        )
         metadata = item.get("metadata") or {}
         if ok and call["name"] == "update_plan":
             events.extend(plan_events(metadata))
@@ -317,8 +337,15 @@ class ChatTranslator:
             if self._changes.get(path) == "A":
                 sigil = "A"  # created earlier in this turn: still an addition
             self._changes[path] = sigil
-            events.append({"type": "file_changed", "path": path, "sigil": sigil,
-                           "added": int(metadata.get("added") or 0), "removed": int(metadata.get("removed") or 0)})
+            events.append(
+                {
+                    "type": "file_changed",
+                    "path": path,
+                    "sigil": sigil,
+                    "added": int(metadata.get("added") or 0),
+                    "removed": int(metadata.get("removed") or 0),
+                }
+            )
         return events
 
     def _display(self, path: str) -> str:
@@ -335,8 +362,9 @@ class ChatTranslator:
         for item_id in list(self._calls):
             events.extend(self.announce_tool_call(item_id))
         if self._changes:
-            events.append({"type": "file_changes",
-                           "changes": [{"sigil": s, "path": p} for p, s in self._changes.items()]})
+            events.append(
+                {"type": "file_changes", "changes": [{"sigil": s, "path": p} for p, s in self._changes.items()]}
+            )
         usage = turn.get("usage") or {}
         inp, out, cached = (int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens", "cached_tokens"))
         self.input_tokens += inp
@@ -349,11 +377,17 @@ class ChatTranslator:
         elif inp:
             self.last_input_tokens = inp
         if status == "completed":
-            events.append({
-                "type": "message_end", "turnIndex": self.turn_index, "toolCalls": list(self._tool_names),
-                "inputTokens": inp or None, "outputTokens": out or None, "cachedInputTokens": cached,
-                "cumulativeCacheReadTokens": self.cached_tokens,
-            })
+            events.append(
+                {
+                    "type": "message_end",
+                    "turnIndex": self.turn_index,
+                    "toolCalls": list(self._tool_names),
+                    "inputTokens": inp or None,
+                    "outputTokens": out or None,
+                    "cachedInputTokens": cached,
+                    "cumulativeCacheReadTokens": self.cached_tokens,
+                }
+            )
         elif status == "failed":
             error = turn.get("error") or {}
             category = error.get("category") or "error"

@@ -13,7 +13,8 @@ Roost with ``FUSERAFT_VSCODE_QUESTIONS=1`` (or ``ROOST_VSCODE_QUESTIONS=1``): it
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -42,8 +43,7 @@ class PromptBroker:
             is sent (the session announces the pending ``tool_call`` with it).
     """
 
-    def __init__(self, emit: Callable[[dict], None], *,
-                 before_approval: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, emit: Callable[[dict], None], *, before_approval: Callable[[Any], None] | None = None) -> None:
         self._emit = emit
         self._before_approval = before_approval
         self._lock = trio.StrictFIFOLock()
@@ -81,8 +81,11 @@ class PromptBroker:
 
         Cancellation: cancelled while waiting (the turn was interrupted), nothing is left pending.
         """
-        event = {"type": "approval_request", "kind": params.get("kind"),
-                 **{k: v for k, v in params.items() if k not in _ROUTING}}
+        event = {
+            "type": "approval_request",
+            "kind": params.get("kind"),
+            **{k: v for k, v in params.items() if k not in _ROUTING},
+        }
         before = None
         if self._before_approval is not None:
             hook, item_id = self._before_approval, params.get("item_id")
@@ -146,23 +149,31 @@ def ask_user_tool(broker: PromptBroker) -> Tool:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         options = [str(o) for o in args.get("options") or []]
         allow_other = args.get("allowOther")
-        answer = await broker.ask_question(str(args["question"]), options,
-                                           True if allow_other is None else bool(allow_other))
+        answer = await broker.ask_question(
+            str(args["question"]), options, True if allow_other is None else bool(allow_other)
+        )
         if answer is None:
-            return ToolResult(output="The user skipped the question (no answer). Continue with your best judgement.",
-                              metadata={"skipped": True})
+            return ToolResult(
+                output="The user skipped the question (no answer). Continue with your best judgement.",
+                metadata={"skipped": True},
+            )
         return ToolResult(output=f"The user answered: {answer}", metadata={"answer": answer})
 
     return Tool(
         name="ask_user",
-        description=("Ask the user a question and wait for the answer. Give `options` when there are "
-                     "a few likely answers; set `allowOther` to false to allow only those."),
+        description=(
+            "Ask the user a question and wait for the answer. Give `options` when there are "
+            "a few likely answers; set `allowOther` to false to allow only those."
+        ),
         parameters={
             "type": "object",
             "properties": {
                 "question": {"type": "string", "description": "The question, in one or two sentences."},
-                "options": {"type": "array", "items": {"type": "string"},
-                            "description": "Suggested answers (may be empty)."},
+                "options": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Suggested answers (may be empty).",
+                },
                 "allowOther": {"type": "boolean", "description": "Allow a free-text answer (default true)."},
             },
             "required": ["question"],

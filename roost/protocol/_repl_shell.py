@@ -29,6 +29,8 @@ _SHELL_REAP = 5.0
 _SHELL_DRAIN = 0.5
 #: Bytes asked of each read of a ``!command``'s output pipe.
 _SHELL_CHUNK = 64 * 1024
+
+
 class ShellEscape:
     """One ``!command``: ``/bin/sh -c command`` in the chat's directory, streamed as stdio events.
 
@@ -94,8 +96,14 @@ class ShellEscape:
             finally:
                 with trio.CancelScope(shield=True):
                     await self._reap(process)
-            self.emit({"type": "shell_end", "exitCode": process.returncode, "truncated": self.truncated,
-                       "interrupted": self.interrupted})
+            self.emit(
+                {
+                    "type": "shell_end",
+                    "exitCode": process.returncode,
+                    "truncated": self.truncated,
+                    "interrupted": self.interrupted,
+                }
+            )
             return True
         finally:
             self.done.set()
@@ -128,8 +136,12 @@ class ShellEscape:
             self.emit({"type": "shell_output", "text": piece})
         if len(text) > room:
             self.truncated = True
-            self.emit({"type": "shell_output",
-                       "text": f"\n[output truncated: only the first {SHELL_OUTPUT_CHARS:,} characters are shown]\n"})
+            self.emit(
+                {
+                    "type": "shell_output",
+                    "text": f"\n[output truncated: only the first {SHELL_OUTPUT_CHARS:,} characters are shown]\n",
+                }
+            )
 
     async def _reap(self, process: trio.Process) -> None:
         """Stop the process group when stopped or still running (bounded); close the pipe."""

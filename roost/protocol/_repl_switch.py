@@ -51,7 +51,7 @@ async def switch_chat(session: Any, target: str) -> bool:
         pass
     session.actor = actor
     session.translator = ChatTranslator(cwd=actor.cwd, turn_index=len(snapshot["turns"]))
-    session._first_prompt = None if not snapshot["turns"] else ""   # no auto-title for an older chat
+    session._first_prompt = None if not snapshot["turns"] else ""  # no auto-title for an older chat
     session.emit(session.title_event())
     session.emit(replay_event(snapshot))
     return True
@@ -77,12 +77,21 @@ async def fork_chat(session: Any, arg: str) -> str | None:
         turns, items = _cut(snapshot, src.id, None, None)
         now = utc_now()
         metadata = {k: v for k, v in (src.metadata or {}).items() if k not in ("worktree", "forked_from")}
-        metadata["forked_from"] = {"thread_id": src.id, "turn_id": turns[-1]["id"] if turns else None,
-                                   "item_id": None}
-        thread = Thread(id=new_id("thr"), kind="chat", title=f"{src.title} (fork)" if src.title else None,
-                        cwd=src.cwd, provider=src.provider, model=src.model, effort=src.effort,
-                        permission_mode=src.permission_mode, parent_thread_id=src.id, created_at=now,
-                        updated_at=now, metadata=metadata)
+        metadata["forked_from"] = {"thread_id": src.id, "turn_id": turns[-1]["id"] if turns else None, "item_id": None}
+        thread = Thread(
+            id=new_id("thr"),
+            kind="chat",
+            title=f"{src.title} (fork)" if src.title else None,
+            cwd=src.cwd,
+            provider=src.provider,
+            model=src.model,
+            effort=src.effort,
+            permission_mode=src.permission_mode,
+            parent_thread_id=src.id,
+            created_at=now,
+            updated_at=now,
+            metadata=metadata,
+        )
         turn_map = {t["id"]: new_id("turn") for t in turns}
         item_map = {i["id"]: new_id("item") for i in items}
         await session.registry.services.store.writer.submit(_copy_history, thread, turns, items, turn_map, item_map)

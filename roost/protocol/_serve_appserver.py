@@ -9,7 +9,16 @@ from typing import Any
 import trio
 
 from roost.actors import ProcessManager
-from roost.protocol import _as_attachments, _as_config, _as_content, _as_processes, _as_runs, _as_threads, _as_turns, _as_usage  # noqa: F401  (register methods)
+from roost.protocol import (  # noqa: F401  (register methods)
+    _as_attachments,
+    _as_config,
+    _as_content,
+    _as_processes,
+    _as_runs,
+    _as_threads,
+    _as_turns,
+    _as_usage,
+)
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._engines import EngineCatalog
 from roost.supervisor import open_runtime
@@ -19,8 +28,13 @@ __all__ = ["serve_app_server"]
 
 
 async def serve_app_server(
-    receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, engines: EngineCatalog,
-    db_path: Path | None = None, tools: dict[str, Any] | None = None, host: dict | None = None,
+    receive: trio.abc.ReceiveStream,
+    send: trio.abc.SendStream,
+    *,
+    engines: EngineCatalog,
+    db_path: Path | None = None,
+    tools: dict[str, Any] | None = None,
+    host: dict | None = None,
     watch_config: tuple[Path, Callable[[], Any]] | None = None,
 ) -> None:
     """Start a runtime and serve one app-server session until end of input or ``shutdown``.

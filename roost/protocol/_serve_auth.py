@@ -36,8 +36,7 @@ from roost.errors import ConfigError
 #: An ASGI application: ``async (scope, receive, send) -> None``.
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
-__all__ = ["ServeAuth", "Grant", "CLIENT_ID_RE", "TOKEN_ENV_NAMES", "parse_client_id", "bearer_token",
-           "RequireToken"]
+__all__ = ["ServeAuth", "Grant", "CLIENT_ID_RE", "TOKEN_ENV_NAMES", "parse_client_id", "bearer_token", "RequireToken"]
 
 TOKEN_ENV_NAMES = ("FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN")
 CLIENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -158,22 +157,28 @@ class RequireToken:
         # Starlette's lifespan and router are reached through the wrapped app (e.g. ``.router``).
         self.router = getattr(app, "router", None)
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(
+        self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
+    ) -> None:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        headers = {bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1")
-                   for k, v in scope.get("headers") or ()}
+        headers = {
+            bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1") for k, v in scope.get("headers") or ()
+        }
         refusal = self.refusal(headers)
         if refusal is None:
             await self.app(scope, receive, send)
             return
         status, body = refusal
         extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode()),
-                                *extra]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode()), *extra],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     def refusal(self, headers: dict[str, str]) -> tuple[int, bytes] | None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import functools
 import hashlib
 import itertools
 import logging
@@ -41,31 +40,38 @@ import socket as stdsocket
 import ssl
 import stat
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import attrs
 import trio
 
+import roost.orchestration
 from roost._faults import fault_point
 from roost._json import JSONDecodeError, dumps_line, loads
 from roost._paths import run_dir
-from roost.actors import CLOSE_NORMAL, ConnectionActor
-from roost.actors import QueuedTask, TaskQueue
+from roost.actors import CLOSE_NORMAL, ConnectionActor, QueuedTask, TaskQueue
 from roost.errors import ChildNotFound, ConfigError, LifecycleError, RoostError, ServerOverloaded
-import roost.orchestration
 from roost.protocol._coalesce import WIRE_TOKENS
+from roost.protocol._errors import to_protocol_error
 from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
 from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox, stall_timeout_from_env
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
-from roost.protocol._errors import to_protocol_error
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
 from roost.protocol._serve_listeners import run_http_listener, run_unix_listener
 from roost.protocol._websocket import ServerWebSocket, accept_websocket, read_request, reject_websocket
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
-__all__ = ["ServeOptions", "ServeDaemon", "DaemonRunning", "SocketPathTaken", "default_socket_path", "claim_socket_path",
-           "PROTOCOL_VERSION"]
+__all__ = [
+    "ServeOptions",
+    "ServeDaemon",
+    "DaemonRunning",
+    "SocketPathTaken",
+    "default_socket_path",
+    "claim_socket_path",
+    "PROTOCOL_VERSION",
+]
 
 log = logging.getLogger("roost.serve")
 
@@ -116,15 +122,17 @@ def claim_socket_path(path: Path) -> int:
         # path is somebody's data.
         os.close(fd)
         kind = "directory" if stat.S_ISDIR(mode) else "symbolic link" if stat.S_ISLNK(mode) else "file"
-        raise SocketPathTaken(f"{path} exists and is a {kind}, not a socket; not removing it. "
-                              "Move it away or give another path with --socket")
+        raise SocketPathTaken(
+            f"{path} exists and is a {kind}, not a socket; not removing it. "
+            "Move it away or give another path with --socket"
+        )
     if mode is not None:
         probe = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         probe.settimeout(2.0)
         try:
             probe.connect(str(path))
         except OSError:
-            path.unlink(missing_ok=True)   # stale: its daemon is dead (we hold the lock)
+            path.unlink(missing_ok=True)  # stale: its daemon is dead (we hold the lock)
         else:
             os.close(fd)
             raise DaemonRunning(f"a daemon is accepting connections on {path}; not displacing it")
@@ -163,7 +171,7 @@ class _Pending:
     """An approval waiting for its client."""
 
     event: dict
-    asked: Any = None        # the connection last asked
+    asked: Any = None  # the connection last asked
     answer: bool | None = None
     done: bool = False
 
@@ -194,20 +202,29 @@ class ClientState:
 class ServeDaemon:
     """The daemon: clients, broadcast, approval and result routing, listeners (see the module doc)."""
 
-    def __init__(self, runtime: Any, options: ServeOptions, *, provider: str | None, model: str | None,
-                 engines: Any = None) -> None:
+    def __init__(
+        self, runtime: Any, options: ServeOptions, *, provider: str | None, model: str | None, engines: Any = None
+    ) -> None:
         self.runtime = runtime
         self.options = options
         #: set by ``roost serve`` when its Scheduler runs (``TaskOutcomes`` of roost.actors._scheduler)
         self.outcomes: Any = None
         #: set by ``roost serve``: the ``DaemonMetrics`` of roost.protocol._serve_metrics (``/metrics``)
         self.metrics: Any = None
-        self.queue = TaskQueue(runtime, self, provider=provider, model=model,
-                               max_concurrent=options.max_concurrent, max_queued=options.max_queued,
-                               unattended_policy=options.unattended_policy,
-                               permission_mode=options.permission_mode, default_work_dir=str(options.work_dir),
-                               default_config=options.config, engines=engines,
-                               orchestrations=roost.orchestration)
+        self.queue = TaskQueue(
+            runtime,
+            self,
+            provider=provider,
+            model=model,
+            max_concurrent=options.max_concurrent,
+            max_queued=options.max_queued,
+            unattended_policy=options.unattended_policy,
+            permission_mode=options.permission_mode,
+            default_work_dir=str(options.work_dir),
+            default_config=options.config,
+            engines=engines,
+            orchestrations=roost.orchestration,
+        )
         self.clients: dict[str, ClientState] = {}
         self.connections: set[ConnectionActor] = set()
         self._translators: dict[str, TaskEventTranslator] = {}
@@ -265,8 +282,9 @@ class ServeDaemon:
             ChildSpec("listener:unix", self._run_unix_listener, restart=Restart.PERMANENT, shutdown_timeout=5),
         ]
         if self.options.http_port is not None:
-            specs.append(ChildSpec("listener:http", self._run_http_listener, restart=Restart.PERMANENT,
-                                   shutdown_timeout=5))
+            specs.append(
+                ChildSpec("listener:http", self._run_http_listener, restart=Restart.PERMANENT, shutdown_timeout=5)
+            )
         return specs
 
     def _new_connections(self) -> Supervisor:
@@ -306,11 +324,13 @@ class ServeDaemon:
 
     async def serve_unix(self, stream: trio.SocketStream) -> None:
         """Serve one accepted Unix-socket client until it leaves."""
+
         async def close(code: int, reason: str) -> None:
             await stream.aclose()
 
-        await self._attach(_unix_lines(stream, self.max_line_bytes), stream, close, scope="unix", client_id=None,
-                           read_only=False)
+        await self._attach(
+            _unix_lines(stream, self.max_line_bytes), stream, close, scope="unix", client_id=None, read_only=False
+        )
 
     async def serve_attach(self, stream: trio.abc.Stream, head: bytes) -> None:
         """Serve one WebSocket handshake (``/attach``) read as ``head`` from ``stream`` (wsproto,
@@ -328,8 +348,13 @@ class ServeDaemon:
             return
         grant = self.options.auth.check(bearer_token(headers.get("authorization")))
         if grant is None:
-            await reject_websocket(stream, ws, 401, b"unauthorized: send Authorization: Bearer <token>\n",
-                                   headers=[(b"WWW-Authenticate", b"Bearer")])
+            await reject_websocket(
+                stream,
+                ws,
+                401,
+                b"unauthorized: send Authorization: Bearer <token>\n",
+                headers=[(b"WWW-Authenticate", b"Bearer")],
+            )
             return
         try:
             client_id = parse_client_id(headers.get("fuseraft-client-id"))
@@ -344,11 +369,17 @@ class ServeDaemon:
         async def frames() -> AsyncIterator[str | FrameError]:
             decoder = LineDecoder(max_line_bytes=self.max_line_bytes, parse=False)
             async for message in socket.messages():
-                for frame in decoder.feed(message + b"\n"):   # a message ends its last line
+                for frame in decoder.feed(message + b"\n"):  # a message ends its last line
                     yield frame
 
-        await self._attach(frames(), _WebSocketLines(socket), socket.aclose, scope=grant.scope,
-                           client_id=client_id, read_only=grant.read_only)
+        await self._attach(
+            frames(),
+            _WebSocketLines(socket),
+            socket.aclose,
+            scope=grant.scope,
+            client_id=client_id,
+            read_only=grant.read_only,
+        )
 
     # -- clients ------------------------------------------------------------------------------------
 
@@ -359,15 +390,33 @@ class ServeDaemon:
             client = self.clients[key] = ClientState(key=key, client_id=client_id, anonymous=anon)
         return client
 
-    async def _attach(self, frames: AsyncIterator[str | FrameError], stream: Any, close: Any, *, scope: str,
-                      client_id: str | None, read_only: bool) -> None:
+    async def _attach(
+        self,
+        frames: AsyncIterator[str | FrameError],
+        stream: Any,
+        close: Any,
+        *,
+        scope: str,
+        client_id: str | None,
+        read_only: bool,
+    ) -> None:
         key = f"{scope}/{client_id}" if client_id else f"{scope}/conn-{next(_anon)}"
         client = self._client(key, client_id, anonymous=client_id is None)
         holder: list[ConnectionActor] = []
-        outbox = Outbox(self.options.outbox_lines, coalesce=WIRE_TOKENS, stall_timeout_s=stall_timeout_from_env(),
-                        on_overflow=lambda: holder[0].kick(f"slow consumer: {outbox.reason}"))
-        conn = ConnectionActor(outbox=outbox, handle_line=self._handle, close=close,
-                               kick_grace=self.options.kick_grace, client=client, read_only=read_only)
+        outbox = Outbox(
+            self.options.outbox_lines,
+            coalesce=WIRE_TOKENS,
+            stall_timeout_s=stall_timeout_from_env(),
+            on_overflow=lambda: holder[0].kick(f"slow consumer: {outbox.reason}"),
+        )
+        conn = ConnectionActor(
+            outbox=outbox,
+            handle_line=self._handle,
+            close=close,
+            kick_grace=self.options.kick_grace,
+            client=client,
+            read_only=read_only,
+        )
         holder.append(conn)
         for old in list(client.conns):
             old.kick("replaced by a newer connection with the same client id", code=CLOSE_NORMAL)
@@ -375,8 +424,12 @@ class ServeDaemon:
         self.connections.add(conn)
         self._hello(conn, client_id=client_id)
         client.notify()
-        log.info("client %s connected (%s)", key, scope,
-                 extra={"event": "client_connected", "client": key, "conn": str(conn.id), "read_only": read_only})
+        log.info(
+            "client %s connected (%s)",
+            key,
+            scope,
+            extra={"event": "client_connected", "client": key, "conn": str(conn.id), "read_only": read_only},
+        )
         try:
             await conn.run(frames, stream)
         except Exception:
@@ -397,11 +450,23 @@ class ServeDaemon:
         first = None
         if in_flight:
             task = in_flight[0]
-            first = {"sessionId": task.id, "task": task.task, "status": task.status,
-                     "position": self.queue.position(task.id)}
+            first = {
+                "sessionId": task.id,
+                "task": task.task,
+                "status": task.status,
+                "position": self.queue.position(task.id),
+            }
         done = self.queue.uncollected(key)
-        conn.send({"type": "hello", "protocolVersion": PROTOCOL_VERSION, "clientId": client_id,
-                   "readOnly": conn.read_only, "inFlight": first, "pendingResults": [t.id for t in done]})
+        conn.send(
+            {
+                "type": "hello",
+                "protocolVersion": PROTOCOL_VERSION,
+                "clientId": client_id,
+                "readOnly": conn.read_only,
+                "inFlight": first,
+                "pendingResults": [t.id for t in done],
+            }
+        )
         for task in done:
             conn.send(self._result(task))
             self._spawn(self.queue.mark_collected, task.id)
@@ -437,13 +502,18 @@ class ServeDaemon:
         text = line.strip()
         if not text:
             return
-        if not text.startswith(("{", "[")):   # a plain text line is a task
+        if not text.startswith(("{", "[")):  # a plain text line is a task
             await self._dispatch(conn, text)
             return
         message = _json_object(text)
         if message is None:
-            conn.send(_error("the line starts like JSON but is not a JSON object; send a JSON input "
-                             "message or plain text (not starting with '{' or '[')", "invalid_request"))
+            conn.send(
+                _error(
+                    "the line starts like JSON but is not a JSON object; send a JSON input "
+                    "message or plain text (not starting with '{' or '[')",
+                    "invalid_request",
+                )
+            )
             return
         kind = message.get("type")
         if kind == "user_input":
@@ -462,7 +532,7 @@ class ServeDaemon:
                 conn.send(_error("a read-only client cannot interrupt", "read_only"))
             elif not self.queue.interrupt(conn.client.key):
                 conn.send(_error("none of your tasks is running", "invalid_request"))
-        elif kind == "status":   # additive (issue 17): see roost.protocol._serve_status
+        elif kind == "status":  # additive (issue 17): see roost.protocol._serve_status
             from roost.protocol._serve_status import status_snapshot
 
             conn.send(status_snapshot(self))
@@ -481,7 +551,7 @@ class ServeDaemon:
             conn.send(_error(str(exc), exc.code))
             return
         except RoostError as exc:
-            error = to_protocol_error(exc, context="serve dispatch")   # the same table as the app-server
+            error = to_protocol_error(exc, context="serve dispatch")  # the same table as the app-server
             conn.send(_error(f"the task could not be queued: {error.message}", error.code))
             return
         conn.send({"type": "queued", "sessionId": task_id, "position": self.queue.position(task_id) or 0})
@@ -502,9 +572,10 @@ class ServeDaemon:
         if translator is None:
             threshold = self.options.warn_threshold
             if task.orchestrated and threshold is not None and _config_budget(task.config) is not None:
-                threshold = None   # the config's own token budget warns instead
+                threshold = None  # the config's own token budget warns instead
             translator = self._translators[task.id] = TaskEventTranslator(
-                task.id, self.options.agent_name, warn_threshold=threshold, orchestrated=task.orchestrated)
+                task.id, self.options.agent_name, warn_threshold=threshold, orchestrated=task.orchestrated
+            )
         return translator
 
     def task_started(self, task: QueuedTask) -> None:
@@ -530,9 +601,11 @@ class ServeDaemon:
     async def request_approval(self, task: QueuedTask, params: dict) -> bool | None:
         """:meth:`_ask_client`, recording who answered for :meth:`approvals_of` (MCP ``get_result``)."""
         answer = await self._ask_logged(task, params)
-        record = {"kind": params.get("kind"),
-                  "approved": answer if answer is not None else self.options.unattended_policy == "allow",
-                  "answeredBy": "client" if answer is not None else "unattended"}
+        record = {
+            "kind": params.get("kind"),
+            "approved": answer if answer is not None else self.options.unattended_policy == "allow",
+            "answeredBy": "client" if answer is not None else "unattended",
+        }
         self._approvals.setdefault(task.id, []).append(record)
         while len(self._approvals) > _APPROVALS_KEPT:
             self._approvals.pop(next(iter(self._approvals)))
@@ -553,14 +626,25 @@ class ServeDaemon:
         if item_id is not None:
             for event in self._translator(task).announce(item_id):
                 self.broadcast(event)
-        log.info("task %s asks approval: %s", task.id, params.get("kind") or params.get("tool") or "approval",
-                 extra={"event": "approval_asked", "task_id": task.id, "client": task.client_id,
-                        "kind": params.get("kind"), "tool": params.get("tool") or params.get("name")})
+        log.info(
+            "task %s asks approval: %s",
+            task.id,
+            params.get("kind") or params.get("tool") or "approval",
+            extra={
+                "event": "approval_asked",
+                "task_id": task.id,
+                "client": task.client_id,
+                "kind": params.get("kind"),
+                "tool": params.get("tool") or params.get("name"),
+            },
+        )
         answer = await self._ask_client(task, params)
-        log.info("task %s approval %s", task.id,
-                 "unanswered (unattended policy decides)" if answer is None else "approved" if answer else "denied",
-                 extra={"event": "approval_answered", "task_id": task.id, "client": task.client_id,
-                        "approved": answer})
+        log.info(
+            "task %s approval %s",
+            task.id,
+            "unanswered (unattended policy decides)" if answer is None else "approved" if answer else "denied",
+            extra={"event": "approval_answered", "task_id": task.id, "client": task.client_id, "approved": answer},
+        )
         return answer
 
     async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
@@ -607,7 +691,7 @@ class ServeDaemon:
             conn.send(self._result(task))
             self._spawn(self.queue.mark_collected, task.id)
         elif task.client_id is None or (client is not None and client.anonymous) or "/conn-" in (task.client_id or ""):
-            self._spawn(self.queue.mark_collected, task.id)   # nobody can ever collect it
+            self._spawn(self.queue.mark_collected, task.id)  # nobody can ever collect it
 
     def result_of(self, task: QueuedTask) -> dict:
         """The ``result`` event of a finished task."""
@@ -615,9 +699,14 @@ class ServeDaemon:
 
     def _result(self, task: QueuedTask) -> dict:
         result = task.result or {}
-        return result_event(session_id=task.id, task=task.task, succeeded=bool(result.get("succeeded")),
-                            error_message=result.get("errorMessage"), last_agent=result.get("lastAgent"),
-                            last_message=result.get("lastMessage"))
+        return result_event(
+            session_id=task.id,
+            task=task.task,
+            succeeded=bool(result.get("succeeded")),
+            error_message=result.get("errorMessage"),
+            last_agent=result.get("lastAgent"),
+            last_message=result.get("lastMessage"),
+        )
 
 
 class _WebSocketLines:
@@ -673,7 +762,6 @@ async def _logged(fn: Any, *args: Any) -> None:
         await fn(*args)
     except RoostError:
         log.exception("serve: background step failed")
-
 
 
 _connection_numbers = itertools.count(1)

@@ -69,21 +69,24 @@ class TaskEventTranslator:
             warning come from :meth:`run_event`, not from the thread's notifications.
     """
 
-    def __init__(self, session_id: str, agent: str, *, warn_threshold: int | None = None,
-                 orchestrated: bool = False) -> None:
+    def __init__(
+        self, session_id: str, agent: str, *, warn_threshold: int | None = None, orchestrated: bool = False
+    ) -> None:
         self.session_id = session_id
         self.agent = agent
         self.orchestrated = orchestrated
         self.warn_threshold = warn_threshold
         self._warned = False
         self._run_input_tokens = 0
-        self._calls: dict[str | None, dict] = {}     # item id -> {"name", "args": [str], "announced"}
+        self._calls: dict[str | None, dict] = {}  # item id -> {"name", "args": [str], "announced"}
 
     def translate(self, method: str, params: dict) -> list[dict]:
         """Return the daemon events for one notification (often none)."""
         if method == "item/agentMessage/delta":
             delta = params.get("delta") or ""
-            return [{"type": "token", "sessionId": self.session_id, "agent": self.agent, "text": delta}] if delta else []
+            return (
+                [{"type": "token", "sessionId": self.session_id, "agent": self.agent, "text": delta}] if delta else []
+            )
         if method == "turn/started":
             if self.orchestrated:  # the orchestrator's own agent_starting came just before
                 return []
@@ -107,13 +110,19 @@ class TaskEventTranslator:
                 self._calls.pop(item.get("id"), None)
                 return events
             return []
-        if (method == "turn/usage" and self.warn_threshold is not None and not self._warned
-                and not self.orchestrated):
+        if method == "turn/usage" and self.warn_threshold is not None and not self._warned and not self.orchestrated:
             tokens = int((params.get("usage") or {}).get("input_tokens") or 0)
             if tokens >= self.warn_threshold:
                 self._warned = True
-                return [{"type": "token_budget_warning", "agent": self.agent, "inputTokens": tokens,
-                         "warnThreshold": self.warn_threshold, "sessionId": self.session_id}]
+                return [
+                    {
+                        "type": "token_budget_warning",
+                        "agent": self.agent,
+                        "inputTokens": tokens,
+                        "warnThreshold": self.warn_threshold,
+                        "sessionId": self.session_id,
+                    }
+                ]
         return []
 
     def run_event(self, event: dict) -> list[dict]:
@@ -138,16 +147,29 @@ class TaskEventTranslator:
             self._run_input_tokens += int(tokens or 0)
             if self.warn_threshold is not None and not self._warned and self._run_input_tokens >= self.warn_threshold:
                 self._warned = True
-                return [{"type": "token_budget_warning", "agent": self.agent, "inputTokens": self._run_input_tokens,
-                         "warnThreshold": self.warn_threshold, "sessionId": self.session_id}]
+                return [
+                    {
+                        "type": "token_budget_warning",
+                        "agent": self.agent,
+                        "inputTokens": self._run_input_tokens,
+                        "warnThreshold": self.warn_threshold,
+                        "sessionId": self.session_id,
+                    }
+                ]
             return []
         if kind == "token_budget_warning":
             if self._warned:
                 return []
             self._warned = True
-            return [{"type": "token_budget_warning", "agent": event.get("agent") or self.agent,
-                     "inputTokens": event.get("inputTokens"), "warnThreshold": event.get("warnThreshold"),
-                     "sessionId": self.session_id}]
+            return [
+                {
+                    "type": "token_budget_warning",
+                    "agent": event.get("agent") or self.agent,
+                    "inputTokens": event.get("inputTokens"),
+                    "warnThreshold": event.get("warnThreshold"),
+                    "sessionId": self.session_id,
+                }
+            ]
         return []
 
     def announce(self, item_id: Any, arguments: Any = None, *, name: str | None = None) -> list[dict]:
@@ -173,8 +195,15 @@ class TaskEventTranslator:
                 arguments = loads(raw)
             except (JSONDecodeError, ValueError):
                 arguments = raw
-        return [{"type": "tool_calling", "agent": self.agent, "tool": call["name"],
-                 "argsSummary": args_summary(arguments), "sessionId": self.session_id}]
+        return [
+            {
+                "type": "tool_calling",
+                "agent": self.agent,
+                "tool": call["name"],
+                "argsSummary": args_summary(arguments),
+                "sessionId": self.session_id,
+            }
+        ]
 
 
 def approval_event(session_id: str, params: dict) -> dict:
@@ -188,11 +217,25 @@ def approval_event(session_id: str, params: dict) -> dict:
     return {"type": "approval_request", **fields, "sessionId": session_id}
 
 
-def result_event(*, session_id: str, task: str, succeeded: bool, error_message: str | None,
-                 last_agent: str | None, last_message: str | None) -> dict:
+def result_event(
+    *,
+    session_id: str,
+    task: str,
+    succeeded: bool,
+    error_message: str | None,
+    last_agent: str | None,
+    last_message: str | None,
+) -> dict:
     """The ``result`` event (wire-protocol.md, "Daemon events"): nullable fields present as null."""
-    return {"type": "result", "sessionId": session_id, "task": task, "succeeded": succeeded,
-            "errorMessage": error_message, "lastAgent": last_agent, "lastMessage": last_message}
+    return {
+        "type": "result",
+        "sessionId": session_id,
+        "task": task,
+        "succeeded": succeeded,
+        "errorMessage": error_message,
+        "lastAgent": last_agent,
+        "lastMessage": last_message,
+    }
 
 
 def auto_dispatched_event(*, session_id: str, objective_id: str, task: str) -> dict:

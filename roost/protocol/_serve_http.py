@@ -51,8 +51,9 @@ class _Replay(trio.abc.Stream):
     def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
         self.stream = stream
         self.prefix = prefix
-        self.socket = getattr(stream, "socket", None) or getattr(getattr(stream, "transport_stream", None),
-                                                                 "socket", None)
+        self.socket = getattr(stream, "socket", None) or getattr(
+            getattr(stream, "transport_stream", None), "socket", None
+        )
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self.prefix:
@@ -90,14 +91,26 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
 
 async def _reply(stream: trio.abc.Stream, status: str, body: bytes) -> None:
     try:
-        await stream.send_all(b"HTTP/1.1 " + status.encode() + b"\r\ncontent-type: text/plain\r\ncontent-length: "
-                              + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+        await stream.send_all(
+            b"HTTP/1.1 "
+            + status.encode()
+            + b"\r\ncontent-type: text/plain\r\ncontent-length: "
+            + str(len(body)).encode()
+            + b"\r\nconnection: close\r\n\r\n"
+            + body
+        )
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
 
 
-async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLContext | None, *,
-                     task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_http(
+    daemon: Any,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None,
+    *,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Listen on ``host:port`` and serve ``/attach`` and ``/mcp`` until cancelled.
 
     ``task_status.started(port)`` gives the bound port (useful with port 0).
@@ -165,7 +178,7 @@ async def serve_http(daemon: Any, host: str, port: int, ssl_context: ssl.SSLCont
             await _reply(conn, "404 Not Found", b"not found: /mcp needs the mcp package installed\n")
             await conn.aclose()
             return
-        if path == "/metrics":   # Prometheus (roost.protocol._serve_metrics), same token rules
+        if path == "/metrics":  # Prometheus (roost.protocol._serve_metrics), same token rules
             from roost.protocol._serve_metrics import serve_metrics
 
             await serve_metrics(daemon, conn, method, headers)

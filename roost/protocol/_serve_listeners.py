@@ -51,8 +51,9 @@ async def run_http_listener(daemon: Any, *, task_status: Any) -> None:
     port = daemon.http_port if daemon.http_port is not None else options.http_port
     assert port is not None
     async with trio.open_nursery() as nursery:
-        daemon.http_port = await nursery.start(functools.partial(
-            serve_http, daemon, options.host, port, options.ssl_context))
+        daemon.http_port = await nursery.start(
+            functools.partial(serve_http, daemon, options.host, port, options.ssl_context)
+        )
         task_status.started()
 
 

@@ -54,8 +54,9 @@ def build_mcp_app(daemon: Any) -> Any:
         return chosen
 
     @server.tool(structured_output=True)
-    async def dispatch_task(task: str, ctx: Context, config: str | None = None, work_dir: str | None = None,
-                            objectiveId: str | None = None) -> dict[str, Any]:  # noqa: N803 (wire name)
+    async def dispatch_task(
+        task: str, ctx: Context, config: str | None = None, work_dir: str | None = None, objectiveId: str | None = None
+    ) -> dict[str, Any]:  # noqa: N803 (wire name)
         """Queue a task on the daemon; returns its sessionId and queue position.
 
         objectiveId adds the task to that objective (see `roost objective`): its outcome is

@@ -60,8 +60,10 @@ class _Gauges:
             "queue_depth": ("Tasks queued, not yet running.", sum(t.status == "queued" for t in tasks)),
             "tasks_running": ("Tasks running now.", sum(t.status == "running" for t in tasks)),
             "connections": ("Client connections attached now.", len(daemon.connections)),
-            "supervisor_restarts": ("Child restarts in the live supervision tree.",
-                                    count_restarts(getattr(daemon.runtime, "root", None))),
+            "supervisor_restarts": (
+                "Child restarts in the live supervision tree.",
+                count_restarts(getattr(daemon.runtime, "root", None)),
+            ),
         }
         for name, (doc, value) in values.items():
             yield GaugeMetricFamily(f"roost_{name}", doc, value=value)
@@ -85,9 +87,13 @@ class DaemonMetrics:
         self.finished = Counter("roost_tasks_finished", "Tasks ended.", ["outcome"], registry=r)
         self.turns = Counter("roost_turns", "Turns ended.", ["status"], registry=r)
         self.tokens = Counter("roost_tokens", "Model tokens of ended turns.", ["kind"], registry=r)
-        self.latency = Histogram("roost_provider_request_seconds", "One model call, request to last event.",
-                                 ["provider"], registry=r,
-                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, float("inf")))
+        self.latency = Histogram(
+            "roost_provider_request_seconds",
+            "One model call, request to last event.",
+            ["provider"],
+            registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, float("inf")),
+        )
         self.errors = Counter("roost_provider_errors", "Model calls that failed.", ["provider"], registry=r)
         r.register(_Gauges(self))
 
@@ -161,12 +167,20 @@ class _MeteredEngine:
             self.metrics.latency.labels(provider=self.provider).observe(time.monotonic() - began)
 
 
-async def _reply(stream: trio.abc.Stream, status: str, content_type: str, body: bytes,
-                 extra: bytes = b"") -> None:
+async def _reply(stream: trio.abc.Stream, status: str, content_type: str, body: bytes, extra: bytes = b"") -> None:
     try:
-        await stream.send_all(b"HTTP/1.1 " + status.encode() + b"\r\ncontent-type: " + content_type.encode()
-                              + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n" + extra
-                              + b"connection: close\r\n\r\n" + body)
+        await stream.send_all(
+            b"HTTP/1.1 "
+            + status.encode()
+            + b"\r\ncontent-type: "
+            + content_type.encode()
+            + b"\r\ncontent-length: "
+            + str(len(body)).encode()
+            + b"\r\n"
+            + extra
+            + b"connection: close\r\n\r\n"
+            + body
+        )
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
 
@@ -183,12 +197,18 @@ async def serve_metrics(daemon: Any, stream: trio.abc.Stream, method: str, heade
 
     try:
         if "origin" in headers:
-            await _reply(stream, "403 Forbidden", "text/plain",
-                         b"refused: a request with an Origin header is not accepted\n")
+            await _reply(
+                stream, "403 Forbidden", "text/plain", b"refused: a request with an Origin header is not accepted\n"
+            )
             return
         if daemon.options.auth.check(bearer_token(headers.get("authorization"))) is None:
-            await _reply(stream, "401 Unauthorized", "text/plain",
-                         b"unauthorized: send Authorization: Bearer <token>\n", b"www-authenticate: Bearer\r\n")
+            await _reply(
+                stream,
+                "401 Unauthorized",
+                "text/plain",
+                b"unauthorized: send Authorization: Bearer <token>\n",
+                b"www-authenticate: Bearer\r\n",
+            )
             return
         if method not in ("GET", "HEAD"):
             await _reply(stream, "405 Method Not Allowed", "text/plain", b"use GET /metrics\n", b"allow: GET\r\n")

@@ -115,13 +115,22 @@ def status_snapshot(daemon: Any) -> dict:
     for key, client in daemon.clients.items():
         live = [c for c in client.conns if getattr(c, "alive", False)]
         if live:
-            clients.append({"client": key, "connections": len(live),
-                            "readOnly": all(getattr(c, "read_only", False) for c in live)})
+            clients.append(
+                {"client": key, "connections": len(live), "readOnly": all(getattr(c, "read_only", False) for c in live)}
+            )
     options = daemon.options
-    return {"type": "status", "pid": os.getpid(), "workDir": str(options.work_dir),
-            "socket": str(options.socket_path), "httpPort": daemon.http_port, "queue": queued,
-            "running": running, "clients": clients, "tree": _tree(daemon.runtime),
-            "restarts": count_restarts(getattr(daemon.runtime, "root", None))}
+    return {
+        "type": "status",
+        "pid": os.getpid(),
+        "workDir": str(options.work_dir),
+        "socket": str(options.socket_path),
+        "httpPort": daemon.http_port,
+        "queue": queued,
+        "running": running,
+        "clients": clients,
+        "tree": _tree(daemon.runtime),
+        "restarts": count_restarts(getattr(daemon.runtime, "root", None)),
+    }
 
 
 def count_restarts(supervisor: Any) -> int:

@@ -82,25 +82,30 @@ def read_request(head: bytes) -> tuple[WSConnection, Request | None]:
     return ws, None
 
 
-async def reject_websocket(stream: trio.abc.Stream, ws: WSConnection, status: int, body: bytes,
-                           headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+async def reject_websocket(
+    stream: trio.abc.Stream, ws: WSConnection, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
     """Refuse the handshake with HTTP ``status`` and a text ``body``, then close ``stream``."""
     try:
         if ws.state is ConnectionState.CONNECTING:
-            data = ws.send(RejectConnection(status_code=status, has_body=True,
-                                            headers=[(b"content-type", b"text/plain"), *headers]))
+            data = ws.send(
+                RejectConnection(
+                    status_code=status, has_body=True, headers=[(b"content-type", b"text/plain"), *headers]
+                )
+            )
             data += ws.send(RejectData(data=body))
         else:
-            data = (f"HTTP/1.1 {status} Bad Request\r\ncontent-type: text/plain\r\n"
-                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+            data = (
+                f"HTTP/1.1 {status} Bad Request\r\ncontent-type: text/plain\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            ).encode() + body
         await stream.send_all(data)
     except (trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError):
         pass
     await trio.aclose_forcefully(stream)
 
 
-async def accept_websocket(stream: trio.abc.Stream, ws: WSConnection, *,
-                           max_message_bytes: int) -> ServerWebSocket:
+async def accept_websocket(stream: trio.abc.Stream, ws: WSConnection, *, max_message_bytes: int) -> ServerWebSocket:
     """Accept the handshake read by :func:`read_request`; return the open WebSocket.
 
     Raises:

@@ -23,11 +23,22 @@ if TYPE_CHECKING:
 
 #: The cron exports import croniter (and dateutil): loaded on first access (PEP 562), so a runtime
 #: that never parses a schedule (the app-server) does not pay for them at start-up (issue 19).
-_LAZY = {name: "roost.scheduling._cron" for name in
-         ("CronExpr", "InvalidCron", "NeverFires", "format_slot", "parse_cron", "parse_slot")}
+_LAZY = {
+    name: "roost.scheduling._cron"
+    for name in ("CronExpr", "InvalidCron", "NeverFires", "format_slot", "parse_cron", "parse_slot")
+}
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "CronExpr", "InvalidCron", "NeverFires", "parse_cron",
-           "format_slot", "parse_slot"]
+__all__ = [
+    "Clock",
+    "ManualClock",
+    "SystemClock",
+    "CronExpr",
+    "InvalidCron",
+    "NeverFires",
+    "parse_cron",
+    "format_slot",
+    "parse_slot",
+]
 
 
 def _fix_module_metadata(names: list[str]) -> None:

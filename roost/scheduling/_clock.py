@@ -15,7 +15,7 @@ from roost.errors import UsageError
 
 __all__ = ["Clock", "SystemClock", "ManualClock"]
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 class Clock(Protocol):

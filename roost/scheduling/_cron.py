@@ -38,7 +38,7 @@ from roost.errors import UsageError
 
 __all__ = ["CronExpr", "InvalidCron", "NeverFires", "parse_cron", "format_slot", "parse_slot"]
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 _NAMES = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|sun|mon|tue|wed|thu|fri|sat"
 _ATOM = rf"(?:\d+|{_NAMES})"

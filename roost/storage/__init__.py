@@ -21,10 +21,31 @@ from typing import TYPE_CHECKING
 
 from roost._lazy import attach as _attach
 
+from ._bgprocs import get_bg_process as get_bg_process
+from ._bgprocs import insert_bg_process as insert_bg_process
+from ._bgprocs import list_bg_processes as list_bg_processes
+from ._bgprocs import mark_lost_bg_processes as mark_lost_bg_processes
+from ._bgprocs import running_owners as running_owners
+from ._bgprocs import update_bg_process as update_bg_process
+from ._blobs import read_blob as read_blob
+from ._blobs import read_blob_chunk as read_blob_chunk
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._connect import connect as connect
 from ._connect import immediate as immediate
 from ._connect import translate_error as translate_error
+from ._interface import OPERATIONS as OPERATIONS
+from ._interface import ConnT as ConnT
+from ._interface import InputStore as InputStore
+from ._interface import ItemStore as ItemStore
+from ._interface import LeaseStore as LeaseStore
+from ._interface import MemoryStore as MemoryStore
+from ._interface import ObjectiveStore as ObjectiveStore
+from ._interface import ProcessStore as ProcessStore
+from ._interface import ScheduleStore as ScheduleStore
+from ._interface import StoreBackend as StoreBackend
+from ._interface import TaskStore as TaskStore
+from ._interface import ThreadStore as ThreadStore
+from ._interface import WorkerStore as WorkerStore
 from ._items import add_held_input as add_held_input
 from ._items import append_item as append_item
 from ._items import get_item as get_item
@@ -42,15 +63,64 @@ from ._memory import list_context_files as list_context_files
 from ._memory import list_memory as list_memory
 from ._memory import put_context_file as put_context_file
 from ._memory import put_memory as put_memory
+from ._objectives import MAX_FAILURES as MAX_FAILURES
+from ._objectives import Objective as Objective
+from ._objectives import ObjectiveTask as ObjectiveTask
+from ._objectives import add_objective_task as add_objective_task
+from ._objectives import create_objective as create_objective
+from ._objectives import finish_objective_task as finish_objective_task
+from ._objectives import get_objective as get_objective
+from ._objectives import list_objectives as list_objectives
+from ._objectives import set_objective_status as set_objective_status
+from ._objectives import start_objective_task as start_objective_task
+from ._queries import adopt_schedule_run as adopt_schedule_run
+from ._queries import chat_ids_with_title as chat_ids_with_title
+from ._queries import chat_threads_with_cwd as chat_threads_with_cwd
+from ._queries import count_turns as count_turns
+from ._queries import delete_memory_prefix as delete_memory_prefix
+from ._queries import first_user_text as first_user_text
+from ._queries import latest_run_status as latest_run_status
+from ._queries import mark_worker_delivered as mark_worker_delivered
+from ._queries import memory_scope_counts as memory_scope_counts
+from ._queries import memory_value as memory_value
+from ._queries import page_threads as page_threads
+from ._queries import queued_worker_roots as queued_worker_roots
+from ._queries import schedule_run_status as schedule_run_status
+from ._queries import scope_has_memory as scope_has_memory
 from ._rows import new_id as new_id
-from ._thread_state import interrupt_open_items as interrupt_open_items
-from ._thread_state import thread_changed_since as thread_changed_since
-from ._thread_state import thread_has_workers as thread_has_workers
 from ._rows import utc_now as utc_now
+from ._schedules2 import JobRun as JobRun
+from ._schedules2 import ScheduledJob as ScheduledJob
+from ._schedules2 import add_job as add_job
+from ._schedules2 import adopt_job as adopt_job
+from ._schedules2 import advance_next_run as advance_next_run
+from ._schedules2 import bump_schedule_changes as bump_schedule_changes
+from ._schedules2 import claim_requested_run as claim_requested_run
+from ._schedules2 import claim_slot as claim_slot
+from ._schedules2 import get_job as get_job
+from ._schedules2 import has_running_run as has_running_run
+from ._schedules2 import list_job_runs as list_job_runs
+from ._schedules2 import list_jobs as list_jobs
+from ._schedules2 import list_open_runs as list_open_runs
+from ._schedules2 import list_requested_runs as list_requested_runs
+from ._schedules2 import mark_run_finished as mark_run_finished
+from ._schedules2 import mark_run_started as mark_run_started
+from ._schedules2 import record_skipped as record_skipped
+from ._schedules2 import remove_job as remove_job
+from ._schedules2 import request_run as request_run
+from ._schedules2 import schedule_changes as schedule_changes
+from ._schedules2 import set_job_enabled as set_job_enabled
 from ._schema import migrate as migrate
 from ._schema import schema_version as schema_version
 from ._store import Store as Store
 from ._store import open_store as open_store
+from ._tasks import enqueue_daemon_task as enqueue_daemon_task
+from ._tasks import get_daemon_task as get_daemon_task
+from ._tasks import list_daemon_tasks as list_daemon_tasks
+from ._tasks import update_daemon_task as update_daemon_task
+from ._thread_state import interrupt_open_items as interrupt_open_items
+from ._thread_state import thread_changed_since as thread_changed_since
+from ._thread_state import thread_has_workers as thread_has_workers
 from ._threads import create_run as create_run
 from ._threads import create_thread as create_thread
 from ._threads import create_turn as create_turn
@@ -64,20 +134,12 @@ from ._threads import list_turns as list_turns
 from ._threads import update_run as update_run
 from ._threads import update_thread as update_thread
 from ._threads import update_turn as update_turn
+from ._usage import list_usage_records as list_usage_records
 from ._workers import claim_queued_worker as claim_queued_worker
 from ._workers import create_worker as create_worker
 from ._workers import get_worker as get_worker
 from ._workers import list_workers as list_workers
 from ._workers import update_worker as update_worker
-from ._bgprocs import get_bg_process as get_bg_process
-from ._bgprocs import insert_bg_process as insert_bg_process
-from ._bgprocs import list_bg_processes as list_bg_processes
-from ._bgprocs import mark_lost_bg_processes as mark_lost_bg_processes
-from ._bgprocs import running_owners as running_owners
-from ._bgprocs import update_bg_process as update_bg_process
-from ._blobs import read_blob as read_blob
-from ._blobs import read_blob_chunk as read_blob_chunk
-from ._usage import list_usage_records as list_usage_records
 from .leases import Lease as Lease
 from .leases import acquire as acquire
 from .leases import check_fence as check_fence
@@ -87,72 +149,6 @@ from .leases import hand_over as hand_over
 from .leases import release as release
 from .leases import renew as renew
 from .leases import thread_lease_key as thread_lease_key
-
-
-from ._schedules2 import ScheduledJob as ScheduledJob
-from ._schedules2 import JobRun as JobRun
-from ._schedules2 import add_job as add_job
-from ._schedules2 import get_job as get_job
-from ._schedules2 import adopt_job as adopt_job
-from ._schedules2 import list_jobs as list_jobs
-from ._schedules2 import remove_job as remove_job
-from ._schedules2 import set_job_enabled as set_job_enabled
-from ._schedules2 import bump_schedule_changes as bump_schedule_changes
-from ._schedules2 import schedule_changes as schedule_changes
-from ._schedules2 import advance_next_run as advance_next_run
-from ._schedules2 import request_run as request_run
-from ._schedules2 import list_requested_runs as list_requested_runs
-from ._schedules2 import claim_requested_run as claim_requested_run
-from ._schedules2 import claim_slot as claim_slot
-from ._schedules2 import record_skipped as record_skipped
-from ._schedules2 import mark_run_started as mark_run_started
-from ._schedules2 import mark_run_finished as mark_run_finished
-from ._schedules2 import has_running_run as has_running_run
-from ._schedules2 import list_open_runs as list_open_runs
-from ._schedules2 import list_job_runs as list_job_runs
-from ._tasks import enqueue_daemon_task as enqueue_daemon_task
-from ._tasks import get_daemon_task as get_daemon_task
-from ._tasks import list_daemon_tasks as list_daemon_tasks
-from ._tasks import update_daemon_task as update_daemon_task
-from ._queries import queued_worker_roots as queued_worker_roots
-from ._queries import mark_worker_delivered as mark_worker_delivered
-from ._queries import first_user_text as first_user_text
-from ._queries import latest_run_status as latest_run_status
-from ._queries import count_turns as count_turns
-from ._queries import chat_ids_with_title as chat_ids_with_title
-from ._queries import page_threads as page_threads
-from ._queries import chat_threads_with_cwd as chat_threads_with_cwd
-from ._queries import adopt_schedule_run as adopt_schedule_run
-from ._queries import schedule_run_status as schedule_run_status
-from ._queries import memory_value as memory_value
-from ._queries import memory_scope_counts as memory_scope_counts
-from ._queries import delete_memory_prefix as delete_memory_prefix
-from ._queries import scope_has_memory as scope_has_memory
-
-from ._objectives import Objective as Objective
-from ._objectives import ObjectiveTask as ObjectiveTask
-from ._objectives import MAX_FAILURES as MAX_FAILURES
-from ._objectives import create_objective as create_objective
-from ._objectives import get_objective as get_objective
-from ._objectives import list_objectives as list_objectives
-from ._objectives import set_objective_status as set_objective_status
-from ._objectives import add_objective_task as add_objective_task
-from ._objectives import start_objective_task as start_objective_task
-from ._objectives import finish_objective_task as finish_objective_task
-
-from ._interface import OPERATIONS as OPERATIONS
-from ._interface import ConnT as ConnT
-from ._interface import InputStore as InputStore
-from ._interface import ItemStore as ItemStore
-from ._interface import LeaseStore as LeaseStore
-from ._interface import MemoryStore as MemoryStore
-from ._interface import ProcessStore as ProcessStore
-from ._interface import ObjectiveStore as ObjectiveStore
-from ._interface import ScheduleStore as ScheduleStore
-from ._interface import StoreBackend as StoreBackend
-from ._interface import TaskStore as TaskStore
-from ._interface import ThreadStore as ThreadStore
-from ._interface import WorkerStore as WorkerStore
 
 if TYPE_CHECKING:
     from ._keeper import Execution as Execution
@@ -192,33 +188,147 @@ _LAZY = {
 
 __all__ = [
     "adopt_job",
-    "StoreBackend", "ConnT", "OPERATIONS", "ThreadStore", "ItemStore", "InputStore", "LeaseStore", "WorkerStore",
-    "ScheduleStore", "TaskStore", "MemoryStore", "ProcessStore", "ObjectiveStore",
-
-    "DEFAULT_BUSY_TIMEOUT", "connect", "immediate", "translate_error",
-    "Store", "open_store", "migrate", "schema_version",
-    "StoreWriter", "WriterState", "WriterStats",
-    "Lease", "acquire", "renew", "release", "hand_over", "check_fence", "fenced", "get_lease",
-    "thread_lease_key", "LeaseKeeper", "Execution", "default_owner",
-    "ReconcileReport", "reconcile", "new_id", "utc_now",
-    "thread_has_workers", "thread_changed_since", "interrupt_open_items",
-    "create_thread", "get_thread", "list_threads", "update_thread", "delete_thread",
-    "create_turn", "get_turn", "list_turns", "update_turn",
-    "create_run", "get_run", "list_runs", "update_run",
-    "append_item", "get_item", "list_items", "update_item", "put_item", "search_items",
-    "add_held_input", "list_held_input", "update_held_input", "remove_held_input",
-    "claim_queued_worker", "list_usage_records", "read_blob", "read_blob_chunk",
-    "insert_bg_process", "get_bg_process", "list_bg_processes", "update_bg_process", "mark_lost_bg_processes",
+    "StoreBackend",
+    "ConnT",
+    "OPERATIONS",
+    "ThreadStore",
+    "ItemStore",
+    "InputStore",
+    "LeaseStore",
+    "WorkerStore",
+    "ScheduleStore",
+    "TaskStore",
+    "MemoryStore",
+    "ProcessStore",
+    "ObjectiveStore",
+    "DEFAULT_BUSY_TIMEOUT",
+    "connect",
+    "immediate",
+    "translate_error",
+    "Store",
+    "open_store",
+    "migrate",
+    "schema_version",
+    "StoreWriter",
+    "WriterState",
+    "WriterStats",
+    "Lease",
+    "acquire",
+    "renew",
+    "release",
+    "hand_over",
+    "check_fence",
+    "fenced",
+    "get_lease",
+    "thread_lease_key",
+    "LeaseKeeper",
+    "Execution",
+    "default_owner",
+    "ReconcileReport",
+    "reconcile",
+    "new_id",
+    "utc_now",
+    "thread_has_workers",
+    "thread_changed_since",
+    "interrupt_open_items",
+    "create_thread",
+    "get_thread",
+    "list_threads",
+    "update_thread",
+    "delete_thread",
+    "create_turn",
+    "get_turn",
+    "list_turns",
+    "update_turn",
+    "create_run",
+    "get_run",
+    "list_runs",
+    "update_run",
+    "append_item",
+    "get_item",
+    "list_items",
+    "update_item",
+    "put_item",
+    "search_items",
+    "add_held_input",
+    "list_held_input",
+    "update_held_input",
+    "remove_held_input",
+    "claim_queued_worker",
+    "list_usage_records",
+    "read_blob",
+    "read_blob_chunk",
+    "insert_bg_process",
+    "get_bg_process",
+    "list_bg_processes",
+    "update_bg_process",
+    "mark_lost_bg_processes",
     "running_owners",
-    "create_worker", "get_worker", "list_workers", "update_worker",
-    "ScheduledJob", "JobRun", "add_job", "get_job", "list_jobs", "remove_job", "set_job_enabled", "bump_schedule_changes", "schedule_changes", "advance_next_run", "request_run", "list_requested_runs", "claim_requested_run", "claim_slot", "record_skipped", "mark_run_started", "mark_run_finished", "has_running_run", "list_open_runs", "list_job_runs",
-    "enqueue_daemon_task", "get_daemon_task", "list_daemon_tasks", "update_daemon_task",
-    "queued_worker_roots", "mark_worker_delivered", "first_user_text", "latest_run_status", "count_turns", "chat_ids_with_title", "page_threads", "chat_threads_with_cwd", "adopt_schedule_run", "schedule_run_status", "memory_value", "memory_scope_counts", "delete_memory_prefix", "scope_has_memory",
-    "put_memory", "get_memory", "list_memory", "delete_memory",
-    "put_context_file", "list_context_files", "delete_context_file",
-    "ProcessHook", "record_tool_process", "forget_tool_process", "list_tool_processes",
-    "reap_tool_processes", "tool_process_hook",
-    "Objective", "ObjectiveTask", "MAX_FAILURES", "create_objective", "get_objective", "list_objectives", "set_objective_status", "add_objective_task", "start_objective_task", "finish_objective_task",
+    "create_worker",
+    "get_worker",
+    "list_workers",
+    "update_worker",
+    "ScheduledJob",
+    "JobRun",
+    "add_job",
+    "get_job",
+    "list_jobs",
+    "remove_job",
+    "set_job_enabled",
+    "bump_schedule_changes",
+    "schedule_changes",
+    "advance_next_run",
+    "request_run",
+    "list_requested_runs",
+    "claim_requested_run",
+    "claim_slot",
+    "record_skipped",
+    "mark_run_started",
+    "mark_run_finished",
+    "has_running_run",
+    "list_open_runs",
+    "list_job_runs",
+    "enqueue_daemon_task",
+    "get_daemon_task",
+    "list_daemon_tasks",
+    "update_daemon_task",
+    "queued_worker_roots",
+    "mark_worker_delivered",
+    "first_user_text",
+    "latest_run_status",
+    "count_turns",
+    "chat_ids_with_title",
+    "page_threads",
+    "chat_threads_with_cwd",
+    "adopt_schedule_run",
+    "schedule_run_status",
+    "memory_value",
+    "memory_scope_counts",
+    "delete_memory_prefix",
+    "scope_has_memory",
+    "put_memory",
+    "get_memory",
+    "list_memory",
+    "delete_memory",
+    "put_context_file",
+    "list_context_files",
+    "delete_context_file",
+    "ProcessHook",
+    "record_tool_process",
+    "forget_tool_process",
+    "list_tool_processes",
+    "reap_tool_processes",
+    "tool_process_hook",
+    "Objective",
+    "ObjectiveTask",
+    "MAX_FAILURES",
+    "create_objective",
+    "get_objective",
+    "list_objectives",
+    "set_objective_status",
+    "add_objective_task",
+    "start_objective_task",
+    "finish_objective_task",
 ]
 
 
@@ -232,21 +342,30 @@ if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is
     from ._pg_store import PostgresStore as PostgresStore
     from ._pg_store import open_postgres_store as open_postgres_store
 
-_LAZY.update({
-    "open_backend": "roost.storage._backend",
-    "DATABASE_URL_ENV": "roost.storage._pg_connect",
-    "redact_url": "roost.storage._pg_connect",
-    "migrate_pg": "roost.storage._pg_schema",
-    "pg_migrations": "roost.storage._pg_schema",
-    "pg_schema_version": "roost.storage._pg_schema",
-    "PostgresStore": "roost.storage._pg_store",
-    "open_postgres_store": "roost.storage._pg_store",
-})
+_LAZY.update(
+    {
+        "open_backend": "roost.storage._backend",
+        "DATABASE_URL_ENV": "roost.storage._pg_connect",
+        "redact_url": "roost.storage._pg_connect",
+        "migrate_pg": "roost.storage._pg_schema",
+        "pg_migrations": "roost.storage._pg_schema",
+        "pg_schema_version": "roost.storage._pg_schema",
+        "PostgresStore": "roost.storage._pg_store",
+        "open_postgres_store": "roost.storage._pg_store",
+    }
+)
 
 __all__ += [
-    "open_backend", "migrate_pg", "DATABASE_URL_ENV", "redact_url", "pg_migrations", "pg_schema_version",
-    "PostgresStore", "open_postgres_store",
+    "open_backend",
+    "migrate_pg",
+    "DATABASE_URL_ENV",
+    "redact_url",
+    "pg_migrations",
+    "pg_schema_version",
+    "PostgresStore",
+    "open_postgres_store",
 ]
+
 
 def _fix_module_metadata(names: list[str]) -> None:
     for name in names:

@@ -16,30 +16,53 @@ from roost.errors import NotFound, UsageError
 
 from ._rows import utc_now
 
-__all__ = ["get_bg_process", "insert_bg_process", "list_bg_processes", "mark_lost_bg_processes",
-           "running_owners", "update_bg_process"]
+__all__ = [
+    "get_bg_process",
+    "insert_bg_process",
+    "list_bg_processes",
+    "mark_lost_bg_processes",
+    "running_owners",
+    "update_bg_process",
+]
 
-_COLUMNS = ("id", "thread_id", "owner", "pid", "command", "cwd", "status", "exit_code", "trigger_status",
-            "on_exit", "output_tail", "reason", "started_at", "ended_at")
+_COLUMNS = (
+    "id",
+    "thread_id",
+    "owner",
+    "pid",
+    "command",
+    "cwd",
+    "status",
+    "exit_code",
+    "trigger_status",
+    "on_exit",
+    "output_tail",
+    "reason",
+    "started_at",
+    "ended_at",
+)
 _MUTABLE = frozenset({"pid", "status", "exit_code", "trigger_status", "output_tail", "reason", "ended_at"})
 
 
 def _row(values: tuple) -> dict:
-    return dict(zip(_COLUMNS, values))
+    return dict(zip(_COLUMNS, values, strict=True))
 
 
-def insert_bg_process(conn: sqlite3.Connection, *, id: str, thread_id: str, owner: str, pid: int | None,
-                      command: str, cwd: str | None) -> dict:
+def insert_bg_process(
+    conn: sqlite3.Connection, *, id: str, thread_id: str, owner: str, pid: int | None, command: str, cwd: str | None
+) -> dict:
     """Record a started background process (write); returns the row."""
-    conn.execute("INSERT INTO background_processes (id, thread_id, owner, pid, command, cwd, status, started_at) "
-                 "VALUES (?, ?, ?, ?, ?, ?, 'running', ?)", (id, thread_id, owner, pid, command, cwd, utc_now()))
+    conn.execute(
+        "INSERT INTO background_processes (id, thread_id, owner, pid, command, cwd, status, started_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",
+        (id, thread_id, owner, pid, command, cwd, utc_now()),
+    )
     return get_bg_process(conn, id)
 
 
 def get_bg_process(conn: sqlite3.Connection, process_id: str) -> dict:
     """One row (read-only). Raises NotFound."""
-    row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE id = ?",
-                       (process_id,)).fetchone()
+    row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE id = ?", (process_id,)).fetchone()
     if row is None:
         raise NotFound(f"no background process {process_id!r}")
     return _row(row)
@@ -47,8 +70,10 @@ def get_bg_process(conn: sqlite3.Connection, process_id: str) -> dict:
 
 def list_bg_processes(conn: sqlite3.Connection, thread_id: str) -> list[dict]:
     """A thread's background processes, oldest first (read-only)."""
-    rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE thread_id = ? "
-                        "ORDER BY started_at, rowid", (thread_id,)).fetchall()
+    rows = conn.execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE thread_id = ? ORDER BY started_at, rowid",
+        (thread_id,),
+    ).fetchall()
     return [_row(r) for r in rows]
 
 
@@ -72,12 +97,19 @@ def mark_lost_bg_processes(conn: sqlite3.Connection, owners: list[str], reason: 
     """
     changed = []
     for owner in owners:
-        ids = [r[0] for r in conn.execute(
-            "SELECT id FROM background_processes WHERE owner = ? AND status = 'running'", (owner,))]
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM background_processes WHERE owner = ? AND status = 'running'", (owner,)
+            )
+        ]
         for process_id in ids:
-            conn.execute("UPDATE background_processes SET status = 'lost', reason = ?, ended_at = ?, "
-                         "trigger_status = CASE trigger_status WHEN 'waiting' THEN 'stopped' ELSE trigger_status END "
-                         "WHERE id = ?", (reason, utc_now(), process_id))
+            conn.execute(
+                "UPDATE background_processes SET status = 'lost', reason = ?, ended_at = ?, "
+                "trigger_status = CASE trigger_status WHEN 'waiting' THEN 'stopped' ELSE trigger_status END "
+                "WHERE id = ?",
+                (reason, utc_now(), process_id),
+            )
             changed.append(get_bg_process(conn, process_id))
     return changed
 

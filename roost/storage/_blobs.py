@@ -50,8 +50,10 @@ def externalize(conn: sqlite3.Connection, payload: Any) -> Any:
             continue
         digest = hashlib.sha256(raw).hexdigest()
         media = str(image.get("media_type") or "application/octet-stream")
-        conn.execute("INSERT OR IGNORE INTO blobs (sha256, content_type, size, data, created_at) VALUES (?, ?, ?, ?, ?)",
-                     (digest, media, len(raw), raw, utc_now()))
+        conn.execute(
+            "INSERT OR IGNORE INTO blobs (sha256, content_type, size, data, created_at) VALUES (?, ?, ?, ?, ?)",
+            (digest, media, len(raw), raw, utc_now()),
+        )
         ref = {k: v for k, v in image.items() if k != "data"}
         ref.update(sha256=digest, size=len(raw), media_type=media)
         out.append(ref)
@@ -86,6 +88,7 @@ def read_blob_chunk(conn: sqlite3.Connection, sha256: str, offset: int, size: in
 
     Reads only the requested range (SQLite ``substr`` on the BLOB, 1-based).
     """
-    row = conn.execute("SELECT content_type, size, substr(data, ?, ?) FROM blobs WHERE sha256 = ?",
-                       (offset + 1, size, sha256)).fetchone()
+    row = conn.execute(
+        "SELECT content_type, size, substr(data, ?, ?) FROM blobs WHERE sha256 = ?", (offset + 1, size, sha256)
+    ).fetchone()
     return (row[0], int(row[1]), bytes(row[2] or b"")) if row else None

@@ -57,9 +57,7 @@ def connect(
         StoreError: the file cannot be opened.
     """
     try:
-        conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout
-        )
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout)
     except sqlite3.Error as exc:
         raise translate_error(exc) from exc
     conn.row_factory = sqlite3.Row
@@ -98,11 +96,15 @@ def translate_error(exc: sqlite3.Error) -> StoreError:
     code = getattr(exc, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     if primary == _SQLITE_FULL or code in _WRITE_IOERRS:
-        return StoreDiskFull(f"the database could not be written: no space left (disk full or a file-size "
-                             f"limit; {exc}). Nothing committed is lost: free space and retry")
+        return StoreDiskFull(
+            f"the database could not be written: no space left (disk full or a file-size "
+            f"limit; {exc}). Nothing committed is lost: free space and retry"
+        )
     if primary == _SQLITE_READONLY:
-        return StoreReadOnly(f"the database is read-only ({exc}): make the file, its directory and its "
-                             "mount writable; its contents are fine")
+        return StoreReadOnly(
+            f"the database is read-only ({exc}): make the file, its directory and its "
+            "mount writable; its contents are fine"
+        )
     if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
         return StoreCorrupt(f"the database is damaged or not a SQLite database ({exc})")
     return StoreError(f"{type(exc).__name__}: {exc}")

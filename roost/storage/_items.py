@@ -74,12 +74,28 @@ def append_item(
                    ?, ?, ?, ?, ?)
            RETURNING seq""",
         (
-            item_id, thread_id, turn_id, thread_id, type, status,
-            ITEMS.encode({"payload": externalize(conn, payload)})["payload"], text, created_at,
+            item_id,
+            thread_id,
+            turn_id,
+            thread_id,
+            type,
+            status,
+            ITEMS.encode({"payload": externalize(conn, payload)})["payload"],
+            text,
+            created_at,
         ),
     ).fetchone()
-    return Item(id=item_id, thread_id=thread_id, seq=row[0], type=type, turn_id=turn_id,
-                status=status, payload=payload, text=text, created_at=created_at)
+    return Item(
+        id=item_id,
+        thread_id=thread_id,
+        seq=row[0],
+        type=type,
+        turn_id=turn_id,
+        status=status,
+        payload=payload,
+        text=text,
+        created_at=created_at,
+    )
 
 
 def put_item(
@@ -118,14 +134,30 @@ def put_item(
                                           status = excluded.status{guard}
             RETURNING seq, created_at""",
         (
-            id, thread_id, turn_id, thread_id, type, status,
-            ITEMS.encode({"payload": payload})["payload"], text, created_at,
+            id,
+            thread_id,
+            turn_id,
+            thread_id,
+            type,
+            status,
+            ITEMS.encode({"payload": payload})["payload"],
+            text,
+            created_at,
         ),
     ).fetchone()
     if row is None:
         return None
-    return Item(id=id, thread_id=thread_id, seq=row[0], type=type, turn_id=turn_id,
-                status=status, payload=payload, text=text, created_at=row[1])
+    return Item(
+        id=id,
+        thread_id=thread_id,
+        seq=row[0],
+        type=type,
+        turn_id=turn_id,
+        status=status,
+        payload=payload,
+        text=text,
+        created_at=row[1],
+    )
 
 
 def get_item(conn: sqlite3.Connection, item_id: str) -> Item:
@@ -140,15 +172,20 @@ def _hydrated(conn: sqlite3.Connection, item: Item) -> Item:
 
 
 def list_items(
-    conn: sqlite3.Connection, thread_id: str, *, after_seq: int = 0, limit: int | None = None,
+    conn: sqlite3.Connection,
+    thread_id: str,
+    *,
+    after_seq: int = 0,
+    limit: int | None = None,
     turn_id: str | None = None,
 ) -> list[Item]:
     """Return a thread's items with ``seq > after_seq``, in ``seq`` order (read-only)."""
     if turn_id is None:
         items = ITEMS.select(conn, "thread_id = ? AND seq > ?", (thread_id, after_seq), order="seq", limit=limit)
     else:
-        items = ITEMS.select(conn, "thread_id = ? AND seq > ? AND turn_id = ?", (thread_id, after_seq, turn_id),
-                             order="seq", limit=limit)
+        items = ITEMS.select(
+            conn, "thread_id = ? AND seq > ? AND turn_id = ?", (thread_id, after_seq, turn_id), order="seq", limit=limit
+        )
     return [_hydrated(conn, item) for item in items]
 
 
@@ -223,8 +260,16 @@ def add_held_input(
     position = conn.execute(
         "SELECT COALESCE(MAX(position), 0) + 1 FROM held_input WHERE thread_id = ?", (thread_id,)
     ).fetchone()[0]
-    row = HeldInput(id=id or new_id("input"), thread_id=thread_id, position=position, kind=kind,
-                    payload=payload, held=held, client_id=client_id, created_at=utc_now())
+    row = HeldInput(
+        id=id or new_id("input"),
+        thread_id=thread_id,
+        position=position,
+        kind=kind,
+        payload=payload,
+        held=held,
+        client_id=client_id,
+        created_at=utc_now(),
+    )
     return HELD.insert(conn, row), True
 
 

@@ -30,9 +30,19 @@ from roost.errors import NotFound, UsageError
 
 from ._rows import utc_now
 
-__all__ = ["Objective", "ObjectiveTask", "MAX_FAILURES", "OBJECTIVE_STATUSES", "create_objective",
-           "get_objective", "list_objectives", "set_objective_status", "add_objective_task",
-           "start_objective_task", "finish_objective_task"]
+__all__ = [
+    "Objective",
+    "ObjectiveTask",
+    "MAX_FAILURES",
+    "OBJECTIVE_STATUSES",
+    "create_objective",
+    "get_objective",
+    "list_objectives",
+    "set_objective_status",
+    "add_objective_task",
+    "start_objective_task",
+    "finish_objective_task",
+]
 
 #: Consecutive failures after which a task is skipped (wire-protocol.md appendix).
 MAX_FAILURES = 3
@@ -73,20 +83,36 @@ class Objective:
 
 
 def _task(row: sqlite3.Row) -> ObjectiveTask:
-    return ObjectiveTask(objective_id=row["objective_id"], index=row["idx"], task=row["task"],
-                         outcome=row["outcome"], failures=row["failures"], session_id=row["session_id"],
-                         updated_at=row["updated_at"])
+    return ObjectiveTask(
+        objective_id=row["objective_id"],
+        index=row["idx"],
+        task=row["task"],
+        outcome=row["outcome"],
+        failures=row["failures"],
+        session_id=row["session_id"],
+        updated_at=row["updated_at"],
+    )
 
 
 def _objective(conn: sqlite3.Connection, row: sqlite3.Row) -> Objective:
-    tasks = [_task(r) for r in conn.execute(
-        "SELECT * FROM objective_tasks WHERE objective_id = ? ORDER BY idx", (row["id"],))]
-    return Objective(id=row["id"], title=row["title"], description=row["description"], status=row["status"],
-                     created_at=row["created_at"], updated_at=row["updated_at"], tasks=tasks)
+    tasks = [
+        _task(r)
+        for r in conn.execute("SELECT * FROM objective_tasks WHERE objective_id = ? ORDER BY idx", (row["id"],))
+    ]
+    return Objective(
+        id=row["id"],
+        title=row["title"],
+        description=row["description"],
+        status=row["status"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        tasks=tasks,
+    )
 
 
-def create_objective(conn: sqlite3.Connection, *, title: str, tasks: list[str], description: str | None = None,
-                     status: str = "active") -> Objective:
+def create_objective(
+    conn: sqlite3.Connection, *, title: str, tasks: list[str], description: str | None = None, status: str = "active"
+) -> Objective:
     """Create an objective with the next id ``OBJ-NNNN`` (write).
 
     Raises:
@@ -103,11 +129,16 @@ def create_objective(conn: sqlite3.Connection, *, title: str, tasks: list[str], 
     now = utc_now()
     if not tasks and status == "active":
         status = "completed"
-    conn.execute("INSERT INTO objectives (id, title, description, status, created_at, updated_at) "
-                 "VALUES (?, ?, ?, ?, ?, ?)", (objective_id, title, description, status, now, now))
+    conn.execute(
+        "INSERT INTO objectives (id, title, description, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (objective_id, title, description, status, now, now),
+    )
     for index, text in enumerate(tasks):
-        conn.execute("INSERT INTO objective_tasks (objective_id, idx, task, outcome, failures, updated_at) "
-                     "VALUES (?, ?, ?, 'pending', 0, ?)", (objective_id, index, text, now))
+        conn.execute(
+            "INSERT INTO objective_tasks (objective_id, idx, task, outcome, failures, updated_at) "
+            "VALUES (?, ?, ?, 'pending', 0, ?)",
+            (objective_id, index, text, now),
+        )
     return get_objective(conn, objective_id)
 
 
@@ -132,8 +163,9 @@ def set_objective_status(conn: sqlite3.Connection, objective_id: str, status: st
     """Change an objective's status (write). Raises NotFound, UsageError (unknown status)."""
     if status not in OBJECTIVE_STATUSES:
         raise UsageError(f"unknown objective status {status!r}")
-    cur = conn.execute("UPDATE objectives SET status = ?, updated_at = ? WHERE id = ?",
-                       (status, utc_now(), objective_id))
+    cur = conn.execute(
+        "UPDATE objectives SET status = ?, updated_at = ? WHERE id = ?", (status, utc_now(), objective_id)
+    )
     if cur.rowcount == 0:
         raise NotFound(f"no objective {objective_id!r}")
     return get_objective(conn, objective_id)
@@ -150,8 +182,11 @@ def add_objective_task(conn: sqlite3.Connection, objective_id: str, task: str) -
     objective = get_objective(conn, objective_id)
     now = utc_now()
     index = len(objective.tasks)
-    conn.execute("INSERT INTO objective_tasks (objective_id, idx, task, outcome, failures, updated_at) "
-                 "VALUES (?, ?, ?, 'pending', 0, ?)", (objective_id, index, task, now))
+    conn.execute(
+        "INSERT INTO objective_tasks (objective_id, idx, task, outcome, failures, updated_at) "
+        "VALUES (?, ?, ?, 'pending', 0, ?)",
+        (objective_id, index, task, now),
+    )
     if objective.status == "completed":
         conn.execute("UPDATE objectives SET status = 'active', updated_at = ? WHERE id = ?", (now, objective_id))
     return get_objective(conn, objective_id).tasks[index]
@@ -159,8 +194,11 @@ def add_objective_task(conn: sqlite3.Connection, objective_id: str, task: str) -
 
 def start_objective_task(conn: sqlite3.Connection, objective_id: str, index: int, session_id: str) -> ObjectiveTask:
     """Record that task ``index`` was dispatched as daemon task ``session_id`` (write). Raises NotFound."""
-    cur = conn.execute("UPDATE objective_tasks SET outcome = 'running', session_id = ?, updated_at = ? "
-                       "WHERE objective_id = ? AND idx = ?", (session_id, utc_now(), objective_id, index))
+    cur = conn.execute(
+        "UPDATE objective_tasks SET outcome = 'running', session_id = ?, updated_at = ? "
+        "WHERE objective_id = ? AND idx = ?",
+        (session_id, utc_now(), objective_id, index),
+    )
     if cur.rowcount == 0:
         raise NotFound(f"no task {index} in objective {objective_id!r}")
     return get_objective(conn, objective_id).tasks[index]
@@ -176,8 +214,9 @@ def finish_objective_task(conn: sqlite3.Connection, objective_id: str, index: in
     Raises:
         NotFound: no such task.
     """
-    row = conn.execute("SELECT failures FROM objective_tasks WHERE objective_id = ? AND idx = ?",
-                       (objective_id, index)).fetchone()
+    row = conn.execute(
+        "SELECT failures FROM objective_tasks WHERE objective_id = ? AND idx = ?", (objective_id, index)
+    ).fetchone()
     if row is None:
         raise NotFound(f"no task {index} in objective {objective_id!r}")
     now = utc_now()
@@ -186,8 +225,10 @@ def finish_objective_task(conn: sqlite3.Connection, objective_id: str, index: in
     else:
         failures = row["failures"] + 1
         outcome = "skipped" if failures >= MAX_FAILURES else "pending"
-    conn.execute("UPDATE objective_tasks SET outcome = ?, failures = ?, updated_at = ? "
-                 "WHERE objective_id = ? AND idx = ?", (outcome, failures, now, objective_id, index))
+    conn.execute(
+        "UPDATE objective_tasks SET outcome = ?, failures = ?, updated_at = ? WHERE objective_id = ? AND idx = ?",
+        (outcome, failures, now, objective_id, index),
+    )
     objective = get_objective(conn, objective_id)
     if objective.next_task() is None and objective.status == "active":
         conn.execute("UPDATE objectives SET status = 'completed', updated_at = ? WHERE id = ?", (now, objective_id))

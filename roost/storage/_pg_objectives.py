@@ -17,8 +17,15 @@ from roost.errors import NotFound, UsageError
 from ._objectives import MAX_FAILURES, OBJECTIVE_STATUSES, Objective, ObjectiveTask
 from ._rows import utc_now
 
-__all__ = ["create_objective", "get_objective", "list_objectives", "set_objective_status",
-           "add_objective_task", "start_objective_task", "finish_objective_task"]
+__all__ = [
+    "create_objective",
+    "get_objective",
+    "list_objectives",
+    "set_objective_status",
+    "add_objective_task",
+    "start_objective_task",
+    "finish_objective_task",
+]
 
 #: pg_advisory_xact_lock key of objective id allocation (any constant unique within Roost).
 _ID_LOCK = 0x524F4F5354_0B
@@ -31,20 +38,36 @@ def _rows(conn: psycopg.Connection, sql: str, args: tuple[Any, ...] = ()) -> lis
 
 
 def _task(row: dict[str, Any]) -> ObjectiveTask:
-    return ObjectiveTask(objective_id=row["objective_id"], index=row["idx"], task=row["task"],
-                         outcome=row["outcome"], failures=row["failures"], session_id=row["session_id"],
-                         updated_at=row["updated_at"])
+    return ObjectiveTask(
+        objective_id=row["objective_id"],
+        index=row["idx"],
+        task=row["task"],
+        outcome=row["outcome"],
+        failures=row["failures"],
+        session_id=row["session_id"],
+        updated_at=row["updated_at"],
+    )
 
 
 def _objective(conn: psycopg.Connection, row: dict[str, Any]) -> Objective:
-    tasks = [_task(r) for r in _rows(conn, "SELECT * FROM objective_tasks WHERE objective_id = %s ORDER BY idx",
-                                     (row["id"],))]
-    return Objective(id=row["id"], title=row["title"], description=row["description"], status=row["status"],
-                     created_at=row["created_at"], updated_at=row["updated_at"], tasks=tasks)
+    tasks = [
+        _task(r)
+        for r in _rows(conn, "SELECT * FROM objective_tasks WHERE objective_id = %s ORDER BY idx", (row["id"],))
+    ]
+    return Objective(
+        id=row["id"],
+        title=row["title"],
+        description=row["description"],
+        status=row["status"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        tasks=tasks,
+    )
 
 
-def create_objective(conn: psycopg.Connection, *, title: str, tasks: list[str], description: str | None = None,
-                     status: str = "active") -> Objective:
+def create_objective(
+    conn: psycopg.Connection, *, title: str, tasks: list[str], description: str | None = None, status: str = "active"
+) -> Objective:
     """Create an objective with the next id ``OBJ-NNNN`` (write). Raises UsageError."""
     if not title.strip():
         raise UsageError("an objective needs a non-empty title")
@@ -58,11 +81,17 @@ def create_objective(conn: psycopg.Connection, *, title: str, tasks: list[str], 
     now = utc_now()
     if not tasks and status == "active":
         status = "completed"
-    conn.execute("INSERT INTO objectives (id, title, description, status, created_at, updated_at) "
-                 "VALUES (%s, %s, %s, %s, %s, %s)", (objective_id, title, description, status, now, now))
+    conn.execute(
+        "INSERT INTO objectives (id, title, description, status, created_at, updated_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s)",
+        (objective_id, title, description, status, now, now),
+    )
     for index, text in enumerate(tasks):
-        conn.execute("INSERT INTO objective_tasks (objective_id, idx, task, outcome, failures, updated_at) "
-                     "VALUES (%s, %s, %s, 'pending', 0, %s)", (objective_id, index, text, now))
+        conn.execute(
+            "INSERT INTO objective_tasks (objective_id, idx, task, outcome, failures, updated_at) "
+            "VALUES (%s, %s, %s, 'pending', 0, %s)",
+            (objective_id, index, text, now),
+        )
     return get_objective(conn, objective_id)
 
 
@@ -87,8 +116,9 @@ def set_objective_status(conn: psycopg.Connection, objective_id: str, status: st
     """Change an objective's status (write). Raises NotFound, UsageError (unknown status)."""
     if status not in OBJECTIVE_STATUSES:
         raise UsageError(f"unknown objective status {status!r}")
-    cur = conn.execute("UPDATE objectives SET status = %s, updated_at = %s WHERE id = %s",
-                       (status, utc_now(), objective_id))
+    cur = conn.execute(
+        "UPDATE objectives SET status = %s, updated_at = %s WHERE id = %s", (status, utc_now(), objective_id)
+    )
     if cur.rowcount == 0:
         raise NotFound(f"no objective {objective_id!r}")
     return get_objective(conn, objective_id)
@@ -106,8 +136,11 @@ def add_objective_task(conn: psycopg.Connection, objective_id: str, task: str) -
     objective = get_objective(conn, objective_id)
     now = utc_now()
     index = len(objective.tasks)
-    conn.execute("INSERT INTO objective_tasks (objective_id, idx, task, outcome, failures, updated_at) "
-                 "VALUES (%s, %s, %s, 'pending', 0, %s)", (objective_id, index, task, now))
+    conn.execute(
+        "INSERT INTO objective_tasks (objective_id, idx, task, outcome, failures, updated_at) "
+        "VALUES (%s, %s, %s, 'pending', 0, %s)",
+        (objective_id, index, task, now),
+    )
     if objective.status == "completed":
         conn.execute("UPDATE objectives SET status = 'active', updated_at = %s WHERE id = %s", (now, objective_id))
     return get_objective(conn, objective_id).tasks[index]
@@ -115,19 +148,24 @@ def add_objective_task(conn: psycopg.Connection, objective_id: str, task: str) -
 
 def start_objective_task(conn: psycopg.Connection, objective_id: str, index: int, session_id: str) -> ObjectiveTask:
     """Record that task ``index`` was dispatched as daemon task ``session_id`` (write). Raises NotFound."""
-    cur = conn.execute("UPDATE objective_tasks SET outcome = 'running', session_id = %s, updated_at = %s "
-                       "WHERE objective_id = %s AND idx = %s", (session_id, utc_now(), objective_id, index))
+    cur = conn.execute(
+        "UPDATE objective_tasks SET outcome = 'running', session_id = %s, updated_at = %s "
+        "WHERE objective_id = %s AND idx = %s",
+        (session_id, utc_now(), objective_id, index),
+    )
     if cur.rowcount == 0:
         raise NotFound(f"no task {index} in objective {objective_id!r}")
     return get_objective(conn, objective_id).tasks[index]
 
 
-def finish_objective_task(conn: psycopg.Connection, objective_id: str, index: int,
-                          succeeded: bool) -> ObjectiveTask:
+def finish_objective_task(conn: psycopg.Connection, objective_id: str, index: int, succeeded: bool) -> ObjectiveTask:
     """Record the end of task ``index``'s attempt (write, one transaction); see
     :func:`roost.storage._objectives.finish_objective_task`. Raises NotFound."""
-    rows = _rows(conn, "SELECT failures FROM objective_tasks WHERE objective_id = %s AND idx = %s FOR UPDATE",
-                 (objective_id, index))
+    rows = _rows(
+        conn,
+        "SELECT failures FROM objective_tasks WHERE objective_id = %s AND idx = %s FOR UPDATE",
+        (objective_id, index),
+    )
     if not rows:
         raise NotFound(f"no task {index} in objective {objective_id!r}")
     now = utc_now()
@@ -136,10 +174,11 @@ def finish_objective_task(conn: psycopg.Connection, objective_id: str, index: in
     else:
         failures = int(rows[0]["failures"]) + 1
         outcome = "skipped" if failures >= MAX_FAILURES else "pending"
-    conn.execute("UPDATE objective_tasks SET outcome = %s, failures = %s, updated_at = %s "
-                 "WHERE objective_id = %s AND idx = %s", (outcome, failures, now, objective_id, index))
+    conn.execute(
+        "UPDATE objective_tasks SET outcome = %s, failures = %s, updated_at = %s WHERE objective_id = %s AND idx = %s",
+        (outcome, failures, now, objective_id, index),
+    )
     objective = get_objective(conn, objective_id)
     if objective.next_task() is None and objective.status == "active":
-        conn.execute("UPDATE objectives SET status = 'completed', updated_at = %s WHERE id = %s",
-                     (now, objective_id))
+        conn.execute("UPDATE objectives SET status = 'completed', updated_at = %s WHERE id = %s", (now, objective_id))
     return get_objective(conn, objective_id).tasks[index]

@@ -250,8 +250,11 @@ def forget_tool_process(conn: sqlite3.Connection, pgid: int, owner: str) -> bool
 def list_tool_processes(conn: sqlite3.Connection, owner: str | None = None) -> list[dict]:
     """Return the recorded groups (all, or ``owner``'s) as dicts of the columns, oldest first."""
     sql = f"SELECT {', '.join(_COLUMNS)} FROM tool_processes"
-    rows = (conn.execute(sql + " WHERE owner = ? ORDER BY started_at", (owner,)) if owner is not None
-            else conn.execute(sql + " ORDER BY started_at"))
+    rows = (
+        conn.execute(sql + " WHERE owner = ? ORDER BY started_at", (owner,))
+        if owner is not None
+        else conn.execute(sql + " ORDER BY started_at")
+    )
     return [dict(zip(_COLUMNS, row, strict=True)) for row in rows]
 
 
@@ -344,8 +347,7 @@ def tool_process_hook(writer: StoreWriter, owner: str, thread_id: str | None = N
             if scope.cancelled_caught:
                 log.warning("recording tool process group %d timed out", pgid)
         except Exception:
-            log.warning("could not record tool process group %d (running=%s)", pgid, running,
-                        exc_info=True)
+            log.warning("could not record tool process group %d (running=%s)", pgid, running, exc_info=True)
 
     async def _record_intent(intent: int) -> None:
         ticks = now_ticks()

@@ -11,7 +11,6 @@ import sqlite3
 from typing import Any
 
 from roost._json import dumps, loads
-
 from roost.model import Thread
 
 from ._rows import utc_now
@@ -54,8 +53,9 @@ def mark_worker_delivered(conn: sqlite3.Connection, worker_id: str) -> bool:
     if data.get("delivered"):
         return False
     data["delivered"] = True
-    conn.execute("UPDATE workers SET result = ?, updated_at = ? WHERE id = ?",
-                 (dumps(data).decode(), utc_now(), worker_id))
+    conn.execute(
+        "UPDATE workers SET result = ?, updated_at = ? WHERE id = ?", (dumps(data).decode(), utc_now(), worker_id)
+    )
     return True
 
 
@@ -64,15 +64,17 @@ def mark_worker_delivered(conn: sqlite3.Connection, worker_id: str) -> bool:
 
 def first_user_text(conn: sqlite3.Connection, thread_id: str) -> str:
     """Return the text of a thread's first user message, or "" (read-only)."""
-    row = conn.execute("SELECT text FROM items WHERE thread_id = ? AND type = 'user_message' ORDER BY seq LIMIT 1",
-                       (thread_id,)).fetchone()
+    row = conn.execute(
+        "SELECT text FROM items WHERE thread_id = ? AND type = 'user_message' ORDER BY seq LIMIT 1", (thread_id,)
+    ).fetchone()
     return str(row[0] or "") if row else ""
 
 
 def latest_run_status(conn: sqlite3.Connection, thread_id: str) -> str | None:
     """Return the status of a thread's latest run (by start time), or None without runs (read-only)."""
-    row = conn.execute("SELECT status FROM runs WHERE thread_id = ? ORDER BY started_at DESC, rowid DESC LIMIT 1",
-                       (thread_id,)).fetchone()
+    row = conn.execute(
+        "SELECT status FROM runs WHERE thread_id = ? ORDER BY started_at DESC, rowid DESC LIMIT 1", (thread_id,)
+    ).fetchone()
     return str(row[0]) if row else None
 
 
@@ -84,13 +86,22 @@ def count_turns(conn: sqlite3.Connection, thread_id: str) -> int:
 def chat_ids_with_title(conn: sqlite3.Connection, needle: str, *, limit: int) -> list[str]:
     """Return ids of chat threads whose title contains ``needle`` (case-insensitive), most
     recently updated first, at most ``limit`` (read-only)."""
-    rows = conn.execute("SELECT id FROM threads WHERE kind = 'chat' AND title IS NOT NULL "
-                        "AND instr(lower(title), ?) > 0 ORDER BY updated_at DESC LIMIT ?", (needle.lower(), limit))
+    rows = conn.execute(
+        "SELECT id FROM threads WHERE kind = 'chat' AND title IS NOT NULL "
+        "AND instr(lower(title), ?) > 0 ORDER BY updated_at DESC LIMIT ?",
+        (needle.lower(), limit),
+    )
     return [str(r[0]) for r in rows]
 
 
-def page_threads(conn: sqlite3.Connection, *, archived: bool | None, kind: str | None,
-                 before: tuple[str, str] | None, limit: int | None) -> list[Thread]:
+def page_threads(
+    conn: sqlite3.Connection,
+    *,
+    archived: bool | None,
+    kind: str | None,
+    before: tuple[str, str] | None,
+    limit: int | None,
+) -> list[Thread]:
     """Return threads newest first (``updated_at``, then id, descending), at most ``limit`` (None:
     all), optionally only those ``archived`` (or not), of ``kind``, and strictly before the cursor
     ``before`` = ``(updated_at, id)`` of the last thread of the previous page (read-only)."""
@@ -111,8 +122,9 @@ def page_threads(conn: sqlite3.Connection, *, archived: bool | None, kind: str |
 
 def chat_threads_with_cwd(conn: sqlite3.Connection) -> list[Thread]:
     """Return the visible (unarchived) chat threads that have a cwd, newest first (read-only)."""
-    return THREADS.select(conn, "archived = 0 AND kind = 'chat' AND cwd IS NOT NULL", (),
-                          order="updated_at DESC, id DESC")
+    return THREADS.select(
+        conn, "archived = 0 AND kind = 'chat' AND cwd IS NOT NULL", (), order="updated_at DESC, id DESC"
+    )
 
 
 # -- schedule runs -------------------------------------------------------------------------------
@@ -152,8 +164,11 @@ def memory_scope_counts(conn: sqlite3.Connection, prefix: str) -> list[tuple[str
 
 def delete_memory_prefix(conn: sqlite3.Connection, scope: str, key_prefix: str) -> int:
     """Delete a scope's entries whose key starts with ``key_prefix`` (write); returns how many."""
-    return int(conn.execute("DELETE FROM memory WHERE scope = ? AND substr(key, 1, ?) = ?",
-                            (scope, len(key_prefix), key_prefix)).rowcount)
+    return int(
+        conn.execute(
+            "DELETE FROM memory WHERE scope = ? AND substr(key, 1, ?) = ?", (scope, len(key_prefix), key_prefix)
+        ).rowcount
+    )
 
 
 def scope_has_memory(conn: sqlite3.Connection, scope: str) -> bool:

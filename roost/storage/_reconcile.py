@@ -57,8 +57,12 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
     """
     now = time.time() if now is None else now
     stamp = utc_now()
-    params = {"owner": owner, "now": now, "stamp": stamp,
-              "abandoned": "interrupted: the process running it ended without settling it"}
+    params = {
+        "owner": owner,
+        "now": now,
+        "stamp": stamp,
+        "abandoned": "interrupted: the process running it ended without settling it",
+    }
     with immediate(conn):
         # A lease whose owner is a dead process of this host is as good as expired (kill -9).
         held = conn.execute(
@@ -79,7 +83,7 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
                        error = json_set(CASE WHEN json_valid(error) THEN error ELSE '{{}}' END,
                                         '$.category', 'cancelled', '$.reason', 'abandoned',
                                         '$.message', :abandoned)
-                WHERE status = 'running' AND NOT {_LIVE.format(col='turns.thread_id')}""",
+                WHERE status = 'running' AND NOT {_LIVE.format(col="turns.thread_id")}""",
             params,
         ).rowcount
         # Items checkpointed while running (a started tool call) end with their turn.
@@ -91,8 +95,8 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
         workers = conn.execute(
             f"""UPDATE workers SET status = 'interrupted', updated_at = :stamp
                 WHERE status IN ('pending', 'running', 'waiting_children')
-                  AND NOT {_LIVE.format(col='workers.thread_id')}
-                  AND NOT {_LIVE.format(col='workers.root_thread_id')}""",
+                  AND NOT {_LIVE.format(col="workers.thread_id")}
+                  AND NOT {_LIVE.format(col="workers.root_thread_id")}""",
             params,
         ).rowcount
         runs = conn.execute(
@@ -100,7 +104,7 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
                 WHERE status = 'running'
                   AND CASE WHEN runs.thread_id IS NULL
                            THEN runs.owner IS NULL OR runs.owner = :owner
-                           ELSE NOT {_LIVE.format(col='runs.thread_id')} END""",
+                           ELSE NOT {_LIVE.format(col="runs.thread_id")} END""",
             params,
         ).rowcount
         runs += _settle_accepted_runs(conn, owner, stamp)
@@ -127,7 +131,10 @@ def _settle_accepted_runs(conn: sqlite3.Connection, owner: str, stamp: str) -> i
             """UPDATE runs SET status = 'interrupted', completed_at = :stamp,
                       error = json_object('code', 'interrupted', 'message', :message)
                WHERE id = :id AND status = 'accepted'""",
-            {"id": run_id, "stamp": stamp,
-             "message": "interrupted: the process admitting the run ended before its first turn started"},
+            {
+                "id": run_id,
+                "stamp": stamp,
+                "message": "interrupted: the process admitting the run ended before its first turn started",
+            },
         ).rowcount
     return settled

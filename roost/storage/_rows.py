@@ -20,7 +20,7 @@ T = TypeVar("T", bound=attrs.AttrsInstance)
 
 def utc_now() -> str:
     """Return the current time as ISO 8601 UTC text with microseconds: ``2026-01-31T12:00:00.000000Z``."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -132,9 +132,7 @@ class TableSpec(Generic[T]):
             values[self.touch] = utc_now()
         if values:
             sets = ", ".join(f"{c} = :{c}" for c in values)
-            cur = conn.execute(
-                f"UPDATE {self.table} SET {sets} WHERE {self.key} = :_key", {**values, "_key": key}
-            )
+            cur = conn.execute(f"UPDATE {self.table} SET {sets} WHERE {self.key} = :_key", {**values, "_key": key})
             if cur.rowcount == 0:
                 raise NotFound(f"no {self.table} row with {self.key}={key!r}", kind=self.table)
         return self.get(conn, key)

@@ -26,6 +26,7 @@ Times are ISO 8601 UTC text (``2026-01-31T12:00:00.000000Z``), so text order is 
 from __future__ import annotations
 
 import sqlite3
+
 import attrs
 
 from roost.errors import Conflict, NotFound
@@ -124,8 +125,19 @@ _JOB_SELECT = """SELECT s.id, s.name, s.cron, s.task, s.description, s.config, s
          ORDER BY COALESCE(r.finished_at, r.started_at, r.created_at) DESC LIMIT 1) AS last_result
   FROM schedules s"""
 
-_RUN_COLS = ("id", "schedule_id", "slot", "status", "source", "owner", "session_id", "outcome",
-             "started_at", "finished_at", "created_at")
+_RUN_COLS = (
+    "id",
+    "schedule_id",
+    "slot",
+    "status",
+    "source",
+    "owner",
+    "session_id",
+    "outcome",
+    "started_at",
+    "finished_at",
+    "created_at",
+)
 
 
 def _job(row: sqlite3.Row) -> ScheduledJob:
@@ -150,10 +162,20 @@ def schedule_changes(conn: sqlite3.Connection) -> int:
 
 
 def add_job(
-    conn: sqlite3.Connection, *, name: str, cron: str, task: str, next_run: str | None,
-    description: str | None = None, config: str | None = None, work_dir: str | None = None,
-    catch_up: str = "once", overlap: str = "skip", enabled: bool = True,
-    provider: str | None = None, model: str | None = None,
+    conn: sqlite3.Connection,
+    *,
+    name: str,
+    cron: str,
+    task: str,
+    next_run: str | None,
+    description: str | None = None,
+    config: str | None = None,
+    work_dir: str | None = None,
+    catch_up: str = "once",
+    overlap: str = "skip",
+    enabled: bool = True,
+    provider: str | None = None,
+    model: str | None = None,
 ) -> ScheduledJob:
     """Insert a job (write). ``cron`` must already be validated (:func:`roost.scheduling.parse_cron`).
 
@@ -170,8 +192,23 @@ def add_job(
             """INSERT INTO schedules (id, name, cron, timezone, enabled, payload, created_at, updated_at,
                    description, task, config, work_dir, catch_up, overlap, next_run, provider, model)
                VALUES (?, ?, ?, 'UTC', ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (job_id, name, cron, int(enabled), now, now, description, task, config, work_dir,
-             catch_up, overlap, next_run, provider, model),
+            (
+                job_id,
+                name,
+                cron,
+                int(enabled),
+                now,
+                now,
+                description,
+                task,
+                config,
+                work_dir,
+                catch_up,
+                overlap,
+                next_run,
+                provider,
+                model,
+            ),
         )
     except sqlite3.IntegrityError as exc:
         raise Conflict(f"a schedule named {name!r} exists") from exc
@@ -187,8 +224,9 @@ def get_job(conn: sqlite3.Connection, name: str) -> ScheduledJob:
     return _job(row)
 
 
-def list_jobs(conn: sqlite3.Connection, *, enabled_only: bool = False,
-              project: str | None = None) -> list[ScheduledJob]:
+def list_jobs(
+    conn: sqlite3.Connection, *, enabled_only: bool = False, project: str | None = None
+) -> list[ScheduledJob]:
     """Return jobs ordered by next run (never-firing ones last), then name (read-only).
 
     Args:
@@ -213,8 +251,10 @@ def adopt_job(conn: sqlite3.Connection, schedule_id: str, work_dir: str) -> bool
     Returns:
         ``True`` when this call adopted it, ``False`` when it already had a work directory.
     """
-    cur = conn.execute("UPDATE schedules SET work_dir = ?, updated_at = ? WHERE id = ? AND work_dir IS NULL",
-                       (work_dir, utc_now(), schedule_id))
+    cur = conn.execute(
+        "UPDATE schedules SET work_dir = ?, updated_at = ? WHERE id = ? AND work_dir IS NULL",
+        (work_dir, utc_now(), schedule_id),
+    )
     if cur.rowcount:
         bump_schedule_changes(conn)
     return cur.rowcount == 1
@@ -233,10 +273,11 @@ def set_job_enabled(conn: sqlite3.Connection, name: str, enabled: bool, *, next_
     if enabled:
         cur = conn.execute(
             """UPDATE schedules SET enabled = 1, next_run = ?, updated_at = ?
-               WHERE name = ? AND enabled = 0""", (next_run, utc_now(), name))
+               WHERE name = ? AND enabled = 0""",
+            (next_run, utc_now(), name),
+        )
     else:
-        cur = conn.execute("UPDATE schedules SET enabled = 0, updated_at = ? WHERE name = ?",
-                           (utc_now(), name))
+        cur = conn.execute("UPDATE schedules SET enabled = 0, updated_at = ? WHERE name = ?", (utc_now(), name))
     job = get_job(conn, name)
     if cur.rowcount:
         bump_schedule_changes(conn)
@@ -259,8 +300,9 @@ def request_run(conn: sqlite3.Connection, name: str) -> JobRun:
     """Record a manual "run now" request for a daemon to pick up (write). Raises NotFound."""
     job = get_job(conn, name)
     now = utc_now()
-    run = JobRun(id=new_id("srun"), schedule_id=job.id, slot=f"manual:{now}", status="requested",
-                 source="manual", created_at=now)
+    run = JobRun(
+        id=new_id("srun"), schedule_id=job.id, slot=f"manual:{now}", status="requested", source="manual", created_at=now
+    )
     conn.execute(
         """INSERT INTO schedule_runs (id, schedule_id, slot, status, source, created_at)
            VALUES (?, ?, ?, ?, ?, ?)""",
@@ -273,15 +315,16 @@ def request_run(conn: sqlite3.Connection, name: str) -> JobRun:
 def list_requested_runs(conn: sqlite3.Connection) -> list[JobRun]:
     """Return the manual run requests not yet claimed, oldest first (read-only)."""
     rows = conn.execute(
-        f"SELECT {', '.join(_RUN_COLS)} FROM schedule_runs WHERE status = 'requested' ORDER BY created_at")
+        f"SELECT {', '.join(_RUN_COLS)} FROM schedule_runs WHERE status = 'requested' ORDER BY created_at"
+    )
     return [_run_row(r) for r in rows]
 
 
 def claim_requested_run(conn: sqlite3.Connection, run_id: str, owner: str) -> bool:
     """Claim a manual request (write). Returns ``False`` when another scheduler took it."""
     cur = conn.execute(
-        "UPDATE schedule_runs SET status = 'claimed', owner = ? WHERE id = ? AND status = 'requested'",
-        (owner, run_id))
+        "UPDATE schedule_runs SET status = 'claimed', owner = ? WHERE id = ? AND status = 'requested'", (owner, run_id)
+    )
     return cur.rowcount == 1
 
 
@@ -328,7 +371,8 @@ def mark_run_started(conn: sqlite3.Connection, run_id: str, session_id: str, sta
     """Record the dispatch of a claimed run (write). Raises NotFound."""
     cur = conn.execute(
         "UPDATE schedule_runs SET status = 'running', session_id = ?, started_at = ? WHERE id = ?",
-        (session_id, started_at, run_id))
+        (session_id, started_at, run_id),
+    )
     if cur.rowcount == 0:
         raise NotFound(f"no schedule run {run_id!r}")
 
@@ -336,8 +380,10 @@ def mark_run_started(conn: sqlite3.Connection, run_id: str, session_id: str, sta
 def mark_run_finished(conn: sqlite3.Connection, run_id: str, outcome: str, finished_at: str) -> None:
     """Record the end of a run (write): status ``done`` (or ``skipped`` for ``overlap``/``missed``)."""
     status = "skipped" if outcome in ("overlap", "missed") else "done"
-    conn.execute("UPDATE schedule_runs SET status = ?, outcome = ?, finished_at = ? WHERE id = ?",
-                 (status, outcome, finished_at, run_id))
+    conn.execute(
+        "UPDATE schedule_runs SET status = ?, outcome = ?, finished_at = ? WHERE id = ?",
+        (status, outcome, finished_at, run_id),
+    )
 
 
 def has_running_run(conn: sqlite3.Connection, schedule_id: str, *, exclude: str | None = None) -> bool:
@@ -345,15 +391,17 @@ def has_running_run(conn: sqlite3.Connection, schedule_id: str, *, exclude: str 
     row = conn.execute(
         """SELECT 1 FROM schedule_runs WHERE schedule_id = ? AND status IN ('claimed', 'running')
            AND id IS NOT ? LIMIT 1""",
-        (schedule_id, exclude)).fetchone()
+        (schedule_id, exclude),
+    ).fetchone()
     return row is not None
 
 
 def list_open_runs(conn: sqlite3.Connection) -> list[JobRun]:
     """Return run records still ``claimed`` or ``running`` (read-only), oldest first."""
     rows = conn.execute(
-        f"""SELECT {', '.join(_RUN_COLS)} FROM schedule_runs WHERE status IN ('claimed', 'running')
-            ORDER BY created_at""")
+        f"""SELECT {", ".join(_RUN_COLS)} FROM schedule_runs WHERE status IN ('claimed', 'running')
+            ORDER BY created_at"""
+    )
     return [_run_row(r) for r in rows]
 
 
@@ -362,5 +410,6 @@ def list_job_runs(conn: sqlite3.Connection, schedule_id: str, *, limit: int = 10
     rows = conn.execute(
         f"SELECT {', '.join(_RUN_COLS)} FROM schedule_runs WHERE schedule_id = ?"
         " ORDER BY created_at DESC, slot DESC LIMIT ?",
-        (schedule_id, limit))
+        (schedule_id, limit),
+    )
     return [_run_row(r) for r in rows]

@@ -41,8 +41,9 @@ class _MigrationSet:
         self._steps: list[tuple[str, Callable[..., None], bool]] = []
         self._built: Migrations | None = None
 
-    def __call__(self, *, name: str | None = None,
-                 transactional: bool = True) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def __call__(
+        self, *, name: str | None = None, transactional: bool = True
+    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
         def register(fn: Callable[..., None]) -> Callable[..., None]:
             step = name or fn.__name__
             if step in self.names():
@@ -71,11 +72,14 @@ class _MigrationSet:
 
 def _applied(conn: sqlite3.Connection, migration_set: str) -> list[str]:
     """The applied migration names of ``migration_set``, oldest first, as sqlite-utils records them."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                    (_MIGRATIONS_TABLE,)).fetchone() is None:
+    if (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_MIGRATIONS_TABLE,)).fetchone()
+        is None
+    ):
         return []
-    rows = conn.execute(f"SELECT name FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? ORDER BY rowid",
-                        (migration_set,)).fetchall()
+    rows = conn.execute(
+        f"SELECT name FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? ORDER BY rowid", (migration_set,)
+    ).fetchall()
     return [row[0] for row in rows]
 
 

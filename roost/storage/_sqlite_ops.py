@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from . import _items
-from . import _memory
-from . import _objectives
-from . import _processes
-from . import _queries
-from . import _schedules2
-from . import _tasks
-from . import _threads
-from . import _workers
-from . import leases
+from . import _items, _memory, _objectives, _processes, _queries, _schedules2, _tasks, _threads, _workers, leases
 
 __all__ = ["SQLiteOperations"]
 

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 
 from roost._paths import database_path
 from roost.errors import (
-    MigrationError, StoreBusy, StoreClosed, StoreCorrupt, StoreDiskFull, StoreError, StoreReadOnly,
+    MigrationError,
+    StoreBusy,
+    StoreClosed,
+    StoreCorrupt,
+    StoreDiskFull,
+    StoreError,
+    StoreReadOnly,
 )
 
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
@@ -41,8 +47,9 @@ class Store(SQLiteOperations):
         writer: the process's :class:`StoreWriter` (start it with ``nursery.start(store.writer.run)``).
     """
 
-    def __init__(self, path: Path, *, busy_timeout: float, batch_max: int, queue_size: int,
-                 _tempdir: str | None = None) -> None:
+    def __init__(
+        self, path: Path, *, busy_timeout: float, batch_max: int, queue_size: int, _tempdir: str | None = None
+    ) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
         self._writer_sizes = (batch_max, queue_size)
@@ -60,8 +67,9 @@ class Store(SQLiteOperations):
             from ._writer import StoreWriter
 
             batch_max, queue_size = self._writer_sizes
-            self._writer = StoreWriter(self.path, batch_max=batch_max, queue_size=queue_size,
-                                       busy_timeout=self.busy_timeout)
+            self._writer = StoreWriter(
+                self.path, batch_max=batch_max, queue_size=queue_size, busy_timeout=self.busy_timeout
+            )
         return self._writer
 
     @contextlib.contextmanager
@@ -179,8 +187,7 @@ def open_store(
         raise _open_failure(db_path, translate_error(exc)) from exc
     except StoreError as exc:
         raise _open_failure(db_path, exc) from exc
-    return Store(db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size,
-                 _tempdir=tempdir)
+    return Store(db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, _tempdir=tempdir)
 
 
 def _open_failure(db_path: Path, exc: StoreError) -> StoreError:
@@ -192,13 +199,18 @@ def _open_failure(db_path: Path, exc: StoreError) -> StoreError:
     if isinstance(exc, (StoreDiskFull, StoreReadOnly, StoreBusy, MigrationError)):
         return type(exc)(f"{db_path}: {exc}")
     if isinstance(exc, StoreCorrupt) or not _passes_integrity_check(db_path):
-        return StoreCorrupt(f"{db_path} is not a usable Roost database ({exc}); it fails SQLite's integrity "
-                            "check, so move it aside (keep the copy) to start afresh")
+        return StoreCorrupt(
+            f"{db_path} is not a usable Roost database ({exc}); it fails SQLite's integrity "
+            "check, so move it aside (keep the copy) to start afresh"
+        )
     if not os.access(db_path if db_path.exists() else db_path.parent, os.W_OK):
-        return StoreReadOnly(f"{db_path} cannot be written ({exc}): make it and its directory writable; "
-                             "its contents are fine")
-    return StoreError(f"{db_path} could not be opened ({exc}); it passes SQLite's integrity check, "
-                      "so do not move it: fix the cause above and retry")
+        return StoreReadOnly(
+            f"{db_path} cannot be written ({exc}): make it and its directory writable; its contents are fine"
+        )
+    return StoreError(
+        f"{db_path} could not be opened ({exc}); it passes SQLite's integrity check, "
+        "so do not move it: fix the cause above and retry"
+    )
 
 
 def _passes_integrity_check(db_path: Path) -> bool:
@@ -213,4 +225,4 @@ def _passes_integrity_check(db_path: Path) -> bool:
             conn.close()
     except sqlite3.DatabaseError as exc:
         code = getattr(exc, "sqlite_errorcode", 0) or 0
-        return (code & 0xFF) not in (11, 26)   # corrupt / not a database; other errors say nothing
+        return (code & 0xFF) not in (11, 26)  # corrupt / not a database; other errors say nothing

@@ -31,8 +31,15 @@ def enqueue_daemon_task(
             return rows[0], False
     position = conn.execute("SELECT COALESCE(MAX(position), 0) + 1 FROM daemon_tasks").fetchone()[0]
     now = utc_now()
-    task = DaemonTask(id=id or new_id("task"), position=position, status="queued", payload=payload,
-                      client_id=client_id, created_at=now, updated_at=now)
+    task = DaemonTask(
+        id=id or new_id("task"),
+        position=position,
+        status="queued",
+        payload=payload,
+        client_id=client_id,
+        created_at=now,
+        updated_at=now,
+    )
     return DAEMON_TASKS.insert(conn, task), True
 
 

@@ -25,5 +25,6 @@ def thread_changed_since(conn: sqlite3.Connection, thread_id: str, turn_rows: in
 def interrupt_open_items(conn: sqlite3.Connection, turn_id: str) -> int:
     """Mark the items of ``turn_id`` still ``in_progress`` (checkpointed tool calls, streamed
     text) ``interrupted`` (write); return how many."""
-    return conn.execute("UPDATE items SET status = 'interrupted' WHERE turn_id = ? AND status = 'in_progress'",
-                        (turn_id,)).rowcount
+    return conn.execute(
+        "UPDATE items SET status = 'interrupted' WHERE turn_id = ? AND status = 'in_progress'", (turn_id,)
+    ).rowcount

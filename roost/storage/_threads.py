@@ -33,7 +33,10 @@ __all__ = [
 ]
 
 THREADS = TableSpec(
-    "threads", Thread, json=frozenset({"metadata"}), bools=frozenset({"pinned", "archived"}),
+    "threads",
+    Thread,
+    json=frozenset({"metadata"}),
+    bools=frozenset({"pinned", "archived"}),
     touch="updated_at",
 )
 TURNS = TableSpec("turns", Turn, json=frozenset({"error", "usage"}))
@@ -98,9 +101,7 @@ def list_threads(
     if updated_before is not None:
         where.append("updated_at < ?")
         params.append(updated_before)
-    return THREADS.select(
-        conn, " AND ".join(where), params, order="updated_at DESC, id DESC", limit=limit
-    )
+    return THREADS.select(conn, " AND ".join(where), params, order="updated_at DESC, id DESC", limit=limit)
 
 
 def update_thread(conn: sqlite3.Connection, thread_id: str, **changes: Any) -> Thread:
@@ -119,12 +120,15 @@ def delete_thread(conn: sqlite3.Connection, thread_id: str) -> None:
 
 
 def create_turn(
-    conn: sqlite3.Connection, thread_id: str, *, id: str | None = None, status: str = "running",
+    conn: sqlite3.Connection,
+    thread_id: str,
+    *,
+    id: str | None = None,
+    status: str = "running",
     run_id: str | None = None,
 ) -> Turn:
     """Insert a turn of a thread (write); ``started_at`` is now. Raises Conflict (no such thread)."""
-    turn = Turn(id=id or new_id("turn"), thread_id=thread_id, status=status, run_id=run_id,
-                started_at=utc_now())
+    turn = Turn(id=id or new_id("turn"), thread_id=thread_id, status=status, run_id=run_id, started_at=utc_now())
     return TURNS.insert(conn, turn)
 
 
@@ -151,13 +155,25 @@ def update_turn(conn: sqlite3.Connection, turn_id: str, **changes: Any) -> Turn:
 
 
 def create_run(
-    conn: sqlite3.Connection, *, thread_id: str | None = None, id: str | None = None,
-    kind: str = "turn", status: str = "running", owner: str | None = None,
+    conn: sqlite3.Connection,
+    *,
+    thread_id: str | None = None,
+    id: str | None = None,
+    kind: str = "turn",
+    status: str = "running",
+    owner: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Run:
     """Insert a run (write); ``started_at`` is now."""
-    run = Run(id=id or new_id("run"), thread_id=thread_id, kind=kind, status=status, owner=owner,
-              started_at=utc_now(), metadata=metadata or {})
+    run = Run(
+        id=id or new_id("run"),
+        thread_id=thread_id,
+        kind=kind,
+        status=status,
+        owner=owner,
+        started_at=utc_now(),
+        metadata=metadata or {},
+    )
     return RUNS.insert(conn, run)
 
 

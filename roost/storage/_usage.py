@@ -20,8 +20,8 @@ def list_usage_records(conn: sqlite3.Connection) -> list[dict]:
         ``[{thread_id, root_thread_id, kind, provider, started_at, input_tokens, output_tokens,
         cached_tokens}]``: ``started_at`` is the turn's ISO 8601 UTC start (the request time);
         ``root_thread_id`` is the worker's root thread (its ``workers`` row, else its parent)
-        for a ``worker`` thread, else the thread itself. Turns whose usage is absent, or reports no tokens at all, are left out (they
-        reported nothing).
+        for a ``worker`` thread, else the thread itself. Turns whose usage is absent, or reports
+        no tokens at all, are left out (they reported nothing).
     """
     rows = conn.execute(
         "SELECT t.thread_id, t.started_at, t.usage, th.kind, "
@@ -42,6 +42,14 @@ def list_usage_records(conn: sqlite3.Connection) -> list[dict]:
         if not any(counts.values()):
             continue
         root = parent if kind == "worker" and parent else thread_id
-        out.append({"thread_id": thread_id, "root_thread_id": root, "kind": kind, "provider": provider,
-                    "started_at": started_at, **counts})
+        out.append(
+            {
+                "thread_id": thread_id,
+                "root_thread_id": root,
+                "kind": kind,
+                "provider": provider,
+                "started_at": started_at,
+                **counts,
+            }
+        )
     return out

@@ -43,9 +43,18 @@ def create_worker(
         (root_thread_id,),
     ).fetchone()[0]
     now = utc_now()
-    worker = Worker(id=id or new_id("wrk"), thread_id=thread_id, root_thread_id=root_thread_id,
-                    parent_id=parent_id, name=name, status=status, depth=depth, spawn_order=order,
-                    created_at=now, updated_at=now)
+    worker = Worker(
+        id=id or new_id("wrk"),
+        thread_id=thread_id,
+        root_thread_id=root_thread_id,
+        parent_id=parent_id,
+        name=name,
+        status=status,
+        depth=depth,
+        spawn_order=order,
+        created_at=now,
+        updated_at=now,
+    )
     return WORKERS.insert(conn, worker)
 
 
@@ -72,7 +81,10 @@ def claim_queued_worker(conn: sqlite3.Connection, worker_id: str) -> bool:
     The compare-and-set on ``status`` makes the claim exactly-once across processes sharing the
     database: a queued spawn that survived a restart starts once, however many processes look.
     """
-    return conn.execute(
-        "UPDATE workers SET status = 'running', updated_at = ? WHERE id = ? AND status = 'queued'",
-        (utc_now(), worker_id),
-    ).rowcount == 1
+    return (
+        conn.execute(
+            "UPDATE workers SET status = 'running', updated_at = ? WHERE id = ? AND status = 'queued'",
+            (utc_now(), worker_id),
+        ).rowcount
+        == 1
+    )

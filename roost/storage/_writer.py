@@ -6,8 +6,9 @@ SAVEPOINT. :meth:`StoreWriter.submit_urgent` writes (the end of an interrupted t
 queue: they commit in a group of their own, right after the group being committed, which stops
 taking further writes as soon as an urgent one waits (control before data, issue 19: under
 saturation a group of fifty writes took 70-100 ms, and an interrupt's settle write waited for
-all of it); the writes it did not reach go first in the next ordinary group. A function that raises rolls back alone and its caller gets the error; the rest of the
-group commits. Callers are woken only after COMMIT returns, so an acknowledged write is durable
+all of it); the writes it did not reach go first in the next ordinary group. A function that
+raises rolls back alone and its caller gets the error; the rest of the group commits. Callers
+are woken only after COMMIT returns, so an acknowledged write is durable
 (``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
 transactions, never corrupt the file).
 """
@@ -25,7 +26,7 @@ import attrs
 import trio
 
 from roost._faults import fault_point
-from roost.errors import LifecycleError, StoreBusy, StoreClosed, StoreError, StoreFull
+from roost.errors import LifecycleError, StoreClosed, StoreError, StoreFull
 
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
 
@@ -155,7 +156,7 @@ class StoreWriter:
         write = _Write(fn, args, kwargs, trio.Event())
         self._urgent.append(write)
         try:
-            self._send.send_nowait(_WAKE)   # a full queue means the writer is not waiting anyway
+            self._send.send_nowait(_WAKE)  # a full queue means the writer is not waiting anyway
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             pass
         assert write.done is not None
@@ -224,9 +225,7 @@ class StoreWriter:
         self.state = WriterState.RUNNING
         conn: sqlite3.Connection | None = None
         try:
-            conn = await trio.to_thread.run_sync(
-                lambda: connect(self.path, busy_timeout=self.busy_timeout)
-            )
+            conn = await trio.to_thread.run_sync(lambda: connect(self.path, busy_timeout=self.busy_timeout))
             task_status.started()
             while True:
                 fault_point("store_writer")
@@ -390,9 +389,8 @@ def _translate(exc: sqlite3.Error) -> StoreError:
 def _fresh(exc: StoreError) -> StoreError:
     """A separate exception object per caller (tracebacks of one raise must not be shared)."""
     try:
-        err: StoreError = type(exc)(str(exc))   # keep the class: callers map it to a typed code
+        err: StoreError = type(exc)(str(exc))  # keep the class: callers map it to a typed code
     except TypeError:
         err = StoreError(str(exc))
     err.__cause__ = exc.__cause__ or exc
     return err
-

@@ -117,9 +117,7 @@ def get_lease(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
 
     Read-only.
     """
-    row = conn.execute(
-        "SELECT key, owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)
-    ).fetchone()
+    row = conn.execute("SELECT key, owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)).fetchone()
     return None if row is None else dict(zip(("key", "owner", "token", "expires_at", "successor"), row, strict=True))
 
 
@@ -143,9 +141,7 @@ def held_elsewhere(conn: sqlite3.Connection, key: str, owner: str) -> dict[str, 
     return lease if live_elsewhere(lease, owner) else None
 
 
-def acquire(
-    conn: sqlite3.Connection, key: str, owner: str, ttl: float, *, now: float | None = None
-) -> Lease:
+def acquire(conn: sqlite3.Connection, key: str, owner: str, ttl: float, *, now: float | None = None) -> Lease:
     """Take the lease ``key`` for ``owner`` for ``ttl`` seconds.
 
     Args:
@@ -167,9 +163,7 @@ def acquire(
         raise ValueError("ttl must be positive seconds")
     with immediate(conn):
         now = time.time() if now is None else now
-        row = conn.execute(
-            "SELECT owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)
-        ).fetchone()
+        row = conn.execute("SELECT owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)).fetchone()
         token = 1
         if row is not None:
             holder, old_token, expires_at, successor = row
@@ -221,9 +215,7 @@ def fenced(key: str, token: int, fn: Callable[..., R]) -> Callable[..., R]:
     return guarded
 
 
-def renew(
-    conn: sqlite3.Connection, lease: Lease, ttl: float | None = None, *, now: float | None = None
-) -> Lease:
+def renew(conn: sqlite3.Connection, lease: Lease, ttl: float | None = None, *, now: float | None = None) -> Lease:
     """Extend a held lease to ``now + ttl`` (default: the lease's own ttl).
 
     Returns:

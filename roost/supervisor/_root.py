@@ -24,8 +24,7 @@ import attrs
 import trio
 
 from roost._faults import load_fault_env
-from roost.actors import ThreadRegistry
-from roost.actors import Services
+from roost.actors import Services, ThreadRegistry
 from roost.errors import ConfigError, StoreError
 from roost.storage import LeaseKeeper, default_owner, open_store, queued_worker_roots, reconcile, translate_error
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
@@ -75,8 +74,13 @@ def lease_ttl_from_env(default: float) -> float:
 
 @asynccontextmanager
 async def open_runtime(
-    *, engine_for: Any, tools: dict[str, Any], db_path: Path | None = None, owner: str | None = None,
-    lease_ttl: float | None = None, memory: bool = True,
+    *,
+    engine_for: Any,
+    tools: dict[str, Any],
+    db_path: Path | None = None,
+    owner: str | None = None,
+    lease_ttl: float | None = None,
+    memory: bool = True,
 ) -> AsyncIterator[Runtime]:
     """Start the root tree; yield the :class:`Runtime`; stop it in reverse order on exit.
 
@@ -128,8 +132,9 @@ async def open_runtime(
     def make_threads() -> Supervisor:
         return Supervisor(name="threads", strategy=Strategy.ONE_FOR_ONE, intensity=50, period=10)
 
-    services = Services(store=store, keeper=keeper, owner=owner, engine_for=engine_for, tools=tools,
-                        lease_ttl=lease_ttl)
+    services = Services(
+        store=store, keeper=keeper, owner=owner, engine_for=engine_for, tools=tools, lease_ttl=lease_ttl
+    )
     registry = ThreadRegistry(make_threads(), services)
     load_fault_env()
     # Every start is a fresh instance that rebuilds its state: the writer and keeper services keep
@@ -139,10 +144,18 @@ async def open_runtime(
         [
             ChildSpec("store_writer", store.writer.serve, restart=Restart.PERMANENT, shutdown_timeout=10),
             ChildSpec("lease_keeper", keeper.serve, restart=Restart.PERMANENT, shutdown_timeout=5),
-            ChildSpec("threads", functools.partial(registry.run_supervisor, make_threads),
-                      restart=Restart.PERMANENT, shutdown_timeout=30),
-            ChildSpec("thread_unloader", functools.partial(registry.run_idle_unloader, idle_s=idle_unload_s()),
-                      restart=Restart.PERMANENT, shutdown_timeout=5),
+            ChildSpec(
+                "threads",
+                functools.partial(registry.run_supervisor, make_threads),
+                restart=Restart.PERMANENT,
+                shutdown_timeout=30,
+            ),
+            ChildSpec(
+                "thread_unloader",
+                functools.partial(registry.run_idle_unloader, idle_s=idle_unload_s()),
+                restart=Restart.PERMANENT,
+                shutdown_timeout=5,
+            ),
         ],
         name="root",
     )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -60,8 +61,9 @@ class ChildSpec:
     shutdown_timeout: float = attrs.field(default=5.0)
 
     @classmethod
-    def of_factory(cls, id: str, factory: Callable[[], Any], *, restart: Restart = Restart.PERMANENT,
-                   shutdown_timeout: float = 5.0) -> ChildSpec:
+    def of_factory(
+        cls, id: str, factory: Callable[[], Any], *, restart: Restart = Restart.PERMANENT, shutdown_timeout: float = 5.0
+    ) -> ChildSpec:
         """A spec whose every start builds a fresh instance ``factory()`` and runs its
         ``run(task_status=...)`` (an Actor, a Supervisor, a service): a restart never reuses the
         crashed instance (DESIGN.md section 4, "Restart for real")."""

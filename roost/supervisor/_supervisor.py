@@ -44,8 +44,16 @@ class _Status:
 
 class _Child:
     __slots__ = (
-        "spec", "state", "scope", "done", "value", "outcome", "restarts", "stopping",
-        "generation", "restart_when_done",
+        "spec",
+        "state",
+        "scope",
+        "done",
+        "value",
+        "outcome",
+        "restarts",
+        "stopping",
+        "generation",
+        "restart_when_done",
     )
 
     def __init__(self, spec: ChildSpec) -> None:
@@ -277,7 +285,8 @@ class Supervisor:
         child.outcome = None
         child.stopping = False
         child.value = await self._nursery.start(
-            self._child_task, child, child.generation, name=f"{self.name}/{child.spec.id}")
+            self._child_task, child, child.generation, name=f"{self.name}/{child.spec.id}"
+        )
         if not child.done.is_set():
             child.state = "running"
 
@@ -287,7 +296,7 @@ class Supervisor:
         def report(value: Any = None) -> None:
             nonlocal started
             started = True
-            child.scope.shield = True   # from now on only the supervisor stops it, in order
+            child.scope.shield = True  # from now on only the supervisor stops it, in order
             task_status.started(value)
 
         status = _Status(report)
@@ -354,12 +363,11 @@ class Supervisor:
             return
         abnormal = child.outcome is not None
         reason = repr(child.outcome) if abnormal else "normal exit"
-        restart = child.spec.restart is Restart.PERMANENT or (
-            child.spec.restart is Restart.TRANSIENT and abnormal
-        )
+        restart = child.spec.restart is Restart.PERMANENT or (child.spec.restart is Restart.TRANSIENT and abnormal)
         if not restart:
-            log.info("%s: child %s ended (%s); %s, not restarted", self.name, child.spec.id, reason,
-                     child.spec.restart.value)
+            log.info(
+                "%s: child %s ended (%s); %s, not restarted", self.name, child.spec.id, reason, child.spec.restart.value
+            )
             self._children.pop(child.spec.id, None)
             return
         self._count_restart(child, reason, child.outcome)
@@ -371,8 +379,14 @@ class Supervisor:
             group = [self._children[i] for i in ids]
         else:
             group = [self._children[i] for i in ids[index:]]
-        log.warning("%s: child %s exited (%s); restarting %s (%s)", self.name, child.spec.id, reason,
-                    [c.spec.id for c in group], self.strategy.value)
+        log.warning(
+            "%s: child %s exited (%s); restarting %s (%s)",
+            self.name,
+            child.spec.id,
+            reason,
+            [c.spec.id for c in group],
+            self.strategy.value,
+        )
         others = [c for c in group if c is not child]
         await self._stop_children(others)
         for member in group:
@@ -394,7 +408,11 @@ class Supervisor:
         if len(self._restart_times) > self.intensity:
             log.error(
                 "%s: restart intensity exceeded (%d restarts in %g s; last: %s %s); escalating",
-                self.name, len(self._restart_times), self.period, child.spec.id, reason,
+                self.name,
+                len(self._restart_times),
+                self.period,
+                child.spec.id,
+                reason,
             )
             raise RestartIntensityExceeded(
                 f"{self.name}: more than {self.intensity} restarts in {self.period:g} s "
@@ -437,7 +455,9 @@ class Supervisor:
                 child.state = "abandoned"
                 log.error(
                     "%s: child %s ignored cancellation for %g s; abandoned",
-                    self.name, child.spec.id, child.spec.shutdown_timeout,
+                    self.name,
+                    child.spec.id,
+                    child.spec.shutdown_timeout,
                 )
             else:
                 log.info("%s: child %s stopped", self.name, child.spec.id)

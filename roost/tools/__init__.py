@@ -12,7 +12,14 @@ from __future__ import annotations
 from roost.tools._builtin import builtin_tools as builtin_tools
 from roost.tools._files import resolve_path as resolve_path
 from roost.tools._files import unified_diff as unified_diff
+from roost.tools._memory_tools import context_items as context_items
+from roost.tools._memory_tools import forget_memory as forget_memory
+from roost.tools._memory_tools import import_context as import_context
+from roost.tools._memory_tools import memory_agents as memory_agents
+from roost.tools._memory_tools import memory_entries as memory_entries
 from roost.tools._memory_tools import memory_tools as memory_tools
+from roost.tools._memory_tools import remove_context as remove_context
+from roost.tools._memory_tools import scan_context_dir as scan_context_dir
 from roost.tools._model import APPROVAL_KINDS as APPROVAL_KINDS
 from roost.tools._model import DEFAULT_KILL_GRACE_S as DEFAULT_KILL_GRACE_S
 from roost.tools._model import DEFAULT_OUTPUT_CAP_BYTES as DEFAULT_OUTPUT_CAP_BYTES
@@ -33,15 +40,6 @@ from roost.tools._schema import validate_args as validate_args
 from roost.tools._shell import spawn_shell as spawn_shell
 from roost.tools._shell import stop_process_group as stop_process_group
 
-from roost.tools._memory_tools import context_items as context_items
-from roost.tools._memory_tools import forget_memory as forget_memory
-from roost.tools._memory_tools import import_context as import_context
-from roost.tools._memory_tools import memory_agents as memory_agents
-from roost.tools._memory_tools import memory_entries as memory_entries
-from roost.tools._memory_tools import remove_context as remove_context
-from roost.tools._memory_tools import scan_context_dir as scan_context_dir
-from roost.tools._shell import spawn_shell as spawn_shell
-
 __all__ = [
     "plan_tool",
     "context_items",
@@ -52,7 +50,6 @@ __all__ = [
     "remove_context",
     "scan_context_dir",
     "spawn_shell",
-
     "APPROVAL_KINDS",
     "DEFAULT_KILL_GRACE_S",
     "DEFAULT_OUTPUT_CAP_BYTES",

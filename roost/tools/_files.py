@@ -324,9 +324,7 @@ LIST_DIR = Tool(
 # -- search_files -------------------------------------------------------------------------------
 
 
-def _search(
-    root: Path, regex: re.Pattern[str], stop: threading.Event
-) -> tuple[list[str], int, bool]:
+def _search(root: Path, regex: re.Pattern[str], stop: threading.Event) -> tuple[list[str], int, bool]:
     """Return ``(matches, files_scanned, capped)``; matches are ``relpath:line:text``."""
     matches: list[str] = []
     scanned = 0
@@ -373,9 +371,7 @@ async def _search_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     root = resolve_path(ctx, args["path"])
     stop = threading.Event()
     try:
-        matches, scanned, capped = await trio.to_thread.run_sync(
-            _search, root, regex, stop, abandon_on_cancel=True
-        )
+        matches, scanned, capped = await trio.to_thread.run_sync(_search, root, regex, stop, abandon_on_cancel=True)
     finally:
         stop.set()  # an abandoned walk stops at its next file
     text = "\n".join(matches) if matches else f"[no matches in {scanned} files]"

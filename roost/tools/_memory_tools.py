@@ -29,7 +29,6 @@ from typing import Any
 
 import trio
 
-
 from roost.errors import ToolError
 from roost.storage import (
     delete_memory,
@@ -92,8 +91,9 @@ def context_files_scope(project: Path | str) -> str:
 # -- memory -------------------------------------------------------------------------------------
 
 
-def save_memory(conn: sqlite3.Connection, *, agent: str | None, name: str, type: str, description: str,
-                body: str) -> dict[str, Any]:
+def save_memory(
+    conn: sqlite3.Connection, *, agent: str | None, name: str, type: str, description: str, body: str
+) -> dict[str, Any]:
     """Insert or replace the entry ``name`` of ``agent``'s store (write); a replaced entry keeps its guid.
 
     Returns:
@@ -110,8 +110,7 @@ def save_memory(conn: sqlite3.Connection, *, agent: str | None, name: str, type:
     scope = memory_scope(agent)
     _, old = memory_value(conn, scope, name)
     guid = old.get("guid") if isinstance(old, dict) else None
-    value = {"guid": guid or str(uuid.uuid4()), "name": name, "type": type,
-             "description": description, "body": body}
+    value = {"guid": guid or str(uuid.uuid4()), "name": name, "type": type, "description": description, "body": body}
     put_memory(conn, scope, name, value)
     return value
 
@@ -121,9 +120,15 @@ def memory_entries(conn: sqlite3.Connection, agent: str | None) -> list[dict[str
     out = []
     for entry in list_memory(conn, memory_scope(agent)):
         value = entry.value if isinstance(entry.value, dict) else {"body": str(entry.value)}
-        out.append({"guid": str(value.get("guid") or entry.id), "name": str(value.get("name") or entry.key),
-                    "type": str(value.get("type") or "reference"),
-                    "description": str(value.get("description") or ""), "body": str(value.get("body") or "")})
+        out.append(
+            {
+                "guid": str(value.get("guid") or entry.id),
+                "name": str(value.get("name") or entry.key),
+                "type": str(value.get("type") or "reference"),
+                "description": str(value.get("description") or ""),
+                "body": str(value.get("body") or ""),
+            }
+        )
     return out
 
 
@@ -170,8 +175,16 @@ def scan_context_dir(source: Path) -> list[tuple[str, Path, int]]:
     return found
 
 
-def import_context(conn: sqlite3.Connection, *, project: Path, name: str, description: str | None,
-                   source: Path, files: list[tuple[str, bytes]], replace: bool = False) -> dict[str, Any]:
+def import_context(
+    conn: sqlite3.Connection,
+    *,
+    project: Path,
+    name: str,
+    description: str | None,
+    source: Path,
+    files: list[tuple[str, bytes]],
+    replace: bool = False,
+) -> dict[str, Any]:
     """Store a context item and its files' text (write).
 
     Args:
@@ -194,14 +207,22 @@ def import_context(conn: sqlite3.Connection, *, project: Path, name: str, descri
     if exists and not replace:
         raise ToolError(f"context item {name!r} exists (remove it first, or use --force)")
     remove_context(conn, project=project, name=name)
-    manifest = {"description": description, "sourcePath": str(source.resolve()), "importedAt": utc_now(),
-                "files": [{"relativePath": rel, "sizeBytes": len(data)} for rel, data in files]}
+    manifest = {
+        "description": description,
+        "sourcePath": str(source.resolve()),
+        "importedAt": utc_now(),
+        "files": [{"relativePath": rel, "sizeBytes": len(data)} for rel, data in files],
+    }
     put_memory(conn, scope, name, manifest)
     fscope = context_files_scope(project)
     for rel, data in files:
         binary = b"\0" in data[:_SNIFF]
-        put_memory(conn, fscope, f"{name}/{rel}",
-                   {"text": None if binary else data.decode("utf-8", "replace"), "binary": binary})
+        put_memory(
+            conn,
+            fscope,
+            f"{name}/{rel}",
+            {"text": None if binary else data.decode("utf-8", "replace"), "binary": binary},
+        )
     return manifest
 
 
@@ -297,10 +318,18 @@ def memory_tools(store: Any, *, agent: str | None = None) -> dict[str, Tool]:
     async def save(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         who = agent_of(ctx)
         value = await store.writer.submit(
-            lambda conn: save_memory(conn, agent=who, name=args["name"], type=args["type"],
-                                     description=args.get("description") or "", body=args["body"]))
-        return ToolResult(output=f"saved memory {value['name']!r} ({value['type']})",
-                          metadata={"guid": value["guid"], "agent": who})
+            lambda conn: save_memory(
+                conn,
+                agent=who,
+                name=args["name"],
+                type=args["type"],
+                description=args.get("description") or "",
+                body=args["body"],
+            )
+        )
+        return ToolResult(
+            output=f"saved memory {value['name']!r} ({value['type']})", metadata={"guid": value["guid"], "agent": who}
+        )
 
     async def recall(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         entries = await read(recall_entries, agent_of(ctx))
@@ -320,13 +349,16 @@ def memory_tools(store: Any, *, agent: str | None = None) -> dict[str, Tool]:
                 if not name:
                     if not items:
                         return "no context has been imported for this project"
-                    return "\n".join(f"{n}: {m.get('description') or ''} ({len(m.get('files') or [])} files)"
-                                     for n, m in items.items())
+                    return "\n".join(
+                        f"{n}: {m.get('description') or ''} ({len(m.get('files') or [])} files)"
+                        for n, m in items.items()
+                    )
                 if name not in items:
                     raise ToolError(f"no context item {name!r}; known: {', '.join(items) or 'none'}")
                 if not path:
-                    return "\n".join(f"{f['relativePath']} ({f['sizeBytes']} bytes)"
-                                     for f in items[name].get("files") or [])
+                    return "\n".join(
+                        f"{f['relativePath']} ({f['sizeBytes']} bytes)" for f in items[name].get("files") or []
+                    )
                 content = read_context_file(conn, project, name, path)
                 if content is None:
                     raise ToolError(f"no file {path!r} in context item {name!r}")
@@ -339,23 +371,47 @@ def memory_tools(store: Any, *, agent: str | None = None) -> dict[str, Tool]:
 
     string = {"type": "string"}
     tools = [
-        Tool(name="memory_save", mutating=False, run=save,
-             description=("Remember something for later sessions. type: user (about the user), feedback (how to "
-                          "work), project (facts about this project) or reference (where to find things)."),
-             parameters={"type": "object", "properties": {
-                 "name": {"type": "string", "description": "A short unique name; saving it again replaces it."},
-                 "type": {"type": "string", "enum": list(MEMORY_TYPES)},
-                 "description": {"type": "string", "description": "A one-line summary."},
-                 "body": string}, "required": ["name", "type", "body"]}),
-        Tool(name="memory_recall", mutating=False, run=recall,
-             description=("Recall remembered entries (your own and the shared ones); all of them, or those "
-                          "matching every word of query (and type, when given)."),
-             parameters={"type": "object", "properties": {
-                 "query": string, "type": {"type": "string", "enum": list(MEMORY_TYPES)}}}),
-        Tool(name="context_read", mutating=False, run=context_read,
-             description=("Read reference material imported into this project's context: without name, list the "
-                          "items; with name, list its files; with name and path, read one file."),
-             parameters={"type": "object", "properties": {"name": string, "path": string}}),
+        Tool(
+            name="memory_save",
+            mutating=False,
+            run=save,
+            description=(
+                "Remember something for later sessions. type: user (about the user), feedback (how to "
+                "work), project (facts about this project) or reference (where to find things)."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "A short unique name; saving it again replaces it."},
+                    "type": {"type": "string", "enum": list(MEMORY_TYPES)},
+                    "description": {"type": "string", "description": "A one-line summary."},
+                    "body": string,
+                },
+                "required": ["name", "type", "body"],
+            },
+        ),
+        Tool(
+            name="memory_recall",
+            mutating=False,
+            run=recall,
+            description=(
+                "Recall remembered entries (your own and the shared ones); all of them, or those "
+                "matching every word of query (and type, when given)."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {"query": string, "type": {"type": "string", "enum": list(MEMORY_TYPES)}},
+            },
+        ),
+        Tool(
+            name="context_read",
+            mutating=False,
+            run=context_read,
+            description=(
+                "Read reference material imported into this project's context: without name, list the "
+                "items; with name, list its files; with name and path, read one file."
+            ),
+            parameters={"type": "object", "properties": {"name": string, "path": string}},
+        ),
     ]
     return {t.name: t for t in tools}
-

@@ -95,9 +95,7 @@ class ToolContext:
     """
 
     cwd: Path = attrs.field(validator=_check_cwd)
-    permission_mode: PermissionMode = attrs.field(
-        default="standard", validator=attrs.validators.in_(PERMISSION_MODES)
-    )
+    permission_mode: PermissionMode = attrs.field(default="standard", validator=attrs.validators.in_(PERMISSION_MODES))
     on_output: Callable[[str], None] | None = None
     request_approval: ApprovalRequester | None = None
     unattended_policy: UnattendedPolicy = attrs.field(

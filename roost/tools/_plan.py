@@ -46,8 +46,11 @@ def plan_tool() -> Tool:
             texts, proposed = list(steps), list(statuses)
         if step is not None:
             if not isinstance(step, int) or not 1 <= step <= len(texts):
-                return ToolResult.error(f"`step` must be between 1 and {len(texts)} (the plan has {len(texts)} steps)"
-                                        if texts else "there is no plan yet: set `steps` first")
+                return ToolResult.error(
+                    f"`step` must be between 1 and {len(texts)} (the plan has {len(texts)} steps)"
+                    if texts
+                    else "there is no plan yet: set `steps` first"
+                )
             proposed[step - 1] = str(status)
         steps[:], statuses[:] = texts, proposed
         if new_steps is not None:
@@ -60,13 +63,18 @@ def plan_tool() -> Tool:
 
     return Tool(
         name="update_plan",
-        description=("Keep a short step plan the user can see. Set it with `steps` before multi-step work; "
-                     "mark progress with `step` (1-based) and `status` as you go."),
+        description=(
+            "Keep a short step plan the user can see. Set it with `steps` before multi-step work; "
+            "mark progress with `step` (1-based) and `status` as you go."
+        ),
         parameters={
             "type": "object",
             "properties": {
-                "steps": {"type": "array", "items": {"type": "string"},
-                          "description": "The plan's steps in order (replaces the plan)."},
+                "steps": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The plan's steps in order (replaces the plan).",
+                },
                 "step": {"type": "integer", "minimum": 1, "description": "The step whose status changes."},
                 "status": {"type": "string", "enum": list(STEP_STATUSES), "description": "Its new status."},
             },

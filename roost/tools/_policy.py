@@ -15,9 +15,7 @@ __all__ = ["run_tool", "approval_request_for"]
 _DETAIL_CHARS = 2000
 
 
-async def approval_request_for(
-    tool: Tool, args: dict[str, Any], ctx: ToolContext
-) -> tuple[str, dict[str, Any]]:
+async def approval_request_for(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, dict[str, Any]]:
     """Return the ``(kind, fields)`` of the approval request for a call of ``tool``.
 
     The fields are exactly those of wire-protocol.md "Prompts" for the kind: ``shell_command`` ->
@@ -103,9 +101,7 @@ async def run_tool(tool: Tool, args: Any, ctx: ToolContext) -> ToolResult:
     try:
         args = validate_args(args, tool.parameters)
     except InvalidToolArguments as exc:
-        return ToolResult.error(
-            f"Invalid arguments for {tool.name!r}: {exc}", invalid_field=exc.field
-        )
+        return ToolResult.error(f"Invalid arguments for {tool.name!r}: {exc}", invalid_field=exc.field)
     try:
         refusal = await _decide(tool, args, ctx)
     except Exception as exc:

@@ -57,9 +57,7 @@ def validate_args(args: Any, schema: dict[str, Any]) -> dict[str, Any]:
         InvalidToolArguments: the first violation found; ``.field`` names the argument.
     """
     if not isinstance(args, dict):
-        raise InvalidToolArguments(
-            f"arguments must be a JSON object, got {type(args).__name__}", field=None
-        )
+        raise InvalidToolArguments(f"arguments must be a JSON object, got {type(args).__name__}", field=None)
     props: dict[str, Any] = schema.get("properties", {})
     for key in schema.get("required", ()):
         if key not in args or args[key] is None:
@@ -86,16 +84,10 @@ def validate_args(args: Any, schema: dict[str, Any]) -> dict[str, Any]:
         if expected == "integer" and isinstance(value, float):
             value = out[key] = int(value)
         if "enum" in prop and value not in prop["enum"]:
-            raise InvalidToolArguments(
-                f"argument {key!r} must be one of {prop['enum']!r}, got {value!r}", field=key
-            )
+            raise InvalidToolArguments(f"argument {key!r} must be one of {prop['enum']!r}, got {value!r}", field=key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if "minimum" in prop and value < prop["minimum"]:
-                raise InvalidToolArguments(
-                    f"argument {key!r} must be >= {prop['minimum']}, got {value!r}", field=key
-                )
+                raise InvalidToolArguments(f"argument {key!r} must be >= {prop['minimum']}, got {value!r}", field=key)
             if "maximum" in prop and value > prop["maximum"]:
-                raise InvalidToolArguments(
-                    f"argument {key!r} must be <= {prop['maximum']}, got {value!r}", field=key
-                )
+                raise InvalidToolArguments(f"argument {key!r} must be <= {prop['maximum']}, got {value!r}", field=key)
     return out

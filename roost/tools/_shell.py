@@ -88,7 +88,7 @@ _PARAMETERS: dict[str, Any] = {
         "background": {
             "type": "boolean",
             "description": "Start the command in the background and return at once; when it exits "
-                           "you get its exit status and output in a new message.",
+            "you get its exit status and output in a new message.",
             "default": False,
         },
     },
@@ -191,19 +191,33 @@ async def spawn_shell(command: str, *, cwd: str, env: dict[str, str]) -> trio.Pr
     create = getattr(trio.Process, "_create", None)
     if preexec is not None and create is None:
         # Pinned in pyproject (trio < 0.36) and guarded by tests/test_tool_reaper.py; never silent.
-        log.error("trio.Process._create is gone (trio %s): shell commands start WITHOUT the death "
-                  "signal and may outlive a killed Roost", trio.__version__)
+        log.error(
+            "trio.Process._create is gone (trio %s): shell commands start WITHOUT the death "
+            "signal and may outlive a killed Roost",
+            trio.__version__,
+        )
     if preexec is None or create is None:
         return await trio.lowlevel.open_process(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     read_fd, write_fd = os.pipe()
     try:
         try:
             popen = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
-                start_new_session=True, preexec_fn=preexec,
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=write_fd,
+                stderr=write_fd,
+                start_new_session=True,
+                preexec_fn=preexec,
             )
         finally:
             os.close(write_fd)
@@ -393,8 +407,9 @@ async def _start_background(command: str, ctx: ToolContext) -> ToolResult:
         raise ToolError(f"could not start /bin/sh: {exc}") from exc
     return ToolResult(
         output=f"started background process {process['id']} (pid {process['pid']}); its exit status and "
-               "output will be sent to you when it exits",
-        is_error=False, metadata={"process_id": process["id"], "background": True},
+        "output will be sent to you when it exits",
+        is_error=False,
+        metadata={"process_id": process["id"], "background": True},
     )
 
 
