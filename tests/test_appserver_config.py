@@ -179,7 +179,8 @@ async def test_every_error_code_on_the_wire(monkeypatch):
         "t/attached": (errors.RunNotAttached("run_1 belongs to another app-server"), "run_not_attached"),
         "t/stale": (errors.StaleTurn("turn_1 is not current"), "stale_turn"),
         "t/read-only": (errors.ReadOnly("archived"), "read_only"),
-        "t/missing-row": (errors.NotFound("no threads row"), "thread_not_found"),
+        "t/missing-row": (errors.NotFound("no threads row", kind="threads"), "thread_not_found"),
+        "t/missing-other": (errors.NotFound("no such memory"), "not_found"),
         "t/config": (errors.ConfigError("bad config"), "invalid_params"),
     }
     for name, (exc, _code) in raised.items():

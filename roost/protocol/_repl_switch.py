@@ -10,10 +10,13 @@ then switches to the copy.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from roost.errors import RoostError
 from roost.protocol._repl_events import ChatTranslator, replay_event
+
+log = logging.getLogger("roost.repl")
 
 __all__ = ["switch_chat", "fork_chat"]
 
@@ -48,7 +51,7 @@ async def switch_chat(session: Any, target: str) -> bool:
     try:
         await session.actor.ref.ask(Unsubscribe(session), timeout=5)
     except RoostError:
-        pass
+        log.debug("the previous chat's actor did not take the unsubscribe", exc_info=True)
     session.actor = actor
     session.translator = ChatTranslator(cwd=actor.cwd, turn_index=len(snapshot["turns"]))
     session._first_prompt = None if not snapshot["turns"] else ""  # no auto-title for an older chat

@@ -741,6 +741,7 @@ def _config_budget(path: str | None) -> int | None:
     try:
         return roost.orchestration.token_budget(roost.orchestration.load_config_file(path).termination)
     except (RoostError, OSError):
+        log.debug("no token budget from %s (the task reports the config itself)", path, exc_info=True)
         return None
 
 

@@ -15,11 +15,14 @@ Issue 17, "Seeing into the daemon". Two pieces, both additive to wire-protocol.m
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from roost._json import dumps, loads
+
+log = logging.getLogger("roost.serve")
 
 __all__ = ["register_daemon", "registered_daemons", "registry_dir", "status_snapshot", "unregister_daemon"]
 
@@ -89,6 +92,7 @@ def _tree(runtime: Any) -> str | None:
     try:
         return render() if callable(render) else None
     except Exception:  # noqa: BLE001 - a tree being restructured must not break the status answer
+        log.debug("could not render the supervision tree", exc_info=True)
         return None
 
 
@@ -141,6 +145,7 @@ def count_restarts(supervisor: Any) -> int:
     try:
         children = supervisor.which_children()
     except Exception:  # noqa: BLE001 - see _tree
+        log.debug("could not count restarts", exc_info=True)
         return 0
     for child in children:
         total += int(getattr(child, "restarts", 0) or 0)
