@@ -36,7 +36,20 @@ def config_path() -> Path:
 
 
 def run_dir() -> Path:
-    """Return ``$ROOST_HOME/run`` (sockets and pid files), mode 0700."""
+    """Return ``$ROOST_HOME/run`` (sockets and pid files), mode 0700, creating it when missing.
+
+    Raises:
+        ConfigError: ``$ROOST_HOME`` or its ``run`` directory is not usable (not a directory, a
+            read-only file system, no permission).
+    """
     path = roost_home() / "run"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        from roost.errors import ConfigError
+
+        raise ConfigError(
+            f"{str(path)!r} (ROOST_HOME's socket directory) is not usable: {exc.strerror or exc}; "
+            "make ROOST_HOME a writable directory, or pass --socket PATH"
+        ) from exc
     return path

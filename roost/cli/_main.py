@@ -48,6 +48,30 @@ class _LazyGroup(click.Group):
         module = importlib.import_module(target[0])
         return getattr(module, target[1])
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the sub-command; an expected failure that escaped it becomes one line.
+
+        A :class:`~roost.errors.RoostError` (an unusable ``ROOST_HOME``, a read-only or full
+        database, bad settings), alone or as the only leaf of trio's exception groups, is printed
+        as ``roost COMMAND: error: ...`` on stderr with exit status 2 (the set-up status every
+        command's help documents), never as a traceback. Anything else propagates unchanged.
+        """
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - re-raised unless it is an expected failure
+            from roost.errors import RoostError
+
+            leaf = exc
+            while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+                leaf = leaf.exceptions[0]
+            if not isinstance(leaf, RoostError):
+                raise
+            name = ctx.invoked_subcommand or (ctx.protected_args[0] if ctx.protected_args else "")
+            click.echo(f"roost {name}: error: {leaf}", err=True)
+            raise SystemExit(2) from None
+
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="roost")
