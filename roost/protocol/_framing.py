@@ -18,7 +18,8 @@ Framing rules:
 - Text mode (``LineDecoder(parse=False)``): the same rules for lines whose values are plain text
   (the serve socket, ``/attach`` and the terminal's stdin, where a plain text line is input):
   each line is yielded as a ``str`` without its terminator, blank lines included; bytes that are
-  not UTF-8 are replaced (U+FFFD), as a terminal or a plain text client sends them.
+  not UTF-8 are replaced (U+FFFD), as a terminal sends them, unless ``strict_utf8=True`` (the
+  serve socket and ``/attach``): then such a line is a :class:`FrameError` like a malformed one.
 
 This decoder is the one line reader of every input path (DESIGN.md section 5): app-server stdio,
 the serve socket and ``/attach``, the repl and bridge stdin, and the terminal stdin of ``roost
@@ -91,20 +92,25 @@ class LineDecoder:
         max_line_bytes: the longest accepted line in bytes, terminator excluded (default 64 MiB).
         parse: True: each line is a JSON value (blank lines skipped); False: text mode, each line
             is a ``str`` (see the module docstring).
+        strict_utf8: text mode only: a line that is not valid UTF-8 is a :class:`FrameError`
+            instead of being decoded with replacement characters.
 
     Raises:
         ValueError: ``max_line_bytes`` is not positive.
     """
 
-    __slots__ = ("_buf", "_discarding", "_max", "_parse")
+    __slots__ = ("_buf", "_discarding", "_max", "_parse", "_strict")
 
-    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, parse: bool = True) -> None:
+    def __init__(
+        self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, parse: bool = True, strict_utf8: bool = False
+    ) -> None:
         if max_line_bytes <= 0:
             raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes!r}")
         self._max = max_line_bytes
         self._buf = bytearray()
         self._discarding = False
         self._parse = parse
+        self._strict = strict_utf8
 
     @property
     def max_line_bytes(self) -> int:
@@ -154,7 +160,7 @@ class LineDecoder:
                 append(_oversized(limit))
                 continue
             if not self._parse:
-                append(_text(line))
+                append(_strict_text(line) if self._strict else _text(line))
                 continue
             try:
                 value = loads(line)
@@ -193,6 +199,15 @@ def _text(line: bytearray) -> str:
     if line[-1:] == b"\r":
         line = line[:-1]
     return line.decode("utf-8", "replace")
+
+
+def _strict_text(line: bytearray) -> str | FrameError:
+    if line[-1:] == b"\r":
+        line = line[:-1]
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return FrameError(f"line is not valid UTF-8: {exc.reason} at byte {exc.start}")
 
 
 def line_limit() -> int:
