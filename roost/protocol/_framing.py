@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from roost._json import JSONDecodeError, dumps_line, loads
+from roost._paths import positive_env
 from roost.errors import ParseError
 
 __all__ = [
@@ -215,11 +216,7 @@ def line_limit() -> int:
 
     The variable exists so tests can exercise the oversized-line paths without 64 MiB of input.
     """
-    try:
-        value = int(os.environ.get("ROOST_MAX_LINE_BYTES") or DEFAULT_MAX_LINE_BYTES)
-    except ValueError:
-        value = DEFAULT_MAX_LINE_BYTES
-    return value if value > 0 else DEFAULT_MAX_LINE_BYTES
+    return int(positive_env("ROOST_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES, integer=True, unit="bytes"))
 
 
 def _exact_id(line: bytes | bytearray, value: dict) -> dict:
