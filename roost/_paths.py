@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["roost_home", "database_path", "config_path", "run_dir"]
+__all__ = ["roost_home", "database_path", "config_path", "run_dir", "positive_env", "check_env_settings"]
 
 
 def roost_home() -> Path:
@@ -53,3 +53,52 @@ def run_dir() -> Path:
             "make ROOST_HOME a writable directory, or pass --socket PATH"
         ) from exc
     return path
+
+
+def positive_env(name: str, default: float, *, integer: bool = False, unit: str = "") -> float:
+    """``$name`` as a positive number (an ``int`` with ``integer=True``), or ``default`` when it is
+    unset or empty; the one reader of Roost's numeric tuning variables.
+
+    Raises:
+        ConfigError: the variable is set but is not a positive (finite) number, e.g.
+            ``ROOST_MAX_PARALLEL must be a positive integer, got 'abc'`` (a command reports it at
+            start-up and exits 2).
+    """
+    from roost.errors import ConfigError
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    value: float
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        if integer:
+            what = "a positive integer" + (f" ({unit})" if unit else "")
+        else:
+            what = "a positive number" + (f" of {unit}" if unit else "")
+        raise ConfigError(f"{name} must be {what}, got {raw!r}")
+    return value
+
+
+#: The numeric tuning variables: name -> (integer?, unit), each read by :func:`positive_env`.
+_TUNING_ENV = {
+    "ROOST_LEASE_TTL": (False, "seconds"),
+    "ROOST_IDLE_UNLOAD_S": (False, "seconds"),
+    "ROOST_MAX_LINE_BYTES": (True, "bytes"),
+    "ROOST_OUTBOX_BYTES": (True, "bytes"),
+    "ROOST_MAX_PARALLEL": (True, ""),
+    "ROOST_MAX_DEPTH": (True, ""),
+}
+
+
+def check_env_settings() -> None:
+    """Check every numeric tuning variable (:data:`_TUNING_ENV`) at start-up.
+
+    Raises:
+        ConfigError: the first one that is set but invalid (see :func:`positive_env`).
+    """
+    for name, (integer, unit) in _TUNING_ENV.items():
+        positive_env(name, 1, integer=integer, unit=unit)

@@ -192,3 +192,15 @@ def test_run_says_the_request_waits_for_a_daemon_when_none_runs(monkeypatch, roo
             assert [r.slot.startswith("manual:") for r in db.list_requested_runs(conn)] == [True, True]
     finally:
         store.close()
+
+
+def test_add_refuses_an_empty_or_blank_task(roost_cmd):
+    # the real command: a task of "" or only spaces would make every run fail; it is refused
+    # (exit 1 like the other add errors, nothing stored)
+    for task in ["", "   "]:
+        done = real(roost_cmd, "add", "nightly", "--cron", "0 0 * * *", "--task", task)
+        assert done.returncode == 1 and done.stdout == "", task
+        assert done.stderr == "roost schedule add: the --task must not be empty: it is the text each run starts with\n"
+    envelope = real(roost_cmd, "add", "nightly", "--cron", "0 0 * * *", "--task", " ", "--json")
+    assert envelope.returncode == 1 and "--task must not be empty" in json.loads(envelope.stdout)["error"]
+    assert items_of(real(roost_cmd, "list", "--json").stdout) == []

@@ -326,3 +326,25 @@ async def test_interrupt_cancels_the_clients_running_task(script: Path) -> None:
             await a.send({"type": "interrupt"})
             result = await a.wait_for("result")
             assert result["sessionId"] == sid and result["succeeded"] is False and result["errorMessage"]
+
+
+def test_serve_refuses_a_missing_or_broken_script_at_start(tmp_path: Path) -> None:
+    # the scripted provider with an unusable script: like `roost exec`, the daemon fails at start
+    # (exit 2, the same message) instead of listening and failing every task
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("not: [valid\n")
+    for path, how in ((tmp_path / "nope.yaml", "--script"), (broken, "--script"), (tmp_path / "nope.yaml", "env")):
+        flags = ["--script", str(path)] if how == "--script" else []
+        env = {**os.environ, "ROOST_HOME": str(tmp_path / "home"), "ROOST_PROVIDER": "scripted"}
+        if how == "env":
+            env["ROOST_SCRIPT"] = str(path)
+        done = subprocess.run([*roost_argv(), "serve", *flags, "--socket", short_socket_path()],
+                              capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""                              # it never listened
+        execd = subprocess.run([*roost_argv(), "exec", *flags, "hi"], capture_output=True, text=True, timeout=60,
+                               env=env, stdin=subprocess.DEVNULL)
+        assert execd.returncode == 2
+        reason = execd.stderr.removeprefix("roost exec: error: ")
+        assert reason.startswith("the scripted engine's script is unusable: ") and path.name in reason
+        assert done.stderr == "roost serve: " + reason

@@ -69,3 +69,44 @@ async def test_attach_json_mode_does_not_wait_for_a_refused_line(script: Path) -
     assert [e["code"] for e in events if e["type"] == "error"] == ["invalid_request"] * 2
     assert [e["task"] for e in events if e["type"] == "result"] == ["plain task"]
     assert len([e for e in events if e["type"] == "queued"]) == 1
+
+
+async def _bad_utf8_is_a_parse_error(client, send_raw) -> None:
+    await client.wait_for("hello")
+    start = len(client.events)
+    await send_raw(b"\xff\xfe")
+    error = await client.wait_for("error", start=start)
+    assert error["code"] == "parse_error" and "UTF-8" in error["text"]
+    await client.send("plain text still works")
+    result = await client.wait_for("result")
+    assert result["task"] == "plain text still works"
+    assert len(client.of_type("queued")) == 1 and len(client.of_type("result")) == 1
+
+
+async def test_invalid_utf8_on_the_unix_socket_is_a_parse_error_not_a_task(script: Path) -> None:
+    async with open_daemon(script=script) as daemon:
+        async with daemon.unix() as client:
+            await _bad_utf8_is_a_parse_error(client, lambda data: client.stream.send_all(data + b"\n"))
+    sessions = json.loads((await trio.run_process([*roost_argv(), "sessions", "--json", "--all"],
+                                                  capture_stdout=True)).stdout)["items"]
+    assert [s["task"] for s in sessions] == ["plain text still works"]
+
+
+async def test_invalid_utf8_on_the_websocket_is_a_parse_error_not_a_task(script: Path) -> None:
+    async with open_daemon(script=script) as daemon:
+        async with daemon.ws(client_id="w") as client:
+            await _bad_utf8_is_a_parse_error(client, client.ws.send_message)  # bytes: a binary message
+
+
+async def test_a_websocket_message_is_exactly_one_line(script: Path) -> None:
+    # docs/wire.md: each message is one line; a newline inside it is a parse_error, not two tasks
+    async with open_daemon(script=script) as daemon:
+        async with daemon.ws(client_id="w") as client:
+            await client.wait_for("hello")
+            await client.send("one\ntwo")
+            error = await client.wait_for("error")
+            assert error["code"] == "parse_error" and "one line" in error["text"]
+            await client.send("three\n")  # one terminator at the end is allowed
+            result = await client.wait_for("result")
+            assert result["task"] == "three"
+            assert len(client.of_type("queued")) == 1 and len(client.of_type("result")) == 1

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from roost._paths import positive_env
 from roost.actors._actor import shielded_cleanup
 from roost.engines import ToolSchema
 from roost.errors import RoostError
@@ -61,15 +61,8 @@ RESULT_CHARS = 8000
 
 def tree_settings() -> tuple[int, int]:
     """``(max_parallel, max_depth)`` from ``ROOST_MAX_PARALLEL`` / ``ROOST_MAX_DEPTH`` (5 and 3)."""
-
-    def read(name: str, default: int) -> int:
-        try:
-            value = int(os.environ.get(name, default))
-        except ValueError:
-            return default
-        return value if value >= 1 else default
-
-    return read("ROOST_MAX_PARALLEL", 5), read("ROOST_MAX_DEPTH", 3)
+    parallel = int(positive_env("ROOST_MAX_PARALLEL", 5, integer=True))
+    return parallel, int(positive_env("ROOST_MAX_DEPTH", 3, integer=True))
 
 
 def agent_tool_schemas(*, can_spawn: bool) -> tuple[ToolSchema, ...]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import sys
+from typing import Any
 
 import click
 
@@ -33,6 +36,30 @@ _COMMANDS = {
     "db": ("roost.cli._db", "db_group"),
 }
 
+#: The commands that read the numeric tuning variables (ROOST_LEASE_TTL, ROOST_MAX_LINE_BYTES, ...):
+#: each checks them all when it starts (after its own arguments parsed, so --help still works).
+_READS_TUNING_ENV = frozenset({"demo", "app-server", "exec", "serve", "attach", "repl", "run"})
+
+
+def _checking_env(name: str, callback: Any) -> Any:
+    """``callback`` preceded by :func:`roost._paths.check_env_settings`: an invalid variable is
+    one line on stderr and exit status 2 (a configuration error), before anything starts."""
+
+    @functools.wraps(callback)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        from roost._paths import check_env_settings
+        from roost.errors import ConfigError
+
+        try:
+            check_env_settings()
+        except ConfigError as exc:
+            click.echo(f"roost {name}: {exc}", err=True)
+            sys.exit(2)
+        return callback(*args, **kwargs)
+
+    checked.__roost_env_checked__ = True  # type: ignore[attr-defined]
+    return checked
+
 
 class _LazyGroup(click.Group):
     """A click group whose sub-commands are imported on first use (click's documented
@@ -46,7 +73,11 @@ class _LazyGroup(click.Group):
         if target is None:
             return None
         module = importlib.import_module(target[0])
-        return getattr(module, target[1])
+        command: click.Command = getattr(module, target[1])
+        callback = command.callback
+        if cmd_name in _READS_TUNING_ENV and callback is not None and not hasattr(callback, "__roost_env_checked__"):
+            command.callback = _checking_env(cmd_name, callback)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         """Run the sub-command; an expected failure that escaped it becomes one line.

@@ -98,7 +98,8 @@ def schedule_command() -> None:
     `list --json` prints the wire protocol's ScheduledJob items (docs/wire.md).
 
     Exit status (every sub-command): 0 on success; 1 on failure (an unknown name, an invalid or
-    never-firing cron expression; with --json an error envelope); 2 for a usage error.
+    never-firing cron expression, an empty --task; with --json an error envelope); 2 for a usage
+    error.
     """
 
 
@@ -177,6 +178,8 @@ def add_command(
         return
     if not name.strip():
         _fail(as_json, "add", "the name must not be empty")
+    if not task.strip():
+        _fail(as_json, "add", "the --task must not be empty: it is the text each run starts with")
     config = _checked_config(as_json, config)
     work = _checked_work_dir(as_json, work_dir or os.getcwd())
     _mutate(
@@ -413,6 +416,6 @@ def _claimed_soon(run_id: str) -> bool:
 for _command in schedule_command.commands.values():
     _command.epilog = _command.epilog or (
         "Exit status: 0 on success; 1 on failure (an unknown name, an invalid or never-firing cron "
-        "expression; with --json an error envelope on stdout); 2 for a usage error."
+        "expression, an empty --task; with --json an error envelope on stdout); 2 for a usage error."
     )
 del _command

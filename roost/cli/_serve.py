@@ -8,8 +8,9 @@ and then logs only to stderr.
 Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in the store and
 resumed by the next daemon), 1 when another daemon owns the socket path, the --http-port cannot be
 listened on (in use, privileged, not an address of this host) or on a runtime error,
-2 on a configuration error (no provider, unreadable tokens file or TLS files, an unusable ``-c``
-orchestration config, or one with an agent whose model cannot be used, e.g. an unset API key variable).
+2 on a configuration error (no provider, a missing or broken scripted --script, unreadable tokens
+file or TLS files, an unusable ``-c`` orchestration config, or one with an agent whose model cannot
+be used, e.g. an unset API key variable).
 """
 
 from __future__ import annotations
@@ -390,8 +391,8 @@ def serve_command(
     Exit status:
       0  stopped by SIGINT/SIGTERM (queued and running tasks resume with the next daemon)
       1  another daemon owns the socket, the HTTP port cannot be listened on, or a runtime error
-      2  configuration error (no provider, unusable -c config, tokens or TLS files, a socket
-         path too long)
+      2  configuration error (no provider, a missing or broken --script, unusable -c config,
+         tokens or TLS files, a socket path too long)
     """
     from roost._paths import roost_home
     from roost.cli._logs import setup_daemon_logging
@@ -413,6 +414,9 @@ def serve_command(
     try:
         settings = engine_flags.resolve()
         engines = EngineCatalog(settings)
+        if settings is not None and settings.provider == "scripted" and engines.default is None:
+            # a missing or broken --script: fail at start as `roost exec` does, not on every task
+            raise ConfigError(engines.setup_error or "the scripted engine's script is unusable")
         config_path = _check_config(config, engines)
         auth = ServeAuth.load(tokens_file=tokens_file)
         context = None

@@ -18,7 +18,8 @@ Framing rules:
 - Text mode (``LineDecoder(parse=False)``): the same rules for lines whose values are plain text
   (the serve socket, ``/attach`` and the terminal's stdin, where a plain text line is input):
   each line is yielded as a ``str`` without its terminator, blank lines included; bytes that are
-  not UTF-8 are replaced (U+FFFD), as a terminal or a plain text client sends them.
+  not UTF-8 are replaced (U+FFFD), as a terminal sends them, unless ``strict_utf8=True`` (the
+  serve socket and ``/attach``): then such a line is a :class:`FrameError` like a malformed one.
 
 This decoder is the one line reader of every input path (DESIGN.md section 5): app-server stdio,
 the serve socket and ``/attach``, the repl and bridge stdin, and the terminal stdin of ``roost
@@ -37,6 +38,7 @@ import attrs
 import trio
 
 from roost._json import JSONDecodeError, dumps_line, loads
+from roost._paths import positive_env
 from roost.errors import ParseError
 
 __all__ = [
@@ -91,20 +93,25 @@ class LineDecoder:
         max_line_bytes: the longest accepted line in bytes, terminator excluded (default 64 MiB).
         parse: True: each line is a JSON value (blank lines skipped); False: text mode, each line
             is a ``str`` (see the module docstring).
+        strict_utf8: text mode only: a line that is not valid UTF-8 is a :class:`FrameError`
+            instead of being decoded with replacement characters.
 
     Raises:
         ValueError: ``max_line_bytes`` is not positive.
     """
 
-    __slots__ = ("_buf", "_discarding", "_max", "_parse")
+    __slots__ = ("_buf", "_discarding", "_max", "_parse", "_strict")
 
-    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, parse: bool = True) -> None:
+    def __init__(
+        self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, parse: bool = True, strict_utf8: bool = False
+    ) -> None:
         if max_line_bytes <= 0:
             raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes!r}")
         self._max = max_line_bytes
         self._buf = bytearray()
         self._discarding = False
         self._parse = parse
+        self._strict = strict_utf8
 
     @property
     def max_line_bytes(self) -> int:
@@ -154,7 +161,7 @@ class LineDecoder:
                 append(_oversized(limit))
                 continue
             if not self._parse:
-                append(_text(line))
+                append(_strict_text(line) if self._strict else _text(line))
                 continue
             try:
                 value = loads(line)
@@ -195,16 +202,21 @@ def _text(line: bytearray) -> str:
     return line.decode("utf-8", "replace")
 
 
+def _strict_text(line: bytearray) -> str | FrameError:
+    if line[-1:] == b"\r":
+        line = line[:-1]
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return FrameError(f"line is not valid UTF-8: {exc.reason} at byte {exc.start}")
+
+
 def line_limit() -> int:
     """The line limit of every input path, in bytes: ``ROOST_MAX_LINE_BYTES`` or 64 MiB.
 
     The variable exists so tests can exercise the oversized-line paths without 64 MiB of input.
     """
-    try:
-        value = int(os.environ.get("ROOST_MAX_LINE_BYTES") or DEFAULT_MAX_LINE_BYTES)
-    except ValueError:
-        value = DEFAULT_MAX_LINE_BYTES
-    return value if value > 0 else DEFAULT_MAX_LINE_BYTES
+    return int(positive_env("ROOST_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES, integer=True, unit="bytes"))
 
 
 def _exact_id(line: bytes | bytearray, value: dict) -> dict:

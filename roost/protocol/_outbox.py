@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 import trio
 
+from roost._paths import positive_env
 from roost.protocol._coalesce import COALESCE_AFTER
 
 __all__ = [
@@ -271,11 +272,7 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
 
 def outbox_bytes_from_env() -> int:
     """``ROOST_OUTBOX_BYTES`` (a positive integer) or :data:`DEFAULT_OUTBOX_BYTES`."""
-    try:
-        value = int(os.environ.get("ROOST_OUTBOX_BYTES") or DEFAULT_OUTBOX_BYTES)
-    except ValueError:
-        return DEFAULT_OUTBOX_BYTES
-    return value if value > 0 else DEFAULT_OUTBOX_BYTES
+    return int(positive_env("ROOST_OUTBOX_BYTES", DEFAULT_OUTBOX_BYTES, integer=True, unit="bytes"))
 
 
 def stall_timeout_from_env() -> float:

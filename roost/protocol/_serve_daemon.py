@@ -367,9 +367,15 @@ class ServeDaemon:
             return
 
         async def frames() -> AsyncIterator[str | FrameError]:
-            decoder = LineDecoder(max_line_bytes=self.max_line_bytes, parse=False)
+            # each message is exactly one line (docs/wire.md): one terminator at its end is allowed,
+            # a newline inside it is a parse_error and nothing of it becomes input
+            decoder = LineDecoder(max_line_bytes=self.max_line_bytes, parse=False, strict_utf8=True)
             async for message in socket.messages():
-                for frame in decoder.feed(message + b"\n"):  # a message ends its last line
+                line = message[:-1] if message.endswith(b"\n") else message
+                if b"\n" in line:
+                    yield FrameError("a WebSocket message is one line: it must not contain a newline")
+                    continue
+                for frame in decoder.feed(line + b"\n"):
                     yield frame
 
         await self._attach(
@@ -727,7 +733,7 @@ async def _unix_lines(stream: trio.abc.ReceiveStream, limit: int) -> AsyncIterat
     """Input lines of a byte stream (the framing's text mode: UTF-8, at most ``limit`` bytes each,
     an oversized or invalid line as a :class:`FrameError`); ends at end of file."""
     try:
-        async for frame in read_frames(stream, LineDecoder(max_line_bytes=limit, parse=False)):
+        async for frame in read_frames(stream, LineDecoder(max_line_bytes=limit, parse=False, strict_utf8=True)):
             yield frame
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,8 +23,9 @@ import attrs
 import trio
 
 from roost._faults import load_fault_env
+from roost._paths import positive_env
 from roost.actors import Services, ThreadRegistry
-from roost.errors import ConfigError, StoreError
+from roost.errors import StoreError
 from roost.storage import LeaseKeeper, default_owner, open_store, queued_worker_roots, reconcile, translate_error
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 from roost.supervisor._supervisor import Supervisor
@@ -60,16 +60,7 @@ def lease_ttl_from_env(default: float) -> float:
     Raises:
         ConfigError: the variable is set but is not a positive number.
     """
-    raw = os.environ.get(LEASE_TTL_ENV, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(f"{LEASE_TTL_ENV} must be a positive number of seconds, got {raw!r}")
-    return value
+    return positive_env(LEASE_TTL_ENV, default, unit="seconds")
 
 
 @asynccontextmanager
@@ -209,8 +200,4 @@ def with_memory_tools(tools: dict[str, Any], store: Any) -> dict[str, Any]:
 
 def idle_unload_s() -> float:
     """Seconds a thread stays idle before its actor is unloaded: ``ROOST_IDLE_UNLOAD_S`` (300)."""
-    try:
-        value = float(os.environ.get("ROOST_IDLE_UNLOAD_S") or 300)
-    except ValueError:
-        return 300.0
-    return value if value > 0 else 300.0
+    return positive_env("ROOST_IDLE_UNLOAD_S", 300.0, unit="seconds")
