@@ -257,6 +257,11 @@ class ThreadActor(Actor):
         self._turn_ended = trio.Event()
 
     def turn_released(self, turn: TurnActor) -> None:
+        if self.active is not None and self.active is not turn:
+            # A newer turn started while this one released its lease (its terminal event was
+            # already out): the pending input is that turn's now (e.g. the worker-tree snapshot
+            # it was given), not late input of this one.
+            return
         if turn.status == "completed":
             self.inputs.dispatch_next()  # a completed turn starts queued input next
             return
