@@ -17,7 +17,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["attach"]
+__all__ = ["attach", "publish"]
 
 
 def attach(
@@ -55,3 +55,23 @@ def attach(
         return sorted(set(namespace) | set(lazy))
 
     return __getattr__, __dir__
+
+
+def publish(namespace: dict[str, Any], names: list[str]) -> None:
+    """Give each export in ``names`` the package's name as its ``__module__`` (where it can be
+    set), so tracebacks and reprs show ``roost.storage.X``, not the private module (trio's
+    ``fixup_module_metadata`` habit). Objects whose ``__module__`` is read-only are left alone.
+
+    Args:
+        namespace: the package's ``globals()``, already holding the exports.
+        names: the exports to rename (e.g. the names :func:`attach` just loaded).
+    """
+    package = namespace["__name__"]
+    for name in names:
+        obj = namespace[name]
+        if not getattr(obj, "__module__", "").startswith(package + "._"):
+            continue
+        try:
+            obj.__module__ = package
+        except (AttributeError, TypeError):
+            continue  # a builtin or an instance without a settable __module__

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roost._lazy import attach as _attach
+from roost._lazy import publish as _publish
 from roost.actors._actor import Actor as Actor
 from roost.actors._actor import ActorState as ActorState
 from roost.actors._actor import shielded_cleanup as shielded_cleanup
@@ -102,13 +103,7 @@ _LAZY = {"Scheduler": "roost.actors._scheduler", "TaskOutcomes": "roost.actors._
 
 
 def _fix_module_metadata(names: list[str]) -> None:
-    for name in names:
-        obj = globals()[name]
-        if hasattr(obj, "__module__") and not isinstance(obj, float):
-            try:
-                obj.__module__ = __name__
-            except (AttributeError, TypeError):
-                pass
+    _publish(globals(), names)
 
 
 __getattr__, __dir__ = _attach(globals(), _LAZY, on_load=_fix_module_metadata)

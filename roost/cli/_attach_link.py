@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -24,16 +25,18 @@ class DaemonUnreachable(RoostError):
 # -- transports ---------------------------------------------------------------------------------------
 
 
-class _Link:
+class _Link(abc.ABC):
     """One connection to the daemon: ``send`` a line, iterate received lines, ``close_reason``."""
 
     close_reason: str | None = None
 
-    async def send(self, line: str) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def send(self, line: str) -> None:
+        """Send one line (without its newline)."""
 
-    def lines(self) -> AsyncIterator[str]:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    def lines(self) -> AsyncIterator[str]:
+        """The daemon's lines until the connection ends (then ``close_reason`` says why)."""
 
 
 class _UnixLink(_Link):

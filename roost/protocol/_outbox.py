@@ -136,9 +136,7 @@ class Outbox:
         self.queued_bytes += size
         if self.queued_bytes > self.peak_bytes:
             self.peak_bytes = self.queued_bytes
-        if self._delta_prefixes and self._lanes_take(line):
-            pass
-        else:
+        if not (self._delta_prefixes and self._lanes_take(line)):
             self._control.append(line)
         self._wake.set()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roost._lazy import attach as _attach
+from roost._lazy import publish as _publish
 from roost.scheduling._clock import Clock as Clock
 from roost.scheduling._clock import ManualClock as ManualClock
 from roost.scheduling._clock import SystemClock as SystemClock
@@ -42,8 +43,7 @@ __all__ = [
 
 
 def _fix_module_metadata(names: list[str]) -> None:
-    for name in names:
-        globals()[name].__module__ = __name__
+    _publish(globals(), names)
 
 
 __getattr__, __dir__ = _attach(globals(), _LAZY, on_load=_fix_module_metadata)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roost._lazy import attach as _attach
+from roost._lazy import publish as _publish
 
 from ._bgprocs import get_bg_process as get_bg_process
 from ._bgprocs import insert_bg_process as insert_bg_process
@@ -368,13 +369,7 @@ __all__ += [
 
 
 def _fix_module_metadata(names: list[str]) -> None:
-    for name in names:
-        obj = globals()[name]
-        if getattr(obj, "__module__", "").startswith("roost.storage._"):
-            try:
-                obj.__module__ = __name__
-            except (AttributeError, TypeError):
-                pass
+    _publish(globals(), names)
 
 
 __getattr__, __dir__ = _attach(globals(), _LAZY, on_load=_fix_module_metadata)

@@ -82,6 +82,26 @@ class Objective:
         return None
 
 
+def check_new_objective(title: str, tasks: list[str], status: str) -> None:
+    """Validate a new objective (shared by both backends). Raises UsageError: an empty title, an
+    empty task, or an unknown status."""
+    if not title.strip():
+        raise UsageError("an objective needs a non-empty title")
+    if any(not t.strip() for t in tasks):
+        raise UsageError("an objective task must not be empty")
+    if status not in OBJECTIVE_STATUSES:
+        raise UsageError(f"unknown objective status {status!r} (one of {', '.join(OBJECTIVE_STATUSES)})")
+
+
+def attempt_outcome(failures: int, succeeded: bool) -> tuple[str, int]:
+    """A task's ``(outcome, consecutive failures)`` after an attempt with ``failures`` failures
+    before it: success resets the counter; :data:`MAX_FAILURES` in a row skips the task."""
+    if succeeded:
+        return "succeeded", 0
+    failures += 1
+    return ("skipped" if failures >= MAX_FAILURES else "pending"), failures
+
+
 def _task(row: sqlite3.Row) -> ObjectiveTask:
     return ObjectiveTask(
         objective_id=row["objective_id"],
@@ -118,12 +138,7 @@ def create_objective(
     Raises:
         UsageError: an empty title, an empty task, or an unknown status.
     """
-    if not title.strip():
-        raise UsageError("an objective needs a non-empty title")
-    if any(not t.strip() for t in tasks):
-        raise UsageError("an objective task must not be empty")
-    if status not in OBJECTIVE_STATUSES:
-        raise UsageError(f"unknown objective status {status!r} (one of {', '.join(OBJECTIVE_STATUSES)})")
+    check_new_objective(title, tasks, status)
     number = conn.execute("SELECT COALESCE(MAX(CAST(substr(id, 5) AS INTEGER)), 0) + 1 FROM objectives").fetchone()[0]
     objective_id = f"OBJ-{number:04d}"
     now = utc_now()
@@ -220,11 +235,7 @@ def finish_objective_task(conn: sqlite3.Connection, objective_id: str, index: in
     if row is None:
         raise NotFound(f"no task {index} in objective {objective_id!r}")
     now = utc_now()
-    if succeeded:
-        outcome, failures = "succeeded", 0
-    else:
-        failures = row["failures"] + 1
-        outcome = "skipped" if failures >= MAX_FAILURES else "pending"
+    outcome, failures = attempt_outcome(int(row["failures"]), succeeded)
     conn.execute(
         "UPDATE objective_tasks SET outcome = ?, failures = ?, updated_at = ? WHERE objective_id = ? AND idx = ?",
         (outcome, failures, now, objective_id, index),

@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 
 from roost.errors import NotFound, UsageError
 
-from ._objectives import MAX_FAILURES, OBJECTIVE_STATUSES, Objective, ObjectiveTask
+from ._objectives import OBJECTIVE_STATUSES, Objective, ObjectiveTask, attempt_outcome, check_new_objective
 from ._rows import utc_now
 
 __all__ = [
@@ -69,12 +69,7 @@ def create_objective(
     conn: psycopg.Connection, *, title: str, tasks: list[str], description: str | None = None, status: str = "active"
 ) -> Objective:
     """Create an objective with the next id ``OBJ-NNNN`` (write). Raises UsageError."""
-    if not title.strip():
-        raise UsageError("an objective needs a non-empty title")
-    if any(not t.strip() for t in tasks):
-        raise UsageError("an objective task must not be empty")
-    if status not in OBJECTIVE_STATUSES:
-        raise UsageError(f"unknown objective status {status!r} (one of {', '.join(OBJECTIVE_STATUSES)})")
+    check_new_objective(title, tasks, status)
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ID_LOCK,))
     row = conn.execute("SELECT COALESCE(MAX(CAST(substr(id, 5) AS BIGINT)), 0) + 1 FROM objectives").fetchone()
     objective_id = f"OBJ-{int(row[0] if row else 1):04d}"
@@ -169,11 +164,7 @@ def finish_objective_task(conn: psycopg.Connection, objective_id: str, index: in
     if not rows:
         raise NotFound(f"no task {index} in objective {objective_id!r}")
     now = utc_now()
-    if succeeded:
-        outcome, failures = "succeeded", 0
-    else:
-        failures = int(rows[0]["failures"]) + 1
-        outcome = "skipped" if failures >= MAX_FAILURES else "pending"
+    outcome, failures = attempt_outcome(int(rows[0]["failures"]), succeeded)
     conn.execute(
         "UPDATE objective_tasks SET outcome = %s, failures = %s, updated_at = %s WHERE objective_id = %s AND idx = %s",
         (outcome, failures, now, objective_id, index),
