@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.appserver import AppServerClient, expect_error, open_app_server, scripted_env
 
 SLOW = " ".join(f"w{i}" for i in range(400))
