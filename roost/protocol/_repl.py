@@ -129,6 +129,8 @@ class ReplSession:
         model: the model name shown in ``ready`` and ``status``.
         questions: whether ``ask_user`` is offered.
         turn_index: the number of turns the chat already has.
+        engines: the :class:`~roost.protocol._engines.EngineCatalog` (whether the chat's model
+            takes images); None: every model is taken to.
     """
 
     def __init__(
@@ -141,6 +143,7 @@ class ReplSession:
         questions: bool,
         turn_index: int = 0,
         registry: Any = None,
+        engines: Any = None,
     ) -> None:
         from roost.actors import Origin
 
@@ -155,6 +158,7 @@ class ReplSession:
         self.exit_requested = False
         self._first_prompt: str | None = None
         self.registry = registry
+        self.engines = engines
         self._taps: dict[str, _WorkerTap] = {}  # worker thread id -> its tap
         self._shell: ShellEscape | None = None  # the running ``!command``, if any
 
@@ -399,6 +403,10 @@ class ReplSession:
         except InvalidParams as exc:
             self.emit({"type": "error", "text": str(exc)})
             return
+        refusal = self._images_refused() if images else None
+        if refusal is not None:
+            self.emit({"type": "error", "text": refusal})
+            return
         line = text.strip()
         if self._shell is not None and line.split(" ")[0].lower() not in ("/exit", "/quit"):
             self.emit({"type": "error", "text": "a shell command (!) is running; send interrupt to stop it"})
@@ -416,6 +424,21 @@ class ReplSession:
             await self._steer(text, images)
         else:
             await self._start(text, images)
+
+    def _images_refused(self) -> str | None:
+        """Why the chat's model cannot take images (``[provider] images = false``), or None."""
+        if self.engines is None:
+            return None
+        try:
+            settings = self.engines.settings_for(self.actor.thread)
+        except RoostError:
+            return None  # the turn reports the provider problem itself
+        if settings.images:
+            return None
+        return (
+            f"the model {settings.model or settings.provider!r} (provider {settings.provider}) does not take "
+            "images ([provider] images = false in config.toml); send the message without images"
+        )
 
     async def _start(self, text: str, images: tuple) -> None:
         from roost.actors import StartTurn
@@ -750,7 +773,14 @@ async def serve_repl(
                 model = actor.thread.model or engines.default.model or engines.default.provider
                 turns = len(snapshot["turns"]) if snapshot else 0
                 session = ReplSession(
-                    actor, outbox, broker, model=model, questions=questions, turn_index=turns, registry=runtime.registry
+                    actor,
+                    outbox,
+                    broker,
+                    model=model,
+                    questions=questions,
+                    turn_index=turns,
+                    registry=runtime.registry,
+                    engines=engines,
                 )
                 await _serve(session, receive, snapshot)
         finally:
