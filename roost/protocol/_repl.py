@@ -19,7 +19,8 @@ Behaviour:
 * A slash command: ``/help``, ``/status``, ``/title <text>``, ``/copy [N]``, ``/compact
   [instructions]``, ``/exit`` (``/quit``).
   Mid-turn commands (``ready.midTurnCommands``) answer with ``applied``; while idle a command ends
-  with ``message_end`` (``toolCalls: []``) so the client re-enables its input, like fuseraft.
+  with ``message_end`` (``toolCalls: []``, ``turnIndex`` the chat's last turn, -1 before the first)
+  so the client re-enables its input, like fuseraft.
   ``/copy`` sends ``copy {text}``: the last assistant reply (``/copy N``: the Nth-last).
 * ``/compact [instructions]`` (not mid-turn): the model summarises the chat and the summary
   replaces the history it sees (a compaction turn, :mod:`roost.actors._compact`; the transcript
@@ -496,7 +497,7 @@ class ReplSession:
             self.emit(
                 {"type": "cancelled"}
                 if escape.interrupted
-                else {"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []}
+                else self._command_end()
             )
 
     async def _reply_to_copy(self, arg: str) -> str | None:
@@ -601,7 +602,12 @@ class ReplSession:
         if mid_turn:
             self.emit({"type": "applied", "command": command, "message": message})
         else:
-            self.emit({"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []})
+            self.emit(self._command_end())
+
+    def _command_end(self) -> dict:
+        """The ``message_end`` that ends an idle command or ``!command``: no turn ran, so its
+        ``turnIndex`` is the chat's last turn (-1 before the first), never the next turn's."""
+        return {"type": "message_end", "turnIndex": self.translator.turn_index - 1, "toolCalls": []}
 
     async def shutdown(self) -> None:
         """Stop a running ``!command``; interrupt a running turn (reason ``shutdown``) and wait,
