@@ -14,9 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from _helpers.appserver import open_app_server, script_env
-from _helpers.sse_server import json_reply, open_sse_server, Reply, sse
+from _helpers.sse_server import Reply, json_reply, open_sse_server, sse
 from test_repl import open_repl
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
@@ -35,26 +34,40 @@ def _ev(kind: str, **data) -> str:
 
 
 def _responses(text: str) -> Reply:
-    return Reply(chunks=sse(
-        _ev("response.output_text.delta", item_id="m", output_index=0, content_index=0, delta=text),
-        _ev("response.completed", response={"id": "r", "status": "completed",
-                                             "usage": {"input_tokens": 3, "output_tokens": 1}})))
+    return Reply(
+        chunks=sse(
+            _ev("response.output_text.delta", item_id="m", output_index=0, content_index=0, delta=text),
+            _ev(
+                "response.completed",
+                response={"id": "r", "status": "completed", "usage": {"input_tokens": 3, "output_tokens": 1}},
+            ),
+        )
+    )
 
 
 def _anthropic(text: str) -> Reply:
-    return Reply(chunks=sse(
-        _ev("message_start", message={"id": "m", "usage": {"input_tokens": 1}}),
-        _ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-        _ev("content_block_delta", index=0, delta={"type": "text_delta", "text": text}),
-        _ev("content_block_stop", index=0),
-        _ev("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 2}),
-        _ev("message_stop")))
+    return Reply(
+        chunks=sse(
+            _ev("message_start", message={"id": "m", "usage": {"input_tokens": 1}}),
+            _ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+            _ev("content_block_delta", index=0, delta={"type": "text_delta", "text": text}),
+            _ev("content_block_stop", index=0),
+            _ev("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 2}),
+            _ev("message_stop"),
+        )
+    )
 
 
 def _env(home: Path, provider: str, base_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "FUSERAFT_"))}
-    env.update(ROOST_HOME=str(home), ROOST_PROVIDER=provider, ROOST_BASE_URL=base_url, ROOST_MODEL="m",
-               OPENAI_API_KEY="sk-test", ANTHROPIC_API_KEY="ak-test")
+    env.update(
+        ROOST_HOME=str(home),
+        ROOST_PROVIDER=provider,
+        ROOST_BASE_URL=base_url,
+        ROOST_MODEL="m",
+        OPENAI_API_KEY="sk-test",
+        ANTHROPIC_API_KEY="ak-test",
+    )
     return env
 
 
@@ -76,8 +89,12 @@ def _anthropic_image(body: dict) -> list:
 CASES = {
     "openai": ("/v1", _chat, _chat_image, [{"type": "image_url", "image_url": {"url": URL}}]),
     "openai-responses": ("/v1", _responses, _responses_image, [{"type": "input_image", "image_url": URL}]),
-    "anthropic": ("", _anthropic, _anthropic_image,
-                  [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]),
+    "anthropic": (
+        "",
+        _anthropic,
+        _anthropic_image,
+        [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}],
+    ),
 }
 
 
@@ -91,14 +108,14 @@ async def test_repl_images_reach_the_provider_in_its_format(provider: str, tmp_p
             await repl.wait("ready")
             start = await repl.say("what is this?", images=IMAGES)
             end = await repl.wait("message_end", start=start)
-            assert "".join(e["text"] for e in repl.events[start:end["_index"]] if e["type"] == "token") == "A dot."
+            assert "".join(e["text"] for e in repl.events[start : end["_index"]] if e["type"] == "token") == "A dot."
             start = await repl.say("and now?")
             await repl.wait("message_end", start=start)
             assert await repl.close() == 0
     first, second = (json.loads(r.body) for r in server.requests)
     assert parts(first) == expected
     assert json.dumps(first).count("what is this?") == 1
-    assert parts(second) == [] and json.dumps(second).count(PNG) == 1   # the earlier turn keeps its image
+    assert parts(second) == [] and json.dumps(second).count(PNG) == 1  # the earlier turn keeps its image
 
 
 async def test_scripted_engine_shows_the_images_it_received(tmp_path: Path, roost_home: Path) -> None:
@@ -108,12 +125,12 @@ async def test_scripted_engine_shows_the_images_it_received(tmp_path: Path, roos
         await repl.wait("ready")
         start = await repl.say("look", images=IMAGES + [{"name": "b.png", "data": URL}])
         end = await repl.wait("message_end", start=start)
-        text = "".join(e["text"] for e in repl.events[start:end["_index"]] if e["type"] == "token")
+        text = "".join(e["text"] for e in repl.events[start : end["_index"]] if e["type"] == "token")
         size = len(base64.b64decode(PNG))
         assert text == f"saw 2 image(s): image/png {size} bytes sha256:{digest}, image/png {size} bytes sha256:{digest}"
         start = await repl.say("no pictures")
         end = await repl.wait("message_end", start=start)
-        assert "saw no images" == "".join(e["text"] for e in repl.events[start:end["_index"]] if e["type"] == "token")
+        assert "saw no images" == "".join(e["text"] for e in repl.events[start : end["_index"]] if e["type"] == "token")
         start = await repl.say("bad", images=[{"name": "x", "data": "not a data url"}])
         assert "base64 data URL" in (await repl.wait("error", start=start))["text"]
         assert await repl.close() == 0
@@ -138,8 +155,9 @@ async def test_a_model_that_takes_no_images_gets_an_error_event_and_nothing_is_s
 
 
 async def test_a_provider_refusing_images_is_an_error_event_not_a_crash(tmp_path: Path) -> None:
-    refusal = json.dumps({"error": {"message": "this model does not support image input",
-                                    "type": "invalid_request_error"}}).encode()
+    refusal = json.dumps(
+        {"error": {"message": "this model does not support image input", "type": "invalid_request_error"}}
+    ).encode()
     async with open_sse_server() as server:
         server.add(json_reply(400, refusal))
         env = _env(tmp_path / "home", "openai", server.base_url + "/v1")

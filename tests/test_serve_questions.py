@@ -10,18 +10,19 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
 from _helpers.timing import scaled
 
-ASK = {"tool_call": {"name": "ask_user",
-                     "arguments": {"question": "Which colour?", "options": ["red", "blue"], "allowOther": False}}}
+ASK = {
+    "tool_call": {
+        "name": "ask_user",
+        "arguments": {"question": "Which colour?", "options": ["red", "blue"], "allowOther": False},
+    }
+}
 SCRIPT = {
     "rules": [
         {"match": {"prompt": "^ask"}, "steps": [[ASK], [{"text": "model saw: {tool_output}"}]]},
-        {"match": {"prompt": "^approve"},
-         "steps": [[{"tool_call": {"name": "shell", "arguments": {"command": "echo ok"}}}], [{"text": "{tool_output}"}]]},
     ],
     "default": "echo",
 }
@@ -46,16 +47,21 @@ async def test_question_goes_to_the_dispatcher_and_the_answer_reaches_the_model(
             await a.wait_for("hello")
             await bystander.wait_for("hello")
             start = len(a.events)
-            await a.send({"type": "question_response", "answer": "blue"})   # nothing pending yet
+            await a.send({"type": "question_response", "answer": "blue"})  # nothing pending yet
             assert (await a.wait_for("error", start=start))["code"] == "invalid_request"
             sid = await _dispatch(a, "ask me a colour")
             question = await a.wait_for("question")
-            assert question == {"type": "question", "question": "Which colour?", "options": ["red", "blue"],
-                                "allowOther": False, "sessionId": sid}
+            assert question == {
+                "type": "question",
+                "question": "Which colour?",
+                "options": ["red", "blue"],
+                "allowOther": False,
+                "sessionId": sid,
+            }
             call = await bystander.wait_for("tool_calling", lambda e: e["sessionId"] == sid)
-            assert call["tool"] == "ask_user"                      # progress is broadcast, the prompt is not
+            assert call["tool"] == "ask_user"  # progress is broadcast, the prompt is not
             start = len(a.events)
-            await a.send({"type": "approval_response", "approved": True})   # the wrong response kind
+            await a.send({"type": "approval_response", "approved": True})  # the wrong response kind
             error = await a.wait_for("error", start=start)
             assert error["code"] == "invalid_request" and "approval" in error["text"]
             await a.send({"type": "question_response", "answer": "blue"})
@@ -114,8 +120,14 @@ async def test_a_vanished_dispatcher_falls_back_to_the_unattended_rules(script: 
 async def _attach_piped(socket: str, lines: str) -> tuple[int, str, str]:
     environ = {k: v for k, v in os.environ.items() if k not in ("FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN")}
     with trio.fail_after(scaled(60)):
-        done = await trio.run_process([*roost_argv(), "attach", socket], stdin=lines.encode(),
-                                      capture_stdout=True, capture_stderr=True, check=False, env=environ)
+        done = await trio.run_process(
+            [*roost_argv(), "attach", socket],
+            stdin=lines.encode(),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=environ,
+        )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
@@ -129,3 +141,38 @@ async def test_roost_attach_answers_a_question_with_the_next_line_and_skips_at_e
         assert code == 0, (out, err)
         assert "answer (an empty line skips): (stdin is closed: skipped)\n" in out
         assert "skipped the question" in out
+
+
+SOLO = """
+Orchestration:
+  Name: Solo
+  Agents:
+    - {Name: Soloist, Instructions: "You work alone."}
+  Selection: {Type: sequential}
+  Termination: {Type: maxiterations, MaxIterations: 1}
+"""
+
+
+async def test_an_orchestrated_tasks_agent_asks_the_dispatching_client(tmp_path: Path) -> None:
+    config = tmp_path / "solo.yaml"
+    config.write_text(SOLO)
+    script = tmp_path / "solo-script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "rules": [{"match": {"agent": "Soloist"}, "steps": [[ASK], [{"text": "Soloist got: {tool_output}"}]]}],
+                "default": "echo",
+            }
+        )
+    )
+    async with open_daemon(script=script, args=["-c", str(config), "--work-dir", str(tmp_path)]) as daemon:
+        async with daemon.unix() as owner, daemon.unix() as bystander:
+            await owner.wait_for("hello")
+            await bystander.wait_for("hello")
+            sid = await _dispatch(owner, "pick a colour")
+            question = await owner.wait_for("question")
+            assert question["sessionId"] == sid and question["options"] == ["red", "blue"]
+            await owner.send({"type": "question_response", "answer": "red"})
+            result = await owner.wait_for("result", lambda e: e["sessionId"] == sid)
+            assert result["lastAgent"] == "Soloist" and result["lastMessage"] == "Soloist got: The user answered: red"
+            assert not bystander.of_type("question")

@@ -19,7 +19,9 @@ repeated until it is long enough); ``reasoning`` takes the same options; ``tool_
 length}`` overrides the finish reason; ``default`` may also be a list of steps. In ``text`` and
 ``reasoning``, ``{prompt}``, ``{agent}``, ``{tool_output}`` (the last tool result in the
 history) and ``{images}`` (the images of the turn's user message, as ``N image(s): TYPE BYTES
-sha256:HEX12, ...``, or ``no images``: so tests can see what reached the engine) are substituted. ``prompt`` is matched with ``re.search``, ``agent`` with ``re.fullmatch``.
+sha256:HEX12, ...``, or ``no images``: so tests can see what reached the engine) are
+substituted. ``prompt`` is matched with ``re.search``, ``agent`` with ``re.fullmatch``. A top-level
+key other than ``rules`` and ``default`` is refused, naming it.
 
 A compaction's summary request (:mod:`roost.actors._compact`) has ``agent`` ``compactor``, no
 tools, and ends with the user prompt ``"Summarize the conversation so far. ..."``: match it with

@@ -257,7 +257,10 @@ class Orchestrator:
         if p.next_agent is None:
             p.next_agent = first_agent(self.config)
         origin = Origin(
-            client_id="run", request_approval=self.tool_approval, unattended_policy="deny", ask_question=self.ask_question
+            client_id="run",
+            request_approval=self.tool_approval,
+            unattended_policy="deny",
+            ask_question=self.ask_question,
         )
         if p.selecting and p.last_agent is not None:  # interrupted while choosing: choose again
             outcome = await self._choose(p.last_agent, p.last_text)

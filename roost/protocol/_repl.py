@@ -404,7 +404,7 @@ class ReplSession:
         except InvalidParams as exc:
             self.emit({"type": "error", "text": str(exc)})
             return
-        refusal = self._images_refused() if images else None
+        refusal = self.engines.image_refusal(self.actor.thread) if images and self.engines is not None else None
         if refusal is not None:
             self.emit({"type": "error", "text": refusal})
             return
@@ -425,21 +425,6 @@ class ReplSession:
             await self._steer(text, images)
         else:
             await self._start(text, images)
-
-    def _images_refused(self) -> str | None:
-        """Why the chat's model cannot take images (``[provider] images = false``), or None."""
-        if self.engines is None:
-            return None
-        try:
-            settings = self.engines.settings_for(self.actor.thread)
-        except RoostError:
-            return None  # the turn reports the provider problem itself
-        if settings.images:
-            return None
-        return (
-            f"the model {settings.model or settings.provider!r} (provider {settings.provider}) does not take "
-            "images ([provider] images = false in config.toml); send the message without images"
-        )
 
     async def _start(self, text: str, images: tuple) -> None:
         from roost.actors import StartTurn
@@ -494,11 +479,7 @@ class ReplSession:
         finally:
             self._shell = None
         if ran and not self.exit_requested:
-            self.emit(
-                {"type": "cancelled"}
-                if escape.interrupted
-                else self._command_end()
-            )
+            self.emit({"type": "cancelled"} if escape.interrupted else self._command_end())
 
     async def _reply_to_copy(self, arg: str) -> str | None:
         """The text ``/copy [N]`` copies: the Nth-last assistant reply (default the last).

@@ -9,7 +9,8 @@ wire-protocol.md, "Live sessions" (serve socket and serve WebSocket), "Handshake
   connection, each with its own bounded :class:`~roost.protocol._outbox.Outbox`,
 * approval routing: an ``approval_request`` goes only to the dispatching client's newest connection;
   when that connection drops, the daemon waits ``reconnect_grace`` seconds for the next connection
-  with the same key and asks it instead; with nobody back, the unattended policy answers,
+  with the same key and asks it instead; with nobody back, the unattended policy answers (an
+  ``ask_user`` ``question`` follows the same rules, :mod:`roost.protocol._serve_prompts`),
 * result routing: a task's ``result`` goes to its client, or waits (durably) for its next ``hello``.
 
 Progress events (``agent_starting``, ``tool_calling``, ``token_budget_warning``, ``task_resumed``,
