@@ -69,5 +69,4 @@ class ProviderSettings:
             "api_key_env": self.api_key_env,
             "api_key_set": self.api_key is not None,
             "source": self.source,
-            "images": self.images,
         }

@@ -644,15 +644,22 @@ class ServeDaemon:
         return answer
 
     async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
-        answer = await prompt_client(self, task, approval_event(task.id, params), "approval")
+        answer = await self._prompt(task, approval_event(task.id, params), "approval")
         return None if answer is None else answer is True
+
+    async def _prompt(self, task: QueuedTask, event: dict, kind: str) -> Any:
+        """Ask ``event`` of the task's client (None at once for a task without one)."""
+        if task.client_id is None:
+            return None
+        client = self._client(task.client_id)
+        return await prompt_client(client, event, kind, grace=self.options.reconnect_grace, task_id=task.id)
 
     async def ask_question(self, task: QueuedTask, params: dict) -> str | None:
         """A task's ``ask_user`` question, asked of its client with the approvals' grace and
         unattended rules (:mod:`roost.protocol._serve_prompts`); None: skipped or unanswered."""
         for event in self._translator(task).announce(params.get("item_id")):
             self.broadcast(event)
-        answer = await prompt_client(self, task, question_event(task.id, params), "question")
+        answer = await self._prompt(task, question_event(task.id, params), "question")
         log.info(
             "task %s question %s",
             task.id,

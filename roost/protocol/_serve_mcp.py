@@ -57,8 +57,8 @@ def build_mcp_app(daemon: Any) -> Any:
 
     Each tool returns structured output (MCP ``structuredContent``, an object) and refuses bad
     input with a tool error (``isError``): an argument of the wrong type or a missing one (one
-    sentence naming each, see :func:`argument_errors`), an unknown ``objectiveId``, a ``work_dir`` that is not a
-    directory, a malformed ``Fuseraft-Client-Id``. ``get_status``/``get_result`` take the id as
+    sentence naming each, see :func:`argument_errors`), an unknown ``objectiveId``, a ``work_dir``
+    that is not a directory, a malformed ``Fuseraft-Client-Id``. ``get_status``/``get_result`` take the id as
     ``sessionId`` (what ``dispatch_task`` returns) or ``session_id``. A request with a
     ``Fuseraft-Client-Id`` header dispatches its task for that client (scoped to its bearer token,
     as on ``/attach``): an attached connection with the same id is asked its approvals (with the

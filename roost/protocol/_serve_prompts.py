@@ -5,7 +5,7 @@ that dispatched the task, to its newest live connection. When that connection dr
 waits ``--reconnect-grace`` seconds for the next connection with the same client id and asks it
 instead; a client without an id (or nobody back within the grace) cannot answer, and the
 unattended rules apply: an approval is decided by ``--unattended-policy``, a question is skipped
-(the ``ask_user`` tool tells the model nobody answered). There are no request ids, so a client
+(the ``ask_user`` tool tells the model the question was skipped). There are no request ids, so a client
 has at most one prompt outstanding (its ``approval_lock``); the next matching response line
 (``approval_response`` / ``question_response``) answers it.
 """
@@ -56,23 +56,21 @@ def answer_value(kind: str, message: dict) -> Any:
     return answer if isinstance(answer, str) else None
 
 
-async def prompt_client(daemon: Any, task: Any, event: dict, kind: str) -> Any:
-    """Ask ``event`` of ``task``'s client (see the module doc) and return its answer.
+async def prompt_client(client: Any, event: dict, kind: str, *, grace: float, task_id: str) -> Any:
+    """Ask ``event`` of ``client`` (see the module doc) and return its answer.
 
     Args:
-        daemon: the :class:`~roost.protocol._serve_daemon.ServeDaemon` (its clients and grace).
-        task: the :class:`~roost.actors.QueuedTask` (``client_id`` is the owner's key, or None).
+        client: the task's :class:`~roost.protocol._serve_daemon.ClientState`.
         event: the prompt event sent to the client's live connection (again to each new one).
         kind: ``"approval"`` or ``"question"`` (which response line answers it).
+        grace: seconds to wait for a connection of the client once none is live (``--reconnect-grace``).
+        task_id: the task asking (for the log).
 
     Returns:
         The answer (see :func:`answer_value`), or None when nobody could answer.
 
     Cancellation: cancelled while waiting (the task was interrupted), nothing is left pending.
     """
-    if task.client_id is None:
-        return None
-    client = daemon._client(task.client_id)
     async with client.approval_lock:
         pending = client.pending = Pending(event=event, kind=kind)
         deadline: float | None = None
@@ -83,9 +81,9 @@ async def prompt_client(daemon: Any, task: Any, event: dict, kind: str) -> Any:
                     if client.anonymous:
                         return None
                     if deadline is None:
-                        deadline = trio.current_time() + daemon.options.reconnect_grace
+                        deadline = trio.current_time() + grace
                     if trio.current_time() >= deadline:
-                        log.info("task %s: no client back within the grace; unattended rules", task.id)
+                        log.info("task %s: no client back within the grace; unattended rules", task_id)
                         return None
                     changed = client.changed
                     with trio.move_on_at(deadline):
