@@ -188,12 +188,17 @@ def resolve_provider(
                 options[key] = kind(file_values[key])
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"[provider] {key} in config.toml must be a number") from exc
+    if "images" in file_values:
+        if not isinstance(file_values["images"], bool):
+            raise ConfigError("[provider] images in config.toml must be true or false")
+        options["images"] = file_values["images"]
     if name == "scripted":
         return ProviderSettings(
             provider=name,
             model=chosen.get("model"),
             script=chosen.get("script") or "demo",
             source=sources["provider"],
+            images=options.get("images", True),
         )
     key_env = chosen.get("api_key_env") or DEFAULT_KEY_ENVS[name]
     api_key = env.get(key_env) or None

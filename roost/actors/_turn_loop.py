@@ -392,9 +392,24 @@ async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_ite
         agent=turn.agent.name if turn.agent is not None else None,
         on_process=tool_process_hook(thread.services.store.writer, thread.services.owner, tid),
         start_background=thread.services.processes.starter(tid) if thread.services.processes else None,
+        ask_question=_question_asker(tid, turn, view),
     )
     result = await run_tool(tool, view["arguments"] or {}, ctx)
     await _finish_tool_call(thread, turn, view, open_items, result.output, result.is_error, result.metadata)
+
+
+def _question_asker(thread_id: str, turn: TurnActor, view: dict) -> Any:
+    """The tool call's ``ToolContext.ask_question``: the origin's ``ask_question`` with the call's
+    ids (see :class:`~roost.actors._messages.Origin`), or None when the origin cannot be asked."""
+    ask = getattr(turn.origin, "ask_question", None)
+    if ask is None:
+        return None
+
+    async def ask_question(question: str, options: list[str], allow_other: bool) -> str | None:
+        params = {"thread_id": thread_id, "turn_id": turn.id, "item_id": view["id"]}
+        return await ask({**params, "question": question, "options": options, "allowOther": allow_other})
+
+    return ask_question
 
 
 async def _refuse_tool_call(

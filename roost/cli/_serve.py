@@ -49,7 +49,7 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     """
     from roost.protocol import DaemonMetrics, ServeDaemon, claim_socket_path
     from roost.supervisor import open_runtime
-    from roost.tools import builtin_tools
+    from roost.tools import ask_user_tool, builtin_tools
 
     _probe_http_port(options)  # a busy port is one line (exit 1), before any child starts
     lock_fd = claim_socket_path(options.socket_path)
@@ -57,7 +57,9 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             metrics = DaemonMetrics()
-            async with open_runtime(engine_for=metrics.meter(engines.engine_for), tools=builtin_tools()) as runtime:
+            # ask_user asks each task's dispatching client (roost.protocol._serve_prompts)
+            tools = {**builtin_tools(), "ask_user": ask_user_tool()}
+            async with open_runtime(engine_for=metrics.meter(engines.engine_for), tools=tools) as runtime:
                 default = engines.default
                 daemon = ServeDaemon(
                     runtime,

@@ -42,6 +42,8 @@ class ProviderSettings:
             first streamed chunk.
         source: where the provider choice came from (``"flag"``, ``"env"``, ``"file"``,
             ``"default"``), for diagnostics.
+        images: the model takes image input (``[provider] images = false`` in config.toml says it
+            does not: a message with images is then refused before it is sent).
     """
 
     provider: str = attrs.field(validator=attrs.validators.in_(PROVIDERS))
@@ -55,6 +57,7 @@ class ProviderSettings:
     read_timeout: float = 300.0
     max_attempts: int = 4
     source: str = "flag"
+    images: bool = True
 
     def describe(self) -> dict:
         """Return a JSON-ready summary without the API key (for ``engine/list`` and logs)."""

@@ -149,6 +149,8 @@ class Orchestrator:
         after_turn: ``--hitl``: ``await after_turn(agent, text)`` after each agent turn that does
             not end the run, returning None (go on), a message from the human for the next agent
             (str), or :data:`STOP` (end the run as interrupted; ``--resume`` continues it).
+        ask_question: ``await ask_question(params) -> str | None``: the agents' ``ask_user``
+            questions (see ``roost.actors.Origin``); None: agents cannot ask.
 
     Raises:
         ConfigError: an agent's model cannot be used (see
@@ -164,6 +166,7 @@ class Orchestrator:
         emit: Callable[[dict], None],
         request_approval: Any,
         after_turn: Any = None,
+        ask_question: Any = None,
     ) -> None:
         self.config = config
         self.actor = actor
@@ -171,6 +174,7 @@ class Orchestrator:
         self.emit = emit
         self.request_approval = request_approval
         self.after_turn = after_turn
+        self.ask_question = ask_question
         self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
         self.agent_turns = resolve_agents(config, engines)
         self.supervisor: Any = None
@@ -252,7 +256,12 @@ class Orchestrator:
         latest = snapshot["turns"][-1]["id"] if snapshot["turns"] else None
         if p.next_agent is None:
             p.next_agent = first_agent(self.config)
-        origin = Origin(client_id="run", request_approval=self.tool_approval, unattended_policy="deny")
+        origin = Origin(
+            client_id="run",
+            request_approval=self.tool_approval,
+            unattended_policy="deny",
+            ask_question=self.ask_question,
+        )
         if p.selecting and p.last_agent is not None:  # interrupted while choosing: choose again
             outcome = await self._choose(p.last_agent, p.last_text)
             if outcome is not None:

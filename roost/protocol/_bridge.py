@@ -238,7 +238,9 @@ async def run_bridge(
     ``error`` event and, while an approval is pending, denies it (wire-protocol.md: "Anything
     malformed counts as denied"); an unknown type, or an ``approval_response`` with no approval
     pending, gets an ``error`` event and is otherwise ignored. At end of input, approvals can no
-    longer be asked and are denied (the unattended policy).
+    longer be asked and are denied (the unattended policy). The ``result`` of a session that
+    started also counts its approvals: ``approvedActions`` and ``deniedActions`` (additive fields,
+    the same as ``roost run --json`` reports).
     """
     from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
     from roost.protocol._outbox import Outbox
@@ -246,11 +248,19 @@ async def run_bridge(
 
     outbox = Outbox()
     state: dict[str, Any] = {"orch": None, "pending_interrupt": False}
+    counts = {"approvedActions": 0, "deniedActions": 0}
 
     def emit(event: dict) -> None:
+        if event.get("type") == "result" and event.get("sessionId") is not None:
+            event.update(counts)  # additive, as in ``roost run --json``
         outbox.deliver(dumps_line(event))
 
     broker = PromptBroker(emit)
+
+    async def request_approval(params: dict) -> bool | None:
+        answer = await broker.request_approval(params)
+        counts["approvedActions" if answer is True else "deniedActions"] += 1
+        return answer
 
     def interrupt() -> None:
         orch = state["orch"]
@@ -313,7 +323,7 @@ async def run_bridge(
                 settings=settings,
                 cwd=cwd,
                 emit=emit,
-                request_approval=broker.request_approval,
+                request_approval=request_approval,
                 on_orchestrator=on_orchestrator,
                 permission_mode=permission_mode,
             )
