@@ -429,7 +429,7 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
         elif agent.name in seen:
             error(f"Orchestration.Agents[{i}].Name: duplicate agent name {agent.name!r}")
         seen.add(agent.name)
-        if not agent.instructions.strip():
+        if not agent.instructions.strip() and agent.remote_agent is None:  # a proxy needs none
             issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Instructions: empty"))
         if isinstance(agent.model, str) and config.models and agent.model not in config.models:
             issues.append(
