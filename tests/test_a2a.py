@@ -307,3 +307,51 @@ def test_a2a_needs_the_http_port(tmp_path: Path) -> None:
         cwd=str(tmp_path),
     )
     assert done.returncode == 2 and "--a2a serves on the HTTP port: give --http-port" in done.stderr
+
+
+LOCAL_TEAM = """
+Orchestration:
+  Name: Pair
+  Agents:
+    - {Name: Planner, Description: Plans the work., Instructions: You plan.}
+    - {Name: Developer, Instructions: You build.}
+  Selection: {Type: sequential}
+  Termination: {Type: maxiterations, MaxIterations: 2}
+"""
+
+
+async def test_a_team_daemon_hosts_each_agent(tmp_path: Path) -> None:
+    config = tmp_path / "pair.yaml"
+    config.write_text(LOCAL_TEAM)
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {"match": {"agent": "Planner"}, "steps": [[{"text": "Plan ready."}]]},
+                    {"match": {"agent": "Developer"}, "steps": [[{"text": "Built."}]]},
+                ],
+                "default": "echo",
+            }
+        )
+    )
+    async with (
+        open_daemon(script=script, args=["--a2a", "-c", str(config), "--work-dir", str(tmp_path)]) as daemon,
+        daemon.ws() as watcher,
+    ):
+        async with httpx.AsyncClient() as http:
+            base = f"http://127.0.0.1:{daemon.port}"
+            planner = (await http.get(f"{base}/a2a/Planner/.well-known/agent-card.json")).json()
+            assert planner["description"] == "Plans the work." and planner["url"] == f"{base}/a2a/Planner/"
+            developer = (await http.get(f"{base}/a2a/Developer/.well-known/agent.json")).json()
+            assert developer["name"] == "Developer" and "security" not in developer  # no tokens: open
+            assert (await http.get(f"{base}/.well-known/agent-card.json")).json()["name"] == "Planner"
+            assert (await http.get(f"{base}/a2a/Nobody/.well-known/agent-card.json")).status_code == 404
+        async with a2a_client(daemon.port, None, path="/a2a/Developer") as client:
+            ((task, _),) = await send(client, "build the thing")
+        assert task.status.state == TaskState.completed and _text(task.artifacts[0].parts) == "Built."
+        assert task.metadata == {"agent": "Developer", "lastAgent": "Developer"}
+        assert (await watcher.wait_for("a2a_call")) == {"type": "a2a_call", "agent": "Developer", "sessionId": task.id}
+        await watcher.wait_for("agent_starting", lambda e: e["agent"] == "Developer")
+        starting = [e["agent"] for e in watcher.of_type("agent_starting") if e.get("sessionId") == task.id]
+        assert starting == ["Planner", "Developer"]
