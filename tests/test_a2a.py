@@ -355,3 +355,40 @@ async def test_a_team_daemon_hosts_each_agent(tmp_path: Path) -> None:
         await watcher.wait_for("agent_starting", lambda e: e["agent"] == "Developer")
         starting = [e["agent"] for e in watcher.of_type("agent_starting") if e.get("sessionId") == task.id]
         assert starting == ["Planner", "Developer"]
+
+
+async def test_approvals_of_an_a2a_task_follow_the_unattended_policy(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {
+                        "match": {"prompt": "^write"},
+                        "steps": [
+                            [
+                                {
+                                    "tool_call": {
+                                        "name": "write_file",
+                                        "arguments": {"path": "out.txt", "content": "by a2a\n"},
+                                    }
+                                }
+                            ],
+                            [{"text": "Result: {tool_output}"}],
+                        ],
+                    }
+                ],
+                "default": "echo",
+            }
+        )
+    )
+    for policy in ("deny", "allow"):
+        work = tmp_path / policy
+        work.mkdir()
+        args = ["--a2a", "--work-dir", str(work), "--unattended-policy", policy, "--reconnect-grace", "600"]
+        async with open_daemon(script=script, args=args) as daemon, daemon.ws(client_id="bystander") as bystander:
+            async with a2a_client(daemon.port, None) as client:
+                ((task, _),) = await send(client, "write the file")
+            assert task.status.state == TaskState.completed
+            assert (work / "out.txt").exists() is (policy == "allow"), _text(task.artifacts[0].parts)
+            assert not bystander.of_type("approval_request")  # nobody attached is asked

@@ -33,6 +33,7 @@ Authentication (each request on its own, :class:`A2AAuth`): with daemon tokens e
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -86,9 +87,18 @@ CANCEL_WAIT = 30.0
 MAX_BODY = 10 * 1024 * 1024
 
 
+class _QuietLegacyCardPath(logging.Filter):
+    """Drop the SDK's warning on each read of ``/.well-known/agent.json``: the wire spec names that
+    path for ``RemoteAgent`` cards, so every proxy call would log it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Deprecated agent card endpoint")
+
+
 def build_a2a_app(daemon: Any) -> Any:
     """The A2A ASGI app of ``daemon`` (its ``a2a`` host set by ``install_a2a``): every hosted
     agent's card and JSON-RPC routes (see the module doc), behind :class:`A2AAuth`."""
+    logging.getLogger("a2a.server.apps.jsonrpc.jsonrpc_app").addFilter(_QuietLegacyCardPath())
     host: A2AHost = daemon.a2a
     routes: list[Any] = []
     for index, agent in enumerate(host.agents):
