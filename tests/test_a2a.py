@@ -392,3 +392,28 @@ async def test_approvals_of_an_a2a_task_follow_the_unattended_policy(tmp_path: P
             assert task.status.state == TaskState.completed
             assert (work / "out.txt").exists() is (policy == "allow"), _text(task.artifacts[0].parts)
             assert not bystander.of_type("approval_request")  # nobody attached is asked
+
+
+async def test_a_daemon_team_with_a_remote_agent_called_over_a2a(tmp_path: Path) -> None:
+    """A2A caller -> daemon A (`serve -c` team, --a2a) -> its RemoteAgent -> daemon B (--a2a)."""
+    remote = tmp_path / "remote.json"
+    remote.write_text(json.dumps({"rules": [], "default": [[{"text": "B answers: {prompt}"}]]}))
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"rules": [], "default": [[{"text": "Question: {prompt}"}]]}))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with open_daemon(script=remote, args=["--a2a", "--work-dir", str(tmp_path / "b")]) as b, b.ws() as b_watcher:
+        config = tmp_path / "a" / "team.yaml"
+        config.write_text(TEAM % {"url": f"http://127.0.0.1:{b.port}/a2a/assistant", "timeout": 60})
+        async with (
+            open_daemon(script=local, args=["--a2a", "-c", str(config), "--work-dir", str(tmp_path / "a")]) as a,
+            a.ws() as a_watcher,
+        ):
+            async with a2a_client(a.port, None, streaming=True, path="/a2a/Writer") as client:
+                events = await send(client, "ping")
+            task, update = events[-1]
+            assert update.final is True and task.status.state == TaskState.completed
+            assert _text(task.artifacts[0].parts) == "B answers: Question: ping"
+            assert task.metadata == {"agent": "Writer", "lastAgent": "Oracle"}
+            assert (await a_watcher.wait_for("a2a_call"))["agent"] == "Writer"
+            assert (await b_watcher.wait_for("a2a_call"))["agent"] == "assistant"

@@ -237,8 +237,9 @@ class DaemonRequestHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: MessageSendParams, context: ServerCallContext | None = None
     ) -> AsyncGenerator[Any]:
-        """``message/stream``: the Task, then a status update per state change; at the end the
-        ``result`` artifact (a completed task) and the final status update (``final: true``)."""
+        """``message/stream``: the Task, then a status update per state change (with the task's
+        ``metadata``); at the end the ``result`` artifact (a completed task) and the final status
+        update (``final: true``)."""
         session_id = await self._start(params, context)
         async for event in self._follow(session_id):
             yield event
@@ -272,7 +273,9 @@ class DaemonRequestHandler(RequestHandler):
                 yield TaskArtifactUpdateEvent(
                     task_id=session_id, context_id=session_id, artifact=artifact, last_chunk=True
                 )
-            yield TaskStatusUpdateEvent(task_id=session_id, context_id=session_id, status=current.status, final=final)
+            yield TaskStatusUpdateEvent(
+                task_id=session_id, context_id=session_id, status=current.status, final=final, metadata=current.metadata
+            )
 
     async def on_get_task(self, params: TaskQueryParams, context: ServerCallContext | None = None) -> Task | None:
         """``tasks/get``: the task (also one finished before a daemon restart), None: TaskNotFound."""
