@@ -80,6 +80,18 @@ class A2AHost:
         self.calls: dict[str, _Call] = {}
         self.inner = daemon.queue.listener
         self.queue.listener = self
+        self._serve: Any = None
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        """Serve one HTTP connection of the A2A endpoint (:mod:`roost.protocol._serve_http` hands
+        it over, its request head replayed). The SDK's app is built on the first connection
+        (importing the SDK takes a while) and served by Hypercorn's trio worker, as ``/mcp``."""
+        if self._serve is None:
+            from roost.protocol._a2a_app import build_a2a_app
+            from roost.protocol._serve_http import _hypercorn_server
+
+            self._serve = _hypercorn_server(build_a2a_app(self.daemon))
+        await self._serve(stream)
 
     # -- TaskListener (forwarded to the daemon) ------------------------------------------------------
 

@@ -136,16 +136,6 @@ async def serve_http(
                 await outer.start(run_mcp_app)
         await mcp["serve"](stream)
 
-    a2a: dict[str, Any] = {}
-
-    async def serve_a2a(stream: trio.abc.Stream) -> None:  # roost serve --a2a (roost.protocol._a2a_app)
-        async with mcp_lock:
-            if "serve" not in a2a:
-                from roost.protocol._a2a_app import build_a2a_app
-
-                a2a["serve"] = _hypercorn_server(build_a2a_app(daemon))
-        await a2a["serve"](stream)
-
     async def handle(stream: trio.SocketStream) -> None:
         try:
             await serve_one(stream)
@@ -214,7 +204,7 @@ async def serve_http(
             return
         if getattr(daemon, "a2a", None) is not None and path.startswith(("/a2a/", "/.well-known/agent")):
             try:
-                await serve_a2a(replay)
+                await daemon.a2a.serve(replay)  # roost serve --a2a (roost.protocol._a2a_host)
             finally:
                 await trio.aclose_forcefully(conn)
             return
