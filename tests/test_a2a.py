@@ -417,3 +417,32 @@ async def test_a_daemon_team_with_a_remote_agent_called_over_a2a(tmp_path: Path)
             assert task.metadata == {"agent": "Writer", "lastAgent": "Oracle"}
             assert (await a_watcher.wait_for("a2a_call"))["agent"] == "Writer"
             assert (await b_watcher.wait_for("a2a_call"))["agent"] == "assistant"
+
+
+async def test_cancelling_a_queued_task_cancels_it_when_it_starts(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    log = tmp_path / "serve.err"
+    async with (
+        open_daemon(script=script, args=["--a2a", "--work-dir", str(tmp_path)], stderr=log.open("wb")) as daemon,
+        a2a_client(daemon.port, None, polling=True) as client,
+    ):
+        ((first, _),) = await send(client, "slow first")
+        await until_state(client, first.id, {TaskState.working})
+        ((second, _),) = await send(client, "slow second")  # queued behind the first (one runner)
+        assert second.status.state == TaskState.submitted
+        answers: dict[str, Task] = {}
+
+        async def cancel(task_id: str) -> None:
+            answers[task_id] = await client.cancel_task(TaskIdParams(id=task_id))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel, second.id)
+            with trio.fail_after(scaled(30)):  # the daemon took the cancel while the task was queued
+                while f"A2A cancel of task {second.id} (queued: interrupted when it runs)" not in log.read_text():
+                    await trio.sleep(0.05)
+            nursery.start_soon(cancel, first.id)
+        assert {t: a.status.state for t, a in answers.items()} == {
+            first.id: TaskState.canceled,
+            second.id: TaskState.canceled,
+        }

@@ -203,6 +203,12 @@ class A2AHost:
             call.interrupted = self.queue.interrupt(call.client_key) > 0
         except RoostError:
             log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
+        log.info(
+            "A2A cancel of task %s (%s)",
+            task.id,
+            "interrupted" if call.interrupted else f"{task.status}: interrupted when it runs",
+            extra={"event": "a2a_cancel", "task_id": task.id},
+        )
 
     def was_cancelled(self, session_id: str) -> bool:
         """True when this daemon was asked to cancel the task."""
