@@ -58,6 +58,10 @@ def _text(parts: Any) -> str:
     return "".join(p.root.text for p in parts)
 
 
+def _artifact(task: Task, name: str) -> str:
+    return next(_text(a.parts) for a in task.artifacts if a.name == name)
+
+
 async def until_state(client: Any, task_id: str, states: set[TaskState]) -> Task:
     with trio.fail_after(scaled(60)):
         while True:
@@ -110,7 +114,13 @@ async def test_cards_send_stream_get_cancel_and_a2a_call(tmp_path: Path) -> None
             states = [update.status.state for _, update in events if update is not None and hasattr(update, "status")]
             assert states[-1] == TaskState.completed, events
             final_task, final_update = events[-1]
-            assert final_update.final is True and _text(final_task.artifacts[0].parts) == "reply to: stream me"
+            assert final_update.final is True and _artifact(final_task, "result") == "reply to: stream me"
+            chunks = [
+                u
+                for _, u in events
+                if u is not None and getattr(u, "artifact", None) is not None and u.artifact.name == "stream"
+            ]
+            assert chunks and _artifact(final_task, "stream") == "reply to: stream me"  # streamed as it came
             await watcher.wait_for("a2a_call", lambda e: e["sessionId"] == final_task.id)
 
         async with a2a_client(port, FULL, polling=True) as client:  # blocking: false
@@ -413,7 +423,8 @@ async def test_a_daemon_team_with_a_remote_agent_called_over_a2a(tmp_path: Path)
                 events = await send(client, "ping")
             task, update = events[-1]
             assert update.final is True and task.status.state == TaskState.completed
-            assert _text(task.artifacts[0].parts) == "B answers: Question: ping"
+            assert _artifact(task, "result") == "B answers: Question: ping"
+            assert _artifact(task, "stream") == "Question: pingB answers: Question: ping"  # both agents' text
             assert task.metadata == {"agent": "Writer", "lastAgent": "Oracle"}
             assert (await a_watcher.wait_for("a2a_call"))["agent"] == "Writer"
             assert (await b_watcher.wait_for("a2a_call"))["agent"] == "assistant"

@@ -238,8 +238,8 @@ class DaemonRequestHandler(RequestHandler):
         self, params: MessageSendParams, context: ServerCallContext | None = None
     ) -> AsyncGenerator[Any]:
         """``message/stream``: the Task, then a status update per state change (with the task's
-        ``metadata``); at the end the ``result`` artifact (a completed task) and the final status
-        update (``final: true``)."""
+        ``metadata``) and the reply text as it streams (artifact ``stream``, appended chunks); at
+        the end the ``result`` artifact (a completed task) and the final status update (``final: true``)."""
         session_id = await self._start(params, context)
         async for event in self._follow(session_id):
             yield event
@@ -254,28 +254,45 @@ class DaemonRequestHandler(RequestHandler):
             yield event
 
     async def _follow(self, session_id: str) -> AsyncGenerator[Any]:
-        task = await self.host.lookup(session_id)
-        if task is None:
-            raise ServerError(TaskNotFoundError())
-        current = a2a_task(task, self.host)
-        yield current
-        state = current.status.state
-        while task.status not in TERMINAL:
-            task = await self.host.wait_change(session_id, task.status)
+        # Followed from before the first yield: no reply text streams unseen (the task's runner
+        # cannot start before this generator's first checkpoint after the call was queued).
+        with self.host.following(session_id) as chunks:
+            task = await self.host.lookup(session_id)
             if task is None:
                 raise ServerError(TaskNotFoundError())
             current = a2a_task(task, self.host)
-            if current.status.state == state:
-                continue
+            yield current
             state = current.status.state
-            final = task.status in TERMINAL
-            for artifact in (current.artifacts or []) if final else []:
-                yield TaskArtifactUpdateEvent(
-                    task_id=session_id, context_id=session_id, artifact=artifact, last_chunk=True
-                )
-            yield TaskStatusUpdateEvent(
-                task_id=session_id, context_id=session_id, status=current.status, final=final, metadata=current.metadata
-            )
+            sent = 0
+            while True:
+                if len(chunks) > sent:  # the reply text streamed since the last event
+                    text, append, sent = "".join(chunks[sent:]), sent > 0, len(chunks)
+                    yield self._chunk(session_id, text, append)
+                if task.status in TERMINAL:
+                    break
+                task = await self.host.wait_change(session_id, task.status)
+                if task is None:
+                    raise ServerError(TaskNotFoundError())
+                current = a2a_task(task, self.host)
+                if current.status.state != state and task.status not in TERMINAL:
+                    state = current.status.state
+                    yield self._status(current, final=False)
+        for artifact in current.artifacts or []:
+            yield TaskArtifactUpdateEvent(task_id=session_id, context_id=session_id, artifact=artifact, last_chunk=True)
+        yield self._status(current, final=True)
+
+    @staticmethod
+    def _chunk(session_id: str, text: str, append: bool) -> TaskArtifactUpdateEvent:
+        artifact = Artifact(artifact_id=f"{session_id}-stream", name="stream", parts=[Part(root=TextPart(text=text))])
+        return TaskArtifactUpdateEvent(
+            task_id=session_id, context_id=session_id, artifact=artifact, append=append, last_chunk=False
+        )
+
+    @staticmethod
+    def _status(current: Task, *, final: bool) -> TaskStatusUpdateEvent:
+        return TaskStatusUpdateEvent(
+            task_id=current.id, context_id=current.id, status=current.status, final=final, metadata=current.metadata
+        )
 
     async def on_get_task(self, params: TaskQueryParams, context: ServerCallContext | None = None) -> Task | None:
         """``tasks/get``: the task (also one finished before a daemon restart), None: TaskNotFound."""

@@ -19,8 +19,10 @@ it forwards every call to the daemon unchanged and wakes the A2A requests waitin
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -59,6 +61,9 @@ class _Call:
     changed: trio.Event = attrs.field(factory=trio.Event)
     cancel_requested: bool = False
     interrupted: bool = False
+    #: the reply text streamed so far (``item/agentMessage/delta``), kept while someone follows
+    chunks: list[str] = attrs.field(factory=list)
+    followers: int = 0
 
     def notify(self) -> None:
         self.changed.set()
@@ -101,6 +106,9 @@ class A2AHost:
 
     def task_notification(self, task: Any, method: str, params: dict) -> None:
         self.inner.task_notification(task, method, params)
+        call = self.calls.get(task.id)
+        if call is not None and call.followers and method == "item/agentMessage/delta" and params.get("delta"):
+            call.chunks.append(params["delta"])
         self._progress(task)
 
     def task_event(self, task: Any, event: dict) -> None:
@@ -154,6 +162,22 @@ class A2AHost:
         log.info("A2A call to %s: task %s", agent, session_id, extra={"event": "a2a_call", "task_id": session_id})
         self.daemon.broadcast({"type": "a2a_call", "agent": agent, "sessionId": session_id})
         return session_id
+
+    @contextlib.contextmanager
+    def following(self, session_id: str) -> Iterator[list[str]]:
+        """Follow a call's streamed reply text: yields its live list of text chunks (empty for a
+        task this daemon did not start); the chunks are dropped when the last follower leaves."""
+        call = self.calls.get(session_id)
+        if call is None:
+            yield []
+            return
+        call.followers += 1
+        try:
+            yield call.chunks
+        finally:
+            call.followers -= 1
+            if not call.followers:
+                call.chunks = []
 
     def agent_of(self, session_id: str) -> str | None:
         """The hosted agent a call addressed (None after a daemon restart or for an old call)."""
