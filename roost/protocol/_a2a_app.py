@@ -219,7 +219,7 @@ class DaemonRequestHandler(RequestHandler):
         headers = (context.state.get("headers") if context is not None else None) or {}
         grant = self.host.daemon.options.auth.check(bearer_token(headers.get("authorization")))
         if grant is None or grant.read_only:
-            raise ServerError(InvalidRequestError(message="a read token cannot send messages"))
+            raise ServerError(InvalidRequestError(message="sending needs a full token (a read token cannot send)"))
         try:
             return await self.host.call(self.agent.name, text, grant.scope)
         except RoostError as exc:
