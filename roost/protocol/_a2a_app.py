@@ -39,7 +39,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
-from a2a.server.apps import A2AStarletteApplication
+from a2a.server.apps import A2AStarletteApplication, CallContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
 from a2a.types import (
@@ -102,12 +102,27 @@ def build_a2a_app(daemon: Any) -> Any:
     host: A2AHost = daemon.a2a
     routes: list[Any] = []
     for index, agent in enumerate(host.agents):
-        app = A2AStarletteApplication(agent_card=_card(daemon, agent), http_handler=DaemonRequestHandler(host, agent))
+        app = A2AStarletteApplication(
+            agent_card=_card(daemon, agent),
+            http_handler=DaemonRequestHandler(host, agent),
+            context_builder=_GrantContext(daemon.options.auth),
+        )
         agent_routes = app.routes()
         routes.append(Mount(f"/a2a/{agent.name}", routes=agent_routes))
         if index == 0:
             routes.extend(r for r in agent_routes if getattr(r, "path", "").startswith("/.well-known/"))
     return A2AAuth(Starlette(routes=routes), daemon.options.auth)
+
+
+class _GrantContext(CallContextBuilder):
+    """The call context of a JSON-RPC request: ``state["grant"]``, its token's
+    :class:`~roost.protocol._serve_auth.Grant` (None: refused), for the handler's own check."""
+
+    def __init__(self, auth: ServeAuth) -> None:
+        self.auth = auth
+
+    def build(self, request: Any) -> ServerCallContext:
+        return ServerCallContext(state={"grant": self.auth.check(bearer_token(request.headers.get("authorization")))})
 
 
 def _card(daemon: Any, agent: HostedAgent) -> AgentCard:
@@ -216,8 +231,7 @@ class DaemonRequestHandler(RequestHandler):
         text = "\n".join(p.root.text for p in message.parts if isinstance(p.root, TextPart)).strip()
         if not text:
             raise ServerError(InvalidParamsError(message="the message needs a non-empty text part"))
-        headers = (context.state.get("headers") if context is not None else None) or {}
-        grant = self.host.daemon.options.auth.check(bearer_token(headers.get("authorization")))
+        grant = context.state.get("grant") if context is not None else None
         if grant is None or grant.read_only:
             raise ServerError(InvalidRequestError(message="sending needs a full token (a read token cannot send)"))
         try:
