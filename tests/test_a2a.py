@@ -324,7 +324,7 @@ Orchestration:
   Name: Pair
   Agents:
     - {Name: Planner, Description: Plans the work., Instructions: You plan.}
-    - {Name: Developer, Instructions: You build.}
+    - {Name: Lead Developer, Instructions: You build.}
   Selection: {Type: sequential}
   Termination: {Type: maxiterations, MaxIterations: 2}
 """
@@ -339,7 +339,7 @@ async def test_a_team_daemon_hosts_each_agent(tmp_path: Path) -> None:
             {
                 "rules": [
                     {"match": {"agent": "Planner"}, "steps": [[{"text": "Plan ready."}]]},
-                    {"match": {"agent": "Developer"}, "steps": [[{"text": "Built."}]]},
+                    {"match": {"agent": "Lead Developer"}, "steps": [[{"text": "Built."}]]},
                 ],
                 "default": "echo",
             }
@@ -353,18 +353,20 @@ async def test_a_team_daemon_hosts_each_agent(tmp_path: Path) -> None:
             base = f"http://127.0.0.1:{daemon.port}"
             planner = (await http.get(f"{base}/a2a/Planner/.well-known/agent-card.json")).json()
             assert planner["description"] == "Plans the work." and planner["url"] == f"{base}/a2a/Planner/"
-            developer = (await http.get(f"{base}/a2a/Developer/.well-known/agent.json")).json()
-            assert developer["name"] == "Developer" and "security" not in developer  # no tokens: open
+            developer = (await http.get(f"{base}/a2a/Lead%20Developer/.well-known/agent.json")).json()
+            assert developer["name"] == "Lead Developer" and "security" not in developer  # no tokens: open
+            assert developer["url"] == f"{base}/a2a/Lead%20Developer/"  # a name is one URL segment
             assert (await http.get(f"{base}/.well-known/agent-card.json")).json()["name"] == "Planner"
             assert (await http.get(f"{base}/a2a/Nobody/.well-known/agent-card.json")).status_code == 404
-        async with a2a_client(daemon.port, None, path="/a2a/Developer") as client:
+        async with a2a_client(daemon.port, None, path="/a2a/Lead%20Developer") as client:
             ((task, _),) = await send(client, "build the thing")
         assert task.status.state == TaskState.completed and _text(task.artifacts[0].parts) == "Built."
-        assert task.metadata == {"agent": "Developer", "lastAgent": "Developer"}
-        assert (await watcher.wait_for("a2a_call")) == {"type": "a2a_call", "agent": "Developer", "sessionId": task.id}
-        await watcher.wait_for("agent_starting", lambda e: e["agent"] == "Developer")
+        assert task.metadata == {"agent": "Lead Developer", "lastAgent": "Lead Developer"}
+        call = await watcher.wait_for("a2a_call")
+        assert call == {"type": "a2a_call", "agent": "Lead Developer", "sessionId": task.id}
+        await watcher.wait_for("agent_starting", lambda e: e["agent"] == "Lead Developer")
         starting = [e["agent"] for e in watcher.of_type("agent_starting") if e.get("sessionId") == task.id]
-        assert starting == ["Planner", "Developer"]
+        assert starting == ["Planner", "Lead Developer"]
 
 
 async def test_approvals_of_an_a2a_task_follow_the_unattended_policy(tmp_path: Path) -> None:

@@ -247,7 +247,9 @@ def install_a2a(daemon: Any) -> A2AHost:
 
     The hosted agents: with a ``-c`` orchestration config, its agents (a call to any of them is a
     task of the daemon's team: the config's selection decides who speaks first); without one, the
-    daemon's single agent (``assistant``).
+    daemon's single agent (``assistant``). A name is one URL segment (``/a2a/<name>/``, spaces
+    percent-encoded in the cards' ``url``); an agent whose name holds ``/`` or ``{`` is not hosted
+    (a warning is logged).
 
     Raises:
         ConfigError: the ``-c`` config cannot be loaded.
@@ -263,6 +265,9 @@ def install_a2a(daemon: Any) -> A2AHost:
         ]
     else:
         agents = [HostedAgent(daemon.options.agent_name, "A Roost agent: one turn on the daemon's model per task")]
+    for agent in [a for a in agents if "/" in a.name or "{" in a.name]:
+        log.warning("agent %r is not hosted over A2A: its name cannot be one URL segment", agent.name)
+        agents.remove(agent)
     host = A2AHost(daemon, agents)
     daemon.a2a = host
     return host
