@@ -47,7 +47,7 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     Raises:
         DaemonRunning: another daemon owns the socket path (nothing was started).
     """
-    from roost.protocol import DaemonMetrics, ServeDaemon, claim_socket_path
+    from roost.protocol import DaemonMetrics, ServeDaemon, claim_socket_path, install_a2a
     from roost.supervisor import open_runtime
     from roost.tools import ask_user_tool, builtin_tools
 
@@ -69,6 +69,8 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
                     engines=engines,
                 )
                 daemon.metrics = metrics
+                if options.a2a:
+                    install_a2a(daemon)
                 metrics.bind(daemon)
                 daemon.queue.on_accepted = lambda task: metrics.task_accepted(task.source)
                 async with trio.open_nursery() as nursery:
@@ -339,6 +341,11 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
     hidden=True,
     help="Add the emit time (unix seconds) as 't' to broadcast events (benchmarks).",
 )
+@click.option(
+    "--a2a",
+    is_flag=True,
+    help="Host the agents as A2A agents on the --http-port (cards at /a2a/NAME/.well-known/agent-card.json).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
 def serve_command(
     engine_flags: EngineFlags,
@@ -360,6 +367,7 @@ def serve_command(
     outbox_lines: int | None,
     kick_grace: float,
     stamp_events: bool,
+    a2a: bool,
     verbose: bool,
 ) -> None:
     """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
@@ -375,6 +383,9 @@ def serve_command(
       Unix socket      --socket (default under $ROOST_HOME/run/); no token
       ws://HOST:PORT/attach   with --http-port; the same events, one per text message
       http://HOST:PORT/mcp    with --http-port; MCP tools dispatch_task, get_status, get_result
+      http://HOST:PORT/a2a/NAME/  with --a2a; A2A agent NAME (message/send, message/stream,
+                              tasks/get, tasks/cancel); the default agent's card is also at
+                              /.well-known/agent-card.json
 
     Cron schedules fire in UTC, each slot at most once (see `roost schedule --help`).
 
@@ -412,6 +423,8 @@ def serve_command(
         setup_logging(verbose)  # an unusable ROOST_HOME is reported when the store opens
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
+    if a2a and http_port is None:
+        raise click.UsageError("--a2a serves on the HTTP port: give --http-port (0 picks a free one)")
     engines = None
     try:
         settings = engine_flags.resolve()
@@ -451,6 +464,7 @@ def serve_command(
         warn_threshold=token_warn_threshold,
         stamp_events=stamp_events,
         config=config_path,
+        a2a=a2a,
     )
     if len(os.fsencode(str(options.socket_path))) > 107:  # sun_path is 108 bytes with its NUL
         click.echo(

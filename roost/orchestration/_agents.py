@@ -131,7 +131,18 @@ def resolve_agents(config: OrchestrationConfig, engines: Any) -> dict[str, Agent
 
 
 def agent_turn(config: OrchestrationConfig, agent: AgentSpec, engines: Any) -> AgentTurn:
-    """One agent's :class:`AgentTurn` (see :func:`resolve_agents`)."""
+    """One agent's :class:`AgentTurn` (see :func:`resolve_agents`); a ``RemoteAgent`` proxy's engine
+    is a :class:`~roost.orchestration._remote.RemoteAgentEngine` and it is offered no tools."""
+    if agent.remote_agent is not None:
+        from roost.orchestration._remote import RemoteAgentEngine
+
+        return AgentTurn(
+            name=agent.name,
+            system_prompt=agent.instructions or None,
+            tools=(),
+            engine=RemoteAgentEngine.from_spec(agent.name, agent.remote_agent),
+            model=agent.remote_agent.url,
+        )
     spec = config.resolve_model(agent)
     engine, model, max_tokens, temperature = model_options(spec, engines)
     return AgentTurn(

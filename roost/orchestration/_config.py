@@ -58,6 +58,7 @@ __all__ = [
     "TERMINATION_TYPES",
     "ModelSpec",
     "AgentSpec",
+    "RemoteAgentSpec",
     "Route",
     "Selection",
     "Termination",
@@ -103,6 +104,18 @@ class ModelSpec:
 
 
 @attrs.frozen(kw_only=True)
+class RemoteAgentSpec:
+    """``RemoteAgent: {Url, TimeoutSeconds, TokenEnv?}``: the agent is a proxy for the remote A2A
+    agent at ``url`` (card at ``{Url}/.well-known/agent.json``; roost.orchestration._remote);
+    ``timeout_seconds`` bounds each call; ``token_env`` (additive) names the variable holding a
+    bearer token for it."""
+
+    url: str
+    timeout_seconds: float = 120.0
+    token_env: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class AgentSpec:
     """One agent of the team; ``model`` is an alias of ``Models``, a model id, or a ModelSpec."""
 
@@ -113,6 +126,8 @@ class AgentSpec:
     plugins: list[str] = attrs.field(factory=list)
     #: model responses with tool calls allowed per turn (None: no limit but the process's)
     max_tool_rounds: int | None = None
+    #: a proxy for a remote A2A agent (its turns are the remote agent's answers); None: a model agent
+    remote_agent: RemoteAgentSpec | None = None
     file: str | None = None
 
 
@@ -264,7 +279,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(str, strict_str)
     conv.register_structure_hook(int, strict_int)
     conv.register_structure_hook(bool, strict_bool)  # else the int hook (bool is an int) refuses it
-    for cls in (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig):
+    for cls in (ModelSpec, RemoteAgentSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig):
         renames = {a.name: override(rename=_pascal(a.name)) for a in attrs.fields(cls) if a.name != "path"}
         if cls is AgentSpec:
             renames["file"] = override(omit=True)
@@ -276,7 +291,7 @@ def _make_converter() -> cattrs.Converter:
 _converter = _make_converter()
 _KNOWN_KEYS: dict[type, set[str]] = {
     cls: {_pascal(a.name) for a in attrs.fields(cls)}
-    for cls in (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig)
+    for cls in (ModelSpec, RemoteAgentSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig)
 }
 
 
@@ -316,6 +331,8 @@ def _unknown_keys(raw: Any, cls: type, where: str, out: list[ConfigIssue]) -> No
         elif cls is Termination and key == "Strategies" and isinstance(value, list):
             for i, sub in enumerate(value):
                 _unknown_keys(sub, Termination, f"{where}.Strategies[{i}]", out)
+        elif cls is AgentSpec and key == "RemoteAgent":
+            _unknown_keys(value, RemoteAgentSpec, f"{where}.RemoteAgent", out)
         elif cls is Selection and key == "Routes" and isinstance(value, list):
             for i, route in enumerate(value):
                 _unknown_keys(route, Route, f"{where}.Routes[{i}]", out)
@@ -412,7 +429,7 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
         elif agent.name in seen:
             error(f"Orchestration.Agents[{i}].Name: duplicate agent name {agent.name!r}")
         seen.add(agent.name)
-        if not agent.instructions.strip():
+        if not agent.instructions.strip() and agent.remote_agent is None:  # a proxy needs none
             issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Instructions: empty"))
         if isinstance(agent.model, str) and config.models and agent.model not in config.models:
             issues.append(
@@ -428,6 +445,11 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
             error(f"Orchestration.Agents[{i}].Model: must not be empty")
         if agent.max_tool_rounds is not None and agent.max_tool_rounds < 0:
             error(f"Orchestration.Agents[{i}].MaxToolRounds: must be 0 or more")
+        remote = agent.remote_agent
+        if remote is not None and not re.match(r"https?://[^/\s]+", remote.url):
+            error(f"Orchestration.Agents[{i}].RemoteAgent.Url: must be an http:// or https:// URL")
+        if remote is not None and not remote.timeout_seconds > 0:
+            error(f"Orchestration.Agents[{i}].RemoteAgent.TimeoutSeconds: must be more than 0")
     for alias, spec in config.models.items():
         _check_model(spec, f"Orchestration.Models.{alias}", error)
     if isinstance(config.selection.model, ModelSpec):

@@ -164,6 +164,8 @@ class ServeOptions:
     agent_name: str = "assistant"
     #: the orchestration config (absolute path) of tasks dispatched without one (``-c``); None: one agent
     config: str | None = None
+    #: host the daemon's agents over A2A on the HTTP port (``--a2a``, roost.protocol._a2a_host)
+    a2a: bool = False
     #: add ``"t"`` (unix seconds, float) to each broadcast event when it is emitted (benchmarks)
     stamp_events: bool = False
 
@@ -203,6 +205,8 @@ class ServeDaemon:
         self.outcomes: Any = None
         #: set by ``roost serve``: the ``DaemonMetrics`` of roost.protocol._serve_metrics (``/metrics``)
         self.metrics: Any = None
+        #: set by ``roost serve --a2a``: the ``A2AHost`` of roost.protocol._a2a_host (``/a2a/``)
+        self.a2a: Any = None
         self.queue = TaskQueue(
             runtime,
             self,
