@@ -247,7 +247,7 @@ class ChatCompletionsParser:
             raise EngineFailure(
                 "openai: the stream ended without [DONE] or a finish_reason",
                 category="network",
-                retryable=False,
+                retryable=True,  # a dropped stream: sent again (RetryPolicy)
                 provider_code="incomplete_stream",
             )
         if self._failed is not None:  # never a silent success on a generation the server gave up
@@ -283,10 +283,16 @@ def _content_parts(parts: list[Any], out: list[EngineEvent]) -> None:
                 out.append(ReasoningDelta(text))
 
 
+#: Codes / types of an error object inside a stream that a later attempt may not meet.
+_TRANSIENT_CODES = frozenset({"server_error", "rate_limit_exceeded", "overloaded_error", "api_error"})
+
+
 def _raise_stream_error(chunk: dict[str, Any], data: str) -> None:
     """Fail on an error object sent inside a 200 stream (OpenAI, OpenRouter, LiteLLM, vLLM shapes).
 
-    Not retried: the server took the request (and may have billed it).
+    Retryable when its code or type names a transient server condition (``server_error``,
+    ``rate_limit_exceeded``, ``overloaded_error``, ``api_error``); the stream is then sent again
+    (:class:`roost.engines._http.RetryPolicy`).
     """
     error = chunk.get("error")
     if error is None and chunk.get("object") == "error":
@@ -301,7 +307,7 @@ def _raise_stream_error(chunk: dict[str, Any], data: str) -> None:
     raise EngineFailure(
         f"openai: the server sent an error inside the stream: {text}",
         category=category,
-        retryable=False,
+        retryable=code in _TRANSIENT_CODES,
         provider_code=str(code) if code is not None else "stream_error",
     )
 

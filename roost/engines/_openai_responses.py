@@ -166,7 +166,7 @@ class ResponsesParser:
             raise EngineFailure(
                 f"openai-responses: response failed: {error.get('message') or 'unknown error'}",
                 category=_category(error.get("code")),
-                retryable=False,
+                retryable=error.get("code") in _TRANSIENT,
                 provider_code=error.get("code") or "response_failed",
             )
         if kind == "error":
@@ -176,7 +176,7 @@ class ResponsesParser:
             raise EngineFailure(
                 f"openai-responses: the server sent an error inside the stream: {err.get('message') or data[:200]}",
                 category=_category(code),
-                retryable=False,
+                retryable=code in _TRANSIENT,
                 provider_code=code or "stream_error",
             )
         return []
@@ -227,7 +227,7 @@ class ResponsesParser:
             raise EngineFailure(
                 "openai-responses: the stream ended without response.completed",
                 category="network",
-                retryable=False,
+                retryable=True,  # a dropped stream: sent again (RetryPolicy)
                 provider_code="incomplete_stream",
             )
         out: list[EngineEvent] = [buf.end(self._final_args.get(buf.call_id)) for buf in self._order if not buf.ended]
@@ -248,12 +248,17 @@ class ResponsesParser:
             raise EngineFailure(
                 f"openai-responses: response failed: {error.get('message') or 'unknown error'}",
                 category=_category(error.get("code")),
-                retryable=False,
+                retryable=error.get("code") in _TRANSIENT,
                 provider_code=error.get("code") or "response_failed",
             )
         else:
             out.append(Finish("tool_calls" if self._order else "stop"))
         return out
+
+
+#: Error codes of ``response.failed`` / ``error`` events that a later attempt may not meet (the
+#: Responses API's ``server_error``, and rate limiting); anything else fails the call.
+_TRANSIENT = frozenset({"server_error", "rate_limit_exceeded"})
 
 
 def _category(code: str | None) -> str:

@@ -246,16 +246,21 @@ class Finish:
 
 @attrs.frozen
 class Retrying:
-    """A failed attempt is about to be retried (only before any content was streamed).
+    """A failed attempt is about to be retried.
 
     ``attempt`` is the number of the attempt that failed (1-based), ``max_attempts`` the limit,
     ``delay_s`` the seconds waited before the next one, ``reason`` the failure category.
+    ``restart``: the failed attempt had already streamed events (text, reasoning, tool-call
+    starts); they are void, and the next attempt streams the response from its beginning, so a
+    consumer discards what it accumulated (the app-server sends ``item/agentMessage/replace``,
+    ``item/reasoning/replace`` and ``item/removed``, app-server-protocol.md "Notifications").
     """
 
     attempt: int
     max_attempts: int
     delay_s: float = 0.0
     reason: str = ""
+    restart: bool = False
 
 
 EngineEvent: TypeAlias = (

@@ -49,6 +49,7 @@ from ._interface import ThreadStore as ThreadStore
 from ._interface import WorkerStore as WorkerStore
 from ._items import add_held_input as add_held_input
 from ._items import append_item as append_item
+from ._items import discard_in_progress_item as discard_in_progress_item
 from ._items import get_item as get_item
 from ._items import list_held_input as list_held_input
 from ._items import list_items as list_items
@@ -250,6 +251,7 @@ __all__ = [
     "list_items",
     "update_item",
     "put_item",
+    "discard_in_progress_item",
     "search_items",
     "add_held_input",
     "list_held_input",
