@@ -20,7 +20,8 @@ from _helpers.sse_server import Reply, open_sse_server, sse
 
 
 def chat(delta: dict | None = None, finish: str | None = None) -> str:
-    return "data: " + json.dumps({"id": "c", "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}]}) + "\n\n"
+    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+    return "data: " + json.dumps({"id": "c", "choices": [choice]}) + "\n\n"
 
 
 def ev(kind: str, **data) -> str:

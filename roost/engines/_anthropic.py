@@ -80,6 +80,14 @@ def anthropic_messages(request: EngineRequest) -> list[dict[str, Any]]:
 
     for item in pair_tool_results(request.history):
         if isinstance(item, UserMessage):
+            for doc in item.documents:  # Messages API "PDF support": a base64 document block
+                block: dict[str, Any] = {
+                    "type": "document",
+                    "source": {"type": "base64", "media_type": doc.media_type, "data": doc.data},
+                }
+                if doc.filename:
+                    block["title"] = doc.filename
+                add("user", block)
             for im in item.images:
                 add(
                     "user",

@@ -26,7 +26,15 @@ import trio
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._settings import ProviderSettings
 from roost.engines._sse import SSEDecoder
-from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, Retrying, TextDelta
+from roost.engines._types import (
+    DOCUMENT_TYPES,
+    EngineEvent,
+    EngineRequest,
+    ModelInfo,
+    Retrying,
+    TextDelta,
+    UserMessage,
+)
 from roost.errors import EngineFailure, new_operation_id
 
 _log = logging.getLogger("roost.engines.http")
@@ -56,8 +64,9 @@ class RetryPolicy:
     call is safe for Roost: no tool runs before its stream has ended; the failed attempt may still
     be billed. A retry after streamed events yields :class:`Retrying` with ``restart=True``: the
     consumer discards what that attempt streamed (app-server-protocol.md: ``item/removed``,
-    ``item/agentMessage/replace``). Every attempt counts against ``max_attempts``. The delay honours ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date, RFC 9110
-    section 10.2.3) up to ``max_retry_after``; otherwise it is exponential backoff with jitter:
+    ``item/agentMessage/replace``). Every attempt counts against ``max_attempts``. The delay
+    honours ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date, RFC 9110 section
+    10.2.3) up to ``max_retry_after``; otherwise it is exponential backoff with jitter:
     ``base_delay * 2**(attempt-1)``, capped at ``max_delay``, scaled by a random factor in [0.5, 1).
 
     Attributes:
@@ -199,6 +208,10 @@ class HttpEngine:
     """
 
     name = "http"
+    #: Media types of :class:`~roost.engines.Document` attachments this adapter sends (PDFs:
+    #: each provider's documented file input). A model or server that still refuses one answers
+    #: 4xx: the failure then says that the request carried a file.
+    document_types: frozenset[str] = DOCUMENT_TYPES
 
     def __init__(
         self,
@@ -372,6 +385,9 @@ class HttpEngine:
                     await policy.sleep(delay)
                     continue
                 failure.operation_id = operation_id
+                if failure.category == "invalid_request" and _has_documents(request):
+                    failure.message += " (the request carried a PDF file: this model or server may not accept files)"
+                    failure.args = (failure.message,)
                 _log.info("%s %s failed after %d attempt(s): %s", self.name, operation_id, attempt, failure.message)
                 _record_recovery(failure, attempt, max_attempts, accepted=accepted and not replayable, partial=partial)
                 raise
@@ -398,6 +414,10 @@ class HttpEngine:
             provider_code=code or etype or "unexpected_content_type",
             http_status=200,
         )
+
+
+def _has_documents(request: EngineRequest) -> bool:
+    return any(isinstance(item, UserMessage) and item.documents for item in request.history)
 
 
 def _record_recovery(

@@ -64,7 +64,8 @@ def chat_messages(request: EngineRequest) -> list[dict[str, Any]]:
 
     Consecutive assistant text and tool calls of one model call become one assistant message with
     ``tool_calls``; each is followed by ``role: tool`` results (see :func:`pair_tool_results`).
-    Images become ``image_url`` parts with data URLs. Reasoning items are not replayed.
+    Images become ``image_url`` parts with data URLs, PDFs ``file`` parts (``file_data``, a data
+    URL, and ``filename``). Reasoning items are not replayed.
     """
     messages: list[dict[str, Any]] = []
     if request.system:
@@ -75,9 +76,14 @@ def chat_messages(request: EngineRequest) -> list[dict[str, Any]]:
         if cls is UserMessage:
             assistant = None
             assert isinstance(item, UserMessage)
-            if item.images:
+            if item.images or item.documents:
                 parts: list[dict[str, Any]] = [{"type": "text", "text": item.text}]
                 parts += [{"type": "image_url", "image_url": {"url": im.data_url()}} for im in item.images]
+                # OpenAI "File inputs": Chat Completions takes PDFs as file parts with base64 file_data
+                parts += [
+                    {"type": "file", "file": {"filename": doc.name, "file_data": doc.data_url()}}
+                    for doc in item.documents
+                ]
                 messages.append({"role": "user", "content": parts})
             else:
                 messages.append({"role": "user", "content": item.text})

@@ -51,6 +51,8 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
         if isinstance(item, UserMessage):
             content: list[dict[str, Any]] = [{"type": "input_text", "text": item.text}]
             content += [{"type": "input_image", "image_url": im.data_url()} for im in item.images]
+            # OpenAI "File inputs": an input_file item with base64 file_data (a data URL) and filename
+            content += [{"type": "input_file", "filename": d.name, "file_data": d.data_url()} for d in item.documents]
             items.append({"type": "message", "role": "user", "content": content})
         elif isinstance(item, AgentMessage):
             items.append(

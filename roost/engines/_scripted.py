@@ -303,6 +303,8 @@ class ScriptedEngine:
     """
 
     name = "scripted"
+    #: The scripted engine reads no files (no PDFs): turn input carrying one is refused.
+    document_types: frozenset[str] = frozenset()
 
     def __init__(self, script: Script, *, pacing: bool = True, model: str | None = None) -> None:
         self.script = script
