@@ -116,3 +116,26 @@ async def test_activity_pages_hold_at_most_100_items_and_256_kib(tmp_path: Path,
                 assert len(sizes) == 2  # 100 items, then the last 5
             else:
                 assert len(sizes) >= 2  # 25 outputs of ~13 KiB (inline) do not fit one 256 KiB page
+
+
+async def test_conversation_pages_hold_at_most_100_turns_and_1_mib(tmp_path: Path, roost_home: Path) -> None:
+    async with open_app_server(env=script_env(tmp_path, roost_home, "default: echo\n"), cwd=tmp_path) as client:
+        await client.initialize()
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        for n in range(102):
+            assert (await client.run_turn(tid, f"turn {n}"))["turn"]["status"] == "completed"
+        page = await client.request("thread/resume", {"session_id": tid, "response_only": True,
+                                                      "conversation_history": True})
+        assert len(page["turns"]) == 100 and page["has_more"] is True
+        rest = await client.request("thread/history/read", {"thread_id": tid, "history_cursor": page["history_cursor"]})
+        assert [t["items"][0]["text"] for t in rest["turns"]] == ["turn 0", "turn 1"] and rest["has_more"] is False
+        big = "x" * (200 * 1024)  # echoed: each turn carries about 400 KiB of items
+        for n in range(3):
+            assert (await client.run_turn(tid, f"{n}{big}"))["turn"]["status"] == "completed"
+        page = await client.request("thread/resume", {"session_id": tid, "response_only": True,
+                                                      "conversation_history": True})
+        assert len(page["turns"]) == 2 and page["has_more"] is True  # a third would pass 1 MiB
+        assert sum(len(json.dumps(t)) for t in page["turns"]) <= 1024 * 1024
+        assert [t["items"][0]["text"][0] for t in page["turns"]] == ["1", "2"]
+        older = await client.request("thread/history/read", {"thread_id": tid, "history_cursor": page["history_cursor"]})
+        assert older["items_view"] == "conversation" and older["turns"][-1]["items"][0]["text"][0] == "0"
