@@ -80,7 +80,8 @@ def _many_calls_script(calls: int, reads: int) -> str:
 
 
 async def test_activity_pages_hold_at_most_100_items_and_256_kib(tmp_path: Path, roost_home: Path) -> None:
-    (tmp_path / "big.txt").write_text("".join(f"line {n:05d} of a big file\n" for n in range(420)))  # ~13 KiB read: under the 16 KiB reference threshold
+    # ~13 KiB read back: under the 16 KiB threshold of references, so it counts inline
+    (tmp_path / "big.txt").write_text("".join(f"line {n:05d} of a big file\n" for n in range(420)))
     script = _many_calls_script(105, 25)
     async with open_app_server(env=script_env(tmp_path, roost_home, script), cwd=tmp_path) as client:
         await client.initialize()
@@ -137,5 +138,6 @@ async def test_conversation_pages_hold_at_most_100_turns_and_1_mib(tmp_path: Pat
         assert len(page["turns"]) == 2 and page["has_more"] is True  # a third would pass 1 MiB
         assert sum(len(json.dumps(t)) for t in page["turns"]) <= 1024 * 1024
         assert [t["items"][0]["text"][0] for t in page["turns"]] == ["1", "2"]
-        older = await client.request("thread/history/read", {"thread_id": tid, "history_cursor": page["history_cursor"]})
+        older = await client.request("thread/history/read",
+                                     {"thread_id": tid, "history_cursor": page["history_cursor"]})
         assert older["items_view"] == "conversation" and older["turns"][-1]["items"][0]["text"][0] == "0"
