@@ -197,3 +197,24 @@ async def test_pdf_input_is_checked_before_it_is_accepted(tmp_path: Path) -> Non
         )
         snap = await client.request("thread/resume", {"session_id": tid, "response_only": True})
         assert snap["turns"] == [] and snap["pending_user_messages"] == [] and snap["held_user_messages"] == []
+
+
+async def test_a_deferring_client_gets_the_pdf_as_an_attachment_reference(tmp_path: Path) -> None:
+    image = {"media_type": "image/png", "data": base64.b64encode(b"\x89PNG\r\n\x1a\nnot really").decode()}
+    async with open_sse_server() as server:
+        server.add(_anthropic_ok())
+        env = _env(tmp_path / "home", "anthropic", server.base_url)
+        async with open_app_server(env=env, cwd=tmp_path) as client:
+            await client.initialize(capabilities={"deferred_notification_content": True})
+            tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+            end = await client.run_turn(tid, "both", files=[FILE], images=[image])
+            user = end["turn"]["items"][0]
+            (ref,) = user["files"]  # after the one image: content_index 1
+            assert ref["type"] == "attachment_ref" and ref["content_index"] == 1 and "data" not in ref
+            assert ref["media_type"] == "application/pdf" and ref["size"] == len(PDF)
+            read = await client.request("thread/attachment/read", {
+                "kind": ref["kind"], "thread_id": tid, "turn_id": ref["turn_id"], "item_id": ref["item_id"],
+                "content_index": ref["content_index"], "sha256": ref["sha256"]})
+            assert base64.b64decode(read["data"]) == PDF and read["next_offset"] is None
+    body = json.loads(server.requests[0].body)
+    assert [b["type"] for b in body["messages"][0]["content"]] == ["document", "image", "text"]
