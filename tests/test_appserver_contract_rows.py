@@ -119,3 +119,22 @@ async def test_an_exit_notice_pending_when_roost_dies_is_delivered_after_the_res
         notices = [i["text"] for t in snap["turns"] for i in t["items"]
                    if i["type"] == "user_message" and f"background process {proc['id']} exited" in i["text"]]
         assert len(notices) == 1 and "status 3" in notices[0] and "done-bg" in notices[0]
+
+
+async def test_selection_change_is_thread_busy_under_another_servers_execution_lease(tmp_path: Path,
+                                                                                     roost_home: Path) -> None:
+    env = _env(tmp_path, roost_home)
+    async with open_app_server(env=env, cwd=tmp_path) as first, open_app_server(env=env, cwd=tmp_path) as second:
+        await first.initialize()
+        tid = (await first.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        start = len(first.lines)
+        turn = (await first.request("turn/start", {"thread_id": tid, "prompt": "slow"}))["turn"]
+        await first.wait_for("item/agentMessage/delta", start=start)
+        await second.initialize()
+        await second.request("thread/resume", {"session_id": tid})
+        await expect_error(second, "config/model/update", {"thread_id": tid, "permission_mode": "read_only"},
+                           "thread_busy")
+        await first.request("turn/interrupt", {"thread_id": tid})
+        await first.wait_terminal(turn["id"], start=start)
+        changed = await second.request("config/model/update", {"thread_id": tid, "permission_mode": "read_only"})
+        assert changed["thread"]["permission_mode"] == "read_only"
