@@ -146,3 +146,26 @@ async def test_an_anthropic_overloaded_error_mid_stream_retracts_the_attempts_it
             assert stored == [("user_message", "list it", "completed"),
                               ("agent_message", "Nothing to list.", "completed")]
     assert len(server.requests) == 2
+
+
+async def test_a_stream_dropped_on_every_attempt_fails_the_turn_with_the_last_attempts_text(tmp_path: Path) -> None:
+    async with open_sse_server() as server:
+        server.add(*[Reply(chunks=sse(chat({"content": f"attempt {n}"})), end="abort") for n in range(1, 5)])
+        async with open_app_server(env=_env(tmp_path / "home", "openai", server.base_url + "/v1"),
+                                   cwd=tmp_path) as client:
+            await client.initialize()
+            thread = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]
+            end = await client.run_turn(thread["id"], "greet")
+            turn_id = end["turn"]["id"]
+            lines = [(m["method"], m["params"]) for m in _turn_lines(client, turn_id)]
+            snapshot = await client.request("thread/resume", {"session_id": thread["id"], "response_only": True})
+    assert len(server.requests) == 4  # the default limit: 4 attempts in all
+    error = end["turn"]["error"]
+    assert end["turn"]["status"] == "failed" and error["category"] == "network"
+    assert error["recovery"]["attempt_count"] == 4 and error["recovery"]["retry_count"] == 3
+    assert error["recovery"]["stop_reason"] == "retry_limit" and error["partial_text"] == "attempt 4"
+    assert [p["text"] for m, p in lines if m == "item/agentMessage/replace"] == ["", "", ""]
+    (message,) = [i for i in end["turn"]["items"] if i["type"] == "agent_message"]
+    assert message["status"] == "failed" and message["text"] == "attempt 4"
+    stored = [i for t in snapshot["turns"] for i in t["items"] if i["type"] == "agent_message"]
+    assert [(i["text"], i["status"]) for i in stored] == [("attempt 4", "failed")]
