@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,14 @@ async def test_a_pdf_file_reaches_each_provider_in_its_documented_form(tmp_path:
             assert stored["sha256"] == digest and stored["data"] == PDF_B64
             again = await client.run_turn(tid, "and the conclusion?")
             assert again["turn"]["status"] == "completed", again
+    db = sqlite3.connect(tmp_path / "home" / "roost.db")
+    try:  # stored once, by sha256, and not inline in the item
+        assert db.execute("SELECT sha256, content_type, size FROM blobs").fetchall() == [
+            (digest, "application/pdf", len(PDF))]
+        payloads = [row[0] for row in db.execute("SELECT payload FROM items WHERE type = 'user_message'")]
+        assert len(payloads) == 2 and all(PDF_B64 not in p for p in payloads)
+    finally:
+        db.close()
     first, second = (json.loads(r.body) for r in server.requests)
     assert expected in user_content(first)
     assert expected in user_content(second)  # the earlier message still carries its PDF
