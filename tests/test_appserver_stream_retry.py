@@ -169,3 +169,22 @@ async def test_a_stream_dropped_on_every_attempt_fails_the_turn_with_the_last_at
     assert message["status"] == "failed" and message["text"] == "attempt 4"
     stored = [i for t in snapshot["turns"] for i in t["items"] if i["type"] == "agent_message"]
     assert [(i["text"], i["status"]) for i in stored] == [("attempt 4", "failed")]
+
+
+async def test_exec_text_mode_says_the_reply_starts_again(tmp_path: Path) -> None:
+    import subprocess
+
+    import trio
+    from _helpers.appserver import roost_argv
+
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=sse(chat({"content": "Hello wor"})), end="abort"),
+                   Reply(chunks=sse(chat({"content": "Hello world."}), chat(finish="stop"), "data: [DONE]\n\n")))
+        env = _env(tmp_path / "home", "openai", server.base_url + "/v1")
+        with trio.fail_after(60):
+            done = await trio.run_process([*roost_argv(), "exec", "greet"], env=env, cwd=str(tmp_path),
+                                          capture_stdout=True, capture_stderr=True, check=False,
+                                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode() == "Hello wor\nHello world.\n"
+    assert "the model stream was retried after partial output" in done.stderr.decode()
