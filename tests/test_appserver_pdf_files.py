@@ -188,7 +188,7 @@ async def test_pdf_input_is_checked_before_it_is_accepted(tmp_path: Path) -> Non
     async with open_app_server(env=scripted_env(tmp_path / "home"), cwd=tmp_path) as client:
         await client.initialize()
         tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
-        for method in ("turn/start", "turn/queue", "turn/steer"):  # the scripted engine reads no files
+        for method in ("turn/start", "turn/queue", "turn/steer", "run/start"):  # scripted: reads no files
             await expect_error(
                 client,
                 method,
@@ -206,6 +206,11 @@ async def test_pdf_input_is_checked_before_it_is_accepted(tmp_path: Path) -> Non
         )
         snap = await client.request("thread/resume", {"session_id": tid, "response_only": True})
         assert snap["turns"] == [] and snap["pending_user_messages"] == [] and snap["held_user_messages"] == []
+    db = sqlite3.connect(tmp_path / "home" / "roost.db")
+    try:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)  # run/start recorded no run
+    finally:
+        db.close()
 
 
 async def test_a_deferring_client_gets_the_pdf_as_an_attachment_reference(tmp_path: Path) -> None:
