@@ -15,7 +15,8 @@ import json
 import os
 from pathlib import Path
 
-from _helpers.appserver import open_app_server
+import jsonschema
+from _helpers.appserver import open_app_server, roost_argv
 from _helpers.sse_server import Reply, open_sse_server, sse
 
 
@@ -33,6 +34,18 @@ def _env(home: Path, provider: str, base_url: str) -> dict[str, str]:
     env.update(ROOST_HOME=str(home), ROOST_PROVIDER=provider, ROOST_BASE_URL=base_url, ROOST_MODEL="m",
                OPENAI_API_KEY="sk-test", ANTHROPIC_API_KEY="ak-test")
     return env
+
+
+def _check_schema(lines: list[dict]) -> None:
+    """Every line the client read matches ``roost app-server --print-schema``."""
+    import subprocess
+
+    schema = json.loads(subprocess.run([*roost_argv(), "app-server", "--print-schema"], capture_output=True,
+                                       check=True).stdout)
+    validator = jsonschema.Draft202012Validator(schema)
+    for line in lines:
+        errors = [e.message for e in validator.iter_errors(line)]
+        assert not errors, (line, errors[:3])
 
 
 def _turn_lines(client, turn_id: str) -> list[dict]:
@@ -138,6 +151,7 @@ async def test_an_anthropic_overloaded_error_mid_stream_retracts_the_attempts_it
             items = [i for t in snapshot["turns"] for i in t["items"]]
             assert [(i["type"], i.get("text"), i["status"]) for i in items] == [
                 ("user_message", "list it", "completed"), ("agent_message", "Nothing to list.", "completed")]
+            _check_schema(client.lines)  # item/removed and the replace notifications included
         # a new process reads the store: the retracted reasoning's checkpoint row is gone too
         async with open_app_server(env=_env(tmp_path / "home", "anthropic", server.base_url), cwd=tmp_path) as client:
             await client.initialize()
@@ -175,7 +189,6 @@ async def test_exec_text_mode_says_the_reply_starts_again(tmp_path: Path) -> Non
     import subprocess
 
     import trio
-    from _helpers.appserver import roost_argv
 
     async with open_sse_server() as server:
         server.add(Reply(chunks=sse(chat({"content": "Hello wor"})), end="abort"),
