@@ -94,6 +94,13 @@ class TextPrinter:
             if delta:
                 self.out.write(delta)
                 self.at_line_start = delta.endswith("\n")
+        elif method == "item/agentMessage/replace":  # the stream was retried: the reply starts over
+            self._end_line()
+            self.out.flush()
+            self.err.write("roost exec: the model stream was retried after partial output; the reply starts again\n")
+            if params.get("text"):
+                self.out.write(params["text"])
+                self.at_line_start = params["text"].endswith("\n")
         elif method == "item/completed":
             item = params.get("item") or {}
             if item.get("type") == "agent_message":

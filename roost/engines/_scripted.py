@@ -330,6 +330,8 @@ class ScriptedEngine:
     """
 
     name = "scripted"
+    #: The scripted engine reads no files (no PDFs): turn input carrying one is refused.
+    document_types: frozenset[str] = frozenset()
 
     def __init__(self, script: Script, *, pacing: bool = True, model: str | None = None) -> None:
         self.script = script
@@ -415,10 +417,16 @@ class ScriptedEngine:
                 usage = Usage(u.get("input"), u.get("output"), u.get("cached"))
             elif "finish" in element:
                 finish = element["finish"]
-            elif "retrying" in element:  # simulate a provider retry: {retrying: {attempt, max, reason}}
+            elif "retrying" in element:  # a provider retry: {retrying: {attempt, max, reason, restart}}
                 spec = element["retrying"] or {}
                 yield Retrying(
-                    int(spec.get("attempt", 1)), int(spec.get("max", 3)), 0.0, str(spec.get("reason", "rate_limit"))
+                    int(spec.get("attempt", 1)),
+                    int(spec.get("max", 3)),
+                    0.0,
+                    str(spec.get("reason", "rate_limit")),
+                    restart=bool(spec.get("restart", False)),
                 )
+                if spec.get("restart"):
+                    partial.clear()
         yield usage or Usage(_input_tokens(request), out_tokens, 0)
         yield Finish(finish or ("tool_calls" if tool_calls else "stop"))

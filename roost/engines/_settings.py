@@ -38,8 +38,8 @@ class ProviderSettings:
         headers: extra HTTP headers sent with every request.
         connect_timeout: seconds to establish a connection.
         read_timeout: seconds to wait for the next bytes of a response.
-        max_attempts: attempts per model call (1 = no retries); retries happen only before the
-            first streamed chunk.
+        max_attempts: attempts per model call (1 = no retries), before the stream starts and
+            after partial output (:class:`roost.engines._http.RetryPolicy`).
         source: where the provider choice came from (``"flag"``, ``"env"``, ``"file"``,
             ``"default"``), for diagnostics.
         images: the model takes image input (``[provider] images = false`` in config.toml says it

@@ -370,7 +370,7 @@ class Orchestrator:
 
     async def _llm_select(self, speaker: str, text: str) -> str:
         """Ask the selector model (scripted: rules for agent ``selector``) who speaks next."""
-        from roost.engines import EngineRequest, TextDelta, Usage, UserMessage
+        from roost.engines import EngineRequest, Retrying, TextDelta, Usage, UserMessage
 
         sel = self.config.selection
         roster = "\n".join(f"- {a.name}: {a.description or ''}".rstrip() for a in self.config.agents)
@@ -392,6 +392,8 @@ class Orchestrator:
             async for event in events:
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
+                elif isinstance(event, Retrying) and event.restart:  # sent again from its beginning
+                    parts.clear()
                 elif isinstance(event, Usage):
                     self.progress.input_tokens += event.input_tokens or 0
                     self.progress.output_tokens += event.output_tokens or 0

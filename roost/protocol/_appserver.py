@@ -260,7 +260,7 @@ class AppServerSession:
             return
         handler = METHODS.get(name)
         if handler is None and name in UNSUPPORTED_METHODS:
-            handler = _unsupported
+            handler = _unsupported(name)
         params = frame.get("params")
         if name in _BARRIERS or self._requests is None:
             await self._idle.wait()
@@ -338,18 +338,23 @@ class AppServerSession:
 
 #: Methods of app-server-protocol.md for product features Roost does not have (spec/README.md:
 #: they answer ``unsupported`` rather than ``method_not_found``).
-UNSUPPORTED_METHODS = frozenset(
-    {
-        "engine/update",
-        "engine/auth/methods",
-        "engine/authenticate",
-        "engine/auth/cancel",
-    }
-)
+#: Each names the feature it belongs to in its ``unsupported`` message.
+_UNSUPPORTED_FEATURES = {
+    "engine/update": "external engines (Codex, Claude Code, OpenCode, ACP agents); Roost runs only its built-in engine",
+    "engine/auth/methods": "sign-in of external ACP engines; Roost runs only its built-in engine",
+    "engine/authenticate": "sign-in of external ACP engines; Roost runs only its built-in engine",
+    "engine/auth/cancel": "sign-in of external ACP engines; Roost runs only its built-in engine",
+}
+UNSUPPORTED_METHODS = frozenset(_UNSUPPORTED_FEATURES)
 
 
-async def _unsupported(session: AppServerSession, params: Any) -> Any:
-    raise Unsupported("Roost does not have this feature (see the project README)")
+def _unsupported(name: str) -> Any:
+    """The handler of unsupported method ``name``: raises Unsupported naming the missing feature."""
+
+    async def handler(session: AppServerSession, params: Any) -> Any:
+        raise Unsupported(f"{name} is not supported: it belongs to {_UNSUPPORTED_FEATURES[name]} (see README.md)")
+
+    return handler
 
 
 def _ordering_key(params: Any) -> str:

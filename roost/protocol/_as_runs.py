@@ -58,7 +58,7 @@ from roost.errors import (
 )
 from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import check_writable, thread_actor
-from roost.protocol._as_turns import _check_permission, _input
+from roost.protocol._as_turns import _check_permission, _input, check_documents
 from roost.protocol._params import DICT, INT, LIST, STR, check_params
 from roost.storage import create_run, get_run, new_id, update_run, utc_now
 
@@ -396,6 +396,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     check_writable(actor)
     _check_permission(actor, p)
     settings = session.engines.settings_for(actor.thread)
+    check_documents(session, actor, images)
     if await actor.ref.ask(IsBusy()):
         raise ThreadBusy(f"thread {p['thread_id']} is executing a turn")
     thread = actor.view()

@@ -493,6 +493,7 @@ def _notifications() -> dict[str, dict]:
     turn = _obj(["thread_id", "turn"], {"thread_id": S, "turn": _ref("Turn")})
     item = _obj(["thread_id", "turn_id", "item"], {"thread_id": S, "turn_id": NS, "item": _ref("Item")})
     delta = _obj(["thread_id", "turn_id", "item_id", "delta"], {"thread_id": S, "turn_id": S, "item_id": S, "delta": S})
+    replace = _obj(["thread_id", "turn_id", "item_id", "text"], {"thread_id": S, "turn_id": S, "item_id": S, "text": S})
     inp = _obj(["thread_id", "input"], {"thread_id": S, "input": _ref("UserInput")})
     run = _obj(["thread_id", "run"], {"thread_id": S, "run": _ref("Run")})
     return {
@@ -511,8 +512,11 @@ def _notifications() -> dict[str, dict]:
         ),
         "item/started": item,
         "item/completed": item,
+        "item/removed": _obj(["thread_id", "turn_id", "item_id"], {"thread_id": S, "turn_id": S, "item_id": S}),
         "item/agentMessage/delta": delta,
+        "item/agentMessage/replace": replace,
         "item/reasoning/delta": delta,
+        "item/reasoning/replace": replace,
         "item/toolCall/delta": delta,
         "item/toolCall/outputDelta": delta,
         "turn/usage": _obj(["thread_id", "turn_id", "usage"], {"thread_id": S, "turn_id": S, "usage": _ref("Usage")}),
