@@ -19,7 +19,7 @@ keyword selection's ``route_approval``) go to ``request_approval(params) -> bool
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -149,6 +149,7 @@ class Orchestrator:
         after_turn: ``--hitl``: ``await after_turn(agent, text)`` after each agent turn that does
             not end the run, returning None (go on), a message from the human for the next agent
             (str), or :data:`STOP` (end the run as interrupted; ``--resume`` continues it).
+        tool_groups: more ``Plugins`` groups (an MCP server's name -> its tools' names).
 
     Raises:
         ConfigError: an agent's model cannot be used (see
@@ -164,6 +165,7 @@ class Orchestrator:
         emit: Callable[[dict], None],
         request_approval: Any,
         after_turn: Any = None,
+        tool_groups: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.config = config
         self.actor = actor
@@ -172,7 +174,7 @@ class Orchestrator:
         self.request_approval = request_approval
         self.after_turn = after_turn
         self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
-        self.agent_turns = resolve_agents(config, engines)
+        self.agent_turns = resolve_agents(config, engines, tool_groups)
         self.supervisor: Any = None
         #: how the run ended (set when :meth:`run` returns)
         self.outcome: RunOutcome | None = None
