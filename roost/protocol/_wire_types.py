@@ -248,11 +248,18 @@ class PluginFunction:
 
 @attrs.frozen(kw_only=True)
 class Plugin:
-    """A group of tools: ``source`` is ``builtin`` or ``mcp``."""
+    """A group of tools: ``source`` is ``builtin`` or ``mcp``.
+
+    Roost adds ``status`` and ``error`` for an MCP server: its connection state (``connected``,
+    ``failed``, ``connecting``, ``configured``) and why it is not connected; both ``null`` for
+    built-in plugins.
+    """
 
     name: str
     source: str
     functions: list[PluginFunction]
+    status: str | None = None
+    error: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -52,8 +52,8 @@ def crash() -> str:
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
-def hang() -> str:
-    """Block the whole server."""
+async def hang() -> str:
+    """Block the whole server (a synchronous sleep on its event loop): it answers nothing any more."""
     time.sleep(3600)
     return "unreachable"
 
