@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from _helpers.appserver import open_app_server, script_env
 from _helpers.cli import roost
 from _helpers.timing import scaled

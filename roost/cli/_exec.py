@@ -154,12 +154,12 @@ async def run_exec(
     a second SIGINT cancels everything at once.
     """
     from roost.actors import InterruptTurn, Origin, StartTurn, Subscribe
+    from roost.config import configured_mcp_servers
     from roost.model import Thread
+    from roost.plugins import open_mcp_host
     from roost.protocol import EngineCatalog
     from roost.storage import new_id, utc_now
     from roost.supervisor import open_runtime
-    from roost.config import configured_mcp_servers
-    from roost.plugins import open_mcp_host
     from roost.tools import builtin_tools
 
     out = out if out is not None else sys.stdout.buffer

@@ -121,7 +121,7 @@ def mcp_servers_from_toml(config: Mapping[str, Any]) -> list[McpServerConfig]:
         return []
     if not isinstance(table, Mapping):
         raise ConfigError("[mcp_servers] in config.toml must be a table of tables ([mcp_servers.NAME])")
-    servers = []
+    servers: list[McpServerConfig] = []
     for name, body in table.items():
         where = f"[mcp_servers.{name}]"
         if not isinstance(body, Mapping):
@@ -158,7 +158,9 @@ def mcp_servers_from_orchestration(raw: Any, *, base: Path | None) -> tuple[list
         body = {_ALIASES.get(k, k): v for k, v in body.items()}
         errors += _collect(body.get("Name"), body, where, toml=False, base=base, out=servers, source=source)
     names = [s.name for s in servers]
-    errors += [f"Orchestration.McpServers: duplicate server name {n!r}" for n in sorted(set(names)) if names.count(n) > 1]
+    errors += [
+        f"Orchestration.McpServers: duplicate server name {n!r}" for n in sorted(set(names)) if names.count(n) > 1
+    ]
     return servers, errors
 
 
@@ -216,7 +218,7 @@ def _collect(
     out.append(
         McpServerConfig(
             name=name,
-            transport=transport,
+            transport="http" if transport == "http" else "stdio",
             command=command,
             args=tuple(args or ()),
             env=dict(env or {}),

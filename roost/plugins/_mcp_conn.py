@@ -205,7 +205,9 @@ class McpConnection:
             await self._connect_and_serve()
         except Exception as exc:
             up = state.connected_at is not None and state.connected_at >= began
-            reason = self._lost or (f"the connection broke: {_describe(exc)}" if up else f"could not connect: {_describe(exc)}")
+            reason = self._lost or (
+                f"the connection broke: {_describe(exc)}" if up else f"could not connect: {_describe(exc)}"
+            )
         else:
             reason = self._lost or "the connection ended"
         finally:
@@ -266,9 +268,7 @@ class McpConnection:
                 result = await client.call_tool(msg.name, msg.arguments)
         except trio.TooSlowError:
             env.reply.set_exception(
-                McpCallTimeout(
-                    f"MCP server {config.name!r} did not answer {msg.name!r} within {config.timeout_s:g} s"
-                )
+                McpCallTimeout(f"MCP server {config.name!r} did not answer {msg.name!r} within {config.timeout_s:g} s")
             )
             self._check_now.set()  # a hung server is restarted; a slow tool is not
         except MCPError as exc:
@@ -329,5 +329,3 @@ async def _list_tools(client: Any) -> list[Any]:
         if not cursor:
             break
     return tools
-
-

@@ -162,7 +162,9 @@ def _mcp_tool(state: McpServerState, spec: Any) -> Tool:
         try:
             result = await ref.ask(CallTool(tool_name, args), timeout=config.timeout_s + PING_TIMEOUT_S + 5.0)
         except MailboxFull:
-            raise McpUnavailable(f"MCP server {config.name!r} is busy (too many calls waiting); try again later")
+            raise McpUnavailable(
+                f"MCP server {config.name!r} is busy (too many calls waiting); try again later"
+            ) from None
         except MailboxClosed:
             raise state.unavailable() from None
         except AskTimeout:

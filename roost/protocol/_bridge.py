@@ -109,9 +109,9 @@ async def run_session(
     """
     from roost.model import Thread
     from roost.orchestration import Orchestrator, load_config_file, resolve_agents
+    from roost.plugins import open_mcp_host
     from roost.protocol._engines import EngineCatalog
     from roost.storage import new_id, utc_now
-    from roost.plugins import open_mcp_host
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 

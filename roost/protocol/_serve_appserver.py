@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 from roost.actors import ProcessManager
+from roost.plugins import open_mcp_host
 from roost.protocol import (  # noqa: F401  (register methods)
     _as_attachments,
     _as_config,
@@ -21,7 +22,6 @@ from roost.protocol import (  # noqa: F401  (register methods)
 )
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._engines import EngineCatalog
-from roost.plugins import open_mcp_host
 from roost.supervisor import open_runtime
 from roost.tools import builtin_tools
 
