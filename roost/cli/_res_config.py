@@ -14,7 +14,7 @@ import click
 
 from roost.cli._res_common import emit_item, emit_items, fail, json_option
 from roost.orchestration import TEMPLATES, OrchestrationConfig, render_template, validate_config_file
-from roost.protocol import ConfigSummary, InitResult, Plugin, PluginFunction, Template, Validation, ValidationIssue
+from roost.protocol import ConfigSummary, InitResult, McpPlugin, Plugin, PluginFunction, Template, Validation, ValidationIssue
 
 __all__ = [
     "plugins_command",
@@ -101,7 +101,7 @@ def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
     ]
 
 
-def mcp_plugins(config_file: str | None) -> list[Plugin]:
+def mcp_plugins(config_file: str | None) -> list[McpPlugin]:
     """Connect to the configured MCP servers once and return them as ``mcp`` plugins.
 
     The servers are ``config.toml``'s ``[mcp_servers]`` and, with ``config_file``, that
@@ -129,7 +129,7 @@ def mcp_plugins(config_file: str | None) -> list[Plugin]:
             return host.plugins()
 
     return [
-        Plugin(
+        McpPlugin(
             name=p["name"],
             source="mcp",
             functions=[PluginFunction(name=f["name"], description=f["description"]) for f in p["functions"]],
@@ -178,8 +178,10 @@ def plugins_command(as_json: bool, plugin_name: str | None, config_file: str | N
         emit_items(plugins)
         return
     for p in plugins:
-        state = f", {p.status}" if p.status else ""
-        click.echo(f"{p.name} ({p.source}{state})" + (f": {p.error}" if p.error else ""))
+        if isinstance(p, McpPlugin):
+            click.echo(f"{p.name} ({p.source}, {p.status})" + (f": {p.error}" if p.error else ""))
+        else:
+            click.echo(f"{p.name} ({p.source})")
         for f in p.functions:
             click.echo(f"  {f.name}: {f.description}")
 

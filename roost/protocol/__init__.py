@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from roost.protocol._wire_types import MemoryAgent as MemoryAgent
     from roost.protocol._wire_types import Objective as Objective
     from roost.protocol._wire_types import ObjectiveTaskInfo as ObjectiveTaskInfo
+    from roost.protocol._wire_types import McpPlugin as McpPlugin
     from roost.protocol._wire_types import Plugin as Plugin
     from roost.protocol._wire_types import PluginFunction as PluginFunction
     from roost.protocol._wire_types import ReplSession as ReplSession
@@ -108,6 +109,7 @@ _LAZY = {
     "Memory": "roost.protocol._wire_types",
     "MemoryAgent": "roost.protocol._wire_types",
     "Plugin": "roost.protocol._wire_types",
+    "McpPlugin": "roost.protocol._wire_types",
     "PluginFunction": "roost.protocol._wire_types",
     "ReplSession": "roost.protocol._wire_types",
     "Session": "roost.protocol._wire_types",

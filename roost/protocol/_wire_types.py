@@ -49,6 +49,7 @@ __all__ = [
     "InitResult",
     "PluginFunction",
     "Plugin",
+    "McpPlugin",
     "Model",
     "ObjectiveTaskInfo",
     "Objective",
@@ -248,18 +249,21 @@ class PluginFunction:
 
 @attrs.frozen(kw_only=True)
 class Plugin:
-    """A group of tools: ``source`` is ``builtin`` or ``mcp``.
-
-    Roost adds ``status`` and ``error`` for an MCP server: its connection state (``connected``,
-    ``failed``, ``connecting``, ``configured``) and why it is not connected; both ``null`` for
-    built-in plugins.
-    """
+    """A group of tools: ``source`` is ``builtin`` or ``mcp``."""
 
     name: str
     source: str
     functions: list[PluginFunction]
-    status: str | None = None
-    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class McpPlugin(Plugin):
+    """A Plugin with ``source`` ``mcp`` (an MCP server); Roost adds ``status``, its connection state
+    after one attempt (``connected``, ``failed``, ``connecting``, ``configured``), and ``error``, why
+    it is not connected (``null`` when it is)."""
+
+    status: str
+    error: str | None
 
 
 @attrs.frozen(kw_only=True)
