@@ -14,7 +14,16 @@ import click
 
 from roost.cli._res_common import emit_item, emit_items, fail, json_option
 from roost.orchestration import TEMPLATES, OrchestrationConfig, render_template, validate_config_file
-from roost.protocol import ConfigSummary, InitResult, McpPlugin, Plugin, PluginFunction, Template, Validation, ValidationIssue
+from roost.protocol import (
+    ConfigSummary,
+    InitResult,
+    McpPlugin,
+    Plugin,
+    PluginFunction,
+    Template,
+    Validation,
+    ValidationIssue,
+)
 
 __all__ = [
     "plugins_command",

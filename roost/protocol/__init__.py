@@ -47,11 +47,11 @@ if TYPE_CHECKING:
     from roost.protocol._wire_types import ContextFileInfo as ContextFileInfo
     from roost.protocol._wire_types import ContextItem as ContextItem
     from roost.protocol._wire_types import InitResult as InitResult
+    from roost.protocol._wire_types import McpPlugin as McpPlugin
     from roost.protocol._wire_types import Memory as Memory
     from roost.protocol._wire_types import MemoryAgent as MemoryAgent
     from roost.protocol._wire_types import Objective as Objective
     from roost.protocol._wire_types import ObjectiveTaskInfo as ObjectiveTaskInfo
-    from roost.protocol._wire_types import McpPlugin as McpPlugin
     from roost.protocol._wire_types import Plugin as Plugin
     from roost.protocol._wire_types import PluginFunction as PluginFunction
     from roost.protocol._wire_types import ReplSession as ReplSession
