@@ -287,3 +287,23 @@ async def test_validate_accepts_mcp_servers_and_reports_bad_ones(tmp_path, roost
     assert "Orchestration.McpServers[1].Command: required for a stdio server" in messages
     assert any(m.startswith("Orchestration.McpServers[2].Url: an http:// or https:// URL") for m in messages)
     assert not any("Plugins" in m for m in messages)
+
+
+async def test_serve_offers_the_servers_and_asks_the_dispatching_client(tmp_path, roost_home, notes) -> None:
+    from _helpers.serve_client import open_daemon
+
+    write_config(roost_home, notes)
+    script = tmp_path / "serve.yaml"
+    script.write_text(SCRIPT)
+    async with open_daemon(script=script, env={"ROOST_MCP_BACKOFF_S": "0.2"}) as daemon:
+        async with daemon.unix() as client:
+            await client.wait_for("hello")
+            await client.send({"type": "user_input", "text": "note from the daemon"})
+            call = await client.wait_for("tool_calling")
+            assert call["tool"] == "mcp__notes__write_note"
+            request = await client.wait_for("approval_request")
+            assert (request["kind"], request["plugin"], request["action"]) == ("tool_action", "notes", "write_note")
+            await client.send({"type": "approval_response", "approved": True})
+            result = await client.wait_for("result")
+    assert result["succeeded"] and result["lastMessage"] == "then noted"
+    assert notes.read_text() == "n1\n"
