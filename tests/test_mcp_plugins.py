@@ -307,3 +307,16 @@ async def test_serve_offers_the_servers_and_asks_the_dispatching_client(tmp_path
             result = await client.wait_for("result")
     assert result["succeeded"] and result["lastMessage"] == "then noted"
     assert notes.read_text() == "n1\n"
+
+
+async def test_repl_offers_the_servers_tools(env, tmp_path) -> None:
+    from test_repl import open_repl
+
+    async with open_repl(env, tmp_path) as repl:
+        await repl.wait("ready")
+        start = await repl.say("echo in the repl")
+        result = await repl.wait("tool_result", start=start)
+        end = await repl.wait("message_end", start=start)
+        await repl.close()
+    assert "echo: hello" in json.dumps(result)
+    assert end["toolCalls"] == ["mcp__notes__echo"]
