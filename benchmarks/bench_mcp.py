@@ -52,7 +52,7 @@ async def main(calls: int, concurrency: int) -> dict:
         sequential_s = time.perf_counter() - t0
 
         async def worker(n: int) -> None:
-            for i in range(n):
+            for _ in range(n):
                 result = await run_tool(echo, {"text": "x"}, ctx)
                 assert not result.is_error, result
 
