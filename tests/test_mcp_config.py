@@ -1,0 +1,96 @@
+"""MCP server settings (``[mcp_servers]``, ``McpServers``) and the connection state's rules, in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roost.actors import Mailbox, Ref
+from roost.errors import ConfigError
+from roost.plugins import (
+    McpServerConfig,
+    McpServerState,
+    mcp_servers_from_orchestration,
+    mcp_servers_from_toml,
+    mcp_tool_name,
+)
+from roost.tools import ToolContext, run_tool
+
+
+def test_toml_servers_infer_the_transport_and_keep_every_field() -> None:
+    [stdio, http] = mcp_servers_from_toml(
+        {
+            "mcp_servers": {
+                "notes": {"command": "python3", "args": ["s.py"], "env": {"K": "v"}, "timeout": 5},
+                "web": {"url": "https://example.test/mcp", "headers": {"X": "y"}, "read_only_tools": ["a"]},
+            }
+        }
+    )
+    assert (stdio.transport, stdio.command, stdio.args, dict(stdio.env), stdio.timeout_s) == (
+        "stdio", "python3", ("s.py",), {"K": "v"}, 5.0,
+    )
+    assert (http.transport, http.url, dict(http.headers), http.read_only_tools) == (
+        "http", "https://example.test/mcp", {"X": "y"}, ("a",),
+    )
+    assert mcp_servers_from_toml({}) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"args": ["x"]}, "[mcp_servers.s] command in config.toml: required for a stdio server"),
+        ({"command": "x", "timeout": 0}, "[mcp_servers.s] timeout in config.toml: must be a positive number"),
+        ({"command": "x", "args": "s.py"}, "[mcp_servers.s] args in config.toml: expected a list of strings"),
+        ({"transport": "http", "url": "ftp://x"}, "[mcp_servers.s] url in config.toml: an http:// or https:// URL"),
+        ({"command": "x", "read_only": "yes"}, "[mcp_servers.s] read_only in config.toml: expected true or false"),
+    ],
+)
+def test_a_bad_toml_field_is_named(body: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        mcp_servers_from_toml({"mcp_servers": {"s": body}})
+    assert str(caught.value).startswith(message)
+
+
+def test_orchestration_servers_resolve_cwd_and_refuse_duplicates(tmp_path: Path) -> None:
+    servers, errors = mcp_servers_from_orchestration(
+        [{"Name": "a", "Command": "x", "Cwd": "sub"}, {"Name": "a", "Transport": "http", "Url": "http://h/mcp"}],
+        base=tmp_path,
+    )
+    assert errors == ["Orchestration.McpServers: duplicate server name 'a'"]
+    assert servers[0].cwd == str((tmp_path / "sub").resolve()) and servers[1].transport == "http"
+    _, errors = mcp_servers_from_orchestration([{"Name": "bad name!", "Command": "x"}], base=None)
+    assert errors == ["Orchestration.McpServers[0].Name: the name must be 1-40 of A-Z a-z 0-9 _ -"]
+
+
+def test_tool_names_are_safe_for_every_provider() -> None:
+    assert mcp_tool_name("notes", "write note.v2") == "mcp__notes__write_note_v2"
+    assert len(mcp_tool_name("s" * 40, "t" * 60)) == 64
+
+
+def test_backoff_doubles_up_to_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROOST_MCP_BACKOFF_S", "0.5")
+    monkeypatch.setenv("ROOST_MCP_BACKOFF_MAX_S", "3")
+    state = McpServerState(McpServerConfig(name="s", transport="stdio", command="x"))
+    delays = []
+    for failures in range(6):
+        state.failures = failures
+        delays.append(state.next_delay())
+    assert delays == [0.0, 0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+async def test_a_down_or_busy_server_is_a_clear_tool_error() -> None:
+    from roost.plugins._mcp_host import _mcp_tool
+
+    state = McpServerState(McpServerConfig(name="s", transport="stdio", command="x"), state="failed", error="boom")
+    spec = type("Spec", (), {"name": "t", "description": "d", "input_schema": {"type": "object"}, "annotations": None})
+    tool = _mcp_tool(state, spec)
+    ctx = ToolContext(cwd=Path.cwd(), permission_mode="unconfined")
+    down = await run_tool(tool, {}, ctx)
+    assert down.is_error and "MCP server 's' is not connected (failed: boom); it is being reconnected" in down.output
+    full: Mailbox = Mailbox(1)
+    state.ref = Ref("mcp:s", full)
+    state.ref.tell("occupied")
+    busy = await run_tool(tool, {}, ctx)
+    assert busy.is_error and "is busy (too many calls waiting)" in busy.output
+    assert tool.mutating and tool.approval_kind == "tool_action"
