@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from roost._paths import positive_env
-from roost.actors import Envelope, Mailbox, Ref
+from roost.actors import Envelope, Mailbox, Ref, ReplySlot
 from roost.errors import McpCallTimeout, McpUnavailable, RoostError
 from roost.plugins._mcp_config import McpServerConfig
 
@@ -181,6 +181,8 @@ class McpConnection:
         self.mailbox: Mailbox[CallTool] = Mailbox(capacity)
         self._lost: str | None = None
         self._check_now = trio.Event()
+        #: calls running at once; more wait in the mailbox (bounded too)
+        self._slots = trio.Semaphore(capacity)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Connect (after the backoff delay), serve calls until the connection breaks, then raise.
@@ -205,9 +207,10 @@ class McpConnection:
             await self._connect_and_serve()
         except Exception as exc:
             up = state.connected_at is not None and state.connected_at >= began
-            reason = self._lost or (
-                f"the connection broke: {_describe(exc)}" if up else f"could not connect: {_describe(exc)}"
-            )
+            why = _describe(exc)
+            if not up and why == "TooSlowError":
+                why = f"it did not finish starting within {state.config.connect_timeout_s:g} s"
+            reason = self._lost or (f"the connection broke: {why}" if up else f"could not connect: {why}")
         else:
             reason = self._lost or "the connection ended"
         finally:
@@ -238,6 +241,7 @@ class McpConnection:
             log.info("MCP server %s connected (%d tools)", config.name, len(tools))
             nursery.start_soon(self._health, client, nursery.cancel_scope)
             while True:
+                await self._slots.acquire()
                 env = await self.mailbox.get()
                 nursery.start_soon(self._call, client, env, nursery.cancel_scope)
 
@@ -256,36 +260,50 @@ class McpConnection:
         scope.cancel()
 
     async def _call(self, client: Any, env: Envelope, scope: trio.CancelScope) -> None:
-        """Run one call under the server's timeout and answer its reply slot."""
+        """Run one call and answer its reply slot; a call cut off by a lost connection is answered
+        :class:`~roost.errors.McpUnavailable`."""
+        msg: CallTool = env.message
+        reply = env.reply
+        assert reply is not None
+        try:
+            await self._call_once(client, msg, reply, scope)
+        finally:
+            self._slots.release()
+            if not reply.done:
+                reply.set_exception(
+                    McpUnavailable(
+                        f"MCP server {self.state.config.name!r} was lost during {msg.name!r}; it is being reconnected"
+                    )
+                )
+
+    async def _call_once(self, client: Any, msg: CallTool, reply: ReplySlot, scope: trio.CancelScope) -> None:
+        """One ``tools/call`` under the server's timeout; its outcome goes to ``reply``."""
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
 
-        msg: CallTool = env.message
         config = self.state.config
-        assert env.reply is not None
         try:
             with trio.fail_after(config.timeout_s):
                 result = await client.call_tool(msg.name, msg.arguments)
         except trio.TooSlowError:
-            env.reply.set_exception(
+            reply.set_exception(
                 McpCallTimeout(f"MCP server {config.name!r} did not answer {msg.name!r} within {config.timeout_s:g} s")
             )
             self._check_now.set()  # a hung server is restarted; a slow tool is not
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
-                reason = "the server closed the connection (it exited or crashed)"
-                env.reply.set_exception(
+                reply.set_exception(
                     McpUnavailable(f"MCP server {config.name!r} died during {msg.name!r}; it is being reconnected")
                 )
-                self._lose(reason, scope)
+                self._lose("the server closed the connection (it exited or crashed)", scope)
             else:
-                env.reply.set_exception(McpUnavailable(f"MCP server {config.name!r} refused {msg.name!r}: {exc}"))
+                reply.set_exception(McpUnavailable(f"MCP server {config.name!r} refused {msg.name!r}: {exc}"))
         except Exception as exc:
             reason = f"the connection broke: {_describe(exc)}"
-            env.reply.set_exception(McpUnavailable(f"MCP server {config.name!r}: {reason} during {msg.name!r}"))
+            reply.set_exception(McpUnavailable(f"MCP server {config.name!r}: {reason} during {msg.name!r}"))
             self._lose(reason, scope)
         else:
-            env.reply.set_result(result)
+            reply.set_result(result)
 
     async def _health(self, client: Any, scope: trio.CancelScope) -> None:
         """Probe the server every ``ROOST_MCP_PING_S`` seconds (10), and at once after a timeout.
