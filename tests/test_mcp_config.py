@@ -94,3 +94,44 @@ async def test_a_down_or_busy_server_is_a_clear_tool_error() -> None:
     busy = await run_tool(tool, {}, ctx)
     assert busy.is_error and "is busy (too many calls waiting)" in busy.output
     assert tool.mutating and tool.approval_kind == "tool_action"
+
+
+async def test_a_server_killed_from_outside_fails_every_call_in_flight_and_comes_back(tmp_path: Path) -> None:
+    import os
+    import signal
+    import sys
+
+    import trio
+    from _helpers.timing import scaled
+
+    from roost.plugins import open_mcp_host
+
+    server = Path(__file__).parent / "_helpers" / "mcp_server.py"
+    config = McpServerConfig(
+        name="k", transport="stdio", command=sys.executable, args=(str(server), "stdio"),
+        env={"MCP_NOTES": str(tmp_path / "n")},
+    )
+    ctx = ToolContext(cwd=tmp_path, permission_mode="unconfined")
+    statuses: list[str] = []
+    with trio.fail_after(scaled(60)):
+        async with open_mcp_host([config], on_status=lambda s: statuses.append(s["state"])) as host:
+            tools = host.tools()
+            pid = int((await run_tool(tools["mcp__k__whoami"], {}, ctx)).output.split()[1])
+            results: list = []
+
+            async def call(name: str) -> None:
+                results.append(await run_tool(tools[name], {}, ctx))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call, "mcp__k__hang")
+                await trio.sleep(0.5)  # let the call reach the server (the outcome does not depend on it)
+                nursery.start_soon(call, "mcp__k__whoami")
+                await trio.sleep(0.2)
+                os.kill(pid, signal.SIGKILL)
+            assert len(results) == 2 and all(r.is_error for r in results)
+            assert all("MCP server 'k'" in r.output for r in results)
+            while host.states["k"].state != "connected":
+                await trio.sleep(0.05)
+            again = await run_tool(tools["mcp__k__whoami"], {}, ctx)
+    assert again.output.startswith("pid ") and again.output != f"pid {pid}"
+    assert statuses[:2] == ["connecting", "connected"] and "failed" in statuses[2:]
