@@ -135,3 +135,38 @@ async def test_a_server_killed_from_outside_fails_every_call_in_flight_and_comes
             again = await run_tool(tools["mcp__k__whoami"], {}, ctx)
     assert again.output.startswith("pid ") and again.output != f"pid {pid}"
     assert statuses[:2] == ["connecting", "connected"] and "failed" in statuses[2:]
+
+
+async def test_an_idle_server_that_dies_is_noticed_by_the_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+    import sys
+
+    import trio
+    from _helpers.timing import scaled
+
+    from roost.plugins import open_mcp_host
+
+    monkeypatch.setenv("ROOST_MCP_PING_S", "0.2")
+    server = Path(__file__).parent / "_helpers" / "mcp_server.py"
+    config = McpServerConfig(
+        name="idle", transport="stdio", command=sys.executable, args=(str(server), "stdio"),
+        env={"MCP_NOTES": str(tmp_path / "n")},
+    )
+    ctx = ToolContext(cwd=tmp_path, permission_mode="unconfined")
+    changes: list[dict] = []
+    with trio.fail_after(scaled(60)):
+        async with open_mcp_host([config], on_status=changes.append) as host:
+            tools = host.tools()
+            pid = int((await run_tool(tools["mcp__idle__whoami"], {}, ctx)).output.split()[1])
+            os.kill(pid, signal.SIGKILL)
+            while not any(c["state"] == "failed" for c in changes):
+                await trio.sleep(0.05)
+            while host.states["idle"].state != "connected":
+                await trio.sleep(0.05)
+            again = await run_tool(tools["mcp__idle__whoami"], {}, ctx)
+    [failed] = [c for c in changes if c["state"] == "failed"]
+    assert failed["connected"] is False and failed["error"]
+    assert again.output != f"pid {pid}" and not again.is_error
