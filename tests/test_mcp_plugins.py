@@ -270,7 +270,7 @@ async def test_validate_accepts_mcp_servers_and_reports_bad_ones(tmp_path, roost
             {
                 "Orchestration": {
                     "Name": "T",
-                    "Agents": [{"Name": "A", "Instructions": "x", "Plugins": ["notes"]}],
+                    "Agents": [{"Name": "A", "Instructions": "x", "Plugins": ["notes", "web2", "mcp__web2__find"]}],
                     "McpServers": [
                         {"Name": "notes", "Command": "python3"},
                         {"Name": "bad", "Type": "stdio"},
@@ -280,6 +280,7 @@ async def test_validate_accepts_mcp_servers_and_reports_bad_ones(tmp_path, roost
             }
         )
     )
+    (roost_home / "config.toml").write_text('[mcp_servers.web2]\nurl = "http://127.0.0.1:9/mcp"\n')
     env = script_env(tmp_path, roost_home, SCRIPT)
     checked = await roost(env, "validate", "--json", str(config), cwd=tmp_path)
     item = json.loads(checked.stdout)["item"]

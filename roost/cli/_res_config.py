@@ -95,9 +95,19 @@ def known_plugin_names() -> frozenset[str]:
 
 def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
     """Return a ``warning`` for each ``Plugins`` entry of ``config``'s agents that names neither a
-    plugin nor a known tool (``Orchestration.Agents[i].Plugins: ...``); such an entry gives no tool."""
-    known = known_plugin_names() | {s.name for s in config.mcp_servers}
-    prefixes = tuple(f"mcp__{s.name}__" for s in config.mcp_servers)
+    plugin nor a known tool (``Orchestration.Agents[i].Plugins: ...``); such an entry gives no tool.
+    The MCP servers of ``config.toml`` and of ``config``'s ``McpServers`` are plugins (their tools
+    are not known without connecting, so any ``mcp__<server>__...`` name is accepted)."""
+    from roost.config import configured_mcp_servers
+    from roost.errors import ConfigError
+
+    try:
+        servers = {s.name for s in configured_mcp_servers()}
+    except ConfigError:
+        servers = set()  # the commands that start servers report it
+    servers |= {s.name for s in config.mcp_servers}
+    known = known_plugin_names() | servers
+    prefixes = tuple(f"mcp__{name}__" for name in servers)
     return [
         ValidationIssue(
             level="warning",
