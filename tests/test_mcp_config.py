@@ -170,3 +170,11 @@ async def test_an_idle_server_that_dies_is_noticed_by_the_probe(
     [failed] = [c for c in changes if c["state"] == "failed"]
     assert failed["connected"] is False and failed["error"]
     assert again.output != f"pid {pid}" and not again.is_error
+
+
+def test_a_bad_mcp_tunable_is_refused_when_the_host_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from roost.plugins import McpHost
+
+    monkeypatch.setenv("ROOST_MCP_BACKOFF_S", "-1")
+    with pytest.raises(ConfigError, match="ROOST_MCP_BACKOFF_S"):
+        McpHost([McpServerConfig(name="s", transport="stdio", command="x")])

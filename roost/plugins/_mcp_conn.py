@@ -29,7 +29,7 @@ from roost.actors import Envelope, Mailbox, Ref, ReplySlot
 from roost.errors import McpCallTimeout, McpUnavailable, RoostError
 from roost.plugins._mcp_config import McpServerConfig
 
-__all__ = ["McpServerState", "McpConnection", "CallTool", "MAILBOX_CAPACITY"]
+__all__ = ["McpServerState", "McpConnection", "CallTool", "MAILBOX_CAPACITY", "check_tunables"]
 
 log = logging.getLogger("roost.plugins")
 
@@ -47,6 +47,16 @@ def _backoff_s() -> tuple[float, float]:
         positive_env("ROOST_MCP_BACKOFF_S", 0.5, unit="seconds"),
         positive_env("ROOST_MCP_BACKOFF_MAX_S", 30.0, unit="seconds"),
     )
+
+
+def check_tunables() -> None:
+    """Read ``ROOST_MCP_BACKOFF_S``, ``ROOST_MCP_BACKOFF_MAX_S`` and ``ROOST_MCP_PING_S`` once.
+
+    Raises:
+        ConfigError: one is set but is not a positive number.
+    """
+    _backoff_s()
+    positive_env("ROOST_MCP_PING_S", 10.0, unit="seconds")
 
 
 class _ConnectionLost(RoostError):

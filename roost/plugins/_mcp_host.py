@@ -27,7 +27,7 @@ import trio
 from roost._json import dumps
 from roost.errors import AskTimeout, MailboxClosed, MailboxFull, McpCallTimeout, McpUnavailable
 from roost.plugins._mcp_config import McpServerConfig
-from roost.plugins._mcp_conn import PING_TIMEOUT_S, CallTool, McpConnection, McpServerState
+from roost.plugins._mcp_conn import PING_TIMEOUT_S, CallTool, McpConnection, McpServerState, check_tunables
 from roost.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from roost.tools import Tool, ToolContext, ToolResult
 
@@ -52,6 +52,13 @@ class McpHost:
     """
 
     def __init__(self, configs: Iterable[McpServerConfig]) -> None:
+        """Build each server's state and the ``mcp`` supervisor (nothing starts yet).
+
+        Raises:
+            ConfigError: ``ROOST_MCP_BACKOFF_S``, ``ROOST_MCP_BACKOFF_MAX_S`` or ``ROOST_MCP_PING_S``
+                is set but not a positive number (checked here, not in a connection actor).
+        """
+        check_tunables()
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self.states: dict[str, McpServerState] = {}
         for config in configs:
