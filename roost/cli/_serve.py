@@ -39,6 +39,38 @@ __all__ = ["serve_command", "run_serve"]
 log = logging.getLogger("roost.serve")
 
 
+def _mcp_servers(options: ServeOptions) -> list[Any]:
+    """The daemon's MCP servers: ``config.toml``'s ``[mcp_servers]``, then the ``McpServers`` of
+    the default orchestration config (``-c``), which wins on a shared name.
+
+    Raises:
+        ConfigError: a malformed ``[mcp_servers]`` table or default config.
+    """
+    from roost.config import configured_mcp_servers
+    from roost.orchestration import load_config_file
+
+    servers = {s.name: s for s in configured_mcp_servers()}
+    if options.config:
+        servers.update({s.name: s for s in load_config_file(options.config).mcp_servers})
+    return list(servers.values())
+
+
+class _McpOrchestrations:
+    """``roost.orchestration`` for the task queue, with each run's agents given the MCP servers'
+    ``Plugins`` groups (a ``Plugins: [server]`` entry stands for all of that server's tools)."""
+
+    def __init__(self, mcp: Any) -> None:
+        import roost.orchestration
+
+        orchestrator = roost.orchestration.Orchestrator
+
+        def make(*args: Any, **kwargs: Any) -> Any:
+            return orchestrator(*args, tool_groups=mcp.groups(), **kwargs)
+
+        self.load_config_file = roost.orchestration.load_config_file
+        self.Orchestrator: Any = make
+
+
 async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectives: tuple[str, ...] = ()) -> int:
     """Run the daemon until SIGINT/SIGTERM; return the exit status.
 
@@ -47,6 +79,7 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     Raises:
         DaemonRunning: another daemon owns the socket path (nothing was started).
     """
+    from roost.plugins import open_mcp_host
     from roost.protocol import DaemonMetrics, ServeDaemon, claim_socket_path, install_a2a
     from roost.supervisor import open_runtime
     from roost.tools import ask_user_tool, builtin_tools
@@ -59,7 +92,11 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
             metrics = DaemonMetrics()
             # ask_user asks each task's dispatching client (roost.protocol._serve_prompts)
             tools = {**builtin_tools(), "ask_user": ask_user_tool()}
-            async with open_runtime(engine_for=metrics.meter(engines.engine_for), tools=tools) as runtime:
+            async with (
+                open_mcp_host(_mcp_servers(options)) as mcp,
+                open_runtime(engine_for=metrics.meter(engines.engine_for), tools=tools) as runtime,
+            ):
+                mcp.attach(runtime.services.tools)
                 default = engines.default
                 daemon = ServeDaemon(
                     runtime,
@@ -69,6 +106,7 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
                     engines=engines,
                 )
                 daemon.metrics = metrics
+                daemon.queue.orchestrations = _McpOrchestrations(mcp)
                 if options.a2a:
                     install_a2a(daemon)
                 metrics.bind(daemon)

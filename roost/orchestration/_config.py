@@ -30,6 +30,9 @@ The format (keys in PascalCase, under a top-level ``Orchestration`` key)::
           - {Type: regex, Pattern: APPROVED}
           - {Type: maxiterations, MaxIterations: 20}
           - {Type: token_budget, MaxTokens: 200000}
+      McpServers:                   # MCP servers; an agent's Plugins entry naming one gives its tools
+        - {Name: notes, Type: stdio, Command: python, Args: [notes_server.py]}
+        - {Name: search, Type: http, Url: "http://127.0.0.1:8000/mcp", ReadOnly: true}
 
 Selection defaults to sequential, termination to 10 iterations. Keys Roost does not know are
 warnings, not errors (a config written for a newer release still loads). Every error names the
@@ -52,6 +55,7 @@ from cattrs.gen import make_dict_structure_fn, override
 
 from roost._json import JSONDecodeError, loads
 from roost.errors import ConfigError
+from roost.plugins import McpServerConfig, mcp_servers_from_orchestration
 
 __all__ = [
     "SELECTION_TYPES",
@@ -184,6 +188,8 @@ class OrchestrationConfig:
     termination: Termination = attrs.field(
         factory=lambda: Termination(type="maxiterations", max_iterations=_DEFAULT_MAX_ITERATIONS)
     )
+    #: ``McpServers``: MCP servers whose tools agents use through ``Plugins`` (roost.plugins)
+    mcp_servers: list[McpServerConfig] = attrs.field(factory=list)
 
     def resolve_model(self, agent: AgentSpec | Selection) -> ModelSpec | None:
         """Return an agent's (or the selector's) model with a ``Models`` alias resolved
@@ -543,6 +549,8 @@ def validate_config_file(path: str | os.PathLike[str]) -> tuple[OrchestrationCon
     if any(i.level == "error" for i in issues):
         return None, issues
     _normalise(body)
+    mcp_servers, mcp_errors = mcp_servers_from_orchestration(body.pop("McpServers", None), base=file.parent)
+    issues += [ConfigIssue("error", message) for message in mcp_errors]
     _unknown_keys({k: v for k, v in body.items()}, OrchestrationConfig, "Orchestration", issues)
     issues[:] = [i for i in issues if not i.message.endswith("._file: unknown key, ignored")]
     files = {}
@@ -556,7 +564,7 @@ def validate_config_file(path: str | os.PathLike[str]) -> tuple[OrchestrationCon
         return None, issues + [ConfigIssue("error", _in_file(m, files)) for m in _structure_errors(exc)]
     if files:
         config = attrs.evolve(config, agents=[attrs.evolve(a, file=files.get(i)) for i, a in enumerate(config.agents)])
-    config = attrs.evolve(config, path=str(file))
+    config = attrs.evolve(config, path=str(file), mcp_servers=mcp_servers)
     _check(config, issues)
     return config, issues
 

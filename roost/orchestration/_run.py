@@ -19,7 +19,7 @@ keyword selection's ``route_approval``) go to ``request_approval(params) -> bool
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -151,6 +151,7 @@ class Orchestrator:
             (str), or :data:`STOP` (end the run as interrupted; ``--resume`` continues it).
         ask_question: ``await ask_question(params) -> str | None``: the agents' ``ask_user``
             questions (see ``roost.actors.Origin``); None: agents cannot ask.
+        tool_groups: more ``Plugins`` groups (an MCP server's name -> its tools' names).
 
     Raises:
         ConfigError: an agent's model cannot be used (see
@@ -167,6 +168,7 @@ class Orchestrator:
         request_approval: Any,
         after_turn: Any = None,
         ask_question: Any = None,
+        tool_groups: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.config = config
         self.actor = actor
@@ -176,7 +178,7 @@ class Orchestrator:
         self.after_turn = after_turn
         self.ask_question = ask_question
         self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
-        self.agent_turns = resolve_agents(config, engines)
+        self.agent_turns = resolve_agents(config, engines, tool_groups)
         self.supervisor: Any = None
         #: how the run ended (set when :meth:`run` returns)
         self.outcome: RunOutcome | None = None

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from roost.protocol._wire_types import ContextFileInfo as ContextFileInfo
     from roost.protocol._wire_types import ContextItem as ContextItem
     from roost.protocol._wire_types import InitResult as InitResult
+    from roost.protocol._wire_types import McpPlugin as McpPlugin
     from roost.protocol._wire_types import Memory as Memory
     from roost.protocol._wire_types import MemoryAgent as MemoryAgent
     from roost.protocol._wire_types import Objective as Objective
@@ -110,6 +111,7 @@ _LAZY = {
     "Memory": "roost.protocol._wire_types",
     "MemoryAgent": "roost.protocol._wire_types",
     "Plugin": "roost.protocol._wire_types",
+    "McpPlugin": "roost.protocol._wire_types",
     "PluginFunction": "roost.protocol._wire_types",
     "ReplSession": "roost.protocol._wire_types",
     "Session": "roost.protocol._wire_types",

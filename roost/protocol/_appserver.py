@@ -105,6 +105,8 @@ class AppServerSession:
         self._idle.set()
         self._active_requests = 0
         self._requests: trio.Nursery | None = None  # where request tasks run while reading
+        #: the process's :class:`roost.plugins.McpHost` (None: no MCP servers configured)
+        self.mcp: Any = None
 
     def after_response(self) -> trio.Event:
         """An event set right after the current request's response is queued (or its error)."""
@@ -139,6 +141,24 @@ class AppServerSession:
 
     def notify(self, method_name: str, params: dict) -> None:
         self.deliver(dumps_line({"method": method_name, "params": params}))  # deferral applies
+
+    def on_mcp_status(self, status: dict) -> None:
+        """``mcp/status/updated`` with ``status`` (sent once the client has initialized)."""
+        if self.initialized:
+            self.notify("mcp/status/updated", status)
+
+    def announce_mcp(self, after: trio.Event) -> None:
+        """After ``after`` (the first ``initialize`` response), send each MCP server's current status."""
+        mcp = self.mcp
+        if mcp is None or self.nursery is None:
+            return
+
+        async def send() -> None:
+            await after.wait()
+            for status in mcp.statuses():
+                self.notify("mcp/status/updated", status)
+
+        self.nursery.start_soon(send)
 
     async def subscribe(self, actor: Any) -> None:
         """Receive ``actor``'s notifications from now on (idempotent)."""

@@ -530,6 +530,16 @@ def _notifications() -> dict[str, dict]:
             ["path", "status", "model", "providers"],
             {"path": S, "status": {"const": "ready"}, "model": O, "providers": A},
         ),
+        "mcp/status/updated": _obj(
+            ["name", "state", "connected", "tool_count"],
+            {
+                "name": S,
+                "state": {"enum": ["configured", "connecting", "connected", "failed"]},
+                "connected": B,
+                "tool_count": I,
+                "error": S,
+            },
+        ),
     }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,20 @@ def engine_record(settings: Any) -> dict:
     return {k: getattr(settings, k, None) for k in ("provider", "base_url", "model", "script", "api_key_env")}
 
 
+def run_mcp_servers(config: Any) -> list[Any]:
+    """The MCP servers of a run: ``config.toml``'s ``[mcp_servers]``, then the orchestration
+    config's ``McpServers`` (which wins on a name both use).
+
+    Raises:
+        ConfigError: ``config.toml``'s table is malformed.
+    """
+    from roost.config import configured_mcp_servers
+
+    servers = {s.name: s for s in configured_mcp_servers()}
+    servers.update({s.name: s for s in config.mcp_servers})
+    return list(servers.values())
+
+
 async def run_session(
     *,
     config_path: str | None,
@@ -94,6 +109,7 @@ async def run_session(
     """
     from roost.model import Thread
     from roost.orchestration import Orchestrator, load_config_file, resolve_agents
+    from roost.plugins import open_mcp_host
     from roost.protocol._engines import EngineCatalog
     from roost.storage import new_id, utc_now
     from roost.supervisor import open_runtime
@@ -123,7 +139,10 @@ async def run_session(
             emit(result)
             return result
     try:
-        async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
+        async with (
+            open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime,
+            AsyncExitStack() as stack,
+        ):
             if resume_id is not None:
                 try:
                     actor = await runtime.registry.get(resume_id)
@@ -174,8 +193,16 @@ async def run_session(
                 from roost.actors import Subscribe
 
                 await actor.ref.ask(Subscribe(subscriber))
+            mcp = await stack.enter_async_context(open_mcp_host(run_mcp_servers(config)))
+            mcp.attach(runtime.services.tools)
             orch = Orchestrator(
-                config, actor, engines=engines, emit=emit, request_approval=request_approval, after_turn=after_turn
+                config,
+                actor,
+                engines=engines,
+                emit=emit,
+                request_approval=request_approval,
+                after_turn=after_turn,
+                tool_groups=mcp.groups(),
             )
             if on_orchestrator is not None:
                 on_orchestrator(orch)

@@ -55,7 +55,7 @@ from typing import Any
 import trio
 
 from roost._json import dumps_line, loads
-from roost.errors import RoostError
+from roost.errors import ConfigError, RoostError
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
 from roost.protocol._outbox import Outbox
@@ -699,6 +699,8 @@ async def serve_repl(
     Cancellation: cancelled from outside, the runtime stops (a running turn settles as interrupted
     in its shielded clean-up) and no ``session_end`` is promised.
     """
+    from roost.config import configured_mcp_servers
+    from roost.plugins import open_mcp_host
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools, plan_tool
 
@@ -747,7 +749,17 @@ async def serve_repl(
             tools["update_plan"] = plan_tool()  # plan and step_status events
             if questions:
                 tools["ask_user"] = ask_user_tool(broker)
-            async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:
+            try:
+                mcp_servers = configured_mcp_servers()
+            except ConfigError as exc:
+                emit({"type": "error", "text": str(exc)})
+                code = 2
+                return code
+            async with (
+                open_mcp_host(mcp_servers) as mcp,
+                open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime,
+            ):
+                mcp.attach(runtime.services.tools)
                 try:
                     actor = await _open_chat(
                         runtime, resume=resume, cwd=cwd, settings=engines.default, permission_mode=permission_mode
