@@ -25,6 +25,7 @@ TTL = "3"
 SCRIPT = {
     "rules": [
         {"match": {"prompt": "daemon restarted"}, "steps": [[{"text": "resumed and done"}]]},
+        {"match": {"prompt": "^brief"}, "steps": [[{"delay": 4}, {"text": "brief done"}]]},
         {"match": {"prompt": "^slow"}, "steps": [[{"text": "working", "deltas": 1}, {"delay": 120},
                                                   {"text": "never"}]]},
     ],
@@ -124,6 +125,47 @@ async def test_tasks_dispatched_on_each_node_run_exactly_once(tmp_path: Path, pg
         assert body["cluster"]["queue"] == {"queued": 0, "running": 0}
         # the daemons and the status query ran on PostgreSQL alone
         assert not any((tmp_path / f"home-{n}" / "roost.db").exists() for n in "abc")
+
+
+async def _dispatch_and_leave(daemon: Daemon, text: str) -> str:
+    """Dispatch ``text`` as client ``alice`` on ``daemon``, then disconnect; return its sessionId."""
+    async with daemon.ws(client_id="alice") as client:
+        await client.wait_for("hello")
+        await client.send({"type": "user_input", "text": text})
+        return (await client.wait_for("queued"))["sessionId"]
+
+
+async def test_a_client_reconnecting_to_another_node_gets_its_results(
+        tmp_path: Path, pg_url: str, script: Path) -> None:
+    async with cluster(tmp_path, pg_url, script, n=2) as (node_a, node_b):
+        # a task that finished while its client was away: pendingResults on the other node
+        first = await _dispatch_and_leave(node_a, "brief one")
+        await _wait_rows(pg_url, "SELECT status FROM daemon_tasks WHERE id = %s", (first,),
+                         lambda r: r and r[0][0] == "finished")
+        async with node_b.ws(client_id="alice") as client:
+            hello = await client.wait_for("hello")
+            assert hello["pendingResults"] == [first] and hello["inFlight"] is None
+            result = await client.wait_for("result")
+            assert result["sessionId"] == first and result["lastMessage"] == "brief done"
+        await _wait_rows(pg_url, "SELECT status FROM daemon_tasks WHERE id = %s", (first,),
+                         lambda r: r and r[0][0] == "collected")
+        # a task still running when its client moves: the new node tells it the result
+        second = await _dispatch_and_leave(node_a, "brief two")
+        async with node_b.ws(client_id="alice") as client:
+            hello = await client.wait_for("hello")
+            assert hello["inFlight"]["sessionId"] == second and hello["pendingResults"] == []
+            result = await client.wait_for("result", timeout=90)
+            assert result["sessionId"] == second and result["lastMessage"] == "brief done"
+        await _wait_rows(pg_url, "SELECT status FROM daemon_tasks WHERE id = %s", (second,),
+                         lambda r: r and r[0][0] == "collected")
+        # back on the dispatching node: nothing is told twice
+        async with node_a.ws(client_id="alice") as client:
+            hello = await client.wait_for("hello")
+            assert hello["pendingResults"] == [] and hello["inFlight"] is None
+            await client.send({"type": "user_input", "text": "echo after"})
+            third = (await client.wait_for("queued"))["sessionId"]
+            await client.wait_for("result", lambda e: e["sessionId"] == third, timeout=90)
+            assert [e["sessionId"] for e in client.of_type("result")] == [third]
 
 
 async def _slow_task(client: Any) -> str:

@@ -15,7 +15,7 @@ import trio
 
 from roost.actors._task_model import QueuedTask
 from roost.errors import RoostError
-from roost.storage import claim_daemon_task, get_daemon_task
+from roost.storage import claim_daemon_task, get_daemon_task, list_daemon_tasks
 
 __all__ = ["SharedQueue"]
 
@@ -66,7 +66,8 @@ class SharedQueue:
 
         A task another node claimed leaves this node's queue (positions stay right); one that
         finished there gets its result told here (:meth:`TaskListener.task_finished`: its client
-        may be attached to this node); one collected elsewhere is forgotten.
+        may be attached to this node); one collected elsewhere (its client took the result on
+        another node) is forgotten, so it is never told twice.
         """
         store = self.runtime.store
         while True:
@@ -74,8 +75,7 @@ class SharedQueue:
             pending = [
                 i
                 for i, t in self.tasks.items()
-                if i not in self._local
-                and (t.status in ("queued", "running") or (t.foreign and t.status == "finished"))
+                if i not in self._local and t.status in ("queued", "running", "finished")
             ]
             if not pending:
                 continue
@@ -110,3 +110,49 @@ class SharedQueue:
             self.tasks.pop(row.id, None)
             with contextlib.suppress(ValueError):
                 self._queued.remove(row.id)
+
+    async def adopt_client(self, client_id: str) -> None:
+        """Know the store's unfinished and uncollected tasks of ``client_id`` (before its ``hello``).
+
+        A client that reconnects to another node of the cluster finds its tasks there: those
+        still queued or running are followed from here (their result is told here when they
+        finish, :meth:`_follow`), those finished while it was away are its ``pendingResults``.
+        A task this node knows is refreshed to its stored status (collected: forgotten). Nothing
+        is told to a listener. A store failure is logged: the node's memory answers alone.
+        """
+        store = self.runtime.store
+
+        known = [i for i, t in self.tasks.items() if t.client_id == client_id]
+
+        def read() -> list[Any]:
+            with store.read() as conn:
+                rows = [
+                    row
+                    for status in ("queued", "running", "finished")
+                    for row in list_daemon_tasks(conn, status=status)
+                    if (row.payload or {}).get("clientId") == client_id
+                ]
+                seen = {row.id for row in rows}
+                rows += [row for i in known if i not in seen and (row := get_daemon_task(conn, i)) is not None]
+                return rows
+
+        try:
+            rows = await trio.to_thread.run_sync(read)
+        except RoostError as exc:
+            log.warning("could not read the tasks of client %s: %s", client_id, exc)
+            return
+        for row in rows:
+            if row.id in self._local:
+                continue
+            task = self.tasks.get(row.id)
+            if row.status == "collected":
+                self.tasks.pop(row.id, None)
+            elif task is None:
+                self.tasks[row.id] = self._known(row)
+                if row.status == "queued":
+                    self._queued.append(row.id)
+            elif task.status != row.status and row.status in ("running", "finished"):
+                task.status, task.result = row.status, (row.payload or {}).get("result")
+            if row.status != "queued":
+                with contextlib.suppress(ValueError):
+                    self._queued.remove(row.id)
