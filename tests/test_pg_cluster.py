@@ -184,6 +184,14 @@ async def test_kill_9_of_the_running_node_resumes_the_task_elsewhere(
             # wait until a node streams the task's turn, then kill that node
             await _wait_rows(pg_url, "SELECT 1 FROM turns WHERE thread_id = %s AND status = 'running'", (sid,), bool)
             victim = _runner_pid(pg_url, sid)
+            # the status query shows the running node holding the task's and its thread's leases
+            status = await trio.run_process([*roost_argv(), "status", "--json", "--database-url", pg_url],
+                                            capture_stdout=True, env={**os.environ,
+                                                                      "ROOST_HOME": str(tmp_path / "home-a")})
+            cluster_ = json.loads(status.stdout)["cluster"]
+            runner = next(n for n in cluster_["nodes"] if n["pid"] == victim)
+            assert {f"task:{sid}", f"thread:{sid}"} <= set(runner["leases"])
+            assert cluster_["queue"] == {"queued": 0, "running": 1}
             os.kill(victim, signal.SIGKILL)
             survivors = [c for pid, c in clients.items() if pid != victim]
             with trio.fail_after(scaled(60)):
