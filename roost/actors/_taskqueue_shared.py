@@ -117,11 +117,11 @@ class SharedQueue:
         A client that reconnects to another node of the cluster finds its tasks there: those
         still queued or running are followed from here (their result is told here when they
         finish, :meth:`_follow`), those finished while it was away are its ``pendingResults``.
-        A task this node knows is refreshed to its stored status (collected: forgotten). Nothing
-        is told to a listener. A store failure is logged: the node's memory answers alone.
+        A task this node knows that finished elsewhere takes its stored result; one collected
+        elsewhere is forgotten (its result is never told twice). Nothing is told to a listener.
+        A store failure is logged: the node's memory answers alone.
         """
         store = self.runtime.store
-
         known = [i for i, t in self.tasks.items() if t.client_id == client_id]
 
         def read() -> list[Any]:
@@ -151,8 +151,8 @@ class SharedQueue:
                 self.tasks[row.id] = self._known(row)
                 if row.status == "queued":
                     self._queued.append(row.id)
-            elif task.status != row.status and row.status in ("running", "finished"):
-                task.status, task.result = row.status, (row.payload or {}).get("result")
-            if row.status != "queued":
+            elif row.status == "finished" and task.status in ("queued", "running"):
+                # finished elsewhere (a known task's other changes are this node's, or followed)
+                task.status, task.result = "finished", (row.payload or {}).get("result")
                 with contextlib.suppress(ValueError):
                     self._queued.remove(row.id)
