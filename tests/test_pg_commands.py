@@ -73,3 +73,27 @@ async def test_app_server_threads_turns_usage_and_processes_on_postgres(tmp_path
     texts = [t for (t,) in _rows(pg_url, "SELECT text FROM items WHERE thread_id = %s ORDER BY seq", (thread_id,))]
     assert any("hello from the app-server" in (t or "") for t in texts)
     assert not (home / "roost.db").exists()
+
+
+def test_run_repl_and_objectives_on_postgres(tmp_path: Path, pg_url: str) -> None:
+    home, script = _setup(tmp_path)
+    env = scripted_env(home, script, ROOST_DATABASE_URL=pg_url)
+
+    def roost(*args: str, stdin: str | None = None) -> str:
+        done = subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=120, env=env,
+                              cwd=tmp_path, input=stdin)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    roost("init")
+    roost("run", "-c", ".roost/config/orchestration.yaml", "say hi")
+    (run_id,), = _rows(pg_url, "SELECT id FROM threads WHERE kind = 'orchestration'")
+    assert run_id in roost("sessions", "--json", "--all")
+    roost("repl", stdin="hello repl\n/exit\n")
+    (chat_id,), = _rows(pg_url, "SELECT id FROM threads WHERE kind = 'chat'")
+    assert "hello repl" in roost("sessions", "--repl", "--json") and chat_id in roost("sessions", "--repl", "--json")
+    objective = roost("objective", "create", "--title", "obj one", "--tasks", "a", "--tasks", "b").strip()
+    assert _rows(pg_url, "SELECT id, title FROM objectives") == [(objective, "obj one")]
+    listed = json.loads(roost("objective", "list", "--json"))
+    assert [o["id"] for o in listed["items"]] == [objective]
+    assert not (home / "roost.db").exists()
