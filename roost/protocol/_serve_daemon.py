@@ -404,6 +404,8 @@ class ServeDaemon:
     ) -> None:
         key = f"{scope}/{client_id}" if client_id else f"{scope}/conn-{next(_anon)}"
         client = self._client(key, client_id, anonymous=client_id is None)
+        if client_id:  # its tasks of other nodes of the cluster (the hello's inFlight, pendingResults)
+            await self.queue.adopt_client(key)
         holder: list[ConnectionActor] = []
         outbox = Outbox(
             self.options.outbox_lines,
@@ -652,8 +654,10 @@ class ServeDaemon:
         return None if answer is None else answer is True
 
     async def _prompt(self, task: QueuedTask, event: dict, kind: str) -> Any:
-        """Ask ``event`` of the task's client (None at once for a task without one)."""
-        if task.client_id is None:
+        """Ask ``event`` of the task's client (None at once for a task without one here)."""
+        if task.client_id is None or task.foreign:
+            # a task dispatched on another node of the cluster: its client is not attached here
+            # (client ids are per node); the unattended policy decides
             return None
         client = self._client(task.client_id)
         return await prompt_client(client, event, kind, grace=self.options.reconnect_grace, task_id=task.id)
@@ -680,10 +684,14 @@ class ServeDaemon:
         self._translators.pop(task.id, None)
         self._resume_told.discard(task.id)
         client = self.clients.get(task.client_id or "")
+        if task.foreign and client is not None and client.anonymous:
+            client = None  # anonymous keys are per node: another node's client of the same key
         conn = client.live() if client is not None else None
-        if conn is not None:
+        if conn is not None:  # (a foreign task's: its named client reconnected here)
             conn.send(self._result(task))
             self._spawn(self.queue.mark_collected, task.id)
+        elif task.foreign:  # its client is told by the node it attaches to (each follows the row)
+            return
         elif task.client_id is None or (client is not None and client.anonymous) or "/conn-" in (task.client_id or ""):
             self._spawn(self.queue.mark_collected, task.id)  # nobody can ever collect it
 

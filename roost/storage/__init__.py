@@ -1,4 +1,5 @@
-"""Persistence: the SQLite schema and migrations, the group-commit writer, readers and leases.
+"""Persistence: the SQLite and PostgreSQL schemas and migrations, the group-commit writers,
+readers and leases.
 
 Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translation), ``_schema``
 (versioned migrations), ``_writer`` (:class:`StoreWriter`), ``_store`` (:class:`Store`,
@@ -6,8 +7,11 @@ Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translatio
 ``_reconcile``, ``_processes`` (tool process groups, reaped after a crash), ``_interface`` (the
 store interface, :class:`StoreBackend`, which :class:`Store` implements through ``_sqlite_ops``)
 and the data modules ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``,
-``_memory``, ``_queries``: plain functions of a connection, writers to be passed to
-:meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`.
+``_memory``, ``_queries``, ``_cluster`` (the shared task queue's claims, node heartbeats):
+plain functions of a connection, writers to be passed to
+:meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`. The ``_pg_*`` modules are
+the PostgreSQL backend (:class:`PostgresStore`); every public data function here takes either
+backend's connection (``_dispatch``, ``_portable``), so :func:`open_backend` picks the backend.
 
 This room never imports ``roost.actors`` or ``roost.protocol``.
 
@@ -31,10 +35,19 @@ from ._bgprocs import running_owners as running_owners
 from ._bgprocs import update_bg_process as update_bg_process
 from ._blobs import read_blob as read_blob
 from ._blobs import read_blob_chunk as read_blob_chunk
+from ._cluster import beat_node as beat_node
+from ._cluster import claim_daemon_task as claim_daemon_task
+from ._cluster import db_clock as db_clock
+from ._cluster import forget_node as forget_node
+from ._cluster import list_nodes as list_nodes
+from ._cluster import owner_gone as owner_gone
+from ._cluster import queue_depth as queue_depth
+from ._cluster import task_lease_key as task_lease_key
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._connect import connect as connect
 from ._connect import immediate as immediate
 from ._connect import translate_error as translate_error
+from ._dispatch import by_connection as _by_connection
 from ._interface import OPERATIONS as OPERATIONS
 from ._interface import ConnT as ConnT
 from ._interface import InputStore as InputStore
@@ -112,6 +125,7 @@ from ._schedules2 import record_skipped as record_skipped
 from ._schedules2 import remove_job as remove_job
 from ._schedules2 import request_run as request_run
 from ._schedules2 import schedule_changes as schedule_changes
+from ._schedules2 import schedule_snapshot as schedule_snapshot
 from ._schedules2 import set_job_enabled as set_job_enabled
 from ._schema import migrate as migrate
 from ._schema import schema_version as schema_version
@@ -152,6 +166,14 @@ from .leases import hand_over as hand_over
 from .leases import release as release
 from .leases import renew as renew
 from .leases import thread_lease_key as thread_lease_key
+
+# The data functions run on either backend's connection (roost/storage/_dispatch.py); the lease
+# functions, reconcile and the portable modules choose by connection themselves.
+_LEASE_OPS = frozenset({"acquire", "renew", "release", "hand_over", "check_fence", "get_lease"})
+for _name in (*OPERATIONS, "put_item"):
+    if _name in globals() and _name not in _LEASE_OPS:
+        globals()[_name] = _by_connection(globals()[_name])
+del _name
 
 if TYPE_CHECKING:
     from ._keeper import Execution as Execution
@@ -282,6 +304,7 @@ __all__ = [
     "set_job_enabled",
     "bump_schedule_changes",
     "schedule_changes",
+    "schedule_snapshot",
     "advance_next_run",
     "request_run",
     "list_requested_runs",
@@ -294,6 +317,14 @@ __all__ = [
     "list_open_runs",
     "list_job_runs",
     "enqueue_daemon_task",
+    "beat_node",
+    "claim_daemon_task",
+    "db_clock",
+    "forget_node",
+    "list_nodes",
+    "owner_gone",
+    "queue_depth",
+    "task_lease_key",
     "get_daemon_task",
     "list_daemon_tasks",
     "update_daemon_task",

@@ -413,3 +413,21 @@ def _m0007_objectives(db: sqlite_utils.Database) -> None:
             PRIMARY KEY (objective_id, idx)
         )""",
     )
+
+
+@MIGRATIONS(name="0008_cluster_nodes")
+def _m0008_cluster_nodes(db: sqlite_utils.Database) -> None:
+    """The nodes of a cluster (issue 13): one heartbeat row per running daemon or runtime,
+    keyed by its lease owner identity; ``last_seen`` and ``ttl`` are unix seconds on the
+    database's clock (roost/storage/_cluster.py)."""
+    _run(
+        db,
+        """CREATE TABLE nodes (
+            owner TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started_at REAL NOT NULL,
+            last_seen REAL NOT NULL,
+            ttl REAL NOT NULL
+        )""",
+    )
