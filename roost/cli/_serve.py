@@ -57,7 +57,9 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             metrics = DaemonMetrics()
-            async with open_runtime(engine_for=metrics.meter(engines.engine_for), tools=builtin_tools()) as runtime:
+            async with open_runtime(
+                engine_for=metrics.meter(engines.engine_for), tools=builtin_tools(), node_kind="serve"
+            ) as runtime:
                 default = engines.default
                 daemon = ServeDaemon(
                     runtime,

@@ -14,6 +14,7 @@ from roost.protocol import (  # noqa: F401  (register methods)
     _as_config,
     _as_content,
     _as_processes,
+    _as_remote,
     _as_runs,
     _as_threads,
     _as_turns,
@@ -50,8 +51,11 @@ async def serve_app_server(
     """
     tools = builtin_tools() if tools is None else tools
     try:
-        async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:
+        async with open_runtime(
+            engine_for=engines.engine_for, tools=tools, db_path=db_path, node_kind="app-server"
+        ) as runtime:
             session = AppServerSession(runtime, engines=engines, host=host)
+            _as_remote.install_run_handlers(runtime)
             async with trio.open_nursery() as nursery:
                 processes = ProcessManager(runtime.services, runtime.registry, nursery)
                 await processes.reconcile()

@@ -30,11 +30,14 @@ from ._bgprocs import running_owners as running_owners
 from ._bgprocs import update_bg_process as update_bg_process
 from ._blobs import read_blob as read_blob
 from ._blobs import read_blob_chunk as read_blob_chunk
+from ._bus import BusMessage as BusMessage
+from ._bus import BusNode as BusNode
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._connect import connect as connect
 from ._connect import immediate as immediate
 from ._connect import translate_error as translate_error
 from ._interface import OPERATIONS as OPERATIONS
+from ._interface import BusStore as BusStore
 from ._interface import ConnT as ConnT
 from ._interface import InputStore as InputStore
 from ._interface import ItemStore as ItemStore
@@ -330,6 +333,9 @@ __all__ = [
     "add_objective_task",
     "start_objective_task",
     "finish_objective_task",
+    "BusMessage",
+    "BusNode",
+    "BusStore",
 ]
 
 

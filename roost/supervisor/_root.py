@@ -6,7 +6,9 @@
     ├── store_writer     permanent   the single SQLite writer, group commit
     ├── lease_keeper     permanent   renews this process's execution leases
     ├── threads          permanent   supervisor of ThreadActors (transient, loaded on demand)
-    └── thread_unloader  permanent   stops ThreadActors idle for ROOST_IDLE_UNLOAD_S (reloaded on use)
+    ├── thread_unloader  permanent   stops ThreadActors idle for ROOST_IDLE_UNLOAD_S (reloaded on use)
+    └── node_bus         permanent   where the process is a node (app-server, serve): messages to
+                                     and from the other processes on the store (roost.actors.NodeBus)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import trio
 
 from roost._faults import load_fault_env
 from roost._paths import positive_env
-from roost.actors import Services, ThreadRegistry
+from roost.actors import NodeBus, Services, ThreadRegistry, ThreadRemote
 from roost.errors import StoreError
 from roost.storage import LeaseKeeper, default_owner, open_store, queued_worker_roots, reconcile, translate_error
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
@@ -72,6 +74,7 @@ async def open_runtime(
     owner: str | None = None,
     lease_ttl: float | None = None,
     memory: bool = True,
+    node_kind: str | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start the root tree; yield the :class:`Runtime`; stop it in reverse order on exit.
 
@@ -89,6 +92,10 @@ async def open_runtime(
             leases are renewed every third of it.
         memory: also offer ``memory_save``, ``memory_recall`` and ``context_read`` over this
             runtime's store (see :func:`with_memory_tools`); False offers ``tools`` alone.
+        node_kind: make this process a node of the bus (``"app-server"``, ``"serve"``): input for
+            its threads from other processes on the store is delivered here, and this process
+            forwards input for threads other nodes execute (:class:`roost.actors.ThreadRemote`).
+            None (one-shot commands): not a node.
 
     Raises:
         StoreError: the database cannot be opened or migrated.
@@ -127,6 +134,9 @@ async def open_runtime(
         store=store, keeper=keeper, owner=owner, engine_for=engine_for, tools=tools, lease_ttl=lease_ttl
     )
     registry = ThreadRegistry(make_threads(), services)
+    if node_kind is not None:
+        services.bus = NodeBus(store, owner, node_kind)
+        services.remote = ThreadRemote(services.bus, registry, services)
     load_fault_env()
     # Every start is a fresh instance that rebuilds its state: the writer and keeper services keep
     # their queues (and the held executions) across a restart, the registry reloads threads from
@@ -146,6 +156,11 @@ async def open_runtime(
                 functools.partial(registry.run_idle_unloader, idle_s=idle_unload_s()),
                 restart=Restart.PERMANENT,
                 shutdown_timeout=5,
+            ),
+            *(
+                [ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5)]
+                if services.bus is not None
+                else []
             ),
         ],
         name="root",
