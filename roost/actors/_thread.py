@@ -185,6 +185,10 @@ class ThreadActor(Actor):
         lease = await trio.to_thread.run_sync(read_lease, self.services.store, self.thread.id)
         return live_elsewhere(lease, self.services.owner)
 
+    async def refresh_if_changed(self) -> None:
+        """While idle: reload from the store if another process changed this thread."""
+        await self._refresh_if_changed()
+
     async def _refresh_if_changed(self) -> None:
         """While idle: reload from the store if another process changed this thread."""
         if self.ephemeral or self.active is not None:
@@ -380,6 +384,9 @@ class ThreadActor(Actor):
         if self.inputs.dispatching is not None and msg.input_id != self.inputs.dispatching["id"]:
             raise ThreadBusy(f"thread {self.thread.id} is starting a turn with queued input")
         if msg.check_client_id and msg.client_id is not None and msg.input_id is None:
+            await self._refresh_if_changed()  # a client_id another process consumed counts too
+            if self.active is not None:
+                raise ThreadBusy(f"thread {self.thread.id} is running turn {self.active.id}")
             self._check_new_client_id(msg.client_id)
         if msg.resume_after_turn_id is not None:
             latest = self.turns[-1]["id"] if self.turns else None
@@ -520,6 +527,8 @@ class ThreadActor(Actor):
             # The turn runs in another process: this one cannot interrupt it (app-server-protocol.md
             # answers run/interrupt of a run attached elsewhere the same way, run_not_attached).
             raise ThreadBusy(f"thread {tid} is executing in another process; interrupt it through that app-server")
+        if msg.turn_id is not None and self.turn_view(msg.turn_id) is None:
+            await self._refresh_if_changed()  # a turn another process ran on this thread
         if msg.turn_id is not None:
             for turn in self.turns:
                 if turn["id"] == msg.turn_id:
