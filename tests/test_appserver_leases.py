@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _helpers.appserver import AppServerClient, RemoteError, open_app_server, scripted_env
 
 from roost.errors import ConfigError, LeaseHeld
@@ -58,7 +57,7 @@ def lease_row(home: Path, thread_id: str) -> dict:
     with sqlite3.connect(home / "roost.db") as db:
         row = db.execute("SELECT owner, token, expires_at FROM leases WHERE key = ?",
                          (f"thread:{thread_id}",)).fetchone()
-    return dict(zip(("owner", "token", "expires_at"), row))
+    return dict(zip(("owner", "token", "expires_at"), row, strict=True))
 
 
 def alive(pid: int) -> bool:

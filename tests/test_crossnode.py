@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _helpers.appserver import AppServerClient, RemoteError, open_app_server, scripted_env
 
 
