@@ -45,7 +45,8 @@ def test_open_store_migrates_once_and_is_idempotent(db: Path) -> None:
     with second.read() as conn:
         assert schema_version(conn) == ["0001_core", "0002_schedule_jobs", "0003_tool_processes",
                                         "0004_schedule_settings",
-                                        "0005_attachment_blobs", "0006_background_processes", "0007_objectives"]
+                                        "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
+                                        "0009_node_bus"]
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"threads", "turns", "items", "runs", "held_input", "workers", "schedules",
@@ -248,7 +249,8 @@ async def test_sigkill_mid_write_leaves_a_consistent_database(db: Path) -> None:
         assert got == list(range(1, len(got) + 1))
         assert schema_version(conn) == ["0001_core", "0002_schedule_jobs", "0003_tool_processes",
                                         "0004_schedule_settings",
-                                        "0005_attachment_blobs", "0006_background_processes", "0007_objectives"]
+                                        "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
+                                        "0009_node_bus"]
     with reopened.transaction() as conn:
         conn.execute("INSERT INTO items_fts(items_fts) VALUES ('integrity-check')")
         item = append_item(conn, "t1", type="after")

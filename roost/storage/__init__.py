@@ -32,6 +32,18 @@ from ._blobs import read_blob as read_blob
 from ._blobs import read_blob_chunk as read_blob_chunk
 from ._bus import BusMessage as BusMessage
 from ._bus import BusNode as BusNode
+from ._bus import register_node as register_node
+from ._bus import heartbeat_node as heartbeat_node
+from ._bus import remove_node as remove_node
+from ._bus import list_nodes as list_nodes
+from ._bus import get_node as get_node
+from ._bus import post_message as post_message
+from ._bus import has_pending_messages as has_pending_messages
+from ._bus import claim_messages as claim_messages
+from ._bus import ack_message as ack_message
+from ._bus import cancel_message as cancel_message
+from ._bus import get_message as get_message
+from ._bus import prune_messages as prune_messages
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._connect import connect as connect
 from ._connect import immediate as immediate
@@ -336,6 +348,18 @@ __all__ = [
     "BusMessage",
     "BusNode",
     "BusStore",
+    "register_node",
+    "heartbeat_node",
+    "remove_node",
+    "list_nodes",
+    "get_node",
+    "post_message",
+    "has_pending_messages",
+    "claim_messages",
+    "ack_message",
+    "cancel_message",
+    "get_message",
+    "prune_messages",
 ]
 
 
