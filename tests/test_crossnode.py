@@ -18,14 +18,18 @@ from _helpers.appserver import AppServerClient, RemoteError, open_app_server, sc
 
 
 def write_script(path: Path, go: Path) -> Path:
-    """``wait-go``: a shell tool that prints ``started`` and waits for the file ``go``; ``hang``:
-    one that waits forever (until interrupted)."""
+    """``wait-go``: a shell tool that prints ``started`` and waits for the file ``go``; ``ok-tool``:
+    one that prints ``ok``; ``hang``: one that waits forever (until interrupted)."""
     wait = f"echo started; while [ ! -e {go} ]; do sleep 0.02; done; echo done"
     hang = "echo started; while true; do sleep 0.02; done"
     rules = [
         {
             "match": {"prompt": "^wait-go"},
             "steps": [[{"tool_call": {"name": "shell", "arguments": {"command": wait}}}], [{"text": "went"}]],
+        },
+        {
+            "match": {"prompt": "^ok-tool"},
+            "steps": [[{"tool_call": {"name": "shell", "arguments": {"command": "echo ok"}}}], [{"text": "ran"}]],
         },
         {
             "match": {"prompt": "^hang"},
@@ -167,3 +171,51 @@ async def test_input_for_an_owner_off_the_bus_is_held_not_lost(tmp_path, roost_h
             await a.request("turn/interrupt", {"thread_id": tid})
         assert exc.value.code == "thread_busy"
     assert db_rows(roost_home, "SELECT count(*) FROM bus_messages") == [(0,)]
+
+
+async def test_client_on_a_interrupts_a_run_owned_by_b(tmp_path, roost_home):
+    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
+    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+        tid, node_b = await pair(a, b, tmp_path)
+        start_b = len(b.lines)
+        run = (await b.request("run/start", {"thread_id": tid, "prompt": "hang"}))["run"]
+        await wait_started(b, start_b)
+        assert db_rows(roost_home, "SELECT owner FROM runs WHERE id = ?", run["id"]) == [(node_b,)]
+        stopped = (await a.request("run/interrupt", {"run_id": run["id"]}))["run"]
+        assert stopped["id"] == run["id"] and stopped["status"] == "interrupted"
+        updated = await b.wait_for("run/updated", lambda p: p["run"]["id"] == run["id"], start=start_b)
+        assert updated["run"]["status"] == "interrupted"  # B's client sees its run end
+        again = (await a.request("run/interrupt", {"run_id": run["id"]}))["run"]
+        assert again["status"] == "interrupted"  # terminal now: the stored run, as it is
+
+
+async def test_approvals_of_input_queued_from_a_are_asked_of_the_client_on_a(tmp_path, roost_home):
+    go = tmp_path / "go"
+    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
+    caps = {"capabilities": {"reverse_rpc": {"methods": ["approval/request"]}}}
+    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+        asked_a: list[dict] = []
+        asked_b: list[dict] = []
+        a.approval_handler = lambda p: asked_a.append(p) or True
+        b.approval_handler = lambda p: asked_b.append(p) or True
+        await a.initialize(**caps)
+        await b.initialize(**caps)
+        tid = (await b.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]  # standard: asks
+        await a.request("thread/resume", {"session_id": tid})
+        start_b = len(b.lines)
+        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
+        await wait_started(b, start_b)
+        start_a = len(a.lines)
+        queued = (await a.request("turn/queue", {"thread_id": tid, "prompt": "ok-tool"}))["input"]
+        go.touch()
+        assert (await a.wait_terminal(turn["id"], start=start_a))["turn"]["status"] == "completed"
+        second = await a.wait_for("turn/started", lambda p: p["turn"]["id"] != turn["id"], start=start_a)
+        done = await a.wait_terminal(second["turn"]["id"], start=start_a)
+        assert done["turn"]["status"] == "completed"
+        assert done["turn"]["items"][0]["text"] == queued["prompt"]
+        tools = [i for i in done["turn"]["items"] if i["type"] == "tool_call"]
+        assert [t["status"] for t in tools] == ["completed"], tools  # approved by A's client: it ran
+    # B's client approved its own turn's tool; the turn A's input started asked A's client.
+    assert [p["turn_id"] for p in asked_b] == [turn["id"]]
+    assert [p["turn_id"] for p in asked_a] == [second["turn"]["id"]]
+    assert asked_a[0]["kind"] == "shell_command" and asked_a[0]["command"] == "echo ok"
