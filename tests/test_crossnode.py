@@ -219,3 +219,37 @@ async def test_approvals_of_input_queued_from_a_are_asked_of_the_client_on_a(tmp
     assert [p["turn_id"] for p in asked_b] == [turn["id"]]
     assert [p["turn_id"] for p in asked_a] == [second["turn"]["id"]]
     assert asked_a[0]["kind"] == "shell_command" and asked_a[0]["command"] == "echo ok"
+
+
+async def test_client_on_a_edits_and_withdraws_input_pending_on_b(tmp_path, roost_home):
+    go = tmp_path / "go"
+    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
+    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+        tid, _ = await pair(a, b, tmp_path)
+        start_b = len(b.lines)
+        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
+        await wait_started(b, start_b)  # the tool runs: steers wait for the next model step
+        start_a = len(a.lines)
+        queued = (await a.request("turn/queue", {"thread_id": tid, "prompt": "first", "client_id": "q"}))["input"]
+        edited = await a.request("turn/update-queued", {"thread_id": tid, "input_id": queued["id"], "prompt": "second"})
+        assert edited["input"]["prompt"] == "second"
+        note = await a.wait_for("turn/queued", lambda p: p["state"] == "updated", start=start_a)
+        assert note["input"]["prompt"] == "second"
+        gone = await a.request("turn/dequeue", {"thread_id": tid, "input_id": queued["id"]})
+        assert gone["input"]["id"] == queued["id"]
+        withdrawn = await a.wait_for("turn/dequeued", lambda p: p["input"]["id"] == queued["id"], start=start_a)
+        assert withdrawn["state"] == "withdrawn"
+        steer = await a.request("turn/steer", {"thread_id": tid, "prompt": "never mind", "client_id": "s"})
+        assert steer["delivery"] == "active_turn"
+        unsteered = await a.request("turn/unsteer", {"thread_id": tid, "input_id": steer["input"]["id"]})
+        assert unsteered["input"]["id"] == steer["input"]["id"]
+        await a.wait_for("turn/unsteered", lambda p: p["input"]["id"] == steer["input"]["id"], start=start_a)
+        # the fence of a withdrawn client_id holds across processes too
+        with pytest.raises(RemoteError) as exc:
+            await a.request("turn/queue", {"thread_id": tid, "prompt": "first", "client_id": "q"})
+        assert exc.value.code == "invalid_params"
+        go.touch()
+        assert (await a.wait_terminal(turn["id"], start=start_a))["turn"]["status"] == "completed"
+    users = db_rows(roost_home, "SELECT text FROM items WHERE thread_id = ? AND type = 'user_message'", tid)
+    assert users == [("wait-go",)]  # nothing withdrawn ran
+    assert db_rows(roost_home, "SELECT count(*) FROM turns WHERE thread_id = ?", tid) == [(1,)]

@@ -98,6 +98,8 @@ class NodeBus:
         self._waiters: dict[str, trio.MemorySendChannel[Any]] = {}
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._listener: Any = None  # PostgreSQL's LISTEN connection (None on SQLite)
+        self._listens = True  # until the store says it has no listener (SQLite)
         self.stats = {"sent": 0, "received": 0, "replies": 0, "withdrawn": 0}
 
     # -- registering handlers -------------------------------------------------------------------
@@ -210,40 +212,60 @@ class NodeBus:
     async def serve(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Register this node, then claim and dispatch its messages until cancelled.
 
+        Store errors (a busy, read-only or unreachable database) never end the loop: they are
+        logged and the loop retries every :data:`POLL_MAX` x 10 seconds, so a node whose store
+        cannot take writes still serves its own clients.
+
         Cancellation: ends the loop; handlers still running are cancelled; the node is removed
         from ``bus_nodes`` (best effort, shielded and bounded).
         """
-        await self.store.writer.submit(self.store.register_node, self.node_id, self.kind)
-        listener = await trio.to_thread.run_sync(self.store.bus_listener, self.node_id)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._housekeeping)
                 task_status.started(self)
-                await self._loop(listener)
+                await self._loop()
         finally:
             self._nursery = None
-            if listener is not None:
-                listener.close()
+            self._close_listener()
             with trio.move_on_after(2, shield=True):
                 try:
                     await self.store.writer.submit(self.store.remove_node, self.node_id)
                 except RoostError:
                     pass  # the store is closing: the heartbeat ages out instead
 
-    async def _loop(self, listener: Any) -> None:
-        interval = self.poll_min
+    async def _loop(self) -> None:
+        interval, failing = self.poll_min, ""
         while True:
-            if await self._poll_once():
-                interval = self.poll_min
-                continue
-            interval = self.poll_min if self._waiters else min(interval * 2, self.poll_max)
-            if listener is not None:
-                await trio.to_thread.run_sync(listener.wait, interval, abandon_on_cancel=True)
-            else:
-                with trio.move_on_after(interval):
-                    await self._wake.wait()
-                self._wake = trio.Event()
+            try:
+                if self._listener is None and self._listens:
+                    self._listener = await trio.to_thread.run_sync(self.store.bus_listener, self.node_id)
+                    self._listens = self._listener is not None
+                if await self._poll_once():
+                    interval, failing = self.poll_min, ""
+                    continue
+                interval = self.poll_min if self._waiters else min(interval * 2, self.poll_max)
+                await self._wait(interval)
+            except RoostError as exc:
+                if str(exc) != failing:
+                    log.warning("bus: %s; retrying", exc)
+                failing = str(exc)
+                self._close_listener()
+                await trio.sleep(self.poll_max * 10)
+
+    async def _wait(self, interval: float) -> None:
+        """Until a wake-up (NOTIFY, or a message this node posted to itself) or ``interval`` s."""
+        if self._listener is not None:
+            await trio.to_thread.run_sync(self._listener.wait, interval, abandon_on_cancel=True)
+            return
+        with trio.move_on_after(interval):
+            await self._wake.wait()
+        self._wake = trio.Event()
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
     async def _poll_once(self) -> bool:
         """Claim and dispatch what waits for this node; return whether anything did."""
@@ -317,8 +339,13 @@ class NodeBus:
             self._wake.set()
 
     async def _housekeeping(self) -> None:
-        """Heartbeat every :data:`HEARTBEAT_S` seconds; delete old handled messages now and then."""
+        """Register, then heartbeat every :data:`HEARTBEAT_S` seconds (registering again when the
+        row is gone); delete old handled messages now and then."""
         last_prune = 0.0
+        try:
+            await self.store.writer.submit(self.store.register_node, self.node_id, self.kind)
+        except RoostError as exc:
+            log.warning("bus: cannot register node %s: %s", self.node_id, exc)
         while True:
             await trio.sleep(HEARTBEAT_S)
             try:

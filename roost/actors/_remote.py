@@ -36,7 +36,18 @@ from typing import Any
 import trio
 
 from roost._json import dumps_line, loads
-from roost.actors._messages import InterruptTurn, Origin, QueueInput, Snapshot, SteerInput, Subscribe, Unsubscribe
+from roost.actors._messages import (
+    Dequeue,
+    InterruptTurn,
+    Origin,
+    QueueInput,
+    Snapshot,
+    SteerInput,
+    Subscribe,
+    Unsteer,
+    Unsubscribe,
+    UpdateQueued,
+)
 from roost.actors._thread_store import live_elsewhere, read_lease
 from roost.errors import InvalidParams, NodeUnreachable
 from roost.storage import new_id
@@ -49,7 +60,8 @@ log = logging.getLogger("roost.remote")
 RELAY_S = 600.0
 #: Most notifications a relay keeps waiting to be posted (beyond: dropped, logged).
 RELAY_BUFFER = 4096
-_OPS = ("interrupt", "steer", "queue")
+#: Forwarded ops whose actor reply is the input view (answered as ``{input}``).
+_INPUT_REPLIES = frozenset({"queue", "dequeue", "unsteer", "update_queued"})
 
 
 def _relayed(method: str) -> bool:
@@ -140,8 +152,9 @@ class ThreadRemote:
         return owner if await self.bus.node_alive(owner) else None
 
     async def forward(self, node: str, op: str, thread_id: str, params: dict, *, session: Any = None) -> Any:
-        """Apply ``op`` (``interrupt``, ``steer``, ``queue``) with ``params`` to ``thread_id`` on
-        ``node``; return the result its ThreadActor gave.
+        """Apply ``op`` (``interrupt``, ``steer``, ``queue``, ``dequeue``, ``unsteer``,
+        ``update_queued``) with ``params`` to ``thread_id`` on ``node``; return the result its
+        ThreadActor gave (the input-view ops as ``{input}``, like the app-server methods).
 
         ``session``: the asking client (approvals of a turn the input starts are asked of it).
 
@@ -150,7 +163,7 @@ class ThreadRemote:
             NodeUnreachable: ``delivered`` False: withdrawn unclaimed, apply the local rules;
                 True: it took the input and stopped answering.
         """
-        if op not in _OPS:
+        if op not in _BUILDERS:
             raise InvalidParams(f"cannot forward {op!r}")
         origin = {"node": self.bus.node_id, "session": self._session_key(session), "client_id": _client_id(session)}
         body = {"op": op, "thread_id": thread_id, "params": params, "origin": origin}
@@ -196,39 +209,15 @@ class ThreadRemote:
         """Apply forwarded input through the thread's actor, as local input; relay its notifications."""
         data = message.body.get("data") or {}
         op, params = data.get("op"), data.get("params") or {}
-        if op not in _OPS or not isinstance(params, dict):
+        build = _BUILDERS.get(str(op))
+        if build is None or not isinstance(params, dict):
             raise InvalidParams(f"thread.input: unknown op {op!r}")
         actor = await self.registry.get(str(data.get("thread_id")))
         await self._relay(actor, message.sender)
-        origin = self._origin(data.get("origin") or {})
-        if op == "interrupt":
-            return await actor.ref.ask(InterruptTurn(turn_id=params.get("turn_id")))
-        images = tuple(params.get("images") or ())
-        if op == "queue":
-            entry = await actor.ref.ask(
-                QueueInput(
-                    prompt=params.get("prompt") or "",
-                    hold=bool(params.get("hold")),
-                    client_id=params.get("client_id"),
-                    images=images,
-                    content_parts=params.get("content_parts"),
-                    origin=origin,
-                )
-            )
-            return {"input": entry}
         if params.get("input_id"):
             await actor.ref.ask(Snapshot(0))  # merges held work the asking node added to the store
-        return await actor.ref.ask(
-            SteerInput(
-                prompt=params.get("prompt"),
-                expected_turn_id=params.get("expected_turn_id"),
-                client_id=params.get("client_id"),
-                input_id=params.get("input_id"),
-                images=images,
-                content_parts=params.get("content_parts"),
-                origin=origin,
-            )
-        )
+        reply = await actor.ref.ask(build(params, self._origin(data.get("origin") or {})))
+        return {"input": reply} if op in _INPUT_REPLIES else reply
 
     async def _relay(self, actor: Any, node: str) -> None:
         """Relay ``actor``'s notifications to ``node`` (start, or renew an existing relay)."""
@@ -260,3 +249,39 @@ class ThreadRemote:
 
 def _client_id(session: Any) -> str:
     return str(getattr(session, "client_name", None) or "remote")
+
+
+def _queue(p: dict, origin: Origin) -> QueueInput:
+    return QueueInput(
+        prompt=p.get("prompt") or "",
+        hold=bool(p.get("hold")),
+        client_id=p.get("client_id"),
+        images=tuple(p.get("images") or ()),
+        content_parts=p.get("content_parts"),
+        origin=origin,
+    )
+
+
+def _steer(p: dict, origin: Origin) -> SteerInput:
+    return SteerInput(
+        prompt=p.get("prompt"),
+        expected_turn_id=p.get("expected_turn_id"),
+        client_id=p.get("client_id"),
+        input_id=p.get("input_id"),
+        images=tuple(p.get("images") or ()),
+        content_parts=p.get("content_parts"),
+        origin=origin,
+    )
+
+
+#: op -> the ThreadActor message that applies it (built from the forwarded params and origin).
+_BUILDERS: dict[str, Any] = {
+    "interrupt": lambda p, origin: InterruptTurn(turn_id=p.get("turn_id")),
+    "queue": _queue,
+    "steer": _steer,
+    "dequeue": lambda p, origin: Dequeue(input_id=str(p.get("input_id"))),
+    "unsteer": lambda p, origin: Unsteer(input_id=str(p.get("input_id"))),
+    "update_queued": lambda p, origin: UpdateQueued(
+        input_id=str(p.get("input_id")), prompt=str(p.get("prompt") or ""), content_parts=p.get("content_parts")
+    ),
+}

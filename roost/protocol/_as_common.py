@@ -106,11 +106,12 @@ async def check_no_foreign_lease(session: Any, thread_id: str) -> None:
         raise ThreadBusy(f"thread {thread_id} is executing in another process ({lease['owner']})")
 
 
-async def forwarded(session: Any, op: str, thread_id: str, params: dict) -> dict | None:
-    """``op``'s result from the node that executes ``thread_id``, or None to apply it locally.
+async def forwarded(session: Any, actor: Any, op: str, params: dict) -> dict | None:
+    """``op``'s result from the node that executes ``actor``'s thread, or None to apply it locally.
 
-    None when no other node on the bus executes the thread now, or when that node did not take
-    the request in time (withdrawn unclaimed: it will never run there).
+    None when the thread runs here (or is ephemeral), when no other node on the bus executes it
+    now, or when that node did not take the request in time (withdrawn unclaimed: it will never
+    run there).
 
     Raises:
         ProtocolError: the executing node's answer was an error (the same code).
@@ -118,8 +119,9 @@ async def forwarded(session: Any, op: str, thread_id: str, params: dict) -> dict
             a retry with the same ``client_id`` is deduplicated).
     """
     remote = session.runtime.services.remote
-    if remote is None:
+    if remote is None or actor.ephemeral or actor.active is not None:
         return None
+    thread_id = actor.thread.id
     node = await remote.executing_node(thread_id)
     if node is None:
         return None

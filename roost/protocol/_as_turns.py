@@ -327,7 +327,7 @@ async def turn_interrupt(session: AppServerSession, params: Any) -> dict:
     """
     p = check_params("turn/interrupt", params, {"thread_id": (STR, True), "turn_id": (STR, False)})
     actor = await thread_actor(session, p["thread_id"])
-    remote = await forwarded(session, "interrupt", p["thread_id"], {"turn_id": p.get("turn_id")})
+    remote = await forwarded(session, actor, "interrupt", {"turn_id": p.get("turn_id")})
     if remote is not None:
         return remote
     return await actor.ref.ask(InterruptTurn(turn_id=p.get("turn_id")))
@@ -351,7 +351,7 @@ async def turn_queue(session: AppServerSession, params: Any) -> dict:
     _check_permission(actor, p)
     if not p.get("hold"):
         wire = {"prompt": prompt, "client_id": p.get("client_id"), "images": list(images), "content_parts": parts}
-        remote = await forwarded(session, "queue", p["thread_id"], wire)
+        remote = await forwarded(session, actor, "queue", wire)
         if remote is not None:
             return remote
     entry = await actor.ref.ask(
@@ -380,7 +380,19 @@ async def turn_update_queued(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     parts = check_content_parts(p.get("content_parts"), p["prompt"])
+    if not _knows_input(actor, p["input_id"]):
+        wire = {"input_id": p["input_id"], "prompt": p["prompt"], "content_parts": parts}
+        remote = await forwarded(session, actor, "update_queued", wire)
+        if remote is not None:
+            return remote
     return {"input": await actor.ref.ask(UpdateQueued(input_id=p["input_id"], prompt=p["prompt"], content_parts=parts))}
+
+
+def _knows_input(actor: Any, input_id: str) -> bool:
+    """Whether ``input_id`` is this process's own pending or held input of ``actor``'s thread (not
+    input of an execution in another process, which that process manages)."""
+    inputs = actor.inputs
+    return any(e["id"] == input_id and not e.get("_foreign") for e in inputs.pending + inputs.held)
 
 
 @method("turn/dequeue")
@@ -388,6 +400,10 @@ async def turn_dequeue(session: AppServerSession, params: Any) -> dict:
     """``turn/dequeue``: withdraw pending or held input. Result ``{input}``; emits turn/dequeued."""
     p = check_params("turn/dequeue", params, {"thread_id": (STR, True), "input_id": (STR, True)})
     actor = await thread_actor(session, p["thread_id"])
+    if not _knows_input(actor, p["input_id"]):
+        remote = await forwarded(session, actor, "dequeue", {"input_id": p["input_id"]})
+        if remote is not None:
+            return remote
     return {"input": await actor.ref.ask(Dequeue(input_id=p["input_id"]))}
 
 
@@ -415,7 +431,7 @@ async def turn_steer(session: AppServerSession, params: Any) -> dict:
         "images": list(images),
         "content_parts": parts,
     }
-    remote = await forwarded(session, "steer", p["thread_id"], wire)
+    remote = await forwarded(session, actor, "steer", wire)
     if remote is not None:
         return remote
     if actor.active is None:
@@ -438,4 +454,8 @@ async def turn_unsteer(session: AppServerSession, params: Any) -> dict:
     """``turn/unsteer``: withdraw a steer not yet admitted. Result ``{input}``; emits turn/unsteered."""
     p = check_params("turn/unsteer", params, {"thread_id": (STR, True), "input_id": (STR, True)})
     actor = await thread_actor(session, p["thread_id"])
+    if not _knows_input(actor, p["input_id"]):
+        remote = await forwarded(session, actor, "unsteer", {"input_id": p["input_id"]})
+        if remote is not None:
+            return remote
     return {"input": await actor.ref.ask(Unsteer(input_id=p["input_id"]))}
