@@ -9,6 +9,7 @@ on files the tools write, never on sleeps.
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import time
 from pathlib import Path
@@ -253,3 +254,53 @@ async def test_client_on_a_edits_and_withdraws_input_pending_on_b(tmp_path, roos
     users = db_rows(roost_home, "SELECT text FROM items WHERE thread_id = ? AND type = 'user_message'", tid)
     assert users == [("wait-go",)]  # nothing withdrawn ran
     assert db_rows(roost_home, "SELECT count(*) FROM turns WHERE thread_id = ?", tid) == [(1,)]
+
+
+async def test_input_for_a_dead_owner_follows_the_local_rules(tmp_path, roost_home):
+    """B is killed mid-turn: its lease is a dead process's, so A's input is not forwarded; it is
+    admitted here by the ordinary rules (the abandoned turn is settled first) and runs once."""
+    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
+    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+        tid, _ = await pair(a, b, tmp_path)
+        start_b = len(b.lines)
+        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "hang"}))["turn"]
+        await wait_started(b, start_b)
+        b.process.kill()
+        await b.process.wait()
+        start_a = len(a.lines)
+        sent = await a.request("turn/steer", {"thread_id": tid, "prompt": "after b died", "client_id": "d-1"})
+        assert sent["delivery"] == "queued" and "turn" in sent  # an idle thread here: it starts a turn
+        done = await a.wait_terminal(sent["turn"]["id"], start=start_a)
+        assert done["turn"]["status"] == "completed"
+    rows = db_rows(roost_home, "SELECT id, status FROM turns WHERE thread_id = ? ORDER BY started_at", tid)
+    assert rows == [(turn["id"], "interrupted"), (sent["turn"]["id"], "completed")]
+
+
+async def test_a_paused_owner_never_applies_input_it_did_not_take_in_time(tmp_path, roost_home):
+    """B is paused (SIGSTOP) with a live lease: A's queue is withdrawn unclaimed after the claim
+    timeout and held here visibly; once B resumes it never applies it, and answers again."""
+    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
+    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+        tid, _ = await pair(a, b, tmp_path)
+        start_b = len(b.lines)
+        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "hang"}))["turn"]
+        await wait_started(b, start_b)
+        b.process.send_signal(signal.SIGSTOP)
+        try:
+            queued = (
+                await a.request(
+                    "turn/queue", {"thread_id": tid, "prompt": "while paused", "client_id": "p-1"}, timeout=60
+                )
+            )["input"]
+        finally:
+            b.process.send_signal(signal.SIGCONT)
+        assert queued["held"] is True
+        start_a = len(a.lines)
+        reply = await a.request("turn/interrupt", {"thread_id": tid})  # B answers again
+        assert reply["interrupted"] is True
+        assert (await a.wait_terminal(turn["id"], start=start_a))["turn"]["status"] == "interrupted"
+    assert db_rows(roost_home, "SELECT held, client_id FROM held_input WHERE thread_id = ?", tid) == [(1, "p-1")]
+    assert db_rows(
+        roost_home, "SELECT count(*) FROM bus_messages WHERE kind = 'thread.input' AND status = 'cancelled'"
+    ) == [(1,)]
+    assert not [m for m in b.notifications("turn/queued") if m["params"]["input"]["id"] == queued["id"]]
