@@ -77,6 +77,7 @@ class _Relay:
         self.send, self.recv = trio.open_memory_channel[bytes](RELAY_BUFFER)
         self.until = trio.current_time() + RELAY_S
         self.dropped = 0
+        self.actor: Any = None  # the ThreadActor it is subscribed to
 
     def deliver(self, line: bytes) -> None:
         try:
@@ -84,7 +85,7 @@ class _Relay:
         except trio.WouldBlock:
             self.dropped += 1
 
-    async def run(self, actor: Any) -> None:
+    async def run(self) -> None:
         """Post batches of notifications until :attr:`until`; then unsubscribe."""
         try:
             while True:
@@ -108,7 +109,7 @@ class _Relay:
             self.remote.relays.pop((self.thread_id, self.node), None)
             with trio.move_on_after(2, shield=True):
                 try:
-                    await actor.ref.ask(Unsubscribe(self))
+                    await self.actor.ref.ask(Unsubscribe(self))
                 except Exception:
                     pass  # the actor stopped: its hub is gone with it
             if self.dropped:
@@ -220,16 +221,17 @@ class ThreadRemote:
         return {"input": reply} if op in _INPUT_REPLIES else reply
 
     async def _relay(self, actor: Any, node: str) -> None:
-        """Relay ``actor``'s notifications to ``node`` (start, or renew an existing relay)."""
+        """Relay ``actor``'s notifications to ``node`` (start, or renew an existing relay; a
+        thread actor restarted since then gets the relay subscribed again: idempotent)."""
         key = (actor.thread.id, node)
         relay = self.relays.get(key)
-        if relay is not None:
-            relay.until = trio.current_time() + RELAY_S
-            return
-        relay = _Relay(self, actor.thread.id, node)
-        self.relays[key] = relay
+        if relay is None:
+            relay = self.relays[key] = _Relay(self, actor.thread.id, node)
+            relay.actor = actor
+            self.bus.spawn(relay.run)
+        relay.until = trio.current_time() + RELAY_S
+        relay.actor = actor
         await actor.ref.ask(Subscribe(relay))
-        self.bus.spawn(relay.run, actor)
 
     def _origin(self, wire: dict) -> Origin:
         """The Origin of forwarded input: approvals go back to the asking client on its node."""
