@@ -48,9 +48,9 @@ from roost.actors._messages import (
     Unsubscribe,
     UpdateQueued,
 )
-from roost.actors._thread_store import live_elsewhere, read_lease
+from roost.actors._thread_store import live_elsewhere
 from roost.errors import InvalidParams, NodeUnreachable
-from roost.storage import new_id
+from roost.storage import leases, new_id
 
 __all__ = ["ThreadRemote", "RELAY_S"]
 
@@ -145,7 +145,13 @@ class ThreadRemote:
         A live lease of an owner that is not on the bus (e.g. ``roost exec``), or no live lease
         of another owner, gives None: the local rules apply.
         """
-        lease = await trio.to_thread.run_sync(read_lease, self.services.store, thread_id)
+        store = self.services.store
+
+        def read() -> dict | None:
+            with store.read() as conn:
+                return store.get_lease(conn, leases.thread_lease_key(thread_id))
+
+        lease = await trio.to_thread.run_sync(read)
         if not live_elsewhere(lease, self.services.owner):
             return None
         assert lease is not None
