@@ -55,6 +55,7 @@ from roost.actors._messages import (
     UpdateThread,
 )
 from roost.actors._thread_inputs import PendingInputs, public_input
+from roost.actors._thread_interrupt import interrupt
 from roost.actors._thread_store import (
     apply_state,
     live_elsewhere,
@@ -498,50 +499,6 @@ class ThreadActor(Actor):
         self.history.extend(history_from_items([user]))
         return user
 
-    async def _interrupt(self, msg: InterruptTurn) -> dict:
-        """Interrupt the active turn; answered deterministically in every state.
-
-        Active (admitted, also before turn/started went out, or already settling): its scope is
-        cancelled (idempotent) and the reply says ``interrupted: true`` with the turn ``interrupting``.
-        Queued input about to start a turn: the start is withdrawn, the input becomes held work,
-        ``interrupted: true``. Otherwise the latest (or named) turn as it is, ``interrupted: false``.
-        """
-        tid = self.thread.id
-        active = self.active
-        inputs = self.inputs
-        if active is None and inputs.dispatching is not None and msg.turn_id is None:
-            if inputs.dispatch_cancelled is None:
-                inputs.dispatch_cancelled = msg.reason
-            latest = self.turns[-1] if self.turns else None
-            return {"thread_id": tid, "turn": latest, "interrupted": True, "input": public_input(inputs.dispatching)}
-        if active is not None and (msg.turn_id is None or msg.turn_id == active.id):
-            view = active.view()
-            view["thread_id"] = tid
-            if not active.interrupt(msg.reason):
-                # Already settling with an outcome of its own (completed, failed, lease lost).
-                return {"thread_id": tid, "turn": view, "interrupted": False}
-            # Asked again while it settles: the same answer as the first time (idempotent).
-            view["status"] = "interrupting"
-            return {"thread_id": tid, "turn": view, "interrupted": True}
-        if not self.ephemeral and await self._busy_elsewhere():
-            # The turn runs in another process: this one cannot interrupt it (app-server-protocol.md
-            # answers run/interrupt of a run attached elsewhere the same way, run_not_attached).
-            raise ThreadBusy(f"thread {tid} is executing in another process; interrupt it through that app-server")
-        if msg.turn_id is not None and self.turn_view(msg.turn_id) is None:
-            await self._refresh_if_changed()  # a turn another process ran on this thread
-        if msg.turn_id is not None:
-            for turn in self.turns:
-                if turn["id"] == msg.turn_id:
-                    return {"thread_id": tid, "turn": turn, "interrupted": False}
-            raise TurnNotFound(f"thread {tid} has no turn {msg.turn_id}")
-        latest = self.turns[-1] if self.turns else None
-        if self.tree is not None and self.worker_id is None and self.tree.live:
-            # No active turn, but live workers: freeze them (each emits its terminal agent/updated).
-            frozen = await self.tree.freeze(msg.reason)
-            self.emit("thread/updated", {"thread": self.view()})
-            return {"thread_id": tid, "turn": latest, "interrupted": True, "workers_frozen": frozen}
-        return {"thread_id": tid, "turn": latest, "interrupted": False}
-
     async def _snapshot(self, msg: Snapshot) -> dict:
         await self._refresh_if_changed()
         if not self.ephemeral:  # held work another process on this store added or sent
@@ -601,7 +558,7 @@ class ThreadActor(Actor):
 
 _HANDLERS = {
     StartTurn: ThreadActor._start_turn,
-    InterruptTurn: ThreadActor._interrupt,
+    InterruptTurn: interrupt,
     QueueInput: lambda actor, msg: actor.inputs.queue(msg),
     UpdateQueued: lambda actor, msg: actor.inputs.update_queued(msg),
     Dequeue: lambda actor, msg: actor.inputs.dequeue(msg),
