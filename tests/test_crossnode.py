@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 from _helpers.appserver import AppServerClient, RemoteError, open_app_server, scripted_env
+from _helpers.timing import scaled
 
 
 def write_script(path: Path, go: Path) -> Path:
@@ -304,3 +306,27 @@ async def test_a_paused_owner_never_applies_input_it_did_not_take_in_time(tmp_pa
         roost_home, "SELECT count(*) FROM bus_messages WHERE kind = 'thread.input' AND status = 'cancelled'"
     ) == [(1,)]
     assert not [m for m in b.notifications("turn/queued") if m["params"]["input"]["id"] == queued["id"]]
+
+
+async def test_a_client_following_a_thread_b_executes_sees_its_turn_end(tmp_path, roost_home):
+    """No input from A at all: subscribing on A to a thread B runs relays B's notifications of it."""
+    go = tmp_path / "go"
+    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
+    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+        await a.initialize()
+        await b.initialize()
+        tid = (await b.request("thread/start", {"cwd": str(tmp_path), "permission_mode": "unconfined"}))["thread"]["id"]
+        start_b = len(b.lines)
+        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
+        await wait_started(b, start_b)
+        start_a = len(a.lines)
+        await a.request("thread/resume", {"session_id": tid})  # follows the thread from now on
+        with trio.fail_after(scaled(20)):  # the relay is set up once B claims the follow request
+            while not db_rows(
+                roost_home, "SELECT 1 FROM bus_messages WHERE kind = 'thread.follow' AND status = 'done'"
+            ):
+                await trio.sleep(0.05)
+        go.touch()
+        done = await a.wait_terminal(turn["id"], start=start_a)
+        assert done["turn"]["status"] == "completed"
+        assert [i["type"] for i in done["turn"]["items"]] == ["user_message", "tool_call", "agent_message"]

@@ -13,7 +13,8 @@ thread's event hub on B (:class:`_Relay`); it posts the thread's notifications t
 Streaming deltas (``item/*/delta``, ``item/toolCall/outputDelta``) are not relayed; every
 ``item/started``/``item/completed``, turn, pending-input (turn/steered, turn/queued, turn/dequeued,
 turn/held, ...) and thread notification is. A relay lives :data:`RELAY_S` seconds after the last
-forwarded input (renewed by each).
+forwarded input (renewed by each). A client that subscribes on A to a thread B executes at that
+moment (``thread/resume``...) gets a relay too (:meth:`ThreadRemote.follow`, ``thread.follow``).
 
 Approvals: input forwarded from A carries its client's origin (``{node, session}``); a turn that
 input starts on B asks its approvals of that client, as an ``approval.request`` back to A
@@ -60,6 +61,8 @@ log = logging.getLogger("roost.remote")
 RELAY_S = 600.0
 #: Most notifications a relay keeps waiting to be posted (beyond: dropped, logged).
 RELAY_BUFFER = 4096
+#: Seconds a ``thread.follow`` may wait to be claimed (after that the follower simply misses it).
+CLAIM_TTL = 10.0
 #: Forwarded ops whose actor reply is the input view (answered as ``{input}``).
 _INPUT_REPLIES = frozenset({"queue", "dequeue", "unsteer", "update_queued"})
 
@@ -136,6 +139,7 @@ class ThreadRemote:
         bus.on("thread.input", self._on_input)
         bus.on("thread.events", self._on_events, inline=True)
         bus.on("approval.request", self._on_approval)
+        bus.on("thread.follow", self._on_follow)
 
     # -- the asking node ------------------------------------------------------------------------
 
@@ -175,6 +179,13 @@ class ThreadRemote:
         origin = {"node": self.bus.node_id, "session": self._session_key(session), "client_id": _client_id(session)}
         body = {"op": op, "thread_id": thread_id, "params": params, "origin": origin}
         return await self.bus.request(node, "thread.input", body)
+
+    async def follow(self, thread_id: str) -> None:
+        """Ask the node that executes ``thread_id`` now (if another node on the bus) to relay its
+        notifications of it here (a one-way ``thread.follow``; nothing happens when none does)."""
+        node = await self.executing_node(thread_id)
+        if node is not None:
+            await self.bus.send(node, "thread.follow", {"thread_id": thread_id}, ttl=CLAIM_TTL)
 
     def _session_key(self, session: Any) -> str | None:
         """A key naming ``session`` on this node, if it can answer approvals (else None)."""
@@ -225,6 +236,11 @@ class ThreadRemote:
             await actor.ref.ask(Snapshot(0))  # merges held work the asking node added to the store
         reply = await actor.ref.ask(build(params, self._origin(data.get("origin") or {})))
         return {"input": reply} if op in _INPUT_REPLIES else reply
+
+    async def _on_follow(self, message: Any) -> None:
+        """Another node's client follows a thread this node executes: relay its notifications."""
+        data = message.body.get("data") or {}
+        await self._relay(await self.registry.get(str(data.get("thread_id"))), message.sender)
 
     async def _relay(self, actor: Any, node: str) -> None:
         """Relay ``actor``'s notifications to ``node`` (start, or renew an existing relay; a
