@@ -35,6 +35,16 @@ def config_path() -> Path:
     return roost_home() / "config.toml"
 
 
+def node_name() -> str:
+    """This node's name in a cluster: ``"<host>:<ROOST_HOME>"``. Stable across restarts of a
+    daemon (unlike its lease owner identity), distinct for two daemons of one host with their
+    own homes (issue 13: a task remembers the node that dispatched it, whose client gets its
+    result)."""
+    import socket
+
+    return f"{socket.gethostname()}:{roost_home()}"
+
+
 def run_dir() -> Path:
     """Return ``$ROOST_HOME/run`` (sockets and pid files), mode 0700, creating it when missing.
 
@@ -87,6 +97,7 @@ def positive_env(name: str, default: float, *, integer: bool = False, unit: str 
 _TUNING_ENV = {
     "ROOST_LEASE_TTL": (False, "seconds"),
     "ROOST_IDLE_UNLOAD_S": (False, "seconds"),
+    "ROOST_TASK_POLL_S": (False, "seconds"),
     "ROOST_MAX_LINE_BYTES": (True, "bytes"),
     "ROOST_OUTBOX_BYTES": (True, "bytes"),
     "ROOST_MAX_PARALLEL": (True, ""),

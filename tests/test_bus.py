@@ -15,14 +15,14 @@ from roost.errors import NodeUnreachable, StaleTurn
 
 def test_messages_are_claimed_once_in_order_and_acknowledged(backend):
     with backend.transaction() as conn:
-        backend.register_node(conn, "A", "app-server")
+        backend.register_bus_node(conn, "A", "app-server")
         first = backend.post_message(conn, target="A", sender="B", kind="k", body={"n": 1}, now=100.0)
         second = backend.post_message(conn, target="A", sender="B", kind="k", body={"n": 2}, now=101.0)
         backend.post_message(conn, target="C", sender="B", kind="k", body={"n": 3}, now=100.0)
     with backend.read() as conn:
         assert backend.has_pending_messages(conn, "A", now=102.0)
         assert not backend.has_pending_messages(conn, "A", now=1000.0)  # expired (ttl 60 s)
-        assert [n.node_id for n in backend.list_nodes(conn)] == ["A"]
+        assert [n.node_id for n in backend.list_bus_nodes(conn)] == ["A"]
     with backend.transaction() as conn:
         claimed = backend.claim_messages(conn, "A", now=102.0)
         assert [(m.id, m.body, m.status) for m in claimed] == [
@@ -52,16 +52,16 @@ def test_a_withdrawn_message_is_never_claimed_and_old_rows_are_pruned(backend):
 
 def test_nodes_register_heartbeat_and_leave(backend):
     with backend.transaction() as conn:
-        backend.register_node(conn, "A", "app-server", now=100.0)
-        assert backend.heartbeat_node(conn, "A", now=105.0)
-        assert not backend.heartbeat_node(conn, "nobody", now=105.0)
+        backend.register_bus_node(conn, "A", "app-server", now=100.0)
+        assert backend.heartbeat_bus_node(conn, "A", now=105.0)
+        assert not backend.heartbeat_bus_node(conn, "nobody", now=105.0)
     with backend.read() as conn:
-        node = backend.get_node(conn, "A")
+        node = backend.get_bus_node(conn, "A")
         assert (node.kind, node.started_at, node.heartbeat_at) == ("app-server", 100.0, 105.0)
     with backend.transaction() as conn:
-        backend.remove_node(conn, "A")
+        backend.remove_bus_node(conn, "A")
     with backend.read() as conn:
-        assert backend.get_node(conn, "A") is None and backend.list_nodes(conn) == []
+        assert backend.get_bus_node(conn, "A") is None and backend.list_bus_nodes(conn) == []
 
 
 def test_two_claimers_of_one_target_never_share_a_row(backend):
@@ -140,7 +140,7 @@ async def test_requests_get_their_handlers_answer_or_error_across_nodes(backend)
 
     await _two_nodes(backend, body)
     with backend.read() as conn:
-        assert backend.list_nodes(conn) == []  # both left on stop
+        assert backend.list_bus_nodes(conn) == []  # both left on stop
 
 
 async def test_a_request_nobody_takes_is_withdrawn_and_never_runs(backend):

@@ -186,14 +186,14 @@ class NodeBus:
 
     async def nodes(self) -> list[Any]:
         """The registered nodes (:class:`roost.storage.BusNode`), oldest first."""
-        return await self._read(self.store.list_nodes)
+        return await self._read(self.store.list_bus_nodes)
 
     async def node_alive(self, node_id: str) -> bool:
         """Whether ``node_id`` is on the bus now: registered, heartbeat within
         :data:`NODE_HORIZON_S` seconds, and not a dead process of this host."""
         if node_id == self.node_id:
             return self._nursery is not None
-        node = await self._read(self.store.get_node, node_id)
+        node = await self._read(self.store.get_bus_node, node_id)
         if node is None or owner_is_dead(node_id):
             return False
         return node.heartbeat_at >= time.time() - NODE_HORIZON_S
@@ -230,7 +230,7 @@ class NodeBus:
             self._close_listener()
             with trio.move_on_after(2, shield=True):
                 try:
-                    await self.store.writer.submit(self.store.remove_node, self.node_id)
+                    await self.store.writer.submit(self.store.remove_bus_node, self.node_id)
                 except RoostError:
                     pass  # the store is closing: the heartbeat ages out instead
 
@@ -343,14 +343,14 @@ class NodeBus:
         row is gone); delete old handled messages now and then."""
         last_prune = 0.0
         try:
-            await self.store.writer.submit(self.store.register_node, self.node_id, self.kind)
+            await self.store.writer.submit(self.store.register_bus_node, self.node_id, self.kind)
         except RoostError as exc:
             log.warning("bus: cannot register node %s: %s", self.node_id, exc)
         while True:
             await trio.sleep(HEARTBEAT_S)
             try:
-                if not await self.store.writer.submit(self.store.heartbeat_node, self.node_id):
-                    await self.store.writer.submit(self.store.register_node, self.node_id, self.kind)
+                if not await self.store.writer.submit(self.store.heartbeat_bus_node, self.node_id):
+                    await self.store.writer.submit(self.store.register_bus_node, self.node_id, self.kind)
                 if trio.current_time() - last_prune >= PRUNE_EVERY_S:
                     last_prune = trio.current_time()
                     await self.store.writer.submit(self.store.prune_messages)

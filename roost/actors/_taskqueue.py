@@ -29,17 +29,25 @@ import collections
 import functools
 import logging
 import os
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
 import trio
 
 from roost._faults import fault_point
-from roost._json import loads
+from roost._paths import node_name, positive_env
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe, Unsubscribe
-from roost.errors import ConfigError, RoostError, ServerOverloaded, ThreadNotFound
-from roost.storage import enqueue_daemon_task, get_daemon_task, list_daemon_tasks, new_id, update_daemon_task, utc_now
+from roost.actors._task_model import Orchestrations, QueuedTask, TaskListener, TaskSink, mark_complete, task_result
+from roost.actors._taskqueue_shared import SharedQueue
+from roost.errors import ConfigError, RoostError, ServerOverloaded, StaleLease, ThreadNotFound
+from roost.storage import (
+    enqueue_daemon_task,
+    get_daemon_task,
+    list_daemon_tasks,
+    new_id,
+    update_daemon_task,
+    utc_now,
+)
 
 __all__ = ["TaskQueue", "QueuedTask", "TaskListener", "RESUME_PROMPT"]
 
@@ -54,87 +62,7 @@ RESUME_PROMPT = (
 _CLEANUP = 10.0
 
 
-@attrs.define(eq=False)
-class QueuedTask:
-    """One daemon task (``id`` is also its ``sessionId`` and its thread's id)."""
-
-    id: str
-    task: str
-    config: str | None = None
-    work_dir: str | None = None
-    client_id: str | None = None  # the owning client's scoped key (opaque), or None
-    source: str = "client"
-    provider: str | None = None  # the task's own model settings (a schedule's), else the queue's
-    model: str | None = None
-    status: str = "queued"
-    resumed: bool = False
-    result: dict | None = None
-    turn_id: str | None = None
-    actor: Any = None
-    orchestrator: Any = None  # the running Orchestrator of an orchestrated task
-    interrupt_pending: bool = False  # interrupted before its Orchestrator existed
-
-    @property
-    def orchestrated(self) -> bool:
-        """True when the task runs an orchestration config (many agents), not one agent's turn."""
-        return bool(self.config)
-
-    def payload(self) -> dict:
-        return {
-            "task": self.task,
-            "config": self.config,
-            "workDir": self.work_dir,
-            "clientId": self.client_id,
-            "source": self.source,
-            "result": self.result,
-            "provider": self.provider,
-            "model": self.model,
-        }
-
-
-class TaskListener(Protocol):
-    """What the queue tells its front door (all but ``request_approval`` must not block)."""
-
-    def task_started(self, task: QueuedTask) -> None: ...
-
-    def task_notification(self, task: QueuedTask, method: str, params: dict) -> None: ...
-
-    def task_event(self, task: QueuedTask, event: dict) -> None:
-        """An orchestrated task's run event (``agent_starting``, ``tool_calling``,
-        ``token_budget_warning``, ``agent_message``; camelCase dicts of the Orchestrator)."""
-
-    async def request_approval(self, task: QueuedTask, params: dict) -> bool | None: ...
-
-    def task_finished(self, task: QueuedTask) -> None: ...
-
-
-class _Sink:
-    """Hub subscriber for one task's thread: decodes each line and hands it to the listener."""
-
-    def __init__(self, task: QueuedTask, listener: TaskListener) -> None:
-        self.task = task
-        self.listener = listener
-
-    def deliver(self, line: bytes) -> None:
-        try:
-            message = loads(line)
-            self.listener.task_notification(self.task, message.get("method") or "", message.get("params") or {})
-        except Exception:
-            log.exception("task %s: could not render a notification", self.task.id)
-
-
-class Orchestrations(Protocol):
-    """What the task queue uses of ``roost.orchestration`` (the daemon passes that package in: the
-    actors room sits below it and never imports it, DESIGN section 3)."""
-
-    Orchestrator: Any
-
-    def load_config_file(self, path: str) -> Any:
-        """Load and validate an orchestration config; raises ``ConfigInvalid``."""
-        ...
-
-
-class TaskQueue:
+class TaskQueue(SharedQueue):
     """FIFO of daemon tasks run by ``max_concurrent`` runners.
 
     Args:
@@ -190,6 +118,12 @@ class TaskQueue:
         self._queued: collections.deque[str] = collections.deque()
         self._wake = trio.Event()
         self._runs = 0
+        #: tasks this node's runners execute now (the others it knows run elsewhere, or wait)
+        self._local: set[str] = set()
+        #: seconds between two looks at the shared queue when idle (``ROOST_TASK_POLL_S``)
+        self.poll_s = positive_env("ROOST_TASK_POLL_S", 1.0, unit="seconds")
+        #: this node's name (tasks it dispatched carry it; the others are ``foreign``)
+        self.node = node_name()
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -242,11 +176,12 @@ class TaskQueue:
             source=source,
             provider=provider,
             model=model,
+            node=self.node,
         )
         await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
         self.tasks[item.id] = item
         self._queued.append(item.id)
-        self._wake.set()
+        self._notify()
         if self.on_accepted is not None:
             self.on_accepted(item)
         log.info(
@@ -285,19 +220,7 @@ class TaskQueue:
                 return [found] if found is not None else []
 
         rows = await trio.to_thread.run_sync(read)
-        if not rows:
-            return None
-        row, payload = rows[0], rows[0].payload or {}
-        return QueuedTask(
-            id=row.id,
-            task=payload.get("task") or "",
-            config=payload.get("config"),
-            work_dir=payload.get("workDir"),
-            client_id=payload.get("clientId"),
-            source=payload.get("source") or "client",
-            status=row.status,
-            result=payload.get("result"),
-        )
+        return QueuedTask.from_row(rows[0]) if rows else None
 
     def in_flight(self, client_id: str) -> list[QueuedTask]:
         """The client's tasks still queued or running, in queue order."""
@@ -355,19 +278,7 @@ class TaskQueue:
         resumed: list[str] = []
         queued: list[str] = []
         for row in rows:
-            payload = row.payload or {}
-            item = QueuedTask(
-                id=row.id,
-                task=payload.get("task") or "",
-                config=payload.get("config"),
-                work_dir=payload.get("workDir"),
-                client_id=payload.get("clientId"),
-                source=payload.get("source") or "client",
-                status=row.status,
-                result=payload.get("result"),
-                provider=payload.get("provider"),
-                model=payload.get("model"),
-            )
+            item = self._known(row)
             self.tasks[item.id] = item
             if row.status == "running":
                 item.status, item.resumed = "queued", True
@@ -376,7 +287,7 @@ class TaskQueue:
                 queued.append(item.id)
         self._queued.extend(resumed + queued)
         if self._queued:
-            self._wake.set()
+            self._notify()
         return [self.tasks[i] for i in resumed]
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -395,6 +306,7 @@ class TaskQueue:
         async with trio.open_nursery() as nursery:
             for _ in range(self.max_concurrent):
                 nursery.start_soon(self._runner)
+            nursery.start_soon(self._follow_elsewhere)
             task_status.started()
 
     async def _rebuild(self) -> None:
@@ -412,20 +324,51 @@ class TaskQueue:
             task.status, task.resumed = "queued", True
         self._queued = collections.deque(running + [i for i in self._queued if i not in running])
         if self._queued:
-            self._wake.set()
+            self._notify()
         log.warning("task queue restarted: %d running task(s) queued again", len(running))
 
-    async def _runner(self) -> None:
-        while True:
-            while not self._queued:
-                self._wake = trio.Event() if self._wake.is_set() else self._wake
-                await self._wake.wait()
-            fault_point("task_queue")
-            task = self.tasks[self._queued.popleft()]
-            await self._run(task)
+    def _notify(self) -> None:
+        """Wake every idle runner (each waits on the event current when it last looked)."""
+        self._wake.set()
+        self._wake = trio.Event()
 
-    async def _run(self, task: QueuedTask) -> None:
+    async def _runner(self) -> None:
+        """Claim the next task of the shared queue and run it under its lease, forever.
+
+        An idle runner looks again when this node queues a task (:meth:`_notify`) or after
+        ``poll_s`` (tasks queued by other nodes, and tasks of a node that died, whose lease
+        expired: the bounded polling fallback, issue 13).
+        """
+        keeper = self.runtime.services.keeper
+        while True:
+            wake = self._wake
+            claimed = await self._claim()
+            if claimed is None:
+                with trio.move_on_after(self.poll_s):
+                    await wake.wait()
+                continue
+            fault_point("task_queue")
+            task, lease = claimed
+            self._local.add(task.id)
+            try:
+                async with keeper.adopt(lease) as execution:
+                    with execution.cancel_scope:
+                        await self._run(task, execution)
+                if execution.lost_reason is not None:
+                    log.warning(
+                        "task %s lost its lease (%s): another node resumes it",
+                        task.id,
+                        execution.lost_reason,
+                        extra={"event": "task_lease_lost", "task_id": task.id},
+                    )
+            finally:
+                self._local.discard(task.id)
+
+    async def _run(self, task: QueuedTask, execution: Any) -> None:
         """Run one task to its end and record its result (never raises a RoostError).
+
+        ``execution`` holds the task's lease (claimed, status ``running`` already): the result
+        is written fenced by its token, so a node that lost the task writes nothing.
 
         A task with a config runs that orchestration (:meth:`_orchestrate`), one without runs
         one turn of the default agent (:meth:`_single_turn`). Either way the result is
@@ -433,11 +376,10 @@ class TaskQueue:
         to the listener's ``task_finished``.
         """
         task.status = "running"
-        result = _result(False, None)
-        sink = _Sink(task, self.listener)
+        result = task_result(False, None)
+        sink = TaskSink(task, self.listener)
         actor = None
         try:
-            await self.runtime.store.writer.submit(update_daemon_task, task.id, status="running")
             log.info(
                 "task %s started%s",
                 task.id,
@@ -454,10 +396,10 @@ class TaskQueue:
             else:
                 result = await self._orchestrate(task, actor, config)
         except ConfigError as exc:
-            result = _result(False, str(exc))
+            result = task_result(False, str(exc))
             log.warning("task %s: its config is unusable: %s", task.id, exc)
         except RoostError as exc:
-            result = _result(False, f"{type(exc).__name__}: {exc}")
+            result = task_result(False, f"{type(exc).__name__}: {exc}")
             log.warning("task %s failed: %s", task.id, result["errorMessage"])
         finally:
             with shielded_cleanup(_CLEANUP):
@@ -468,19 +410,22 @@ class TaskQueue:
                         log.debug("could not unsubscribe from a finished task's thread", exc_info=True)
         task.actor = task.orchestrator = None
         task.interrupt_pending = False
-        await self._finish(task, result)
+        await self._finish(task, result, execution)
 
-    async def _finish(self, task: QueuedTask, result: dict) -> None:
+    async def _finish(self, task: QueuedTask, result: dict, execution: Any) -> None:
         """Record ``result`` as the task's (status ``finished``; its session complete when it
-        succeeded) and tell the listener. A store failure is logged, the listener still told."""
+        succeeded), fenced by the task's lease, and tell the listener. A store failure is
+        logged, the listener still told; a lost lease (another node resumes the task) writes
+        and tells nothing."""
         task.result = result
         task.status = "finished"
         try:
-            await self.runtime.store.writer.submit(
-                update_daemon_task, task.id, status="finished", payload=task.payload()
-            )
+            await execution.submit(update_daemon_task, task.id, status="finished", payload=task.payload())
             if result["succeeded"]:  # the session is complete (``roost sessions --json`` lists incomplete ones)
-                await self.runtime.store.writer.submit(_mark_complete, task.id)
+                await execution.submit(mark_complete, task.id)
+        except StaleLease:
+            task.status, task.result = "running", None  # it runs elsewhere now
+            return
         except RoostError:
             log.exception("task %s: could not persist its result", task.id)
         log.info(
@@ -524,7 +469,7 @@ class TaskQueue:
         if not succeeded:
             error = (view.get("error") or {}).get("message") or f"the turn ended {view.get('status')}"
         last = actor.last_agent_text() or None
-        return _result(succeeded, error, "assistant" if last else None, last)
+        return task_result(succeeded, error, "assistant" if last else None, last)
 
     async def _orchestrate(self, task: QueuedTask, actor: Any, config: Any) -> dict:
         """Run the task as an orchestration of ``config`` on its thread ``actor``.
@@ -565,7 +510,7 @@ class TaskQueue:
         outcome = await orch.run(task.task)
         succeeded = outcome.status == "completed"
         error = None if succeeded else outcome.error_message or f"the run ended {outcome.status}"
-        return _result(succeeded, error, last["agent"], last["message"])
+        return task_result(succeeded, error, last["agent"], last["message"])
 
     async def _ask(self, task: QueuedTask, params: dict) -> bool | None:
         """An orchestrated task's approval: asked of its client; when nobody answers (None), the
@@ -617,20 +562,3 @@ class TaskQueue:
             metadata=metadata,
         )
         return await self.runtime.registry.create(thread, ephemeral=False)
-
-
-def _result(succeeded: bool, error: str | None, last_agent: str | None = None, last_message: str | None = None) -> dict:
-    """A task result: ``{succeeded, errorMessage, lastAgent, lastMessage}`` (wire-protocol ``result``)."""
-    return {"succeeded": succeeded, "errorMessage": error, "lastAgent": last_agent, "lastMessage": last_message}
-
-
-def _mark_complete(conn: Any, thread_id: str) -> None:
-    """Set ``metadata["is_complete"]`` on a task's thread (write; a missing thread is skipped)."""
-    from roost.errors import NotFound
-    from roost.storage import get_thread, update_thread
-
-    try:
-        thread = get_thread(conn, thread_id)
-    except NotFound:
-        return
-    update_thread(conn, thread_id, metadata={**(thread.metadata or {}), "is_complete": True})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -39,6 +40,56 @@ _COMMANDS = {
 #: The commands that read the numeric tuning variables (ROOST_LEASE_TTL, ROOST_MAX_LINE_BYTES, ...):
 #: each checks them all when it starts (after its own arguments parsed, so --help still works).
 _READS_TUNING_ENV = frozenset({"demo", "app-server", "exec", "serve", "attach", "repl", "run"})
+
+
+#: The commands that open the store: each (and each sub-command of a group) takes
+#: ``--database-url URL`` (PostgreSQL, issue 13), exported as ``$ROOST_DATABASE_URL`` for the
+#: command (and the processes it starts) before it runs; unset, ``$ROOST_DATABASE_URL`` or the
+#: SQLite file ``$ROOST_HOME/roost.db`` is used (:func:`roost.storage.open_backend`).
+_OPENS_STORE = frozenset(
+    {
+        "demo",
+        "app-server",
+        "exec",
+        "serve",
+        "repl",
+        "run",
+        "schedule",
+        "status",
+        "sessions",
+        "memory",
+        "context",
+        "objective",
+    }
+)
+
+
+def _export_database_url(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        from roost.storage import DATABASE_URL_ENV
+
+        os.environ[DATABASE_URL_ENV] = value
+
+
+def _add_database_url(command: click.Command) -> None:
+    """Give ``command`` (every leaf command of a group) the ``--database-url`` option."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_database_url(sub)
+        return
+    if any(p.name == "database_url" for p in command.params):
+        return
+    command.params.append(
+        click.Option(
+            ["--database-url", "database_url"],
+            metavar="URL",
+            expose_value=False,
+            is_eager=True,
+            callback=_export_database_url,
+            help="postgresql://user:password@host:port/dbname: run on this PostgreSQL database"
+            " (default: $ROOST_DATABASE_URL; unset: the SQLite file $ROOST_HOME/roost.db).",
+        )
+    )
 
 
 def _checking_env(name: str, callback: Any) -> Any:
@@ -77,6 +128,8 @@ class _LazyGroup(click.Group):
         callback = command.callback
         if cmd_name in _READS_TUNING_ENV and callback is not None and not hasattr(callback, "__roost_env_checked__"):
             command.callback = _checking_env(cmd_name, callback)
+        if cmd_name in _OPENS_STORE:
+            _add_database_url(command)
         return command
 
     def invoke(self, ctx: click.Context) -> object:

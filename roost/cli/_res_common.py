@@ -49,17 +49,19 @@ def fail(command: str, message: str, *, as_json: bool) -> NoReturn:
 
 @contextlib.contextmanager
 def open_cli_store() -> Iterator[Any]:
-    """Open ``$ROOST_HOME/roost.db`` (created and migrated on first use) for one command; blocking.
+    """Open the configured store for one command (:func:`roost.storage.open_backend`: the
+    PostgreSQL database of ``--database-url``/``$ROOST_DATABASE_URL``, else
+    ``$ROOST_HOME/roost.db``, created and migrated on first use); blocking.
 
-    Reads use ``store.read()``; a command's writes use ``store.transaction()`` (``BEGIN IMMEDIATE``,
-    competing for the write lock like any other process).
+    Reads use ``store.read()``; a command's writes use ``store.transaction()`` (on SQLite
+    ``BEGIN IMMEDIATE``, competing for the write lock like any other process).
 
     Raises:
         StoreError: the database cannot be opened or migrated.
     """
-    from roost.storage import open_store
+    from roost.storage import open_backend
 
-    store = open_store()
+    store = open_backend()
     try:
         yield store
     finally:

@@ -13,7 +13,6 @@ chats threads of kind ``chat``. A session's fields come from the thread row and 
 from __future__ import annotations
 
 import os
-import sqlite3
 from typing import Any
 
 import click
@@ -31,25 +30,25 @@ _PREVIEW_CHARS = 500
 _ARGS_SUMMARY_CHARS = 120
 
 
-def _first_user_text(conn: sqlite3.Connection, thread_id: str) -> str:
+def _first_user_text(conn: Any, thread_id: str) -> str:
     return first_user_text(conn, thread_id)
 
 
-def _task_of(conn: sqlite3.Connection, thread: Any) -> str:
+def _task_of(conn: Any, thread: Any) -> str:
     task = (thread.metadata or {}).get("task")
     text = task if isinstance(task, str) else _first_user_text(conn, thread.id)
     lines = text.strip().splitlines()
     return (lines[0] if lines else "")[:_TASK_CHARS]
 
 
-def _is_complete(conn: sqlite3.Connection, thread: Any) -> bool:
+def _is_complete(conn: Any, thread: Any) -> bool:
     flag = (thread.metadata or {}).get("is_complete")
     if flag is not None:
         return bool(flag)
     return latest_run_status(conn, thread.id) == "completed"
 
 
-def _turn_count(conn: sqlite3.Connection, thread_id: str) -> int:
+def _turn_count(conn: Any, thread_id: str) -> int:
     return count_turns(conn, thread_id)
 
 
@@ -66,13 +65,13 @@ def _in_project(directory: str | None, project: str | None) -> bool:
 _MAX_THREADS = 100_000
 
 
-def _threads(conn: sqlite3.Connection, kind: str) -> list[Any]:
+def _threads(conn: Any, kind: str) -> list[Any]:
     from roost.storage import list_threads
 
     return list_threads(conn, archived=None, kind=kind, limit=_MAX_THREADS)
 
 
-def session_rows(conn: sqlite3.Connection, *, include_complete: bool, project: str | None) -> list[Session]:
+def session_rows(conn: Any, *, include_complete: bool, project: str | None) -> list[Session]:
     """Return orchestration sessions, most recently updated first (read-only)."""
     out = []
     for thread in _threads(conn, "orchestration"):
@@ -96,7 +95,7 @@ def session_rows(conn: sqlite3.Connection, *, include_complete: bool, project: s
     return out
 
 
-def repl_rows(conn: sqlite3.Connection, *, project: str | None) -> list[ReplSession]:
+def repl_rows(conn: Any, *, project: str | None) -> list[ReplSession]:
     """Return REPL chats (threads of kind ``chat``), newest first (read-only)."""
     out = []
     rows = sorted(_threads(conn, "chat"), key=lambda t: (t.created_at, t.id), reverse=True)
@@ -130,7 +129,7 @@ def _args_summary(arguments: Any) -> str:
     return text if len(text) <= _ARGS_SUMMARY_CHARS else text[: _ARGS_SUMMARY_CHARS - 1] + "…"
 
 
-def session_detail(conn: sqlite3.Connection, session_id: str) -> SessionDetail:
+def session_detail(conn: Any, session_id: str) -> SessionDetail:
     """Return one orchestration session with its messages (read-only).
 
     Messages: each user message (agent ``Human``, or ``Orchestrator`` for an injected correction,

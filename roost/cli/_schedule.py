@@ -24,7 +24,7 @@ from roost._json import dumps_line
 from roost.engines import PROVIDERS
 from roost.errors import RoostError
 from roost.scheduling import format_slot, parse_cron, parse_slot
-from roost.storage import open_store
+from roost.storage import open_backend
 
 log = logging.getLogger("roost.cli")
 
@@ -52,7 +52,7 @@ def _fail(as_json: bool, command: str, message: str) -> None:
 def _mutate(as_json: bool, command: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run ``fn(conn, ...)`` in one write transaction; on a Roost error, fail (exit 1)."""
     try:
-        store = open_store()
+        store = open_backend()
         try:
             with store.transaction() as conn:
                 return fn(conn, *args, **kwargs)
@@ -236,7 +236,7 @@ def _checked_config(as_json: bool, config: str | None) -> str | None:
 def list_command(as_json: bool) -> None:
     """List schedules, ordered by next run."""
     try:
-        store = open_store()
+        store = open_backend()
         try:
             with store.read() as conn:
                 jobs = db.list_jobs(conn)
@@ -392,7 +392,7 @@ def _claimed_soon(run_id: str) -> bool:
 
     deadline = time.monotonic() + CLAIM_WAIT
     try:
-        store = open_store()
+        store = open_backend()
     except RoostError:
         log.debug("could not open the store to wait for a claim", exc_info=True)
         return False

@@ -6,7 +6,10 @@ Issue 17. Each running ``roost serve`` is found by its registry file
 their last and next runs) even when no daemon runs.
 
 ``--json`` prints one line ``{"protocolVersion": 1, "home", "daemons": [STATUS...], "schedules":
-[ScheduledJob...]}``; each STATUS is the daemon's ``status`` event (see
+[ScheduledJob...], "cluster"?}``; ``cluster`` (on PostgreSQL only, issue 13) is ``{"database"
+(password hidden), "nodes": [{owner, host, pid, startedAt, lastSeen, ageSeconds, alive,
+leases}], "queue": {queued, running}}``: every node of the database, from its heartbeat row
+(times on the database clock), whatever its ``$ROOST_HOME`` or host; each STATUS is the daemon's ``status`` event (see
 :func:`roost.protocol._serve_status.status_snapshot`) or, for a daemon that did not answer,
 ``{"pid", "socket", "workDir", "error"}``.
 
@@ -57,19 +60,43 @@ def ask_status(socket_path: str, *, timeout: float = TIMEOUT) -> dict:
                     return event
 
 
-def _schedules() -> list[dict]:
+def _from_store() -> tuple[list[dict], dict[str, Any] | None]:
+    """The schedules, and on PostgreSQL the cluster (``{database, nodes, queue}``: every node's
+    heartbeat on the database clock with its live leases, and the shared queue's depth)."""
     from roost import storage as db
     from roost.cli._schedule import job_item
-    from roost.storage import open_store
+    from roost.storage import open_backend
 
-    store = open_store()
+    store = open_backend()
+    cluster = None
     try:
         with store.read() as conn:
             jobs = db.list_jobs(conn)
+            if not hasattr(store, "path"):  # a PostgreSQL store: a cluster of nodes
+                from roost.storage import redact_url
+
+                cluster = {
+                    "database": redact_url(store.url),
+                    "nodes": db.list_nodes(conn),
+                    "queue": db.queue_depth(conn),
+                }
     finally:
         store.close()
     now = datetime.datetime.now(datetime.UTC)
-    return [job_item(j, now) for j in jobs]
+    return [job_item(j, now) for j in jobs], cluster
+
+
+def _print_cluster(cluster: dict) -> None:
+    queue = cluster["queue"]
+    click.echo(f"cluster on {cluster['database']}: queued {queue['queued']}, running {queue['running']}")
+    for n in cluster["nodes"]:
+        state = "alive" if n["alive"] else "gone"
+        click.echo(
+            f"  node {n['owner']} ({state}, host {n['host']} pid {n['pid']}, seen {n['ageSeconds']:.1f} s ago)"
+            f" leases {len(n['leases'])}"
+        )
+        for key in n["leases"]:
+            click.echo(f"    {key}")
 
 
 def _print_daemon(d: dict) -> None:
@@ -102,7 +129,8 @@ def _print_daemon(d: dict) -> None:
 def status_command(as_json: bool) -> None:
     """Show the daemons of this ROOST_HOME (queue, running tasks, attached clients, supervision
     tree) and the schedules with their last and next runs. Works with no daemon running (then
-    it says so and still lists the schedules).
+    it says so and still lists the schedules). On PostgreSQL (--database-url or
+    ROOST_DATABASE_URL) it also lists the cluster: every node, its live leases, the queue depth.
 
     Exit status: 0; 2 when ROOST_HOME or its database is unusable; 130 on Ctrl-C."""
     from roost._paths import roost_home
@@ -110,7 +138,7 @@ def status_command(as_json: bool) -> None:
 
     try:
         home = roost_home()
-        schedules = _schedules()
+        schedules, cluster = _from_store()
     except RoostError as exc:
         click.echo(f"roost status: error: {exc}", err=True)
         sys.exit(2)
@@ -119,7 +147,7 @@ def status_command(as_json: bool) -> None:
     except KeyboardInterrupt:
         click.echo("roost status: interrupted", err=True)
         sys.exit(130)
-    _show(home, daemons, schedules, as_json)
+    _show(home, daemons, schedules, as_json, cluster)
 
 
 def _ask_all(entries: list[dict]) -> list[dict[str, Any]]:
@@ -141,14 +169,17 @@ def _ask_all(entries: list[dict]) -> list[dict[str, Any]]:
     return daemons
 
 
-def _show(home: Any, daemons: list[dict[str, Any]], schedules: list[dict], as_json: bool) -> None:
+def _show(home: Any, daemons: list[dict[str, Any]], schedules: list[dict], as_json: bool, cluster: dict | None) -> None:
     if as_json:
-        sys.stdout.buffer.write(
-            dumps_line({"protocolVersion": 1, "home": str(home), "daemons": daemons, "schedules": schedules})
-        )
+        body = {"protocolVersion": 1, "home": str(home), "daemons": daemons, "schedules": schedules}
+        if cluster is not None:
+            body["cluster"] = cluster
+        sys.stdout.buffer.write(dumps_line(body))
         sys.stdout.flush()
         return
     click.echo(f"ROOST_HOME {home}")
+    if cluster is not None:
+        _print_cluster(cluster)
     if not daemons:
         click.echo("no roost serve is running for this home (start one with: roost serve)")
     for d in daemons:

@@ -654,7 +654,9 @@ class ServeDaemon:
         return answer
 
     async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
-        if task.client_id is None:
+        if task.client_id is None or task.foreign:
+            # a task dispatched on another node of the cluster: its client is not attached here
+            # (client ids are per node); the unattended policy decides
             return None
         client = self._client(task.client_id)
         async with client.approval_lock:
@@ -691,6 +693,8 @@ class ServeDaemon:
             self.metrics.task_finished(task)
         self._translators.pop(task.id, None)
         self._resume_told.discard(task.id)
+        if task.foreign:  # its dispatching node tells its client (it follows the task's row)
+            return
         client = self.clients.get(task.client_id or "")
         conn = client.live() if client is not None else None
         if conn is not None:

@@ -1,4 +1,5 @@
-"""Persistence: the SQLite schema and migrations, the group-commit writer, readers and leases.
+"""Persistence: the SQLite and PostgreSQL schemas and migrations, the group-commit writers,
+readers and leases.
 
 Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translation), ``_schema``
 (versioned migrations), ``_writer`` (:class:`StoreWriter`), ``_store`` (:class:`Store`,
@@ -6,8 +7,11 @@ Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translatio
 ``_reconcile``, ``_processes`` (tool process groups, reaped after a crash), ``_interface`` (the
 store interface, :class:`StoreBackend`, which :class:`Store` implements through ``_sqlite_ops``)
 and the data modules ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``,
-``_memory``, ``_queries``: plain functions of a connection, writers to be passed to
-:meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`.
+``_memory``, ``_queries``, ``_cluster`` (the shared task queue's claims, node heartbeats):
+plain functions of a connection, writers to be passed to
+:meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`. The ``_pg_*`` modules are
+the PostgreSQL backend (:class:`PostgresStore`); every public data function here takes either
+backend's connection (``_dispatch``, ``_portable``), so :func:`open_backend` picks the backend.
 
 This room never imports ``roost.actors`` or ``roost.protocol``.
 
@@ -35,19 +39,27 @@ from ._bus import BusNode as BusNode
 from ._bus import ack_message as ack_message
 from ._bus import cancel_message as cancel_message
 from ._bus import claim_messages as claim_messages
+from ._bus import get_bus_node as get_bus_node
 from ._bus import get_message as get_message
-from ._bus import get_node as get_node
 from ._bus import has_pending_messages as has_pending_messages
-from ._bus import heartbeat_node as heartbeat_node
-from ._bus import list_nodes as list_nodes
+from ._bus import heartbeat_bus_node as heartbeat_bus_node
+from ._bus import list_bus_nodes as list_bus_nodes
 from ._bus import post_message as post_message
 from ._bus import prune_messages as prune_messages
-from ._bus import register_node as register_node
-from ._bus import remove_node as remove_node
+from ._bus import register_bus_node as register_bus_node
+from ._bus import remove_bus_node as remove_bus_node
+from ._cluster import beat_node as beat_node
+from ._cluster import claim_daemon_task as claim_daemon_task
+from ._cluster import db_clock as db_clock
+from ._cluster import forget_node as forget_node
+from ._cluster import list_nodes as list_nodes
+from ._cluster import queue_depth as queue_depth
+from ._cluster import task_lease_key as task_lease_key
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._connect import connect as connect
 from ._connect import immediate as immediate
 from ._connect import translate_error as translate_error
+from ._dispatch import by_connection as _by_connection
 from ._interface import OPERATIONS as OPERATIONS
 from ._interface import BusStore as BusStore
 from ._interface import ConnT as ConnT
@@ -125,6 +137,7 @@ from ._schedules2 import record_skipped as record_skipped
 from ._schedules2 import remove_job as remove_job
 from ._schedules2 import request_run as request_run
 from ._schedules2 import schedule_changes as schedule_changes
+from ._schedules2 import schedule_snapshot as schedule_snapshot
 from ._schedules2 import set_job_enabled as set_job_enabled
 from ._schema import migrate as migrate
 from ._schema import schema_version as schema_version
@@ -165,6 +178,14 @@ from .leases import hand_over as hand_over
 from .leases import release as release
 from .leases import renew as renew
 from .leases import thread_lease_key as thread_lease_key
+
+# The data functions run on either backend's connection (roost/storage/_dispatch.py); the lease
+# functions, reconcile and the portable modules choose by connection themselves.
+_LEASE_OPS = frozenset({"acquire", "renew", "release", "hand_over", "check_fence", "get_lease"})
+for _name in (*OPERATIONS, "put_item"):
+    if _name in globals() and _name not in _LEASE_OPS:
+        globals()[_name] = _by_connection(globals()[_name])
+del _name
 
 if TYPE_CHECKING:
     from ._keeper import Execution as Execution
@@ -293,6 +314,7 @@ __all__ = [
     "set_job_enabled",
     "bump_schedule_changes",
     "schedule_changes",
+    "schedule_snapshot",
     "advance_next_run",
     "request_run",
     "list_requested_runs",
@@ -305,6 +327,13 @@ __all__ = [
     "list_open_runs",
     "list_job_runs",
     "enqueue_daemon_task",
+    "beat_node",
+    "claim_daemon_task",
+    "db_clock",
+    "forget_node",
+    "list_nodes",
+    "queue_depth",
+    "task_lease_key",
     "get_daemon_task",
     "list_daemon_tasks",
     "update_daemon_task",
@@ -348,11 +377,11 @@ __all__ = [
     "BusMessage",
     "BusNode",
     "BusStore",
-    "register_node",
-    "heartbeat_node",
-    "remove_node",
-    "list_nodes",
-    "get_node",
+    "register_bus_node",
+    "heartbeat_bus_node",
+    "remove_bus_node",
+    "list_bus_nodes",
+    "get_bus_node",
     "post_message",
     "has_pending_messages",
     "claim_messages",

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
-from ._pg_connect import SETTING, database_url_from_env, is_postgres_url, validate_url
-from ._pg_store import PostgresStore, open_postgres_store
-from ._store import Store, open_store
+from ._store import open_store
 
 __all__ = ["open_backend"]
 
+#: ``_pg_connect.DATABASE_URL_ENV``, named here so a SQLite process never imports psycopg.
+_URL_ENV = "ROOST_DATABASE_URL"
 
-def open_backend(database_url: str | None = None, *, path: str | Path | None = None) -> Store | PostgresStore:
+
+def open_backend(database_url: str | None = None, *, path: str | Path | None = None) -> Any:
     """Open the configured store: PostgreSQL for a ``postgresql://`` URL, else the SQLite file.
 
     The URL comes from ``database_url`` (the ``--database-url`` option), else from
@@ -19,16 +22,20 @@ def open_backend(database_url: str | None = None, *, path: str | Path | None = N
     ``$ROOST_HOME/roost.db``) is opened, as before.
 
     Returns:
-        A :class:`PostgresStore` (leases only, for now) or a SQLite :class:`Store`.
+        A :class:`PostgresStore` or a SQLite :class:`Store` (both implement
+        :class:`StoreBackend`; typed ``Any`` because their connection types differ).
 
     Raises:
         DatabaseUrlInvalid: the URL is set but is not ``postgresql://...``.
         DatabaseUnreachable, DatabasePermissionDenied, SchemaTooNew, MigrationError: see
             :func:`open_postgres_store`; SQLite's errors: see :func:`open_store`.
     """
-    url = database_url.strip() if database_url is not None else database_url_from_env()
+    url = (database_url if database_url is not None else os.environ.get(_URL_ENV, "")).strip()
     if not url:
         return open_store(path)
+    from ._pg_connect import SETTING, is_postgres_url, validate_url
+    from ._pg_store import open_postgres_store
+
     if not is_postgres_url(url):
         validate_url(url)  # raises DatabaseUrlInvalid naming the setting
         raise AssertionError(f"{SETTING}: unreachable")

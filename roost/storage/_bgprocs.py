@@ -9,11 +9,11 @@ or ``lost`` (its owner ended while it ran); ``trigger_status`` is ``waiting``, `
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from roost.errors import NotFound, UsageError
 
+from ._portable import execute, is_sqlite
 from ._rows import utc_now
 
 __all__ = [
@@ -49,10 +49,11 @@ def _row(values: tuple) -> dict:
 
 
 def insert_bg_process(
-    conn: sqlite3.Connection, *, id: str, thread_id: str, owner: str, pid: int | None, command: str, cwd: str | None
+    conn: Any, *, id: str, thread_id: str, owner: str, pid: int | None, command: str, cwd: str | None
 ) -> dict:
     """Record a started background process (write); returns the row."""
-    conn.execute(
+    execute(
+        conn,
         "INSERT INTO background_processes (id, thread_id, owner, pid, command, cwd, status, started_at) "
         "VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",
         (id, thread_id, owner, pid, command, cwd, utc_now()),
@@ -60,37 +61,41 @@ def insert_bg_process(
     return get_bg_process(conn, id)
 
 
-def get_bg_process(conn: sqlite3.Connection, process_id: str) -> dict:
+def get_bg_process(conn: Any, process_id: str) -> dict:
     """One row (read-only). Raises NotFound."""
-    row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE id = ?", (process_id,)).fetchone()
+    row = execute(
+        conn, f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE id = ?", (process_id,)
+    ).fetchone()
     if row is None:
         raise NotFound(f"no background process {process_id!r}")
     return _row(row)
 
 
-def list_bg_processes(conn: sqlite3.Connection, thread_id: str) -> list[dict]:
+def list_bg_processes(conn: Any, thread_id: str) -> list[dict]:
     """A thread's background processes, oldest first (read-only)."""
-    rows = conn.execute(
-        f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE thread_id = ? ORDER BY started_at, rowid",
+    rows = execute(
+        conn,
+        f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE thread_id = ?"
+        f" ORDER BY started_at, {'rowid' if is_sqlite(conn) else 'id'}",
         (thread_id,),
     ).fetchall()
     return [_row(r) for r in rows]
 
 
-def update_bg_process(conn: sqlite3.Connection, process_id: str, **changes: Any) -> dict:
+def update_bg_process(conn: Any, process_id: str, **changes: Any) -> dict:
     """Change a row's mutable fields (write); returns the row. Raises NotFound, UsageError."""
     unknown = set(changes) - _MUTABLE
     if unknown:
         raise UsageError(f"cannot update background process field(s) {sorted(unknown)}")
     if changes:
         sets = ", ".join(f"{k} = ?" for k in changes)
-        cur = conn.execute(f"UPDATE background_processes SET {sets} WHERE id = ?", (*changes.values(), process_id))
+        cur = execute(conn, f"UPDATE background_processes SET {sets} WHERE id = ?", (*changes.values(), process_id))
         if cur.rowcount == 0:
             raise NotFound(f"no background process {process_id!r}")
     return get_bg_process(conn, process_id)
 
 
-def mark_lost_bg_processes(conn: sqlite3.Connection, owners: list[str], reason: str) -> list[dict]:
+def mark_lost_bg_processes(conn: Any, owners: list[str], reason: str) -> list[dict]:
     """Mark the ``running`` rows of ``owners`` (ended processes of Roost) as ``lost`` (write).
 
     Their waiting trigger becomes ``stopped``. Returns the rows changed.
@@ -99,12 +104,13 @@ def mark_lost_bg_processes(conn: sqlite3.Connection, owners: list[str], reason: 
     for owner in owners:
         ids = [
             r[0]
-            for r in conn.execute(
-                "SELECT id FROM background_processes WHERE owner = ? AND status = 'running'", (owner,)
+            for r in execute(
+                conn, "SELECT id FROM background_processes WHERE owner = ? AND status = 'running'", (owner,)
             )
         ]
         for process_id in ids:
-            conn.execute(
+            execute(
+                conn,
                 "UPDATE background_processes SET status = 'lost', reason = ?, ended_at = ?, "
                 "trigger_status = CASE trigger_status WHEN 'waiting' THEN 'stopped' ELSE trigger_status END "
                 "WHERE id = ?",
@@ -114,6 +120,6 @@ def mark_lost_bg_processes(conn: sqlite3.Connection, owners: list[str], reason: 
     return changed
 
 
-def running_owners(conn: sqlite3.Connection) -> list[str]:
+def running_owners(conn: Any) -> list[str]:
     """The owners with ``running`` rows (read-only)."""
-    return [r[0] for r in conn.execute("SELECT DISTINCT owner FROM background_processes WHERE status = 'running'")]
+    return [r[0] for r in execute(conn, "SELECT DISTINCT owner FROM background_processes WHERE status = 'running'")]

@@ -3,7 +3,7 @@
 app-server-protocol.md ("Attachments", ``thread/attachment/read``): attachments are kept as
 immutable bytes addressed by the sha256 of the decoded bytes, not inline in every item. The item
 store calls :func:`externalize` before writing a payload (each ``images[i]`` with base64 ``data``
-becomes ``{media_type, sha256, size, original?}`` plus one ``blobs`` row, ``INSERT OR IGNORE`` so
+becomes ``{media_type, sha256, size, original?}`` plus one ``blobs`` row, ``ON CONFLICT DO NOTHING`` so
 the same bytes are stored once) and :func:`hydrate` after reading one (the ``data`` is put back
 from its blob), so every reader of items sees the same shape as before, with ``sha256`` added.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import sqlite3
 from typing import Any
 
+from ._portable import execute
 from ._rows import utc_now
 
 __all__ = ["externalize", "hydrate", "read_blob", "read_blob_chunk"]
@@ -29,7 +29,7 @@ def _images(payload: Any) -> list | None:
     return None
 
 
-def externalize(conn: sqlite3.Connection, payload: Any) -> Any:
+def externalize(conn: Any, payload: Any) -> Any:
     """``payload`` with each inline image replaced by a blob reference (write; stores the blobs).
 
     Images without base64 ``data`` (already references) and undecodable data are kept as they
@@ -50,8 +50,10 @@ def externalize(conn: sqlite3.Connection, payload: Any) -> Any:
             continue
         digest = hashlib.sha256(raw).hexdigest()
         media = str(image.get("media_type") or "application/octet-stream")
-        conn.execute(
-            "INSERT OR IGNORE INTO blobs (sha256, content_type, size, data, created_at) VALUES (?, ?, ?, ?, ?)",
+        execute(
+            conn,
+            "INSERT INTO blobs (sha256, content_type, size, data, created_at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (sha256) DO NOTHING",
             (digest, media, len(raw), raw, utc_now()),
         )
         ref = {k: v for k, v in image.items() if k != "data"}
@@ -60,7 +62,7 @@ def externalize(conn: sqlite3.Connection, payload: Any) -> Any:
     return {**payload, "images": out}
 
 
-def hydrate(conn: sqlite3.Connection, payload: Any) -> Any:
+def hydrate(conn: Any, payload: Any) -> Any:
     """``payload`` with each image reference's base64 ``data`` read back from its blob (read-only).
 
     A reference whose blob is missing keeps no ``data`` (and gets ``missing: true``).
@@ -71,24 +73,24 @@ def hydrate(conn: sqlite3.Connection, payload: Any) -> Any:
     out = []
     for image in images:
         if isinstance(image, dict) and "data" not in image and isinstance(image.get("sha256"), str):
-            row = conn.execute("SELECT data FROM blobs WHERE sha256 = ?", (image["sha256"],)).fetchone()
+            row = execute(conn, "SELECT data FROM blobs WHERE sha256 = ?", (image["sha256"],)).fetchone()
             image = {**image, "data": base64.b64encode(row[0]).decode()} if row else {**image, "missing": True}
         out.append(image)
     return {**payload, "images": out}
 
 
-def read_blob(conn: sqlite3.Connection, sha256: str) -> tuple[str, bytes] | None:
+def read_blob(conn: Any, sha256: str) -> tuple[str, bytes] | None:
     """``(content_type, bytes)`` of a blob, or None (read-only)."""
-    row = conn.execute("SELECT content_type, data FROM blobs WHERE sha256 = ?", (sha256,)).fetchone()
+    row = execute(conn, "SELECT content_type, data FROM blobs WHERE sha256 = ?", (sha256,)).fetchone()
     return (row[0], bytes(row[1])) if row else None
 
 
-def read_blob_chunk(conn: sqlite3.Connection, sha256: str, offset: int, size: int) -> tuple[str, int, bytes] | None:
+def read_blob_chunk(conn: Any, sha256: str, offset: int, size: int) -> tuple[str, int, bytes] | None:
     """``(content_type, total bytes, bytes[offset:offset+size])`` of a blob, or None (read-only).
 
     Reads only the requested range (SQLite ``substr`` on the BLOB, 1-based).
     """
-    row = conn.execute(
-        "SELECT content_type, size, substr(data, ?, ?) FROM blobs WHERE sha256 = ?", (offset + 1, size, sha256)
+    row = execute(
+        conn, "SELECT content_type, size, substr(data, ?, ?) FROM blobs WHERE sha256 = ?", (offset + 1, size, sha256)
     ).fetchone()
     return (row[0], int(row[1]), bytes(row[2] or b"")) if row else None

@@ -27,11 +27,11 @@ from ._rows import new_id
 __all__ = [
     "BusMessage",
     "BusNode",
-    "register_node",
-    "heartbeat_node",
-    "remove_node",
-    "list_nodes",
-    "get_node",
+    "register_bus_node",
+    "heartbeat_bus_node",
+    "remove_bus_node",
+    "list_bus_nodes",
+    "get_bus_node",
     "post_message",
     "has_pending_messages",
     "claim_messages",
@@ -109,7 +109,7 @@ def encode_body(body: Any) -> str:
     return dumps(body).decode()
 
 
-def register_node(conn: sqlite3.Connection, node_id: str, kind: str, *, now: float | None = None) -> None:
+def register_bus_node(conn: sqlite3.Connection, node_id: str, kind: str, *, now: float | None = None) -> None:
     """Record (or refresh) node ``node_id`` of ``kind`` as started now (write)."""
     at = time.time() if now is None else now
     conn.execute(
@@ -119,24 +119,24 @@ def register_node(conn: sqlite3.Connection, node_id: str, kind: str, *, now: flo
     )
 
 
-def heartbeat_node(conn: sqlite3.Connection, node_id: str, *, now: float | None = None) -> bool:
+def heartbeat_bus_node(conn: sqlite3.Connection, node_id: str, *, now: float | None = None) -> bool:
     """Mark ``node_id`` alive now (write). Returns False when it is not registered."""
     at = time.time() if now is None else now
     return conn.execute("UPDATE bus_nodes SET heartbeat_at = ? WHERE node_id = ?", (at, node_id)).rowcount > 0
 
 
-def remove_node(conn: sqlite3.Connection, node_id: str) -> None:
+def remove_bus_node(conn: sqlite3.Connection, node_id: str) -> None:
     """Forget ``node_id`` (write; its clean stop). Messages still addressed to it expire."""
     conn.execute("DELETE FROM bus_nodes WHERE node_id = ?", (node_id,))
 
 
-def list_nodes(conn: sqlite3.Connection) -> list[BusNode]:
+def list_bus_nodes(conn: sqlite3.Connection) -> list[BusNode]:
     """Every registered node, oldest first (read-only)."""
     rows = conn.execute(f"SELECT {NODE_COLUMNS} FROM bus_nodes ORDER BY started_at, node_id").fetchall()
     return [node_from_row(r) for r in rows]
 
 
-def get_node(conn: sqlite3.Connection, node_id: str) -> BusNode | None:
+def get_bus_node(conn: sqlite3.Connection, node_id: str) -> BusNode | None:
     """Node ``node_id``, or None when it is not registered (read-only)."""
     row = conn.execute(f"SELECT {NODE_COLUMNS} FROM bus_nodes WHERE node_id = ?", (node_id,)).fetchone()
     return None if row is None else node_from_row(row)

@@ -307,11 +307,11 @@ class ObjectiveStore(Protocol[ConnT_contra]):
 class BusStore(Protocol[ConnT_contra]):
     """The node bus: the processes on the store and the messages between them (``_bus``)."""
 
-    def register_node(self, conn: ConnT_contra, node_id: str, kind: str, *, now: float | None = ...) -> None: ...
-    def heartbeat_node(self, conn: ConnT_contra, node_id: str, *, now: float | None = ...) -> bool: ...
-    def remove_node(self, conn: ConnT_contra, node_id: str) -> None: ...
-    def list_nodes(self, conn: ConnT_contra) -> list[BusNode]: ...
-    def get_node(self, conn: ConnT_contra, node_id: str) -> BusNode | None: ...
+    def register_bus_node(self, conn: ConnT_contra, node_id: str, kind: str, *, now: float | None = ...) -> None: ...
+    def heartbeat_bus_node(self, conn: ConnT_contra, node_id: str, *, now: float | None = ...) -> bool: ...
+    def remove_bus_node(self, conn: ConnT_contra, node_id: str) -> None: ...
+    def list_bus_nodes(self, conn: ConnT_contra) -> list[BusNode]: ...
+    def get_bus_node(self, conn: ConnT_contra, node_id: str) -> BusNode | None: ...
     def post_message(
         self,
         conn: ConnT_contra,
@@ -457,11 +457,11 @@ OPERATIONS: tuple[str, ...] = (
     "add_objective_task",
     "start_objective_task",
     "finish_objective_task",
-    "register_node",
-    "heartbeat_node",
-    "remove_node",
-    "list_nodes",
-    "get_node",
+    "register_bus_node",
+    "heartbeat_bus_node",
+    "remove_bus_node",
+    "list_bus_nodes",
+    "get_bus_node",
     "post_message",
     "has_pending_messages",
     "claim_messages",

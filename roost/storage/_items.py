@@ -15,6 +15,7 @@ from roost.errors import UsageError
 from roost.model import HELD_INPUT_KINDS, HeldInput, Item, SearchHit
 
 from ._blobs import externalize, hydrate
+from ._portable import execute
 from ._rows import TableSpec, new_id, utc_now
 
 __all__ = [
@@ -99,7 +100,7 @@ def append_item(
 
 
 def put_item(
-    conn: sqlite3.Connection,
+    conn: Any,
     thread_id: str,
     *,
     id: str,
@@ -126,7 +127,8 @@ def put_item(
     """
     guard = " WHERE items.status = 'in_progress'" if only_in_progress else ""
     created_at = utc_now()
-    row = conn.execute(
+    row = execute(
+        conn,
         f"""INSERT INTO items (id, thread_id, turn_id, seq, type, status, payload, text, created_at)
             VALUES (?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE thread_id = ?),
                     ?, ?, ?, ?, ?)
@@ -165,7 +167,7 @@ def get_item(conn: sqlite3.Connection, item_id: str) -> Item:
     return _hydrated(conn, ITEMS.get(conn, item_id))
 
 
-def _hydrated(conn: sqlite3.Connection, item: Item) -> Item:
+def _hydrated(conn: Any, item: Item) -> Item:
     """``item`` with its image references' bytes read back (roost/storage/_blobs.py)."""
     payload = hydrate(conn, item.payload)
     return item if payload is item.payload else attrs.evolve(item, payload=payload)

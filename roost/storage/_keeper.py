@@ -249,9 +249,27 @@ class LeaseKeeper:
             raise StoreClosed("the lease keeper has stopped")
         ttl = self.ttl if ttl is None else ttl
         lease = await self.writer.submit(_ops(self.writer).acquire, key, self.owner, ttl)
+        async with self.adopt(lease) as execution:
+            yield execution
+
+    @asynccontextmanager
+    async def adopt(self, lease: Lease) -> AsyncIterator[Execution]:
+        """Keep ``lease`` (acquired by this keeper's owner, e.g. with a task claim,
+        :func:`roost.storage.claim_daemon_task`) renewed for the block, as :meth:`hold` does.
+
+        Raises:
+            LifecycleError, StoreClosed, StoreFull: as :meth:`hold` (the lease is released).
+
+        Cancellation:
+            As :meth:`hold`: on exit the lease is released, shielded and bounded.
+        """
+        if self._state is _State.NEW:
+            raise LifecycleError("LeaseKeeper.adopt before the keeper was started")
         execution = Execution(lease, self.writer)
         self._held.add(execution)
         try:
+            if self._state is _State.STOPPED:
+                raise StoreClosed("the lease keeper has stopped")
             try:
                 self._send.send_nowait(execution)
             except trio.WouldBlock:

@@ -28,11 +28,11 @@ from ._rows import new_id
 __all__ = [
     "CHANNEL",
     "PgBusListener",
-    "register_node",
-    "heartbeat_node",
-    "remove_node",
-    "list_nodes",
-    "get_node",
+    "register_bus_node",
+    "heartbeat_bus_node",
+    "remove_bus_node",
+    "list_bus_nodes",
+    "get_bus_node",
     "post_message",
     "has_pending_messages",
     "claim_messages",
@@ -52,8 +52,8 @@ def _now(now: float | None) -> tuple[str, tuple]:
     return ("%s::float8", (now,)) if now is not None else (_NOW, ())
 
 
-def register_node(conn: psycopg.Connection, node_id: str, kind: str, *, now: float | None = None) -> None:
-    """See :func:`roost.storage._bus.register_node`."""
+def register_bus_node(conn: psycopg.Connection, node_id: str, kind: str, *, now: float | None = None) -> None:
+    """See :func:`roost.storage._bus.register_bus_node`."""
     at, args = _now(now)
     conn.execute(
         f"INSERT INTO bus_nodes (node_id, kind, started_at, heartbeat_at) VALUES (%s, %s, {at}, {at}) "
@@ -62,26 +62,26 @@ def register_node(conn: psycopg.Connection, node_id: str, kind: str, *, now: flo
     )
 
 
-def heartbeat_node(conn: psycopg.Connection, node_id: str, *, now: float | None = None) -> bool:
-    """See :func:`roost.storage._bus.heartbeat_node`."""
+def heartbeat_bus_node(conn: psycopg.Connection, node_id: str, *, now: float | None = None) -> bool:
+    """See :func:`roost.storage._bus.heartbeat_bus_node`."""
     at, args = _now(now)
     cur = conn.execute(f"UPDATE bus_nodes SET heartbeat_at = {at} WHERE node_id = %s", (*args, node_id))
     return cur.rowcount > 0
 
 
-def remove_node(conn: psycopg.Connection, node_id: str) -> None:
-    """See :func:`roost.storage._bus.remove_node`."""
+def remove_bus_node(conn: psycopg.Connection, node_id: str) -> None:
+    """See :func:`roost.storage._bus.remove_bus_node`."""
     conn.execute("DELETE FROM bus_nodes WHERE node_id = %s", (node_id,))
 
 
-def list_nodes(conn: psycopg.Connection) -> list[BusNode]:
-    """See :func:`roost.storage._bus.list_nodes`."""
+def list_bus_nodes(conn: psycopg.Connection) -> list[BusNode]:
+    """See :func:`roost.storage._bus.list_bus_nodes`."""
     rows = conn.execute(f"SELECT {NODE_COLUMNS} FROM bus_nodes ORDER BY started_at, node_id").fetchall()
     return [node_from_row(r) for r in rows]
 
 
-def get_node(conn: psycopg.Connection, node_id: str) -> BusNode | None:
-    """See :func:`roost.storage._bus.get_node`."""
+def get_bus_node(conn: psycopg.Connection, node_id: str) -> BusNode | None:
+    """See :func:`roost.storage._bus.get_bus_node`."""
     row = conn.execute(f"SELECT {NODE_COLUMNS} FROM bus_nodes WHERE node_id = %s", (node_id,)).fetchone()
     return None if row is None else node_from_row(row)
 

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import psycopg
 
 from roost.errors import UsageError
 from roost.model import HELD_INPUT_KINDS, HeldInput, Item, SearchHit
 
-from ._items import HELD, ITEMS
+from . import _items
+from ._blobs import externalize
+from ._items import HELD, ITEMS, _hydrated
 from ._pg_rows import PgTableSpec
 from ._rows import new_id, utc_now
 
 __all__ = [
     "append_item",
+    "put_item",
     "get_item",
     "list_items",
     "update_item",
@@ -72,16 +76,25 @@ def append_item(
             type=type,
             turn_id=turn_id,
             status=status,
-            payload=payload,
+            payload=externalize(conn, payload),
             text=text,
             created_at=created_at,
         )
-        return _ITEMS.insert(conn, item)
+        _ITEMS.insert(conn, item)
+        return attrs.evolve(item, payload=payload)
+
+
+def put_item(conn: psycopg.Connection, thread_id: str, *, id: str, **fields: Any) -> Item | None:
+    """Append or replace item ``id`` (write); see :func:`roost.storage.put_item` (the same
+    statement, run under the thread's append lock so ``seq`` stays gap-free and unique)."""
+    with conn.transaction():
+        _lock_thread(conn, "items", thread_id)
+        return _items.put_item(conn, thread_id, id=id, **fields)
 
 
 def get_item(conn: psycopg.Connection, item_id: str) -> Item:
-    """Return one item. Raises NotFound."""
-    return _ITEMS.get(conn, item_id)
+    """Return one item (its image references hydrated). Raises NotFound."""
+    return _hydrated(conn, _ITEMS.get(conn, item_id))
 
 
 def list_items(
@@ -94,17 +107,20 @@ def list_items(
 ) -> list[Item]:
     """Return a thread's items with ``seq > after_seq``, in ``seq`` order."""
     if turn_id is None:
-        return _ITEMS.select(conn, "thread_id = %s AND seq > %s", (thread_id, after_seq), order="seq", limit=limit)
-    return _ITEMS.select(
-        conn, "thread_id = %s AND seq > %s AND turn_id = %s", (thread_id, after_seq, turn_id), order="seq", limit=limit
-    )
+        items = _ITEMS.select(conn, "thread_id = %s AND seq > %s", (thread_id, after_seq), order="seq", limit=limit)
+    else:
+        where = "thread_id = %s AND seq > %s AND turn_id = %s"
+        items = _ITEMS.select(conn, where, (thread_id, after_seq, turn_id), order="seq", limit=limit)
+    return [_hydrated(conn, item) for item in items]
 
 
 def update_item(conn: psycopg.Connection, item_id: str, **changes: Any) -> Item:
     """Change an item's ``status``, ``payload`` or ``text`` (write). Raises NotFound, UsageError."""
     if {"seq", "thread_id"} & set(changes):
         raise UsageError("an item's seq and thread_id never change")
-    return _ITEMS.update(conn, item_id, changes)
+    if "payload" in changes:
+        changes["payload"] = externalize(conn, changes["payload"])
+    return _hydrated(conn, _ITEMS.update(conn, item_id, changes))
 
 
 def search_items(

@@ -4,9 +4,9 @@ The same rules as on SQLite (see :func:`roost.storage.reconcile`), with two diff
 
 * expiry is judged on the database's clock (``now()``), so a node with a wrong clock neither
   steals live executions nor keeps dead ones;
-* tool process groups are not reaped here (SQLite's :func:`roost.storage.reap_tool_processes`
-  kills this host's leftovers; on PostgreSQL that is not done yet), so
-  ``tool_processes_killed`` is always 0.
+* tool process groups: :func:`roost.storage.reap_tool_processes` (the same function) kills the
+  leftovers of this host's dead processes; a row of another host is left to that host (its own
+  next start reaps it): a process table is only judged locally, another host's owner by its lease.
 
 A thread executing on another node is protected by that node's live lease, whatever host it is on.
 """
@@ -20,6 +20,7 @@ import psycopg
 from roost._json import dumps, loads
 
 from ._pg_leases import db_now
+from ._processes import reap_tool_processes
 from ._reconcile import ReconcileReport
 from ._rows import utc_now
 from .leases import owner_is_dead
@@ -97,4 +98,5 @@ def reconcile_pg(conn: psycopg.Connection, owner: str, *, now: float | None = No
                            ELSE NOT {_LIVE.format(col="runs.thread_id")} END""",
             params,
         ).rowcount
-    return ReconcileReport(leases, len(turns), workers, runs, 0)
+        killed = reap_tool_processes(conn, owner)
+    return ReconcileReport(leases, len(turns), workers, runs, killed)

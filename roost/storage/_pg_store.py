@@ -6,8 +6,9 @@ search, held input), ``_pg_leases``, ``_pg_memory`` (memory, context files, the 
 queue), ``_pg_workers`` (worker trees, tool process records) and ``_pg_schedules``; plus
 connections, the versioned migrations, the group-commit writer (:class:`PgWriter`, which
 :class:`roost.storage.LeaseKeeper` also drives) and start-up reconciliation (``reconcile``).
-Not here: reaping leftover tool process groups, and the daemon's wiring, so ``roost serve``
-does not run on PostgreSQL yet.
+The rest of Roost reaches it through :func:`roost.storage.open_backend`; the room's public data
+functions take either backend's connection (``_dispatch``), so the daemon, ``roost serve`` and
+the CLI run unchanged on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ import psycopg
 
 from roost.errors import StoreClosed, StoreError
 
-from . import _pg_bus, _pg_items, _pg_leases, _pg_memory, _pg_objectives, _pg_schedules, _pg_threads, _pg_workers
+from . import (
+    _pg_bus,
+    _pg_items,
+    _pg_leases,
+    _pg_memory,
+    _pg_objectives,
+    _pg_schedules,
+    _pg_threads,
+    _pg_workers,
+    _processes,
+)
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
 from ._pg_reconcile import reconcile_pg
 from ._pg_schema import migrate_pg
@@ -105,9 +116,9 @@ class PostgresStore:
     queued_worker_roots = staticmethod(_pg_workers.queued_worker_roots)
     mark_worker_delivered = staticmethod(_pg_workers.mark_worker_delivered)
     # tool process records (ProcessStore)
-    record_tool_process = staticmethod(_pg_workers.record_tool_process)
-    forget_tool_process = staticmethod(_pg_workers.forget_tool_process)
-    list_tool_processes = staticmethod(_pg_workers.list_tool_processes)
+    record_tool_process = staticmethod(_processes.record_tool_process)  # portable SQL, both backends
+    forget_tool_process = staticmethod(_processes.forget_tool_process)
+    list_tool_processes = staticmethod(_processes.list_tool_processes)
     # schedules and their run records (ScheduleStore)
     bump_schedule_changes = staticmethod(_pg_schedules.bump_schedule_changes)
     schedule_changes = staticmethod(_pg_schedules.schedule_changes)
@@ -139,11 +150,11 @@ class PostgresStore:
     get_lease = staticmethod(_pg_leases.get_lease)
     fenced = staticmethod(_pg_leases.fenced)
     # the node bus (BusStore)
-    register_node = staticmethod(_pg_bus.register_node)
-    heartbeat_node = staticmethod(_pg_bus.heartbeat_node)
-    remove_node = staticmethod(_pg_bus.remove_node)
-    list_nodes = staticmethod(_pg_bus.list_nodes)
-    get_node = staticmethod(_pg_bus.get_node)
+    register_bus_node = staticmethod(_pg_bus.register_bus_node)
+    heartbeat_bus_node = staticmethod(_pg_bus.heartbeat_bus_node)
+    remove_bus_node = staticmethod(_pg_bus.remove_bus_node)
+    list_bus_nodes = staticmethod(_pg_bus.list_bus_nodes)
+    get_bus_node = staticmethod(_pg_bus.get_bus_node)
     post_message = staticmethod(_pg_bus.post_message)
     has_pending_messages = staticmethod(_pg_bus.has_pending_messages)
     claim_messages = staticmethod(_pg_bus.claim_messages)

@@ -1,7 +1,6 @@
-"""Worker trees and tool process records on PostgreSQL: the functions of
-:mod:`roost.storage._workers`, the worker queries of :mod:`roost.storage._queries` and the
-record/forget/list functions of :mod:`roost.storage._processes`, with the same arguments,
-results and errors, on a ``psycopg.Connection``.
+"""Worker trees on PostgreSQL: the functions of :mod:`roost.storage._workers` and the worker
+queries of :mod:`roost.storage._queries`, with the same arguments, results and errors, on a
+``psycopg.Connection`` (tool process records are portable SQL: :mod:`roost.storage._processes`).
 
 ``spawn_order`` is computed under a transaction-scoped advisory lock on the root thread, so
 spawns of one tree on any node get unique, ordered numbers. :func:`claim_queued_worker` is a
@@ -18,7 +17,6 @@ from roost._json import dumps, loads
 from roost.model import Worker
 
 from ._pg_rows import PgTableSpec
-from ._processes import _COLUMNS as _PROCESS_COLUMNS
 from ._rows import new_id, utc_now
 from ._workers import WORKERS
 
@@ -30,9 +28,6 @@ __all__ = [
     "claim_queued_worker",
     "queued_worker_roots",
     "mark_worker_delivered",
-    "record_tool_process",
-    "forget_tool_process",
-    "list_tool_processes",
 ]
 
 _WORKERS = PgTableSpec(WORKERS.table, Worker, json=WORKERS.json, touch=WORKERS.touch)
@@ -124,37 +119,3 @@ def mark_worker_delivered(conn: psycopg.Connection, worker_id: str) -> bool:
             (dumps(data).decode(), utc_now(), worker_id),
         )
         return True
-
-
-def record_tool_process(
-    conn: psycopg.Connection,
-    pgid: int,
-    owner: str,
-    ticks: int,
-    boot: str | None = None,
-    thread_id: str | None = None,
-) -> None:
-    """Insert (or replace) the row of a running tool process group (write); see
-    :func:`roost.storage.record_tool_process`."""
-    conn.execute(
-        """INSERT INTO tool_processes (pgid, owner, start_ticks, boot_id, thread_id, started_at)
-           VALUES (%s, %s, %s, %s, %s, %s)
-           ON CONFLICT (owner, pgid) DO UPDATE SET start_ticks = excluded.start_ticks,
-               boot_id = excluded.boot_id, thread_id = excluded.thread_id, started_at = excluded.started_at""",
-        (pgid, owner, ticks, boot, thread_id, utc_now()),
-    )
-
-
-def forget_tool_process(conn: psycopg.Connection, pgid: int, owner: str) -> bool:
-    """Delete the row of ``owner``'s group ``pgid`` (write); True when there was one."""
-    return conn.execute("DELETE FROM tool_processes WHERE owner = %s AND pgid = %s", (owner, pgid)).rowcount == 1
-
-
-def list_tool_processes(conn: psycopg.Connection, owner: str | None = None) -> list[dict]:
-    """Return the recorded groups (all, or ``owner``'s) as dicts of the columns, oldest first."""
-    sql = f"SELECT {', '.join(_PROCESS_COLUMNS)} FROM tool_processes"
-    if owner is not None:
-        rows = conn.execute(sql + " WHERE owner = %s ORDER BY started_at", (owner,)).fetchall()
-    else:
-        rows = conn.execute(sql + " ORDER BY started_at").fetchall()
-    return [dict(zip(_PROCESS_COLUMNS, row, strict=True)) for row in rows]

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import psycopg
 import trio
 
-from roost.errors import LifecycleError, StoreError
+from roost._faults import fault_point
+from roost.errors import LifecycleError, StoreClosed, StoreError
 
 from . import _pg_leases
 from ._pg_connect import translate_pg_error
@@ -54,31 +55,43 @@ class PgWriter(StoreWriter):
         self._urgent: collections.deque[_Write] = collections.deque()
         self._carried: list[_Write] = []  # see StoreWriter: a group cut short for urgent writes
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve writes until cancelled (see :meth:`StoreWriter.run`).
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve writes until cancelled or crashed; restartable, as :meth:`StoreWriter.serve`
+        (the root supervisor's permanent ``store_writer`` child). :meth:`run` is serve + close.
+
+        Each group borrows a pooled connection for its transaction, so a restart has no
+        connection to reopen; writes queued while it was down wait for the next :meth:`serve`.
 
         Raises:
-            LifecycleError: run twice.
+            LifecycleError: already serving, or closed.
+
+        Cancellation:
+            A group being committed when the cancel arrives finishes (its worker thread is not
+            abandoned) and its callers are answered.
         """
         if self.state is not WriterState.NEW:
-            raise LifecycleError(f"PgWriter.run called in state {self.state.value}")
+            raise LifecycleError(f"PgWriter.serve called in state {self.state.value}")
         self.state = WriterState.RUNNING
         try:
             task_status.started()
             while True:
+                fault_point("store_writer")
                 group = await self._next_group()
                 if not group:
                     continue
                 try:
                     await trio.to_thread.run_sync(self._commit_pg_group, group)
+                except BaseException:
+                    for write in group:
+                        write.error = StoreClosed("the store writer crashed during this write")
+                    raise
                 finally:
                     for write in group:
                         if write.done is not None:
                             write.done.set()
         finally:
-            self.state = WriterState.STOPPED
-            self._fail_queued()
-            self._receive.close()
+            if self.state is WriterState.RUNNING:
+                self.state = WriterState.NEW
 
     def _commit_pg_group(self, group: list[_Write]) -> None:
         """Run one group in one transaction (blocking, in a worker thread)."""

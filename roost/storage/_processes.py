@@ -28,12 +28,12 @@ import logging
 import os
 import signal
 import socket
-import sqlite3
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roost.errors import StoreBusy
 
+from ._portable import execute
 from ._rows import utc_now
 from .leases import owner_is_dead
 
@@ -214,7 +214,7 @@ def _host_of(owner: str) -> str | None:
 
 
 def record_tool_process(
-    conn: sqlite3.Connection,
+    conn: Any,
     pgid: int,
     owner: str,
     ticks: int,
@@ -231,7 +231,8 @@ def record_tool_process(
         boot: the boot id (:func:`boot_id`), or None.
         thread_id: the Roost thread of the tool call, or None.
     """
-    conn.execute(
+    execute(
+        conn,
         """INSERT INTO tool_processes (pgid, owner, start_ticks, boot_id, thread_id, started_at)
            VALUES (?, ?, ?, ?, ?, ?)
            ON CONFLICT (owner, pgid) DO UPDATE SET start_ticks = excluded.start_ticks,
@@ -241,24 +242,24 @@ def record_tool_process(
     )
 
 
-def forget_tool_process(conn: sqlite3.Connection, pgid: int, owner: str) -> bool:
+def forget_tool_process(conn: Any, pgid: int, owner: str) -> bool:
     """Delete the row of ``owner``'s group ``pgid`` (a writer); True when there was one."""
-    cur = conn.execute("DELETE FROM tool_processes WHERE owner = ? AND pgid = ?", (owner, pgid))
+    cur = execute(conn, "DELETE FROM tool_processes WHERE owner = ? AND pgid = ?", (owner, pgid))
     return cur.rowcount == 1
 
 
-def list_tool_processes(conn: sqlite3.Connection, owner: str | None = None) -> list[dict]:
+def list_tool_processes(conn: Any, owner: str | None = None) -> list[dict]:
     """Return the recorded groups (all, or ``owner``'s) as dicts of the columns, oldest first."""
     sql = f"SELECT {', '.join(_COLUMNS)} FROM tool_processes"
     rows = (
-        conn.execute(sql + " WHERE owner = ? ORDER BY started_at", (owner,))
+        execute(conn, sql + " WHERE owner = ? ORDER BY started_at", (owner,))
         if owner is not None
-        else conn.execute(sql + " ORDER BY started_at")
+        else execute(conn, sql + " ORDER BY started_at")
     )
     return [dict(zip(_COLUMNS, row, strict=True)) for row in rows]
 
 
-def reap_tool_processes(conn: sqlite3.Connection, owner: str) -> int:
+def reap_tool_processes(conn: Any, owner: str) -> int:
     """Kill the tool process groups a dead process of this host left running; forget their rows.
 
     For each row of this host (its owner's host part is this host's name):

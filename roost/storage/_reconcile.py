@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from typing import Any
 
 import attrs
 
 from ._connect import immediate
+from ._portable import is_sqlite
 from ._processes import reap_tool_processes
 from ._rows import utc_now
 from .leases import owner_is_dead
@@ -30,7 +32,7 @@ class ReconcileReport:
     tool_processes_killed: int = 0
 
 
-def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None) -> ReconcileReport:
+def reconcile(conn: Any, owner: str, *, now: float | None = None) -> ReconcileReport:
     """Close the executions a previous process left open (one ``BEGIN IMMEDIATE``; blocking).
 
     * leases held by ``owner`` (this process's identity, e.g. a fixed owner of a restarted
@@ -48,13 +50,18 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
       and their rows deleted (:func:`~roost.storage.reap_tool_processes`).
 
     Args:
-        conn: a write-capable connection not in a transaction (or in one: then a savepoint).
+        conn: a write-capable connection not in a transaction (or in one: then a savepoint); a
+            PostgreSQL connection runs :func:`~roost.storage._pg_reconcile.reconcile_pg`.
         owner: this process's lease owner identity.
         now: wall-clock unix seconds (default ``time.time()``).
 
     Raises:
         StoreBusy: the write lock could not be taken.
     """
+    if not is_sqlite(conn):
+        from ._pg_reconcile import reconcile_pg
+
+        return reconcile_pg(conn, owner, now=now)
     now = time.time() if now is None else now
     stamp = utc_now()
     params = {

@@ -26,11 +26,13 @@ Times are ISO 8601 UTC text (``2026-01-31T12:00:00.000000Z``), so text order is 
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import attrs
 
 from roost.errors import Conflict, NotFound
 
+from ._portable import is_sqlite
 from ._rows import new_id, utc_now
 
 __all__ = [
@@ -242,6 +244,23 @@ def list_jobs(
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     sql = _JOB_SELECT + where + " ORDER BY s.next_run IS NULL, s.next_run, s.name"
     return [_job(r) for r in conn.execute(sql, args)]
+
+
+def schedule_snapshot(conn: sqlite3.Connection, *, project: str | None = None) -> tuple[int, list[ScheduledJob]]:
+    """Return ``(change counter, jobs)`` read in one snapshot (read-only; see :func:`list_jobs`).
+
+    On SQLite in one ``BEGIN``; on PostgreSQL in the read transaction the connection is in.
+    """
+    if not is_sqlite(conn):
+        from . import _pg_schedules
+
+        pg: Any = conn
+        return _pg_schedules.schedule_changes(pg), _pg_schedules.list_jobs(pg, project=project)
+    conn.execute("BEGIN")
+    try:
+        return schedule_changes(conn), list_jobs(conn, project=project)
+    finally:
+        conn.execute("COMMIT")
 
 
 def adopt_job(conn: sqlite3.Connection, schedule_id: str, work_dir: str) -> bool:

@@ -415,6 +415,24 @@ def _m0007_objectives(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS(name="0008_cluster_nodes")
+def _m0008_cluster_nodes(db: sqlite_utils.Database) -> None:
+    """The nodes of a cluster (issue 13): one heartbeat row per running daemon or runtime,
+    keyed by its lease owner identity; ``last_seen`` and ``ttl`` are unix seconds on the
+    database's clock (roost/storage/_cluster.py)."""
+    _run(
+        db,
+        """CREATE TABLE nodes (
+            owner TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started_at REAL NOT NULL,
+            last_seen REAL NOT NULL,
+            ttl REAL NOT NULL
+        )""",
+    )
+
+
 @MIGRATIONS(name="0009_node_bus")
 def _m0009_node_bus(db: sqlite_utils.Database) -> None:
     """The node bus (storage._bus): the processes on this store and the messages between them."""

@@ -6,14 +6,16 @@ provider), never conversation content.
 
 from __future__ import annotations
 
-import sqlite3
+from typing import Any
 
 from roost._json import loads
+
+from ._portable import execute, is_sqlite
 
 __all__ = ["list_usage_records"]
 
 
-def list_usage_records(conn: sqlite3.Connection) -> list[dict]:
+def list_usage_records(conn: Any) -> list[dict]:
     """Every turn with recorded usage, oldest first (read-only).
 
     Returns:
@@ -23,12 +25,13 @@ def list_usage_records(conn: sqlite3.Connection) -> list[dict]:
         for a ``worker`` thread, else the thread itself. Turns whose usage is absent, or reports
         no tokens at all, are left out (they reported nothing).
     """
-    rows = conn.execute(
+    rows = execute(
+        conn,
         "SELECT t.thread_id, t.started_at, t.usage, th.kind, "
         "COALESCE((SELECT w.root_thread_id FROM workers w WHERE w.thread_id = t.thread_id LIMIT 1), "
         "th.parent_thread_id), th.provider "
         "FROM turns t JOIN threads th ON th.id = t.thread_id "
-        "WHERE t.usage IS NOT NULL ORDER BY t.started_at, t.rowid"
+        "WHERE t.usage IS NOT NULL ORDER BY t.started_at, " + ("t.rowid" if is_sqlite(conn) else "t.id"),
     ).fetchall()
     out: list[dict] = []
     for thread_id, started_at, usage_json, kind, parent, provider in rows:

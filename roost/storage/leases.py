@@ -35,6 +35,7 @@ import attrs
 from roost.errors import LeaseHeld, StaleLease
 
 from ._connect import immediate
+from ._portable import is_sqlite
 
 __all__ = [
     "Lease",
@@ -52,6 +53,14 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+
+
+def _pg() -> Any:
+    """The PostgreSQL lease functions (:mod:`roost.storage._pg_leases`): each function here runs
+    them when given a psycopg connection, so callers need not know the backend."""
+    from . import _pg_leases
+
+    return _pg_leases
 
 
 @attrs.frozen(kw_only=True)
@@ -117,6 +126,8 @@ def get_lease(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
 
     Read-only.
     """
+    if not is_sqlite(conn):
+        return _pg().get_lease(conn, key)
     row = conn.execute("SELECT key, owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)).fetchone()
     return None if row is None else dict(zip(("key", "owner", "token", "expires_at", "successor"), row, strict=True))
 
@@ -138,7 +149,8 @@ def held_elsewhere(conn: sqlite3.Connection, key: str, owner: str) -> dict[str, 
     """Return the lease row of ``key`` when a live execution of another owner holds it, else None
     (read-only; see :func:`live_elsewhere`)."""
     lease = get_lease(conn, key)
-    return lease if live_elsewhere(lease, owner) else None
+    now = None if is_sqlite(conn) else _pg().db_now(conn)  # PostgreSQL: the database's clock
+    return lease if live_elsewhere(lease, owner, now=now) else None
 
 
 def acquire(conn: sqlite3.Connection, key: str, owner: str, ttl: float, *, now: float | None = None) -> Lease:
@@ -159,6 +171,8 @@ def acquire(conn: sqlite3.Connection, key: str, owner: str, ttl: float, *, now: 
             error carries that ``owner`` (or the successor) and ``expires_at``.
         StoreBusy: the write lock could not be taken.
     """
+    if not is_sqlite(conn):
+        return _pg().acquire(conn, key, owner, ttl, now=now)
     if ttl <= 0:
         raise ValueError("ttl must be positive seconds")
     with immediate(conn):
@@ -195,6 +209,8 @@ def check_fence(conn: sqlite3.Connection, key: str, token: int) -> None:
     Raises:
         StaleLease: the lease was re-acquired (higher token), released or handed over.
     """
+    if not is_sqlite(conn):
+        return _pg().check_fence(conn, key, token)
     row = conn.execute("SELECT owner, token FROM leases WHERE key = ?", (key,)).fetchone()
     if row is None or row[0] is None or row[1] != token:
         current = None if row is None else row[1]
@@ -225,6 +241,8 @@ def renew(conn: sqlite3.Connection, lease: Lease, ttl: float | None = None, *, n
         StaleLease: the token was superseded, released or handed over; nothing changed.
         StoreBusy: the write lock could not be taken.
     """
+    if not is_sqlite(conn):
+        return _pg().renew(conn, lease, ttl, now=now)
     ttl = lease.ttl if ttl is None else ttl
     with immediate(conn):
         check_fence(conn, lease.key, lease.token)
@@ -242,6 +260,8 @@ def release(conn: sqlite3.Connection, lease: Lease) -> bool:
     Raises:
         StoreBusy: the write lock could not be taken.
     """
+    if not is_sqlite(conn):
+        return _pg().release(conn, lease)
     with immediate(conn):
         cur = conn.execute(
             """UPDATE leases SET owner = NULL, successor = NULL, expires_at = 0
@@ -268,6 +288,8 @@ def hand_over(
         StaleLease: ``lease`` no longer holds it; nothing changed.
         StoreBusy: the write lock could not be taken.
     """
+    if not is_sqlite(conn):
+        return _pg().hand_over(conn, lease, successor, ttl=ttl, now=now)
     ttl = lease.ttl if ttl is None else ttl
     with immediate(conn):
         check_fence(conn, lease.key, lease.token)

@@ -3,10 +3,11 @@
 ::
 
     root (one_for_one, intensity 3 per 10 s)
-    ├── store_writer     permanent   the single SQLite writer, group commit
+    ├── store_writer     permanent   the store's single writer (SQLite or PostgreSQL), group commit
     ├── lease_keeper     permanent   renews this process's execution leases
     ├── threads          permanent   supervisor of ThreadActors (transient, loaded on demand)
     ├── thread_unloader  permanent   stops ThreadActors idle for ROOST_IDLE_UNLOAD_S (reloaded on use)
+    ├── node_heartbeat   permanent   PostgreSQL only: this node's row in ``nodes`` (roost status)
     └── node_bus         permanent   where the process is a node (app-server, serve): messages to
                                      and from the other processes on the store (roost.actors.NodeBus)
 """
@@ -28,7 +29,7 @@ from roost._faults import load_fault_env
 from roost._paths import positive_env
 from roost.actors import NodeBus, Services, ThreadRegistry, ThreadRemote
 from roost.errors import StoreError
-from roost.storage import LeaseKeeper, default_owner, open_store, queued_worker_roots, reconcile, translate_error
+from roost.storage import LeaseKeeper, default_owner, open_backend, queued_worker_roots, reconcile, translate_error
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 from roost.supervisor._supervisor import Supervisor
 
@@ -71,6 +72,7 @@ async def open_runtime(
     engine_for: Any,
     tools: dict[str, Any],
     db_path: Path | None = None,
+    database_url: str | None = None,
     owner: str | None = None,
     lease_ttl: float | None = None,
     memory: bool = True,
@@ -85,7 +87,10 @@ async def open_runtime(
     Args:
         engine_for: ``engine_for(thread) -> Engine``.
         tools: model-facing tool name -> Tool (not changed: the runtime's threads get a copy).
-        db_path: the database (default ``$ROOST_HOME/roost.db``).
+        db_path: the SQLite database (default ``$ROOST_HOME/roost.db``), used when no database
+            URL is set.
+        database_url: a ``postgresql://`` URL (default ``$ROOST_DATABASE_URL``): run on that
+            PostgreSQL database, as one node of a cluster (:func:`roost.storage.open_backend`).
         owner: this process's lease owner identity (default :func:`roost.storage.default_owner`,
             ``"<host>:<pid>:<nonce>"``, which lets a successor recognise a killed owner).
         lease_ttl: execution lease duration in seconds (default ``$ROOST_LEASE_TTL`` or 15 s);
@@ -98,11 +103,13 @@ async def open_runtime(
             None (one-shot commands): not a node.
 
     Raises:
-        StoreError: the database cannot be opened or migrated.
+        StoreError: the database cannot be opened or migrated (on PostgreSQL also
+            ``DatabaseUrlInvalid``, ``DatabaseUnreachable``, ``DatabasePermissionDenied``,
+            ``SchemaTooNew``: each names the setting).
         ConfigError: ``$ROOST_LEASE_TTL`` is not a positive number.
     """
     lease_ttl = lease_ttl_from_env(15.0) if lease_ttl is None else lease_ttl
-    store = await trio.to_thread.run_sync(lambda: open_store(db_path))
+    store = await trio.to_thread.run_sync(lambda: open_backend(database_url, path=db_path))
     owner = owner or default_owner()
     if memory:
         tools = with_memory_tools(tools, store)
@@ -141,30 +148,28 @@ async def open_runtime(
     # Every start is a fresh instance that rebuilds its state: the writer and keeper services keep
     # their queues (and the held executions) across a restart, the registry reloads threads from
     # the store (DESIGN.md section 4, "Restart for real").
-    root = Supervisor(
-        [
-            ChildSpec("store_writer", store.writer.serve, restart=Restart.PERMANENT, shutdown_timeout=10),
-            ChildSpec("lease_keeper", keeper.serve, restart=Restart.PERMANENT, shutdown_timeout=5),
-            ChildSpec(
-                "threads",
-                functools.partial(registry.run_supervisor, make_threads),
-                restart=Restart.PERMANENT,
-                shutdown_timeout=30,
-            ),
-            ChildSpec(
-                "thread_unloader",
-                functools.partial(registry.run_idle_unloader, idle_s=idle_unload_s()),
-                restart=Restart.PERMANENT,
-                shutdown_timeout=5,
-            ),
-            *(
-                [ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5)]
-                if services.bus is not None
-                else []
-            ),
-        ],
-        name="root",
-    )
+    children = [
+        ChildSpec("store_writer", store.writer.serve, restart=Restart.PERMANENT, shutdown_timeout=10),
+        ChildSpec("lease_keeper", keeper.serve, restart=Restart.PERMANENT, shutdown_timeout=5),
+        ChildSpec(
+            "threads",
+            functools.partial(registry.run_supervisor, make_threads),
+            restart=Restart.PERMANENT,
+            shutdown_timeout=30,
+        ),
+        ChildSpec(
+            "thread_unloader",
+            functools.partial(registry.run_idle_unloader, idle_s=idle_unload_s()),
+            restart=Restart.PERMANENT,
+            shutdown_timeout=5,
+        ),
+    ]
+    if not hasattr(store, "path"):  # PostgreSQL: one node of a cluster
+        heartbeat = functools.partial(node_heartbeat, store.writer, owner, lease_ttl)
+        children.append(ChildSpec("node_heartbeat", heartbeat, restart=Restart.PERMANENT, shutdown_timeout=5))
+    if services.bus is not None:
+        children.append(ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5))
+    root = Supervisor(children, name="root")
     runtime = Runtime(store=store, root=root, services=services, registry=registry, reconciled=report)
     try:
         async with trio.open_nursery() as nursery:
@@ -198,6 +203,36 @@ async def _resume_worker_trees(runtime: Runtime) -> None:
             await runtime.registry.get(thread_id)
         except Exception:
             log.exception("could not resume the worker tree of thread %s", thread_id)
+
+
+async def node_heartbeat(
+    writer: Any, owner: str, ttl: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Keep this node's ``nodes`` row fresh (:func:`roost.storage.beat_node`) every third of
+    ``ttl`` seconds until cancelled, then delete it (a clean stop); restartable.
+
+    A failed beat is logged and retried at the next interval: the row only ages (``roost status``
+    shows the node as gone after ``ttl``), nothing else depends on it.
+    """
+    from roost.storage import beat_node, forget_node
+
+    task_status.started()
+    started_at: float | None = None
+    try:
+        while True:
+            try:
+                clock = await writer.submit(beat_node, owner, ttl, started_at=started_at)
+                started_at = clock if started_at is None else started_at
+            except StoreError as exc:
+                log.warning("node heartbeat failed: %s", exc)
+            await trio.sleep(ttl / 3)
+    finally:
+        with trio.move_on_after(2) as scope:
+            scope.shield = True
+            try:
+                await writer.submit(forget_node, owner)
+            except StoreError:
+                pass  # the row ages out: status shows the node gone after its ttl
 
 
 def with_memory_tools(tools: dict[str, Any], store: Any) -> dict[str, Any]:

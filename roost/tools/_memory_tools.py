@@ -10,7 +10,7 @@ Both live in the store's ``memory`` table (``scope``, ``key``, JSON ``value``):
   each file's text is kept under scope ``context-files:<project dir>`` and key
   ``<name>/<relativePath>`` as ``{"text": ..., "binary": bool}``.
 
-The data functions (``*_rows`` readers, ``*_write`` writers) take a ``sqlite3`` connection like the
+The data functions (``*_rows`` readers, ``*_write`` writers) take a connection of either backend like the
 storage room's functions: pass writers to ``store.writer.submit`` or call them under
 ``store.transaction()``; call readers on ``store.read()``. :func:`memory_tools` builds the
 model-facing tools ``memory_save``, ``memory_recall`` and ``context_read`` (not mutating: they only
@@ -22,7 +22,6 @@ reads the agent's own entries and the shared ones.
 from __future__ import annotations
 
 import os
-import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -91,9 +90,7 @@ def context_files_scope(project: Path | str) -> str:
 # -- memory -------------------------------------------------------------------------------------
 
 
-def save_memory(
-    conn: sqlite3.Connection, *, agent: str | None, name: str, type: str, description: str, body: str
-) -> dict[str, Any]:
+def save_memory(conn: Any, *, agent: str | None, name: str, type: str, description: str, body: str) -> dict[str, Any]:
     """Insert or replace the entry ``name`` of ``agent``'s store (write); a replaced entry keeps its guid.
 
     Returns:
@@ -115,7 +112,7 @@ def save_memory(
     return value
 
 
-def memory_entries(conn: sqlite3.Connection, agent: str | None) -> list[dict[str, Any]]:
+def memory_entries(conn: Any, agent: str | None) -> list[dict[str, Any]]:
     """Return ``agent``'s entries ``{guid, name, type, description, body}`` by name (read-only)."""
     out = []
     for entry in list_memory(conn, memory_scope(agent)):
@@ -132,12 +129,12 @@ def memory_entries(conn: sqlite3.Connection, agent: str | None) -> list[dict[str
     return out
 
 
-def memory_agents(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+def memory_agents(conn: Any) -> list[tuple[str, int]]:
     """Return ``(agent, count)`` for each agent with at least one memory, by name (read-only)."""
     return memory_scope_counts(conn, _AGENT_PREFIX)
 
 
-def forget_memory(conn: sqlite3.Connection, *, agent: str | None, name: str) -> bool:
+def forget_memory(conn: Any, *, agent: str | None, name: str) -> bool:
     """Delete the entry ``name`` of ``agent``'s store (write). Returns whether there was one."""
     return delete_memory(conn, memory_scope(agent), name)
 
@@ -176,7 +173,7 @@ def scan_context_dir(source: Path) -> list[tuple[str, Path, int]]:
 
 
 def import_context(
-    conn: sqlite3.Connection,
+    conn: Any,
     *,
     project: Path,
     name: str,
@@ -226,12 +223,12 @@ def import_context(
     return manifest
 
 
-def context_items(conn: sqlite3.Connection, project: Path) -> list[tuple[str, dict[str, Any]]]:
+def context_items(conn: Any, project: Path) -> list[tuple[str, dict[str, Any]]]:
     """Return ``(name, manifest)`` of a project's context items by name (read-only)."""
     return [(e.key, e.value if isinstance(e.value, dict) else {}) for e in list_memory(conn, context_scope(project))]
 
 
-def remove_context(conn: sqlite3.Connection, *, project: Path, name: str) -> bool:
+def remove_context(conn: Any, *, project: Path, name: str) -> bool:
     """Remove a context item and its files' text (write). Returns whether the item existed."""
     existed = delete_memory(conn, context_scope(project), name)
     prefix = f"{name}/"
@@ -239,7 +236,7 @@ def remove_context(conn: sqlite3.Connection, *, project: Path, name: str) -> boo
     return existed
 
 
-def read_context_file(conn: sqlite3.Connection, project: Path, name: str, relative_path: str) -> dict[str, Any] | None:
+def read_context_file(conn: Any, project: Path, name: str, relative_path: str) -> dict[str, Any] | None:
     """Return ``{"text", "binary"}`` of one context file, or ``None`` (read-only)."""
     _, value = memory_value(conn, context_files_scope(project), f"{name}/{relative_path}")
     return value if isinstance(value, dict) else None
@@ -248,7 +245,7 @@ def read_context_file(conn: sqlite3.Connection, project: Path, name: str, relati
 # -- tools --------------------------------------------------------------------------------------
 
 
-def _project_with_context(conn: sqlite3.Connection, cwd: Path) -> Path:
+def _project_with_context(conn: Any, cwd: Path) -> Path:
     """The nearest of ``cwd`` and its parents that has context items (else ``cwd``)."""
     for candidate in (cwd, *cwd.parents):
         if scope_has_memory(conn, context_scope(candidate)):
@@ -256,7 +253,7 @@ def _project_with_context(conn: sqlite3.Connection, cwd: Path) -> Path:
     return cwd
 
 
-def recall_entries(conn: sqlite3.Connection, agent: str | None) -> list[dict[str, Any]]:
+def recall_entries(conn: Any, agent: str | None) -> list[dict[str, Any]]:
     """Return the entries ``agent`` recalls: its own, then the shared ones it does not shadow (read-only).
 
     An agent sees its own store (scope ``memory:agent:<name>``) and the shared one (scope

@@ -1,0 +1,137 @@
+"""A daemon task as the task queue keeps it, and what the queue tells and uses around it
+(split from :mod:`roost.actors._taskqueue`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import attrs
+
+from roost._json import loads
+
+__all__ = ["QueuedTask", "TaskListener", "Orchestrations", "TaskSink", "task_result", "mark_complete"]
+
+log = logging.getLogger("roost.serve")
+
+
+@attrs.define(eq=False)
+class QueuedTask:
+    """One daemon task (``id`` is also its ``sessionId`` and its thread's id)."""
+
+    id: str
+    task: str
+    config: str | None = None
+    work_dir: str | None = None
+    client_id: str | None = None  # the owning client's scoped key (opaque), or None
+    source: str = "client"
+    provider: str | None = None  # the task's own model settings (a schedule's), else the queue's
+    model: str | None = None
+    status: str = "queued"
+    #: the node that dispatched it (:func:`roost._paths.node_name`); None: written before clusters
+    node: str | None = None
+    #: dispatched by another node of the cluster (its client is attached there, not here)
+    foreign: bool = False
+    resumed: bool = False
+    result: dict | None = None
+    turn_id: str | None = None
+    actor: Any = None
+    orchestrator: Any = None  # the running Orchestrator of an orchestrated task
+    interrupt_pending: bool = False  # interrupted before its Orchestrator existed
+
+    @property
+    def orchestrated(self) -> bool:
+        """True when the task runs an orchestration config (many agents), not one agent's turn."""
+        return bool(self.config)
+
+    @classmethod
+    def from_row(cls, row: Any) -> QueuedTask:
+        """The task of a ``daemon_tasks`` row (:class:`roost.model.DaemonTask`), as stored."""
+        payload = row.payload or {}
+        return cls(
+            id=row.id,
+            task=payload.get("task") or "",
+            config=payload.get("config"),
+            work_dir=payload.get("workDir"),
+            client_id=payload.get("clientId"),
+            source=payload.get("source") or "client",
+            status=row.status,
+            result=payload.get("result"),
+            provider=payload.get("provider"),
+            model=payload.get("model"),
+            node=payload.get("node"),
+        )
+
+    def payload(self) -> dict:
+        return {
+            "task": self.task,
+            "config": self.config,
+            "workDir": self.work_dir,
+            "clientId": self.client_id,
+            "source": self.source,
+            "result": self.result,
+            "provider": self.provider,
+            "model": self.model,
+            "node": self.node,
+        }
+
+
+class TaskListener(Protocol):
+    """What the queue tells its front door (all but ``request_approval`` must not block)."""
+
+    def task_started(self, task: QueuedTask) -> None: ...
+
+    def task_notification(self, task: QueuedTask, method: str, params: dict) -> None: ...
+
+    def task_event(self, task: QueuedTask, event: dict) -> None:
+        """An orchestrated task's run event (``agent_starting``, ``tool_calling``,
+        ``token_budget_warning``, ``agent_message``; camelCase dicts of the Orchestrator)."""
+
+    async def request_approval(self, task: QueuedTask, params: dict) -> bool | None: ...
+
+    def task_finished(self, task: QueuedTask) -> None: ...
+
+
+class TaskSink:
+    """Hub subscriber for one task's thread: decodes each line and hands it to the listener."""
+
+    def __init__(self, task: QueuedTask, listener: TaskListener) -> None:
+        self.task = task
+        self.listener = listener
+
+    def deliver(self, line: bytes) -> None:
+        try:
+            message = loads(line)
+            self.listener.task_notification(self.task, message.get("method") or "", message.get("params") or {})
+        except Exception:
+            log.exception("task %s: could not render a notification", self.task.id)
+
+
+class Orchestrations(Protocol):
+    """What the task queue uses of ``roost.orchestration`` (the daemon passes that package in: the
+    actors room sits below it and never imports it, DESIGN section 3)."""
+
+    Orchestrator: Any
+
+    def load_config_file(self, path: str) -> Any:
+        """Load and validate an orchestration config; raises ``ConfigInvalid``."""
+        ...
+
+
+def task_result(
+    succeeded: bool, error: str | None, last_agent: str | None = None, last_message: str | None = None
+) -> dict:
+    """A task result: ``{succeeded, errorMessage, lastAgent, lastMessage}`` (wire-protocol ``result``)."""
+    return {"succeeded": succeeded, "errorMessage": error, "lastAgent": last_agent, "lastMessage": last_message}
+
+
+def mark_complete(conn: Any, thread_id: str) -> None:
+    """Set ``metadata["is_complete"]`` on a task's thread (write; a missing thread is skipped)."""
+    from roost.errors import NotFound
+    from roost.storage import get_thread, update_thread
+
+    try:
+        thread = get_thread(conn, thread_id)
+    except NotFound:
+        return
+    update_thread(conn, thread_id, metadata={**(thread.metadata or {}), "is_complete": True})

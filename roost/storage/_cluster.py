@@ -1,0 +1,174 @@
+"""The cluster: the shared daemon task queue's claims and the nodes' heartbeats (issue 13).
+
+N daemons on one database (PostgreSQL; several daemons on one SQLite file work the same way)
+share ``daemon_tasks``. A node runs a task only after :func:`claim_daemon_task` gave it the
+task's lease ``task:<id>`` (a fencing token, :mod:`roost.storage.leases`): exactly one claim
+wins, in one transaction. The same SQL runs on both backends (:mod:`roost.storage._portable`);
+PostgreSQL locks the candidate rows ``FOR UPDATE SKIP LOCKED`` so concurrent claimers of other
+nodes skip each other's rows instead of waiting, SQLite's write lock serialises claimers.
+
+Times are unix seconds on the database's clock (PostgreSQL ``now()``; SQLite: this host's clock,
+the only one that opens the file).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from roost.errors import LeaseHeld
+from roost.model import DaemonTask
+
+from . import leases
+from ._dispatch import by_connection
+from ._portable import execute, is_sqlite
+from ._rows import utc_now
+from ._tasks import get_daemon_task
+
+_get_daemon_task = by_connection(get_daemon_task)
+
+__all__ = [
+    "task_lease_key",
+    "claim_daemon_task",
+    "beat_node",
+    "forget_node",
+    "list_nodes",
+    "queue_depth",
+    "db_clock",
+]
+
+#: Candidates examined per claim (running tasks of live nodes are skipped in Python).
+_CLAIM_SCAN = 64
+
+
+def task_lease_key(task_id: str) -> str:
+    """Return the lease key of a daemon task's execution: ``"task:<task_id>"``."""
+    return f"task:{task_id}"
+
+
+def db_clock(conn: Any) -> float:
+    """The database's clock, unix seconds (SQLite: ``time.time()``)."""
+    if is_sqlite(conn):
+        return time.time()
+    row = execute(conn, "SELECT extract(epoch FROM now())::float8").fetchone()
+    return float(row[0])
+
+
+def _lease_free_for(conn: Any, key: str, owner: str, now: float) -> bool:
+    """Whether no live execution of another owner holds ``key``."""
+    return not leases.live_elsewhere(leases.get_lease(conn, key), owner, now=now)
+
+
+def claim_daemon_task(conn: Any, owner: str, ttl: float) -> tuple[DaemonTask, leases.Lease, bool] | None:
+    """Claim the next task of the shared queue for ``owner`` (write, one transaction).
+
+    The next task is the first, in queue order, of: the ``running`` tasks whose executor is gone
+    (their ``task:<id>`` lease and their thread's lease both expired, released, or held by a
+    dead process of this host) -- they are *resumed* -- then the ``queued`` tasks. The claim takes
+    the task's lease (its token one higher than any before) and sets the row ``running``.
+
+    Args:
+        conn: a write connection (in the store writer's transaction, or its own).
+        owner: the claiming node's lease owner identity.
+        ttl: the lease duration, seconds.
+
+    Returns:
+        ``(task, lease, resumed)``, or None when nothing is claimable.
+    """
+    rows = execute(
+        conn,
+        "SELECT id, status FROM daemon_tasks WHERE status IN ('running', 'queued')"
+        " ORDER BY CASE status WHEN 'running' THEN 0 ELSE 1 END, position LIMIT ?",
+        (_CLAIM_SCAN,),
+    ).fetchall()
+    now = db_clock(conn)
+    for task_id, status in rows:
+        resumed = status == "running"
+        if resumed and not (
+            _lease_free_for(conn, task_lease_key(task_id), owner, now)
+            and _lease_free_for(conn, leases.thread_lease_key(task_id), owner, now)
+        ):
+            continue  # a live node runs it
+        if not is_sqlite(conn):
+            # lock this row only: another node's claim in flight holds it (skip it, not wait), and
+            # the row's committed status is re-read under the lock
+            locked = execute(
+                conn, "SELECT 1 FROM daemon_tasks WHERE id = ? AND status = ? FOR UPDATE SKIP LOCKED", (task_id, status)
+            ).fetchone()
+            if locked is None:
+                continue
+        try:
+            lease = leases.acquire(conn, task_lease_key(task_id), owner, ttl)
+        except LeaseHeld:
+            continue  # taken meanwhile
+        execute(conn, "UPDATE daemon_tasks SET status = 'running', updated_at = ? WHERE id = ?", (utc_now(), task_id))
+        task = _get_daemon_task(conn, task_id)
+        assert task is not None
+        return task, lease, resumed
+    return None
+
+
+def beat_node(conn: Any, owner: str, ttl: float, *, started_at: float | None = None) -> float:
+    """Insert or refresh this node's heartbeat row (write); return the database clock.
+
+    Args:
+        owner: the node's lease owner identity (``"<host>:<pid>:<nonce>"``).
+        ttl: seconds after ``last_seen`` at which the node counts as gone.
+        started_at: when the node started (first beat; default now).
+    """
+    now = db_clock(conn)
+    execute(
+        conn,
+        """INSERT INTO nodes (owner, host, pid, started_at, last_seen, ttl) VALUES (?, ?, ?, ?, ?, ?)
+           ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen, ttl = excluded.ttl""",
+        (owner, socket.gethostname(), os.getpid(), now if started_at is None else started_at, now, ttl),
+    )
+    return now
+
+
+def forget_node(conn: Any, owner: str) -> bool:
+    """Delete a node's heartbeat row (write; a clean stop); True when there was one."""
+    return bool(execute(conn, "DELETE FROM nodes WHERE owner = ?", (owner,)).rowcount == 1)
+
+
+def list_nodes(conn: Any) -> list[dict[str, Any]]:
+    """The cluster's nodes, most recently seen first (read-only).
+
+    Returns:
+        ``[{owner, host, pid, startedAt, lastSeen, ageSeconds, alive, leases}]``: times are unix
+        seconds on the database clock, ``ageSeconds`` since the last heartbeat, ``alive`` while
+        that is under the node's ttl, ``leases`` the keys of its live leases (sorted).
+    """
+    now = db_clock(conn)
+    rows = execute(conn, "SELECT owner, host, pid, started_at, last_seen, ttl FROM nodes ORDER BY last_seen DESC")
+    held: dict[str, list[str]] = {}
+    for key, holder in execute(
+        conn, "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND expires_at > ? ORDER BY key", (now,)
+    ).fetchall():
+        held.setdefault(holder, []).append(key)
+    return [
+        {
+            "owner": owner,
+            "host": host,
+            "pid": int(pid),
+            "startedAt": float(started),
+            "lastSeen": float(seen),
+            "ageSeconds": round(now - float(seen), 3),
+            "alive": now - float(seen) < float(ttl),
+            "leases": held.get(owner, []),
+        }
+        for owner, host, pid, started, seen, ttl in rows.fetchall()
+    ]
+
+
+def queue_depth(conn: Any) -> dict[str, int]:
+    """``{queued, running}``: the shared task queue's tasks by status (read-only)."""
+    counts = dict(
+        execute(
+            conn,
+            "SELECT status, COUNT(*) FROM daemon_tasks WHERE status IN ('queued', 'running') GROUP BY status",
+        ).fetchall()
+    )
+    return {"queued": int(counts.get("queued", 0)), "running": int(counts.get("running", 0))}
