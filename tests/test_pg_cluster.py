@@ -8,14 +8,14 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
 import trio
-
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import Daemon, open_daemon
 from _helpers.timing import scaled

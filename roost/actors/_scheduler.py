@@ -46,7 +46,8 @@ Behaviour (issue 7):
   ``None`` disables it). Only when it moved are the jobs reloaded.
 * A job whose cron no longer parses (written by an older version) or can never fire is marked
   ``next_run = NULL`` and skipped; the others are unaffected.
-* Start-up adoption: open run records of this owner or of a dead process (``owner_is_dead``)
+* Start-up adoption: open run records of this owner or of a gone process (``owner_gone``: a
+  dead process of this host, or on PostgreSQL a node whose heartbeat stopped)
   are settled: ``claimed`` ones (the process died between claim and dispatch) become
   ``done``/``interrupted`` (at most once, never re-dispatched); ``running`` ones are awaited
   again with ``wait_task`` (a resumed task), ``interrupted`` if the queue does not know them.
@@ -71,7 +72,6 @@ from roost.actors._actor import Actor
 from roost.errors import NotFound, RoostError
 from roost.scheduling import Clock, CronExpr, InvalidCron, SystemClock, format_slot, parse_cron, parse_slot
 from roost.storage import default_owner
-from roost.storage.leases import owner_is_dead
 
 __all__ = ["Scheduler", "SchedulesChanged", "TaskOutcomes", "Dispatch", "WaitTask"]
 
@@ -545,11 +545,13 @@ class Scheduler(Actor):
     async def _adopt_open_runs(self) -> None:
         def open_runs() -> list[db.JobRun]:
             with self.store.read() as conn:
-                return db.list_open_runs(conn)
+                return [
+                    run
+                    for run in db.list_open_runs(conn)
+                    if run.owner is None or run.owner == self.owner or db.owner_gone(conn, run.owner)
+                ]
 
-        for run in await trio.to_thread.run_sync(open_runs):
-            if not (run.owner is None or run.owner == self.owner or owner_is_dead(run.owner)):
-                continue  # a live scheduler of another process owns it
+        for run in await trio.to_thread.run_sync(open_runs):  # (the others: a live scheduler's)
             if run.status == "running" and run.session_id:
                 await self.store.writer.submit(_adopt_tx, run.id, self.owner)
                 self.nursery.start_soon(self._await_outcome, run.id, run.session_id)

@@ -53,6 +53,7 @@ from ._cluster import claim_daemon_task as claim_daemon_task
 from ._cluster import db_clock as db_clock
 from ._cluster import forget_node as forget_node
 from ._cluster import list_nodes as list_nodes
+from ._cluster import owner_gone as owner_gone
 from ._cluster import queue_depth as queue_depth
 from ._cluster import task_lease_key as task_lease_key
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
@@ -332,6 +333,7 @@ __all__ = [
     "db_clock",
     "forget_node",
     "list_nodes",
+    "owner_gone",
     "queue_depth",
     "task_lease_key",
     "get_daemon_task",

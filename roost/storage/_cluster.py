@@ -37,6 +37,7 @@ __all__ = [
     "list_nodes",
     "queue_depth",
     "db_clock",
+    "owner_gone",
 ]
 
 #: Candidates examined per claim (running tasks of live nodes are skipped in Python).
@@ -161,6 +162,22 @@ def list_nodes(conn: Any) -> list[dict[str, Any]]:
         }
         for owner, host, pid, started, seen, ttl in rows.fetchall()
     ]
+
+
+def owner_gone(conn: Any, owner: str) -> bool:
+    """Whether the process ``owner`` (a lease owner identity) no longer runs (read-only).
+
+    A dead process of this host (:func:`roost.storage.leases.owner_is_dead`) is gone. On
+    PostgreSQL an owner of any host is gone when its node's heartbeat row is missing (it stopped)
+    or older than its ttl on the database clock (it died, or is cut off); on SQLite only this
+    host's process table can tell, so another owner counts as alive.
+    """
+    if leases.owner_is_dead(owner):
+        return True
+    if is_sqlite(conn):
+        return False
+    row = execute(conn, "SELECT last_seen, ttl FROM nodes WHERE owner = ?", (owner,)).fetchone()
+    return row is None or db_clock(conn) - float(row[0]) >= float(row[1])
 
 
 def queue_depth(conn: Any) -> dict[str, int]:

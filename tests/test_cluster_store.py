@@ -1,0 +1,147 @@
+"""The store operations of a cluster (issue 13) on both backends: task claims, node heartbeats,
+the portable data modules (blobs, usage, background processes), and the restartable writer."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+
+import roost.storage as storage
+from roost.errors import StaleLease
+from roost.storage import (
+    beat_node,
+    claim_daemon_task,
+    create_thread,
+    create_turn,
+    enqueue_daemon_task,
+    forget_node,
+    get_bg_process,
+    get_daemon_task,
+    insert_bg_process,
+    list_bg_processes,
+    list_nodes,
+    list_usage_records,
+    queue_depth,
+    read_blob,
+    read_blob_chunk,
+    task_lease_key,
+    update_daemon_task,
+    update_turn,
+)
+
+PNG = "iVBORw0KGgo="  # 8 bytes
+
+
+def _queue(store, n: int) -> list[str]:
+    with store.transaction() as conn:
+        return [enqueue_daemon_task(conn, payload={"task": f"t{i}"}, id=f"task{i}")[0].id for i in range(n)]
+
+
+def test_claims_take_the_queue_in_order_once_each(backend) -> None:
+    ids = _queue(backend, 3)
+    got = []
+    for owner in ("A", "B", "A", "B"):
+        with backend.transaction() as conn:
+            claimed = claim_daemon_task(conn, owner, 10.0)
+        got.append(None if claimed is None else (claimed[0].id, claimed[1].owner, claimed[1].token, claimed[2]))
+    assert got == [("task0", "A", 1, False), ("task1", "B", 1, False), ("task2", "A", 1, False), None]
+    with backend.read() as conn:
+        assert [get_daemon_task(conn, i).status for i in ids] == ["running"] * 3
+        assert queue_depth(conn) == {"queued": 0, "running": 3}
+
+
+def test_a_running_task_is_resumed_once_its_executor_is_gone(backend) -> None:
+    _queue(backend, 1)
+    with backend.transaction() as conn:
+        task, lease, resumed = claim_daemon_task(conn, "A", 10.0)
+        # the thread of the task runs under A too
+        storage.acquire(conn, f"thread:{task.id}", "A", 10.0)
+    with backend.transaction() as conn:
+        assert claim_daemon_task(conn, "B", 10.0) is None  # A is alive: nothing to claim
+        storage.release(conn, lease)
+        assert claim_daemon_task(conn, "B", 10.0) is None  # its thread is still under A's lease
+        thread = storage.get_lease(conn, f"thread:{task.id}")
+        storage.release(conn, storage.Lease(key=thread["key"], owner="A", token=thread["token"],
+                                            expires_at=0, ttl=10.0))
+        again = claim_daemon_task(conn, "B", 10.0)
+    assert again is not None
+    task2, lease2, resumed2 = again
+    assert (task2.id, lease2.token, resumed2) == (task.id, 2, True)
+    # A's late result is refused: its token is stale
+    with backend.transaction() as conn:
+        with pytest.raises(StaleLease):
+            storage.fenced(task_lease_key(task.id), lease.token, update_daemon_task)(conn, task.id, status="finished")
+    with backend.read() as conn:
+        assert get_daemon_task(conn, task.id).status == "running"
+
+
+def test_simultaneous_claimers_of_two_connections_never_share_a_task(backend) -> None:
+    _queue(backend, 6)
+    won: list[str] = []
+    lock = threading.Lock()
+
+    def claimer(owner: str) -> None:
+        while True:
+            with backend.transaction() as conn:
+                claimed = claim_daemon_task(conn, owner, 10.0)
+            if claimed is None:
+                return
+            with lock:
+                won.append(claimed[0].id)
+
+    threads = [threading.Thread(target=claimer, args=(o,)) for o in ("A", "B", "C")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won) == [f"task{i}" for i in range(6)]
+
+
+def test_node_heartbeats_list_the_cluster_with_their_leases(backend) -> None:
+    with backend.transaction() as conn:
+        beat_node(conn, "host:1:a", 5.0)
+        beat_node(conn, "host:2:b", 5.0)
+        storage.acquire(conn, "thread:x", "host:2:b", 30.0)
+    with backend.read() as conn:
+        nodes = {n["owner"]: n for n in list_nodes(conn)}
+    assert set(nodes) == {"host:1:a", "host:2:b"}
+    assert nodes["host:2:b"]["leases"] == ["thread:x"] and nodes["host:1:a"]["leases"] == []
+    assert all(n["alive"] and 0 <= n["ageSeconds"] < 5 for n in nodes.values())
+    with backend.transaction() as conn:
+        assert forget_node(conn, "host:1:a") is True
+    with backend.read() as conn:
+        assert [n["owner"] for n in list_nodes(conn)] == ["host:2:b"]
+
+
+def test_blobs_usage_and_background_processes_on_each_backend(backend) -> None:
+    with backend.transaction() as conn:
+        thread = create_thread(conn, title="t")
+        turn = create_turn(conn, thread.id)
+        update_turn(conn, turn.id, usage={"input_tokens": 3, "output_tokens": 4})
+        item = storage.append_item(conn, thread.id, type="user_message",
+                                   payload={"images": [{"media_type": "image/png", "data": PNG}]})
+        insert_bg_process(conn, id="bg1", thread_id=thread.id, owner="o", pid=12, command="sleep 1", cwd=None)
+    with backend.read() as conn:
+        stored = storage.get_item(conn, item.id).payload["images"][0]
+        assert stored["data"] == PNG and stored["size"] == 8  # externalized, read back
+        ctype, data = read_blob(conn, stored["sha256"])
+        assert ctype == "image/png" and len(data) == 8
+        assert read_blob_chunk(conn, stored["sha256"], 2, 3)[1:] == (8, data[2:5])
+        (usage,) = list_usage_records(conn)
+        assert (usage["thread_id"], usage["input_tokens"], usage["output_tokens"]) == (thread.id, 3, 4)
+        assert [p["id"] for p in list_bg_processes(conn, thread.id)] == ["bg1"]
+        assert get_bg_process(conn, "bg1")["status"] == "running"
+
+
+async def test_the_writer_serves_again_after_a_restart(backend) -> None:
+    writer = backend.writer
+    for attempt in range(2):  # the supervisor's permanent child: serve, stop, serve again
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.serve)
+            thread = await writer.submit(create_thread, title=f"round {attempt}")
+            nursery.cancel_scope.cancel()
+        with backend.read() as conn:
+            assert storage.get_thread(conn, thread.id).title == f"round {attempt}"
+    writer.close()
