@@ -269,6 +269,10 @@ async def test_input_for_a_dead_owner_follows_the_local_rules(tmp_path, roost_ho
         await wait_started(b, start_b)
         b.process.kill()
         await b.process.wait()
+        try:  # its stdin is a broken pipe now: close it here, so the harness does not write to it
+            await b.process.stdin.aclose()
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
         start_a = len(a.lines)
         sent = await a.request("turn/steer", {"thread_id": tid, "prompt": "after b died", "client_id": "d-1"})
         assert sent["delivery"] == "queued" and "turn" in sent  # an idle thread here: it starts a turn
