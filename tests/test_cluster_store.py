@@ -145,3 +145,12 @@ async def test_the_writer_serves_again_after_a_restart(backend) -> None:
         with backend.read() as conn:
             assert storage.get_thread(conn, thread.id).title == f"round {attempt}"
     writer.close()
+
+
+def test_many_tasks_running_on_live_nodes_never_hide_the_queued_ones(backend) -> None:
+    _queue(backend, 71)
+    with backend.transaction() as conn:
+        for _ in range(70):  # another host's node runs 70 tasks (more than one claim looks at)
+            assert claim_daemon_task(conn, "elsewhere:1:n", 30.0) is not None
+        claimed = claim_daemon_task(conn, "here:2:n", 30.0)
+    assert claimed is not None and (claimed[0].id, claimed[2]) == ("task70", False)

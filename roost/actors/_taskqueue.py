@@ -347,11 +347,11 @@ class TaskQueue(SharedQueue):
                 with trio.move_on_after(self.poll_s):
                     await wake.wait()
                 continue
-            fault_point("task_queue")
             task, lease = claimed
             self._local.add(task.id)
             try:
                 async with keeper.adopt(lease) as execution:
+                    fault_point("task_queue")  # (a crash here releases the lease: the task is resumed)
                     with execution.cancel_scope:
                         await self._run(task, execution)
                 if execution.lost_reason is not None:

@@ -40,7 +40,7 @@ __all__ = [
     "owner_gone",
 ]
 
-#: Candidates examined per claim (running tasks of live nodes are skipped in Python).
+#: Candidates examined per claim, of each kind (resumable running tasks, queued tasks).
 _CLAIM_SCAN = 64
 
 
@@ -78,13 +78,19 @@ def claim_daemon_task(conn: Any, owner: str, ttl: float) -> tuple[DaemonTask, le
     Returns:
         ``(task, lease, resumed)``, or None when nothing is claimable.
     """
+    now = db_clock(conn)
+    # running tasks whose lease is not live by the clock, or held on this host (its pid may be
+    # dead: judged below); then the queued ones. Each list is bounded, so neither hides the other.
     rows = execute(
         conn,
-        "SELECT id, status FROM daemon_tasks WHERE status IN ('running', 'queued')"
-        " ORDER BY CASE status WHEN 'running' THEN 0 ELSE 1 END, position LIMIT ?",
-        (_CLAIM_SCAN,),
+        "SELECT t.id, t.status FROM daemon_tasks t LEFT JOIN leases l ON l.key = 'task:' || t.id"
+        " WHERE t.status = 'running' AND (l.owner IS NULL OR l.expires_at <= ? OR l.owner LIKE ?)"
+        " ORDER BY t.position LIMIT ?",
+        (now, socket.gethostname() + ":%", _CLAIM_SCAN),
     ).fetchall()
-    now = db_clock(conn)
+    rows += execute(
+        conn, "SELECT id, status FROM daemon_tasks WHERE status = 'queued' ORDER BY position LIMIT ?", (_CLAIM_SCAN,)
+    ).fetchall()
     for task_id, status in rows:
         resumed = status == "running"
         if resumed and not (
