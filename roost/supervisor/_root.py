@@ -114,24 +114,7 @@ async def open_runtime(
     if memory:
         tools = with_memory_tools(tools, store)
 
-    def _reconcile() -> Any:
-        with store.transaction() as conn:
-            return reconcile(conn, owner)
-
-    try:
-        report = await trio.to_thread.run_sync(_reconcile)
-    except sqlite3.Error as exc:
-        # Expected on a read-only or full database: one line, no traceback (issue 18, finding 6).
-        log.warning("start-up reconciliation failed: %s", translate_error(exc))
-        report = None
-    except StoreError as exc:
-        log.warning("start-up reconciliation failed: %s", exc)
-        report = None
-    except Exception:
-        # Not fatal (e.g. the database stayed locked): leases still expire on their own, and each
-        # admission settles the turns a dead execution left running on its thread.
-        log.warning("start-up reconciliation failed", exc_info=True)
-        report = None
+    report = await _reconcile_at_start(store, owner)
     keeper = LeaseKeeper(store.writer, owner=owner, ttl=lease_ttl)
 
     def make_threads() -> Supervisor:
@@ -148,6 +131,50 @@ async def open_runtime(
     # Every start is a fresh instance that rebuilds its state: the writer and keeper services keep
     # their queues (and the held executions) across a restart, the registry reloads threads from
     # the store (DESIGN.md section 4, "Restart for real").
+    children = _root_children(store, keeper, registry, services, make_threads, lease_ttl)
+    root = Supervisor(children, name="root")
+    runtime = Runtime(store=store, root=root, services=services, registry=registry, reconciled=report)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(root.run)
+            await _resume_worker_trees(runtime)
+            try:
+                yield runtime
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        keeper.close()
+        store.writer.close()
+        store.close()
+
+
+async def _reconcile_at_start(store: Any, owner: str) -> Any:
+    """Start-up reconciliation (:func:`roost.storage.reconcile`); its report, or None when it
+    failed (logged: never fatal)."""
+
+    def _reconcile() -> Any:
+        with store.transaction() as conn:
+            return reconcile(conn, owner)
+
+    try:
+        return await trio.to_thread.run_sync(_reconcile)
+    except sqlite3.Error as exc:
+        # Expected on a read-only or full database: one line, no traceback (issue 18, finding 6).
+        log.warning("start-up reconciliation failed: %s", translate_error(exc))
+    except StoreError as exc:
+        log.warning("start-up reconciliation failed: %s", exc)
+    except Exception:
+        # Not fatal (e.g. the database stayed locked): leases still expire on their own, and each
+        # admission settles the turns a dead execution left running on its thread.
+        log.warning("start-up reconciliation failed", exc_info=True)
+    return None
+
+
+def _root_children(
+    store: Any, keeper: Any, registry: Any, services: Services, make_threads: Any, lease_ttl: float
+) -> list[ChildSpec]:
+    """The root's child specs, in start order (the module doc draws the tree)."""
+    owner = services.owner
     children = [
         ChildSpec("store_writer", store.writer.serve, restart=Restart.PERMANENT, shutdown_timeout=10),
         ChildSpec("lease_keeper", keeper.serve, restart=Restart.PERMANENT, shutdown_timeout=5),
@@ -169,20 +196,7 @@ async def open_runtime(
         children.append(ChildSpec("node_heartbeat", heartbeat, restart=Restart.PERMANENT, shutdown_timeout=5))
     if services.bus is not None:
         children.append(ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5))
-    root = Supervisor(children, name="root")
-    runtime = Runtime(store=store, root=root, services=services, registry=registry, reconciled=report)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(root.run)
-            await _resume_worker_trees(runtime)
-            try:
-                yield runtime
-            finally:
-                nursery.cancel_scope.cancel()
-    finally:
-        keeper.close()
-        store.writer.close()
-        store.close()
+    return children
 
 
 async def _resume_worker_trees(runtime: Runtime) -> None:
