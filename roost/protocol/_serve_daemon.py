@@ -536,7 +536,7 @@ class ServeDaemon:
         elif kind == "interrupt":
             if conn.read_only:
                 conn.send(_error("a read-only client cannot interrupt", "read_only"))
-            elif not self.queue.interrupt(conn.client.key):
+            elif not await self.queue.interrupt_everywhere(conn.client.key):
                 conn.send(_error("none of your tasks is running", "invalid_request"))
         elif kind == "status":  # additive (issue 17): see roost.protocol._serve_status
             from roost.protocol._serve_status import status_snapshot

@@ -1,0 +1,67 @@
+"""Cross-node ``interrupt`` on the serve socket (issue 13; wire-protocol.md, "Input": ``interrupt``
+cancels the client's running task): two real ``roost serve`` daemons on one PostgreSQL database
+share the task queue, so a client's tasks dispatched on node A may run on node B. An
+``interrupt`` line on A stops them on both nodes (B's over the node bus, ``task.interrupt``); the
+results reach the client on A; checked in the database."""
+
+from __future__ import annotations
+
+import json
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+from test_pg_cluster import SCRIPT, _rows, _runner_pid, _wait_rows, cluster
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(SCRIPT))
+    return path
+
+
+async def _dispatch(client, text: str) -> str:
+    start = len(client.events)
+    await client.send({"type": "user_input", "text": text})
+    return (await client.wait_for("queued", start=start))["sessionId"]
+
+
+async def test_interrupt_on_node_a_stops_the_clients_task_running_on_node_b(
+    tmp_path: Path, pg_url: str, script: Path
+) -> None:
+    async with cluster(tmp_path, pg_url, script, n=2) as (a, b):
+        async with AsyncExitStack() as stack:
+            client = await stack.enter_async_context(a.unix())
+            await client.wait_for("hello")
+            # one runner per node (--max-concurrent 1): A runs the first slow task, B claims the second
+            first, second = await _dispatch(client, "slow one"), await _dispatch(client, "slow two")
+            for sid in (first, second):
+                await _wait_rows(
+                    pg_url, "SELECT 1 FROM turns WHERE thread_id = %s AND status = 'running'", (sid,), bool
+                )
+            runners = {_runner_pid(pg_url, first), _runner_pid(pg_url, second)}
+            assert runners == {a.process.pid, b.process.pid}
+            on_b = first if _runner_pid(pg_url, first) == b.process.pid else second
+            start = len(client.events)
+            await client.send({"type": "interrupt"})
+            results = {}
+            for sid in (first, second):
+                results[sid] = await client.wait_for("result", lambda e, s=sid: e["sessionId"] == s, start=start)
+            assert all(r["succeeded"] is False for r in results.values())
+            assert not [e for e in client.events[start:] if e.get("type") == "error"]
+        # in the database: B's task was interrupted on B (claimed once, never resumed or run twice)
+        assert _rows(pg_url, "SELECT status FROM turns WHERE thread_id = %s", (on_b,)) == [("interrupted",)]
+        assert _rows(pg_url, "SELECT token FROM leases WHERE key = %s", (f"task:{on_b}",)) == [(1,)]
+        assert {s for (s,) in _rows(pg_url, "SELECT status FROM daemon_tasks")} <= {"finished", "collected"}
+        assert {s for (s,) in _rows(pg_url, "SELECT status FROM bus_messages")} <= {"done"}
+
+
+async def test_interrupt_with_no_task_running_anywhere_is_an_error(tmp_path: Path, pg_url: str, script: Path) -> None:
+    async with cluster(tmp_path, pg_url, script, n=2) as (a, _b):
+        async with a.unix() as client:
+            await client.wait_for("hello")
+            start = len(client.events)
+            await client.send({"type": "interrupt"})
+            error = await client.wait_for("error", start=start)
+            assert error["code"] == "invalid_request"
