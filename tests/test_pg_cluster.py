@@ -122,6 +122,8 @@ async def test_tasks_dispatched_on_each_node_run_exactly_once(tmp_path: Path, pg
         assert sorted(n["pid"] for n in nodes) == sorted(d.process.pid for d in daemons)
         assert all(n["alive"] and n["ageSeconds"] >= 0 for n in nodes)
         assert body["cluster"]["queue"] == {"queued": 0, "running": 0}
+        # the daemons and the status query ran on PostgreSQL alone
+        assert not any((tmp_path / f"home-{n}" / "roost.db").exists() for n in "abc")
 
 
 async def _slow_task(client: Any) -> str:

@@ -131,7 +131,11 @@ async def open_runtime(
     # Every start is a fresh instance that rebuilds its state: the writer and keeper services keep
     # their queues (and the held executions) across a restart, the registry reloads threads from
     # the store (DESIGN.md section 4, "Restart for real").
+<<<<<<< HEAD
     children = _root_children(store, keeper, registry, services, make_threads, lease_ttl)
+=======
+    children = _root_children(store, keeper, registry, make_threads, owner, lease_ttl)
+>>>>>>> h/s21-pgd
     root = Supervisor(children, name="root")
     runtime = Runtime(store=store, root=root, services=services, registry=registry, reconciled=report)
     try:
@@ -148,6 +152,7 @@ async def open_runtime(
         store.close()
 
 
+<<<<<<< HEAD
 async def _reconcile_at_start(store: Any, owner: str) -> Any:
     """Start-up reconciliation (:func:`roost.storage.reconcile`); its report, or None when it
     failed (logged: never fatal)."""
@@ -175,6 +180,12 @@ def _root_children(
 ) -> list[ChildSpec]:
     """The root's child specs, in start order (the module doc draws the tree)."""
     owner = services.owner
+=======
+def _root_children(
+    store: Any, keeper: LeaseKeeper, registry: ThreadRegistry, make_threads: Any, owner: str, lease_ttl: float
+) -> list[ChildSpec]:
+    """The root tree's children (see the module docstring), in start order."""
+>>>>>>> h/s21-pgd
     children = [
         ChildSpec("store_writer", store.writer.serve, restart=Restart.PERMANENT, shutdown_timeout=10),
         ChildSpec("lease_keeper", keeper.serve, restart=Restart.PERMANENT, shutdown_timeout=5),
@@ -194,9 +205,38 @@ def _root_children(
     if not hasattr(store, "path"):  # PostgreSQL: one node of a cluster
         heartbeat = functools.partial(node_heartbeat, store.writer, owner, lease_ttl)
         children.append(ChildSpec("node_heartbeat", heartbeat, restart=Restart.PERMANENT, shutdown_timeout=5))
+<<<<<<< HEAD
     if services.bus is not None:
         children.append(ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5))
     return children
+=======
+    return children
+
+
+async def _reconcile_at_start(store: Any, owner: str) -> Any:
+    """Start-up reconciliation (:func:`roost.storage.reconcile`); its report, or None when it
+    failed (logged: not fatal)."""
+
+    def _reconcile() -> Any:
+        with store.transaction() as conn:
+            return reconcile(conn, owner)
+
+    try:
+        report = await trio.to_thread.run_sync(_reconcile)
+    except sqlite3.Error as exc:
+        # Expected on a read-only or full database: one line, no traceback (issue 18, finding 6).
+        log.warning("start-up reconciliation failed: %s", translate_error(exc))
+        report = None
+    except StoreError as exc:
+        log.warning("start-up reconciliation failed: %s", exc)
+        report = None
+    except Exception:
+        # Not fatal (e.g. the database stayed locked): leases still expire on their own, and each
+        # admission settles the turns a dead execution left running on its thread.
+        log.warning("start-up reconciliation failed", exc_info=True)
+        report = None
+    return report
+>>>>>>> h/s21-pgd
 
 
 async def _resume_worker_trees(runtime: Runtime) -> None:
