@@ -124,18 +124,12 @@ async def open_runtime(
         store=store, keeper=keeper, owner=owner, engine_for=engine_for, tools=tools, lease_ttl=lease_ttl
     )
     registry = ThreadRegistry(make_threads(), services)
-    if node_kind is not None:
-        services.bus = NodeBus(store, owner, node_kind)
-        services.remote = ThreadRemote(services.bus, registry, services)
+    _join_bus(services, registry, node_kind)
     load_fault_env()
     # Every start is a fresh instance that rebuilds its state: the writer and keeper services keep
     # their queues (and the held executions) across a restart, the registry reloads threads from
     # the store (DESIGN.md section 4, "Restart for real").
-<<<<<<< HEAD
-    children = _root_children(store, keeper, registry, services, make_threads, lease_ttl)
-=======
-    children = _root_children(store, keeper, registry, make_threads, owner, lease_ttl)
->>>>>>> h/s21-pgd
+    children = _root_children(store, keeper, registry, make_threads, owner, lease_ttl) + _bus_children(services)
     root = Supervisor(children, name="root")
     runtime = Runtime(store=store, root=root, services=services, registry=registry, reconciled=report)
     try:
@@ -152,40 +146,10 @@ async def open_runtime(
         store.close()
 
 
-<<<<<<< HEAD
-async def _reconcile_at_start(store: Any, owner: str) -> Any:
-    """Start-up reconciliation (:func:`roost.storage.reconcile`); its report, or None when it
-    failed (logged: never fatal)."""
-
-    def _reconcile() -> Any:
-        with store.transaction() as conn:
-            return reconcile(conn, owner)
-
-    try:
-        return await trio.to_thread.run_sync(_reconcile)
-    except sqlite3.Error as exc:
-        # Expected on a read-only or full database: one line, no traceback (issue 18, finding 6).
-        log.warning("start-up reconciliation failed: %s", translate_error(exc))
-    except StoreError as exc:
-        log.warning("start-up reconciliation failed: %s", exc)
-    except Exception:
-        # Not fatal (e.g. the database stayed locked): leases still expire on their own, and each
-        # admission settles the turns a dead execution left running on its thread.
-        log.warning("start-up reconciliation failed", exc_info=True)
-    return None
-
-
-def _root_children(
-    store: Any, keeper: Any, registry: Any, services: Services, make_threads: Any, lease_ttl: float
-) -> list[ChildSpec]:
-    """The root's child specs, in start order (the module doc draws the tree)."""
-    owner = services.owner
-=======
 def _root_children(
     store: Any, keeper: LeaseKeeper, registry: ThreadRegistry, make_threads: Any, owner: str, lease_ttl: float
 ) -> list[ChildSpec]:
     """The root tree's children (see the module docstring), in start order."""
->>>>>>> h/s21-pgd
     children = [
         ChildSpec("store_writer", store.writer.serve, restart=Restart.PERMANENT, shutdown_timeout=10),
         ChildSpec("lease_keeper", keeper.serve, restart=Restart.PERMANENT, shutdown_timeout=5),
@@ -205,12 +169,21 @@ def _root_children(
     if not hasattr(store, "path"):  # PostgreSQL: one node of a cluster
         heartbeat = functools.partial(node_heartbeat, store.writer, owner, lease_ttl)
         children.append(ChildSpec("node_heartbeat", heartbeat, restart=Restart.PERMANENT, shutdown_timeout=5))
-<<<<<<< HEAD
-    if services.bus is not None:
-        children.append(ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5))
     return children
-=======
-    return children
+
+
+def _join_bus(services: Services, registry: ThreadRegistry, node_kind: str | None) -> None:
+    """Make this process a node of the bus (``services.bus``, ``services.remote``) when ``node_kind``."""
+    if node_kind is not None:
+        services.bus = NodeBus(services.store, services.owner, node_kind)
+        services.remote = ThreadRemote(services.bus, registry, services)
+
+
+def _bus_children(services: Services) -> list[ChildSpec]:
+    """The ``node_bus`` child of a node (none for a process that is not one)."""
+    if services.bus is None:
+        return []
+    return [ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5)]
 
 
 async def _reconcile_at_start(store: Any, owner: str) -> Any:
@@ -236,7 +209,6 @@ async def _reconcile_at_start(store: Any, owner: str) -> Any:
         log.warning("start-up reconciliation failed", exc_info=True)
         report = None
     return report
->>>>>>> h/s21-pgd
 
 
 async def _resume_worker_trees(runtime: Runtime) -> None:
