@@ -2,7 +2,8 @@
 cancels the client's running task): two real ``roost serve`` daemons on one PostgreSQL database
 share the task queue, so a client's tasks dispatched on node A may run on node B. An
 ``interrupt`` line on A stops them on both nodes (B's over the node bus, ``task.interrupt``); the
-results reach the client on A; checked in the database."""
+results reach the client on A; checked in the database. The approvals of a task B runs for a
+client on A are asked of that client on A (``task.approval``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ from test_pg_cluster import SCRIPT, _rows, _runner_pid, _wait_rows, cluster
 @pytest.fixture
 def script(tmp_path: Path) -> Path:
     path = tmp_path / "script.json"
-    path.write_text(json.dumps(SCRIPT))
+    approve = {
+        "match": {"prompt": "^approve"},
+        "steps": [
+            [{"tool_call": {"name": "shell", "arguments": {"command": "echo approved-run"}}}],
+            [{"text": "tool said: {tool_output}"}],
+        ],
+    }
+    path.write_text(json.dumps({**SCRIPT, "rules": [approve, *SCRIPT["rules"]]}))
     return path
 
 
@@ -65,3 +73,30 @@ async def test_interrupt_with_no_task_running_anywhere_is_an_error(tmp_path: Pat
             await client.send({"type": "interrupt"})
             error = await client.wait_for("error", start=start)
             assert error["code"] == "invalid_request"
+
+
+async def test_a_task_running_on_node_b_asks_its_approval_of_the_client_on_node_a(
+    tmp_path: Path, pg_url: str, script: Path
+) -> None:
+    async with cluster(tmp_path, pg_url, script, n=2) as (a, b):
+        async with a.unix() as client:
+            await client.wait_for("hello")
+            busy = await _dispatch(client, "slow one")  # A's only runner takes it
+            await _wait_rows(pg_url, "SELECT 1 FROM turns WHERE thread_id = %s AND status = 'running'", (busy,), bool)
+            sid = await _dispatch(client, "approve this please")  # so B runs this one
+            request = await client.wait_for("approval_request", lambda e: e["sessionId"] == sid)
+            assert request["kind"] == "shell_command" and request["command"] == "echo approved-run"
+            assert _runner_pid(pg_url, sid) == b.process.pid
+            await client.send({"type": "approval_response", "approved": True})
+            result = await client.wait_for("result", lambda e: e["sessionId"] == sid)
+            assert result["succeeded"] is True and "approved-run" in result["lastMessage"]
+            start = len(client.events)
+            await client.send({"type": "interrupt"})
+            await client.wait_for("result", lambda e: e["sessionId"] == busy, start=start)
+        # in the database: the tool ran once, on B, approved (not the unattended policy's deny)
+        outputs = _rows(
+            pg_url,
+            "SELECT payload FROM items WHERE thread_id = %s AND type = 'tool_call' ORDER BY seq",
+            (sid,),
+        )
+        assert len(outputs) == 1 and "approved-run" in str(outputs[0][0])

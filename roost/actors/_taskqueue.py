@@ -177,6 +177,7 @@ class TaskQueue(SharedQueue):
             provider=provider,
             model=model,
             node=self.node,
+            dispatcher=self.runtime.services.owner,
         )
         await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
         self.tasks[item.id] = item

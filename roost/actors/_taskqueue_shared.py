@@ -9,6 +9,12 @@ lease and, when its owner is a node on the bus (:class:`roost.actors.NodeBus`), 
 ``result`` (``succeeded: false``) reaches the client on A as any task run elsewhere does. An owner
 that is not on the bus (dead: its lease expires and another node resumes the task) is not asked.
 
+Approvals go the other way: a task B runs that A dispatched asks its approvals of its client on A
+(:meth:`SharedQueue.ask_dispatcher`, a ``task.approval`` request to the dispatching process, which
+asks its client as for a task it runs itself: reconnect grace, newest connection). When that
+process is gone (or was restarted: the task names the process, not the home), nobody can be asked
+and the unattended policy decides.
+
 :class:`SharedQueue` is a part of :class:`roost.actors._taskqueue.TaskQueue` (its attributes:
 ``runtime``, ``listener``, ``tasks``, ``_queued``, ``_local``, ``node``, ``poll_s``).
 """
@@ -50,6 +56,31 @@ class SharedQueue:
         bus = self.runtime.services.bus
         if bus is not None:
             bus.on("task.interrupt", self._on_interrupt)
+            bus.on("task.approval", self._on_approval)
+
+    async def ask_dispatcher(self, task: QueuedTask, params: dict) -> bool | None:
+        """Ask the client of ``task`` (dispatched by another process on the bus) to approve, there;
+        its answer, or None when nobody could be asked (the dispatcher is not on the bus, or it
+        stopped answering). Waits as long as the dispatcher lives (its client's reconnect grace)."""
+        bus, dispatcher = self.runtime.services.bus, task.dispatcher
+        if bus is None or not dispatcher or dispatcher == bus.node_id or not await bus.node_alive(dispatcher):
+            return None
+        try:
+            reply = await bus.request(dispatcher, "task.approval", {"task_id": task.id, "params": params})
+        except RoostError as exc:  # NodeUnreachable, or the dispatcher's error
+            log.warning("task %s: approval not answered by %s (%s)", task.id, dispatcher, exc)
+            return None
+        approved = reply.get("approved") if isinstance(reply, dict) else None
+        return approved if isinstance(approved, bool) else None
+
+    async def _on_approval(self, message: Any) -> dict:
+        """``{task_id, params}`` from the node running a task this process dispatched:
+        ``{approved}`` (None: its client could not be asked)."""
+        data = message.body.get("data") or {}
+        task = self.tasks.get(str(data.get("task_id")))
+        if task is None or task.foreign or task.client_id is None:
+            return {"approved": None}
+        return {"approved": await self.listener.request_approval(task, data.get("params") or {})}
 
     async def _on_interrupt(self, message: Any) -> dict:
         """``{task_id, client_id}`` from another node: ``{interrupted}`` (False when the task does

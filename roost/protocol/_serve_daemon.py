@@ -654,10 +654,10 @@ class ServeDaemon:
         return answer
 
     async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
-        if task.client_id is None or task.foreign:
-            # a task dispatched on another node of the cluster: its client is not attached here
-            # (client ids are per node); the unattended policy decides
+        if task.client_id is None:
             return None
+        if task.foreign:  # dispatched on another node: its client is asked there (over the bus)
+            return await self.queue.ask_dispatcher(task, params)
         client = self._client(task.client_id)
         async with client.approval_lock:
             pending = client.pending = _Pending(event=approval_event(task.id, params))
