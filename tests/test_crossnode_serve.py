@@ -75,28 +75,32 @@ async def test_interrupt_with_no_task_running_anywhere_is_an_error(tmp_path: Pat
             assert error["code"] == "invalid_request"
 
 
-async def test_a_task_running_on_node_b_asks_its_approval_of_the_client_on_node_a(
+async def test_a_task_running_on_another_node_asks_its_approval_of_the_client_that_dispatched_it(
     tmp_path: Path, pg_url: str, script: Path
 ) -> None:
-    async with cluster(tmp_path, pg_url, script, n=2) as (a, b):
-        async with a.unix() as client:
+    async with cluster(tmp_path, pg_url, script, n=2) as daemons, AsyncExitStack() as stack:
+        clients = {d.process.pid: await stack.enter_async_context(d.unix()) for d in daemons}
+        for client in clients.values():
             await client.wait_for("hello")
-            busy = await _dispatch(client, "slow one")  # A's only runner takes it
-            await _wait_rows(pg_url, "SELECT 1 FROM turns WHERE thread_id = %s AND status = 'running'", (busy,), bool)
-            sid = await _dispatch(client, "approve this please")  # so B runs this one
-            request = await client.wait_for("approval_request", lambda e: e["sessionId"] == sid)
-            assert request["kind"] == "shell_command" and request["command"] == "echo approved-run"
-            assert _runner_pid(pg_url, sid) == b.process.pid
-            await client.send({"type": "approval_response", "approved": True})
-            result = await client.wait_for("result", lambda e: e["sessionId"] == sid)
-            assert result["succeeded"] is True and "approved-run" in result["lastMessage"]
-            start = len(client.events)
-            await client.send({"type": "interrupt"})
-            await client.wait_for("result", lambda e: e["sessionId"] == busy, start=start)
-        # in the database: the tool ran once, on B, approved (not the unattended policy's deny)
-        outputs = _rows(
-            pg_url,
-            "SELECT payload FROM items WHERE thread_id = %s AND type = 'tool_call' ORDER BY seq",
-            (sid,),
-        )
-        assert len(outputs) == 1 and "approved-run" in str(outputs[0][0])
+        first = clients[daemons[0].process.pid]
+        busy = await _dispatch(first, "slow one")  # one node's only runner takes it
+        await _wait_rows(pg_url, "SELECT 1 FROM turns WHERE thread_id = %s AND status = 'running'", (busy,), bool)
+        here = _runner_pid(pg_url, busy)
+        (other,) = [pid for pid in clients if pid != here]
+        asker = clients[here]
+        sid = await _dispatch(asker, "approve this please")  # so the other node runs this one
+        request = await asker.wait_for("approval_request", lambda e: e["sessionId"] == sid)
+        assert request["kind"] == "shell_command" and request["command"] == "echo approved-run"
+        assert _runner_pid(pg_url, sid) == other
+        await asker.send({"type": "approval_response", "approved": True})
+        result = await asker.wait_for("result", lambda e: e["sessionId"] == sid)
+        assert result["succeeded"] is True and "approved-run" in result["lastMessage"]
+        assert not clients[other].of_type("approval_request")
+        start = len(first.events)
+        await first.send({"type": "interrupt"})
+        await first.wait_for("result", lambda e: e["sessionId"] == busy, start=start)
+    # in the database: the tool ran once, on the other node, approved (not by the unattended deny)
+    outputs = _rows(
+        pg_url, "SELECT payload FROM items WHERE thread_id = %s AND type = 'tool_call' ORDER BY seq", (sid,)
+    )
+    assert len(outputs) == 1 and "approved-run" in str(outputs[0][0])
