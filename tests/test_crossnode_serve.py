@@ -104,3 +104,28 @@ async def test_a_task_running_on_another_node_asks_its_approval_of_the_client_th
         pg_url, "SELECT payload FROM items WHERE thread_id = %s AND type = 'tool_call' ORDER BY seq", (sid,)
     )
     assert len(outputs) == 1 and "approved-run" in str(outputs[0][0])
+
+
+async def test_an_anonymous_client_of_another_node_cannot_interrupt_a_task_it_did_not_send(
+    tmp_path: Path, pg_url: str, script: Path
+) -> None:
+    # anonymous clients are numbered per process, so the first one of each node has the same key
+    async with cluster(tmp_path, pg_url, script, n=2) as (a, b):
+        async with a.unix() as sender, b.unix() as stranger:
+            await sender.wait_for("hello")
+            await stranger.wait_for("hello")
+            first, second = await _dispatch(sender, "slow one"), await _dispatch(sender, "slow two")
+            for sid in (first, second):
+                await _wait_rows(
+                    pg_url, "SELECT 1 FROM turns WHERE thread_id = %s AND status = 'running'", (sid,), bool
+                )
+            start = len(stranger.events)
+            await stranger.send({"type": "interrupt"})
+            error = await stranger.wait_for("error", start=start)
+            assert error["code"] == "invalid_request"
+            assert {s for (s,) in _rows(pg_url, "SELECT status FROM daemon_tasks")} == {"running"}
+            start = len(sender.events)
+            await sender.send({"type": "interrupt"})
+            for sid in (first, second):
+                result = await sender.wait_for("result", lambda e, s=sid: e["sessionId"] == s, start=start)
+                assert result["succeeded"] is False

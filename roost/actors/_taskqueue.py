@@ -244,7 +244,7 @@ class TaskQueue(SharedQueue):
         """Interrupt the running turns (orchestrated tasks: the runs) of the client's tasks that
         run on this node; return how many were asked to stop (:meth:`interrupt_everywhere` also
         reaches the client's tasks running on other nodes)."""
-        tasks = [t for t in self.tasks.values() if t.client_id == client_id and t.id in self._local]
+        tasks = [t for t in self.tasks.values() if self._owns(t, client_id) and t.id in self._local]
         return sum(self._interrupt_task(t) for t in tasks)
 
     def _interrupt_task(self, task: QueuedTask) -> bool:

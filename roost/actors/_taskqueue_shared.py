@@ -51,6 +51,13 @@ class SharedQueue:
 
     # -- interrupts across nodes ----------------------------------------------------------------
 
+    @staticmethod
+    def _owns(task: QueuedTask, client_id: str) -> bool:
+        """Whether ``task`` is the task of this node's client ``client_id``: its key, and for an
+        anonymous client (``<scope>/conn-<n>``, numbered per process) a task this node dispatched
+        (another node's anonymous client of the same key is another client)."""
+        return task.client_id == client_id and not (task.foreign and "/conn-" in client_id)
+
     def _install_bus(self) -> None:
         """Serve other nodes' ``task.interrupt`` for this node's running tasks (idempotent)."""
         bus = self.runtime.services.bus
@@ -103,7 +110,7 @@ class SharedQueue:
         elsewhere = [
             t.id
             for t in self.tasks.values()
-            if t.client_id == client_id and t.id not in self._local and t.status in ("queued", "running")
+            if self._owns(t, client_id) and t.id not in self._local and t.status in ("queued", "running")
         ]
         if bus is None or not elsewhere:
             return count
