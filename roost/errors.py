@@ -11,7 +11,8 @@ translated at the boundary of the room that meets them and raised ``from`` the o
     │   ├── MailboxFull                 tell() on a full mailbox; the sender is never blocked
     │   ├── MailboxClosed               tell()/ask() on an actor that has stopped
     │   ├── AskTimeout                  ask() got no reply before its deadline
-    │   └── ActorCrashed                the actor answering an ask() died before replying
+    │   ├── ActorCrashed                the actor answering an ask() died before replying
+    │   └── NodeUnreachable             another node on the bus did not answer (roost.actors.NodeBus)
     ├── SupervisorError                 supervision (roost.supervisor)
     │   ├── RestartIntensityExceeded    too many restarts in the period; escalates to the parent
     │   └── ChildNotFound               no child with that id
@@ -71,6 +72,7 @@ __all__ = [
     "MailboxFull",
     "MailboxClosed",
     "AskTimeout",
+    "NodeUnreachable",
     "ActorCrashed",
     "SupervisorError",
     "RestartIntensityExceeded",
@@ -150,6 +152,19 @@ class AskTimeout(ActorError):
 
 class ActorCrashed(ActorError):
     """The actor died before it replied to an ``ask``."""
+
+
+class NodeUnreachable(ActorError):
+    """Another node on the bus did not answer a request (:meth:`roost.actors.NodeBus.request`).
+
+    Attributes:
+        delivered: False when the request was withdrawn unclaimed (the node will never act on
+            it); True when the node claimed it and then stopped answering (it may have acted).
+    """
+
+    def __init__(self, message: str, *, delivered: bool = False) -> None:
+        super().__init__(message)
+        self.delivered = delivered
 
 
 # -- supervision --------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def test_open_store_migrates_once_and_is_idempotent(db: Path) -> None:
         assert schema_version(conn) == ["0001_core", "0002_schedule_jobs", "0003_tool_processes",
                                         "0004_schedule_settings",
                                         "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
-                                        "0008_cluster_nodes"]
+                                        "0008_cluster_nodes", "0009_node_bus"]
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"threads", "turns", "items", "runs", "held_input", "workers", "schedules",
@@ -250,7 +250,7 @@ async def test_sigkill_mid_write_leaves_a_consistent_database(db: Path) -> None:
         assert schema_version(conn) == ["0001_core", "0002_schedule_jobs", "0003_tool_processes",
                                         "0004_schedule_settings",
                                         "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
-                                        "0008_cluster_nodes"]
+                                        "0008_cluster_nodes", "0009_node_bus"]
     with reopened.transaction() as conn:
         conn.execute("INSERT INTO items_fts(items_fts) VALUES ('integrity-check')")
         item = append_item(conn, "t1", type="after")

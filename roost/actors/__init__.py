@@ -12,6 +12,8 @@ from roost.actors._actor import ActorState as ActorState
 from roost.actors._actor import shielded_cleanup as shielded_cleanup
 from roost.actors._bgprocess import ProcessManager as ProcessManager
 from roost.actors._bgprocess import process_view as process_view
+from roost.actors._bus import NodeBus as NodeBus
+from roost.actors._bus import error_from_wire as error_from_wire
 from roost.actors._connection import CLOSE_NORMAL as CLOSE_NORMAL
 from roost.actors._connection import ConnectionActor as ConnectionActor
 from roost.actors._edit import RETRACTED as RETRACTED
@@ -40,6 +42,7 @@ from roost.actors._messages import UpdateQueued as UpdateQueued
 from roost.actors._messages import UpdateThread as UpdateThread
 from roost.actors._objectives import ObjectiveRunner as ObjectiveRunner
 from roost.actors._registry import ThreadRegistry as ThreadRegistry
+from roost.actors._remote import ThreadRemote as ThreadRemote
 from roost.actors._services import Services as Services
 from roost.actors._taskqueue import QueuedTask as QueuedTask
 from roost.actors._taskqueue import TaskQueue as TaskQueue
@@ -56,6 +59,9 @@ __all__ = [
     "ConnectionActor",
     "Dequeue",
     "ImportHistory",
+    "NodeBus",
+    "ThreadRemote",
+    "error_from_wire",
     "InterruptTurn",
     "IsBusy",
     "Origin",

@@ -37,3 +37,7 @@ class Services:
     worker_tools: bool = True
     #: the background :class:`~roost.actors._bgprocess.ProcessManager`, where a server runs one
     processes: Any = None
+    #: this node's :class:`~roost.actors.NodeBus`, where the process is a node (app-server, serve)
+    bus: Any = None
+    #: the cross-node input delivery (:class:`~roost.actors.ThreadRemote`) over :attr:`bus`
+    remote: Any = None

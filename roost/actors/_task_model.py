@@ -32,6 +32,9 @@ class QueuedTask:
     node: str | None = None
     #: dispatched by another node of the cluster (its client is attached there, not here)
     foreign: bool = False
+    #: the node-bus id (lease owner id) of the process that dispatched it: its approvals are asked
+    #: there when another node runs it; None: written before the bus
+    dispatcher: str | None = None
     resumed: bool = False
     result: dict | None = None
     turn_id: str | None = None
@@ -60,6 +63,7 @@ class QueuedTask:
             provider=payload.get("provider"),
             model=payload.get("model"),
             node=payload.get("node"),
+            dispatcher=payload.get("dispatcher"),
         )
 
     def payload(self) -> dict:
@@ -73,6 +77,7 @@ class QueuedTask:
             "provider": self.provider,
             "model": self.model,
             "node": self.node,
+            "dispatcher": self.dispatcher,
         }
 
 

@@ -177,6 +177,7 @@ class TaskQueue(SharedQueue):
             provider=provider,
             model=model,
             node=self.node,
+            dispatcher=self.runtime.services.owner,
         )
         await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
         self.tasks[item.id] = item
@@ -240,25 +241,29 @@ class TaskQueue(SharedQueue):
         self.tasks.pop(task_id, None)
 
     def interrupt(self, client_id: str) -> int:
-        """Interrupt the running turns (orchestrated tasks: the runs) of the client's tasks; return
-        how many were asked to stop."""
-        count = 0
-        for task in self.tasks.values():
-            if task.client_id != client_id or task.status != "running":
-                continue
-            if task.orchestrator is not None:
-                task.orchestrator.interrupt("interrupted by client")
-                count += 1
-            elif task.orchestrated:  # still starting: its run is interrupted as soon as it exists
-                task.interrupt_pending = True
-                count += 1
-            elif task.actor is not None:
-                try:
-                    task.actor.ref.tell(InterruptTurn(turn_id=task.turn_id, reason="interrupted by client"))
-                    count += 1
-                except RoostError:
-                    log.debug("could not interrupt a task's turn", exc_info=True)
-        return count
+        """Interrupt the running turns (orchestrated tasks: the runs) of the client's tasks that
+        run on this node; return how many were asked to stop (:meth:`interrupt_everywhere` also
+        reaches the client's tasks running on other nodes)."""
+        tasks = [t for t in self.tasks.values() if self._owns(t, client_id) and t.id in self._local]
+        return sum(self._interrupt_task(t) for t in tasks)
+
+    def _interrupt_task(self, task: QueuedTask) -> bool:
+        """Ask one task running on this node to stop; return whether it was asked."""
+        if task.status != "running":
+            return False
+        if task.orchestrator is not None:
+            task.orchestrator.interrupt("interrupted by client")
+            return True
+        if task.orchestrated:  # still starting: its run is interrupted as soon as it exists
+            task.interrupt_pending = True
+            return True
+        if task.actor is not None:
+            try:
+                task.actor.ref.tell(InterruptTurn(turn_id=task.turn_id, reason="interrupted by client"))
+                return True
+            except RoostError:
+                log.debug("could not interrupt a task's turn", exc_info=True)
+        return False
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -301,6 +306,7 @@ class TaskQueue(SharedQueue):
         the runtime when it stops) and are resumed by the next daemon.
         """
         self._runs += 1
+        self._install_bus()
         if self._runs > 1:
             await self._rebuild()
         async with trio.open_nursery() as nursery:

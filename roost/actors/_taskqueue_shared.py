@@ -1,5 +1,19 @@
 """The task queue's side of the cluster (issue 13): claiming the next task of the queue shared by
-every node on the database, and following the tasks this node knows that run on other nodes.
+every node on the database, following the tasks this node knows that run on other nodes, and
+interrupting them there.
+
+An ``interrupt`` line of a client on node A (wire-protocol.md, "Input": it cancels the client's
+running task) reaches its tasks that run on node B too: A reads each such task's ``task:<id>``
+lease and, when its owner is a node on the bus (:class:`roost.actors.NodeBus`), asks it with a
+``task.interrupt`` request; B interrupts the task exactly as a local ``interrupt`` would. Its
+``result`` (``succeeded: false``) reaches the client on A as any task run elsewhere does. An owner
+that is not on the bus (dead: its lease expires and another node resumes the task) is not asked.
+
+Approvals go the other way: a task B runs that A dispatched asks its approvals of its client on A
+(:meth:`SharedQueue.ask_dispatcher`, a ``task.approval`` request to the dispatching process, which
+asks its client as for a task it runs itself: reconnect grace, newest connection). When that
+process is gone (or was restarted: the task names the process, not the home), nobody can be asked
+and the unattended policy decides.
 
 :class:`SharedQueue` is a part of :class:`roost.actors._taskqueue.TaskQueue` (its attributes:
 ``runtime``, ``listener``, ``tasks``, ``_queued``, ``_local``, ``node``, ``poll_s``).
@@ -14,8 +28,8 @@ from typing import Any
 import trio
 
 from roost.actors._task_model import QueuedTask
-from roost.errors import RoostError
-from roost.storage import claim_daemon_task, get_daemon_task, list_daemon_tasks
+from roost.errors import NodeUnreachable, RoostError
+from roost.storage import claim_daemon_task, get_daemon_task, leases, list_daemon_tasks, task_lease_key
 
 __all__ = ["SharedQueue"]
 
@@ -32,6 +46,99 @@ class SharedQueue:
     _local: set[str]
     node: str
     poll_s: float
+    interrupt: Any
+    _interrupt_task: Any
+
+    # -- interrupts across nodes ----------------------------------------------------------------
+
+    @staticmethod
+    def _owns(task: QueuedTask, client_id: str) -> bool:
+        """Whether ``task`` is the task of this node's client ``client_id``: its key, and for an
+        anonymous client (``<scope>/conn-<n>``, numbered per process) a task this node dispatched
+        (another node's anonymous client of the same key is another client)."""
+        return task.client_id == client_id and not (task.foreign and "/conn-" in client_id)
+
+    def _install_bus(self) -> None:
+        """Serve other nodes' ``task.interrupt`` for this node's running tasks (idempotent)."""
+        bus = self.runtime.services.bus
+        if bus is not None:
+            bus.on("task.interrupt", self._on_interrupt)
+            bus.on("task.approval", self._on_approval)
+
+    async def ask_dispatcher(self, task: QueuedTask, params: dict) -> bool | None:
+        """Ask the client of ``task`` (dispatched by another process on the bus) to approve, there;
+        its answer, or None when nobody could be asked (the dispatcher is not on the bus, or it
+        stopped answering). Waits as long as the dispatcher lives (its client's reconnect grace)."""
+        bus, dispatcher = self.runtime.services.bus, task.dispatcher
+        if bus is None or not dispatcher or dispatcher == bus.node_id or not await bus.node_alive(dispatcher):
+            return None
+        try:
+            reply = await bus.request(dispatcher, "task.approval", {"task_id": task.id, "params": params})
+        except RoostError as exc:  # NodeUnreachable, or the dispatcher's error
+            log.warning("task %s: approval not answered by %s (%s)", task.id, dispatcher, exc)
+            return None
+        approved = reply.get("approved") if isinstance(reply, dict) else None
+        return approved if isinstance(approved, bool) else None
+
+    async def _on_approval(self, message: Any) -> dict:
+        """``{task_id, params}`` from the node running a task this process dispatched:
+        ``{approved}`` (None: its client could not be asked)."""
+        data = message.body.get("data") or {}
+        task = self.tasks.get(str(data.get("task_id")))
+        if task is None or task.foreign or task.client_id is None:
+            return {"approved": None}
+        return {"approved": await self.listener.request_approval(task, data.get("params") or {})}
+
+    async def _on_interrupt(self, message: Any) -> dict:
+        """``{task_id, client_id}`` from another node: ``{interrupted}`` (False when the task does
+        not run here, or is not that client's)."""
+        data = message.body.get("data") or {}
+        task = self.tasks.get(str(data.get("task_id")))
+        if task is None or task.id not in self._local or task.client_id != data.get("client_id"):
+            return {"interrupted": False}
+        return {"interrupted": self._interrupt_task(task)}
+
+    async def interrupt_everywhere(self, client_id: str) -> int:
+        """Interrupt the client's running tasks, on this node (:meth:`TaskQueue.interrupt`) and on
+        the nodes of the bus that run the others; return how many were asked to stop.
+
+        A node that does not take the request in time, or an owner not on the bus, is skipped
+        (logged): that task is not counted.
+        """
+        count = self.interrupt(client_id)
+        bus = self.runtime.services.bus
+        elsewhere = [
+            t.id
+            for t in self.tasks.values()
+            if self._owns(t, client_id) and t.id not in self._local and t.status in ("queued", "running")
+        ]
+        if bus is None or not elsewhere:
+            return count
+        for task_id, owner in (await self._owners(elsewhere)).items():
+            if not await bus.node_alive(owner):
+                continue
+            try:
+                reply = await bus.request(owner, "task.interrupt", {"task_id": task_id, "client_id": client_id})
+            except (NodeUnreachable, RoostError) as exc:
+                log.warning("task %s: interrupt not taken by %s (%s)", task_id, owner, exc)
+                continue
+            count += bool(isinstance(reply, dict) and reply.get("interrupted"))
+        return count
+
+    async def _owners(self, task_ids: list[str]) -> dict[str, str]:
+        """``task_id -> owner`` of those tasks whose lease another owner holds live now."""
+        store, me = self.runtime.store, self.runtime.services.owner
+
+        def read() -> dict[str, str]:
+            with store.read() as conn:
+                found = {i: leases.get_lease(conn, task_lease_key(i)) for i in task_ids}
+            return {i: str(r["owner"]) for i, r in found.items() if r is not None and leases.live_elsewhere(r, me)}
+
+        try:
+            return await trio.to_thread.run_sync(read)
+        except RoostError as exc:
+            log.warning("could not read the leases of tasks running elsewhere: %s", exc)
+            return {}
 
     async def _claim(self) -> tuple[QueuedTask, Any] | None:
         """Claim a task for this node (:func:`roost.storage.claim_daemon_task`), or None.

@@ -55,6 +55,7 @@ from roost.actors._messages import (
     UpdateThread,
 )
 from roost.actors._thread_inputs import PendingInputs, public_input
+from roost.actors._thread_interrupt import interrupt
 from roost.actors._thread_store import (
     apply_state,
     live_elsewhere,
@@ -184,6 +185,10 @@ class ThreadActor(Actor):
 
         lease = await trio.to_thread.run_sync(read_lease, self.services.store, self.thread.id)
         return live_elsewhere(lease, self.services.owner)
+
+    async def refresh_if_changed(self) -> None:
+        """While idle: reload from the store if another process changed this thread."""
+        await self._refresh_if_changed()
 
     async def _refresh_if_changed(self) -> None:
         """While idle: reload from the store if another process changed this thread."""
@@ -380,6 +385,9 @@ class ThreadActor(Actor):
         if self.inputs.dispatching is not None and msg.input_id != self.inputs.dispatching["id"]:
             raise ThreadBusy(f"thread {self.thread.id} is starting a turn with queued input")
         if msg.check_client_id and msg.client_id is not None and msg.input_id is None:
+            await self._refresh_if_changed()  # a client_id another process consumed counts too
+            if self.active is not None:
+                raise ThreadBusy(f"thread {self.thread.id} is running turn {self.active.id}")
             self._check_new_client_id(msg.client_id)
         if msg.resume_after_turn_id is not None:
             latest = self.turns[-1]["id"] if self.turns else None
@@ -491,48 +499,6 @@ class ThreadActor(Actor):
         self.history.extend(history_from_items([user]))
         return user
 
-    async def _interrupt(self, msg: InterruptTurn) -> dict:
-        """Interrupt the active turn; answered deterministically in every state.
-
-        Active (admitted, also before turn/started went out, or already settling): its scope is
-        cancelled (idempotent) and the reply says ``interrupted: true`` with the turn ``interrupting``.
-        Queued input about to start a turn: the start is withdrawn, the input becomes held work,
-        ``interrupted: true``. Otherwise the latest (or named) turn as it is, ``interrupted: false``.
-        """
-        tid = self.thread.id
-        active = self.active
-        inputs = self.inputs
-        if active is None and inputs.dispatching is not None and msg.turn_id is None:
-            if inputs.dispatch_cancelled is None:
-                inputs.dispatch_cancelled = msg.reason
-            latest = self.turns[-1] if self.turns else None
-            return {"thread_id": tid, "turn": latest, "interrupted": True, "input": public_input(inputs.dispatching)}
-        if active is not None and (msg.turn_id is None or msg.turn_id == active.id):
-            view = active.view()
-            view["thread_id"] = tid
-            if not active.interrupt(msg.reason):
-                # Already settling with an outcome of its own (completed, failed, lease lost).
-                return {"thread_id": tid, "turn": view, "interrupted": False}
-            # Asked again while it settles: the same answer as the first time (idempotent).
-            view["status"] = "interrupting"
-            return {"thread_id": tid, "turn": view, "interrupted": True}
-        if not self.ephemeral and await self._busy_elsewhere():
-            # The turn runs in another process: this one cannot interrupt it (app-server-protocol.md
-            # answers run/interrupt of a run attached elsewhere the same way, run_not_attached).
-            raise ThreadBusy(f"thread {tid} is executing in another process; interrupt it through that app-server")
-        if msg.turn_id is not None:
-            for turn in self.turns:
-                if turn["id"] == msg.turn_id:
-                    return {"thread_id": tid, "turn": turn, "interrupted": False}
-            raise TurnNotFound(f"thread {tid} has no turn {msg.turn_id}")
-        latest = self.turns[-1] if self.turns else None
-        if self.tree is not None and self.worker_id is None and self.tree.live:
-            # No active turn, but live workers: freeze them (each emits its terminal agent/updated).
-            frozen = await self.tree.freeze(msg.reason)
-            self.emit("thread/updated", {"thread": self.view()})
-            return {"thread_id": tid, "turn": latest, "interrupted": True, "workers_frozen": frozen}
-        return {"thread_id": tid, "turn": latest, "interrupted": False}
-
     async def _snapshot(self, msg: Snapshot) -> dict:
         await self._refresh_if_changed()
         if not self.ephemeral:  # held work another process on this store added or sent
@@ -592,7 +558,7 @@ class ThreadActor(Actor):
 
 _HANDLERS = {
     StartTurn: ThreadActor._start_turn,
-    InterruptTurn: ThreadActor._interrupt,
+    InterruptTurn: interrupt,
     QueueInput: lambda actor, msg: actor.inputs.queue(msg),
     UpdateQueued: lambda actor, msg: actor.inputs.update_queued(msg),
     Dequeue: lambda actor, msg: actor.inputs.dequeue(msg),

@@ -93,6 +93,9 @@ class InputsHost(Protocol):
     async def busy_elsewhere(self) -> bool:
         """Whether another process holds the thread's execution lease now (a store read)."""
 
+    async def refresh_if_changed(self) -> None:
+        """While idle: reload the thread if another process changed it (a store read)."""
+
     async def start_turn(self, msg: StartTurn) -> dict:
         """Admit a turn (the ThreadActor's StartTurn handling); its view. Raises ThreadBusy..."""
 
@@ -329,6 +332,7 @@ class PendingInputs:
     async def queue(self, msg: QueueInput) -> dict:
         if not msg.prompt:
             raise InvalidParams("prompt is required")
+        await self.host.refresh_if_changed()  # input another process consumed meanwhile counts
         hold, reason = msg.hold, "requested"
         if not hold and self.host.active is None and await self.host.busy_elsewhere():
             # Another process executes the thread: this one cannot start the input, and that one
@@ -394,6 +398,7 @@ class PendingInputs:
 
     async def steer(self, msg: SteerInput) -> dict:
         tid = self.host.thread.id
+        await self.host.refresh_if_changed()  # input another process consumed meanwhile counts
         if msg.input_id is not None:
             entry = next((e for e in self.held + self.pending if e["id"] == msg.input_id), None)
             if entry is None:
@@ -436,22 +441,45 @@ class PendingInputs:
                 )
                 self.announce("turn/held", entry, "held", reason="executing_elsewhere")
                 return self._steer_reply(entry)
-            turn = await self.host.start_turn(
-                StartTurn(
-                    prompt=prompt,
-                    client_id=client_id,
-                    origin=msg.origin,
-                    images=images,
-                    content_parts=parts,
-                    input_id=entry["id"] if entry else None,
-                )
+            if self.host.active is None and self.dispatching is None:  # still idle after those checks
+                return await self._steer_starts_turn(msg, entry, prompt, client_id, images, parts)
+            # Queued input started a turn while this steer was being checked: steer that turn.
+        return await self._steer_active(msg, entry, prompt, client_id, images, parts)
+
+    async def _steer_starts_turn(
+        self, msg: SteerInput, entry: dict | None, prompt: str, client_id: str | None, images: tuple, parts: Any
+    ) -> dict:
+        """Idle thread: the steer (or held item ``entry``) starts a turn with it."""
+        tid = self.host.thread.id
+        turn = await self.host.start_turn(
+            StartTurn(
+                prompt=prompt,
+                client_id=client_id,
+                origin=msg.origin,
+                images=images,
+                content_parts=parts,
+                input_id=entry["id"] if entry else None,
             )
-            if entry is not None:
-                for bucket in (self.held, self.pending):
-                    if entry in bucket:
-                        bucket.remove(entry)
-            return {"thread_id": tid, "delivery": "queued", "turn": turn}
+        )
+        if entry is not None:
+            for bucket in (self.held, self.pending):
+                if entry in bucket:
+                    bucket.remove(entry)
+        return {"thread_id": tid, "delivery": "queued", "turn": turn}
+
+    async def _steer_active(
+        self, msg: SteerInput, entry: dict | None, prompt: str, client_id: str | None, images: tuple, parts: Any
+    ) -> dict:
+        """A turn runs (or queued input is starting one): the steer waits for its next model step."""
         active = self.host.active
+        if active is None:  # queued input is starting a turn: it takes pending steers when admitted
+            if entry is not None:
+                raise ThreadBusy(f"thread {self.host.thread.id} is starting a turn with queued input")
+            entry, _ = await self._accept_input(
+                "steer", prompt, hold=False, client_id=client_id, origin=msg.origin, images=images, content_parts=parts
+            )
+            self.announce("turn/steered", entry, "pending", turn_id=None)
+            return self._steer_reply(entry)
         if msg.expected_turn_id is not None and msg.expected_turn_id != active.id:
             raise StaleTurn(f"expected turn {msg.expected_turn_id}, the active turn is {active.id}")
         if entry is not None:

@@ -94,7 +94,7 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
             tools = {**builtin_tools(), "ask_user": ask_user_tool()}
             async with (
                 open_mcp_host(_mcp_servers(options)) as mcp,
-                open_runtime(engine_for=metrics.meter(engines.engine_for), tools=tools) as runtime,
+                open_runtime(engine_for=metrics.meter(engines.engine_for), tools=tools, node_kind="serve") as runtime,
             ):
                 mcp.attach(runtime.services.tools)
                 default = engines.default

@@ -161,10 +161,14 @@ class AppServerSession:
         self.nursery.start_soon(send)
 
     async def subscribe(self, actor: Any) -> None:
-        """Receive ``actor``'s notifications from now on (idempotent)."""
+        """Receive ``actor``'s notifications from now on (idempotent); for a thread another node
+        on the store executes now, that node's notifications of it too (relayed over the bus)."""
         if actor.thread.id not in self.subscribed:
             self.subscribed.add(actor.thread.id)
             await actor.ref.ask(Subscribe(self))
+            remote = self.runtime.services.remote
+            if remote is not None and not actor.ephemeral and actor.active is None:
+                await remote.follow(actor.thread.id)
 
     def origin(self) -> Origin:
         """The Origin of work this session starts: approvals come back here."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import trio
 
 from roost._json import dumps, loads
 from roost.actors import Snapshot
-from roost.errors import InvalidParams, ReadOnly, ThreadBusy
+from roost.errors import InvalidParams, NodeUnreachable, ReadOnly, ThreadBusy
 from roost.storage import leases
 
 __all__ = [
@@ -24,12 +25,15 @@ __all__ = [
     "thread_snapshot",
     "check_writable",
     "check_no_foreign_lease",
+    "forwarded",
     "page_limit",
     "page_start",
     "encode_cursor",
     "decode_cursor",
     "same_dir",
 ]
+
+log = logging.getLogger("roost.appserver")
 
 PERMISSION_MODES = ("read_only", "standard", "unconfined")
 #: Default turns per history page (app-server-protocol.md: "20 turns ... for ordinary item history").
@@ -100,6 +104,37 @@ async def check_no_foreign_lease(session: Any, thread_id: str) -> None:
     )
     if lease is not None:
         raise ThreadBusy(f"thread {thread_id} is executing in another process ({lease['owner']})")
+
+
+async def forwarded(session: Any, actor: Any, op: str, params: dict) -> dict | None:
+    """``op``'s result from the node that executes ``actor``'s thread, or None to apply it locally.
+
+    None when the thread runs here (or is ephemeral), when no other node on the bus executes it
+    now, or when that node did not take the request in time (withdrawn unclaimed: it will never
+    run there).
+
+    Raises:
+        ProtocolError: the executing node's answer was an error (the same code).
+        ThreadBusy: the node took the request and stopped answering (it may have applied it;
+            a retry with the same ``client_id`` is deduplicated).
+    """
+    remote = session.runtime.services.remote
+    if remote is None or actor.ephemeral or actor.active is not None:
+        return None
+    thread_id = actor.thread.id
+    node = await remote.executing_node(thread_id)
+    if node is None:
+        return None
+    try:
+        return await remote.forward(node, op, thread_id, params, session=session)
+    except NodeUnreachable as exc:
+        if exc.delivered:
+            raise ThreadBusy(
+                f"thread {thread_id} executes in {node}, which took the {op} and stopped answering; "
+                "retry with the same client_id"
+            ) from None
+        log.warning("thread %s: %s not taken by %s (%s); applying the local rules", thread_id, op, node, exc)
+        return None
 
 
 def page_limit(value: Any, *, name: str = "history_page") -> int:

@@ -27,7 +27,8 @@ Turn notifications carry the ``run_id`` in their turn object.
 
 Ownership: a run is driven by a task of the session that started it, listed in the process's
 :class:`RunRegistry`. A run that the database shows live (``accepted``/``running``) but that this
-process does not own answers ``run/interrupt`` with ``run_not_attached``. Runs of persistent
+process does not own is interrupted through its owner over the node bus, or answers
+``run/interrupt`` with ``run_not_attached`` when the owner is not on the bus (``_as_remote``). Runs of persistent
 threads are stored with :func:`roost.storage.create_run`/``update_run`` (``kind`` ``"run"``; the
 request, resolved runtime, workspace, turns and result in ``metadata``); runs of ephemeral threads
 live in memory only.
@@ -49,11 +50,8 @@ from roost._json import JSONDecodeError, dumps, loads
 from roost.actors import InterruptTurn, IsBusy, Snapshot, StartTurn, shielded_cleanup
 from roost.errors import (
     InvalidParams,
-    NotFound,
     ProtocolError,
     RoostError,
-    RunNotAttached,
-    RunNotFound,
     ThreadBusy,
 )
 from roost.protocol._appserver import AppServerSession, method
@@ -465,39 +463,6 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
         await _persist(run)
     assert session.nursery is not None  # set while the session serves requests
     session.nursery.start_soon(_drive, run, ack, turn_ack)
-    return {"run": run.view()}
-
-
-@method("run/interrupt")
-async def run_interrupt(session: AppServerSession, params: Any) -> dict:
-    """``run/interrupt {run_id, reason?}``: stop a live run of this process and answer ``{run}``.
-
-    ``reason: "timeout"`` settles the run ``timed_out``, any other reason ``interrupted``. The
-    answer waits (at most :data:`INTERRUPT_WAIT` seconds) for the run to settle. A terminal run is
-    returned as-is.
-
-    Raises:
-        RunNotFound: no such run. RunNotAttached: the run is live but owned by another process.
-    """
-    p = check_params("run/interrupt", params, {"run_id": (STR, True), "reason": (STR, False)})
-    run = runs_of(session.runtime).get(p["run_id"])
-    if run is None:
-        try:
-            row = await _read_run(session, p["run_id"])
-        except NotFound:
-            raise RunNotFound(f"no run {p['run_id']}") from None
-        if row.status in TERMINAL_STATUSES:
-            return {"run": stored_view(row)}
-        raise RunNotAttached(
-            f"run {row.id} is {row.status} in another process ({row.owner or 'unknown owner'}); "
-            "interrupt it through the app-server that started it"
-        )
-    if run.status not in TERMINAL_STATUSES:
-        if run.stop_reason is None:
-            run.stop_reason = "timed_out" if p.get("reason") == "timeout" else "interrupted"
-        run.scope.cancel()
-        with trio.move_on_after(INTERRUPT_WAIT):
-            await run.done.wait()
     return {"run": run.view()}
 
 

@@ -34,6 +34,7 @@ from roost.protocol import (  # noqa: F401  (register methods)
     _as_config,
     _as_content,
     _as_processes,
+    _as_remote,
     _as_runs,
     _as_threads,
     _as_turns,

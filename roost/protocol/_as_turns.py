@@ -17,7 +17,7 @@ from typing import Any
 from roost.actors import Dequeue, InterruptTurn, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued
 from roost.errors import InvalidParams, Unsupported
 from roost.protocol._appserver import AppServerSession, method
-from roost.protocol._as_common import check_writable, thread_actor
+from roost.protocol._as_common import check_writable, forwarded, thread_actor
 from roost.protocol._params import BOOL, DICT, LIST, STR, check_params
 
 __all__ = ["check_images", "check_files", "check_documents", "check_content_parts", "MAX_ATTACHMENT_BYTES"]
@@ -361,9 +361,13 @@ async def turn_interrupt(session: AppServerSession, params: Any) -> dict:
 
     Idempotent: a turn already ended (or interrupting) is reported with ``interrupted: false``.
     Result: ``{thread_id, turn, interrupted}``. Raises TurnNotFound for an unknown ``turn_id``.
+    A turn running in another app-server on the store is interrupted there (over the node bus).
     """
     p = check_params("turn/interrupt", params, {"thread_id": (STR, True), "turn_id": (STR, False)})
     actor = await thread_actor(session, p["thread_id"])
+    remote = await forwarded(session, actor, "interrupt", {"turn_id": p.get("turn_id")})
+    if remote is not None:
+        return remote
     return await actor.ref.ask(InterruptTurn(turn_id=p.get("turn_id")))
 
 
@@ -373,7 +377,8 @@ async def turn_queue(session: AppServerSession, params: Any) -> dict:
 
     Committed before the response. A retry with the same ``client_id`` returns the pending input;
     a ``client_id`` already consumed by a turn is refused (``invalid_params``).
-    Result: ``{input}``; emits turn/queued (or turn/held).
+    Result: ``{input}``; emits turn/queued (or turn/held). For a thread executing in another
+    app-server on the store the input is queued there (over the node bus), by the same rules.
     """
     p = check_params("turn/queue", params, {**_INPUT, "hold": (BOOL, False)})
     prompt, images, parts = _input(p)
@@ -383,6 +388,11 @@ async def turn_queue(session: AppServerSession, params: Any) -> dict:
     check_writable(actor)
     _check_permission(actor, p)
     check_documents(session, actor, images)
+    if not p.get("hold"):
+        wire = {"prompt": prompt, "client_id": p.get("client_id"), "images": list(images), "content_parts": parts}
+        remote = await forwarded(session, actor, "queue", wire)
+        if remote is not None:
+            return remote
     entry = await actor.ref.ask(
         QueueInput(
             prompt=prompt,
@@ -409,7 +419,19 @@ async def turn_update_queued(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     parts = check_content_parts(p.get("content_parts"), p["prompt"])
+    if not _knows_input(actor, p["input_id"]):
+        wire = {"input_id": p["input_id"], "prompt": p["prompt"], "content_parts": parts}
+        remote = await forwarded(session, actor, "update_queued", wire)
+        if remote is not None:
+            return remote
     return {"input": await actor.ref.ask(UpdateQueued(input_id=p["input_id"], prompt=p["prompt"], content_parts=parts))}
+
+
+def _knows_input(actor: Any, input_id: str) -> bool:
+    """Whether ``input_id`` is this process's own pending or held input of ``actor``'s thread (not
+    input of an execution in another process, which that process manages)."""
+    inputs = actor.inputs
+    return any(e["id"] == input_id and not e.get("_foreign") for e in inputs.pending + inputs.held)
 
 
 @method("turn/dequeue")
@@ -417,6 +439,10 @@ async def turn_dequeue(session: AppServerSession, params: Any) -> dict:
     """``turn/dequeue``: withdraw pending or held input. Result ``{input}``; emits turn/dequeued."""
     p = check_params("turn/dequeue", params, {"thread_id": (STR, True), "input_id": (STR, True)})
     actor = await thread_actor(session, p["thread_id"])
+    if not _knows_input(actor, p["input_id"]):
+        remote = await forwarded(session, actor, "dequeue", {"input_id": p["input_id"]})
+        if remote is not None:
+            return remote
     return {"input": await actor.ref.ask(Dequeue(input_id=p["input_id"]))}
 
 
@@ -426,7 +452,8 @@ async def turn_steer(session: AppServerSession, params: Any) -> dict:
 
     ``expected_turn_id`` fences the steer to that turn (``stale_turn`` otherwise). ``input_id``
     sends held input. On an idle thread (without ``expected_turn_id``) the input starts a turn.
-    Result: ``{thread_id, delivery: active_turn|queued, turn_id|turn, input?}``.
+    Result: ``{thread_id, delivery: active_turn|queued, turn_id|turn, input?}``. A turn running in
+    another app-server on the store is steered there (over the node bus), by the same rules.
     """
     p = check_params("turn/steer", params, {**_INPUT, "expected_turn_id": (STR, False), "input_id": (STR, False)})
     prompt, images, parts = _input(p)
@@ -435,6 +462,17 @@ async def turn_steer(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     _check_permission(actor, p)
+    wire = {
+        "prompt": prompt or None,
+        "expected_turn_id": p.get("expected_turn_id"),
+        "client_id": p.get("client_id"),
+        "input_id": p.get("input_id"),
+        "images": list(images),
+        "content_parts": parts,
+    }
+    remote = await forwarded(session, actor, "steer", wire)
+    if remote is not None:
+        return remote
     if actor.active is None:
         session.ensure_engine(actor.thread)
     check_documents(session, actor, images)
@@ -456,4 +494,8 @@ async def turn_unsteer(session: AppServerSession, params: Any) -> dict:
     """``turn/unsteer``: withdraw a steer not yet admitted. Result ``{input}``; emits turn/unsteered."""
     p = check_params("turn/unsteer", params, {"thread_id": (STR, True), "input_id": (STR, True)})
     actor = await thread_actor(session, p["thread_id"])
+    if not _knows_input(actor, p["input_id"]):
+        remote = await forwarded(session, actor, "unsteer", {"input_id": p["input_id"]})
+        if remote is not None:
+            return remote
     return {"input": await actor.ref.ask(Unsteer(input_id=p["input_id"]))}

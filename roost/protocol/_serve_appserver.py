@@ -15,6 +15,7 @@ from roost.protocol import (  # noqa: F401  (register methods)
     _as_config,
     _as_content,
     _as_processes,
+    _as_remote,
     _as_runs,
     _as_threads,
     _as_turns,
@@ -57,9 +58,10 @@ async def serve_app_server(
     try:
         async with (
             open_mcp_host(mcp_servers or (), wait=False) as mcp,
-            open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime,
+            open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path, node_kind="app-server") as runtime,
         ):
             session = AppServerSession(runtime, engines=engines, host=host)
+            _as_remote.install_run_handlers(runtime)
             if mcp.states:
                 session.mcp = mcp
                 mcp.attach(runtime.services.tools)

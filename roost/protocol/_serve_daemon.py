@@ -534,7 +534,7 @@ class ServeDaemon:
         elif kind == "interrupt":
             if conn.read_only:
                 conn.send(_error("a read-only client cannot interrupt", "read_only"))
-            elif not self.queue.interrupt(conn.client.key):
+            elif not await self.queue.interrupt_everywhere(conn.client.key):
                 conn.send(_error("none of your tasks is running", "invalid_request"))
         elif kind == "status":  # additive (issue 17): see roost.protocol._serve_status
             from roost.protocol._serve_status import status_snapshot
@@ -650,14 +650,16 @@ class ServeDaemon:
         return answer
 
     async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
+        if task.foreign and task.client_id is not None:
+            # dispatched on another node: its client is asked there (over the bus)
+            return await self.queue.ask_dispatcher(task, params)
         answer = await self._prompt(task, approval_event(task.id, params), "approval")
         return None if answer is None else answer is True
 
     async def _prompt(self, task: QueuedTask, event: dict, kind: str) -> Any:
-        """Ask ``event`` of the task's client (None at once for a task without one here)."""
+        """Ask ``event`` of the task's client (None at once for a task without one here, and for
+        a question of a task another node dispatched: questions are not forwarded over the bus)."""
         if task.client_id is None or task.foreign:
-            # a task dispatched on another node of the cluster: its client is not attached here
-            # (client ids are per node); the unattended policy decides
             return None
         client = self._client(task.client_id)
         return await prompt_client(client, event, kind, grace=self.options.reconnect_grace, task_id=task.id)

@@ -35,6 +35,20 @@ from ._bgprocs import running_owners as running_owners
 from ._bgprocs import update_bg_process as update_bg_process
 from ._blobs import read_blob as read_blob
 from ._blobs import read_blob_chunk as read_blob_chunk
+from ._bus import BusMessage as BusMessage
+from ._bus import BusNode as BusNode
+from ._bus import ack_message as ack_message
+from ._bus import cancel_message as cancel_message
+from ._bus import claim_messages as claim_messages
+from ._bus import get_bus_node as get_bus_node
+from ._bus import get_message as get_message
+from ._bus import has_pending_messages as has_pending_messages
+from ._bus import heartbeat_bus_node as heartbeat_bus_node
+from ._bus import list_bus_nodes as list_bus_nodes
+from ._bus import post_message as post_message
+from ._bus import prune_messages as prune_messages
+from ._bus import register_bus_node as register_bus_node
+from ._bus import remove_bus_node as remove_bus_node
 from ._cluster import beat_node as beat_node
 from ._cluster import claim_daemon_task as claim_daemon_task
 from ._cluster import db_clock as db_clock
@@ -49,6 +63,7 @@ from ._connect import immediate as immediate
 from ._connect import translate_error as translate_error
 from ._dispatch import by_connection as _by_connection
 from ._interface import OPERATIONS as OPERATIONS
+from ._interface import BusStore as BusStore
 from ._interface import ConnT as ConnT
 from ._interface import InputStore as InputStore
 from ._interface import ItemStore as ItemStore
@@ -365,6 +380,21 @@ __all__ = [
     "add_objective_task",
     "start_objective_task",
     "finish_objective_task",
+    "BusMessage",
+    "BusNode",
+    "BusStore",
+    "register_bus_node",
+    "heartbeat_bus_node",
+    "remove_bus_node",
+    "list_bus_nodes",
+    "get_bus_node",
+    "post_message",
+    "has_pending_messages",
+    "claim_messages",
+    "ack_message",
+    "cancel_message",
+    "get_message",
+    "prune_messages",
 ]
 
 

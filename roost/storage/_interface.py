@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from roost.model import ContextFile, DaemonTask, HeldInput, Item, MemoryEntry, Run, SearchHit, Thread, Turn, Worker
 
+from ._bus import BusMessage, BusNode
 from ._objectives import Objective, ObjectiveTask
 from ._schedules2 import JobRun, ScheduledJob
 from .leases import Lease
@@ -44,6 +45,7 @@ __all__ = [
     "MemoryStore",
     "ProcessStore",
     "ObjectiveStore",
+    "BusStore",
 ]
 
 #: A backend's connection type (``sqlite3.Connection`` for SQLite).
@@ -302,6 +304,39 @@ class ObjectiveStore(Protocol[ConnT_contra]):
 
 
 @runtime_checkable
+class BusStore(Protocol[ConnT_contra]):
+    """The node bus: the processes on the store and the messages between them (``_bus``)."""
+
+    def register_bus_node(self, conn: ConnT_contra, node_id: str, kind: str, *, now: float | None = ...) -> None: ...
+    def heartbeat_bus_node(self, conn: ConnT_contra, node_id: str, *, now: float | None = ...) -> bool: ...
+    def remove_bus_node(self, conn: ConnT_contra, node_id: str) -> None: ...
+    def list_bus_nodes(self, conn: ConnT_contra) -> list[BusNode]: ...
+    def get_bus_node(self, conn: ConnT_contra, node_id: str) -> BusNode | None: ...
+    def post_message(
+        self,
+        conn: ConnT_contra,
+        *,
+        target: str,
+        sender: str,
+        kind: str,
+        body: Any,
+        reply_to: str | None = ...,
+        ttl: float = ...,
+        id: str | None = ...,
+        now: float | None = ...,
+    ) -> str: ...
+    def has_pending_messages(self, conn: ConnT_contra, target: str, *, now: float | None = ...) -> bool: ...
+    def claim_messages(
+        self, conn: ConnT_contra, target: str, *, limit: int = ..., now: float | None = ...
+    ) -> list[BusMessage]: ...
+    def ack_message(self, conn: ConnT_contra, message_id: str) -> bool: ...
+    def cancel_message(self, conn: ConnT_contra, message_id: str) -> bool: ...
+    def get_message(self, conn: ConnT_contra, message_id: str) -> BusMessage | None: ...
+    def prune_messages(self, conn: ConnT_contra, *, keep: float = ..., now: float | None = ...) -> int: ...
+    def bus_listener(self, node_id: str) -> Any: ...
+
+
+@runtime_checkable
 class StoreBackend(
     ThreadStore[ConnT],
     ItemStore[ConnT],
@@ -313,6 +348,7 @@ class StoreBackend(
     MemoryStore[ConnT],
     ProcessStore[ConnT],
     ObjectiveStore[ConnT],
+    BusStore[ConnT],
     Protocol[ConnT],
 ):
     """A whole store: the operations of every group, plus its connections.
@@ -421,4 +457,16 @@ OPERATIONS: tuple[str, ...] = (
     "add_objective_task",
     "start_objective_task",
     "finish_objective_task",
+    "register_bus_node",
+    "heartbeat_bus_node",
+    "remove_bus_node",
+    "list_bus_nodes",
+    "get_bus_node",
+    "post_message",
+    "has_pending_messages",
+    "claim_messages",
+    "ack_message",
+    "cancel_message",
+    "get_message",
+    "prune_messages",
 )

@@ -21,7 +21,17 @@ import psycopg
 
 from roost.errors import StoreClosed, StoreError
 
-from . import _pg_items, _pg_leases, _pg_memory, _pg_objectives, _pg_schedules, _pg_threads, _pg_workers, _processes
+from . import (
+    _pg_bus,
+    _pg_items,
+    _pg_leases,
+    _pg_memory,
+    _pg_objectives,
+    _pg_schedules,
+    _pg_threads,
+    _pg_workers,
+    _processes,
+)
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
 from ._pg_reconcile import reconcile_pg
 from ._pg_schema import migrate_pg
@@ -139,6 +149,19 @@ class PostgresStore:
     check_fence = staticmethod(_pg_leases.check_fence)
     get_lease = staticmethod(_pg_leases.get_lease)
     fenced = staticmethod(_pg_leases.fenced)
+    # the node bus (BusStore)
+    register_bus_node = staticmethod(_pg_bus.register_bus_node)
+    heartbeat_bus_node = staticmethod(_pg_bus.heartbeat_bus_node)
+    remove_bus_node = staticmethod(_pg_bus.remove_bus_node)
+    list_bus_nodes = staticmethod(_pg_bus.list_bus_nodes)
+    get_bus_node = staticmethod(_pg_bus.get_bus_node)
+    post_message = staticmethod(_pg_bus.post_message)
+    has_pending_messages = staticmethod(_pg_bus.has_pending_messages)
+    claim_messages = staticmethod(_pg_bus.claim_messages)
+    ack_message = staticmethod(_pg_bus.ack_message)
+    cancel_message = staticmethod(_pg_bus.cancel_message)
+    get_message = staticmethod(_pg_bus.get_message)
+    prune_messages = staticmethod(_pg_bus.prune_messages)
     reconcile = staticmethod(reconcile_pg)
     db_now = staticmethod(_pg_leases.db_now)
     live_lease_owners = staticmethod(_pg_leases.live_lease_owners)
@@ -187,6 +210,10 @@ class PostgresStore:
         with self._connection() as conn:
             with conn.transaction():
                 yield conn
+
+    def bus_listener(self, node_id: str) -> _pg_bus.PgBusListener:
+        """A :class:`PgBusListener` (``LISTEN roost_bus``) for node ``node_id``; close it when done."""
+        return _pg_bus.PgBusListener(self.url, node_id)
 
     def close(self) -> None:
         """Close the pool (idempotent)."""

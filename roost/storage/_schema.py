@@ -431,3 +431,30 @@ def _m0008_cluster_nodes(db: sqlite_utils.Database) -> None:
             ttl REAL NOT NULL
         )""",
     )
+
+
+@MIGRATIONS(name="0009_node_bus")
+def _m0009_node_bus(db: sqlite_utils.Database) -> None:
+    """The node bus (storage._bus): the processes on this store and the messages between them."""
+    _run(
+        db,
+        """CREATE TABLE bus_nodes (
+            node_id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            heartbeat_at REAL NOT NULL
+        )""",
+        """CREATE TABLE bus_messages (
+            id TEXT PRIMARY KEY,
+            target TEXT NOT NULL,
+            sender TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            body TEXT NOT NULL,
+            reply_to TEXT,
+            status TEXT NOT NULL DEFAULT 'pending',
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            claimed_at REAL
+        )""",
+        "CREATE INDEX bus_messages_target ON bus_messages(target, status, created_at)",
+    )

@@ -7,7 +7,9 @@
     ├── lease_keeper     permanent   renews this process's execution leases
     ├── threads          permanent   supervisor of ThreadActors (transient, loaded on demand)
     ├── thread_unloader  permanent   stops ThreadActors idle for ROOST_IDLE_UNLOAD_S (reloaded on use)
-    └── node_heartbeat   permanent   PostgreSQL only: this node's row in ``nodes`` (roost status)
+    ├── node_heartbeat   permanent   PostgreSQL only: this node's row in ``nodes`` (roost status)
+    └── node_bus         permanent   where the process is a node (app-server, serve): messages to
+                                     and from the other processes on the store (roost.actors.NodeBus)
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import trio
 
 from roost._faults import load_fault_env
 from roost._paths import positive_env
-from roost.actors import Services, ThreadRegistry
+from roost.actors import NodeBus, Services, ThreadRegistry, ThreadRemote
 from roost.errors import StoreError
 from roost.storage import LeaseKeeper, default_owner, open_backend, queued_worker_roots, reconcile, translate_error
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
@@ -74,6 +76,7 @@ async def open_runtime(
     owner: str | None = None,
     lease_ttl: float | None = None,
     memory: bool = True,
+    node_kind: str | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start the root tree; yield the :class:`Runtime`; stop it in reverse order on exit.
 
@@ -94,6 +97,10 @@ async def open_runtime(
             leases are renewed every third of it.
         memory: also offer ``memory_save``, ``memory_recall`` and ``context_read`` over this
             runtime's store (see :func:`with_memory_tools`); False offers ``tools`` alone.
+        node_kind: make this process a node of the bus (``"app-server"``, ``"serve"``): input for
+            its threads from other processes on the store is delivered here, and this process
+            forwards input for threads other nodes execute (:class:`roost.actors.ThreadRemote`).
+            None (one-shot commands): not a node.
 
     Raises:
         StoreError: the database cannot be opened or migrated (on PostgreSQL also
@@ -117,11 +124,12 @@ async def open_runtime(
         store=store, keeper=keeper, owner=owner, engine_for=engine_for, tools=tools, lease_ttl=lease_ttl
     )
     registry = ThreadRegistry(make_threads(), services)
+    _join_bus(services, registry, node_kind)
     load_fault_env()
     # Every start is a fresh instance that rebuilds its state: the writer and keeper services keep
     # their queues (and the held executions) across a restart, the registry reloads threads from
     # the store (DESIGN.md section 4, "Restart for real").
-    children = _root_children(store, keeper, registry, make_threads, owner, lease_ttl)
+    children = _root_children(store, keeper, registry, make_threads, owner, lease_ttl) + _bus_children(services)
     root = Supervisor(children, name="root")
     runtime = Runtime(store=store, root=root, services=services, registry=registry, reconciled=report)
     try:
@@ -162,6 +170,20 @@ def _root_children(
         heartbeat = functools.partial(node_heartbeat, store.writer, owner, lease_ttl)
         children.append(ChildSpec("node_heartbeat", heartbeat, restart=Restart.PERMANENT, shutdown_timeout=5))
     return children
+
+
+def _join_bus(services: Services, registry: ThreadRegistry, node_kind: str | None) -> None:
+    """Make this process a node of the bus (``services.bus``, ``services.remote``) when ``node_kind``."""
+    if node_kind is not None:
+        services.bus = NodeBus(services.store, services.owner, node_kind)
+        services.remote = ThreadRemote(services.bus, registry, services)
+
+
+def _bus_children(services: Services) -> list[ChildSpec]:
+    """The ``node_bus`` child of a node (none for a process that is not one)."""
+    if services.bus is None:
+        return []
+    return [ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5)]
 
 
 async def _reconcile_at_start(store: Any, owner: str) -> Any:
