@@ -58,7 +58,9 @@ async def serve_app_server(
     try:
         async with (
             open_mcp_host(mcp_servers or (), wait=False) as mcp,
-            open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path, node_kind="app-server") as runtime,
+            open_runtime(
+                engine_for=engines.engine_for, tools=tools, db_path=db_path, node_kind="app-server"
+            ) as runtime,
         ):
             session = AppServerSession(runtime, engines=engines, host=host)
             _as_remote.install_run_handlers(runtime)
