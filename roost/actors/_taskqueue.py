@@ -35,6 +35,7 @@ import attrs
 import trio
 
 from roost._faults import fault_point
+from roost._heap import note_large_output
 from roost._json import loads
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe, Unsubscribe
@@ -496,6 +497,7 @@ class TaskQueue:
             },
         )
         self.listener.task_finished(task)
+        note_large_output(len(result.get("lastMessage") or ""))  # its rows are written: trim the heap
 
     async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:
         """Run the task as one turn of the default agent (a resumed task: :data:`RESUME_PROMPT`).
