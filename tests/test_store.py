@@ -715,3 +715,50 @@ def test_objectives_and_their_task_outcomes_on_each_backend(backend) -> None:
         assert [o.id for o in store.list_objectives(conn, status="paused")] == ["OBJ-0002"]
         with pytest.raises(NotFound):
             store.get_objective(conn, "OBJ-9999")
+
+
+def _dead_owner() -> str:
+    """A ``default_owner``-shaped identity of a process of this host that has exited."""
+    import socket
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return f"{socket.gethostname()}:{child.pid}:gone"
+
+
+def test_reconcile_settles_every_non_terminal_kind_on_each_backend(backend) -> None:
+    """Issue 18, finding 3: no run, turn, item or background process stays non-terminal after a
+    crash, on either backend (workers, leases: the test above; tasks, schedule runs, objectives
+    are resumed by their components)."""
+    store = backend
+    run_reconcile = reconcile if isinstance(store, storage.Store) else store.reconcile
+    dead = _dead_owner()
+    mark = "?" if isinstance(store, storage.Store) else "%s"
+    insert_process = (
+        "INSERT INTO background_processes (id, thread_id, owner, pid, command, cwd, status, started_at)"
+        f" VALUES ({mark}, 't1', {mark}, 1, 'sleep 9', NULL, 'running', '2026-01-01T00:00:00Z')"
+    )
+    with store.transaction() as conn:
+        store.create_thread(conn, id="t1")
+        store.create_turn(conn, "t1", id="queued-turn", status="queued")
+        done = store.create_turn(conn, "t1", id="done-turn")
+        store.update_turn(conn, done.id, status="completed")
+        store.append_item(conn, "t1", turn_id=done.id, type="tool_call", status="in_progress")
+        store.create_run(conn, thread_id="t1", id="run-dead", status="accepted", metadata={"runtime": {"owner": dead}})
+        store.create_run(conn, thread_id="t1", id="run-alive", status="accepted",
+                         metadata={"runtime": {"owner": "elsewhere:1:x"}})
+        conn.execute(insert_process, ("bg-dead", dead))
+        conn.execute(insert_process, ("bg-alive", "elsewhere:1:x"))
+    with store.transaction() as conn:
+        report = run_reconcile(conn, "me")
+    assert (report.turns_interrupted, report.items_interrupted, report.runs_interrupted,
+            report.background_processes_lost) == (1, 1, 1, 1)
+    with store.read() as conn:
+        assert store.get_turn(conn, "queued-turn").status == "interrupted"
+        assert store.get_turn(conn, "done-turn").status == "completed"
+        assert [i.status for i in store.list_items(conn, "t1")] == ["interrupted"]
+        assert store.get_run(conn, "run-dead").status == "interrupted"
+        assert store.get_run(conn, "run-alive").status == "accepted"   # its starter may still run
+        rows = dict(conn.execute("SELECT id, status FROM background_processes").fetchall())
+        assert rows == {"bg-dead": "lost", "bg-alive": "running"}

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from roost import _faults as faults
 from roost._faults import fault_point
 from roost._heap import note_large_output
 from roost._json import loads
@@ -439,6 +440,7 @@ class TaskQueue:
         actor = None
         try:
             await self.runtime.store.writer.submit(update_daemon_task, task.id, status="running")
+            faults.point("task.running")
             log.info(
                 "task %s started%s",
                 task.id,
