@@ -1,10 +1,11 @@
 """Soak: a protocol fuzzer (hypothesis strategies) over the stdin and socket dialects.
 
 Lines are drawn from hypothesis strategies: valid-looking requests with wrong fields, random JSON values,
-broken JSON and raw bytes. Dialects: ``roost app-server`` (stdin) and ``roost serve`` (Unix socket
-and WebSocket); ``roost repl --vscode`` is not fuzzed yet. Counted: lines sent, crashes (the
-process exited, or the connection dropped), and unanswered lines (app-server: a request with an
-id that got no response; the others: a sentinel sent after each batch that got no answer).
+broken JSON and raw bytes. Dialects: ``roost app-server``, ``roost repl --vscode`` and ``roost run
+--bridge`` (stdin; the last two through tests/_helpers/fuzz.py) and ``roost serve`` (Unix socket
+and WebSocket). Counted: lines sent, crashes (the process exited, or the connection dropped), and
+unanswered lines (app-server: a request with an id that got no response; the bridge: a line short
+of its error event; the others: a sentinel sent after each batch that got no answer).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from _helpers.appserver import AppServerClient, roost_argv, scripted_env
+from _helpers.appserver import AppServerClient, roost_argv, script_env, scripted_env
+from _helpers.fuzz import BRIDGE, VSCODE, fuzz_bridge, fuzz_vscode
 from _helpers.serve_client import open_daemon
 from hypothesis import strategies as st
 
@@ -88,6 +90,15 @@ async def test_soak_protocol_fuzz(tmp_path: Path, roost_home: Path, soak_report)
         sent += len(lines)
         crashes += crashed
         unanswered += missing
+
+    stdin_env = script_env(tmp_path, roost_home, "default: echo\n")
+    for _ in range(ITERATIONS):
+        for strategy, fuzz in ((VSCODE, fuzz_vscode), (BRIDGE, fuzz_bridge)):
+            lines = [strategy.example() for _ in range(LINES_PER_ITERATION // 2)]
+            crashed, missing = await fuzz(stdin_env, tmp_path, lines)
+            sent += len(lines)
+            crashes += crashed
+            unanswered += missing
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"rules": [], "default": "echo"}))
