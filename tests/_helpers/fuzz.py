@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from hypothesis import strategies as st
-
 from _helpers.appserver import roost_argv
 from _helpers.timing import scaled
+from hypothesis import strategies as st
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
@@ -51,7 +50,8 @@ VSCODE = st.one_of(NOISE, VSCODE_FRAME)
 #: ``run --bridge`` lines: noise and frames of its dialect except ``interrupt`` (which ends the run).
 BRIDGE = st.one_of(
     NOISE.filter(lambda line: b'"interrupt"' not in line),
-    st.fixed_dictionaries({"type": st.sampled_from(["approval_response", "question_response", "nope", "", "Interrupt"])},
+    st.fixed_dictionaries({"type": st.sampled_from(["approval_response", "question_response", "nope", "",
+                                                    "Interrupt"])},
                           optional={"approved": JSON, "text": JSON, "id": JSON}).map(lambda d: json.dumps(d).encode()),
 )
 
@@ -139,7 +139,8 @@ async def fuzz_vscode(env: dict, cwd: Path, lines: list[bytes]) -> tuple[int, in
         ready = await out.wait(lambda e: isinstance(e, dict) and e.get("type") == "ready", 60)
         alive = ready and await _send_all(process, [*lines, json.dumps(_SENTINEL_VSCODE).encode()])
         answered = alive and await out.wait(
-            lambda e: isinstance(e, dict) and e.get("type") == "error" and "no question is pending" in str(e.get("text")),
+            lambda e: isinstance(e, dict) and e.get("type") == "error"
+            and "no question is pending" in str(e.get("text")),
             60)
         crashed = int(not alive or process.returncode is not None)
         code = await _finish(process)
