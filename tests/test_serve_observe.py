@@ -156,6 +156,12 @@ async def test_metrics_endpoint_follows_the_token_rules(tmp_path: Path) -> None:
             await client.wait_for("hello")
             await client.send({"type": "user_input", "text": "hello there"})
             await client.wait_for("result")
+            start = len(client.events)
+            await client.send({"type": "user_input", "text": "slow stop me"})
+            await client.wait_for("token", start=start)
+            await client.send({"type": "interrupt"})
+            stopped = await client.wait_for("result", start=start)
+            assert stopped["succeeded"] is False
 
             def get(**headers: str) -> httpx.Response:
                 return httpx.get(url, headers=headers, timeout=10)
@@ -171,10 +177,12 @@ async def test_metrics_endpoint_follows_the_token_rules(tmp_path: Path) -> None:
 
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for fam in text_string_to_metric_families(body) for s in fam.samples}
-    assert samples[("roost_tasks_accepted_total", (("source", "client"),))] == 1
+    assert samples[("roost_tasks_accepted_total", (("source", "client"),))] == 2
     assert samples[("roost_tasks_finished_total", (("outcome", "succeeded"),))] == 1
+    assert samples[("roost_tasks_finished_total", (("outcome", "interrupted"),))] == 1   # not "failed"
+    assert ("roost_tasks_finished_total", (("outcome", "failed"),)) not in samples
     assert samples[("roost_turns_total", (("status", "completed"),))] == 1
     assert samples[("roost_tokens_total", (("kind", "output"),))] > 0
-    assert samples[("roost_provider_request_seconds_count", (("provider", "scripted"),))] == 1
+    assert samples[("roost_provider_request_seconds_count", (("provider", "scripted"),))] == 2
     assert samples[("roost_connections", ())] == 1 and samples[("roost_queue_depth", ())] == 0
     assert ("roost_supervisor_restarts", ()) in samples

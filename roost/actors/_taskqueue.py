@@ -75,6 +75,7 @@ class QueuedTask:
     actor: Any = None
     orchestrator: Any = None  # the running Orchestrator of an orchestrated task
     interrupt_pending: bool = False  # interrupted before its Orchestrator existed
+    interrupted: bool = False  # it ended interrupted (a client, an operator or a shutdown stopped it)
 
     @property
     def orchestrated(self) -> bool:
@@ -523,7 +524,7 @@ class TaskQueue:
             turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
             turn_id = task.turn_id = turn["id"]
         view = await actor.wait_turn_end(turn_id)
-        succeeded = view.get("status") == "completed"
+        succeeded, task.interrupted = view.get("status") == "completed", view.get("status") == "interrupted"
         error = None
         if not succeeded:
             error = (view.get("error") or {}).get("message") or f"the turn ended {view.get('status')}"
@@ -567,7 +568,7 @@ class TaskQueue:
         if task.interrupt_pending:
             orch.interrupt("interrupted by client")
         outcome = await orch.run(task.task)
-        succeeded = outcome.status == "completed"
+        succeeded, task.interrupted = outcome.status == "completed", outcome.status == "interrupted"
         error = None if succeeded else outcome.error_message or f"the run ended {outcome.status}"
         return _result(succeeded, error, last["agent"], last["message"])
 
