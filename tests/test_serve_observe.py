@@ -133,7 +133,8 @@ async def test_status_shows_daemons_queue_clients_tree_and_schedules(tmp_path: P
             assert d["pid"] == daemon.info["pid"] and d["workDir"] == str(tmp_path.resolve())
             assert [t["task"] for t in d["running"]] == ["slow one"]
             assert [(t["task"], t["position"]) for t in d["queue"]] == [("queued behind it", 0)]
-            assert any(c["client"].endswith("/watcher") for c in d["clients"])
+            # the attached client, and not the status query's own connection
+            assert [c["client"].rsplit("/", 1)[-1] for c in d["clients"]] == ["watcher"]
             assert "scheduler" in d["tree"] and "store_writer" in d["tree"]
             assert doc["schedules"][0]["nextRun"] is not None
             text = roost("status").stdout

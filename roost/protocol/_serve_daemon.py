@@ -541,7 +541,7 @@ class ServeDaemon:
         elif kind == "status":  # additive (issue 17): see roost.protocol._serve_status
             from roost.protocol._serve_status import status_snapshot
 
-            conn.send(status_snapshot(self))
+            conn.send(status_snapshot(self, asker=conn))
         elif kind == "question_response":
             conn.send(_error("no question is pending", "invalid_request"))
         else:
