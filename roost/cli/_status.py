@@ -40,7 +40,7 @@ def ask_status(socket_path: str, *, timeout: float = TIMEOUT) -> dict:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)
-        sock.sendall(b'{"type":"status"}\n')
+        sock.sendall(b'{"type":"status","countSelf":false}\n')  # this connection is not a client
         buffer = b""
         while True:
             data = sock.recv(1 << 16)

@@ -99,8 +99,8 @@ def _tree(runtime: Any) -> str | None:
 def status_snapshot(daemon: Any, *, asker: Any = None) -> dict:
     """The ``status`` event of ``daemon`` (a :class:`~roost.protocol._serve_daemon.ServeDaemon`).
 
-    ``asker`` is the connection that asked: it is not counted among the clients (``roost status``
-    connects only to ask, and is nobody's attached client).
+    ``asker``, when given, is left out of the clients: the asking connection of ``roost status``,
+    which connects only to ask (the input ``{"type": "status", "countSelf": false}``).
 
     Returns:
         ``{"type": "status", "pid", "workDir", "socket", "httpPort",
