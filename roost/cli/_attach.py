@@ -291,7 +291,8 @@ async def run_attach(
 
     Returns:
         The exit status: 0 done, 1 the daemon refused a task of this client, or the connection
-        closed while tasks were outstanding (and no reconnect succeeded), 130 detached by Ctrl-C (or ``/quit``) with tasks outstanding.
+        closed while tasks were outstanding (and no reconnect succeeded), 130 detached by Ctrl-C
+        (or ``/quit``) with tasks outstanding.
 
     Raises:
         DaemonUnreachable: see :func:`open_link` (the first connection only).
