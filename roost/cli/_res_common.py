@@ -59,7 +59,7 @@ def open_cli_store() -> Iterator[Any]:
     """
     from roost.storage import open_store
 
-    store = open_store()
+    store = open_store(read_only_ok=True)  # reads work on a read-only home; writes raise StoreReadOnly
     try:
         yield store
     finally:

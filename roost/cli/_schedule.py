@@ -236,7 +236,7 @@ def _checked_config(as_json: bool, config: str | None) -> str | None:
 def list_command(as_json: bool) -> None:
     """List schedules, ordered by next run."""
     try:
-        store = open_store()
+        store = open_store(read_only_ok=True)
         try:
             with store.read() as conn:
                 jobs = db.list_jobs(conn)

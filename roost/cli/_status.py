@@ -62,7 +62,7 @@ def _schedules() -> list[dict]:
     from roost.cli._schedule import job_item
     from roost.storage import open_store
 
-    store = open_store()
+    store = open_store(read_only_ok=True)
     try:
         with store.read() as conn:
             jobs = db.list_jobs(conn)
