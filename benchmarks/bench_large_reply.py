@@ -49,6 +49,20 @@ def dump(*_):
             f.write(f"{stat.size / 1048576:.2f} MiB in {stat.count} blocks\\n")
             for line in stat.traceback.format()[-12:]:
                 f.write("    " + line + "\\n")
+        for obj in gc.get_objects():  # who holds each large string (containers are tracked)
+            if isinstance(obj, dict):
+                fields = list(obj.items())
+            elif isinstance(obj, (list, tuple)):
+                fields = list(enumerate(obj))
+            else:
+                slots = [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ())]
+                fields = [(n, getattr(obj, n, None)) for n in slots if isinstance(n, str)]
+                fields += list(getattr(obj, "__dict__", {}).items())
+            for key, value in fields:
+                if isinstance(value, str) and len(value) > 1048576:
+                    holders = [type(r).__qualname__ for r in gc.get_referrers(obj)][:4]
+                    where = f"{type(obj).__qualname__}.{key}"
+                    f.write(f"large str ({len(value) >> 20} MiB) at {where} held by {holders}\\n")
 signal.signal(signal.SIGUSR1, dump)
 from roost.cli import main
 sys.argv = ["roost", *sys.argv[1:]]

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 __all__ = ["LARGE_OUTPUT_BYTES", "note_large_output", "release_memory"]
 
-#: A turn output (characters of text) at least this long trims the heap when the turn ends.
-LARGE_OUTPUT_BYTES = 4 << 20
+#: A turn output (characters of text) at least this long trims the heap when the turn ends (1 MiB).
+LARGE_OUTPUT_BYTES = 1 << 20
 
 
 @functools.lru_cache(maxsize=1)
