@@ -356,16 +356,22 @@ async def run_attach(
     if state["error"] is not None:
         raise state["error"]
     if client.done.is_set():
-        if client.refused:  # a task the daemon would not take is a failure, not a success
-            _warn(f"{len(client.refused)} task(s) refused by the daemon: {client.refused[-1]}")
-            return 1
-        return 0
+        return _refused_status(client)
     if client.detach.is_set():
         return 130 if client.in_flight() else 0
     if not json_mode:
         client.renderer._close()
     _warn(f"{state['reason'] or 'the connection closed'} ({target})")
     return 0 if client.stdin_done and not client.waiting and client.acks <= 0 else 1
+
+
+def _refused_status(client: AttachClient) -> int:
+    """The exit status once done: 1 (with one stderr line) when the daemon refused a task this
+    client sent (a task it would not take is a failure, not a success), else 0."""
+    if not client.refused:
+        return 0
+    _warn(f"{len(client.refused)} task(s) refused by the daemon: {client.refused[-1]}")
+    return 1
 
 
 def _stdin_is_tty() -> bool:

@@ -75,20 +75,7 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
         "abandoned": "interrupted: the process running it ended without settling it",
     }
     with immediate(conn):
-        # A lease whose owner is a dead process of this host is as good as expired (kill -9).
-        held = conn.execute(
-            "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND owner != :owner AND expires_at > :now",
-            params,
-        ).fetchall()
-        for key, holder in held:
-            if owner_is_dead(holder):
-                conn.execute("UPDATE leases SET expires_at = 0 WHERE key = ? AND owner = ?", (key, holder))
-        leases = conn.execute(
-            """UPDATE leases SET owner = NULL, successor = NULL, expires_at = 0
-               WHERE (owner IS NOT NULL OR successor IS NOT NULL)
-                 AND (owner = :owner OR expires_at <= :now)""",
-            params,
-        ).rowcount
+        leases = _release_leases(conn, params)
         turns = conn.execute(
             f"""UPDATE turns SET status = 'interrupted', completed_at = :stamp,
                        error = json_set(CASE WHEN json_valid(error) THEN error ELSE '{{}}' END,
@@ -125,6 +112,24 @@ def reconcile(conn: sqlite3.Connection, owner: str, *, now: float | None = None)
         lost = _settle_background_processes(conn, owner, stamp)
         killed = reap_tool_processes(conn, owner)
     return ReconcileReport(leases, turns, workers, runs, killed, items, lost)
+
+
+def _release_leases(conn: sqlite3.Connection, params: dict) -> int:
+    """Release leases held by ``params["owner"]``, expired, or held by a dead process of this host
+    (as good as expired: it was killed); tokens are kept. Returns how many were released."""
+    held = conn.execute(
+        "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND owner != :owner AND expires_at > :now",
+        params,
+    ).fetchall()
+    for key, holder in held:
+        if owner_is_dead(holder):
+            conn.execute("UPDATE leases SET expires_at = 0 WHERE key = ? AND owner = ?", (key, holder))
+    return conn.execute(
+        """UPDATE leases SET owner = NULL, successor = NULL, expires_at = 0
+           WHERE (owner IS NOT NULL OR successor IS NOT NULL)
+             AND (owner = :owner OR expires_at <= :now)""",
+        params,
+    ).rowcount
 
 
 def _settle_background_processes(conn: sqlite3.Connection, owner: str, stamp: str) -> int:
