@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import trio
-from _helpers.appserver import open_app_server, script_env
+from _helpers.appserver import open_app_server, roost_argv, script_env
 from _helpers.serve_client import open_daemon
 from _helpers.timing import scaled
 
@@ -38,6 +39,10 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
+def _roost(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 def _rows(home: Path, sql: str) -> list[tuple]:
@@ -96,3 +101,43 @@ async def test_a_daemon_task_killed_as_it_starts_running_is_finished_by_the_next
     [(status,)] = _rows(roost_home, "SELECT status FROM daemon_tasks")
     assert status in ("finished", "collected")   # resumed, run to its end and recorded
     assert _rows(roost_home, "SELECT status FROM turns WHERE status IN ('queued', 'running')") == []
+
+
+def _run_status(home: Path, run_id: str) -> tuple:
+    [row] = _rows(home, f"SELECT status, outcome, session_id FROM schedule_runs WHERE id = '{run_id}'")
+    return row
+
+
+@pytest.mark.parametrize("at", ["schedule.claimed", "schedule.running"])
+async def test_a_schedule_run_killed_while_open_is_settled_by_the_next_daemon(tmp_path: Path, roost_home: Path,
+                                                                              at: str) -> None:
+    """Killed after the claim (no task yet): the next daemon records it ``done``/``interrupted``,
+    never dispatching it twice; killed with its task running: the task is resumed and the run
+    records that task's outcome."""
+    script = tmp_path / "script.yaml"
+    script.write_text("default: echo\n")
+    env = {"ROOST_HOME": str(roost_home)}
+    args = ["--work-dir", str(tmp_path)]
+    added = _roost("schedule", "add", "yearly", "--cron", "0 0 1 1 *", "--task", "scheduled work",
+                   "--work-dir", str(tmp_path))
+    assert added.returncode == 0, added.stderr
+    async with open_daemon(script=script, args=args, env={**env, "ROOST_FAULTS": f"{at}=kill"}) as daemon:
+        requested = _roost("schedule", "run", "yearly", "--json")
+        assert requested.returncode == 0, requested.stderr
+        with trio.fail_after(scaled(30)):
+            assert await daemon.process.wait() == -9
+    [(run_id,)] = _rows(roost_home, "SELECT id FROM schedule_runs")
+    status, _, session = _run_status(roost_home, run_id)
+    assert status == ("claimed" if at == "schedule.claimed" else "running")
+    async with open_daemon(script=script, args=args, env=env):
+        with trio.fail_after(scaled(30)):
+            while _run_status(roost_home, run_id)[0] in ("claimed", "running"):
+                await trio.sleep(0.05)
+    tasks = _rows(roost_home, "SELECT id, status FROM daemon_tasks")
+    if at == "schedule.claimed":
+        assert _run_status(roost_home, run_id) == ("done", "interrupted", None)
+        assert tasks == []   # never dispatched by the dead daemon, and not by the next one either
+    else:
+        assert _run_status(roost_home, run_id) == ("done", "succeeded", session)
+        [(task_id, task_status)] = tasks   # the one task, resumed and run to its end
+        assert task_id == session and task_status in ("finished", "collected")
