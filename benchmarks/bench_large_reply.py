@@ -44,25 +44,21 @@ tracemalloc.start(12)
 def dump(*_):
     gc.collect()
     snap = tracemalloc.take_snapshot()
-    with open(os.environ["ROOST_BENCH_TRACE"], "w") as f:
+    with open(os.environ["ROOST_BENCH_TRACE"] + ".part", "w") as f:
         for stat in snap.statistics("traceback")[:12]:
             f.write(f"{stat.size / 1048576:.2f} MiB in {stat.count} blocks\\n")
             for line in stat.traceback.format()[-12:]:
                 f.write("    " + line + "\\n")
-        for obj in gc.get_objects():  # who holds each large string (containers are tracked)
-            if isinstance(obj, dict):
-                fields = list(obj.items())
-            elif isinstance(obj, (list, tuple)):
-                fields = list(enumerate(obj))
-            else:
-                slots = [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ())]
-                fields = [(n, getattr(obj, n, None)) for n in slots if isinstance(n, str)]
-                fields += list(getattr(obj, "__dict__", {}).items())
-            for key, value in fields:
-                if isinstance(value, str) and len(value) > 1048576:
+        for obj in gc.get_objects():  # who holds each large string (strings are not tracked)
+            inner = [r for r in gc.get_referents(obj) if isinstance(r, dict) and not gc.is_tracked(r)]
+            for ref in gc.get_referents(obj) + [v for d in inner for v in d.values()]:
+                if isinstance(ref, str) and len(ref) > 1048576:
                     holders = [type(r).__qualname__ for r in gc.get_referrers(obj)][:4]
-                    where = f"{type(obj).__qualname__}.{key}"
-                    f.write(f"large str ({len(value) >> 20} MiB) at {where} held by {holders}\\n")
+                    desc = type(obj).__qualname__
+                    if hasattr(obj, "f_code"):
+                        desc += f" {obj.f_code.co_qualname}"
+                    f.write(f"large str ({len(ref) >> 20} MiB) in a {desc} held by {holders}\\n")
+    os.replace(os.environ["ROOST_BENCH_TRACE"] + ".part", os.environ["ROOST_BENCH_TRACE"])  # whole or absent
 signal.signal(signal.SIGUSR1, dump)
 from roost.cli import main
 sys.argv = ["roost", *sys.argv[1:]]
@@ -153,8 +149,8 @@ async def main(args: argparse.Namespace) -> dict:
         if args.diagnose:
             daemon.send_signal(signal.SIGUSR1)
             trace = Path(env["ROOST_BENCH_TRACE"])
-            with trio.move_on_after(60):
-                while not trace.exists() or not trace.read_text().endswith("\n"):
+            with trio.move_on_after(120):
+                while not trace.exists():
                     await trio.sleep(0.5)
             print(trace.read_text() if trace.exists() else "no trace written", file=sys.stderr)
         await stream.aclose()
