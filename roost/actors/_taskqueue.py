@@ -424,8 +424,8 @@ class TaskQueue:
                 self._wake = trio.Event() if self._wake.is_set() else self._wake
                 await self._wake.wait()
             fault_point("task_queue")
-            task = self.tasks[self._queued.popleft()]
-            await self._run(task)
+            # no local keeps the task (its result, its actor) alive while the runner waits
+            await self._run(self.tasks[self._queued.popleft()])
 
     async def _run(self, task: QueuedTask) -> None:
         """Run one task to its end and record its result (never raises a RoostError).
