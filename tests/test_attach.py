@@ -16,8 +16,9 @@ import trio
 
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
+from _helpers.timing import scaled
 
-TIMEOUT = 30.0
+TIMEOUT = scaled(30.0)
 SCRIPT = {
     "rules": [
         {"match": {"prompt": "^approve"},

@@ -42,7 +42,7 @@ def _alive(pid: int) -> bool:
 
 
 def _roost(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60), check=False)
 
 
 def _rows(home: Path, sql: str) -> list[tuple]:

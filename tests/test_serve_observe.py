@@ -11,6 +11,7 @@ import httpx
 import trio
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
+from _helpers.timing import scaled
 
 SCRIPT = {
     "rules": [
@@ -24,7 +25,7 @@ SCRIPT = {
 
 
 def roost(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60), cwd=cwd)
 
 
 def _script(tmp_path: Path) -> Path:
@@ -39,7 +40,7 @@ def _log_lines(home: Path) -> list[dict]:
 
 
 async def _wait_log(home: Path, event: str, count: int = 1) -> list[dict]:
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         while True:
             if (home / "logs" / "roost.log").exists():
                 found = [d for d in _log_lines(home) if d.get("event") == event]
@@ -165,7 +166,7 @@ async def test_metrics_endpoint_follows_the_token_rules(tmp_path: Path) -> None:
             assert stopped["succeeded"] is False
 
             def get(**headers: str) -> httpx.Response:
-                return httpx.get(url, headers=headers, timeout=10)
+                return httpx.get(url, headers=headers, timeout=scaled(10))
 
             assert (await trio.to_thread.run_sync(get)).status_code == 401
             assert (await trio.to_thread.run_sync(lambda: get(authorization="Bearer wrong"))).status_code == 401

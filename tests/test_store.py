@@ -28,6 +28,7 @@ from roost.storage import (
     reconcile,
     schema_version,
 )
+from _helpers.timing import scaled
 
 
 @pytest.fixture
@@ -100,7 +101,7 @@ async def test_fifty_tasks_append_twenty_items_each_without_gaps(db: Path) -> No
                 errors.append(exc)
                 raise
 
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         async with trio.open_nursery() as nursery:
             for store in stores:
                 await nursery.start(store.writer.run)
@@ -124,7 +125,7 @@ async def test_group_commit_batches_queued_writes(db: Path) -> None:
         create_thread(conn, id="t1")
     for i in range(95):  # queued before the writer starts: the writer finds them all waiting
         store.writer.submit_nowait(append_item, "t1", type="user_message", payload={"i": i})
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             last = await store.writer.submit(append_item, "t1", type="user_message", payload={})
@@ -148,7 +149,7 @@ async def test_an_urgent_write_commits_ahead_of_the_queue_in_a_group_of_its_own(
 
     for i in range(50):  # a backlog of five groups
         store.writer.submit_nowait(note, f"queued {i}")
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.writer.run)
             await trio.testing.wait_all_tasks_blocked()  # the writer is committing its first group
@@ -186,7 +187,7 @@ async def test_one_failing_write_rolls_back_alone(db: Path) -> None:
             results[name] = exc
 
     # All queued before start, so all three run in one transaction.
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as outer:
             async with trio.open_nursery() as callers:
                 callers.start_soon(run, "a", functools.partial(append_item, type="a"), "t1")
@@ -213,7 +214,7 @@ async def test_writer_lifecycle_errors(db: Path) -> None:
     store.writer.submit_nowait(lambda conn: None)
     with pytest.raises(StoreFull):
         store.writer.submit_nowait(lambda conn: None)
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             await store.writer.submit(lambda conn: None)
@@ -230,7 +231,7 @@ async def test_sigkill_mid_write_leaves_a_consistent_database(db: Path) -> None:
     with store.transaction() as conn:
         create_thread(conn, id="t1")
     store.close()
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         child = await Child.start("writer", str(db), "t1")
         try:
             for _ in range(5):
@@ -638,7 +639,7 @@ async def test_the_writer_commits_groups_and_a_failing_write_alone_on_each_backe
         if len(results) == 9:
             all_answered.set()
 
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         async with trio.open_nursery() as nursery:
             for n in range(1, 10):
                 nursery.start_soon(one, n)  # queued before the writer starts: grouped

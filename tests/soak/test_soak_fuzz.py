@@ -22,6 +22,7 @@ from _helpers.serve_client import open_daemon
 from hypothesis import strategies as st
 
 from soak._soak import ITERATIONS
+from _helpers.timing import scaled
 
 pytestmark = [pytest.mark.soak, pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")]
 
@@ -57,15 +58,15 @@ async def _fuzz_app_server(env: dict, cwd: Path, lines: list[bytes], ids: list[s
             await client.send(line + b"\n")
         await client.send({"id": "sentinel", "method": "thread/list", "params": {}})
         try:
-            await client.wait_line(lambda m: m.get("id") == "sentinel", timeout=60)
+            await client.wait_line(lambda m: m.get("id") == "sentinel", timeout=scaled(60))
             for rid in ids:   # ordering keys may delay some: wait for each
-                await client.wait_line(lambda m, rid=rid: m.get("id") == rid, timeout=30)
+                await client.wait_line(lambda m, rid=rid: m.get("id") == rid, timeout=scaled(30))
         except (AssertionError, trio.TooSlowError):
             pass
         answered = {m.get("id") for m in client.lines}
         unanswered = sum(rid not in answered for rid in ids) + ("sentinel" not in answered)
         await client.close_stdin()
-        with trio.move_on_after(30):
+        with trio.move_on_after(scaled(30)):
             await process.wait()
         if process.returncode is None:
             process.kill()
@@ -121,7 +122,7 @@ async def test_soak_protocol_fuzz(tmp_path: Path, roost_home: Path, soak_report)
                     await client.send({"type": "question_response", "answer": "sentinel"})
                     try:
                         await client.wait_for("error", lambda e: "no question is pending" in e.get("text", ""),
-                                              start=start, timeout=60)
+                                              start=start, timeout=scaled(60))
                     except (AssertionError, trio.TooSlowError):
                         unanswered += 1
                     crashes += client.closed is not None

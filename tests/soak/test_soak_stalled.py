@@ -86,7 +86,7 @@ async def test_soak_stalled_clients(tmp_path: Path, soak_report) -> None:
                 async with trio.open_nursery() as nursery:
                     stalled = [await _attach_stalled(daemon, nursery, i) for i in range(STALLED)]
                     ports = {c.port for c in stalled}
-                    with trio.fail_after(30):
+                    with trio.fail_after(scaled(30)):
                         while not ports <= _peer_ports(pid):   # every stalled client is accepted
                             await trio.sleep(0.02)
                     start = len(reader.events)
@@ -104,7 +104,7 @@ async def test_soak_stalled_clients(tmp_path: Path, soak_report) -> None:
                         while len(closed_at) < min(gone, STALLED):
                             closed_at.append(time.monotonic() - began)
                         await trio.sleep(0.05)
-                    await reader.wait_for("result", lambda e, sid=sid: e["sessionId"] == sid, timeout=120)
+                    await reader.wait_for("result", lambda e, sid=sid: e["sessionId"] == sid, timeout=scaled(120))
                     text = "".join(e["text"] for e in reader.events[start:]
                                    if e.get("type") == "token" and e.get("sessionId") == sid)
                     lost += text != BIG
