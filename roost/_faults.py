@@ -20,10 +20,14 @@ A second, process-level form serves the crash tests of the soak suite: ``ROOST_F
 test-only) is a comma-separated list of ``point=action`` applied by :func:`point`, with the actions
 ``kill`` (the process SIGKILLs itself exactly there), ``stall`` (the calling thread blocks for an
 hour: a process frozen there) and ``raise`` (the first pass raises :class:`InjectedFault`). Its
-points: ``tool.spawned`` (a shell tool's ``sh`` was just forked), ``run.accepted`` (a ``run/start``
-run row was just committed as ``accepted``) and ``thread.<Message>`` (a thread actor is about to
-handle a message of that class, e.g. ``thread.StartTurn``). This makes "a kill lands just after X"
-deterministic (issue 18, findings 2 and 3) instead of hoping a random kill lands there.
+points: ``tool.spawned`` (a shell tool's ``sh`` was just forked), ``process.spawned`` (a
+background process's ``sh`` was just forked, before its row), ``task.running`` (a daemon task
+was just committed as ``running``), ``run.accepted`` (a ``run/start`` run row was just committed
+as ``accepted``), ``schedule.claimed`` (a schedule run was just claimed, before its dispatch),
+``schedule.running`` (a schedule run was just recorded ``running`` with its task) and
+``thread.<Message>`` (a thread actor is about to handle a message of that class, e.g.
+``thread.StartTurn``). This makes "a kill lands just after X" deterministic (issue 18, findings 2
+and 3) instead of hoping a random kill lands there.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import trio.testing
 
 from roost.actors import Actor, ActorState, Mailbox, shielded_cleanup
 from roost.errors import ActorCrashed, AskTimeout, LifecycleError, MailboxClosed, MailboxFull, NotFound
+from _helpers.timing import scaled
 
 
 @attrs.frozen
@@ -92,7 +93,7 @@ async def test_full_mailbox_raises_without_blocking_sender():
         assert ref.queued == 4
         release.set()
         await trio.testing.wait_all_tasks_blocked()
-        assert await ref.ask(Get(), timeout=5) == [0, 1, 2, 3]
+        assert await ref.ask(Get(), timeout=scaled(5)) == [0, 1, 2, 3]
         actor.stop()
 
 
@@ -102,7 +103,7 @@ async def test_ask_timeout_is_typed(autojump_clock):
     async with trio.open_nursery() as nursery:
         ref = await nursery.start(actor.run)
         with pytest.raises(AskTimeout):
-            await ref.ask(Block(never), timeout=1.5)
+            await ref.ask(Block(never), timeout=1.5)  # not a deadline
         actor.stop()
 
 

@@ -17,8 +17,9 @@ import trio
 
 from _helpers.cli import roost
 from test_run_bridge import open_bridge
+from _helpers.timing import scaled
 
-DEADLINE = 30
+DEADLINE = scaled(30)
 
 TEAM = """
 Orchestration:

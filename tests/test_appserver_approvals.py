@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from _helpers.appserver import open_app_server, scripted_env, script_env
+from _helpers.timing import scaled
 
 SCRIPT = """
 rules:
@@ -152,7 +153,7 @@ async def test_closing_stdin_mid_approval_interrupts_and_persists(env, tmp_path)
         done = (await client.wait_terminal(turn["id"]))["turn"]
         assert done["status"] == "interrupted"
         assert tool_item(done)["status"] == "interrupted"
-        with trio.fail_after(20):
+        with trio.fail_after(scaled(20)):
             assert await client.process.wait() == 0
     assert not (tmp_path / "notes.txt").exists()
     async with open_app_server(env=env, cwd=tmp_path) as client:
@@ -224,7 +225,7 @@ default: echo
     async def send(obj):
         await client.send_all(json.dumps(obj).encode() + b"\n")
 
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: serve_app_server(server, server, engines=engines, tools=tools,
                                                         db_path=tmp_path / "roost.db"))

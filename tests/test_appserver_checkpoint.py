@@ -12,6 +12,7 @@ from pathlib import Path
 import trio
 
 from _helpers.appserver import open_app_server, scripted_env
+from _helpers.timing import scaled
 
 WORDS = [f"word{i}" for i in range(600)]
 SLOW_TEXT = " ".join(WORDS)
@@ -42,7 +43,7 @@ def stored_items(db: Path, turn_id: str) -> list[tuple[str, str, dict]]:
 async def wait_checkpointed(db: Path, turn_id: str, words: int) -> str:
     """Wait until the store holds the turn's agent message in progress with at least ``words``
     words (the checkpoints are asynchronous); return its stored text."""
-    with trio.fail_after(60):
+    with trio.fail_after(scaled(60)):
         while True:
             for kind, status, payload in stored_items(db, turn_id):
                 if kind == "agent_message" and status == "in_progress" and \

@@ -16,6 +16,7 @@ import trio
 from _helpers.appserver import AppServerClient, RemoteError, open_app_server, scripted_env
 
 from roost.engines import INTERRUPTED_OUTPUT
+from _helpers.timing import scaled
 
 SLOW_TEXT = " ".join(f"word{i}" for i in range(400))
 
@@ -215,7 +216,7 @@ async def test_end_of_input_mid_turn_exits_0_and_persists_the_interruption(env, 
         await client.wait_for("item/agentMessage/delta", start=start)
         await client.request("turn/queue", {"thread_id": tid, "prompt": "queued one"})
         await client.close_stdin()
-        with trio.fail_after(20):
+        with trio.fail_after(scaled(20)):
             code = await client.process.wait()
         assert code == 0
         # The terminal event still went out before the process exited.
@@ -301,7 +302,7 @@ async def test_kill_9_while_a_tool_runs_keeps_the_call_and_reaps_its_processes(e
 
     async with open_app_server(env=env, cwd=tmp_path) as client:
         await client.initialize()
-        with trio.fail_after(10):  # start-up reconciliation reaped the dead process's tool group
+        with trio.fail_after(scaled(10)):  # start-up reconciliation reaped the dead process's tool group
             while alive(shell_pid) or alive(background_pid):
                 await trio.sleep(0.05)
         snap = await client.request("thread/resume", {"session_id": tid})

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import trio
 from _helpers.appserver import expect_error, open_app_server, script_env
+from _helpers.timing import scaled
 
 SCRIPT = r"""
 rules:
@@ -28,7 +29,7 @@ default: echo
 
 async def _until(client, tid: str, pid: str, predicate) -> dict:
     """Re-read process/list until the process satisfies ``predicate`` (bounded)."""
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         while True:
             procs = {p["id"]: p for p in (await client.request("process/list", {"thread_id": tid}))["processes"]}
             if predicate(procs[pid]):
@@ -62,7 +63,7 @@ async def test_background_process_lifecycle(tmp_path: Path, roost_home: Path) ->
         assert "done-bg" in read["output"]
         # stop: no continuation
         slow = (await client.run_turn(tid, "bg slow"))["turn"]["items"][1]["metadata"]["process_id"]
-        with trio.fail_after(20):  # its first output has arrived
+        with trio.fail_after(scaled(20)):  # its first output has arrived
             while "slow-start" not in (await client.request("process/read", {"thread_id": tid,
                                                                             "process_id": slow}))["output"]:
                 await trio.sleep(0.05)

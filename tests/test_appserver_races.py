@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 from _helpers.appserver import AppServerClient, RemoteError, expect_error, open_app_server, scripted_env
+from _helpers.timing import scaled
 
 SLOW = " ".join(f"w{i}" for i in range(400))
 
@@ -38,7 +39,7 @@ async def new_thread(client: AppServerClient, cwd: Path) -> str:
 
 async def settled(client: AppServerClient, tid: str) -> dict:
     """The thread's snapshot once it is idle with no pending input (waits on notifications)."""
-    with trio.fail_after(60):
+    with trio.fail_after(scaled(60)):
         while True:
             start = len(client.lines)
             snap = await client.request("thread/resume", {"session_id": tid})

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from _helpers.appserver import expect_error, open_app_server, roost_argv
+from _helpers.timing import scaled
 
 SCRIPT = "rules: []\ndefault: echo\n"
 
@@ -119,7 +120,7 @@ async def test_cloud_mode_without_config_is_not_set_up_from_ambient_state(tmp_pa
 
 def test_cloud_mode_names_every_missing_option(tmp_path: Path, roost_home: Path) -> None:
     done = subprocess.run([*roost_argv(), "app-server", "--host", "cloud", "--instance-id", "i"],
-                          check=False, env=_env(roost_home), input=b"", capture_output=True, timeout=60)
+                          check=False, env=_env(roost_home), input=b"", capture_output=True, timeout=scaled(60))
     assert done.returncode == 2
     err = done.stderr.decode()
     assert "--workspace-id, --workdir, --config" in err and "--instance-id," not in err

@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from _helpers.appserver import open_app_server, roost_argv, script_env
+from _helpers.timing import scaled
 
 SCRIPT = """
 rules:
@@ -246,7 +247,7 @@ def test_exec_json_lines_match_the_schema(schema, tmp_path: Path, roost_home: Pa
     """``roost exec --json`` prints app-server notifications: each line is one the schema allows."""
     env = script_env(tmp_path, roost_home, SCRIPT)
     out = subprocess.run([*roost_argv(), "exec", "--json", "hello"], capture_output=True, env=env,
-                         cwd=tmp_path, timeout=120, check=False)
+                         cwd=tmp_path, timeout=scaled(120), check=False)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert [m["method"] for m in lines][-1] == "turn/completed"

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error, script_env
+from _helpers.timing import scaled
 
 SCRIPT = """
 rules:
@@ -64,7 +65,7 @@ async def test_initialize_result_capabilities_and_shutdown(env, tmp_path):
         await expect_error(client, "shutdown", {"now": True}, "invalid_params")
         assert await client.request("shutdown") == {"ok": True}
         # the server exits by itself although stdin is still open
-        with trio.fail_after(20):
+        with trio.fail_after(scaled(20)):
             code = await client.process.wait()
         assert code == 0
 

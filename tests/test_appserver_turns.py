@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from _helpers.appserver import RemoteError, open_app_server, scripted_env, expect_error, script_env
+from _helpers.timing import scaled
 
 SCRIPT = """
 rules:
@@ -476,7 +477,7 @@ async def test_end_of_input_interrupts_and_persists_running_turns(env, tmp_path)
         await client.close_stdin()
         done = await client.wait_terminal(turn["id"])
         assert done["turn"]["status"] == "interrupted"
-        with trio.fail_after(20):
+        with trio.fail_after(scaled(20)):
             assert await client.process.wait() == 0
     async with open_app_server(env=env, cwd=tmp_path) as client:
         await client.initialize()

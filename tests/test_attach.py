@@ -16,8 +16,9 @@ import trio
 
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
+from _helpers.timing import scaled
 
-TIMEOUT = 30.0
+TIMEOUT = scaled(30.0)
 SCRIPT = {
     "rules": [
         {"match": {"prompt": "^approve"},
@@ -348,3 +349,18 @@ async def test_session_ids_are_shown_whole_and_accepted_by_sessions_show(script:
                                            capture_stderr=True, check=False)
     assert shown.returncode == 0, (sid, shown.stderr.decode())
     assert "hello ids" in shown.stdout.decode()
+
+
+async def test_a_task_refused_for_a_read_token_exits_non_zero_with_a_message(script: Path, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("full fulltoken\nread readtoken\n")
+    environ = {k: v for k, v in os.environ.items() if k not in ("FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN")}
+    async with open_daemon(script=script, args=["--tokens-file", str(tokens)]) as daemon:
+        target = f"ws://127.0.0.1:{daemon.port}/attach"
+        with trio.fail_after(TIMEOUT):
+            done = await trio.run_process([*roost_argv(), "attach", target, "--token", "readtoken"],
+                                          stdin=b"do something\n", capture_stdout=True, capture_stderr=True,
+                                          check=False, env=environ)
+    err = done.stderr.decode()
+    assert done.returncode == 1, (done.stdout, err)
+    assert "roost attach: 1 task(s) refused by the daemon" in err and "read token" in err, err

@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from _helpers.timing import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
 def _run(tool: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / tool), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run([str(BIN / tool), *args], cwd=cwd, capture_output=True, text=True, timeout=scaled(600))
 
 
 def _copy_tree(tmp_path: Path) -> Path:
@@ -54,7 +55,7 @@ def test_import_contracts_fail_on_a_planted_violation(tmp_path: Path, path: str,
         cwd=tree,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
         env={"PYTHONPATH": str(tree), "PATH": str(BIN)},
     )
     assert result.returncode != 0, result.stdout

@@ -11,6 +11,7 @@ import textwrap
 import trio
 
 from roost.cli._stdin import StdinLines
+from _helpers.timing import scaled
 
 ABANDON = textwrap.dedent("""
     import sys, trio
@@ -35,7 +36,7 @@ def test_an_abandoned_blocked_read_does_not_abort_the_exit() -> None:
     try:
         process.stdin.write(b"hello\n")
         process.stdin.flush()
-        code = process.wait(timeout=30)
+        code = process.wait(timeout=scaled(30))
         out, err = process.stdout.read(), process.stderr.read()
     finally:
         process.stdin.close()

@@ -28,6 +28,7 @@ from roost.model import Thread
 from roost.storage._rows import new_id, utc_now
 from roost.supervisor._root import open_runtime
 from roost.tools import builtin_tools
+from _helpers.timing import scaled
 
 SCRIPT = """
 rules:
@@ -73,7 +74,7 @@ async def new_thread(runtime: Any, cwd: Path, *, ephemeral: bool = False) -> Any
 
 async def turn(actor: Any, prompt: str) -> dict:
     started = await actor.ref.ask(StartTurn(prompt=prompt, origin=Origin()))
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         return await actor.wait_turn_end(started["id"])
 
 
@@ -106,7 +107,7 @@ async def test_compaction_replaces_the_history_and_survives_a_reload(tmp_path: P
             assert (await turn(actor, prompt))["status"] == "completed"
         events: list[dict] = []
         actor.hub.subscribe(_Sink(events))
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             item = await compact_thread(actor, instructions="keep the questions")
         summary_request = engine.requests[-1]
         assert summary_request.agent == COMPACTOR_AGENT and summary_request.tools == ()
@@ -152,7 +153,7 @@ async def test_compaction_is_refused_while_a_turn_runs_and_can_be_interrupted(tm
         with pytest.raises(ThreadBusy):
             await actor.ref.ask(Compact())
         await actor.ref.ask(InterruptTurn())
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             await actor.wait_turn_end(started["id"])
         before = list(actor.history)
         reply = await actor.ref.ask(Compact())
@@ -160,7 +161,7 @@ async def test_compaction_is_refused_while_a_turn_runs_and_can_be_interrupted(tm
         with pytest.raises(ThreadBusy):  # the compaction is the running turn
             await actor.ref.ask(StartTurn(prompt="meanwhile", origin=Origin()))
         assert (await actor.ref.ask(InterruptTurn()))["interrupted"] is True
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             ended = await actor.wait_turn_end(reply["turn_id"])
         assert ended["status"] == "interrupted"
         assert actor.history == before  # nothing half-written
@@ -180,7 +181,7 @@ async def test_a_failed_summary_leaves_the_history_alone(tmp_path: Path) -> None
         await turn(actor, "hello")
         before = list(actor.history)
         reply = await actor.ref.ask(Compact())
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             ended = await actor.wait_turn_end(reply["turn_id"])
         assert ended["status"] == "failed" and ended["error"]["message"] == "boom"
         assert actor.history == before

@@ -16,6 +16,7 @@ from _helpers.appserver import roost_argv, script_env, scripted_env
 from _helpers.serve_client import open_daemon
 from test_docs_protocol import DOCS, ROW, sections
 from test_repl import open_repl
+from _helpers.timing import scaled
 
 #: The kind-specific fields of approval_request (docs/wire.md, "Prompts").
 KIND_FIELDS = {"command", "plugin", "action", "detail", "path", "oldContent", "newContent", "keyword",
@@ -117,7 +118,7 @@ def test_run_bridge_event_fields_are_documented(tmp_path: Path, roost_home: Path
     script.write_text(TEAM_SCRIPT)
     out = subprocess.run([*roost_argv(), "run", "--bridge", "-c", str(config), "build it"], input=b"",
                          capture_output=True, env=scripted_env(roost_home, script), cwd=tmp_path,
-                         timeout=120, check=False)
+                         timeout=scaled(120), check=False)
     assert out.returncode == 0, out.stderr
     events = [json.loads(line) for line in out.stdout.splitlines()]
     seen = check(events, "Run bridge events (`roost run --bridge`)")

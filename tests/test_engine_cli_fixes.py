@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 from _helpers.appserver import roost_argv
+from _helpers.timing import scaled
 
 TEAM = """
 Orchestration:
@@ -48,7 +49,7 @@ async def test_exec_with_a_missing_or_broken_script_fails_like_the_other_command
     if content is not None:
         script.write_text(content)
     argv = [*roost_argv(), "exec", "--provider", "scripted", "--script", str(script), "hello"]
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         done = await trio.run_process(argv, env=_env(), cwd=str(tmp_path), capture_stdout=True, capture_stderr=True,
                                       check=False, stdin=subprocess.DEVNULL)
         repl = await trio.run_process([*roost_argv(), "repl", "--provider", "scripted", "--script", str(script)],
@@ -118,7 +119,7 @@ async def test_run_resume_keeps_the_model_settings_it_started_with_and_flags_ove
     first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
     first.write_text(SCRIPT % "from the first script")
     second.write_text(SCRIPT % "from the second script")
-    with trio.fail_after(60):
+    with trio.fail_after(scaled(60)):
         # Started with flags; resumed with no flag and no environment: the session's own settings.
         session = await _interrupted_session(tmp_path, first, config)
         resumed = await _bridge(tmp_path, "--resume", session)

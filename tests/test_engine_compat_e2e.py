@@ -12,6 +12,7 @@ from pathlib import Path
 import trio
 from _helpers.appserver import open_app_server, roost_argv
 from _helpers.sse_server import Reply, json_reply, open_sse_server, sse
+from _helpers.timing import scaled
 
 
 def chat(delta: dict | None = None, finish: str | None = None) -> str:
@@ -35,7 +36,7 @@ def _env(home: Path, provider: str, base_url: str) -> dict[str, str]:
 
 
 async def _exec(env: dict, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    with trio.fail_after(60):
+    with trio.fail_after(scaled(60)):
         return await trio.run_process([*roost_argv(), "exec", *args], env=env, cwd=str(cwd), capture_stdout=True,
                                       capture_stderr=True, check=False, stdin=subprocess.DEVNULL)
 

@@ -26,6 +26,7 @@ import httpx
 import pytest
 import trio
 from _helpers.appserver import open_app_server, roost_argv
+from _helpers.timing import scaled
 
 pytest.importorskip("fakellm")
 
@@ -109,7 +110,7 @@ def _base(fakellm: str, provider: str) -> str:
 
 
 async def _exec(env: dict, cwd: Path, prompt: str) -> list[dict]:
-    with trio.fail_after(90):
+    with trio.fail_after(scaled(90)):
         done = await trio.run_process([*roost_argv(), "exec", "--json", prompt], env=env, cwd=str(cwd),
                                       capture_stdout=True, capture_stderr=True, check=False,
                                       stdin=subprocess.DEVNULL)

@@ -21,6 +21,7 @@ from roost.engines import (
     UserMessage,
 )
 from roost.engines._http import failure_from_response, failure_from_transport
+from _helpers.timing import scaled
 
 REQ = EngineRequest(history=[UserMessage("hi")])
 OK = sse('data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n', "data: [DONE]\n\n")
@@ -151,7 +152,7 @@ async def test_cancelling_the_consumer_closes_the_http_stream():
     async with open_sse_server() as server:
         server.add(Reply(chunks=sse('data: {"choices":[{"index":0,"delta":{"content":"first"}}]}\n\n'), end="hang"))
         async with engine(server.base_url, Sleeps()) as eng:
-            with trio.fail_after(10):
+            with trio.fail_after(scaled(10)):
                 got: list = []
                 with trio.CancelScope() as scope:
                     async with eng.stream(REQ) as events:
@@ -166,7 +167,7 @@ async def test_models_listing_openai_compatible():
     async with open_sse_server() as server:
         server.add(json_reply(200, json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}, {"id": "a", "object": "model"}]}).encode()))
         async with engine(server.base_url, Sleeps()) as eng:
-            with trio.fail_after(10):
+            with trio.fail_after(scaled(10)):
                 models = await eng.list_models()
     assert server.requests[0].path == "/v1/models" and server.requests[0].headers["authorization"] == "Bearer k"
     assert [(m.id, m.current) for m in models] == [("a", False), ("m", True)]
@@ -176,7 +177,7 @@ async def test_models_listing_failure_is_mapped():
     async with open_sse_server() as server:
         server.add(json_reply(401, b'{"error":{"message":"no"}}'))
         async with engine(server.base_url, Sleeps()) as eng:
-            with trio.fail_after(10), pytest.raises(Exception) as info:
+            with trio.fail_after(scaled(10)), pytest.raises(Exception) as info:
                 await eng.list_models()
     assert getattr(info.value, "category", None) == "auth"
 

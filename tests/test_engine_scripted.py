@@ -27,6 +27,7 @@ from roost.engines import (
     split_deltas,
 )
 from roost.errors import ConfigError
+from _helpers.timing import scaled
 
 ISSUE_SCRIPT = """
 rules:
@@ -139,8 +140,8 @@ async def test_substitution_and_usage_override():
 async def test_cancelling_a_paced_stream():
     script = parse_script({"rules": [{"steps": [[{"delay": 3600}, {"text": "never"}]]}]})
     got = []
-    with trio.fail_after(5):
-        with trio.move_on_after(0.01):
+    with trio.fail_after(scaled(5)):
+        with trio.move_on_after(0.01):  # not a deadline
             async with ScriptedEngine(script).stream(EngineRequest(history=[UserMessage("x")])) as events:
                 async for event in events:
                     got.append(event)

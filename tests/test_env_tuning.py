@@ -12,6 +12,7 @@ import pytest
 
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import short_socket_path
+from _helpers.timing import scaled
 
 BAD = [
     ("ROOST_MAX_LINE_BYTES", "abc", "a positive integer (bytes)"),
@@ -32,11 +33,11 @@ def test_a_bad_tuning_variable_fails_the_command_at_start(tmp_path: Path, comman
     base = {**os.environ, "ROOST_HOME": str(tmp_path / "home"), "ROOST_PROVIDER": "scripted", "ROOST_SCRIPT": "demo"}
     argv = [*roost_argv(), *[short_socket_path() if a == "SOCKET" else a for a in command]]
     for name, value, what in BAD:
-        done = subprocess.run(argv, env={**base, name: value}, capture_output=True, text=True, timeout=60,
+        done = subprocess.run(argv, env={**base, name: value}, capture_output=True, text=True, timeout=scaled(60),
                               stdin=subprocess.DEVNULL)
         assert done.returncode == 2, (name, value, done.stderr)
         assert done.stdout == ""
         assert done.stderr == f"roost {command[0]}: {name} must be {what}, got {value!r}\n"
     helped = subprocess.run([*roost_argv(), command[0], "--help"], env={**base, "ROOST_MAX_DEPTH": "x"},
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=scaled(60))
     assert helped.returncode == 0  # --help still works

@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from _helpers.appserver import open_app_server, roost_argv, scripted_env, script_env
+from _helpers.timing import scaled
 
 SCRIPT = """
 rules:
@@ -37,7 +38,7 @@ def env(tmp_path: Path, roost_home: Path) -> dict:
 
 
 async def _exec(env: dict, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         return await trio.run_process([*roost_argv(), "exec", *args], env=env, cwd=str(cwd),
                                       capture_stdout=True, capture_stderr=True, check=False,
                                       stdin=subprocess.DEVNULL)
@@ -105,7 +106,7 @@ async def test_exec_sigint_interrupts_the_turn_and_exits_130(env, tmp_path):
     lines: list[dict] = []
     buf = b""
     try:
-        with trio.fail_after(30):
+        with trio.fail_after(scaled(30)):
             while not any(m["method"] == "item/agentMessage/delta" for m in lines):
                 data = await process.stdout.receive_some(1 << 16)
                 assert data, "roost exec ended before streaming"

@@ -13,6 +13,7 @@ from roost._json import dumps_line
 from roost.actors._fair import FairEvents
 from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
 from roost.protocol._outbox import Outbox
+from _helpers.timing import scaled
 
 
 class _Greedy:
@@ -207,7 +208,7 @@ async def test_a_group_in_flight_stops_for_an_urgent_write(tmp_path) -> None:
     async def urgent() -> None:
         results.append(await store.writer.submit_urgent(note, "urgent"))
 
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.writer.run)
             await trio.to_thread.run_sync(started.wait)  # the group's first write is running

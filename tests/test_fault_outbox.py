@@ -16,6 +16,7 @@ from _helpers.serve_client import WsClient, open_daemon
 from trio_websocket import wrap_client_stream
 
 from roost.protocol._outbox import Outbox
+from _helpers.timing import scaled
 
 #: 4 MB of streamed text in 2,000 deltas of 2 KB.
 BIG = "abcd" * 1_000_000
@@ -43,12 +44,12 @@ async def _stalled_then_reason(daemon, fast) -> object:
         start = len(fast.events)
         await fast.send({"type": "user_input", "text": "big reply"})
         sid = (await fast.wait_for("queued", start=start))["sessionId"]
-        result = await fast.wait_for("result", lambda e: e["sessionId"] == sid, timeout=60)
+        result = await fast.wait_for("result", lambda e: e["sessionId"] == sid, timeout=scaled(60))
         assert result["succeeded"] is True
         tokens = [e["text"] for e in fast.events if e.get("type") == "token" and e.get("sessionId") == sid]
         assert "".join(tokens) == BIG          # the fast client lost nothing
         nursery.start_soon(stalled.reader)
-        reason = await stalled.wait_closed(timeout=60)
+        reason = await stalled.wait_closed(timeout=scaled(60))
         nursery.cancel_scope.cancel()
     return reason
 

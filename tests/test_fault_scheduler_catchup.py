@@ -22,7 +22,7 @@ from roost.scheduling import parse_cron
 
 
 def _roost(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60), check=False)
 
 
 async def test_a_twenty_year_outage_catches_up_at_once(tmp_path: Path, roost_home: Path) -> None:

@@ -108,3 +108,35 @@ async def test_only_a_corrupt_database_is_called_corrupt(tmp_path: Path, roost_h
     assert result.returncode != 0
     assert "integrity check" in out and "move it aside" in out, out
     assert "Traceback" not in out
+
+
+def test_a_read_only_home_serves_read_only_queries(tmp_path: Path, roost_home: Path) -> None:
+    env = {**os.environ, "ROOST_HOME": str(roost_home)}
+
+    def roost(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, env=env, cwd=tmp_path,
+                              timeout=scaled(60), check=False)
+
+    assert roost("schedule", "add", "nightly", "--cron", "0 3 * * *", "--task", "t").returncode == 0
+    files = [roost_home, *roost_home.iterdir()]
+    if os.geteuid() != 0:
+        for path in files:
+            os.chmod(path, 0o555 if path.is_dir() else 0o444)
+    elif not all(_chattr("+i", path) for path in reversed(files)):
+        pytest.skip("cannot make the home read-only here (no chattr +i)")
+    try:
+        listed = roost("schedule", "list")
+        assert listed.returncode == 0 and "nightly" in listed.stdout, listed.stderr
+        sessions = roost("sessions", "--json")
+        assert sessions.returncode == 0 and '"items"' in sessions.stdout, sessions.stdout
+        status = roost("status")
+        assert status.returncode == 0 and "nightly" in status.stdout, status.stderr
+        refused = roost("schedule", "add", "other", "--cron", "0 4 * * *", "--task", "t")
+        assert refused.returncode == 1 and "writable" in refused.stderr and "move it aside" not in refused.stderr
+        assert "Traceback" not in listed.stderr + sessions.stderr + status.stderr + refused.stderr
+    finally:
+        for path in files:
+            if os.geteuid() == 0:
+                _chattr("-i", path)
+            else:
+                os.chmod(path, 0o755 if path.is_dir() else 0o644)

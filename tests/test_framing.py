@@ -14,6 +14,7 @@ import roost.protocol as protocol
 from roost._json import dumps_line
 from roost.errors import ParseError
 from roost.protocol import FrameError, JsonlWriter, LineDecoder, read_frames
+from _helpers.timing import scaled
 
 
 def _feed_all(decoder: LineDecoder, chunks: list[bytes]) -> list:
@@ -183,7 +184,7 @@ def test_any_chunking_yields_the_same_values(values, cuts, crlf):
 
 async def test_read_frames_from_a_stream():
     send, receive = trio.testing.memory_stream_pair()
-    with trio.fail_after(5):
+    with trio.fail_after(scaled(5)):
         async with trio.open_nursery() as nursery:
 
             async def produce():
@@ -203,7 +204,7 @@ async def test_jsonl_writer_lines_never_interleave():
     send, receive = trio.testing.memory_stream_pair()
     writer = JsonlWriter(send)
     big = "z" * 200_000
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             received: list = []
 
@@ -225,7 +226,7 @@ async def test_jsonl_writer_lines_never_interleave():
 
 async def test_jsonl_writer_context_manager_closes_stream():
     send, receive = trio.testing.memory_stream_pair()
-    with trio.fail_after(5):
+    with trio.fail_after(scaled(5)):
         async with JsonlWriter(send) as writer:
             await writer.send([1, 2])
         assert await receive.receive_some() == b"[1,2]\n"
@@ -243,7 +244,7 @@ async def test_open_stdio_stream_dups_descriptors():
         os.close(r)
         os.write(w, b'{"x":1}\n')
         os.close(w)
-        with trio.fail_after(5):
+        with trio.fail_after(scaled(5)):
             frames = [f async for f in read_frames(stream.receive_stream)]
         await stream.aclose()
         assert frames == [{"x": 1}]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from _helpers.appserver import roost_argv
+from _helpers.timing import scaled
 
 
 @pytest.mark.parametrize("args", [["serve", "--provider", "scripted"], ["attach"], ["repl", "--vscode"],
@@ -22,7 +23,7 @@ def test_a_regular_file_as_roost_home_is_one_line_and_exit_2(tmp_path: Path, arg
     home = tmp_path / "not-a-dir"
     home.write_text("")
     env = {**os.environ, "ROOST_HOME": str(home), "ROOST_PROVIDER": "scripted"}
-    done = subprocess.run([*roost_argv(), *args], env=env, capture_output=True, text=True, timeout=60,
+    done = subprocess.run([*roost_argv(), *args], env=env, capture_output=True, text=True, timeout=scaled(60),
                           input='{"type":"user_input","text":"hi"}\n', check=False)
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr

@@ -22,6 +22,7 @@ from roost.storage import (
     immediate,
     open_store,
 )
+from _helpers.timing import scaled
 
 
 @pytest.fixture
@@ -115,7 +116,7 @@ async def test_stale_write_through_the_writer_rolls_back_alone(backend) -> None:
         stale = store.acquire(conn, "thread:t1", "A", 10.0, now=100.0)
         fresh = store.acquire(conn, "thread:t1", "B", 10.0, now=200.0)
     guard = _fenced(store)
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             with pytest.raises(StaleLease):
@@ -148,7 +149,7 @@ def test_hand_over_reserves_for_the_successor(backend) -> None:
 
 async def test_keeper_renews_releases_and_cancels_on_supersession(backend) -> None:
     store = _with_thread(backend)
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             keeper = LeaseKeeper(store.writer, owner="A")
@@ -179,7 +180,7 @@ async def test_keeper_renews_releases_and_cancels_on_supersession(backend) -> No
 
 async def test_keeper_hand_over_between_two_keepers(backend) -> None:
     store = _with_thread(backend)
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             a = LeaseKeeper(store.writer, owner="A")
@@ -217,7 +218,7 @@ def _where(store) -> str:
 async def test_two_processes_race_and_exactly_one_wins(backend) -> None:
     for round_ in range(3):
         key = f"thread:race{round_}"
-        with trio.fail_after(30):
+        with trio.fail_after(scaled(30)):
             children = [await Child.start("race", _where(backend), key, f"P{i}") for i in range(2)]
             try:
                 for child in children:
@@ -234,7 +235,7 @@ async def test_two_processes_race_and_exactly_one_wins(backend) -> None:
 async def test_sigstopped_holder_is_fenced_off_and_cancelled_on_sigcont(backend) -> None:
     store = _with_thread(backend)
     key = "thread:t1"
-    with trio.fail_after(40):
+    with trio.fail_after(scaled(40)):
         child = await Child.start("holder", _where(store), key, "t1", "1.5")
         try:
             assert await child.expect("acquired") == "acquired 1"

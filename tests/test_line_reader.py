@@ -19,9 +19,10 @@ from _helpers.serve_client import UnixClient, WsClient, open_daemon
 from trio_websocket import open_websocket_url
 
 from roost.protocol import FrameError, LineDecoder
+from _helpers.timing import scaled
 
 LIMIT = 200
-TIMEOUT = 30.0
+TIMEOUT = scaled(30.0)
 SCRIPT = {"rules": [{"match": {"agent": "Solo"}, "steps": [[{"text": "one two three four", "tokens_per_second": 8}]]}],
           "default": "echo"}
 SCRIPT_TEXT = json.dumps(SCRIPT)   # JSON is YAML

@@ -13,6 +13,7 @@ import trio
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
 from test_docs_wire_fields import documented_fields
+from _helpers.timing import scaled
 
 SCRIPT = {
     "rules": [
@@ -24,7 +25,7 @@ SCRIPT = {
 
 
 def roost(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60))
 
 
 def status(objective_id: str) -> dict:
@@ -34,7 +35,7 @@ def status(objective_id: str) -> dict:
 
 
 async def wait_status(objective_id: str, wanted: str) -> dict:
-    with trio.fail_after(60):
+    with trio.fail_after(scaled(60)):
         while True:
             item = status(objective_id)
             if item["status"] == wanted:
@@ -81,7 +82,7 @@ async def test_auto_objective_runs_tasks_skips_after_three_failures_and_survives
             created = roost("objective", "create", "--title", "Obj", "--tasks", "alpha", "--tasks", "broken task",
                             "--tasks", "gamma")
             assert created.stdout == "OBJ-0001\n", created.stderr
-            await client.wait_for("auto_dispatched", lambda e: e["task"] == "gamma", timeout=90)
+            await client.wait_for("auto_dispatched", lambda e: e["task"] == "gamma", timeout=scaled(90))
             final = await wait_status("OBJ-0001", "completed")
     dispatched = client.of_type("auto_dispatched")
     assert [e["task"] for e in dispatched] == ["alpha", "broken task", "broken task", "broken task", "gamma"]

@@ -13,6 +13,7 @@ import trio
 from _helpers.appserver import roost_argv
 from _helpers.sse_server import Reply, open_sse_server
 from roost.orchestration import validate_config_file
+from _helpers.timing import scaled
 
 TEAM = """
 Orchestration:
@@ -297,7 +298,7 @@ async def test_hitl_sigint_at_the_pause_prompt_with_stdin_open_exits_130_cleanly
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump, process.stdout, out)
             nursery.start_soon(pump, process.stderr, err)
-            with trio.fail_after(30):
+            with trio.fail_after(scaled(30)):
                 while b"[Planner is done]" not in err:
                     assert process.poll() is None, err.decode()
                     await trio.sleep(0.05)

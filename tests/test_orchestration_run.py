@@ -14,6 +14,7 @@ from roost.orchestration import load_config_file
 from roost.orchestration._policy import (
     Progress, first_agent, keyword_handoff, next_sequential, terminated, token_budget,
 )
+from _helpers.timing import scaled
 
 CONFIG = """
 Orchestration:
@@ -109,7 +110,7 @@ async def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
     env = dict(os.environ, ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(script))
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         return await trio.run_process([*roost_argv(), "run", "-c", str(config), *args], env=env, cwd=str(tmp_path),
                                       capture_stdout=True, capture_stderr=True, check=False,
                                       stdin=subprocess.DEVNULL)
@@ -147,7 +148,7 @@ async def test_keyword_without_a_route_injects_orchestrator_corrections(tmp_path
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
     env = dict(os.environ, ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(script))
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         done = await trio.run_process([*roost_argv(), "run", "-c", str(config), "Build it"], env=env,
                                       cwd=str(tmp_path), capture_stdout=True, capture_stderr=True, check=False,
                                       stdin=subprocess.DEVNULL)
@@ -157,11 +158,11 @@ async def test_keyword_without_a_route_injects_orchestrator_corrections(tmp_path
     assert out.count("Planner: Plan ready.\n") == 4
     assert out.count("Orchestrator: Planner: no handoff found in your message.") == 3
     assert "Developer" not in out.split("agents:")[1].split("\n", 1)[1]
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         listed = await trio.run_process([*roost_argv(), "sessions", "--all", "--json"], env=env, cwd=str(tmp_path),
                                         capture_stdout=True, check=True)
     session = json.loads(listed.stdout)["items"][0]["sessionId"]
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         shown = await trio.run_process([*roost_argv(), "sessions", "--show", session, "--json"], env=env,
                                        cwd=str(tmp_path), capture_stdout=True, check=True)
     messages = json.loads(shown.stdout)["item"]["messages"]

@@ -15,6 +15,7 @@ from _helpers.appserver import roost_argv
 from roost._json import dumps_line
 from roost.protocol._coalesce import APP_SERVER_DELTAS, COALESCE_AFTER, WIRE_TOKENS
 from roost.protocol._outbox import Outbox
+from _helpers.timing import scaled
 
 
 def _delta(item: str, text: str, method: str = "item/agentMessage/delta") -> bytes:
@@ -116,7 +117,7 @@ async def test_a_late_app_server_client_gets_the_whole_text_in_fewer_lines(tmp_p
     env = dict(os.environ, ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(script))
     requests = [{"id": 1, "method": "initialize", "params": {"protocol_version": "wuu-app-server/v0.1"}},
                 {"id": 2, "method": "thread/start", "params": {"ephemeral": True}}]
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         proc = await trio.lowlevel.open_process([*roost_argv(), "app-server"], env=env, stdin=subprocess.PIPE,
                                                 stdout=subprocess.PIPE)
         buf = b""

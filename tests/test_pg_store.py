@@ -22,6 +22,7 @@ from roost.errors import (
     StaleLease,
 )
 from roost.storage import PostgresStore, open_backend, open_postgres_store, pg_migrations, pg_schema_version
+from _helpers.timing import scaled
 
 
 @pytest.fixture
@@ -324,7 +325,7 @@ def test_without_a_server_ci_fails_and_a_laptop_skips(ci: str, outcome: str, tmp
     env.update(CI=ci, PYTHONPATH=str(Path(__file__).parent))
     done = subprocess.run(
         [sys.executable, "-m", "pytest", str(probe), "-q", "-p", "no:cacheprovider", "-p", "no:trio"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(120),
     )
     assert outcome in done.stdout, done.stdout + done.stderr
 
@@ -338,7 +339,7 @@ def _roost(roost_cmd: list[str], *args: str, url: str | None = None) -> subproce
     env = {k: v for k, v in os.environ.items() if k != "ROOST_DATABASE_URL"}
     if url is not None:
         env["ROOST_DATABASE_URL"] = url
-    return subprocess.run([*roost_cmd, *args], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*roost_cmd, *args], env=env, capture_output=True, text=True, timeout=scaled(120))
 
 
 def test_roost_db_check_opens_and_migrates_the_postgres_database(roost_cmd: list[str], pg_url: str) -> None:

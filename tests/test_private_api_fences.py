@@ -17,6 +17,7 @@ import trio
 from wsproto import ConnectionType
 from wsproto.connection import Connection
 from wsproto.events import TextMessage
+from _helpers.timing import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +66,7 @@ async def test_hypercorn_server_serves_one_accepted_connection() -> None:
         nursery.start_soon(serve, server)
         await client.send_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
         data = b""
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             while b"ok" not in data:
                 chunk = await client.receive_some(4096)
                 if not chunk:

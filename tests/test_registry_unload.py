@@ -11,6 +11,7 @@ from roost.protocol._engines import EngineCatalog
 from roost.storage._rows import new_id, utc_now
 from roost.supervisor._root import open_runtime
 from roost.tools import builtin_tools
+from _helpers.timing import scaled
 
 
 class Sink:
@@ -30,7 +31,7 @@ async def test_idle_threads_unload_and_reload(tmp_path, roost_home, monkeypatch)
         await other.ref.ask(Subscribe(Sink()))  # a subscribed thread is never unloaded
         turn = await actor.ref.ask(StartTurn(prompt="hello", origin=Origin()))
         await actor.wait_turn_end(turn["id"])
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             while quiet.id in runtime.registry.actors:
                 await trio.sleep(0.02)
         assert actor.state.value == "stopped"

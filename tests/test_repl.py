@@ -17,8 +17,9 @@ import pytest
 import trio
 
 from _helpers.appserver import roost_argv, scripted_env, iter_lines, script_env
+from _helpers.timing import scaled
 
-TIMEOUT = 20.0
+TIMEOUT = scaled(20.0)
 
 SCRIPT = """
 rules:

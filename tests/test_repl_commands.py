@@ -15,6 +15,7 @@ import trio
 
 from _helpers.appserver import script_env
 from test_repl import SCRIPT, TIMEOUT, ReplClient, open_repl
+from _helpers.timing import scaled
 
 
 @pytest.fixture
@@ -100,7 +101,7 @@ async def test_interrupt_stops_the_shell_escape_and_its_process_group(env, work)
         assert "interrupt" in (await repl.wait("error", start=at))["text"]
         at = await repl.say("/status")
         await repl.wait("error", start=at)
-        with trio.fail_after(5):  # well under the 30 s the command would take
+        with trio.fail_after(scaled(5)):  # well under the 30 s the command would take
             await repl.send({"type": "interrupt"})
             shell_end = await repl.wait("shell_end", start=start)
             cancelled = await repl.wait("cancelled", start=start)
@@ -122,7 +123,7 @@ async def test_end_of_input_stops_a_running_shell_escape(env, work):
         await repl.wait("ready")
         start = await repl.say("!echo pgid $$; sleep 30")
         pgid = await _pgid_of(repl, start)
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             assert await repl.close() == 0
         assert repl.types(start)[-2:] == ["shell_end", "session_end"]
         assert not _group_alive(pgid)

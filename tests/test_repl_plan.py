@@ -7,6 +7,7 @@ from pathlib import Path
 from _helpers.appserver import script_env
 from test_docs_wire_fields import documented_fields
 from test_repl import open_repl
+from _helpers.timing import scaled
 
 SCRIPT = """
 rules:
@@ -70,7 +71,7 @@ async def test_switch_runs_another_chat_and_names_it_in_title(tmp_path: Path, ro
         assert end["turnIndex"] == 1   # the switched-to chat's second turn
         await repl.close()
     chats = json.loads(subprocess.run([*roost_argv(), "sessions", "--repl", "--json"], capture_output=True,
-                                      text=True, env=env, timeout=60).stdout)["items"]
+                                      text=True, env=env, timeout=scaled(60)).stdout)["items"]
     by_id = {c["sessionId"]: c for c in chats}
     assert by_id[old]["turnIndex"] == 2 and by_id[new]["turnIndex"] == 0
 

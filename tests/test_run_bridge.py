@@ -16,8 +16,9 @@ from pathlib import Path
 import trio
 
 from _helpers.appserver import roost_argv
+from _helpers.timing import scaled
 
-DEADLINE = 20
+DEADLINE = scaled(20)
 
 TEAM = """
 Orchestration:

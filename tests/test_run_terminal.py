@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from _helpers.appserver import roost_argv
+from _helpers.timing import scaled
 
 CONFIG = """
 Orchestration:
@@ -44,7 +45,7 @@ def _setup(tmp_path: Path) -> tuple[Path, dict]:
 
 def _run(tmp_path: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*roost_argv(), "run", *args], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60, check=False)
+                          stdin=subprocess.DEVNULL, timeout=scaled(60), check=False)
 
 
 def _run_on_a_pty(tmp_path: Path, env: dict, args: list[str], answers: dict[bytes, bytes]) -> tuple[int, str]:
@@ -73,7 +74,7 @@ def _run_on_a_pty(tmp_path: Path, env: dict, args: list[str], answers: dict[byte
                         os.write(master, pending.pop(prompt))
             elif proc.poll() is not None:
                 break
-        code = proc.wait(timeout=30)
+        code = proc.wait(timeout=scaled(30))
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,11 +12,12 @@ from click.testing import CliRunner
 from roost.cli._main import main
 from roost.storage import _schedules2 as db
 from roost.storage import open_store
+from _helpers.timing import scaled
 
 
 def real(cmd, *args, env=None, cwd=None):
     """The real `roost` command in a subprocess."""
-    return subprocess.run([*cmd, "schedule", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    return subprocess.run([*cmd, "schedule", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=scaled(60))
 
 
 CONFIG = """

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from roost.errors import UsageError
 from roost.scheduling import InvalidCron, NeverFires, format_slot, parse_cron, parse_slot
+from _helpers.timing import scaled
 
 UTC = datetime.timezone.utc
 
@@ -142,7 +143,7 @@ def test_host_timezone_has_no_effect_across_dst():
     for tz in ("UTC", "America/New_York", "Europe/Berlin"):
         env = dict(os.environ, TZ=tz)
         proc = subprocess.run([sys.executable, "-c", _DST_SCRIPT], capture_output=True, text=True,
-                              env=env, timeout=60)
+                              env=env, timeout=scaled(60))
         assert proc.returncode == 0, proc.stderr
         names, times = json.loads(proc.stdout)
         results[tz] = times

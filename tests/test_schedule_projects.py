@@ -13,12 +13,13 @@ from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
 
 from roost.storage import open_store
+from _helpers.timing import scaled
 
 RUNS = 2
 
 
 def roost(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60), cwd=cwd)
 
 
 def _by_session(client) -> dict[str, str]:
@@ -69,7 +70,7 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
         async with da.unix() as ca, db_.unix() as cb:
             await ca.wait_for("hello")
             await cb.wait_for("hello")
-            with trio.fail_after(30):   # the legacy row is adopted by one of the two
+            with trio.fail_after(scaled(30)):   # the legacy row is adopted by one of the two
                 while (legacy := {j["name"]: j for j in json.loads(roost("schedule", "list", "--json").stdout)["items"]}
                        ["legacy"])["workDir"] is None:
                     await trio.sleep(0.1)
@@ -77,7 +78,7 @@ async def test_two_projects_two_daemons_each_run_goes_to_its_own_project(tmp_pat
             for _ in range(RUNS):
                 assert roost("schedule", "run", "a-job").returncode == 0
                 assert roost("schedule", "run", "b-job").returncode == 0
-            with trio.fail_after(180):   # a hang guard: the runs are serial and the machine is shared
+            with trio.fail_after(scaled(180)):   # a hang guard: the runs are serial and the machine is shared
                 while len(done := [s for s in _sessions() if s["isComplete"]]) != 2 * (RUNS + 1):
                     await trio.sleep(0.2)
             for client, text in ((ca, "work of alpha"), (cb, "work of beta")):   # read each client's events
@@ -129,6 +130,6 @@ async def test_schedule_run_says_when_only_another_projects_daemon_runs(tmp_path
     async with open_daemon(script=script, args=["--work-dir", str(mine)]):
         fired = roost("schedule", "run", "job")
         assert fired.stderr == "run of job requested; the running daemon starts it\n"
-        with trio.fail_after(60):
+        with trio.fail_after(scaled(60)):
             while json.loads(roost("schedule", "list", "--json").stdout)["items"][0]["lastResult"] != "succeeded":
                 await trio.sleep(0.2)

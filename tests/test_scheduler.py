@@ -16,6 +16,7 @@ from roost.errors import NotFound
 from roost.scheduling import ManualClock, format_slot, parse_cron
 from roost.storage import _schedules2 as db
 from roost.storage import open_store
+from _helpers.timing import scaled
 
 UTC = datetime.timezone.utc
 T0 = datetime.datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
@@ -136,7 +137,7 @@ def fresh_store(path):
 async def test_fires_each_slot_once_and_next_run_comes_from_the_slot(store):
     add(store, "five", "*/5 * * * *")
     clock, queue = ManualClock(T0), FakeQueue()
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with running(store, queue, clock) as sched:
             assert clock.sleepers == [T0.replace(minute=5)]  # sleeps until the slot, no tick
             clock.advance_to(T0.replace(minute=5))
@@ -161,7 +162,7 @@ async def test_two_schedulers_racing_on_one_database_fire_each_slot_exactly_once
         add(store, f"job{i}", "* * * * *")
     other = fresh_store(tmp_path / "roost.db")  # a second process's store: own writer, own readers
     clock, queue = ManualClock(T0), FakeQueue()
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         async with running(store, queue, clock, owner="daemon-a") as a, \
                    running(other, queue, clock, owner="daemon-b") as b:
             for minute in range(2, 12):
@@ -181,7 +182,7 @@ async def test_two_schedulers_racing_on_one_database_fire_each_slot_exactly_once
 async def test_slow_run_with_overlap_skip_skips_the_slot(store):
     add(store, "slow", "* * * * *")
     clock, queue = ManualClock(T0), FakeQueue()
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with running(store, queue, clock) as sched:
             clock.advance_to(T0.replace(minute=2))
             await queue.wait_dispatched(1)
@@ -200,7 +201,7 @@ async def test_slow_run_with_overlap_skip_skips_the_slot(store):
 async def test_slow_run_with_overlap_queue_runs_after_the_previous(store):
     add(store, "queued", "* * * * *", overlap="queue")
     clock, queue = ManualClock(T0), FakeQueue()
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with running(store, queue, clock) as sched:
             clock.advance_to(T0.replace(minute=2))
             await queue.wait_dispatched(1)
@@ -229,7 +230,7 @@ async def test_restart_catch_up(store, policy):
     add(store, "every5", "*/5 * * * *", catch_up=policy)
     add(store, "hourly", "0 * * * *", catch_up=policy)
     clock, queue = ManualClock(T0), FakeQueue()
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with running(store, queue, clock):
             pass  # a daemon ran briefly and stopped; nothing was due
         clock.advance_to(datetime.datetime(2026, 1, 1, 1, 2, tzinfo=UTC))  # down for an hour
@@ -256,7 +257,7 @@ async def test_restart_mid_run_never_refires_and_settles_the_run(store):
     add(store, "lost", "30 * * * *")
     clock, queue = ManualClock(T0), FakeQueue()
     owner = dead_owner()
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with running(store, queue, clock, owner=owner):
             clock.advance_to(T0.replace(minute=30))
             await queue.wait_dispatched(1)
@@ -284,7 +285,7 @@ async def test_unparsable_rows_do_not_stall_the_others(store):
                 (f"sched_{name}", name, cron, "2025-06-01T00:00:00.000000Z"))
     add(store, "healthy2", "*/2 * * * *")
     clock, queue = ManualClock(T0), FakeQueue()
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with running(store, queue, clock) as sched:
             for minute in (2, 3, 4):
                 clock.advance_to(T0.replace(minute=minute))
@@ -301,7 +302,7 @@ async def test_unparsable_rows_do_not_stall_the_others(store):
 
 async def test_wakes_on_change_counter_and_on_tell(store):
     clock, queue = ManualClock(T0), FakeQueue()
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with running(store, queue, clock, change_poll=0.01) as sched:
             assert clock.sleepers == []  # nothing scheduled: no timer at all
             add(store, "late", "*/10 * * * *")  # as `roost schedule add` does, from outside
@@ -324,7 +325,7 @@ async def test_dispatch_failure_is_recorded(store):
     add(store, "broken", "* * * * *")
     clock, queue = ManualClock(T0), FakeQueue()
     queue.fail_dispatch = True
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with running(store, queue, clock) as sched:
             clock.advance_to(T0.replace(minute=2))
             await sched.wait_quiet()
@@ -345,7 +346,7 @@ async def test_task_outcomes_adapter_bridges_the_queue_listener():
 
     outcomes = TaskOutcomes(lookup)
     got = {}
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             async def wait(task_id):
                 try:
@@ -398,7 +399,7 @@ async def test_runs_as_a_permanent_child_of_a_supervisor(store):
         ChildSpec("store_writer", store.writer.run, restart=Restart.PERMANENT),
         ChildSpec("scheduler", start_scheduler, restart=Restart.PERMANENT),
     ], name="root")
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             await nursery.start(root.run)
             assert "scheduler" in root.render_tree()

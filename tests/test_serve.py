@@ -15,6 +15,7 @@ from trio_websocket import ConnectionRejected, wrap_client_stream
 
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import WsClient, open_daemon, short_socket_path, start_daemon
+from _helpers.timing import scaled
 
 #: 8 MB of streamed text in 4,000 deltas of 2 KB (more than the kernel buffers of a stalled socket)
 BIG = "abc " * 2_000_000
@@ -196,13 +197,13 @@ async def test_slow_consumer_is_disconnected_others_unaffected(script: Path) -> 
                 await fast.wait_for("hello")
                 await other.wait_for("hello")
                 sid = await _dispatch(fast, "big output")
-                result = await fast.wait_for("result", lambda e: e["sessionId"] == sid, timeout=60)
+                result = await fast.wait_for("result", lambda e: e["sessionId"] == sid, timeout=scaled(60))
                 assert result["succeeded"] is True
                 await other.wait_for("agent_starting", lambda e: e["sessionId"] == sid)
                 tokens = [e for e in other.events if e["type"] == "token" and e["sessionId"] == sid]
                 assert "".join(t["text"] for t in tokens) == BIG
                 nursery.start_soon(slow.reader)
-                reason = await slow.wait_closed(timeout=60)
+                reason = await slow.wait_closed(timeout=scaled(60))
                 assert reason.code == 1008 and "slow consumer" in reason.reason
                 assert len(slow.events) < 4000
                 # the daemon keeps serving, and the slow client can come back with its id
@@ -342,10 +343,10 @@ def test_serve_refuses_a_missing_or_broken_script_at_start(tmp_path: Path) -> No
         if how == "env":
             env["ROOST_SCRIPT"] = str(path)
         done = subprocess.run([*roost_argv(), "serve", *flags, "--socket", short_socket_path()],
-                              capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+                              capture_output=True, text=True, timeout=scaled(60), env=env, stdin=subprocess.DEVNULL)
         assert done.returncode == 2, done.stderr
         assert done.stdout == ""                              # it never listened
-        execd = subprocess.run([*roost_argv(), "exec", *flags, "hi"], capture_output=True, text=True, timeout=60,
+        execd = subprocess.run([*roost_argv(), "exec", *flags, "hi"], capture_output=True, text=True, timeout=scaled(60),
                                env=env, stdin=subprocess.DEVNULL)
         assert execd.returncode == 2
         reason = execd.stderr.removeprefix("roost exec: error: ")

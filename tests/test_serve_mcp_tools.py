@@ -17,6 +17,7 @@ from typing import Any
 import trio
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
+from _helpers.timing import scaled
 
 SCRIPT = {
     "rules": [
@@ -30,7 +31,7 @@ TOKEN = "mcptok"
 
 
 def roost(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60))
 
 
 @asynccontextmanager
@@ -57,7 +58,7 @@ async def call(session: Any, tool: str, args: dict) -> dict:
 
 
 async def finished(session: Any, sid: str) -> dict:
-    with trio.fail_after(60):
+    with trio.fail_after(scaled(60)):
         while True:
             result = await call(session, "get_result", {"sessionId": sid})
             if result.get("type") == "result":
@@ -100,7 +101,7 @@ async def test_mcp_tools_structured_session_ids_and_refusals(tmp_path: Path, roo
         on_obj = await call(session, "dispatch_task", {"task": "for the objective", "objectiveId": "OBJ-0001"})
         assert on_obj["objectiveId"] == "OBJ-0001"
         await finished(session, on_obj["sessionId"])
-        with trio.fail_after(60):
+        with trio.fail_after(scaled(60)):
             while True:
                 tasks = json.loads(roost("objective", "status", "OBJ-0001", "--json").stdout)["item"]["tasks"]
                 if tasks[-1]["outcome"] == "succeeded":

@@ -11,6 +11,7 @@ import httpx
 import trio
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
+from _helpers.timing import scaled
 
 SCRIPT = {
     "rules": [
@@ -24,7 +25,7 @@ SCRIPT = {
 
 
 def roost(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60), cwd=cwd)
 
 
 def _script(tmp_path: Path) -> Path:
@@ -39,7 +40,7 @@ def _log_lines(home: Path) -> list[dict]:
 
 
 async def _wait_log(home: Path, event: str, count: int = 1) -> list[dict]:
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         while True:
             if (home / "logs" / "roost.log").exists():
                 found = [d for d in _log_lines(home) if d.get("event") == event]
@@ -133,7 +134,8 @@ async def test_status_shows_daemons_queue_clients_tree_and_schedules(tmp_path: P
             assert d["pid"] == daemon.info["pid"] and d["workDir"] == str(tmp_path.resolve())
             assert [t["task"] for t in d["running"]] == ["slow one"]
             assert [(t["task"], t["position"]) for t in d["queue"]] == [("queued behind it", 0)]
-            assert any(c["client"].endswith("/watcher") for c in d["clients"])
+            # the attached client, and not the status query's own connection
+            assert [c["client"].rsplit("/", 1)[-1] for c in d["clients"]] == ["watcher"]
             assert "scheduler" in d["tree"] and "store_writer" in d["tree"]
             assert doc["schedules"][0]["nextRun"] is not None
             text = roost("status").stdout
@@ -156,9 +158,15 @@ async def test_metrics_endpoint_follows_the_token_rules(tmp_path: Path) -> None:
             await client.wait_for("hello")
             await client.send({"type": "user_input", "text": "hello there"})
             await client.wait_for("result")
+            start = len(client.events)
+            await client.send({"type": "user_input", "text": "slow stop me"})
+            await client.wait_for("token", start=start)
+            await client.send({"type": "interrupt"})
+            stopped = await client.wait_for("result", start=start)
+            assert stopped["succeeded"] is False
 
             def get(**headers: str) -> httpx.Response:
-                return httpx.get(url, headers=headers, timeout=10)
+                return httpx.get(url, headers=headers, timeout=scaled(10))
 
             assert (await trio.to_thread.run_sync(get)).status_code == 401
             assert (await trio.to_thread.run_sync(lambda: get(authorization="Bearer wrong"))).status_code == 401
@@ -171,10 +179,12 @@ async def test_metrics_endpoint_follows_the_token_rules(tmp_path: Path) -> None:
 
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for fam in text_string_to_metric_families(body) for s in fam.samples}
-    assert samples[("roost_tasks_accepted_total", (("source", "client"),))] == 1
+    assert samples[("roost_tasks_accepted_total", (("source", "client"),))] == 2
     assert samples[("roost_tasks_finished_total", (("outcome", "succeeded"),))] == 1
+    assert samples[("roost_tasks_finished_total", (("outcome", "interrupted"),))] == 1   # not "failed"
+    assert ("roost_tasks_finished_total", (("outcome", "failed"),)) not in samples
     assert samples[("roost_turns_total", (("status", "completed"),))] == 1
     assert samples[("roost_tokens_total", (("kind", "output"),))] > 0
-    assert samples[("roost_provider_request_seconds_count", (("provider", "scripted"),))] == 1
+    assert samples[("roost_provider_request_seconds_count", (("provider", "scripted"),))] == 2
     assert samples[("roost_connections", ())] == 1 and samples[("roost_queue_depth", ())] == 0
     assert ("roost_supervisor_restarts", ()) in samples

@@ -20,6 +20,7 @@ import trio
 
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon, short_socket_path, start_daemon
+from _helpers.timing import scaled
 
 TEAM = """
 Orchestration:
@@ -82,7 +83,7 @@ def _write(tmp_path: Path, *, selection: str = ROUNDROBIN, termination: str = UN
 
 
 def roost(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60), cwd=cwd)
 
 
 async def _dispatch(client, text: str) -> str:
@@ -188,7 +189,7 @@ async def test_unattended_route_is_denied_and_token_budget_warns_once(tmp_path: 
                 await owner.wait_for("hello")
                 sid = await _dispatch(owner, "Plan alone")
             await watcher.wait_for("token_budget_warning", lambda e: e["sessionId"] == sid)
-            with trio.fail_after(30):   # the session completes (MaxIterations or the token budget)
+            with trio.fail_after(scaled(30)):   # the session completes (MaxIterations or the token budget)
                 while not json.loads(roost("sessions", "--json", "--all").stdout)["items"][0]["isComplete"]:
                     await trio.sleep(0.2)
     assert set(_starting(watcher, sid)) == {"Planner"}        # the handoff was never approved
@@ -249,11 +250,11 @@ def test_serve_refuses_an_unusable_config(tmp_path: Path) -> None:
     for path, hint in ((tmp_path / "missing.yaml", "missing.yaml"), (bad, "bad.yaml")):
         done = subprocess.run([*roost_argv(), "serve", "--provider", "scripted", "--script", str(script),
                                "--socket", short_socket_path(), "-c", str(path)],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=scaled(60))
         assert done.returncode == 2, done.stderr
         assert done.stdout == ""                              # it never listened
         assert done.stderr.startswith("roost serve: ") and hint in done.stderr
-    helped = subprocess.run([*roost_argv(), "serve", "--help"], capture_output=True, text=True, timeout=60)
+    helped = subprocess.run([*roost_argv(), "serve", "--help"], capture_output=True, text=True, timeout=scaled(60))
     assert "-c, --config" in helped.stdout
 
 
@@ -273,7 +274,7 @@ def test_serve_refuses_a_config_whose_agent_model_cannot_be_used(tmp_path: Path)
     socket_path = short_socket_path()
     done = subprocess.run([*roost_argv(), "serve", "--provider", "scripted", "--script", str(script),
                            "--socket", socket_path, "-c", str(config)],
-                          capture_output=True, text=True, timeout=60, env=env)
+                          capture_output=True, text=True, timeout=scaled(60), env=env)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""                                  # it never listened
     assert done.stderr.startswith("roost serve: ") and "keyless.yaml" in done.stderr
@@ -317,7 +318,7 @@ async def test_schedules_run_their_config_or_the_daemon_default(tmp_path: Path) 
             assert roost("schedule", "run", "plain").returncode == 0
             solo = await client.wait_for("agent_starting", lambda e: e["sessionId"] != sid)
             await client.wait_for("token", lambda e: e["sessionId"] == solo["sessionId"] and "done" in e["text"])
-            with trio.fail_after(30):   # both sessions complete
+            with trio.fail_after(scaled(30)):   # both sessions complete
                 while True:
                     sessions = json.loads(roost("sessions", "--json", "--all").stdout)["items"]
                     if len(sessions) == 2 and all(s["isComplete"] for s in sessions):

@@ -12,10 +12,11 @@ from click.testing import CliRunner
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
 from roost.cli._main import main
+from _helpers.timing import scaled
 
 
 def roost(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(60), env=env)
 
 
 async def test_schedule_run_fires_once_through_the_daemon(tmp_path: Path, roost_home: Path) -> None:
@@ -34,7 +35,7 @@ async def test_schedule_run_fires_once_through_the_daemon(tmp_path: Path, roost_
             assert fired.stdout == ""
             started = await client.wait_for("agent_starting")
             sid = started["sessionId"]
-            with trio.fail_after(30):
+            with trio.fail_after(scaled(30)):
                 while True:
                     listed = json.loads(roost("schedule", "list", "--json").stdout)
                     job = listed["items"][0]
@@ -43,7 +44,7 @@ async def test_schedule_run_fires_once_through_the_daemon(tmp_path: Path, roost_
                     await trio.sleep(0.2)
             assert job["nextRun"] is not None and job["due"] is False
             # the run is a session like any daemon task, complete once it finished
-            with trio.fail_after(30):
+            with trio.fail_after(scaled(30)):
                 while True:
                     sessions = json.loads(roost("sessions", "--json", "--all").stdout)["items"]
                     if sessions and sessions[0]["isComplete"]:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from conftest import subprocess_env
+from _helpers.timing import scaled
 
 #: Runs ``roost ARGV...`` in this interpreter and writes the imported module names to OUT at exit.
 _RUNNER = """
@@ -33,7 +34,7 @@ _NEVER_AT_START = ("httpx", "httpx_sse", "jsonschema", "mcp", "hypercorn", "cron
 def _run(tmp_path: Path, argv: list[str], *, stdin: bytes = b"", **env: str) -> tuple[bytes, set[str]]:
     out = tmp_path / "modules.txt"
     proc = subprocess.run([sys.executable, "-c", _RUNNER, str(out), *argv], input=stdin,
-                          capture_output=True, env=subprocess_env(**env), timeout=60, check=False)
+                          capture_output=True, env=subprocess_env(**env), timeout=scaled(60), check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     return proc.stdout, set(out.read_text().split("\n"))
 
@@ -83,5 +84,5 @@ def test_lazy_exports_resolve_to_the_public_module() -> None:
         "try:\n    e.NoSuchThing\nexcept AttributeError as exc:\n    assert 'NoSuchThing' in str(exc)\n"
         "else:\n    raise AssertionError('no AttributeError')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=scaled(60), check=False)
     assert proc.returncode == 0, proc.stderr.decode()

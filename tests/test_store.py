@@ -28,6 +28,7 @@ from roost.storage import (
     reconcile,
     schema_version,
 )
+from _helpers.timing import scaled
 
 
 @pytest.fixture
@@ -101,7 +102,7 @@ async def test_fifty_tasks_append_twenty_items_each_without_gaps(db: Path) -> No
                 errors.append(exc)
                 raise
 
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         async with trio.open_nursery() as nursery:
             for store in stores:
                 await nursery.start(store.writer.run)
@@ -125,7 +126,7 @@ async def test_group_commit_batches_queued_writes(db: Path) -> None:
         create_thread(conn, id="t1")
     for i in range(95):  # queued before the writer starts: the writer finds them all waiting
         store.writer.submit_nowait(append_item, "t1", type="user_message", payload={"i": i})
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             last = await store.writer.submit(append_item, "t1", type="user_message", payload={})
@@ -149,7 +150,7 @@ async def test_an_urgent_write_commits_ahead_of_the_queue_in_a_group_of_its_own(
 
     for i in range(50):  # a backlog of five groups
         store.writer.submit_nowait(note, f"queued {i}")
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.writer.run)
             await trio.testing.wait_all_tasks_blocked()  # the writer is committing its first group
@@ -187,7 +188,7 @@ async def test_one_failing_write_rolls_back_alone(db: Path) -> None:
             results[name] = exc
 
     # All queued before start, so all three run in one transaction.
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as outer:
             async with trio.open_nursery() as callers:
                 callers.start_soon(run, "a", functools.partial(append_item, type="a"), "t1")
@@ -214,7 +215,7 @@ async def test_writer_lifecycle_errors(db: Path) -> None:
     store.writer.submit_nowait(lambda conn: None)
     with pytest.raises(StoreFull):
         store.writer.submit_nowait(lambda conn: None)
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             await store.writer.submit(lambda conn: None)
@@ -231,7 +232,7 @@ async def test_sigkill_mid_write_leaves_a_consistent_database(db: Path) -> None:
     with store.transaction() as conn:
         create_thread(conn, id="t1")
     store.close()
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         child = await Child.start("writer", str(db), "t1")
         try:
             for _ in range(5):
@@ -641,7 +642,7 @@ async def test_the_writer_commits_groups_and_a_failing_write_alone_on_each_backe
         if len(results) == 9:
             all_answered.set()
 
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         async with trio.open_nursery() as nursery:
             for n in range(1, 10):
                 nursery.start_soon(one, n)  # queued before the writer starts: grouped
@@ -718,3 +719,50 @@ def test_objectives_and_their_task_outcomes_on_each_backend(backend) -> None:
         assert [o.id for o in store.list_objectives(conn, status="paused")] == ["OBJ-0002"]
         with pytest.raises(NotFound):
             store.get_objective(conn, "OBJ-9999")
+
+
+def _dead_owner() -> str:
+    """A ``default_owner``-shaped identity of a process of this host that has exited."""
+    import socket
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return f"{socket.gethostname()}:{child.pid}:gone"
+
+
+def test_reconcile_settles_every_non_terminal_kind_on_each_backend(backend) -> None:
+    """Issue 18, finding 3: no run, turn, item or background process stays non-terminal after a
+    crash, on either backend (workers, leases: the test above; tasks, schedule runs, objectives
+    are resumed by their components)."""
+    store = backend
+    run_reconcile = reconcile if isinstance(store, storage.Store) else store.reconcile
+    dead = _dead_owner()
+    mark = "?" if isinstance(store, storage.Store) else "%s"
+    insert_process = (
+        "INSERT INTO background_processes (id, thread_id, owner, pid, command, cwd, status, started_at)"
+        f" VALUES ({mark}, 't1', {mark}, 1, 'sleep 9', NULL, 'running', '2026-01-01T00:00:00Z')"
+    )
+    with store.transaction() as conn:
+        store.create_thread(conn, id="t1")
+        store.create_turn(conn, "t1", id="queued-turn", status="queued")
+        done = store.create_turn(conn, "t1", id="done-turn")
+        store.update_turn(conn, done.id, status="completed")
+        store.append_item(conn, "t1", turn_id=done.id, type="tool_call", status="in_progress")
+        store.create_run(conn, thread_id="t1", id="run-dead", status="accepted", metadata={"runtime": {"owner": dead}})
+        store.create_run(conn, thread_id="t1", id="run-alive", status="accepted",
+                         metadata={"runtime": {"owner": "elsewhere:1:x"}})
+        conn.execute(insert_process, ("bg-dead", dead))
+        conn.execute(insert_process, ("bg-alive", "elsewhere:1:x"))
+    with store.transaction() as conn:
+        report = run_reconcile(conn, "me")
+    assert (report.turns_interrupted, report.items_interrupted, report.runs_interrupted,
+            report.background_processes_lost) == (1, 1, 1, 1)
+    with store.read() as conn:
+        assert store.get_turn(conn, "queued-turn").status == "interrupted"
+        assert store.get_turn(conn, "done-turn").status == "completed"
+        assert [i.status for i in store.list_items(conn, "t1")] == ["interrupted"]
+        assert store.get_run(conn, "run-dead").status == "interrupted"
+        assert store.get_run(conn, "run-alive").status == "accepted"   # its starter may still run
+        rows = dict(conn.execute("SELECT id, status FROM background_processes").fetchall())
+        assert rows == {"bg-dead": "lost", "bg-alive": "running"}

@@ -36,6 +36,7 @@ from roost.storage import _schedules2 as db
 from roost.storage import list_daemon_tasks
 from roost.supervisor._root import open_runtime
 from roost.tools import builtin_tools
+from _helpers.timing import scaled
 
 SCRIPT = {
     "rules": [
@@ -50,7 +51,7 @@ SCRIPT = {
     ],
     "default": "echo",
 }
-TIMEOUT = 60
+TIMEOUT = scaled(60)
 
 
 @asynccontextmanager
@@ -112,7 +113,7 @@ async def renewed(runtime: Any) -> None:
             held = list(runtime.services.keeper.executions)
             if held:
                 before = {e: e.renewals for e in held}
-                with trio.move_on_after(1.0):
+                with trio.move_on_after(scaled(1.0)):
                     await held[0].renewed.wait()
                 if any(e.renewals > n for e, n in before.items()):
                     return

@@ -27,13 +27,14 @@ from roost.storage import (
 from roost.storage._processes import boot_id, start_ticks
 from roost.tools import ToolContext, builtin_tools, run_tool
 from roost.tools import _shell
+from _helpers.timing import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 SHELL = builtin_tools()["shell"]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and prctl")
 
 #: Generous bound for anything that should happen "shortly" (signal delivery, a child starting).
-DEADLINE_S = 20.0
+DEADLINE_S = scaled(20.0)
 
 
 def _alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ import trio
 import roost.tools as tools
 from roost.errors import InvalidToolArguments, ToolError
 from roost.tools import Tool, ToolContext, ToolResult, builtin_tools, run_tool, validate_args
+from _helpers.timing import scaled
 
 BUILTINS = builtin_tools()
 
@@ -220,7 +221,7 @@ async def test_write_file_approval_fields(tmp_path):
     (tmp_path / "a.txt").write_text("old\n")
     approver = _Approver(True)
     ctx = _ctx(tmp_path, permission_mode="standard", request_approval=approver)
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         result = await run_tool(BUILTINS["write_file"], {"path": "a.txt", "content": "new\n"}, ctx)
     assert not result.is_error
     [(kind, fields)] = approver.requests
@@ -257,7 +258,7 @@ async def test_cancelled_approval_wait_propagates(tmp_path):
     tool, calls = _fake_tool(mutating=True)
     ctx = _ctx(tmp_path, permission_mode="standard", request_approval=slow)
     raised = []
-    with trio.fail_after(5):
+    with trio.fail_after(scaled(5)):
         async with trio.open_nursery() as nursery:
             scope = trio.CancelScope()
 
@@ -298,7 +299,7 @@ async def test_cancelled_inside_tool_propagates(tmp_path):
         await trio.sleep_forever()
 
     tool = Tool(name="t", description="", parameters={"type": "object"}, mutating=False, run=run)
-    with trio.move_on_after(0) as scope:
+    with trio.move_on_after(0) as scope:  # not a deadline
         await run_tool(tool, {}, _ctx(tmp_path))
         pytest.fail("run_tool returned after cancellation")
     assert scope.cancelled_caught
@@ -308,7 +309,7 @@ async def test_cancelled_inside_tool_propagates(tmp_path):
 
 
 async def _call(tmp_path: Path, name: str, args: dict, **kw) -> ToolResult:
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         return await run_tool(BUILTINS[name], args, _ctx(tmp_path, **kw))
 
 

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from roost.tools import ToolContext, builtin_tools, run_tool, stop_process_group
+from _helpers.timing import scaled
 
 SHELL = builtin_tools()["shell"]
 
@@ -49,7 +50,7 @@ class _Lines:
 
 async def test_output_exit_code_and_cwd(tmp_path):
     (tmp_path / "marker").write_text("marker\n")
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         result = await run_tool(SHELL, {"command": "cat marker; echo oops >&2; exit 3"}, _ctx(tmp_path))
     assert result.is_error
     assert result.metadata["exit_code"] == 3
@@ -59,7 +60,7 @@ async def test_output_exit_code_and_cwd(tmp_path):
 
 
 async def test_success_is_not_an_error(tmp_path):
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         result = await run_tool(SHELL, {"command": "printf 'h\\303\\251llo'"}, _ctx(tmp_path))
     assert not result.is_error
     assert result.output == "héllo"
@@ -71,7 +72,7 @@ async def test_streaming_order_and_chunks_arrive_before_exit(tmp_path):
     script = "echo one; echo two >&2; while [ ! -e go ]; do sleep 0.01; done; echo three"
     ctx = _ctx(tmp_path, on_output=lines)
     results = []
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
 
             async def call():
@@ -91,7 +92,7 @@ async def test_utf8_split_across_reads_is_streamed_intact(tmp_path):
     chunks: list[str] = []
     # Two separate writes split the two bytes of "é".
     script = "printf '\\303'; sleep 0.05; printf '\\251\\n'"
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         result = await run_tool(SHELL, {"command": script}, _ctx(tmp_path, on_output=chunks.append))
     assert "".join(chunks) == "é\n"
     assert "\ufffd" not in "".join(chunks)
@@ -102,7 +103,7 @@ async def test_output_cap_keeps_head_and_tail(tmp_path):
     streamed: list[str] = []
     ctx = _ctx(tmp_path, output_cap_bytes=1000, on_output=streamed.append)
     script = "echo START; head -c 100000 /dev/zero | tr '\\0' a; echo; echo END"
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         result = await run_tool(SHELL, {"command": script}, ctx)
     assert result.metadata["truncated"] is True
     assert result.metadata["output_bytes"] == len("START\n") + 100000 + len("\nEND\n")
@@ -115,7 +116,7 @@ async def test_output_cap_keeps_head_and_tail(tmp_path):
 
 
 async def test_timeout_kills_the_command(tmp_path):
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         result = await run_tool(SHELL, {"command": "sleep 100", "timeout_s": 0.2}, _ctx(tmp_path))
     assert result.is_error
     assert result.metadata["timed_out"] is True
@@ -126,7 +127,7 @@ async def test_timeout_kills_the_command(tmp_path):
 async def test_timeout_kills_background_grandchild(tmp_path):
     lines = _Lines(want=1)
     ctx = _ctx(tmp_path, on_output=lines, kill_grace_s=0.5)
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         result = await run_tool(
             SHELL, {"command": "sleep 100 & echo $!; wait", "timeout_s": 1}, ctx
         )
@@ -139,7 +140,7 @@ async def _cancel_when_ready(tmp_path: Path, script: str, lines: _Lines, grace: 
     """Run ``script``, cancel the call once ``lines`` is ready; return what the call raised."""
     raised: list = []
     ctx = _ctx(tmp_path, on_output=lines, kill_grace_s=grace)
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             scope = trio.CancelScope()
 
@@ -186,7 +187,7 @@ async def test_stop_process_group_sends_sigkill_after_grace(tmp_path):
         start_new_session=True,
     )
     try:
-        with trio.fail_after(20):
+        with trio.fail_after(scaled(20)):
             assert (await process.stdout.receive_some(100)).startswith(b"ready")
             await stop_process_group(process, grace_s=0.2)
         assert process.returncode == -signal.SIGKILL
@@ -199,7 +200,7 @@ async def test_stop_process_group_sigterm_suffices(tmp_path):
         ["/bin/sh", "-c", "echo ready; sleep 100"], stdout=subprocess.PIPE, start_new_session=True
     )
     try:
-        with trio.fail_after(20):
+        with trio.fail_after(scaled(20)):
             assert (await process.stdout.receive_some(100)).startswith(b"ready")
             await stop_process_group(process, grace_s=10)
         assert process.returncode == -signal.SIGTERM
@@ -209,7 +210,7 @@ async def test_stop_process_group_sigterm_suffices(tmp_path):
 
 async def test_background_job_does_not_hold_the_result(tmp_path):
     lines = _Lines(want=1)
-    with trio.fail_after(20):
+    with trio.fail_after(scaled(20)):
         result = await run_tool(
             SHELL, {"command": "sleep 100 & echo $!"}, _ctx(tmp_path, on_output=lines)
         )
@@ -219,7 +220,7 @@ async def test_background_job_does_not_hold_the_result(tmp_path):
 
 
 async def test_missing_cwd_is_an_error_result(tmp_path):
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         result = await run_tool(SHELL, {"command": "true"}, _ctx(tmp_path / "nope"))
     assert result.is_error
     assert "does not exist" in result.output

@@ -14,11 +14,12 @@ from test_compact import SCRIPT, CapturingEngine, new_thread, runtime_with, turn
 from roost.actors._messages import Origin, StartTurn
 from roost.actors._turn import StopTurn, TurnActor
 from roost.storage._rows import new_id
+from _helpers.timing import scaled
 
 
 async def stopped(turn_actor: TurnActor) -> None:
     """Wait until ``turn_actor`` has stopped (after its end it releases the lease, then stops)."""
-    with trio.fail_after(10):
+    with trio.fail_after(scaled(10)):
         while turn_actor.state.value != "stopped":
             await trio.sleep(0.01)
 
@@ -42,7 +43,7 @@ async def test_a_crashing_turn_fails_alone_and_the_thread_lives_on(tmp_path: Pat
         crashing = TurnActor(actor, new_id("turn"), Origin(), start=StartTurn(origin=Origin()), body=body)
         actor.active, actor.idle = crashing, trio.Event()
         await actor.launch(crashing)
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             ended = await actor.wait_turn_end(crashing.id)
         assert ended["status"] == "failed" and ended["error"]["category"] == "internal"
         terminal = [p for m, p in events if m in ("turn/completed", "turn/error") and p["turn"]["id"] == crashing.id]
@@ -59,7 +60,7 @@ async def test_a_turn_answers_stop_through_its_mailbox(tmp_path: Path) -> None:
         running = actor.active
         assert running is not None and running.id == started["id"]
         assert await running.ref.ask(StopTurn(reason="interrupted")) is True
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             ended = await actor.wait_turn_end(started["id"])
         assert ended["status"] == "interrupted" and ended["error"]["reason"] == "interrupted"
         await stopped(running)

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from _helpers.appserver import roost_argv, script_env
+from _helpers.timing import scaled
 
 TEAM = """
 Orchestration:
@@ -26,7 +27,7 @@ Orchestration:
 
 
 def roost(tmp_path: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    return subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(120), env=env, cwd=tmp_path)
 
 
 def test_run_json_prune_cleanup_and_model_id(tmp_path: Path) -> None:

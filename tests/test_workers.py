@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from _helpers.appserver import open_app_server, roost_argv, scripted_env
+from _helpers.timing import scaled
 
 SCRIPT = r"""
 rules:
@@ -247,7 +248,7 @@ async def test_restart_reconciles_running_and_claims_queued_once(script, tmp_pat
     procs = [subprocess.Popen([*roost_argv(), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env=env, cwd=str(tmp_path)) for _ in range(2)]
     try:
-        with trio.fail_after(60):
+        with trio.fail_after(scaled(60)):
             while True:
                 counts = _worker_turns(roost_home / "roost.db")
                 conn = sqlite3.connect(roost_home / "roost.db")
@@ -260,7 +261,7 @@ async def test_restart_reconciles_running_and_claims_queued_once(script, tmp_pat
         for proc in procs:
             proc.stdin.close()
         for proc in procs:
-            proc.wait(timeout=30)
+            proc.wait(timeout=scaled(30))
     assert statuses["sleeper1"] == "interrupted"  # was running when the process died
     assert [statuses[f"sleeper{i}"] for i in (2, 3, 4)] == ["completed"] * 3
     assert counts == {"sleeper1": 1, "sleeper2": 1, "sleeper3": 1, "sleeper4": 1}

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from roost import _faults as faults
 from roost.actors._messages import DeliverInternal
 from roost.errors import InvalidParams, NotFound, RoostError
 from roost.storage import (
@@ -38,10 +40,11 @@ from roost.storage import (
     new_id,
     received_bg_processes,
     running_owners,
+    tool_process_hook,
     update_bg_process,
 )
 from roost.storage.leases import owner_is_dead
-from roost.tools import OutputBuffer, spawn_shell, stop_process_group
+from roost.tools import MARK_ENV, OutputBuffer, spawn_shell, stop_process_group
 
 __all__ = ["ProcessManager", "process_view"]
 
@@ -78,6 +81,7 @@ class _Live:
         self.out = OutputBuffer(OUTPUT_CAP_BYTES)
         self.stopping = False
         self.drained = trio.Event()  # the output pipe is read to its end
+        self.forget: tuple[Any, int] | None = None  # (tool process hook, marker) to forget on exit
 
 
 class ProcessManager:
@@ -136,10 +140,22 @@ class ProcessManager:
         Raises:
             OSError: the shell could not be started.
         """
-        env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}
+        # Nothing runs that the store does not know about first (issue 18, finding 2): the
+        # intent, keyed by a marker every process of the command inherits, commits before the
+        # fork, so a kill at any point leaves a row that start-up reconciliation reaps by.
+        hook = tool_process_hook(self.services.store.writer, self.services.owner, thread_id)
+        mark = secrets.randbits(62) + 1
+        try:
+            await hook(-mark, True)
+        except RoostError as exc:
+            raise OSError(f"the command was not started: it could not be recorded first ({exc})") from exc
+        env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat", MARK_ENV: str(mark)}
         process = await spawn_shell(command, cwd=str(cwd), env=env)
+        faults.point("process.spawned")
+        await hook(process.pid, True)
         process_id = new_id("proc")
         live = self.live[process_id] = _Live(process)
+        live.forget = (hook, mark)
         try:
             row = await self._write(
                 insert_bg_process,
@@ -175,6 +191,10 @@ class ProcessManager:
             await process.stdout.aclose()
             live.drained.set()
             self.live.pop(process_id, None)
+            if live.forget is not None:  # the group ended: nothing of it is left to reap
+                hook, mark = live.forget
+                await hook(process.pid, False)
+                await hook(-mark, False)
             if live.stopping:
                 return  # stop() records the outcome
             row = await self._write(

@@ -68,6 +68,7 @@ import trio
 
 from roost import storage as db
 from roost._faults import fault_point
+from roost._faults import point as crash_point
 from roost.actors._actor import Actor
 from roost.errors import NotFound, RoostError
 from roost.scheduling import Clock, CronExpr, InvalidCron, SystemClock, format_slot, parse_cron, parse_slot
@@ -470,6 +471,7 @@ class Scheduler(Actor):
                 self._busy -= 1
                 self._changed()
 
+        crash_point("schedule.claimed")  # ROOST_FAULTS (tests): a death between claim and dispatch
         try:
             queued = job.overlap == "queue"
             if queued and job.queue_lock.locked():
@@ -496,6 +498,7 @@ class Scheduler(Actor):
                         await self._record(db.mark_run_finished, run_id, "failed", format_slot(self.clock.now()))
                         return
                     await self._record(db.mark_run_started, run_id, str(task_id), format_slot(start))
+                    crash_point("schedule.running")  # ROOST_FAULTS (tests): a death mid-run
                 await trio.lowlevel.checkpoint()
                 self.stats["fired"] += 1
                 log.info(

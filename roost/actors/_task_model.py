@@ -41,6 +41,7 @@ class QueuedTask:
     actor: Any = None
     orchestrator: Any = None  # the running Orchestrator of an orchestrated task
     interrupt_pending: bool = False  # interrupted before its Orchestrator existed
+    interrupted: bool = False  # it ended interrupted (a client, an operator or a shutdown stopped it)
 
     @property
     def orchestrated(self) -> bool:

@@ -34,6 +34,8 @@ from typing import Any
 import trio
 
 from roost._faults import fault_point
+from roost._faults import point as fault_action
+from roost._heap import note_large_output
 from roost._paths import node_name, positive_env
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe, Unsubscribe
@@ -345,30 +347,36 @@ class TaskQueue(SharedQueue):
         ``poll_s`` (tasks queued by other nodes, and tasks of a node that died, whose lease
         expired: the bounded polling fallback, issue 13).
         """
-        keeper = self.runtime.services.keeper
         while True:
             wake = self._wake
-            claimed = await self._claim()
-            if claimed is None:
+            if not await self._claim_and_run():
                 with trio.move_on_after(self.poll_s):
                     await wake.wait()
-                continue
-            task, lease = claimed
-            self._local.add(task.id)
-            try:
-                async with keeper.adopt(lease) as execution:
-                    fault_point("task_queue")  # (a crash here releases the lease: the task is resumed)
-                    with execution.cancel_scope:
-                        await self._run(task, execution)
-                if execution.lost_reason is not None:
-                    log.warning(
-                        "task %s lost its lease (%s): another node resumes it",
-                        task.id,
-                        execution.lost_reason,
-                        extra={"event": "task_lease_lost", "task_id": task.id},
-                    )
-            finally:
-                self._local.discard(task.id)
+
+    async def _claim_and_run(self) -> bool:
+        """Claim one task and run it (False: nothing to claim). A function of its own so that no
+        local keeps the finished task (its result, its actor) alive while the runner waits."""
+        keeper = self.runtime.services.keeper
+        claimed = await self._claim()
+        if claimed is None:
+            return False
+        task, lease = claimed
+        self._local.add(task.id)
+        try:
+            async with keeper.adopt(lease) as execution:
+                fault_point("task_queue")  # (a crash here releases the lease: the task is resumed)
+                with execution.cancel_scope:
+                    await self._run(task, execution)
+            if execution.lost_reason is not None:
+                log.warning(
+                    "task %s lost its lease (%s): another node resumes it",
+                    task.id,
+                    execution.lost_reason,
+                    extra={"event": "task_lease_lost", "task_id": task.id},
+                )
+        finally:
+            self._local.discard(task.id)
+        return True
 
     async def _run(self, task: QueuedTask, execution: Any) -> None:
         """Run one task to its end and record its result (never raises a RoostError).
@@ -386,6 +394,7 @@ class TaskQueue(SharedQueue):
         sink = TaskSink(task, self.listener)
         actor = None
         try:
+            fault_action("task.running")  # (claimed: the row is ``running`` under the task's lease)
             log.info(
                 "task %s started%s",
                 task.id,
@@ -447,6 +456,7 @@ class TaskQueue(SharedQueue):
             },
         )
         self.listener.task_finished(task)
+        note_large_output(len(result.get("lastMessage") or ""))  # its rows are written: trim the heap
 
     async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:
         """Run the task as one turn of the default agent (a resumed task: :data:`RESUME_PROMPT`).
@@ -471,7 +481,7 @@ class TaskQueue(SharedQueue):
             turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
             turn_id = task.turn_id = turn["id"]
         view = await actor.wait_turn_end(turn_id)
-        succeeded = view.get("status") == "completed"
+        succeeded, task.interrupted = view.get("status") == "completed", view.get("status") == "interrupted"
         error = None
         if not succeeded:
             error = (view.get("error") or {}).get("message") or f"the turn ended {view.get('status')}"
@@ -520,7 +530,7 @@ class TaskQueue(SharedQueue):
         if task.interrupt_pending:
             orch.interrupt("interrupted by client")
         outcome = await orch.run(task.task)
-        succeeded = outcome.status == "completed"
+        succeeded, task.interrupted = outcome.status == "completed", outcome.status == "interrupted"
         error = None if succeeded else outcome.error_message or f"the run ended {outcome.status}"
         return task_result(succeeded, error, last["agent"], last["message"])
 

@@ -35,6 +35,7 @@ import attrs
 import trio
 
 from roost import storage
+from roost._heap import note_large_output
 from roost.actors._actor import Actor, shielded_cleanup
 from roost.actors._views import item_payload, user_item_view
 from roost.errors import InvalidParams, LeaseHeld, NotFound, RoostError, StaleLease, StoreBusy, ThreadBusy
@@ -317,6 +318,7 @@ class TurnActor(Actor):
             await self._release()
             self.host.turn_released(self)
             self.stop("ended")
+            note_large_output(len(self.final_text or ""))  # a large reply's buffers go back to the OS
 
     async def _release(self) -> None:
         if self._hold is not None:

@@ -25,7 +25,8 @@ after stdin has ended cannot be answered by anyone, so it is denied (``approval_
 ``approved: false``) rather than left to hang; a question then is skipped (``answer: null``).
 
 Exit status: 0 after end of stdin and the last result; 1 when the daemon is unreachable (refused,
-missing socket, failed WebSocket handshake) or closes the connection while tasks are outstanding;
+missing socket, failed WebSocket handshake), refused a task this client sent (e.g. a read-only
+token: one line on stderr says why), or closes the connection while tasks are outstanding;
 2 on usage errors (click); 130 on Ctrl-C.
 """
 
@@ -74,6 +75,7 @@ class AttachClient:
         self.hold_lines = hold_lines and not json_mode
         self.renderer = Renderer(write)
         self.acks = 0  # dispatches sent, awaiting ``queued`` or an ``error``
+        self.refused: list[str] = []  # why the daemon refused our dispatches (``error`` text), in order
         self.waiting: set[str] = set()  # our sessionIds awaiting their ``result``
         self.held: deque[str] = deque()  # stdin lines read while a task was in flight (hold_lines)
         self.approval_pending = False
@@ -190,6 +192,7 @@ class AttachClient:
                 self.waiting.add(event["sessionId"])
         elif kind == "error" and event.get("code") in _DISPATCH_ERROR_CODES and self.acks > 0:
             self.acks -= 1
+            self.refused.append(str(event.get("message") or event.get("text") or event.get("code")))
         elif kind == "result":
             self.waiting.discard(event.get("sessionId"))
             self.interrupts = 0
@@ -319,8 +322,9 @@ async def run_attach(
             daemon restart); 0: do not.
 
     Returns:
-        The exit status: 0 done, 1 the connection closed while tasks were outstanding (and no
-        reconnect succeeded), 130 detached by Ctrl-C (or ``/quit``) with tasks outstanding.
+        The exit status: 0 done, 1 the daemon refused a task of this client, or the connection
+        closed while tasks were outstanding (and no reconnect succeeded), 130 detached by Ctrl-C
+        (or ``/quit``) with tasks outstanding.
 
     Raises:
         DaemonUnreachable: see :func:`open_link` (the first connection only).
@@ -384,13 +388,22 @@ async def run_attach(
     if state["error"] is not None:
         raise state["error"]
     if client.done.is_set():
-        return 0
+        return _refused_status(client)
     if client.detach.is_set():
         return 130 if client.in_flight() else 0
     if not json_mode:
         client.renderer._close()
     _warn(f"{state['reason'] or 'the connection closed'} ({target})")
     return 0 if client.stdin_done and not client.waiting and client.acks <= 0 else 1
+
+
+def _refused_status(client: AttachClient) -> int:
+    """The exit status once done: 1 (with one stderr line) when the daemon refused a task this
+    client sent (a task it would not take is a failure, not a success), else 0."""
+    if not client.refused:
+        return 0
+    _warn(f"{len(client.refused)} task(s) refused by the daemon: {client.refused[-1]}")
+    return 1
 
 
 def _stdin_is_tty() -> bool:

@@ -61,7 +61,7 @@ def open_cli_store() -> Iterator[Any]:
     """
     from roost.storage import open_backend
 
-    store = open_backend()
+    store = open_backend(read_only_ok=True)  # reads work on a read-only home
     try:
         yield store
     finally:

@@ -236,7 +236,7 @@ def _checked_config(as_json: bool, config: str | None) -> str | None:
 def list_command(as_json: bool) -> None:
     """List schedules, ordered by next run."""
     try:
-        store = open_backend()
+        store = open_backend(read_only_ok=True)  # reads work on a read-only home
         try:
             with store.read() as conn:
                 jobs = db.list_jobs(conn)

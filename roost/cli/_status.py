@@ -43,7 +43,7 @@ def ask_status(socket_path: str, *, timeout: float = TIMEOUT) -> dict:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(socket_path)
-        sock.sendall(b'{"type":"status"}\n')
+        sock.sendall(b'{"type":"status","countSelf":false}\n')  # this connection is not a client
         buffer = b""
         while True:
             data = sock.recv(1 << 16)
@@ -67,7 +67,7 @@ def _from_store() -> tuple[list[dict], dict[str, Any] | None]:
     from roost.cli._schedule import job_item
     from roost.storage import open_backend
 
-    store = open_backend()
+    store = open_backend(read_only_ok=True)  # reads work on a read-only home
     cluster = None
     try:
         with store.read() as conn:

@@ -27,15 +27,13 @@ the process holding its peak.
 from __future__ import annotations
 
 import collections
-import ctypes
-import functools
 import logging
 import os
-import sys
 from collections.abc import Callable
 
 import trio
 
+from roost._heap import release_memory
 from roost._paths import positive_env
 from roost.protocol._coalesce import COALESCE_AFTER
 
@@ -280,27 +278,3 @@ def stall_timeout_from_env() -> float:
     except ValueError:
         return DEFAULT_STALL_TIMEOUT_S
     return value if value > 0 else DEFAULT_STALL_TIMEOUT_S
-
-
-@functools.lru_cache(maxsize=1)
-def _malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
-
-
-def release_memory() -> None:
-    """Hand freed heap memory back to the OS (glibc ``malloc_trim(0)``; a no-op elsewhere).
-
-    CPython frees a drained backlog's buffers to malloc, which keeps them mapped; trimming returns
-    them, so the process's resident size falls back after a large reply.
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)

@@ -539,7 +539,8 @@ class ServeDaemon:
         elif kind == "status":  # additive (issue 17): see roost.protocol._serve_status
             from roost.protocol._serve_status import status_snapshot
 
-            conn.send(status_snapshot(self))
+            # ``countSelf: false`` (roost status): the asking connection only asks; leave it out
+            conn.send(status_snapshot(self, asker=None if message.get("countSelf", True) is not False else conn))
         else:
             conn.send(_error(f"unknown input type {kind!r}", "invalid_request"))
 

@@ -9,7 +9,7 @@ Metrics (all prefixed ``roost_``):
 name                                type      meaning
 =================================== ========= ====================================================
 ``tasks_accepted_total{source}``    counter   tasks queued (``client``, ``schedule``, ``mcp``)
-``tasks_finished_total{outcome}``   counter   tasks ended (``succeeded``, ``failed``)
+``tasks_finished_total{outcome}``   counter   tasks ended (``succeeded``, ``failed``, ``interrupted``)
 ``turns_total{status}``             counter   turns ended (``completed``, ``failed``, ``interrupted``)
 ``tokens_total{kind}``              counter   model tokens of ended turns (``input``, ``output``, ``cached``)
 ``provider_request_seconds``        histogram one model call, from request to its last event
@@ -106,7 +106,11 @@ class DaemonMetrics:
 
     def task_finished(self, task: Any) -> None:
         result = getattr(task, "result", None) or {}
-        self.finished.labels(outcome="succeeded" if result.get("succeeded") else "failed").inc()
+        if result.get("succeeded"):
+            outcome = "succeeded"
+        else:
+            outcome = "interrupted" if getattr(task, "interrupted", False) else "failed"
+        self.finished.labels(outcome=outcome).inc()
 
     def notification(self, method: str, params: dict) -> None:
         """Count an ended turn and its tokens (``turn/completed`` / ``turn/error``)."""

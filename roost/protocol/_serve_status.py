@@ -96,8 +96,11 @@ def _tree(runtime: Any) -> str | None:
         return None
 
 
-def status_snapshot(daemon: Any) -> dict:
+def status_snapshot(daemon: Any, *, asker: Any = None) -> dict:
     """The ``status`` event of ``daemon`` (a :class:`~roost.protocol._serve_daemon.ServeDaemon`).
+
+    ``asker``, when given, is left out of the clients: the asking connection of ``roost status``,
+    which connects only to ask (the input ``{"type": "status", "countSelf": false}``).
 
     Returns:
         ``{"type": "status", "pid", "workDir", "socket", "httpPort",
@@ -117,7 +120,7 @@ def status_snapshot(daemon: Any) -> dict:
     queued.sort(key=lambda e: e["position"] if e["position"] is not None else 1 << 30)
     clients = []
     for key, client in daemon.clients.items():
-        live = [c for c in client.conns if getattr(c, "alive", False)]
+        live = [c for c in client.conns if getattr(c, "alive", False) and c is not asker]
         if live:
             clients.append(
                 {"client": key, "connections": len(live), "readOnly": all(getattr(c, "read_only", False) for c in live)}

@@ -14,12 +14,13 @@ __all__ = ["open_backend"]
 _URL_ENV = "ROOST_DATABASE_URL"
 
 
-def open_backend(database_url: str | None = None, *, path: str | Path | None = None) -> Any:
+def open_backend(database_url: str | None = None, *, path: str | Path | None = None, read_only_ok: bool = False) -> Any:
     """Open the configured store: PostgreSQL for a ``postgresql://`` URL, else the SQLite file.
 
     The URL comes from ``database_url`` (the ``--database-url`` option), else from
     ``$ROOST_DATABASE_URL``; with neither, the SQLite database at ``path`` (default
-    ``$ROOST_HOME/roost.db``) is opened, as before.
+    ``$ROOST_HOME/roost.db``) is opened, as before; ``read_only_ok`` is :func:`open_store`'s (a
+    reading command on a read-only home gets a read-only store; PostgreSQL ignores it).
 
     Returns:
         A :class:`PostgresStore` or a SQLite :class:`Store` (both implement
@@ -32,7 +33,7 @@ def open_backend(database_url: str | None = None, *, path: str | Path | None = N
     """
     url = (database_url if database_url is not None else os.environ.get(_URL_ENV, "")).strip()
     if not url:
-        return open_store(path)
+        return open_store(path, read_only_ok=read_only_ok)
     from ._pg_connect import SETTING, is_postgres_url, validate_url
     from ._pg_store import open_postgres_store
 

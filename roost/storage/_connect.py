@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from roost.errors import Conflict, StoreBusy, StoreCorrupt, StoreDiskFull, Store
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "connect",
+    "connect_read_only",
     "immediate",
     "is_locked",
     "translate_error",
@@ -66,6 +68,30 @@ def connect(
     conn.execute("PRAGMA foreign_keys = ON")
     if query_only:
         conn.execute("PRAGMA query_only = 1")
+    return conn
+
+
+def connect_read_only(path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> sqlite3.Connection:
+    """Open ``path`` read-only (``mode=ro``), for a database whose file or directory is unwritable.
+
+    A WAL database needs its ``-shm`` file; when there is no ``-wal`` file (nothing waits to be
+    checkpointed) and the directory is not writable (so no writer can start one), the file is
+    opened ``immutable=1``, which SQLite reads without ``-shm`` (https://www.sqlite.org/wal.html,
+    "Read-Only Databases"; https://www.sqlite.org/uri.html). Rows as :class:`sqlite3.Row`.
+
+    Raises:
+        StoreError: the file cannot be opened.
+    """
+    path = Path(path)
+    immutable = not Path(f"{path}-wal").exists() and not os.access(path.parent, os.W_OK)
+    uri = f"{path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        conn.execute("PRAGMA query_only = 1")
+    except sqlite3.Error as exc:
+        raise translate_error(exc) from exc
     return conn
 
 

@@ -30,6 +30,7 @@ __all__ = ["reconcile_pg"]
 _LIVE = """EXISTS (SELECT 1 FROM leases WHERE leases.key = 'thread:' || {col}
                    AND leases.owner IS NOT NULL AND leases.expires_at > %(now)s)"""
 _ABANDONED = "interrupted: the process running it ended without settling it"
+_NOT_STARTED = "interrupted: the process admitting the run ended before its first turn started"
 
 
 def _abandoned_error(raw: Any) -> str:
@@ -52,10 +53,12 @@ def reconcile_pg(conn: psycopg.Connection, owner: str, *, now: float | None = No
         now: unix seconds to judge expiry by (default: the database's clock).
 
     Returns:
-        The counts of released leases and interrupted turns, workers and runs.
+        The counts of released leases, interrupted turns, workers, runs and items, and lost
+        background processes.
     """
     with conn.transaction():
-        params = {"owner": owner, "now": db_now(conn) if now is None else now, "stamp": utc_now()}
+        stamp = utc_now()
+        params = {"owner": owner, "now": db_now(conn) if now is None else now, "stamp": stamp}
         held = conn.execute(
             "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND owner <> %(owner)s AND expires_at > %(now)s"
             " FOR UPDATE",
@@ -70,7 +73,8 @@ def reconcile_pg(conn: psycopg.Connection, owner: str, *, now: float | None = No
             params,
         ).rowcount
         turns = conn.execute(
-            f"SELECT id, error FROM turns WHERE status = 'running' AND NOT {_LIVE.format(col='turns.thread_id')}"
+            "SELECT id, error FROM turns WHERE status IN ('queued', 'running')"
+            f" AND NOT {_LIVE.format(col='turns.thread_id')}"
             " FOR UPDATE",
             params,
         ).fetchall()
@@ -79,10 +83,13 @@ def reconcile_pg(conn: psycopg.Connection, owner: str, *, now: float | None = No
                 "UPDATE turns SET status = 'interrupted', completed_at = %s, error = %s WHERE id = %s",
                 (params["stamp"], _abandoned_error(error), turn_id),
             )
-        conn.execute(
-            """UPDATE items SET status = 'interrupted' WHERE status = 'in_progress'
-                  AND turn_id IN (SELECT id FROM turns WHERE status = 'interrupted')"""
-        )
+        items = conn.execute(
+            f"""UPDATE items SET status = 'interrupted'
+                WHERE status = 'in_progress' AND NOT {_LIVE.format(col="items.thread_id")}
+                  AND NOT EXISTS (SELECT 1 FROM turns WHERE turns.id = items.turn_id
+                                  AND turns.status IN ('queued', 'running'))""",
+            params,
+        ).rowcount
         workers = conn.execute(
             f"""UPDATE workers SET status = 'interrupted', updated_at = %(stamp)s
                 WHERE status IN ('pending', 'running', 'waiting_children')
@@ -98,5 +105,44 @@ def reconcile_pg(conn: psycopg.Connection, owner: str, *, now: float | None = No
                            ELSE NOT {_LIVE.format(col="runs.thread_id")} END""",
             params,
         ).rowcount
+        runs += _settle_accepted_runs(conn, owner, stamp)
+        lost = _settle_background_processes(conn, owner, stamp)
         killed = reap_tool_processes(conn, owner)
-    return ReconcileReport(leases, len(turns), workers, runs, killed)
+    return ReconcileReport(leases, len(turns), workers, runs, killed, items, lost)
+
+
+def _settle_accepted_runs(conn: psycopg.Connection, owner: str, stamp: str) -> int:
+    """Runs left ``accepted`` by ``owner``, a dead starter of this host or an unknown one become
+    ``interrupted`` (the SQLite rule, :func:`roost.storage._reconcile._settle_accepted_runs`)."""
+    settled = 0
+    for run_id, metadata in conn.execute("SELECT id, metadata FROM runs WHERE status = 'accepted' FOR UPDATE"):
+        try:
+            starter = ((loads(metadata) if metadata else {}).get("runtime") or {}).get("owner")
+        except (ValueError, AttributeError):
+            starter = None
+        if starter and starter != owner and not owner_is_dead(starter):
+            continue
+        error = dumps({"code": "interrupted", "message": _NOT_STARTED}).decode()
+        settled += conn.execute(
+            "UPDATE runs SET status = 'interrupted', completed_at = %s, error = %s"
+            " WHERE id = %s AND status = 'accepted'",
+            (stamp, error, run_id),
+        ).rowcount
+    return settled
+
+
+def _settle_background_processes(conn: psycopg.Connection, owner: str, stamp: str) -> int:
+    """``running`` background processes of ``owner`` or of a dead process of this host become ``lost``."""
+    settled = 0
+    owners = conn.execute("SELECT DISTINCT owner FROM background_processes WHERE status = 'running'").fetchall()
+    for (holder,) in owners:
+        if holder != owner and not owner_is_dead(holder):
+            continue
+        settled += conn.execute(
+            """UPDATE background_processes SET status = 'lost', ended_at = %s,
+                      reason = 'Roost ended while the process ran',
+                      trigger_status = CASE trigger_status WHEN 'waiting' THEN 'stopped' ELSE trigger_status END
+               WHERE owner = %s AND status = 'running'""",
+            (stamp, holder),
+        ).rowcount
+    return settled

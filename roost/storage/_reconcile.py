@@ -30,6 +30,8 @@ class ReconcileReport:
     workers_interrupted: int
     runs_interrupted: int
     tool_processes_killed: int = 0
+    items_interrupted: int = 0
+    background_processes_lost: int = 0
 
 
 def reconcile(conn: Any, owner: str, *, now: float | None = None) -> ReconcileReport:
@@ -38,13 +40,22 @@ def reconcile(conn: Any, owner: str, *, now: float | None = None) -> ReconcileRe
     * leases held by ``owner`` (this process's identity, e.g. a fixed owner of a restarted
       daemon), expired, or held by a dead process of this host (:func:`owner_is_dead`) are
       released (tokens kept, so they keep growing);
-    * turns and runs still ``running`` become ``interrupted`` (``completed_at`` now; a turn's
-      ``error`` gets ``category: "cancelled", reason: "abandoned"``), runs left ``accepted`` by a
-      dead starter likewise (:func:`_settle_accepted_runs`), and workers
+    * turns still ``queued`` or ``running`` and runs still ``running`` become ``interrupted``
+      (``completed_at`` now; a turn's ``error`` gets ``category: "cancelled", reason:
+      "abandoned"``), runs left ``accepted`` by a dead starter likewise
+      (:func:`_settle_accepted_runs`), items still ``in_progress`` outside an executing turn
+      become ``interrupted``, and workers
       ``pending``, ``running`` or ``waiting_children`` become ``interrupted``, unless their thread
       is under a live lease of another process (which is still executing it). ``queued`` workers
       are kept: a queued spawn survives a restart and is claimed exactly once later
       (:func:`claim_queued_worker`).
+    * Not here, by design: daemon tasks ``queued``/``running`` are resumed by the next daemon
+      (``TaskQueue.restore``), schedule runs ``claimed``/``running`` are adopted or settled by the
+      next scheduler, an objective task ``running`` settles with its daemon task, and held or
+      pending input waits for the thread's next turn: each is work accepted and owed, and the
+      component that owes it finishes it at start-up.
+    * background processes (``process/*``) still ``running`` for ``owner`` or a dead process of
+      this host become ``lost`` (:func:`_settle_background_processes`);
     * tool process groups (shell commands) recorded by ``owner`` or by a dead process of this
       host are sent SIGKILL when they still run and are the recorded ones (leader start time),
       and their rows deleted (:func:`~roost.storage.reap_tool_processes`).
@@ -71,34 +82,24 @@ def reconcile(conn: Any, owner: str, *, now: float | None = None) -> ReconcileRe
         "abandoned": "interrupted: the process running it ended without settling it",
     }
     with immediate(conn):
-        # A lease whose owner is a dead process of this host is as good as expired (kill -9).
-        held = conn.execute(
-            "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND owner != :owner AND expires_at > :now",
-            params,
-        ).fetchall()
-        for key, holder in held:
-            if owner_is_dead(holder):
-                conn.execute("UPDATE leases SET expires_at = 0 WHERE key = ? AND owner = ?", (key, holder))
-        leases = conn.execute(
-            """UPDATE leases SET owner = NULL, successor = NULL, expires_at = 0
-               WHERE (owner IS NOT NULL OR successor IS NOT NULL)
-                 AND (owner = :owner OR expires_at <= :now)""",
-            params,
-        ).rowcount
+        leases = _release_leases(conn, params)
         turns = conn.execute(
             f"""UPDATE turns SET status = 'interrupted', completed_at = :stamp,
                        error = json_set(CASE WHEN json_valid(error) THEN error ELSE '{{}}' END,
                                         '$.category', 'cancelled', '$.reason', 'abandoned',
                                         '$.message', :abandoned)
-                WHERE status = 'running' AND NOT {_LIVE.format(col="turns.thread_id")}""",
+                WHERE status IN ('queued', 'running') AND NOT {_LIVE.format(col="turns.thread_id")}""",
             params,
         ).rowcount
-        # Items checkpointed while running (a started tool call) end with their turn.
-        conn.execute(
-            """UPDATE items SET status = 'interrupted'
-                WHERE status = 'in_progress'
-                  AND turn_id IN (SELECT id FROM turns WHERE status = 'interrupted')"""
-        )
+        # Items checkpointed while running (a started tool call) end with their turn: any item
+        # still in progress whose turn is not executing (settled, gone, or never recorded).
+        items = conn.execute(
+            f"""UPDATE items SET status = 'interrupted'
+                WHERE status = 'in_progress' AND NOT {_LIVE.format(col="items.thread_id")}
+                  AND NOT EXISTS (SELECT 1 FROM turns WHERE turns.id = items.turn_id
+                                  AND turns.status IN ('queued', 'running'))""",
+            params,
+        ).rowcount
         workers = conn.execute(
             f"""UPDATE workers SET status = 'interrupted', updated_at = :stamp
                 WHERE status IN ('pending', 'running', 'waiting_children')
@@ -115,8 +116,49 @@ def reconcile(conn: Any, owner: str, *, now: float | None = None) -> ReconcileRe
             params,
         ).rowcount
         runs += _settle_accepted_runs(conn, owner, stamp)
+        lost = _settle_background_processes(conn, owner, stamp)
         killed = reap_tool_processes(conn, owner)
-    return ReconcileReport(leases, turns, workers, runs, killed)
+    return ReconcileReport(leases, turns, workers, runs, killed, items, lost)
+
+
+def _release_leases(conn: sqlite3.Connection, params: dict) -> int:
+    """Release leases held by ``params["owner"]``, expired, or held by a dead process of this host
+    (as good as expired: it was killed); tokens are kept. Returns how many were released."""
+    held = conn.execute(
+        "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND owner != :owner AND expires_at > :now",
+        params,
+    ).fetchall()
+    for key, holder in held:
+        if owner_is_dead(holder):
+            conn.execute("UPDATE leases SET expires_at = 0 WHERE key = ? AND owner = ?", (key, holder))
+    return conn.execute(
+        """UPDATE leases SET owner = NULL, successor = NULL, expires_at = 0
+           WHERE (owner IS NOT NULL OR successor IS NOT NULL)
+             AND (owner = :owner OR expires_at <= :now)""",
+        params,
+    ).rowcount
+
+
+def _settle_background_processes(conn: sqlite3.Connection, owner: str, stamp: str) -> int:
+    """``running`` background processes of ``owner`` or of a dead process of this host become ``lost``.
+
+    Their process group is a recorded tool process, so :func:`reap_tool_processes` kills it; the
+    row says why it ended (``reason``) and a waiting exit trigger is ``stopped`` (it never fires).
+    Returns the number of rows settled.
+    """
+    settled = 0
+    owners = conn.execute("SELECT DISTINCT owner FROM background_processes WHERE status = 'running'").fetchall()
+    for (holder,) in owners:
+        if holder != owner and not owner_is_dead(holder):
+            continue  # a live process of this or another host still runs it
+        settled += conn.execute(
+            """UPDATE background_processes SET status = 'lost', ended_at = ?,
+                      reason = 'Roost ended while the process ran',
+                      trigger_status = CASE trigger_status WHEN 'waiting' THEN 'stopped' ELSE trigger_status END
+               WHERE owner = ? AND status = 'running'""",
+            (stamp, holder),
+        ).rowcount
+    return settled
 
 
 def _settle_accepted_runs(conn: sqlite3.Connection, owner: str, stamp: str) -> int:

@@ -23,7 +23,7 @@ from roost.errors import (
     StoreReadOnly,
 )
 
-from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
+from ._connect import DEFAULT_BUSY_TIMEOUT, connect, connect_read_only, immediate, translate_error
 from ._schema import migrate
 from ._sqlite_ops import SQLiteOperations
 
@@ -45,12 +45,23 @@ class Store(SQLiteOperations):
     Attributes:
         path: the database file.
         writer: the process's :class:`StoreWriter` (start it with ``nursery.start(store.writer.run)``).
+        read_only: opened by ``open_store(read_only_ok=True)`` on an unwritable home: reads work,
+            :meth:`transaction` and :attr:`writer` raise :class:`StoreReadOnly`.
     """
 
     def __init__(
-        self, path: Path, *, busy_timeout: float, batch_max: int, queue_size: int, _tempdir: str | None = None
+        self,
+        path: Path,
+        *,
+        busy_timeout: float,
+        batch_max: int,
+        queue_size: int,
+        _tempdir: str | None = None,
+        read_only: StoreReadOnly | None = None,
     ) -> None:
         self.path = path
+        self.read_only = read_only is not None
+        self._why_read_only = read_only
         self.busy_timeout = busy_timeout
         self._writer_sizes = (batch_max, queue_size)
         self._writer: StoreWriter | None = None
@@ -63,6 +74,8 @@ class Store(SQLiteOperations):
     def writer(self) -> StoreWriter:
         """The process's :class:`StoreWriter`, created on first use (it imports trio: a blocking
         CLI command that only reads never pays for that)."""
+        if self._why_read_only is not None:
+            raise StoreReadOnly(str(self._why_read_only))
         if self._writer is None:
             from ._writer import StoreWriter
 
@@ -88,7 +101,10 @@ class Store(SQLiteOperations):
                 raise StoreClosed("the store is closed")
             conn = self._idle.pop() if self._idle else None
         if conn is None:
-            conn = connect(self.path, query_only=True, busy_timeout=self.busy_timeout)
+            if self.read_only:
+                conn = connect_read_only(self.path, busy_timeout=self.busy_timeout)
+            else:
+                conn = connect(self.path, query_only=True, busy_timeout=self.busy_timeout)
         try:
             yield conn
         finally:
@@ -113,6 +129,8 @@ class Store(SQLiteOperations):
         """
         if self._closed:
             raise StoreClosed("the store is closed")
+        if self._why_read_only is not None:
+            raise StoreReadOnly(str(self._why_read_only))
         conn = connect(self.path, busy_timeout=self.busy_timeout)
         try:
             with immediate(conn):
@@ -147,6 +165,7 @@ def open_store(
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     batch_max: int = 512,
     queue_size: int = 4096,
+    read_only_ok: bool = False,
 ) -> Store:
     """Open (creating and migrating as needed) the database and return a :class:`Store`.
 
@@ -159,6 +178,9 @@ def open_store(
         busy_timeout: seconds a connection waits for another's lock.
         batch_max: most writes per group commit.
         queue_size: bound of the writer's queue.
+        read_only_ok: a command that mostly reads: when the database (or its directory) cannot
+            be written but its schema is current, return a read-only store (:attr:`Store.read_only`)
+            instead of raising, so reads keep working on a read-only home (issue 18, finding 6).
 
     Raises:
         MigrationError: the schema could not be brought up to date.
@@ -183,10 +205,13 @@ def open_store(
             migrate(conn)
         finally:
             conn.close()
-    except sqlite3.DatabaseError as exc:  # "file is not a database", a corrupt header...
-        raise _open_failure(db_path, translate_error(exc)) from exc
-    except StoreError as exc:
-        raise _open_failure(db_path, exc) from exc
+    except (sqlite3.DatabaseError, StoreError) as exc:  # "file is not a database", unwritable...
+        failure = _open_failure(db_path, exc if isinstance(exc, StoreError) else translate_error(exc))
+        if read_only_ok and isinstance(failure, StoreReadOnly) and _schema_current(db_path, busy_timeout):
+            return Store(
+                db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, read_only=failure
+            )
+        raise failure from exc
     return Store(db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, _tempdir=tempdir)
 
 
@@ -226,3 +251,19 @@ def _passes_integrity_check(db_path: Path) -> bool:
     except sqlite3.DatabaseError as exc:
         code = getattr(exc, "sqlite_errorcode", 0) or 0
         return (code & 0xFF) not in (11, 26)  # corrupt / not a database; other errors say nothing
+
+
+def _schema_current(db_path: Path, busy_timeout: float) -> bool:
+    """Whether ``db_path`` opens read-only and holds every migration this code knows."""
+    from ._schema import MIGRATIONS, schema_version
+
+    try:
+        conn = connect_read_only(db_path, busy_timeout=busy_timeout)
+    except StoreError:
+        return False
+    try:
+        return set(MIGRATIONS.names()) <= set(schema_version(conn))
+    except StoreError:
+        return False
+    finally:
+        conn.close()

@@ -36,6 +36,8 @@ R = TypeVar("R")
 
 #: Re-runs of a group whose transaction was destroyed by a failing write (bounded).
 _MAX_GROUP_RESTARTS = 8
+#: A group whose arguments hold at least this many bytes of text is followed by a fresh connection.
+_REOPEN_AFTER_BYTES = 1 << 20
 #: Put on the queue to wake the writer for an urgent write (never run).
 _WAKE: Any = object()
 
@@ -242,16 +244,38 @@ class StoreWriter:
                         write.error = StoreClosed("the store writer crashed during this write")
                     raise
                 finally:
-                    waiting = {id(w) for w in deferred}
-                    self._carried = deferred + self._carried  # (an urgent group leaves the older ones)
-                    for write in group:
-                        if write.done is not None and id(write) not in waiting:
-                            write.done.set()
+                    self._answer(group, deferred)
+                if _bound_bytes([(w.args, w.kwargs) for w in group]) >= _REOPEN_AFTER_BYTES:
+                    # SQLite keeps a cached statement's last bound values (a copy of them) until
+                    # the statement runs again: a fresh connection frees a large write's copies.
+                    conn = await trio.to_thread.run_sync(self._reopen, conn)
+                # Let go of the group now, not when the next write arrives: its arguments and
+                # results can be large (a 30 MiB reply's item and task rows; issue 18, finding 5).
+                del group, deferred
         finally:
             if self.state is WriterState.RUNNING:
                 self.state = WriterState.NEW
             if conn is not None:
                 conn.close()
+
+    def _reopen(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """Close ``conn`` and open a fresh write connection (blocking, in a worker thread)."""
+        conn.close()
+        return connect(self.path, busy_timeout=self.busy_timeout)
+
+    def _answer(self, group: list[_Write], deferred: list[_Write]) -> None:
+        """Wake the callers of ``group``'s writes that ran; keep ``deferred`` for the next group.
+
+        A fire-and-forget write's result is dropped (nobody reads it), and no reference to a
+        write outlives this call, so a large row is freed as soon as its caller is done with it.
+        """
+        waiting = {id(w) for w in deferred}
+        self._carried = deferred + self._carried  # (an urgent group leaves the older ones)
+        for write in group:
+            if write.done is None:
+                write.result = None
+            elif id(write) not in waiting:
+                write.done.set()
 
     def close(self) -> None:
         """Stop for good: writes still queued get :class:`StoreClosed`, later ones too (idempotent)."""
@@ -394,3 +418,19 @@ def _fresh(exc: StoreError) -> StoreError:
         err = StoreError(str(exc))
     err.__cause__ = exc.__cause__ or exc
     return err
+
+
+def _bound_bytes(value: Any, depth: int = 0) -> int:
+    """Bytes of text (``str``/``bytes``) in ``value``, looking into containers up to 6 levels deep
+    and into attrs instances (an estimate of what a write binds; cheap for small writes)."""
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return len(value)
+    if depth >= 6:
+        return 0
+    if isinstance(value, dict):
+        return sum(_bound_bytes(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_bound_bytes(v, depth + 1) for v in value)
+    if attrs.has(type(value)):
+        return sum(_bound_bytes(getattr(value, f.name, None), depth + 1) for f in attrs.fields(type(value)))
+    return 0

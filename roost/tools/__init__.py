@@ -39,6 +39,7 @@ from roost.tools._plugins import plugin_tool_names as plugin_tool_names
 from roost.tools._policy import approval_request_for as approval_request_for
 from roost.tools._policy import run_tool as run_tool
 from roost.tools._schema import validate_args as validate_args
+from roost.tools._shell import MARK_ENV as MARK_ENV
 from roost.tools._shell import spawn_shell as spawn_shell
 from roost.tools._shell import stop_process_group as stop_process_group
 
@@ -55,6 +56,7 @@ __all__ = [
     "spawn_shell",
     "APPROVAL_KINDS",
     "DEFAULT_KILL_GRACE_S",
+    "MARK_ENV",
     "DEFAULT_OUTPUT_CAP_BYTES",
     "PERMISSION_MODES",
     "PLUGIN_GROUPS",

@@ -1,10 +1,11 @@
 """Soak: a protocol fuzzer (hypothesis strategies) over the stdin and socket dialects.
 
 Lines are drawn from hypothesis strategies: valid-looking requests with wrong fields, random JSON values,
-broken JSON and raw bytes. Dialects: ``roost app-server`` (stdin) and ``roost serve`` (Unix socket
-and WebSocket); ``roost repl --vscode`` is not fuzzed yet. Counted: lines sent, crashes (the
-process exited, or the connection dropped), and unanswered lines (app-server: a request with an
-id that got no response; the others: a sentinel sent after each batch that got no answer).
+broken JSON and raw bytes. Dialects: ``roost app-server``, ``roost repl --vscode`` and ``roost run
+--bridge`` (stdin; the last two through tests/_helpers/fuzz.py) and ``roost serve`` (Unix socket
+and WebSocket). Counted: lines sent, crashes (the process exited, or the connection dropped), and
+unanswered lines (app-server: a request with an id that got no response; the bridge: a line short
+of its error event; the others: a sentinel sent after each batch that got no answer).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from _helpers.appserver import AppServerClient, roost_argv, scripted_env
+from _helpers.appserver import AppServerClient, roost_argv, script_env, scripted_env
+from _helpers.fuzz import BRIDGE, VSCODE, fuzz_bridge, fuzz_vscode
 from _helpers.serve_client import open_daemon
 from hypothesis import strategies as st
 
 from soak._soak import ITERATIONS
+from _helpers.timing import scaled
 
 pytestmark = [pytest.mark.soak, pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")]
 
@@ -55,15 +58,15 @@ async def _fuzz_app_server(env: dict, cwd: Path, lines: list[bytes], ids: list[s
             await client.send(line + b"\n")
         await client.send({"id": "sentinel", "method": "thread/list", "params": {}})
         try:
-            await client.wait_line(lambda m: m.get("id") == "sentinel", timeout=60)
+            await client.wait_line(lambda m: m.get("id") == "sentinel", timeout=scaled(60))
             for rid in ids:   # ordering keys may delay some: wait for each
-                await client.wait_line(lambda m, rid=rid: m.get("id") == rid, timeout=30)
+                await client.wait_line(lambda m, rid=rid: m.get("id") == rid, timeout=scaled(30))
         except (AssertionError, trio.TooSlowError):
             pass
         answered = {m.get("id") for m in client.lines}
         unanswered = sum(rid not in answered for rid in ids) + ("sentinel" not in answered)
         await client.close_stdin()
-        with trio.move_on_after(30):
+        with trio.move_on_after(scaled(30)):
             await process.wait()
         if process.returncode is None:
             process.kill()
@@ -89,6 +92,15 @@ async def test_soak_protocol_fuzz(tmp_path: Path, roost_home: Path, soak_report)
         crashes += crashed
         unanswered += missing
 
+    stdin_env = script_env(tmp_path, roost_home, "default: echo\n")
+    for _ in range(ITERATIONS):
+        for strategy, fuzz in ((VSCODE, fuzz_vscode), (BRIDGE, fuzz_bridge)):
+            lines = [strategy.example() for _ in range(LINES_PER_ITERATION // 2)]
+            crashed, missing = await fuzz(stdin_env, tmp_path, lines)
+            sent += len(lines)
+            crashes += crashed
+            unanswered += missing
+
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"rules": [], "default": "echo"}))
     async with open_daemon(script=script) as daemon:
@@ -110,7 +122,7 @@ async def test_soak_protocol_fuzz(tmp_path: Path, roost_home: Path, soak_report)
                     await client.send({"type": "question_response", "answer": "sentinel"})
                     try:
                         await client.wait_for("error", lambda e: "no question is pending" in e.get("text", ""),
-                                              start=start, timeout=60)
+                                              start=start, timeout=scaled(60))
                     except (AssertionError, trio.TooSlowError):
                         unanswered += 1
                     crashes += client.closed is not None

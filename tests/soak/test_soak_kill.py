@@ -23,6 +23,7 @@ from _helpers.appserver import AppServerClient, RemoteError, roost_argv, scripte
 from _helpers.serve_client import open_daemon, start_daemon
 
 from soak._soak import ITERATIONS, linux_only, marked_processes
+from _helpers.timing import scaled
 
 pytestmark = [pytest.mark.soak, linux_only]
 
@@ -41,7 +42,7 @@ async def _start(env: dict, cwd: Path) -> tuple[trio.Process, AppServerClient]:
 
 async def _orphans(tag: str) -> int:
     """Tool processes of this run still running once SIGKILL had 5 s to be delivered."""
-    with trio.move_on_after(5):
+    with trio.move_on_after(scaled(5)):
         while marked_processes(tag):
             await trio.sleep(0.1)
     return len(marked_processes(tag))
@@ -71,7 +72,7 @@ async def test_soak_kill9_app_server_and_daemon(tmp_path: Path, roost_home: Path
                 prompt = f"{'tool' if rng.random() < 0.5 else 'echo'} {iteration}.{n}"
                 try:
                     reply = await client.request("turn/queue" if n else "turn/start",
-                                                 {"thread_id": tid, "prompt": prompt}, timeout=30)
+                                                 {"thread_id": tid, "prompt": prompt}, timeout=scaled(30))
                 except RemoteError:
                     continue
                 turn = reply.get("turn") or {}

@@ -19,6 +19,7 @@ from _helpers.appserver import open_app_server, scripted_env
 from test_appserver_leases import start_thread, wait_output, write_script
 
 from soak._soak import ITERATIONS, linux_only
+from _helpers.timing import scaled
 
 pytestmark = [pytest.mark.soak, linux_only]
 
@@ -47,7 +48,7 @@ async def test_soak_sigstop_partitions(tmp_path: Path, roost_home: Path, soak_re
                 go.touch()
             finally:
                 a.process.send_signal(signal.SIGCONT)
-            await a.wait_terminal(a_turn, start=start, timeout=60)
+            await a.wait_terminal(a_turn, start=start, timeout=scaled(60))
         db = sqlite3.connect(roost_home / "roost.db")
         try:
             first_b = db.execute("SELECT min(rowid) FROM items WHERE turn_id = ?", (b_turn,)).fetchone()[0]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 from _helpers.serve_client import WsClient, open_daemon
+from _helpers.timing import scaled
 from trio_websocket import wrap_client_stream
 
 from soak._soak import ITERATIONS, linux_only, rss_bytes
@@ -37,11 +38,34 @@ async def _attach_stalled(daemon, nursery, index: int) -> WsClient:
     await sock.connect(("127.0.0.1", daemon.port))
     ws = await wrap_client_stream(nursery, trio.SocketStream(sock), "127.0.0.1", "/attach",
                                   extra_headers=[("Fuseraft-Client-Id", f"stalled{index}")])
-    return WsClient(ws)
+    client = WsClient(ws)
+    client.port = sock.getsockname()[1]  # the daemon sees this as the connection's remote port
+    return client
 
 
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def _peer_ports(pid: int) -> set[int]:
+    """Remote ports of ``pid``'s open TCP sockets (its fds' socket inodes in /proc/net/tcp*): a
+    client's connection is gone from the daemon once its local port is not among them. Counting
+    all fds would not do: the store opens and closes database files meanwhile."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[2].rsplit(":", 1)[1], 16))
+    return ports
 
 
 async def test_soak_stalled_clients(tmp_path: Path, soak_report) -> None:
@@ -58,29 +82,29 @@ async def test_soak_stalled_clients(tmp_path: Path, soak_report) -> None:
             await reader.wait_for("hello")
             for _ in range(ITERATIONS):
                 base = rss_bytes(pid)
-                fds_before = _fds(pid)
                 peak = base
                 async with trio.open_nursery() as nursery:
                     stalled = [await _attach_stalled(daemon, nursery, i) for i in range(STALLED)]
-                    with trio.fail_after(30):
-                        while _fds(pid) < fds_before + STALLED:   # every stalled client is accepted
+                    ports = {c.port for c in stalled}
+                    with trio.fail_after(scaled(30)):
+                        while not ports <= _peer_ports(pid):   # every stalled client is accepted
                             await trio.sleep(0.02)
-                    attached = _fds(pid)
                     start = len(reader.events)
                     began = time.monotonic()
                     await reader.send({"type": "user_input", "text": "big reply"})
                     sid = (await reader.wait_for("queued", start=start))["sessionId"]
                     # A client that reads nothing never sees the FIN (it is queued behind data its
                     # full window refuses), so the disconnect is seen on the daemon's side: its
-                    # connection file descriptors closing.
+                    # connections to these clients' ports closing (a bounded wait: never a hang).
                     closed_at: list[float] = []
-                    while len(closed_at) < STALLED:
+                    deadline = time.monotonic() + scaled(120)
+                    while len(closed_at) < STALLED and time.monotonic() < deadline:
                         peak = max(peak, rss_bytes(pid))
-                        gone = attached - _fds(pid)
+                        gone = len(ports - _peer_ports(pid))
                         while len(closed_at) < min(gone, STALLED):
                             closed_at.append(time.monotonic() - began)
                         await trio.sleep(0.05)
-                    await reader.wait_for("result", lambda e, sid=sid: e["sessionId"] == sid, timeout=120)
+                    await reader.wait_for("result", lambda e, sid=sid: e["sessionId"] == sid, timeout=scaled(120))
                     text = "".join(e["text"] for e in reader.events[start:]
                                    if e.get("type") == "token" and e.get("sessionId") == sid)
                     lost += text != BIG
@@ -95,4 +119,4 @@ async def test_soak_stalled_clients(tmp_path: Path, soak_report) -> None:
            memory_per_stalled_client_mib=round(max(per_client), 2),
            rss_held_after_reply_mib=round(max(after_mib), 2), reader_replies_damaged=lost)
     assert lost == 0
-    assert len(disconnect_s) == STALLED * ITERATIONS
+    assert len(disconnect_s) == STALLED * ITERATIONS   # every stalled client was disconnected
