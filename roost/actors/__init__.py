@@ -43,6 +43,7 @@ from roost.actors._registry import ThreadRegistry as ThreadRegistry
 from roost.actors._services import Services as Services
 from roost.actors._taskqueue import QueuedTask as QueuedTask
 from roost.actors._taskqueue import TaskQueue as TaskQueue
+from roost.actors._thread_facts import ThreadFacts as ThreadFacts
 from roost.actors._turn import _STOP_MESSAGES as STOP_MESSAGES
 from roost.actors._views import thread_view as thread_view
 from roost.actors._workers import agent_tool_schemas as agent_tool_schemas
@@ -72,6 +73,7 @@ __all__ = [
     "Subscribe",
     "TaskOutcomes",
     "TaskQueue",
+    "ThreadFacts",
     "ThreadRegistry",
     "Unsteer",
     "Unsubscribe",

@@ -35,7 +35,7 @@ import trio
 
 from roost import _faults as faults
 from roost import storage
-from roost.actors._actor import Actor
+from roost.actors._actor import Actor, ActorState
 from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
 from roost.actors._hub import EventHub
@@ -54,6 +54,7 @@ from roost.actors._messages import (
     UpdateQueued,
     UpdateThread,
 )
+from roost.actors._thread_facts import ThreadFacts, copy_thread
 from roost.actors._thread_inputs import PendingInputs, public_input
 from roost.actors._thread_store import (
     apply_state,
@@ -202,6 +203,27 @@ class ThreadActor(Actor):
     async def on_stop(self) -> None:
         if self.active is not None:
             await self.active.done.wait()
+
+    # -- the query interface (all a dialect reads of a thread actor; roost.actors._thread_facts) --
+
+    @property
+    def thread_id(self) -> str:
+        """The thread's id (never changes)."""
+        return self.thread.id
+
+    def facts(self) -> ThreadFacts:
+        """An immutable snapshot: a copy of the thread's record, cwd, ephemeral, the running turn."""
+        return ThreadFacts(
+            thread=copy_thread(self.thread),
+            cwd=self.cwd,
+            ephemeral=self.ephemeral,
+            running_turn_id=self.active.id if self.active is not None else None,
+            stopped=self.state is ActorState.STOPPED,
+        )
+
+    async def wait_idle(self) -> None:
+        """Wait until no turn runs (returns at once when idle). Cancellation: a checkpoint."""
+        await self.idle.wait()
 
     # -- helpers used by the turn loop ----------------------------------------------------------
 

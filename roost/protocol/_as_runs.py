@@ -395,7 +395,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     _check_permission(actor, p)
-    settings = session.engines.settings_for(actor.thread)
+    settings = session.engines.settings_for(actor.facts().thread)
     if await actor.ref.ask(IsBusy()):
         raise ThreadBusy(f"thread {p['thread_id']} is executing a turn")
     thread = actor.view()

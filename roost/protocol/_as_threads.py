@@ -370,9 +370,10 @@ async def thread_fork(session: AppServerSession, params: Any) -> dict:
     if target not in ("shared", "worktree"):
         raise InvalidParams("target must be shared or worktree")
     limit = page_limit(p["history_page"]) if "history_page" in p else None
-    source = await session.runtime.registry.get(p["thread_id"])
-    snapshot = await source.ref.ask(Snapshot(None))
+    source_actor = await session.runtime.registry.get(p["thread_id"])
+    snapshot = await source_actor.ref.ask(Snapshot(None))
     turns, items = _cut(snapshot, p["thread_id"], p.get("turn_id"), p.get("item_id"))
+    source = source_actor.facts()
     if target == "worktree" and source.ephemeral:
         raise InvalidParams("an ephemeral thread cannot be forked into a worktree")
     src = source.thread

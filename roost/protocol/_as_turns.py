@@ -259,7 +259,7 @@ def check_content_parts(parts: Any, prompt: str | None) -> list | None:
 
 def _check_permission(actor: Any, p: dict) -> None:
     mode = p.get("permission_mode")
-    if mode is not None and mode != (actor.thread.permission_mode or "standard"):
+    if mode is not None and mode != (actor.facts().thread.permission_mode or "standard"):
         raise InvalidParams("permission_mode must match the thread's selection (change it with config/model/update)")
 
 
@@ -300,7 +300,7 @@ async def turn_start(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     _check_permission(actor, p)
-    session.ensure_engine(actor.thread)
+    session.ensure_engine(actor.facts().thread)
     ack = session.after_response()
     turn = await actor.ref.ask(
         StartTurn(
@@ -396,8 +396,9 @@ async def turn_steer(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     _check_permission(actor, p)
-    if actor.active is None:
-        session.ensure_engine(actor.thread)
+    facts = actor.facts()
+    if not facts.running:
+        session.ensure_engine(facts.thread)
     return await actor.ref.ask(
         SteerInput(
             prompt=prompt or None,

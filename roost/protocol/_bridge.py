@@ -129,10 +129,11 @@ async def run_session(
                     actor = await runtime.registry.get(resume_id)
                 except (NotFound, ThreadNotFound):
                     actor = None
-                meta = actor.thread.metadata or {} if actor is not None else {}
+                resumed = actor.facts().thread if actor is not None else None
+                meta = resumed.metadata or {} if resumed is not None else {}
                 problem = (
                     f"no session with id {resume_id!r}"
-                    if actor is None or actor.thread.kind != "orchestration"
+                    if resumed is None or resumed.kind != "orchestration"
                     else f"session {resume_id} is already complete"
                     if meta.get("is_complete")
                     else None
@@ -183,7 +184,7 @@ async def run_session(
                 {
                     "type": "ready",
                     "protocolVersion": PROTOCOL_VERSION,
-                    "sessionId": actor.thread.id,
+                    "sessionId": actor.thread_id,
                     "task": task,
                     "config": config.path,
                     "resumed": resume_id is not None,
@@ -193,14 +194,14 @@ async def run_session(
             try:
                 outcome = await orch.run(task or "")
             except RoostError as exc:
-                log.exception("run %s failed", actor.thread.id)
+                log.exception("run %s failed", actor.thread_id)
                 from roost.orchestration import RunOutcome
 
                 outcome = RunOutcome(status="failed", error_message=str(exc))
             p = orch.progress
             result = {
                 "type": "result",
-                "sessionId": actor.thread.id,
+                "sessionId": actor.thread_id,
                 "task": task,
                 "config": config.path,
                 "succeeded": outcome.status == "completed",

@@ -149,11 +149,11 @@ class ReplSession:
         self.broker = broker
         self.model = model
         self.questions = questions
-        self.translator = ChatTranslator(cwd=actor.cwd, turn_index=turn_index)
+        self.translator = ChatTranslator(cwd=actor.facts().cwd, turn_index=turn_index)
         self.origin = Origin(client_id="repl", request_approval=broker.request_approval)
         self.nursery: trio.Nursery | None = None
         self.exit_requested = False
-        self._first_prompt: str | None = None
+        self.first_prompt: str | None = None
         self.registry = registry
         self._taps: dict[str, _WorkerTap] = {}  # worker thread id -> its tap
         self._shell: ShellEscape | None = None  # the running ``!command``, if any
@@ -170,10 +170,10 @@ class ReplSession:
         message = loads(line)
         method = message.get("method") or ""
         params = message.get("params") or {}
-        if method == "item/completed" and self._first_prompt is None:
+        if method == "item/completed" and self.first_prompt is None:
             item = params.get("item") or {}
             if item.get("type") == "user_message" and not str(item.get("source_id") or "").startswith("roost:"):
-                self._first_prompt = item.get("text") or ""
+                self.first_prompt = item.get("text") or ""
         if method == "agent/updated":
             self._tap_worker(params.get("agent") or {})
         terminal = method in ("turn/completed", "turn/error")
@@ -197,9 +197,8 @@ class ReplSession:
     def untap_workers(self) -> None:
         """Stop following subagents (the chat is ending)."""
         for thread_id, tap in list(self._taps.items()):
-            subscribers = self.registry.subscribers.get(thread_id) or []
-            if tap in subscribers:
-                subscribers.remove(tap)
+            if self.registry is not None:
+                self.registry.remove_subscriber(thread_id, tap)
         self._taps.clear()
 
     def _tap_worker(self, agent: dict) -> None:
@@ -212,11 +211,10 @@ class ReplSession:
         thread_id = agent.get("thread_id")
         if self.registry is None or not isinstance(thread_id, str):
             return
-        subscribers = self.registry.subscribers.setdefault(thread_id, [])
         tap = self._taps.get(thread_id)
         if agent.get("status") in ("completed", "failed", "interrupted", "cancelled"):
-            if tap is not None and tap in subscribers:
-                subscribers.remove(tap)
+            if tap is not None:
+                self.registry.remove_subscriber(thread_id, tap)
             self._taps.pop(thread_id, None)
         elif tap is None:
             # The call that spawned the worker (the chat's, or its parent worker's) is running:
@@ -228,7 +226,7 @@ class ReplSession:
                 for event in self.translator.announce_running():
                     self.emit(event)
             tap = self._taps[thread_id] = _WorkerTap(self, str(agent.get("name") or "agent"), agent.get("id"))
-            subscribers.append(tap)
+            self.registry.add_subscriber(thread_id, tap)
 
     def status_event(self) -> dict:
         """The ``status`` event: model, turn, context use (0-1), level, modes, token totals."""
@@ -239,7 +237,7 @@ class ReplSession:
             window = _CONTEXT_WINDOW
         context = min(1.0, t.last_input_tokens / window) if window > 0 else 0.0
         level = "ok" if context < 0.75 else "warning" if context < 0.9 else "critical"
-        modes = [self.actor.thread.permission_mode or "standard"] + (["questions"] if self.questions else [])
+        modes = [self.actor.facts().thread.permission_mode or "standard"] + (["questions"] if self.questions else [])
         return {
             "type": "status",
             "model": self.model,
@@ -253,7 +251,7 @@ class ReplSession:
         }
 
     def title_event(self) -> dict:
-        thread = self.actor.thread
+        thread = self.actor.facts().thread
         return {
             "type": "title",
             "sessionId": thread.id,
@@ -262,7 +260,7 @@ class ReplSession:
         }
 
     def ready_event(self) -> dict:
-        thread = self.actor.thread
+        thread = self.actor.facts().thread
         return {
             "type": "ready",
             "protocolVersion": PROTOCOL_VERSION,
@@ -284,10 +282,10 @@ class ReplSession:
             self.nursery.start_soon(self._carry, held)
         elif (
             turn.get("status") == "completed"
-            and self._first_prompt
-            and not (self.actor.thread.metadata or {}).get("auto_title")
+            and self.first_prompt
+            and not (self.actor.facts().thread.metadata or {}).get("auto_title")
         ):
-            self.nursery.start_soon(self._auto_title, self._first_prompt)
+            self.nursery.start_soon(self._auto_title, self.first_prompt)
 
     async def _carry(self, held: list[dict]) -> None:
         """Start the next turn with the messages the last turn never admitted."""
@@ -300,7 +298,7 @@ class ReplSession:
             for entry in held[1:]:
                 await self.actor.ref.ask(SteerInput(input_id=entry["id"], expected_turn_id=turn_id, origin=self.origin))
         except RoostError as exc:
-            if not self.translator._turn_id:
+            if not self.translator.turn_id:
                 self.translator.abandon_turn()
             self.emit({"type": "error", "text": f"could not carry the message over: {exc}"})
 
@@ -309,7 +307,7 @@ class ReplSession:
 
         first = (prompt.strip().splitlines() or [""])[0]
         auto = first if len(first) <= 60 else first[:59] + "…"
-        metadata = dict(self.actor.thread.metadata or {}, auto_title=auto)
+        metadata = dict(self.actor.facts().thread.metadata or {}, auto_title=auto)
         try:
             await self.actor.ref.ask(UpdateThread(changes={"metadata": metadata}))
         except RoostError as exc:
@@ -365,10 +363,10 @@ class ReplSession:
         and subscriptions live in the registry, so events keep coming.
         """
         actor = self.actor
-        if actor.state.value != "stopped" or self.registry is None:
+        if not actor.facts().stopped or self.registry is None:
             return
         try:
-            fresh = await self.registry.get(actor.thread.id)
+            fresh = await self.registry.get(actor.thread_id)
         except RoostError as exc:
             log.warning("the chat's thread could not be reloaded after a crash: %s", exc)
             return
@@ -424,7 +422,7 @@ class ReplSession:
         try:
             await self.actor.ref.ask(StartTurn(prompt=text or None, images=images, origin=self.origin))
         except RoostError as exc:
-            if self.translator._turn_id is None:
+            if self.translator.turn_id is None:
                 self.translator.abandon_turn()
             self.emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
 
@@ -460,7 +458,7 @@ class ReplSession:
         if self.nursery is None:
             self.emit({"type": "error", "text": "the chat is not accepting commands"})
             return
-        self._shell = ShellEscape(command, cwd=self.actor.cwd, emit=self.emit)
+        self._shell = ShellEscape(command, cwd=self.actor.facts().cwd, emit=self.emit)
         self.nursery.start_soon(self._run_shell, self._shell)
 
     async def _run_shell(self, escape: ShellEscape) -> None:
@@ -513,7 +511,7 @@ class ReplSession:
         try:
             await self.actor.ref.ask(Compact(instructions=instructions or None, origin=self.origin))
         except RoostError as exc:
-            if self.translator._turn_id is None:
+            if self.translator.turn_id is None:
                 self.translator.abandon_turn()
             self.emit({"type": "error", "text": f"could not compact: {exc}"})
 
@@ -591,13 +589,13 @@ class ReplSession:
             shell.stop()
             with trio.move_on_after(_SHUTDOWN_GRACE):
                 await shell.done.wait()
-        if self.translator.busy or self.actor.active is not None:
+        if self.translator.busy or self.actor.facts().running:
             try:
                 self.actor.ref.tell(InterruptTurn(reason="shutdown"))
             except RoostError:
                 log.debug("could not interrupt the turn at shutdown", exc_info=True)
             with trio.move_on_after(_SHUTDOWN_GRACE):
-                await self.actor.idle.wait()
+                await self.actor.wait_idle()
         self.broker.close()
 
 
@@ -608,7 +606,7 @@ class _WorkerTap:
         self.session = session
         self.name = name
         self.worker_id = worker_id
-        self.translator = ChatTranslator(cwd=session.actor.cwd)
+        self.translator = ChatTranslator(cwd=session.actor.facts().cwd)
 
     def _emit(self, events: list[dict]) -> None:
         for event in events:
@@ -640,8 +638,9 @@ async def _open_chat(runtime: Any, *, resume: str | None, cwd: Path, settings: A
 
     if resume is not None:
         actor = await runtime.registry.get(resume)
-        if actor.thread.kind != "chat":
-            raise InvalidParams(f"{resume} is a {actor.thread.kind} thread, not a chat")
+        kind = actor.facts().thread.kind
+        if kind != "chat":
+            raise InvalidParams(f"{resume} is a {kind} thread, not a chat")
         return actor
     now = utc_now()
     thread = Thread(
@@ -747,7 +746,7 @@ async def serve_repl(
                     emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
                     code = 1
                     return code
-                model = actor.thread.model or engines.default.model or engines.default.provider
+                model = actor.facts().thread.model or engines.default.model or engines.default.provider
                 turns = len(snapshot["turns"]) if snapshot else 0
                 session = ReplSession(
                     actor, outbox, broker, model=model, questions=questions, turn_index=turns, registry=runtime.registry

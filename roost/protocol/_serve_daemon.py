@@ -416,6 +416,8 @@ class ServeDaemon:
             on_overflow=lambda: holder[0].kick(f"slow consumer: {outbox.reason}"),
         )
         conn = ConnectionActor(
+            frames=frames,
+            stream=stream,
             outbox=outbox,
             handle_line=self._handle,
             close=close,
@@ -437,10 +439,12 @@ class ServeDaemon:
             extra={"event": "client_connected", "client": key, "conn": str(conn.id), "read_only": read_only},
         )
         try:
-            await conn.run(frames, stream)
+            await conn.run()
         except Exception:
-            # A bug in serving one client must not take the daemon (and every other client) down.
+            # A bug in serving one client ends that connection only: the crash goes to the
+            # connections supervisor (a temporary child, logged and not restarted).
             log.exception("serve: connection %s failed", conn.id)
+            raise
         finally:
             log.info("client %s dropped", key, extra={"event": "client_dropped", "client": key, "conn": str(conn.id)})
             self.connections.discard(conn)
