@@ -1,0 +1,124 @@
+"""ConnectionActor is a real actor (issue 12, Build 1): a bounded mailbox of input frames handled
+in order, backpressure on the transport when it is full, a crash that ends only that connection
+(with its transport closed) and a stop that closes with code 1001."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from roost.actors import Actor, ActorState, ConnectionActor
+from roost.actors._connection import CLOSE_GOING_AWAY, CLOSE_POLICY
+from roost.protocol._outbox import Outbox
+
+
+class _Transport:
+    """Input frames from a memory channel, output into a memory stream, closes recorded."""
+
+    def __init__(self) -> None:
+        self.send_frames, self._frames = trio.open_memory_channel[Any](0)
+        self.read = 0
+        self.out_send, self.out_receive = trio.testing.memory_stream_pair()
+        self.closes: list[tuple[int, str]] = []
+
+    async def frames(self) -> AsyncIterator[Any]:
+        async for frame in self._frames:
+            self.read += 1
+            yield frame
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closes.append((code, reason))
+
+
+def _actor(t: _Transport, handle: Any, *, mailbox_size: int = 4) -> ConnectionActor:
+    return ConnectionActor(
+        frames=t.frames(),
+        stream=t.out_send,
+        outbox=Outbox(100),
+        handle_line=handle,
+        close=t.close,
+        mailbox_size=mailbox_size,
+    )
+
+
+async def test_frames_are_handled_in_order_and_a_full_mailbox_stops_the_reader() -> None:
+    t = _Transport()
+    handled: list[Any] = []
+    gate = trio.Event()
+
+    async def handle(conn: ConnectionActor, frame: Any) -> None:
+        await gate.wait()
+        handled.append(frame)
+        conn.send({"echo": frame})
+
+    conn = _actor(t, handle, mailbox_size=4)
+    assert isinstance(conn, Actor) and conn.ref.name == f"connection:{conn.id}"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        for n in range(6):  # one in the handler, four in the mailbox, one in the waiting reader
+            await t.send_frames.send(n)
+        with trio.move_on_after(0.2):
+            await t.send_frames.send(6)  # the reader waits: the mailbox is full
+            pytest.fail("the reader took a frame while the mailbox was full")
+        assert t.read == 6 and conn.ref.queued == 4
+        gate.set()
+        for n in range(6, 8):
+            await t.send_frames.send(n)
+        await t.send_frames.aclose()  # the client's input ends: the actor stops
+    assert handled == list(range(8)) and conn.state is ActorState.STOPPED
+    assert t.closes and conn.alive is False
+
+
+async def test_a_crashing_handler_ends_only_this_connection_and_closes_it() -> None:
+    t = _Transport()
+
+    async def handle(conn: ConnectionActor, frame: Any) -> None:
+        raise RuntimeError("bug in the front door")
+
+    conn = _actor(t, handle)
+    with pytest.raises(BaseExceptionGroup) as crash:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.run)
+            await t.send_frames.send("boom")
+    assert crash.group_contains(RuntimeError, match="bug in the front door", depth=None)
+    assert conn.state is ActorState.STOPPED
+    assert t.closes == [(CLOSE_GOING_AWAY, "the daemon is stopping")]
+
+
+async def test_kick_flushes_what_was_queued_then_closes_with_its_reason() -> None:
+    t = _Transport()
+    handled: list[Any] = []
+
+    async def handle(conn: ConnectionActor, frame: Any) -> None:
+        handled.append(frame)
+        conn.send({"seen": frame})
+        if frame == "kick me":
+            conn.kick("slow consumer: test")
+
+    conn = _actor(t, handle)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await t.send_frames.send("kick me")
+        with trio.fail_after(5):
+            data = await t.out_receive.receive_some()
+            while not t.closes:
+                await trio.sleep(0.01)
+    assert b"kick me" in data
+    assert t.closes == [(CLOSE_POLICY, "slow consumer: test")] and handled == ["kick me"]
+
+
+async def test_a_stop_from_outside_closes_with_going_away() -> None:
+    t = _Transport()
+
+    async def handle(conn: ConnectionActor, frame: Any) -> None:
+        return None
+
+    conn = _actor(t, handle)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(conn.run)
+        nursery.cancel_scope.cancel()
+    assert t.closes == [(CLOSE_GOING_AWAY, "the daemon is stopping")]
