@@ -140,6 +140,11 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
         if meta.get("resume_after_turn_id"):
             actor.consumed_turn_ids.add(meta["resume_after_turn_id"])
     actor.history = history_from_items(actor.items)
+    return _merge_inputs(actor, state, keep)
+
+
+def _merge_inputs(actor: ThreadActor, state: dict, keep: frozenset[str]) -> list[dict]:
+    """The input part of :func:`apply_state`: returns the input newly turned into held work."""
     inputs = actor.inputs
     if inputs.dispatching is not None:
         keep = keep | {inputs.dispatching["id"]}
