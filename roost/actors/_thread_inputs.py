@@ -414,7 +414,43 @@ class PendingInputs:
         if self.host.active is None:
             if msg.expected_turn_id is not None:
                 raise StaleTurn(f"turn {msg.expected_turn_id} is not running on thread {tid}")
-            return await self._steer_idle(msg, entry, prompt, client_id, images, parts)
+            # Idle: sending input (or a held item) starts a turn with it. The held item leaves the
+            # held list only once the turn is admitted (if admission fails, it stays held).
+            superseded = False
+            if entry is None and client_id is not None:
+                if self.host.consumed(client_id):
+                    raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {tid}")
+                superseded = self._check_fence(client_id, "steer")
+            if superseded and client_id is not None:
+                await self._set_fence(client_id, None)
+            if entry is None and not self.host.ephemeral and await self.host.busy_elsewhere():
+                # Another process executes the thread: keep the input as visible held work.
+                entry, _ = await self._accept_input(
+                    "steer",
+                    prompt,
+                    hold=True,
+                    client_id=client_id,
+                    origin=msg.origin,
+                    images=images,
+                    content_parts=parts,
+                )
+                self.announce("turn/held", entry, "held", reason="executing_elsewhere")
+                return self._steer_reply(entry)
+            turn = await self.host.start_turn(
+                StartTurn(
+                    prompt=prompt,
+                    client_id=client_id,
+                    origin=msg.origin,
+                    images=images,
+                    content_parts=parts,
+                    input_id=entry["id"] if entry else None,
+                )
+            )
+            if entry is not None:
+                for bucket in (self.held, self.pending):
+                    if entry in bucket:
+                        bucket.remove(entry)
+            return {"thread_id": tid, "delivery": "queued", "turn": turn}
         active = self.host.active
         if msg.expected_turn_id is not None and msg.expected_turn_id != active.id:
             raise StaleTurn(f"expected turn {msg.expected_turn_id}, the active turn is {active.id}")
@@ -446,50 +482,6 @@ class PendingInputs:
         elif self.host.active is not None:
             self.host.active.cut_for_steer()  # a reply streaming text stops here; the steer goes next
         return self._steer_reply(entry)
-
-    async def _steer_idle(
-        self, msg: SteerInput, entry: dict | None, prompt: str, client_id: str | None, images: Any, parts: Any
-    ) -> dict:
-        """A steer while no turn runs: it starts a turn with the input (or the held ``entry``),
-        or is kept as held work while another process executes the thread."""
-        tid = self.host.thread.id
-        # Idle: sending input (or a held item) starts a turn with it. The held item leaves the
-        # held list only once the turn is admitted (if admission fails, it stays held).
-        superseded = False
-        if entry is None and client_id is not None:
-            if self.host.consumed(client_id):
-                raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {tid}")
-            superseded = self._check_fence(client_id, "steer")
-        if superseded and client_id is not None:
-            await self._set_fence(client_id, None)
-        if entry is None and not self.host.ephemeral and await self.host.busy_elsewhere():
-            # Another process executes the thread: keep the input as visible held work.
-            entry, _ = await self._accept_input(
-                "steer",
-                prompt,
-                hold=True,
-                client_id=client_id,
-                origin=msg.origin,
-                images=images,
-                content_parts=parts,
-            )
-            self.announce("turn/held", entry, "held", reason="executing_elsewhere")
-            return self._steer_reply(entry)
-        turn = await self.host.start_turn(
-            StartTurn(
-                prompt=prompt,
-                client_id=client_id,
-                origin=msg.origin,
-                images=images,
-                content_parts=parts,
-                input_id=entry["id"] if entry else None,
-            )
-        )
-        if entry is not None:
-            for bucket in (self.held, self.pending):
-                if entry in bucket:
-                    bucket.remove(entry)
-        return {"thread_id": tid, "delivery": "queued", "turn": turn}
 
     def _steer_reply(self, entry: dict) -> dict:
         """The turn/steer result for accepted input ``entry``: ``delivery`` ``active_turn`` (the
