@@ -227,6 +227,9 @@ async def test_crash_each_child_kind_keeps_serving(tmp_path: Path, roost_home: P
         await crash_scenario(tmp_path, kind)
     finally:
         disarm_faults()
+    if kind == "connection":  # a temporary child: its end is logged, it is not restarted
+        assert any("connections: child connection:" in r.getMessage() and "not restarted" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
     if kind not in ("turn", "connection"):
         restarted = kind.split("/")[-1]
         assert any("restarted" in r.getMessage() and restarted in r.getMessage() for r in caplog.records), \
@@ -256,7 +259,49 @@ async def test_crash_one_worker_of_a_tree(tmp_path: Path, roost_home: Path) -> N
             assert statuses == ["completed", "interrupted"], statuses
             await after_crash(runtime, b)
             assert b.closed is None and not [e for e in b.events[b_mark:] if e.get("type") == "error"]
+        await settled_without_loss(runtime)
         nursery.cancel_scope.cancel()
+
+
+async def settled_without_loss(runtime: Any) -> None:
+    """No accepted input is lost (every queued task reaches a result) and no slot fired twice."""
+    with trio.fail_after(TIMEOUT):
+        while any(t.status in ("queued", "running") for t in tasks(runtime).values()):
+            await trio.sleep(0.05)
+    fired = [r for r in schedule_runs(runtime) if r.session_id]
+    assert fired and len({r.slot for r in fired}) == len(fired), fired
+    scheduled = {t.id for t in tasks(runtime).values() if (t.payload or {}).get("source") == "schedule"}
+    assert scheduled == {r.session_id for r in fired}, (scheduled, fired)
+
+
+async def test_a_crash_in_one_connections_handler_ends_only_that_connection(
+    tmp_path: Path, roost_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ConnectionActor's own handler raises (an armed fault in the front door's line handler,
+    as a bug would): that actor crashes and its connection closes; the connections supervisor
+    logs the temporary child's end; the other client, the streaming turn and the due schedule go
+    on; a fresh client is served."""
+    caplog.set_level(logging.INFO, logger="roost.supervisor")
+    async with serving(tmp_path) as (runtime, daemon), trio.open_nursery() as nursery:
+        async with client(nursery, daemon) as a, client(nursery, daemon) as b:
+            streaming = await dispatch(b, "slow streaming task")
+            await b.wait_for("token", lambda e: e.get("sessionId") == streaming)
+            b_mark = len(b.events)
+            try:
+                arm_fault("connection")
+                await a.send({"type": "status"})
+                assert await a.wait_closed()
+            finally:
+                disarm_faults()
+            async with client(nursery, daemon) as c:
+                await after_crash(runtime, c)
+            done = await b.wait_for("result", lambda e: e.get("sessionId") == streaming, timeout=TIMEOUT)
+            assert done["succeeded"] is True, done
+            assert b.closed is None and not [e for e in b.events[b_mark:] if e.get("type") == "error"]
+        await settled_without_loss(runtime)
+        nursery.cancel_scope.cancel()
+    ended = [r.getMessage() for r in caplog.records if "connections: child connection:" in r.getMessage()]
+    assert any("injected fault at connection" in m and "not restarted" in m for m in ended), ended
 
 
 # -- property: random crash sequences of the real root tree ---------------------------------------
