@@ -308,12 +308,8 @@ class Scheduler(Actor):
 
     async def _reload_if_changed(self) -> None:
         def load() -> tuple[int, list[db.ScheduledJob]]:
-            with self.store.read() as conn:
-                conn.execute("BEGIN")
-                try:
-                    return db.schedule_changes(conn), db.list_jobs(conn, project=self.project)
-                finally:
-                    conn.execute("COMMIT")
+            with self.store.read() as conn, db.read_snapshot(conn):
+                return db.schedule_changes(conn), db.list_jobs(conn, project=self.project)
 
         counter = await trio.to_thread.run_sync(self._read_changes)
         if counter == self._seen_changes:
