@@ -122,3 +122,34 @@ async def test_a_stop_from_outside_closes_with_going_away() -> None:
         await nursery.start(conn.run)
         nursery.cancel_scope.cancel()
     assert t.closes == [(CLOSE_GOING_AWAY, "the daemon is stopping")]
+
+
+async def test_waiting_frames_are_bounded_in_bytes_too() -> None:
+    """Beyond one waiting frame of any size, waiting frames hold at most max_waiting_bytes."""
+    t = _Transport()
+    gate = trio.Event()
+
+    async def handle(conn: ConnectionActor, frame: Any) -> None:
+        await gate.wait()
+
+    conn = ConnectionActor(
+        frames=t.frames(),
+        stream=t.out_send,
+        outbox=Outbox(100),
+        handle_line=handle,
+        close=t.close,
+        max_waiting_bytes=1000,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await t.send_frames.send("x" * 5000)  # taken by the handler
+        await t.send_frames.send("y" * 5000)  # waits in the mailbox (one frame of any size)
+        await t.send_frames.send("z" * 10)  # read, but held by the reader: the budget is used up
+        with trio.move_on_after(0.2):
+            await t.send_frames.send("w")
+            pytest.fail("the reader took a frame beyond the byte budget")
+        assert conn.ref.queued == 1
+        gate.set()
+        await t.send_frames.send("w")
+        await t.send_frames.aclose()
+    assert conn.state is ActorState.STOPPED

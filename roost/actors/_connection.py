@@ -2,12 +2,13 @@
 
 A real :class:`~roost.actors._actor.Actor`: its bounded mailbox holds the client's input frames,
 handled one at a time in arrival order by the front door's handler. A reader task (in the actor's
-own nursery) puts each frame read from the transport into the mailbox and *waits* while it is full,
-so a client that floods input is slowed at its transport (backpressure), never buffered without
-bound. The actor also owns the client's bounded outbox and its writer task. A client that stops
-reading fills its outbox and is *kicked* (slow consumer, DESIGN.md section 4 "Events"): no more
-lines are queued for it, what was queued is still written for at most ``kick_grace`` seconds, and
-then the transport is closed with a reason. Neither the tasks nor the other clients ever wait for it.
+own nursery) puts each frame read from the transport into the mailbox and *waits* while it is full
+(64 frames, or 1 MiB of waiting frames beyond a single one), so a client that floods input is
+slowed at its transport (backpressure), never buffered without bound. The actor also owns the
+client's bounded outbox and its writer task. A client that stops reading fills its outbox and is
+*kicked* (slow consumer, DESIGN.md section 4 "Events"): no more lines are queued for it, what was
+queued is still written for at most ``kick_grace`` seconds, and then the transport is closed with
+a reason. Neither the tasks nor the other clients ever wait for it.
 
 A serve daemon runs each connection's actor as a temporary child ``connection:<n>`` of its
 ``connections`` supervisor (the child's task is the actor's :meth:`run`); a handler that raises
@@ -50,9 +51,11 @@ _ids = itertools.count(1)
 
 @attrs.frozen
 class InputFrame:
-    """One input frame read from the client (a line, or the framing's error for a bad one)."""
+    """One input frame read from the client (a line, or the framing's error for a bad one), and
+    its size in the mailbox's byte budget."""
 
     frame: Any
+    size: int = 0
 
 
 @attrs.frozen
@@ -75,10 +78,14 @@ class ConnectionActor(Actor):
         client: the front door's record of the client (opaque here).
         read_only: whether the client attached with a read-only grant.
         mailbox_size: input frames that may wait to be handled (default 64).
+        max_waiting_bytes: the frames waiting in the mailbox hold at most this many bytes
+            (characters of a text line) together, beyond a single frame of any size (default
+            1 MiB): a client sending huge lines has at most one waiting, whatever their count.
     """
 
     mailbox_size = 64
     stop_timeout = _CLOSE_TIMEOUT
+    max_waiting_bytes = 2**20
 
     def __init__(
         self,
@@ -92,6 +99,7 @@ class ConnectionActor(Actor):
         client: Any = None,
         read_only: bool = False,
         mailbox_size: int | None = None,
+        max_waiting_bytes: int | None = None,
     ) -> None:
         self.id = next(_ids)
         super().__init__(name=f"connection:{self.id}", mailbox_size=mailbox_size)
@@ -109,6 +117,10 @@ class ConnectionActor(Actor):
         self.sent = 0
         self._reader_scope: trio.CancelScope | None = None
         self._writer_scope: trio.CancelScope | None = None
+        if max_waiting_bytes is not None:
+            self.max_waiting_bytes = max_waiting_bytes
+        self._waiting_bytes = 0  # the byte budget's use by the frames in the mailbox
+        self._drained = trio.Event()  # set when a waiting frame leaves the mailbox
 
     @property
     def alive(self) -> bool:
@@ -151,6 +163,8 @@ class ConnectionActor(Actor):
 
     async def handle(self, message: Any) -> None:
         if isinstance(message, InputFrame):
+            self._waiting_bytes -= message.size
+            self._drained.set()
             if not self.closing:
                 await self.handle_line(self, message.frame)
         elif isinstance(message, InputEnded):
@@ -175,13 +189,19 @@ class ConnectionActor(Actor):
             log.debug("connection %s: close failed", self.id, exc_info=True)
 
     async def _read(self) -> None:
-        """Move input frames into the mailbox, waiting while it is full; then say input ended."""
+        """Move input frames into the mailbox, waiting while it is full (in frames or in bytes);
+        then say input ended."""
         with trio.CancelScope() as self._reader_scope:
             try:
                 async for frame in self._frames:
                     if self.closing:
                         return
-                    await self._mailbox.put(Envelope(InputFrame(frame)))
+                    size = len(frame) if isinstance(frame, (str, bytes)) else 0
+                    while self._waiting_bytes and self._waiting_bytes + size > self.max_waiting_bytes:
+                        self._drained = trio.Event()
+                        await self._drained.wait()
+                    self._waiting_bytes += size
+                    await self._mailbox.put(Envelope(InputFrame(frame, size)))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             except Exception as exc:  # transport-specific "closed" errors
