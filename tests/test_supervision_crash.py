@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 from _helpers.serve_client import UnixClient, WsClient, short_socket_path
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from trio_websocket import open_websocket_url
 
@@ -308,10 +308,24 @@ async def test_a_crash_in_one_connections_handler_ends_only_that_connection(
 
 ROOT_KINDS = ["store_writer", "lease_keeper", "threads", "thread_unloader", "scheduler", "task_queue",
               "listener:unix", "listener:http", "connections"]
+#: ... and one connection of the connections supervisor (a temporary child: it ends, it is not restarted)
+CRASH_KINDS = [*ROOT_KINDS, "connection"]
+
+
+async def crash_one_connection(nursery: trio.Nursery, daemon: ServeDaemon) -> None:
+    """Attach a client, crash its ConnectionActor's child, and see only that client go."""
+    async with client(nursery, daemon) as victim:
+        newest = connection_ids(daemon)[-1]
+        daemon.connection_supervisor.inject_fault(newest)  # type: ignore[union-attr]
+        assert await victim.wait_closed()
+        with trio.fail_after(TIMEOUT):
+            while newest in connection_ids(daemon):
+                await trio.sleep(0.01)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(crashes=st.lists(st.tuples(st.sampled_from(ROOT_KINDS), st.booleans()), min_size=1, max_size=3))
+@given(crashes=st.lists(st.tuples(st.sampled_from(CRASH_KINDS), st.booleans()), min_size=1, max_size=3))
+@example(crashes=[("connection", True), ("connections", True), ("listener:unix", False)])
 def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPathFactory, roost_home: Path,
                                                 crashes: list[tuple[str, bool]]) -> None:
     """Up to three crashes (within the root's intensity): after each, the tree is whole again and
@@ -327,9 +341,12 @@ def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPa
                     async with client(nursery, daemon) as sender:
                         accepted.append(await dispatch(sender, "slow before a crash"))
                 before = {c.id: c.restarts for c in runtime.root.which_children()}
-                runtime.root.inject_fault(kind)
+                if kind == "connection":
+                    await crash_one_connection(nursery, daemon)
+                else:
+                    runtime.root.inject_fault(kind)
                 with trio.fail_after(TIMEOUT):
-                    while True:
+                    while kind != "connection":
                         kids = {c.id: c for c in runtime.root.which_children()}
                         if kids[kind].restarts > before[kind] and kids[kind].state == "running":
                             break
