@@ -5,6 +5,7 @@ in order, backpressure on the transport when it is full, a crash that ends only 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,3 +154,42 @@ async def test_waiting_frames_are_bounded_in_bytes_too() -> None:
         await t.send_frames.send("w")
         await t.send_frames.aclose()
     assert conn.state is ActorState.STOPPED
+
+
+async def test_the_app_servers_stdio_client_is_a_supervised_connection(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``roost app-server``'s one client runs as the root's temporary child ``connection:stdio``:
+    it answers requests there, and a crash of that child ends the session (logged, not restarted)."""
+    import json
+    import logging
+
+    from roost.engines import ProviderSettings
+    from roost.protocol._appserver import AppServerSession
+    from roost.protocol._engines import EngineCatalog
+    from roost.protocol._serve_appserver import serve_connection
+    from roost.supervisor import open_runtime
+    from roost.tools import builtin_tools
+
+    caplog.set_level(logging.INFO, logger="roost.supervisor")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": "echo"}))
+    engines = EngineCatalog(ProviderSettings(provider="scripted", script=str(script), source="flag"))
+    client, server = trio.testing.memory_stream_pair()
+    async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), db_path=tmp_path / "r.db") as rt:
+        session = AppServerSession(rt, engines=engines)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_connection, rt, session, server, server)
+            await client.send_all(b'{"id": 1, "method": "initialize", "params": {}}\n')
+            with trio.fail_after(10):
+                reply = b""
+                while b"\n" not in reply:
+                    reply += await client.receive_some()
+            assert json.loads(reply.split(b"\n")[0])["result"]["status"] == "ready"
+            kids = {c.id: c for c in rt.root.which_children()}
+            assert kids["connection:stdio"].state == "running"
+            rt.root.inject_fault("connection:stdio")
+        assert "connection:stdio" not in {c.id for c in rt.root.which_children()}
+    await engines.aclose()
+    ended = [r.getMessage() for r in caplog.records if "connection:stdio" in r.getMessage()]
+    assert any("not restarted" in m for m in ended), ended
