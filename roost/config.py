@@ -47,6 +47,7 @@ __all__ = [
     "parse_config",
     "SETUP_HINT",
     "PROVIDER_ENV_VARS",
+    "configured_mcp_servers",
 ]
 
 #: What to tell a user who has configured no provider.
@@ -188,12 +189,17 @@ def resolve_provider(
                 options[key] = kind(file_values[key])
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"[provider] {key} in config.toml must be a number") from exc
+    if "images" in file_values:
+        if not isinstance(file_values["images"], bool):
+            raise ConfigError("[provider] images in config.toml must be true or false")
+        options["images"] = file_values["images"]
     if name == "scripted":
         return ProviderSettings(
             provider=name,
             model=chosen.get("model"),
             script=chosen.get("script") or "demo",
             source=sources["provider"],
+            images=options.get("images", True),
         )
     key_env = chosen.get("api_key_env") or DEFAULT_KEY_ENVS[name]
     api_key = env.get(key_env) or None
@@ -287,3 +293,20 @@ def _describe_source(source: str, key: str) -> str:
     if source == "env":
         return _ENV[key]
     return "[provider] in config.toml"
+
+
+def configured_mcp_servers(config_path: Path | None = None) -> list[Any]:
+    """The MCP servers of the ``[mcp_servers]`` table of ``config.toml`` (docs/operations.md).
+
+    Args:
+        config_path: the config file (default ``$ROOST_HOME/config.toml``).
+
+    Returns:
+        :class:`roost.plugins.McpServerConfig` items, in file order (empty without the table).
+
+    Raises:
+        ConfigError: the file or the table is malformed (the message names the table and key).
+    """
+    from roost.plugins import mcp_servers_from_toml
+
+    return mcp_servers_from_toml(load_config(config_path))

@@ -36,7 +36,9 @@ translated at the boundary of the room that meets them and raised ``from`` the o
     ├── EngineError                     model engines (roost.engines), see roost.engines for details
     │   └── EngineFailure               a model call failed: category, retryable, recovery facts
     ├── ToolError                       built-in tools (roost.tools)
-    │   └── InvalidToolArguments        the model's arguments do not match the tool's schema
+    │   ├── InvalidToolArguments        the model's arguments do not match the tool's schema
+    │   ├── McpUnavailable              an MCP server is not connected (failed to start, died, hung)
+    │   └── McpCallTimeout              an MCP tool call got no answer within its timeout
     ├── ConfigError                     settings, config files, provider selection
     ├── ProtocolError                   a front door's error reply; one leaf class per wire code (``.code``)
     │   ├── RequestError                the request cannot be served as sent
@@ -95,6 +97,8 @@ __all__ = [
     "EngineFailure",
     "ToolError",
     "InvalidToolArguments",
+    "McpUnavailable",
+    "McpCallTimeout",
     "ConfigError",
     "ProtocolError",
     "RequestError",
@@ -370,6 +374,15 @@ class InvalidToolArguments(ToolError):
     def __init__(self, message: str, *, field: str | None = None):
         super().__init__(message)
         self.field = field
+
+
+class McpUnavailable(ToolError):
+    """An MCP server's tool was called while the server is not connected (roost.plugins): it failed
+    to start, died or hung; it is being reconnected with a bounded backoff."""
+
+
+class McpCallTimeout(ToolError):
+    """An MCP tool call got no answer within its timeout (``TimeoutSeconds`` / ``timeout``)."""
 
 
 class ConfigError(RoostError):

@@ -75,7 +75,12 @@ async def test_errors_are_structured_and_reading_goes_on(env, tmp_path):
         await client.wait_line(lambda m: m.get("id") is None and "id is required" in m.get("error", {}).get("message", ""))
         with pytest.raises(RemoteError) as exc:
             await client.request("engine/update", {})  # a spec method for a feature Roost lacks
-        assert exc.value.code == "unsupported"
+        assert exc.value.code == "unsupported" and "external engines" in exc.value.error["message"]
+        for name in ("engine/auth/methods", "engine/authenticate", "engine/auth/cancel"):
+            with pytest.raises(RemoteError) as exc:
+                await client.request(name, {"engine_id": "acp"})
+            assert exc.value.code == "unsupported" and name in exc.value.error["message"]
+            assert "sign-in of external ACP engines" in exc.value.error["message"]
         assert (await client.initialize())["status"] == "ready"
 
 

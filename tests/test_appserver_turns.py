@@ -140,7 +140,14 @@ async def test_turn_start_inputs_attachments_and_content_parts(env, tmp_path):
         await expect_error(client, "turn/start", {"thread_id": tid, "prompt": "x", "images": [
             {"media_type": "text/plain", "data": PNG}]}, "invalid_params")
         await expect_error(client, "turn/start", {"thread_id": tid, "prompt": "x", "files": [
-            {"media_type": "application/pdf", "data": PNG, "filename": "a.pdf"}]}, "unsupported")
+            {"media_type": "application/pdf", "data": PNG, "filename": "a.pdf"}]}, "invalid_params",
+            contains="not a PDF")
+        pdf = base64.b64encode(b"%PDF-1.4\n%%EOF\n").decode()  # the scripted engine reads no files
+        await expect_error(client, "turn/start", {"thread_id": tid, "prompt": "x", "files": [
+            {"media_type": "application/pdf", "data": pdf, "filename": "a.pdf"}]}, "unsupported",
+            contains="cannot send application/pdf")
+        await expect_error(client, "turn/start", {"thread_id": tid, "prompt": "x", "files": [
+            {"media_type": "video/mp4", "data": PNG}]}, "unsupported")
         await expect_error(client, "turn/start", {"thread_id": tid, "prompt": "x", "files": [
             {"media_type": "text/plain", "data": base64.b64encode(b"\xff\xfe").decode()}]}, "invalid_params")
         await expect_error(client, "turn/start", {"thread_id": tid, "prompt": "x",

@@ -127,7 +127,7 @@ def test_run_bridge_event_fields_are_documented(tmp_path: Path, roost_home: Path
 async def test_daemon_event_fields_are_documented(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text(CHAT)
-    async with open_daemon(script=script, args=["--work-dir", str(tmp_path)]) as daemon, \
+    async with open_daemon(script=script, args=["--work-dir", str(tmp_path), "--a2a"]) as daemon, \
             daemon.ws(client_id="docs") as client:
         await client.wait_for("hello")
         await client.send({"type": "user_input", "text": "write it"})
@@ -136,7 +136,19 @@ async def test_daemon_event_fields_are_documented(tmp_path: Path) -> None:
         await client.wait_for("result")
         await client.send({"type": "question_response", "answer": "x"})
         await client.wait_for("error")
+        await _a2a_send(daemon.port, "hello over a2a")  # an A2A caller: a2a_call
+        await client.wait_for("a2a_call")
         events = list(client.events)
     seen = check(events, "Daemon events (`roost serve`)")
     assert {"hello", "queued", "agent_starting", "token", "tool_calling", "approval_request", "result",
-            "error"} <= seen
+            "error", "a2a_call"} <= seen
+
+
+async def _a2a_send(port: int, text: str) -> None:
+    import httpx
+
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "message/send",
+           "params": {"message": {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": text}]}}}
+    async with httpx.AsyncClient(timeout=60) as http:
+        reply = (await http.post(f"http://127.0.0.1:{port}/a2a/assistant/", json=rpc)).json()
+    assert reply["result"]["status"]["state"] == "completed", reply

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from _helpers.sse_server import Reply, collect, json_reply, open_sse_server, sse
+from _helpers.sse_server import Reply, collect, json_reply, no_sleep, open_sse_server, sse
 from roost._json import loads
 from roost.engines import (
     AgentMessage,
@@ -15,6 +15,8 @@ from roost.engines import (
     ProviderSettings,
     ReasoningDelta,
     ReasoningItems,
+    Retrying,
+    RetryPolicy,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -92,22 +94,40 @@ async def test_parallel_tool_use_input_json_delta_by_block_index():
     assert events[-1] == Finish("tool_calls")
 
 
-async def test_mid_stream_error_event_after_200_keeps_partial_text():
+async def test_mid_stream_overloaded_error_after_200_is_retried_restarting_the_stream():
+    half = (START, ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+            ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "Half an ans"}))
+    async with open_sse_server() as server:
+        server.add(
+            Reply(chunks=sse(*half, ev("error", error={"type": "overloaded_error", "message": "Overloaded"}))),
+            Reply(chunks=sse(START, ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+                             ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "Whole."}),
+                             ev("content_block_stop", index=0), ev("message_stop"))),
+        )
+        async with engine(server) as eng:
+            eng.retry = RetryPolicy(max_attempts=2, sleep=no_sleep)
+            events, failure = await collect(eng, REQ)
+    # Anthropic documents overloaded_error in a stream as its HTTP 529: sent again, from the start
+    assert failure is None and len(server.requests) == 2
+    retry = [e for e in events if isinstance(e, Retrying)]
+    assert len(retry) == 1 and retry[0].restart and retry[0].reason == "provider"
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Half an ans", "Whole."]
+
+
+async def test_mid_stream_invalid_request_error_is_not_retried_and_keeps_partial_text():
     async with open_sse_server() as server:
         server.add(Reply(chunks=sse(
             START,
             ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
             ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "Half an ans"}),
-            ev("error", error={"type": "overloaded_error", "message": "Overloaded"}),
+            ev("error", error={"type": "invalid_request_error", "message": "Bad"}),
         )))
         async with engine(server) as eng:
             events, failure = await collect(eng, REQ)
     assert events == [TextDelta("Half an ans")]
-    # an error inside a 200 stream is not retried: the server took (and may bill) the request
-    assert failure.category == "provider" and not failure.retryable and failure.provider_code == "overloaded_error"
+    assert failure.category == "invalid_request" and not failure.retryable
     assert failure.partial_text == "Half an ans" and failure.stop_reason == "non_retryable"
-    assert "Overloaded" in failure.message
-    assert len(server.requests) == 1  # never retried after a streamed chunk
+    assert len(server.requests) == 1
 
 
 async def test_missing_message_stop_is_failure():
@@ -118,8 +138,10 @@ async def test_missing_message_stop_is_failure():
             ev("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 1}),
         )))
         async with engine(server) as eng:
+            eng.retry = RetryPolicy(max_attempts=1)
             events, failure = await collect(eng, REQ)
     assert failure is not None and "message_stop" in str(failure) and failure.partial_text == "cut"
+    assert failure.retryable and failure.stop_reason == "retry_limit"  # a dropped stream
 
 
 async def test_models_list_uses_v1_models():

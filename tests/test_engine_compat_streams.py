@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _helpers.sse_server import Reply, collect, json_reply, open_sse_server, sse
+from _helpers.sse_server import Reply, collect, json_reply, no_sleep, open_sse_server, sse
 
 from roost._json import loads
 from roost.engines import (
@@ -25,6 +25,7 @@ from roost.engines import (
     Reasoning,
     ReasoningDelta,
     ReasoningItems,
+    RetryPolicy,
     TextDelta,
     ToolCall,
     ToolCallEnd,
@@ -358,12 +359,14 @@ async def test_an_error_object_inside_a_200_chat_stream_fails_without_a_retry(st
     (anthropic_engine, [ev("message_start", message={"usage": {}}), ev("content_block_start", index=0, content_block={"type": "text", "text": ""})], "message_stop"),
     (responses_engine, [ev("response.created", response={"status": "in_progress"})], "response.completed"),
 ])
-async def test_streams_ending_without_their_terminal_marker_fail_without_a_retry(factory, stream, marker):
+async def test_streams_ending_without_their_terminal_marker_are_retried_then_fail(factory, stream, marker):
     async with open_sse_server() as server:
         server.add(Reply(chunks=sse(*stream)), Reply(chunks=sse(*stream)))
         async with factory(server) as eng:
+            eng.retry = RetryPolicy(max_attempts=2, sleep=no_sleep)
             _, failure = await collect(eng, REQ)
-    assert len(server.requests) == 1 and not failure.retryable
+    # a truncated stream is a dropped one: sent again, until the attempts run out
+    assert len(server.requests) == 2 and failure.retryable and failure.stop_reason == "retry_limit"
     assert marker in failure.message and "received" in failure.message
 
 

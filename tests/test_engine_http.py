@@ -1,4 +1,4 @@
-"""Shared HTTP behaviour: retries before the first chunk, error mapping, cancellation, models."""
+"""Shared HTTP behaviour: retries (before the first chunk and restarts after it), error mapping, cancellation, models."""
 
 from __future__ import annotations
 
@@ -94,27 +94,42 @@ async def test_auth_and_invalid_request_are_not_retried():
     assert len(server.requests) == 2 and sleeps.delays == []
 
 
-async def test_disconnect_before_first_chunk_is_retried_but_not_after():
+async def test_disconnect_before_and_after_the_first_chunk_are_retried_restarting_the_stream():
     sleeps = Sleeps()
     async with open_sse_server() as server:
         server.add(
-            Reply(chunks=[], end="drop"),  # no answer at all: safe to send again
+            Reply(chunks=[], end="drop"),  # no answer at all: sent again
             Reply(chunks=sse('data: {"choices":[{"index":0,"delta":{"content":"par"}}]}\n\n'), end="abort"),
+            Reply(chunks=OK),
         )
         async with engine(server.base_url, sleeps) as eng:
             events, failure = await collect(eng, REQ)
-    assert [e for e in events if not isinstance(e, Retrying)] == [TextDelta("par")]
-    assert failure.category == "network" and failure.partial_text == "par"
-    assert failure.attempt_count == 2 and failure.stop_reason == "replay_unsafe"
+    assert failure is None and len(server.requests) == 3
+    # the first retry streamed nothing before it; the second restarts a stream that had text
+    assert events == [Retrying(1, 3, 0.25, "network"), TextDelta("par"),
+                      Retrying(2, 3, 0.5, "network", restart=True), TextDelta("ok"), Finish("stop")]
 
 
-async def test_disconnect_after_a_200_head_is_never_sent_again():
-    # The server answered 200 (it took the request, which may be billed) and then dropped the
-    # connection before the first event: the request is not sent a second time.
-    sleeps = Sleeps()
+async def test_a_stream_dropped_on_every_attempt_fails_with_retry_limit_and_the_last_partial_text():
+    async with open_sse_server() as server:
+        server.add(*[Reply(chunks=sse(f'data: {{"choices":[{{"index":0,"delta":{{"content":"p{n}"}}}}]}}\n\n'),
+                           end="abort") for n in range(3)])
+        async with engine(server.base_url, Sleeps()) as eng:
+            events, failure = await collect(eng, REQ)
+    assert [e.restart for e in events if isinstance(e, Retrying)] == [True, True]
+    assert failure.category == "network" and failure.partial_text == "p2"
+    assert failure.attempt_count == 3 and failure.stop_reason == "retry_limit"
+    assert "after the server accepted the request with HTTP 200" in failure.message
+
+
+async def test_without_retry_after_output_a_200_is_never_sent_again():
+    # The policy's opt-out: the server answered 200 (it took the request, which may be billed)
+    # and then dropped the connection: the request is not sent a second time.
     async with open_sse_server() as server:
         server.add(Reply(chunks=[], end="abort"), Reply(chunks=sse("data: [DONE]\n\n")))
-        async with engine(server.base_url, sleeps) as eng:
+        settings = ProviderSettings(provider="openai", base_url=server.base_url + "/v1", model="m", api_key="k")
+        policy = RetryPolicy(max_attempts=3, sleep=Sleeps(), random=lambda: 0.0, retry_after_output=False)
+        async with OpenAIChatEngine(settings, retry=policy) as eng:
             events, failure = await collect(eng, REQ)
     assert events == [] and len(server.requests) == 1
     assert failure.category == "network" and failure.stop_reason == "replay_unsafe"

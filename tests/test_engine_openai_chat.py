@@ -145,27 +145,37 @@ async def test_finish_reason_without_done_is_accepted():
 async def test_stream_without_terminal_marker_is_a_failure_keeping_partial_text(end):
     async with open_sse_server() as server:
         server.add(Reply(chunks=sse(chunk({"content": "partial "}), chunk({"content": "text"})), end=end))
-        async with engine(server) as eng:
+        async with engine(server, max_attempts=1) as eng:
             events, failure = await collect(eng, REQ)
     assert events == [TextDelta("partial "), TextDelta("text")]
     assert failure is not None and failure.category == "network"
     assert failure.partial_text == "partial text"
-    assert len(server.requests) == 1  # the server took the request: it is never sent again
-    if end == "complete":
-        # a clean end without [DONE]: non-retryable, naming what was received
-        assert failure.stop_reason == "non_retryable" and not failure.retryable
+    assert len(server.requests) == 1
+    # a dropped stream is retryable (sent again while attempts remain); here the limit is one
+    assert failure.retryable and failure.stop_reason == "retry_limit"
+    if end == "complete":  # a clean end without [DONE] names what was received
         assert "without [DONE]" in failure.message and "received 2 events" in failure.message
         assert '"text"' in failure.message
-    else:
-        assert failure.stop_reason == "replay_unsafe"
+
+
+async def test_a_dropped_stream_is_sent_again_and_restarts():
+    async with open_sse_server() as server:
+        server.add(Reply(chunks=sse(chunk({"content": "partial "})), end="abort"),
+                   Reply(chunks=sse(chunk({"content": "whole"}, "stop"), "data: [DONE]\n\n")))
+        async with engine(server) as eng:
+            events, failure = await collect(eng, REQ)
+    assert failure is None and len(server.requests) == 2
+    assert [type(e).__name__ for e in events] == ["TextDelta", "Retrying", "TextDelta", "Finish"]
+    assert events[1].restart and events[2] == TextDelta("whole")
 
 
 async def test_error_chunk_after_200():
     async with open_sse_server() as server:
         server.add(Reply(chunks=sse(chunk({"content": "a"}), 'data: {"error":{"message":"boom","code":"server_error"}}\n\n')))
-        async with engine(server) as eng:
+        async with engine(server, max_attempts=1) as eng:
             events, failure = await collect(eng, REQ)
     assert failure is not None and failure.provider_code == "server_error" and "boom" in str(failure)
+    assert failure.retryable  # a server_error inside the stream is transient: retried while attempts remain
 
 
 def test_history_mapping_pairs_tool_results_and_images():

@@ -12,6 +12,7 @@ from roost.engines import (
     OpenAIResponsesEngine,
     ProviderSettings,
     ReasoningDelta,
+    RetryPolicy,
     TextDelta,
     ToolCall,
     ToolCallEnd,
@@ -107,6 +108,7 @@ async def test_incomplete_is_length_and_missing_completed_is_failure():
         async with engine(server) as eng:
             events, failure = await collect(eng, REQ)
             assert failure is None and events[-1] == Finish("length")
+            eng.retry = RetryPolicy(max_attempts=1)
             events, failure = await collect(eng, REQ)
     assert failure is not None and failure.partial_text == "half" and "response.completed" in str(failure)
 

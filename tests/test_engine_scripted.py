@@ -155,6 +155,7 @@ async def test_cancelling_a_paced_stream():
         ({"rules": [{"steps": [[{"error": {"category": "nope"}}]]}]}, "error.category"),
         ({"rules": [{"match": {"prompt": "("}, "steps": []}]}, "invalid regex"),
         ({"rules": [{"steps": [[{"tool_call": {"arguments": {}}}]]}]}, "needs a 'name'"),
+        ({"rules": [], "defualt": "echo"}, "unknown top-level key 'defualt' (a script has only rules and default)"),
     ],
 )
 def test_invalid_scripts_name_the_place(doc, where):

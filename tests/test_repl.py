@@ -166,6 +166,9 @@ async def test_ready_tokens_tools_status_and_session_end(env, work):
         assert status["turn"] == 1 and 0 <= status["context"] <= 1 and status["modes"] == ["standard"]
         title = await repl.wait("title", start=end["_index"])
         assert title["autoTitle"] == "hello there" and title["sessionId"] == ready["sessionId"]
+        start = await repl.say("/status")   # an idle command ends with the last turn's index
+        command_end = await repl.wait("message_end", start=start)
+        assert command_end["turnIndex"] == 0 and command_end["toolCalls"] == []
 
         start = await repl.say("list it")
         end = await repl.wait("message_end", start=start)

@@ -160,7 +160,8 @@ async def test_roundrobin_three_agents_until_regex(tmp_path: Path) -> None:
     assert result["succeeded"] is True and result["exitCode"] == 0 == code
     assert result["sessionId"] == ready["sessionId"] and result["turns"] == 3
     assert set(result) == {"type", "sessionId", "task", "config", "succeeded", "errorMessage", "exitCode", "turns",
-                           "elapsedSeconds", "inputTokens", "outputTokens"}
+                           "elapsedSeconds", "inputTokens", "outputTokens", "approvedActions", "deniedActions"}
+    assert result["approvedActions"] == result["deniedActions"] == 0
     assert result["inputTokens"] > 0 and result["outputTokens"] > 0
 
 
@@ -223,6 +224,7 @@ async def test_keyword_route_approval_denied_then_approved(tmp_path: Path) -> No
     assert orchestrator["role"] == "user"
     assert [a for a, _ in _messages(bridge.events)][3:] == ["Developer", "Reviewer"]
     assert result["succeeded"] is True and code == 0 and result["turns"] == 4
+    assert result["deniedActions"] == 1 and result["approvedActions"] == 1   # additive, as in run --json
 
 
 async def test_llm_selection(tmp_path: Path) -> None:
@@ -310,6 +312,7 @@ default: [[{text: "ok"}]]
     assert {"plugin", "action", "path", "oldContent", "newContent"} <= set(ask)
     assert not (tmp_path / "notes.txt").exists()
     assert code == 0 and result["succeeded"] is True
+    assert result["deniedActions"] == 1 and result["approvedActions"] == 0
 
 
 async def test_sigint_ends_with_result_not_succeeded(tmp_path: Path) -> None:

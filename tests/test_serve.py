@@ -333,7 +333,10 @@ def test_serve_refuses_a_missing_or_broken_script_at_start(tmp_path: Path) -> No
     # (exit 2, the same message) instead of listening and failing every task
     broken = tmp_path / "broken.yaml"
     broken.write_text("not: [valid\n")
-    for path, how in ((tmp_path / "nope.yaml", "--script"), (broken, "--script"), (tmp_path / "nope.yaml", "env")):
+    typo = tmp_path / "typo.yaml"           # an unknown top-level key is refused, not ignored
+    typo.write_text("rule:\n  - steps: [[{text: hi}]]\n")
+    for path, how in ((tmp_path / "nope.yaml", "--script"), (broken, "--script"), (tmp_path / "nope.yaml", "env"),
+                      (typo, "--script")):
         flags = ["--script", str(path)] if how == "--script" else []
         env = {**os.environ, "ROOST_HOME": str(tmp_path / "home"), "ROOST_PROVIDER": "scripted"}
         if how == "env":
@@ -348,3 +351,5 @@ def test_serve_refuses_a_missing_or_broken_script_at_start(tmp_path: Path) -> No
         reason = execd.stderr.removeprefix("roost exec: error: ")
         assert reason.startswith("the scripted engine's script is unusable: ") and path.name in reason
         assert done.stderr == "roost serve: " + reason
+        if path == typo:
+            assert "unknown top-level key 'rule'" in reason

@@ -85,6 +85,15 @@ async def test_mcp_tools_structured_session_ids_and_refusals(tmp_path: Path, roo
         assert missing.is_error and "is not an existing directory" in missing.content[0].text
         no_id = await session.call_tool("get_result", {})
         assert no_id.is_error and "sessionId" in no_id.content[0].text
+        typed = await session.call_tool("dispatch_task", {"task": 5, "work_dir": ["a"]})
+        assert typed.is_error and typed.content[0].text == (
+            "invalid arguments for dispatch_task: task must be a valid string (got a number); "
+            "work_dir must be a valid string (got an array)")
+        absent = await session.call_tool("dispatch_task", {})
+        assert absent.is_error and absent.content[0].text == "invalid arguments for dispatch_task: task is required"
+        wrong_id = await session.call_tool("get_status", {"sessionId": 7})
+        assert wrong_id.is_error and "sessionId must be a valid string (got a number)" in wrong_id.content[0].text
+        assert "pydantic" not in typed.content[0].text + absent.content[0].text + wrong_id.content[0].text
         unknown = await session.call_tool("dispatch_task", {"task": "x", "objectiveId": "OBJ-0404"})
         assert unknown.is_error and "no objective 'OBJ-0404'" in unknown.content[0].text
 

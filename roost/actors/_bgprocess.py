@@ -6,9 +6,13 @@ runs; ``PR_SET_PDEATHSIG`` still ties it to Roost), its output is kept as a boun
 row in ``background_processes`` records status, exit code and its exit trigger.
 
 Exit trigger (``trigger.status``): ``waiting`` while it runs; on exit ``received`` (persisted),
-then the thread is given a continuation input with the exit status and output tail (it starts a
-turn when the thread is idle, or is admitted at the next model request of a running turn) and
-the trigger becomes ``handled``. ``process/cancel-notifications`` sets ``cancelled`` (durably; the
+then the thread is given a continuation input with the exit status and output tail (source id
+``roost:process:<id>``; it starts a turn when the thread is idle, or is admitted at the next
+model request of a running turn), and the trigger becomes ``handled`` once a turn admitted it
+(seen when the notice starts a turn, and when ``process/list`` or ``process/read`` finds it in
+the thread's history). A notice still ``received`` when Roost ended (kept only in memory while a
+turn ran) is delivered again at start-up (:meth:`ProcessManager.reconcile`), unless the thread
+admitted it or keeps it as held work. ``process/cancel-notifications`` sets ``cancelled`` (durably; the
 process keeps running), ``process/stop`` stops the process group and sets ``stopped``. A process
 that ended with Roost (the server exited, or crashed) is ``lost``: on shutdown the manager stops
 its processes and records them so; on start-up, ``running`` rows of a dead owner are marked
@@ -24,6 +28,7 @@ from typing import Any
 
 import trio
 
+from roost.actors._messages import DeliverInternal
 from roost.errors import InvalidParams, NotFound, RoostError
 from roost.storage import (
     get_bg_process,
@@ -31,6 +36,7 @@ from roost.storage import (
     list_bg_processes,
     mark_lost_bg_processes,
     new_id,
+    received_bg_processes,
     running_owners,
     update_bg_process,
 )
@@ -102,11 +108,19 @@ class ProcessManager:
         return await trio.to_thread.run_sync(run)
 
     async def reconcile(self) -> list[dict]:
-        """Mark ``running`` rows of dead owners (an earlier Roost that ended) ``lost``; returns them."""
+        """Start-up: mark ``running`` rows of dead owners (an earlier Roost that ended) ``lost``
+        (returns them), and deliver again the exit notices those owners left ``received``."""
         owners = [o for o in await self._read(running_owners) if o != self.services.owner and owner_is_dead(o)]
-        if not owners:
-            return []
-        return await self._write(mark_lost_bg_processes, owners, "Roost ended while the process ran")
+        lost = await self._write(mark_lost_bg_processes, owners, "Roost ended while the process ran") if owners else []
+        for row in await self._read(received_bg_processes):
+            if row["owner"] == self.services.owner or not owner_is_dead(row["owner"]):
+                continue  # its owner still runs and delivers it
+            try:
+                if not await self._settle_received(row):
+                    await self._deliver(row)
+            except RoostError:
+                log.exception("background process %s: the exit notice stays received", row["id"])
+        return lost
 
     def starter(self, thread_id: str) -> Any:
         """The ``ToolContext.start_background`` callable of ``thread_id``'s tool calls."""
@@ -179,18 +193,44 @@ class ProcessManager:
         if current["trigger_status"] != "waiting":
             return  # cancelled or stopped: no notification
         await self._write(update_bg_process, row["id"], trigger_status="received")
+        try:
+            await self._deliver(row)
+        except RoostError:
+            log.exception("background process %s: the exit notice stays received", row["id"])
+
+    async def _deliver(self, row: dict) -> None:
+        """Give the thread the exit notice of ``row``; the trigger becomes ``handled`` if a turn
+        admitted it at once (else it stays ``received`` until one does)."""
         tail = (row["output_tail"] or "")[-CONTINUATION_TAIL_CHARS:]
         text = (
             f"[background process {row['id']} exited with status {row['exit_code']}]\n"
             f"command: {row['command']}\noutput (tail):\n{tail}"
         )
-        try:
-            actor = await self.registry.get(row["thread_id"])
-            await actor.deliver_internal(text, start_turn=True)
-        except RoostError:
-            log.exception("background process %s: the exit notice stays received", row["id"])
-            return
-        await self._write(update_bg_process, row["id"], trigger_status="handled")
+        actor = await self.registry.get(row["thread_id"])
+        await actor.ref.ask(DeliverInternal(text=text, start_turn=True, source_id=_source(row["id"])), timeout=30)
+        await self._settle_received(row)
+
+    async def _settle_received(self, row: dict) -> bool:
+        """Whether the exit notice of ``row`` (trigger ``received``) is taken care of: admitted
+        into the thread's history (the trigger is then written ``handled``), or kept as the
+        thread's held work (it stays ``received``)."""
+        actor = await self.registry.get(row["thread_id"])
+        source = _source(row["id"])
+        if actor.consumed(source):
+            row.update(await self._write(update_bg_process, row["id"], trigger_status="handled"))
+            return True
+        return any(entry.get("client_id") == source for entry in actor.held)
+
+    async def _views(self, rows: list[dict]) -> list[dict]:
+        """``process`` views of ``rows``; a ``received`` notice a turn has admitted since is
+        recorded ``handled`` first."""
+        for row in rows:
+            if row["trigger_status"] == "received" and row["status"] == "exited":
+                try:
+                    await self._settle_received(row)
+                except RoostError:
+                    log.exception("background process %s: could not settle its exit notice", row["id"])
+        return [process_view(r) for r in rows]
 
     async def owned(self, thread_id: str, process_id: str) -> dict:
         """The row of ``process_id`` if ``thread_id`` owns it.
@@ -208,13 +248,14 @@ class ProcessManager:
 
     async def list(self, thread_id: str) -> list[dict]:
         """The thread's own processes, oldest first (views)."""
-        return [process_view(r) for r in await self._read(list_bg_processes, thread_id)]
+        return await self._views(await self._read(list_bg_processes, thread_id))
 
     async def read(self, thread_id: str, process_id: str) -> tuple[dict, str]:
         """``(view, output)``: the live output so far, or the recorded tail (read-only)."""
         row = await self.owned(thread_id, process_id)
         live = self.live.get(process_id)
-        return process_view(row), live.out.text() if live is not None else row["output_tail"]
+        (view,) = await self._views([row])
+        return view, live.out.text() if live is not None else row["output_tail"]
 
     async def stop(
         self, thread_id: str, process_id: str, *, status: str = "stopped", reason: str | None = "stopped by the client"
@@ -257,6 +298,11 @@ class ProcessManager:
                 await self.stop(row["thread_id"], process_id, status="lost", reason="Roost exited while it ran")
             except RoostError:
                 log.exception("background process %s: could not record its end", process_id)
+
+
+def _source(process_id: str) -> str:
+    """The source id (``client_id``) of the exit notice of ``process_id``."""
+    return f"roost:process:{process_id}"
 
 
 def _now() -> str:

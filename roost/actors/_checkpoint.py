@@ -85,6 +85,18 @@ class StreamCheckpoints:
             return
         self._checkpoint(view, parts, state)
 
+    def restarted(self, view: dict) -> None:
+        """The text of ``view`` was retracted (its stream is retried from the beginning): count
+        from zero again, and checkpoint it empty now if a checkpoint already holds text."""
+        state = self._items.get(view["id"])
+        if state is None:
+            return
+        written = state[3] > 0
+        self._items[view["id"]] = [0, self._chunk, time.monotonic() + self._interval, 0]
+        if written:
+            assert self._write is not None
+            self._write(view, "")
+
     def _checkpoint(self, view: dict, parts: list[str], state: list) -> None:
         size = state[3] = state[0]
         state[1] = size + max(self._chunk, size)  # the chunk grows to the size checkpointed

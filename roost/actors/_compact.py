@@ -196,6 +196,8 @@ async def _summarize(actor: ThreadActor, turn: TurnActor, request: EngineRequest
                     turn.usage[key] += getattr(event, key) or 0
                 actor.emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
             elif cls is Retrying:
+                if event.restart:  # the stream is sent again from its beginning
+                    parts.clear()
                 actor.emit(
                     "turn/event",
                     {
@@ -207,6 +209,7 @@ async def _summarize(actor: ThreadActor, turn: TurnActor, request: EngineRequest
                             "max_attempts": event.max_attempts,
                             "delay_s": event.delay_s,
                             "reason": event.reason,
+                            "restart": event.restart,
                         },
                     },
                 )

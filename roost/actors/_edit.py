@@ -107,6 +107,7 @@ async def retract_from(actor: ThreadActor, msg: RetractFrom) -> dict:
     draft = {
         "prompt": selected.get("text") or "",
         "images": list(selected.get("images") or []),
+        **({"files": list(selected["files"])} if selected.get("files") else {}),
         "content_parts": selected.get("content_parts"),
         "client_id": selected.get("source_id"),
         "turn_id": msg.turn_id,

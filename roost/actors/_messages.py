@@ -33,11 +33,16 @@ class Origin:
     ``await request_approval(params) -> bool | None`` with ``params`` = ``{thread_id, turn_id,
     item_id, kind, ...the kind's fields}`` (wire-protocol.md approval kinds); None means nobody
     can be asked, and ``unattended_policy`` (``deny`` or ``allow``) decides.
+
+    ``await ask_question(params) -> str | None`` (the ``ask_user`` tool) with ``params`` =
+    ``{thread_id, turn_id, item_id, question, options, allowOther}``; None is no answer (skipped,
+    or nobody could be asked). An origin without it gives tools no way to ask.
     """
 
     client_id: str = "local"
     request_approval: Any = None
     unattended_policy: str = "deny"
+    ask_question: Any = None
 
 
 @attrs.frozen(kw_only=True)

@@ -105,6 +105,11 @@ class TaskListener(Protocol):
 
     async def request_approval(self, task: QueuedTask, params: dict) -> bool | None: ...
 
+    async def ask_question(self, task: QueuedTask, params: dict) -> str | None:
+        """The task's ``ask_user`` question (``params``: see ``Origin.ask_question``), asked of
+        its client like an approval; None: skipped, or nobody answered (optional: a listener
+        without it gives tasks no way to ask)."""
+
     def task_finished(self, task: QueuedTask) -> None: ...
 
 
@@ -510,6 +515,7 @@ class TaskQueue:
             client_id=task.client_id or "serve",
             request_approval=functools.partial(self.listener.request_approval, task),
             unattended_policy=self.unattended_policy,
+            ask_question=self._asker(task),
         )
         live = actor.turn_view(task.turn_id) if task.resumed and task.turn_id is not None else None
         if live is not None and live["status"] in ("running", "queued"):
@@ -557,7 +563,12 @@ class TaskQueue:
                 log.exception("task %s: could not render a run event", task.id)
 
         orch = orchestrator_class(
-            config, actor, engines=self.engines, emit=emit, request_approval=functools.partial(self._ask, task)
+            config,
+            actor,
+            engines=self.engines,
+            emit=emit,
+            request_approval=functools.partial(self._ask, task),
+            ask_question=self._asker(task),
         )
         task.orchestrator = orch
         if task.interrupt_pending:
@@ -566,6 +577,11 @@ class TaskQueue:
         succeeded = outcome.status == "completed"
         error = None if succeeded else outcome.error_message or f"the run ended {outcome.status}"
         return _result(succeeded, error, last["agent"], last["message"])
+
+    def _asker(self, task: QueuedTask) -> Any:
+        """``ask_question(params)`` of ``task`` (its listener's), or None when the listener has none."""
+        ask = getattr(self.listener, "ask_question", None)
+        return functools.partial(ask, task) if ask is not None else None
 
     async def _ask(self, task: QueuedTask, params: dict) -> bool | None:
         """An orchestrated task's approval: asked of its client; when nobody answers (None), the

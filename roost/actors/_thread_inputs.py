@@ -44,6 +44,7 @@ import trio
 from roost import storage
 from roost.actors._messages import Dequeue, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued
 from roost.actors._thread_store import hold_inputs
+from roost.actors._views import attachment_fields, attachments_of
 from roost.errors import InvalidParams, LifecycleError, RoostError, StaleTurn, ThreadBusy
 from roost.storage import new_id
 
@@ -201,7 +202,7 @@ class PendingInputs:
                     StartTurn(
                         prompt=entry["prompt"],
                         client_id=entry.get("client_id"),
-                        images=tuple(entry.get("images") or ()),
+                        images=attachments_of(entry),
                         input_id=entry["id"],
                         content_parts=entry.get("content_parts"),
                         origin=entry.get("_origin") or default_origin(),
@@ -248,8 +249,7 @@ class PendingInputs:
                 raise InvalidParams(f"client_id {client_id!r} was already consumed by thread {self.host.thread.id}")
             superseded = self._check_fence(client_id, mode)
         payload: dict[str, Any] = {"prompt": prompt}
-        if images:
-            payload["images"] = list(images)
+        payload.update(attachment_fields(images))
         if content_parts is not None:
             payload["content_parts"] = content_parts
         entry = {"id": new_id("input"), "kind": kind, "held": hold, "client_id": client_id, **payload}
@@ -361,7 +361,7 @@ class PendingInputs:
                 if msg.content_parts is not None:
                     entry["content_parts"] = msg.content_parts
                 payload = {"prompt": msg.prompt}
-                for key in ("images", "content_parts"):
+                for key in ("images", "files", "content_parts"):
                     if entry.get(key):
                         payload[key] = entry[key]
                 if not self.host.ephemeral:
@@ -401,7 +401,7 @@ class PendingInputs:
             if entry.get("_foreign"):
                 raise ThreadBusy(f"input {msg.input_id} belongs to an execution in another process")
             prompt, client_id = entry["prompt"], entry.get("client_id")
-            images, parts = tuple(entry.get("images") or ()), entry.get("content_parts")
+            images, parts = attachments_of(entry), entry.get("content_parts")
         else:
             if not msg.prompt:
                 raise InvalidParams("prompt (or input_id) is required")

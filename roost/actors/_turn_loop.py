@@ -25,6 +25,7 @@ from roost._faults import fault_point
 from roost.actors._actor import shielded_cleanup
 from roost.actors._checkpoint import StreamCheckpoints
 from roost.actors._fair import FairEvents
+from roost.actors._stream_restart import replace_text, retract_item
 from roost.actors._turn import STOP_MESSAGES, TurnActor, TurnHost
 from roost.engines import (
     AgentMessage,
@@ -217,6 +218,8 @@ class _Response:
         self.reasoning_parts: list[str] = []
         self.calls: dict[str, dict] = {}
         self.ended: list[dict] = []
+        #: agent message / reasoning items whose text a retry replaced (retracted if left empty)
+        self.replaced: set[str] = set()
         self.checkpoints = StreamCheckpoints(turn.checkpoint_stream)
 
     def start_item(self, kind: str, **fields: Any) -> dict:
@@ -241,8 +244,9 @@ class _Response:
                 self.message = self.start_item(
                     "agent_message", text="", **({"agent": turn.agent.name} if turn.agent else {})
                 )
-                turn.text_streaming = not self.calls
                 self.checkpoints.started(self.message)
+            if not self.text_parts:  # the response's (or its retry's) first text
+                turn.text_streaming = not self.calls
                 self.checkpoints.flush(self.reasoning, self.reasoning_parts)
             self.text_parts.append(event.text)
             self.checkpoints.grew(self.message, self.text_parts, len(event.text))
@@ -303,13 +307,38 @@ class _Response:
                         "max_attempts": event.max_attempts,
                         "delay_s": event.delay_s,
                         "reason": event.reason,
+                        "restart": event.restart,
                     },
                 },
             )
+            if event.restart:
+                self.restart()
+
+    def restart(self) -> None:
+        """The engine sends the request again after this response streamed: its text is replaced
+        with ``""``, its tool calls are retracted (:mod:`roost.actors._stream_restart`)."""
+        self.turn.text_streaming = False
+        for view, parts in ((self.reasoning, self.reasoning_parts), (self.message, self.text_parts)):
+            if view is None:
+                continue
+            parts.clear()
+            view.pop("replay", None)
+            self.replaced.add(view["id"])
+            self.checkpoints.restarted(view)
+            replace_text(self.turn, view, "")
+        for view in self.calls.values():
+            retract_item(self.turn, view, self.open_items)
+        self.calls.clear()
+        self.ended.clear()
 
     def close(self, *, cut: bool) -> None:
-        """The stream ended (``cut``: for a steer): the text so far goes into history."""
+        """The stream ended (``cut``: for a steer): the text so far goes into history. An item
+        whose text a retry replaced and that stayed empty is retracted instead."""
         history = self.thread.history
+        if self.reasoning is not None and self._left_empty(self.reasoning, self.reasoning_parts):
+            self.reasoning = None
+        if self.message is not None and self._left_empty(self.message, self.text_parts):
+            self.message = None
         if self.reasoning is not None:
             self.reasoning["text"] = "".join(self.reasoning_parts)
             replay = self.reasoning.get("replay") or {}
@@ -322,6 +351,13 @@ class _Response:
                 self.message["steered"] = True  # a fragment: the reply was cut here for a steer
             self.turn.final_text = self.message["text"]
             history.append(AgentMessage(text=self.message["text"]))
+
+    def _left_empty(self, view: dict, parts: list[str]) -> bool:
+        """Retract ``view`` if a retry replaced its text and streamed none of its own."""
+        if view["id"] not in self.replaced or parts or view.get("replay"):
+            return False
+        retract_item(self.turn, view, self.open_items)
+        return True
 
 
 async def _sample(
@@ -392,9 +428,24 @@ async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_ite
         agent=turn.agent.name if turn.agent is not None else None,
         on_process=tool_process_hook(thread.services.store.writer, thread.services.owner, tid),
         start_background=thread.services.processes.starter(tid) if thread.services.processes else None,
+        ask_question=_question_asker(tid, turn, view),
     )
     result = await run_tool(tool, view["arguments"] or {}, ctx)
     await _finish_tool_call(thread, turn, view, open_items, result.output, result.is_error, result.metadata)
+
+
+def _question_asker(thread_id: str, turn: TurnActor, view: dict) -> Any:
+    """The tool call's ``ToolContext.ask_question``: the origin's ``ask_question`` with the call's
+    ids (see :class:`~roost.actors._messages.Origin`), or None when the origin cannot be asked."""
+    ask = getattr(turn.origin, "ask_question", None)
+    if ask is None:
+        return None
+
+    async def ask_question(question: str, options: list[str], allow_other: bool) -> str | None:
+        params = {"thread_id": thread_id, "turn_id": turn.id, "item_id": view["id"]}
+        return await ask({**params, "question": question, "options": options, "allowOther": allow_other})
+
+    return ask_question
 
 
 async def _refuse_tool_call(

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost.engines import INTERRUPTED_OUTPUT, AgentMessage, Image, Reasoning, ToolCall, ToolResult, UserMessage
+from roost.engines import (
+    INTERRUPTED_OUTPUT,
+    AgentMessage,
+    Document,
+    Image,
+    Reasoning,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
 
 __all__ = [
     "thread_view",
@@ -107,11 +116,23 @@ def user_item_view(
         "text": prompt,
         "source_id": source_id,
     }
-    if images:
-        view["images"] = list(images)
+    view.update(attachment_fields(images))
     if content_parts is not None:
         view["content_parts"] = content_parts
     return view
+
+
+def attachment_fields(attachments: Any) -> dict[str, list]:
+    """The wire fields of a message's attachments (one tuple inside Roost, images and PDFs in
+    order): ``{"images": [image/* ...], "files": [the others]}``, empty lists left out."""
+    images = [a for a in attachments or () if str(a.get("media_type", "")).startswith("image/")]
+    files = [a for a in attachments or () if not str(a.get("media_type", "")).startswith("image/")]
+    return {k: v for k, v in (("images", images), ("files", files)) if v}
+
+
+def attachments_of(entry: dict) -> tuple:
+    """The attachment tuple of a user item or input ``entry`` (its ``images``, then its ``files``)."""
+    return tuple(entry.get("images") or ()) + tuple(entry.get("files") or ())
 
 
 def input_view(row: dict) -> dict:
@@ -166,8 +187,18 @@ def history_from_items(items: list[dict]) -> list:
                 Image(media_type=i.get("media_type", "image/png"), data=i.get("data", ""))
                 for i in item.get("images") or ()
             )
+            documents = tuple(
+                Document(
+                    media_type=f.get("media_type", "application/pdf"),
+                    data=f.get("data", ""),
+                    filename=f.get("filename"),
+                )
+                for f in item.get("files") or ()
+            )
             synthetic = str(item.get("source_id") or "").startswith("roost:")
-            history.append(UserMessage(text=item.get("text") or "", images=images, synthetic=synthetic))
+            history.append(
+                UserMessage(text=item.get("text") or "", images=images, synthetic=synthetic, documents=documents)
+            )
         elif kind == "agent_message":
             if item.get("text"):
                 history.append(AgentMessage(text=item["text"]))

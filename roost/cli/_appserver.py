@@ -166,6 +166,13 @@ def app_server_command(
     if workdir is not None:
         os.chdir(workdir)
     setup_logging(verbose)
+    from roost.config import configured_mcp_servers
+    from roost.errors import ConfigError
+
+    try:
+        mcp_servers = configured_mcp_servers(config_path)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     engines = _engines(engine_flags, resolve_options=resolve_options)
 
     def resolve() -> Any:
@@ -189,6 +196,7 @@ def app_server_command(
                 engines=engines,
                 host=host,
                 watch_config=(config_path, resolve),
+                mcp_servers=mcp_servers,
             )
             nursery.cancel_scope.cancel()
 

@@ -7,7 +7,9 @@ wire-protocol.md, "Live sessions" (serve socket, serve WebSocket), "Handshake ev
   positions, ``agent_starting`` / ``tool_calling`` / ``token`` progress, ``result``); each
   non-blank stdin line is sent as a task (``user_input``). An ``approval_request`` is shown with its
   kind and fields (a ``file_write`` as a unified diff) followed by ``approve? [y/N]``; the next stdin
-  line answers it: ``y``/``yes`` approves, anything else denies (never auto-approved).
+  line answers it: ``y``/``yes`` approves, anything else denies (never auto-approved). A
+  ``question`` (an agent's ``ask_user``) is shown with its options; the next stdin line is the
+  answer (``question_response``), and an empty line skips it (``answer: null``).
   When stdin is not a terminal (piped or a file, read ahead of the events), lines are *held* while
   this client has a task in flight (from sending it until its ``result``): each ``approval_request``
   takes the next held (or next read) line as its answer, and the lines still held when the task
@@ -20,7 +22,7 @@ wire-protocol.md, "Live sessions" (serve socket, serve WebSocket), "Handshake ev
 In both modes the command ends when stdin reaches end of file and every task this client dispatched
 (plus the ``inFlight`` task its ``hello`` announced) has its ``result``. An approval that arrives
 after stdin has ended cannot be answered by anyone, so it is denied (``approval_response`` with
-``approved: false``) rather than left to hang.
+``approved: false``) rather than left to hang; a question then is skipped (``answer: null``).
 
 Exit status: 0 after end of stdin and the last result; 1 when the daemon is unreachable (refused,
 missing socket, failed WebSocket handshake) or closes the connection while tasks are outstanding;
@@ -75,6 +77,7 @@ class AttachClient:
         self.waiting: set[str] = set()  # our sessionIds awaiting their ``result``
         self.held: deque[str] = deque()  # stdin lines read while a task was in flight (hold_lines)
         self.approval_pending = False
+        self.question_pending = False
         self.stdin_done = False
         self.closed = False
         self.hello_seen = False
@@ -87,8 +90,12 @@ class AttachClient:
         """A task of this client is being queued, is queued or is running (no ``result`` yet)."""
         return self.acks > 0 or bool(self.waiting)
 
+    def prompt_pending(self) -> bool:
+        """An ``approval_request`` or a ``question`` waits for this client's answer."""
+        return self.approval_pending or self.question_pending
+
     def _check_done(self) -> None:
-        if self.stdin_done and self.hello_seen and not self.in_flight() and not self.held and not self.approval_pending:
+        if self.stdin_done and self.hello_seen and not self.in_flight() and not self.held and not self.prompt_pending():
             self.done.set()
 
     async def _send(self, line: str) -> None:
@@ -106,7 +113,7 @@ class AttachClient:
         self.link = None
         self.connected = trio.Event()
         self.hello_seen = False
-        self.approval_pending = False
+        self.approval_pending = self.question_pending = False
         self.acks = 0
         if not keeps_tasks and self.waiting:
             self.renderer.line(
@@ -194,12 +201,20 @@ class AttachClient:
                 if not self.json_mode:
                     self.renderer.answer("n (stdin is closed: denied)")
                 await self._answer(False)
+        elif kind == "question":
+            self.question_pending = True
+            if self.held:
+                await self._answer_with(self.held.popleft())
+            elif self.stdin_done:
+                if not self.json_mode:
+                    self.renderer.answer("(stdin is closed: skipped)")
+                await self._answer_question(None)
         await self._release_held()
         self._check_done()
 
     async def _release_held(self) -> None:
         """With no task in flight, send the next held non-blank line as the next task."""
-        while self.held and not self.in_flight() and not self.approval_pending:
+        while self.held and not self.in_flight() and not self.prompt_pending():
             line = self.held.popleft()
             if line.strip():
                 await self._dispatch(line)
@@ -209,7 +224,13 @@ class AttachClient:
         await self._send(json.dumps({"type": "user_input", "text": text}))
 
     async def _answer_with(self, raw: str) -> None:
-        """Answer the pending approval with stdin line ``raw``: ``y``/``yes`` approves, else deny."""
+        """Answer the pending prompt with stdin line ``raw``: a question's answer (an empty line
+        skips it), else the approval: ``y``/``yes`` approves, anything else denies."""
+        if self.question_pending:
+            answer = raw.strip() or None
+            self.renderer.answer(f"answered: {answer}" if answer else "skipped")
+            await self._answer_question(answer)
+            return
         approved = raw.strip().lower() in ("y", "yes")
         self.renderer.answer("approved" if approved else "denied")
         await self._answer(approved)
@@ -217,6 +238,10 @@ class AttachClient:
     async def _answer(self, approved: bool) -> None:
         self.approval_pending = False
         await self._send(json.dumps({"type": "approval_response", "approved": approved}))
+
+    async def _answer_question(self, answer: str | None) -> None:
+        self.question_pending = False
+        await self._send(json.dumps({"type": "question_response", "answer": answer}))
 
     async def stdin_line(self, raw: str) -> None:
         """Handle one stdin line (without its newline)."""
@@ -235,13 +260,15 @@ class AttachClient:
                     self.acks += 1
                 elif kind == "approval_response":
                     self.approval_pending = False
+                elif kind == "question_response":
+                    self.question_pending = False
             await self._send(raw)
             return
         if await self.command(raw.strip()):
             return
         if raw.strip().startswith("//"):
             raw = raw.strip()[1:]
-        if self.approval_pending:
+        if self.prompt_pending():
             await self._answer_with(raw)
             return
         if self.hold_lines and self.in_flight():
@@ -251,8 +278,13 @@ class AttachClient:
             await self._dispatch(raw)
 
     async def stdin_ended(self) -> None:
-        """Stdin reached end of file: deny a pending approval (nobody is left to answer it)."""
+        """Stdin reached end of file: deny a pending approval, skip a pending question (nobody is
+        left to answer them)."""
         self.stdin_done = True
+        if self.question_pending:
+            if not self.json_mode:
+                self.renderer.answer("(stdin is closed: skipped)")
+            await self._answer_question(None)
         if self.approval_pending:
             if not self.json_mode:
                 self.renderer.answer("(stdin is closed: denied)")

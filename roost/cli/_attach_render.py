@@ -92,6 +92,11 @@ class Renderer:
             self.line(f"error: {event.get('text')} ({event.get('code')})")
         elif kind == "approval_request":
             self.approval(event)
+        elif kind == "question":
+            options = ", ".join(str(o) for o in event.get("options") or [])
+            self.line(f"[{sid}] question: {event.get('question')}" + (f" (options: {options})" if options else ""))
+            self.write("answer (an empty line skips): ")
+            self._open = _PROMPT
         elif kind == "status":
             self.status(event)
         # other event types are ignored (wire-protocol.md: clients ignore what they don't know)

@@ -94,6 +94,13 @@ class TextPrinter:
             if delta:
                 self.out.write(delta)
                 self.at_line_start = delta.endswith("\n")
+        elif method == "item/agentMessage/replace":  # the stream was retried: the reply starts over
+            self._end_line()
+            self.out.flush()
+            self.err.write("roost exec: the model stream was retried after partial output; the reply starts again\n")
+            if params.get("text"):
+                self.out.write(params["text"])
+                self.at_line_start = params["text"].endswith("\n")
         elif method == "item/completed":
             item = params.get("item") or {}
             if item.get("type") == "agent_message":
@@ -154,7 +161,9 @@ async def run_exec(
     a second SIGINT cancels everything at once.
     """
     from roost.actors import InterruptTurn, Origin, StartTurn, Subscribe
+    from roost.config import configured_mcp_servers
     from roost.model import Thread
+    from roost.plugins import open_mcp_host
     from roost.protocol import EngineCatalog
     from roost.storage import new_id, utc_now
     from roost.supervisor import open_runtime
@@ -163,6 +172,12 @@ async def run_exec(
     out = out if out is not None else sys.stdout.buffer
     err = err if err is not None else sys.stderr
     printer: JsonPrinter | TextPrinter = JsonPrinter(out) if as_json else TextPrinter(_text_stream(out), err)
+    try:
+        servers = configured_mcp_servers()
+    except ConfigError as exc:
+        err.write(f"roost exec: error: {exc}\n")
+        err.flush()
+        return 2
     engines = EngineCatalog(settings)
     if engines.default is None:  # e.g. a missing or broken --script: the same error as run/repl/app-server
         err.write(f"roost exec: error: {engines.setup_error or 'no model provider is configured'}\n")
@@ -191,7 +206,11 @@ async def run_exec(
                             main.cancel_scope.cancel()
 
                 main.start_soon(on_signals)
-                async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
+                async with (
+                    open_mcp_host(servers) as mcp,
+                    open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime,
+                ):
+                    mcp.attach(runtime.services.tools)
                     now = utc_now()
                     thread = Thread(
                         id=new_id("thr"),

@@ -63,6 +63,11 @@ class TextRenderer:
                 out.write(self._c(_BOLD, "assistant› "))
                 self._open_text = params["item_id"]
             out.write(params["delta"])
+        elif method in ("item/agentMessage/replace", "item/reasoning/replace"):
+            self._end_text()  # a retried stream: its text starts over under a new prefix
+            out.write(self._c(_DIM, "(the model stream was retried; the reply starts again)") + "\n")
+            if params.get("text"):
+                self.render(method.replace("/replace", "/delta"), {**params, "delta": params["text"]})
         elif method == "item/reasoning/delta":
             if self._open_text != params["item_id"]:
                 self._end_text()

@@ -14,7 +14,16 @@ import click
 
 from roost.cli._res_common import emit_item, emit_items, fail, json_option
 from roost.orchestration import TEMPLATES, OrchestrationConfig, render_template, validate_config_file
-from roost.protocol import ConfigSummary, InitResult, Plugin, PluginFunction, Template, Validation, ValidationIssue
+from roost.protocol import (
+    ConfigSummary,
+    InitResult,
+    McpPlugin,
+    Plugin,
+    PluginFunction,
+    Template,
+    Validation,
+    ValidationIssue,
+)
 
 __all__ = [
     "plugins_command",
@@ -22,6 +31,7 @@ __all__ = [
     "validate_command",
     "init_command",
     "builtin_plugins",
+    "mcp_plugins",
     "known_plugin_names",
     "plugin_warnings",
     "DEFAULT_CONFIG_DIR",
@@ -85,8 +95,19 @@ def known_plugin_names() -> frozenset[str]:
 
 def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
     """Return a ``warning`` for each ``Plugins`` entry of ``config``'s agents that names neither a
-    plugin nor a known tool (``Orchestration.Agents[i].Plugins: ...``); such an entry gives no tool."""
-    known = known_plugin_names()
+    plugin nor a known tool (``Orchestration.Agents[i].Plugins: ...``); such an entry gives no tool.
+    The MCP servers of ``config.toml`` and of ``config``'s ``McpServers`` are plugins (their tools
+    are not known without connecting, so any ``mcp__<server>__...`` name is accepted)."""
+    from roost.config import configured_mcp_servers
+    from roost.errors import ConfigError
+
+    try:
+        servers = {s.name for s in configured_mcp_servers()}
+    except ConfigError:
+        servers = set()  # the commands that start servers report it
+    servers |= {s.name for s in config.mcp_servers}
+    known = known_plugin_names() | servers
+    prefixes = tuple(f"mcp__{name}__" for name in servers)
     return [
         ValidationIssue(
             level="warning",
@@ -95,32 +116,91 @@ def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
         )
         for i, agent in enumerate(config.agents)
         for name in agent.plugins
-        if name not in known
+        if name not in known and not (prefixes and name.startswith(prefixes))
+    ]
+
+
+def mcp_plugins(config_file: str | None) -> list[McpPlugin]:
+    """Connect to the configured MCP servers once and return them as ``mcp`` plugins.
+
+    The servers are ``config.toml``'s ``[mcp_servers]`` and, with ``config_file``, that
+    orchestration config's ``McpServers``. Each server's first connection attempt is awaited (its
+    ``connect_timeout``); one that fails is listed with ``status: failed``, its ``error`` and no
+    functions.
+
+    Raises:
+        ConfigError: a malformed ``[mcp_servers]`` table or orchestration config.
+    """
+    import trio
+
+    from roost.config import configured_mcp_servers
+    from roost.orchestration import load_config_file
+    from roost.plugins import open_mcp_host
+
+    servers = {s.name: s for s in configured_mcp_servers()}
+    if config_file is not None:
+        servers.update({s.name: s for s in load_config_file(config_file).mcp_servers})
+    if not servers:
+        return []
+
+    async def connect() -> list[dict[str, Any]]:
+        async with open_mcp_host(servers.values()) as host:
+            return host.plugins()
+
+    return [
+        McpPlugin(
+            name=p["name"],
+            source="mcp",
+            functions=[PluginFunction(name=f["name"], description=f["description"]) for f in p["functions"]],
+            status=p["status"]["state"],
+            error=p["status"].get("error"),
+        )
+        for p in trio.run(connect)
     ]
 
 
 @click.command("plugins")
 @json_option
 @click.option("--plugin", "plugin_name", default=None, help="Only this plugin (no match is an error).")
-def plugins_command(as_json: bool, plugin_name: str | None) -> None:
+@click.option(
+    "-c",
+    "--config",
+    "config_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also list this orchestration config's McpServers.",
+)
+def plugins_command(as_json: bool, plugin_name: str | None, config_file: str | None) -> None:
     """List the tool plugins agents can use. --json: Plugin items.
 
-    The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
+    Built-in plugins first, then each MCP server of config.toml's [mcp_servers] (and of --config's
+    McpServers), connected once to list its tools (source "mcp"; a server that fails to start is
+    listed with its status and error). The names and fields of --json output are the wire
+    protocol's (docs/wire.md, "Resource queries").
 
     Exit status: 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
     usage error.
     """
-    plugins = builtin_plugins()
+    from roost.errors import ConfigError
+
+    try:
+        plugins = builtin_plugins() + mcp_plugins(config_file)
+    except ConfigError as exc:
+        fail("plugins", str(exc), as_json=as_json)
     if plugin_name is not None:
+        everything = plugins
         plugins = [p for p in plugins if p.name.lower() == plugin_name.lower()]
         if not plugins:
-            known = ", ".join(p.name for p in builtin_plugins())
+            known = ", ".join(p.name for p in everything)
             fail("plugins", f"no plugin named {plugin_name!r} (known: {known})", as_json=as_json)
     if as_json:
         emit_items(plugins)
         return
     for p in plugins:
-        click.echo(f"{p.name} ({p.source})")
+        if isinstance(p, McpPlugin):
+            click.echo(f"{p.name} ({p.source}, {p.status})" + (f": {p.error}" if p.error else ""))
+        else:
+            click.echo(f"{p.name} ({p.source})")
         for f in p.functions:
             click.echo(f"  {f.name}: {f.description}")
 

@@ -39,6 +39,38 @@ __all__ = ["serve_command", "run_serve"]
 log = logging.getLogger("roost.serve")
 
 
+def _mcp_servers(options: ServeOptions) -> list[Any]:
+    """The daemon's MCP servers: ``config.toml``'s ``[mcp_servers]``, then the ``McpServers`` of
+    the default orchestration config (``-c``), which wins on a shared name.
+
+    Raises:
+        ConfigError: a malformed ``[mcp_servers]`` table or default config.
+    """
+    from roost.config import configured_mcp_servers
+    from roost.orchestration import load_config_file
+
+    servers = {s.name: s for s in configured_mcp_servers()}
+    if options.config:
+        servers.update({s.name: s for s in load_config_file(options.config).mcp_servers})
+    return list(servers.values())
+
+
+class _McpOrchestrations:
+    """``roost.orchestration`` for the task queue, with each run's agents given the MCP servers'
+    ``Plugins`` groups (a ``Plugins: [server]`` entry stands for all of that server's tools)."""
+
+    def __init__(self, mcp: Any) -> None:
+        import roost.orchestration
+
+        orchestrator = roost.orchestration.Orchestrator
+
+        def make(*args: Any, **kwargs: Any) -> Any:
+            return orchestrator(*args, tool_groups=mcp.groups(), **kwargs)
+
+        self.load_config_file = roost.orchestration.load_config_file
+        self.Orchestrator: Any = make
+
+
 async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectives: tuple[str, ...] = ()) -> int:
     """Run the daemon until SIGINT/SIGTERM; return the exit status.
 
@@ -47,9 +79,10 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     Raises:
         DaemonRunning: another daemon owns the socket path (nothing was started).
     """
-    from roost.protocol import DaemonMetrics, ServeDaemon, claim_socket_path
+    from roost.plugins import open_mcp_host
+    from roost.protocol import DaemonMetrics, ServeDaemon, claim_socket_path, install_a2a
     from roost.supervisor import open_runtime
-    from roost.tools import builtin_tools
+    from roost.tools import ask_user_tool, builtin_tools
 
     _probe_http_port(options)  # a busy port is one line (exit 1), before any child starts
     lock_fd = claim_socket_path(options.socket_path)
@@ -57,7 +90,13 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             metrics = DaemonMetrics()
-            async with open_runtime(engine_for=metrics.meter(engines.engine_for), tools=builtin_tools()) as runtime:
+            # ask_user asks each task's dispatching client (roost.protocol._serve_prompts)
+            tools = {**builtin_tools(), "ask_user": ask_user_tool()}
+            async with (
+                open_mcp_host(_mcp_servers(options)) as mcp,
+                open_runtime(engine_for=metrics.meter(engines.engine_for), tools=tools) as runtime,
+            ):
+                mcp.attach(runtime.services.tools)
                 default = engines.default
                 daemon = ServeDaemon(
                     runtime,
@@ -67,6 +106,9 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
                     engines=engines,
                 )
                 daemon.metrics = metrics
+                daemon.queue.orchestrations = _McpOrchestrations(mcp)
+                if options.a2a:
+                    install_a2a(daemon)
                 metrics.bind(daemon)
                 daemon.queue.on_accepted = lambda task: metrics.task_accepted(task.source)
                 async with trio.open_nursery() as nursery:
@@ -337,6 +379,11 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
     hidden=True,
     help="Add the emit time (unix seconds) as 't' to broadcast events (benchmarks).",
 )
+@click.option(
+    "--a2a",
+    is_flag=True,
+    help="Host the agents as A2A agents on the --http-port (cards at /a2a/NAME/.well-known/agent-card.json).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
 def serve_command(
     engine_flags: EngineFlags,
@@ -358,6 +405,7 @@ def serve_command(
     outbox_lines: int | None,
     kick_grace: float,
     stamp_events: bool,
+    a2a: bool,
     verbose: bool,
 ) -> None:
     """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
@@ -373,6 +421,9 @@ def serve_command(
       Unix socket      --socket (default under $ROOST_HOME/run/); no token
       ws://HOST:PORT/attach   with --http-port; the same events, one per text message
       http://HOST:PORT/mcp    with --http-port; MCP tools dispatch_task, get_status, get_result
+      http://HOST:PORT/a2a/NAME/  with --a2a; A2A agent NAME (message/send, message/stream,
+                              tasks/get, tasks/cancel); the default agent's card is also at
+                              /.well-known/agent-card.json
 
     Cron schedules fire in UTC, each slot at most once (see `roost schedule --help`).
 
@@ -410,6 +461,8 @@ def serve_command(
         setup_logging(verbose)  # an unusable ROOST_HOME is reported when the store opens
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
+    if a2a and http_port is None:
+        raise click.UsageError("--a2a serves on the HTTP port: give --http-port (0 picks a free one)")
     engines = None
     try:
         settings = engine_flags.resolve()
@@ -449,6 +502,7 @@ def serve_command(
         warn_threshold=token_warn_threshold,
         stamp_events=stamp_events,
         config=config_path,
+        a2a=a2a,
     )
     if len(os.fsencode(str(options.socket_path))) > 107:  # sun_path is 108 bytes with its NUL
         click.echo(

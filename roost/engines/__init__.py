@@ -32,8 +32,10 @@ from roost.engines._settings import DEFAULT_BASE_URLS as DEFAULT_BASE_URLS
 from roost.engines._settings import DEFAULT_KEY_ENVS as DEFAULT_KEY_ENVS
 from roost.engines._settings import PROVIDERS as PROVIDERS
 from roost.engines._settings import ProviderSettings as ProviderSettings
+from roost.engines._types import DOCUMENT_TYPES as DOCUMENT_TYPES
 from roost.engines._types import FINISH_REASONS as FINISH_REASONS
 from roost.engines._types import AgentMessage as AgentMessage
+from roost.engines._types import Document as Document
 from roost.engines._types import Engine as Engine
 from roost.engines._types import EngineEvent as EngineEvent
 from roost.engines._types import EngineRequest as EngineRequest
@@ -110,6 +112,8 @@ __all__ = [
     "HttpEngine",
     "INTERRUPTED_OUTPUT",
     "Image",
+    "Document",
+    "DOCUMENT_TYPES",
     "ModelInfo",
     "OpenAIChatEngine",
     "OpenAIResponsesEngine",

@@ -80,6 +80,14 @@ def anthropic_messages(request: EngineRequest) -> list[dict[str, Any]]:
 
     for item in pair_tool_results(request.history):
         if isinstance(item, UserMessage):
+            for doc in item.documents:  # Messages API "PDF support": a base64 document block
+                block: dict[str, Any] = {
+                    "type": "document",
+                    "source": {"type": "base64", "media_type": doc.media_type, "data": doc.data},
+                }
+                if doc.filename:
+                    block["title"] = doc.filename
+                add("user", block)
             for im in item.images:
                 add(
                     "user",
@@ -231,10 +239,10 @@ class AnthropicParser:
 
     def finish(self) -> list[EngineEvent]:
         if not self.done:
-            raise EngineFailure(
+            raise EngineFailure(  # a dropped stream: sent again (RetryPolicy)
                 "anthropic: the stream ended without message_stop",
                 category="network",
-                retryable=False,
+                retryable=True,
                 provider_code="incomplete_stream",
             )
         out: list[EngineEvent] = [buf.end() for buf in self._blocks.values() if not buf.ended]
@@ -256,17 +264,19 @@ class AnthropicParser:
 
 
 def _raise_stream_error(doc: dict[str, Any]) -> None:
-    """Fail on an ``error`` event inside a 200 stream; never retried (the server took the request)."""
+    """Fail on an ``error`` event inside a 200 stream. Anthropic documents these as the errors of
+    the HTTP statuses (``overloaded_error`` is its 529, ``api_error`` its 500): those, and
+    ``rate_limit_error``, are retryable (:class:`roost.engines._http.RetryPolicy`)."""
     error = doc.get("error") or {}
     etype = error.get("type") if isinstance(error, dict) else None
-    category, _ = _ERROR_CATEGORY.get(etype or "", ("provider", False))
+    category, retryable = _ERROR_CATEGORY.get(etype or "", ("provider", False))
     message = (error.get("message") if isinstance(error, dict) else str(error)) or "unknown error"
     if category == "invalid_request" and "prompt is too long" in message:
         category = "context_length"
     raise EngineFailure(
         f"anthropic: the server sent an error inside the stream ({etype}): {message}",
         category=category,
-        retryable=False,
+        retryable=retryable,
         provider_code=etype or "stream_error",
     )
 

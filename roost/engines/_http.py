@@ -2,9 +2,10 @@
 
 Each adapter supplies the URL, headers and body for a request and a *parser* (sans-IO: SSE events
 in, normalized events out). This module owns the I/O: ``httpx.AsyncClient`` streaming, SSE framing
-(:mod:`roost.engines._sse`), retries before the first streamed event, translation of httpx errors and HTTP
-statuses to :class:`roost.errors.EngineFailure`, and closing the response at once when the consumer
-leaves (including when it is cancelled).
+(:mod:`roost.engines._sse`), retries (before the first streamed event, and of a stream that failed
+after partial output: :class:`RetryPolicy`), translation of httpx errors and HTTP statuses to
+:class:`roost.errors.EngineFailure`, and closing the response at once when the consumer leaves
+(including when it is cancelled).
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ import trio
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._settings import ProviderSettings
 from roost.engines._sse import SSEDecoder
-from roost.engines._types import EngineEvent, EngineRequest, ModelInfo, Retrying, TextDelta
+from roost.engines._types import (
+    DOCUMENT_TYPES,
+    EngineEvent,
+    EngineRequest,
+    ModelInfo,
+    Retrying,
+    TextDelta,
+    UserMessage,
+)
 from roost.errors import EngineFailure, new_operation_id
 
 _log = logging.getLogger("roost.engines.http")
@@ -47,13 +56,23 @@ ERROR_BODY_LIMIT = 64 * 1024
 class RetryPolicy:
     """When and how long to wait before sending a model call again.
 
-    Retries happen only before the first streamed event, for connection errors, 408, 409, 429 and
-    5xx. The delay honours ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date, RFC 9110
-    section 10.2.3) up to ``max_retry_after``; otherwise it is exponential backoff with jitter:
+    Retried failures: connection errors, 408, 409, 429 and 5xx before the stream starts; and, once
+    the server answered 200, a stream that fails in a way its provider documents as transient: the
+    connection dropped or stalled mid-stream, the stream ended without its terminal marker, or an
+    error event inside the stream that is retryable (Anthropic ``overloaded_error`` / ``api_error``
+    / ``rate_limit_error``, OpenAI ``server_error`` / ``rate_limit_exceeded``). Re-sending a model
+    call is safe for Roost: no tool runs before its stream has ended; the failed attempt may still
+    be billed. A retry after streamed events yields :class:`Retrying` with ``restart=True``: the
+    consumer discards what that attempt streamed (app-server-protocol.md: ``item/removed``,
+    ``item/agentMessage/replace``). Every attempt counts against ``max_attempts``. The delay
+    honours ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date, RFC 9110 section
+    10.2.3) up to ``max_retry_after``; otherwise it is exponential backoff with jitter:
     ``base_delay * 2**(attempt-1)``, capped at ``max_delay``, scaled by a random factor in [0.5, 1).
 
     Attributes:
         max_attempts: attempts per call, including the first (>= 1).
+        retry_after_output: also retry a stream that failed after the server answered 200 (else
+            such a failure ends the call, ``stop_reason`` ``replay_unsafe``).
         base_delay, max_delay, max_retry_after: seconds.
         sleep: the sleep function (tests inject a zero-sleep).
         random: returns a float in [0, 1) for jitter.
@@ -63,6 +82,7 @@ class RetryPolicy:
     base_delay: float = 0.5
     max_delay: float = 20.0
     max_retry_after: float = 60.0
+    retry_after_output: bool = True
     sleep: Callable[[float], Awaitable[None]] = trio.sleep
     random: Callable[[], float] = random.random
 
@@ -188,6 +208,10 @@ class HttpEngine:
     """
 
     name = "http"
+    #: Media types of :class:`~roost.engines.Document` attachments this adapter sends (PDFs:
+    #: each provider's documented file input). A model or server that still refuses one answers
+    #: 4xx: the failure then says that the request carried a file.
+    document_types: frozenset[str] = DOCUMENT_TYPES
 
     def __init__(
         self,
@@ -296,6 +320,7 @@ class HttpEngine:
             attempt += 1
             _log.debug("%s %s: attempt %d of %d", self.name, operation_id, attempt, max_attempts)
             accepted = False  # a 200 arrived: the request was taken (and may be billed)
+            streamed = False  # this attempt yielded events (a retry then restarts the response)
             retry_headers: httpx.Headers | None = None
             response: httpx.Response | None = None
             try:
@@ -324,6 +349,7 @@ class HttpEngine:
                                 for event in parser.feed(last[0], last[1]):
                                     if type(event) is TextDelta:
                                         partial.append(event.text)
+                                    streamed = True
                                     yield event
                                 if parser.done:
                                     break
@@ -335,6 +361,8 @@ class HttpEngine:
                     except EngineFailure as failure:
                         failure.message = f"{failure.message} ({_received(received, last, head)})"
                         failure.args = (failure.message,)
+                        if received == 0 and head.strip():  # a body that is no event stream: not a drop
+                            failure.retryable = False
                         raise
                     for event in closing:
                         yield event
@@ -346,15 +374,22 @@ class HttpEngine:
                         lost.args = (lost.message,)
                     raise lost from exc
             except EngineFailure as failure:
-                if failure.retryable and not accepted and attempt < max_attempts:
+                replayable = not accepted or policy.retry_after_output
+                if failure.retryable and replayable and attempt < max_attempts:
                     delay = policy.delay(attempt, retry_headers)
                     await _close(response)
-                    yield Retrying(attempt, max_attempts, delay, failure.category)  # progress only
+                    _log.info("%s %s: attempt %d failed (%s), retrying", self.name, operation_id, attempt, failure)
+                    # restart: what this attempt streamed is void; the next one starts the response over
+                    yield Retrying(attempt, max_attempts, delay, failure.category, restart=streamed)
+                    partial.clear()
                     await policy.sleep(delay)
                     continue
                 failure.operation_id = operation_id
+                if failure.category == "invalid_request" and _has_documents(request):
+                    failure.message += " (the request carried a PDF file: this model or server may not accept files)"
+                    failure.args = (failure.message,)
                 _log.info("%s %s failed after %d attempt(s): %s", self.name, operation_id, attempt, failure.message)
-                _record_recovery(failure, attempt, max_attempts, accepted=accepted, partial=partial)
+                _record_recovery(failure, attempt, max_attempts, accepted=accepted and not replayable, partial=partial)
                 raise
             finally:
                 await _close(response)
@@ -381,12 +416,17 @@ class HttpEngine:
         )
 
 
+def _has_documents(request: EngineRequest) -> bool:
+    return any(isinstance(item, UserMessage) and item.documents for item in request.history)
+
+
 def _record_recovery(
     failure: EngineFailure, attempt: int, max_attempts: int, *, accepted: bool, partial: list[str]
 ) -> None:
     """Fill the recovery facts of app-server-protocol.md ("Turns and execution runs") on the
     failure that ends the call: attempts, retries, physical submissions, the limit, and why
-    recovery stopped (``replay_unsafe`` once a server answered 200: it is never sent again)."""
+    recovery stopped (``replay_unsafe``: a server answered 200 and the policy does not re-send
+    after that; ``partial_text`` is the text of the last attempt)."""
     failure.partial_text = "".join(partial)
     failure.attempt_count = attempt
     failure.retry_count = attempt - 1

@@ -64,7 +64,8 @@ def chat_messages(request: EngineRequest) -> list[dict[str, Any]]:
 
     Consecutive assistant text and tool calls of one model call become one assistant message with
     ``tool_calls``; each is followed by ``role: tool`` results (see :func:`pair_tool_results`).
-    Images become ``image_url`` parts with data URLs. Reasoning items are not replayed.
+    Images become ``image_url`` parts with data URLs, PDFs ``file`` parts (``file_data``, a data
+    URL, and ``filename``). Reasoning items are not replayed.
     """
     messages: list[dict[str, Any]] = []
     if request.system:
@@ -75,9 +76,14 @@ def chat_messages(request: EngineRequest) -> list[dict[str, Any]]:
         if cls is UserMessage:
             assistant = None
             assert isinstance(item, UserMessage)
-            if item.images:
+            if item.images or item.documents:
                 parts: list[dict[str, Any]] = [{"type": "text", "text": item.text}]
                 parts += [{"type": "image_url", "image_url": {"url": im.data_url()}} for im in item.images]
+                # OpenAI "File inputs": Chat Completions takes PDFs as file parts with base64 file_data
+                parts += [
+                    {"type": "file", "file": {"filename": doc.name, "file_data": doc.data_url()}}
+                    for doc in item.documents
+                ]
                 messages.append({"role": "user", "content": parts})
             else:
                 messages.append({"role": "user", "content": item.text})
@@ -247,7 +253,7 @@ class ChatCompletionsParser:
             raise EngineFailure(
                 "openai: the stream ended without [DONE] or a finish_reason",
                 category="network",
-                retryable=False,
+                retryable=True,  # a dropped stream: sent again (RetryPolicy)
                 provider_code="incomplete_stream",
             )
         if self._failed is not None:  # never a silent success on a generation the server gave up
@@ -283,10 +289,16 @@ def _content_parts(parts: list[Any], out: list[EngineEvent]) -> None:
                 out.append(ReasoningDelta(text))
 
 
+#: Codes / types of an error object inside a stream that a later attempt may not meet.
+_TRANSIENT_CODES = frozenset({"server_error", "rate_limit_exceeded", "overloaded_error", "api_error"})
+
+
 def _raise_stream_error(chunk: dict[str, Any], data: str) -> None:
     """Fail on an error object sent inside a 200 stream (OpenAI, OpenRouter, LiteLLM, vLLM shapes).
 
-    Not retried: the server took the request (and may have billed it).
+    Retryable when its code or type names a transient server condition (``server_error``,
+    ``rate_limit_exceeded``, ``overloaded_error``, ``api_error``); the stream is then sent again
+    (:class:`roost.engines._http.RetryPolicy`).
     """
     error = chunk.get("error")
     if error is None and chunk.get("object") == "error":
@@ -301,7 +313,7 @@ def _raise_stream_error(chunk: dict[str, Any], data: str) -> None:
     raise EngineFailure(
         f"openai: the server sent an error inside the stream: {text}",
         category=category,
-        retryable=False,
+        retryable=code in _TRANSIENT_CODES,
         provider_code=str(code) if code is not None else "stream_error",
     )
 

@@ -51,6 +51,8 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
         if isinstance(item, UserMessage):
             content: list[dict[str, Any]] = [{"type": "input_text", "text": item.text}]
             content += [{"type": "input_image", "image_url": im.data_url()} for im in item.images]
+            # OpenAI "File inputs": an input_file item with base64 file_data (a data URL) and filename
+            content += [{"type": "input_file", "filename": d.name, "file_data": d.data_url()} for d in item.documents]
             items.append({"type": "message", "role": "user", "content": content})
         elif isinstance(item, AgentMessage):
             items.append(
@@ -166,7 +168,7 @@ class ResponsesParser:
             raise EngineFailure(
                 f"openai-responses: response failed: {error.get('message') or 'unknown error'}",
                 category=_category(error.get("code")),
-                retryable=False,
+                retryable=error.get("code") in _TRANSIENT,
                 provider_code=error.get("code") or "response_failed",
             )
         if kind == "error":
@@ -176,7 +178,7 @@ class ResponsesParser:
             raise EngineFailure(
                 f"openai-responses: the server sent an error inside the stream: {err.get('message') or data[:200]}",
                 category=_category(code),
-                retryable=False,
+                retryable=code in _TRANSIENT,
                 provider_code=code or "stream_error",
             )
         return []
@@ -227,7 +229,7 @@ class ResponsesParser:
             raise EngineFailure(
                 "openai-responses: the stream ended without response.completed",
                 category="network",
-                retryable=False,
+                retryable=True,  # a dropped stream: sent again (RetryPolicy)
                 provider_code="incomplete_stream",
             )
         out: list[EngineEvent] = [buf.end(self._final_args.get(buf.call_id)) for buf in self._order if not buf.ended]
@@ -248,12 +250,17 @@ class ResponsesParser:
             raise EngineFailure(
                 f"openai-responses: response failed: {error.get('message') or 'unknown error'}",
                 category=_category(error.get("code")),
-                retryable=False,
+                retryable=error.get("code") in _TRANSIENT,
                 provider_code=error.get("code") or "response_failed",
             )
         else:
             out.append(Finish("tool_calls" if self._order else "stop"))
         return out
+
+
+#: Error codes of ``response.failed`` / ``error`` events that a later attempt may not meet (the
+#: Responses API's ``server_error``, and rate limiting); anything else fails the call.
+_TRANSIENT = frozenset({"server_error", "rate_limit_exceeded"})
 
 
 def _category(code: str | None) -> str:

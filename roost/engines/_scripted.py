@@ -17,8 +17,11 @@ Extensions: ``{text: "...", deltas: N}`` forces exactly N deltas (text shorter t
 repeated until it is long enough); ``reasoning`` takes the same options; ``tool_call`` may give an
 ``id``; ``{usage: {input: 10, output: 5, cached: 0}}`` overrides the computed usage; ``{finish:
 length}`` overrides the finish reason; ``default`` may also be a list of steps. In ``text`` and
-``reasoning``, ``{prompt}``, ``{agent}`` and ``{tool_output}`` (the last tool result in the
-history) are substituted. ``prompt`` is matched with ``re.search``, ``agent`` with ``re.fullmatch``.
+``reasoning``, ``{prompt}``, ``{agent}``, ``{tool_output}`` (the last tool result in the
+history) and ``{images}`` (the images of the turn's user message, as ``N image(s): TYPE BYTES
+sha256:HEX12, ...``, or ``no images``: so tests can see what reached the engine) are
+substituted. ``prompt`` is matched with ``re.search``, ``agent`` with ``re.fullmatch``. A top-level
+key other than ``rules`` and ``default`` is refused, naming it.
 
 A compaction's summary request (:mod:`roost.actors._compact`) has ``agent`` ``compactor``, no
 tools, and ends with the user prompt ``"Summarize the conversation so far. ..."``: match it with
@@ -35,6 +38,8 @@ randomness; tool call ids derive from the history length). Pacing (``tokens_per_
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.resources
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -72,6 +77,8 @@ _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 __all__ = ["Script", "Rule", "ScriptedEngine", "load_script", "parse_script", "builtin_scripts", "split_deltas"]
 
+#: The keys a script document may have at its top level.
+_TOP_KEYS = ("rules", "default")
 _KINDS = ("text", "reasoning", "tool_call", "delay", "error", "usage", "finish", "retrying")
 _WORD = re.compile(r"\S+\s*|\s+")
 
@@ -155,6 +162,11 @@ def parse_script(doc: Any, *, name: str = "script") -> Script:
     """
     if not isinstance(doc, dict):
         raise ConfigError(f"script {name!r}: the top level must be a mapping with 'rules'")
+    unknown = [str(key) for key in doc if key not in _TOP_KEYS]
+    if unknown:
+        raise ConfigError(
+            f"script {name!r}: unknown top-level key {unknown[0]!r} (a script has only {' and '.join(_TOP_KEYS)})"
+        )
     rules_doc = doc.get("rules") or []
     if not isinstance(rules_doc, list):
         raise ConfigError(f"script {name!r}: 'rules' must be a list")
@@ -273,11 +285,26 @@ def _substitute(text: str, request: EngineRequest) -> str:
     if "{" not in text:
         return text
     tool_output = next((i.output for i in reversed(request.history) if isinstance(i, ToolResult)), "")
+    if "{images}" in text:
+        text = text.replace("{images}", _images_text(request))
     return (
         text.replace("{prompt}", request.prompt)
         .replace("{agent}", request.agent or "")
         .replace("{tool_output}", tool_output)
     )
+
+
+def _images_text(request: EngineRequest) -> str:
+    """``{images}``: the images of the last real user message of ``request``'s history."""
+    message = next((i for i in reversed(request.history) if isinstance(i, UserMessage) and not i.synthetic), None)
+    images = message.images if message is not None else ()
+    if not images:
+        return "no images"
+    described = []
+    for image in images:
+        raw = base64.b64decode(image.data)
+        described.append(f"{image.media_type} {len(raw)} bytes sha256:{hashlib.sha256(raw).hexdigest()[:12]}")
+    return f"{len(images)} image(s): " + ", ".join(described)
 
 
 def _input_tokens(request: EngineRequest) -> int:
@@ -303,6 +330,8 @@ class ScriptedEngine:
     """
 
     name = "scripted"
+    #: The scripted engine reads no files (no PDFs): turn input carrying one is refused.
+    document_types: frozenset[str] = frozenset()
 
     def __init__(self, script: Script, *, pacing: bool = True, model: str | None = None) -> None:
         self.script = script
@@ -388,10 +417,16 @@ class ScriptedEngine:
                 usage = Usage(u.get("input"), u.get("output"), u.get("cached"))
             elif "finish" in element:
                 finish = element["finish"]
-            elif "retrying" in element:  # simulate a provider retry: {retrying: {attempt, max, reason}}
+            elif "retrying" in element:  # a provider retry: {retrying: {attempt, max, reason, restart}}
                 spec = element["retrying"] or {}
                 yield Retrying(
-                    int(spec.get("attempt", 1)), int(spec.get("max", 3)), 0.0, str(spec.get("reason", "rate_limit"))
+                    int(spec.get("attempt", 1)),
+                    int(spec.get("max", 3)),
+                    0.0,
+                    str(spec.get("reason", "rate_limit")),
+                    restart=bool(spec.get("restart", False)),
                 )
+                if spec.get("restart"):
+                    partial.clear()
         yield usage or Usage(_input_tokens(request), out_tokens, 0)
         yield Finish(finish or ("tool_calls" if tool_calls else "stop"))

@@ -38,10 +38,12 @@ class ProviderSettings:
         headers: extra HTTP headers sent with every request.
         connect_timeout: seconds to establish a connection.
         read_timeout: seconds to wait for the next bytes of a response.
-        max_attempts: attempts per model call (1 = no retries); retries happen only before the
-            first streamed chunk.
+        max_attempts: attempts per model call (1 = no retries), before the stream starts and
+            after partial output (:class:`roost.engines._http.RetryPolicy`).
         source: where the provider choice came from (``"flag"``, ``"env"``, ``"file"``,
             ``"default"``), for diagnostics.
+        images: the model takes image input (``[provider] images = false`` in config.toml says it
+            does not: a message with images is then refused before it is sent).
     """
 
     provider: str = attrs.field(validator=attrs.validators.in_(PROVIDERS))
@@ -55,6 +57,7 @@ class ProviderSettings:
     read_timeout: float = 300.0
     max_attempts: int = 4
     source: str = "flag"
+    images: bool = True
 
     def describe(self) -> dict:
         """Return a JSON-ready summary without the API key (for ``engine/list`` and logs)."""

@@ -15,6 +15,8 @@ import attrs
 
 __all__ = [
     "Image",
+    "Document",
+    "DOCUMENT_TYPES",
     "UserMessage",
     "AgentMessage",
     "Reasoning",
@@ -65,9 +67,41 @@ class Image:
         return f"data:{self.media_type};base64,{self.data}"
 
 
+#: Media types of :class:`Document` attachments the HTTP adapters send to their providers.
+DOCUMENT_TYPES = frozenset({"application/pdf"})
+
+
+@attrs.frozen
+class Document:
+    """A file attached to a user message that the provider reads itself (a PDF).
+
+    Each adapter sends it in its provider's documented form: Anthropic Messages a ``document``
+    block with a base64 source, OpenAI Responses an ``input_file`` with ``file_data``, Chat
+    Completions a ``file`` content part with ``file_data`` (both as an RFC 2397 data URL).
+
+    Attributes:
+        media_type: one of :data:`DOCUMENT_TYPES`.
+        data: the file's bytes, base64-encoded (standard alphabet, no line breaks).
+        filename: the file's name as the client gave it, or None.
+    """
+
+    media_type: str
+    data: str
+    filename: str | None = None
+
+    def data_url(self) -> str:
+        """Return the file as an RFC 2397 ``data:`` URL."""
+        return f"data:{self.media_type};base64,{self.data}"
+
+    @property
+    def name(self) -> str:
+        """``filename``, or ``document.pdf`` when none was given."""
+        return self.filename or "document.pdf"
+
+
 @attrs.frozen
 class UserMessage:
-    """A user (or injected) message: text plus optional images.
+    """A user (or injected) message: text plus optional images and documents (PDFs).
 
     ``synthetic`` marks input Roost injected itself (a worker's result, a worker-tree snapshot):
     providers receive it as user input like any other; the scripted engine ignores it when it
@@ -77,6 +111,7 @@ class UserMessage:
     text: str
     images: tuple[Image, ...] = attrs.field(default=(), converter=_as_tuple)
     synthetic: bool = False
+    documents: tuple[Document, ...] = attrs.field(default=(), converter=_as_tuple)
 
 
 @attrs.frozen
@@ -246,16 +281,21 @@ class Finish:
 
 @attrs.frozen
 class Retrying:
-    """A failed attempt is about to be retried (only before any content was streamed).
+    """A failed attempt is about to be retried.
 
     ``attempt`` is the number of the attempt that failed (1-based), ``max_attempts`` the limit,
     ``delay_s`` the seconds waited before the next one, ``reason`` the failure category.
+    ``restart``: the failed attempt had already streamed events (text, reasoning, tool-call
+    starts); they are void, and the next attempt streams the response from its beginning, so a
+    consumer discards what it accumulated (the app-server sends ``item/agentMessage/replace``,
+    ``item/reasoning/replace`` and ``item/removed``, app-server-protocol.md "Notifications").
     """
 
     attempt: int
     max_attempts: int
     delay_s: float = 0.0
     reason: str = ""
+    restart: bool = False
 
 
 EngineEvent: TypeAlias = (

@@ -13,6 +13,7 @@ from roost.orchestration._config import ConfigInvalid as ConfigInvalid
 from roost.orchestration._config import ConfigIssue as ConfigIssue
 from roost.orchestration._config import ModelSpec as ModelSpec
 from roost.orchestration._config import OrchestrationConfig as OrchestrationConfig
+from roost.orchestration._config import RemoteAgentSpec as RemoteAgentSpec
 from roost.orchestration._config import Route as Route
 from roost.orchestration._config import Selection as Selection
 from roost.orchestration._config import Termination as Termination
@@ -35,6 +36,7 @@ __all__ = [
     "SELECTION_TYPES",
     "TERMINATION_TYPES",
     "AgentSpec",
+    "RemoteAgentSpec",
     "ConfigInvalid",
     "ConfigIssue",
     "ModelSpec",

@@ -13,6 +13,7 @@ seconds escalates and fails the run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -104,12 +105,16 @@ def run_supervisor(session_id: str, agents: dict[str, AgentTurn], thread_ref: An
     )
 
 
-def resolve_agents(config: OrchestrationConfig, engines: Any) -> dict[str, AgentTurn]:
+def resolve_agents(
+    config: OrchestrationConfig, engines: Any, groups: Mapping[str, tuple[str, ...]] | None = None
+) -> dict[str, AgentTurn]:
     """Each agent's turn settings, its ``Model`` resolved to an engine of ``engines``.
 
     Args:
         config: the loaded config.
         engines: a :class:`roost.protocol._engines.EngineCatalog`.
+        groups: more plugin groups for the agents' ``Plugins`` (an MCP server's name -> its
+            tools' names, :meth:`roost.plugins.McpHost.groups`).
 
     Returns:
         Agent name -> :class:`AgentTurn`, in config order.
@@ -124,20 +129,33 @@ def resolve_agents(config: OrchestrationConfig, engines: Any) -> dict[str, Agent
     out: dict[str, AgentTurn] = {}
     for agent in config.agents:
         try:
-            out[agent.name] = agent_turn(config, agent, engines)
+            out[agent.name] = agent_turn(config, agent, engines, groups)
         except ConfigError as exc:
             raise ConfigError(f"agent {agent.name}: {exc}") from None
     return out
 
 
-def agent_turn(config: OrchestrationConfig, agent: AgentSpec, engines: Any) -> AgentTurn:
-    """One agent's :class:`AgentTurn` (see :func:`resolve_agents`)."""
+def agent_turn(
+    config: OrchestrationConfig, agent: AgentSpec, engines: Any, groups: Mapping[str, tuple[str, ...]] | None = None
+) -> AgentTurn:
+    """One agent's :class:`AgentTurn` (see :func:`resolve_agents`); a ``RemoteAgent`` proxy's engine
+    is a :class:`~roost.orchestration._remote.RemoteAgentEngine` and it is offered no tools."""
+    if agent.remote_agent is not None:
+        from roost.orchestration._remote import RemoteAgentEngine
+
+        return AgentTurn(
+            name=agent.name,
+            system_prompt=agent.instructions or None,
+            tools=(),
+            engine=RemoteAgentEngine.from_spec(agent.name, agent.remote_agent),
+            model=agent.remote_agent.url,
+        )
     spec = config.resolve_model(agent)
     engine, model, max_tokens, temperature = model_options(spec, engines)
     return AgentTurn(
         name=agent.name,
         system_prompt=agent.instructions or None,
-        tools=plugin_tool_names(agent.plugins),
+        tools=plugin_tool_names(agent.plugins, groups),
         engine=engine,
         model=model,
         max_tokens=max_tokens,

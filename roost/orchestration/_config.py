@@ -30,6 +30,9 @@ The format (keys in PascalCase, under a top-level ``Orchestration`` key)::
           - {Type: regex, Pattern: APPROVED}
           - {Type: maxiterations, MaxIterations: 20}
           - {Type: token_budget, MaxTokens: 200000}
+      McpServers:                   # MCP servers; an agent's Plugins entry naming one gives its tools
+        - {Name: notes, Type: stdio, Command: python, Args: [notes_server.py]}
+        - {Name: search, Type: http, Url: "http://127.0.0.1:8000/mcp", ReadOnly: true}
 
 Selection defaults to sequential, termination to 10 iterations. Keys Roost does not know are
 warnings, not errors (a config written for a newer release still loads). Every error names the
@@ -52,12 +55,14 @@ from cattrs.gen import make_dict_structure_fn, override
 
 from roost._json import JSONDecodeError, loads
 from roost.errors import ConfigError
+from roost.plugins import McpServerConfig, mcp_servers_from_orchestration
 
 __all__ = [
     "SELECTION_TYPES",
     "TERMINATION_TYPES",
     "ModelSpec",
     "AgentSpec",
+    "RemoteAgentSpec",
     "Route",
     "Selection",
     "Termination",
@@ -103,6 +108,18 @@ class ModelSpec:
 
 
 @attrs.frozen(kw_only=True)
+class RemoteAgentSpec:
+    """``RemoteAgent: {Url, TimeoutSeconds, TokenEnv?}``: the agent is a proxy for the remote A2A
+    agent at ``url`` (card at ``{Url}/.well-known/agent.json``; roost.orchestration._remote);
+    ``timeout_seconds`` bounds each call; ``token_env`` (additive) names the variable holding a
+    bearer token for it."""
+
+    url: str
+    timeout_seconds: float = 120.0
+    token_env: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class AgentSpec:
     """One agent of the team; ``model`` is an alias of ``Models``, a model id, or a ModelSpec."""
 
@@ -113,6 +130,8 @@ class AgentSpec:
     plugins: list[str] = attrs.field(factory=list)
     #: model responses with tool calls allowed per turn (None: no limit but the process's)
     max_tool_rounds: int | None = None
+    #: a proxy for a remote A2A agent (its turns are the remote agent's answers); None: a model agent
+    remote_agent: RemoteAgentSpec | None = None
     file: str | None = None
 
 
@@ -169,6 +188,8 @@ class OrchestrationConfig:
     termination: Termination = attrs.field(
         factory=lambda: Termination(type="maxiterations", max_iterations=_DEFAULT_MAX_ITERATIONS)
     )
+    #: ``McpServers``: MCP servers whose tools agents use through ``Plugins`` (roost.plugins)
+    mcp_servers: list[McpServerConfig] = attrs.field(factory=list)
 
     def resolve_model(self, agent: AgentSpec | Selection) -> ModelSpec | None:
         """Return an agent's (or the selector's) model with a ``Models`` alias resolved
@@ -264,7 +285,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(str, strict_str)
     conv.register_structure_hook(int, strict_int)
     conv.register_structure_hook(bool, strict_bool)  # else the int hook (bool is an int) refuses it
-    for cls in (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig):
+    for cls in (ModelSpec, RemoteAgentSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig):
         renames = {a.name: override(rename=_pascal(a.name)) for a in attrs.fields(cls) if a.name != "path"}
         if cls is AgentSpec:
             renames["file"] = override(omit=True)
@@ -276,7 +297,7 @@ def _make_converter() -> cattrs.Converter:
 _converter = _make_converter()
 _KNOWN_KEYS: dict[type, set[str]] = {
     cls: {_pascal(a.name) for a in attrs.fields(cls)}
-    for cls in (ModelSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig)
+    for cls in (ModelSpec, RemoteAgentSpec, AgentSpec, Route, Selection, Termination, OrchestrationConfig)
 }
 
 
@@ -316,6 +337,8 @@ def _unknown_keys(raw: Any, cls: type, where: str, out: list[ConfigIssue]) -> No
         elif cls is Termination and key == "Strategies" and isinstance(value, list):
             for i, sub in enumerate(value):
                 _unknown_keys(sub, Termination, f"{where}.Strategies[{i}]", out)
+        elif cls is AgentSpec and key == "RemoteAgent":
+            _unknown_keys(value, RemoteAgentSpec, f"{where}.RemoteAgent", out)
         elif cls is Selection and key == "Routes" and isinstance(value, list):
             for i, route in enumerate(value):
                 _unknown_keys(route, Route, f"{where}.Routes[{i}]", out)
@@ -412,7 +435,7 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
         elif agent.name in seen:
             error(f"Orchestration.Agents[{i}].Name: duplicate agent name {agent.name!r}")
         seen.add(agent.name)
-        if not agent.instructions.strip():
+        if not agent.instructions.strip() and agent.remote_agent is None:  # a proxy needs none
             issues.append(ConfigIssue("warning", f"Orchestration.Agents[{i}].Instructions: empty"))
         if isinstance(agent.model, str) and config.models and agent.model not in config.models:
             issues.append(
@@ -428,6 +451,11 @@ def _check(config: OrchestrationConfig, issues: list[ConfigIssue]) -> None:
             error(f"Orchestration.Agents[{i}].Model: must not be empty")
         if agent.max_tool_rounds is not None and agent.max_tool_rounds < 0:
             error(f"Orchestration.Agents[{i}].MaxToolRounds: must be 0 or more")
+        remote = agent.remote_agent
+        if remote is not None and not re.match(r"https?://[^/\s]+", remote.url):
+            error(f"Orchestration.Agents[{i}].RemoteAgent.Url: must be an http:// or https:// URL")
+        if remote is not None and not remote.timeout_seconds > 0:
+            error(f"Orchestration.Agents[{i}].RemoteAgent.TimeoutSeconds: must be more than 0")
     for alias, spec in config.models.items():
         _check_model(spec, f"Orchestration.Models.{alias}", error)
     if isinstance(config.selection.model, ModelSpec):
@@ -521,6 +549,8 @@ def validate_config_file(path: str | os.PathLike[str]) -> tuple[OrchestrationCon
     if any(i.level == "error" for i in issues):
         return None, issues
     _normalise(body)
+    mcp_servers, mcp_errors = mcp_servers_from_orchestration(body.pop("McpServers", None), base=file.parent)
+    issues += [ConfigIssue("error", message) for message in mcp_errors]
     _unknown_keys({k: v for k, v in body.items()}, OrchestrationConfig, "Orchestration", issues)
     issues[:] = [i for i in issues if not i.message.endswith("._file: unknown key, ignored")]
     files = {}
@@ -534,7 +564,7 @@ def validate_config_file(path: str | os.PathLike[str]) -> tuple[OrchestrationCon
         return None, issues + [ConfigIssue("error", _in_file(m, files)) for m in _structure_errors(exc)]
     if files:
         config = attrs.evolve(config, agents=[attrs.evolve(a, file=files.get(i)) for i, a in enumerate(config.agents)])
-    config = attrs.evolve(config, path=str(file))
+    config = attrs.evolve(config, path=str(file), mcp_servers=mcp_servers)
     _check(config, issues)
     return config, issues
 

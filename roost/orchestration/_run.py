@@ -19,7 +19,7 @@ keyword selection's ``route_approval``) go to ``request_approval(params) -> bool
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -149,6 +149,9 @@ class Orchestrator:
         after_turn: ``--hitl``: ``await after_turn(agent, text)`` after each agent turn that does
             not end the run, returning None (go on), a message from the human for the next agent
             (str), or :data:`STOP` (end the run as interrupted; ``--resume`` continues it).
+        ask_question: ``await ask_question(params) -> str | None``: the agents' ``ask_user``
+            questions (see ``roost.actors.Origin``); None: agents cannot ask.
+        tool_groups: more ``Plugins`` groups (an MCP server's name -> its tools' names).
 
     Raises:
         ConfigError: an agent's model cannot be used (see
@@ -164,6 +167,8 @@ class Orchestrator:
         emit: Callable[[dict], None],
         request_approval: Any,
         after_turn: Any = None,
+        ask_question: Any = None,
+        tool_groups: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.config = config
         self.actor = actor
@@ -171,8 +176,9 @@ class Orchestrator:
         self.emit = emit
         self.request_approval = request_approval
         self.after_turn = after_turn
+        self.ask_question = ask_question
         self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
-        self.agent_turns = resolve_agents(config, engines)
+        self.agent_turns = resolve_agents(config, engines, tool_groups)
         self.supervisor: Any = None
         #: how the run ended (set when :meth:`run` returns)
         self.outcome: RunOutcome | None = None
@@ -252,7 +258,12 @@ class Orchestrator:
         latest = snapshot["turns"][-1]["id"] if snapshot["turns"] else None
         if p.next_agent is None:
             p.next_agent = first_agent(self.config)
-        origin = Origin(client_id="run", request_approval=self.tool_approval, unattended_policy="deny")
+        origin = Origin(
+            client_id="run",
+            request_approval=self.tool_approval,
+            unattended_policy="deny",
+            ask_question=self.ask_question,
+        )
         if p.selecting and p.last_agent is not None:  # interrupted while choosing: choose again
             outcome = await self._choose(p.last_agent, p.last_text)
             if outcome is not None:
@@ -361,7 +372,7 @@ class Orchestrator:
 
     async def _llm_select(self, speaker: str, text: str) -> str:
         """Ask the selector model (scripted: rules for agent ``selector``) who speaks next."""
-        from roost.engines import EngineRequest, TextDelta, Usage, UserMessage
+        from roost.engines import EngineRequest, Retrying, TextDelta, Usage, UserMessage
 
         sel = self.config.selection
         roster = "\n".join(f"- {a.name}: {a.description or ''}".rstrip() for a in self.config.agents)
@@ -383,6 +394,8 @@ class Orchestrator:
             async for event in events:
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
+                elif isinstance(event, Retrying) and event.restart:  # sent again from its beginning
+                    parts.clear()
                 elif isinstance(event, Usage):
                     self.progress.input_tokens += event.input_tokens or 0
                     self.progress.output_tokens += event.output_tokens or 0

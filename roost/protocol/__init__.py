@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from roost._lazy import attach as _attach
 
 if TYPE_CHECKING:
+    from roost.protocol._a2a_host import install_a2a as install_a2a
     from roost.protocol._as_schema import app_server_schema as app_server_schema
     from roost.protocol._bridge import failed_result as failed_result
     from roost.protocol._bridge import run_bridge as run_bridge
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from roost.protocol._wire_types import ContextFileInfo as ContextFileInfo
     from roost.protocol._wire_types import ContextItem as ContextItem
     from roost.protocol._wire_types import InitResult as InitResult
+    from roost.protocol._wire_types import McpPlugin as McpPlugin
     from roost.protocol._wire_types import Memory as Memory
     from roost.protocol._wire_types import MemoryAgent as MemoryAgent
     from roost.protocol._wire_types import Objective as Objective
@@ -72,6 +74,7 @@ _LAZY = {
     "ObjectiveTaskInfo": "roost.protocol._wire_types",
     "auto_dispatched_event": "roost.protocol._serve_events",
     "app_server_schema": "roost.protocol._as_schema",
+    "install_a2a": "roost.protocol._a2a_host",
     "failed_result": "roost.protocol._bridge",
     "run_bridge": "roost.protocol._bridge",
     "run_session": "roost.protocol._bridge",
@@ -108,6 +111,7 @@ _LAZY = {
     "Memory": "roost.protocol._wire_types",
     "MemoryAgent": "roost.protocol._wire_types",
     "Plugin": "roost.protocol._wire_types",
+    "McpPlugin": "roost.protocol._wire_types",
     "PluginFunction": "roost.protocol._wire_types",
     "ReplSession": "roost.protocol._wire_types",
     "Session": "roost.protocol._wire_types",

@@ -105,6 +105,8 @@ class AppServerSession:
         self._idle.set()
         self._active_requests = 0
         self._requests: trio.Nursery | None = None  # where request tasks run while reading
+        #: the process's :class:`roost.plugins.McpHost` (None: no MCP servers configured)
+        self.mcp: Any = None
 
     def after_response(self) -> trio.Event:
         """An event set right after the current request's response is queued (or its error)."""
@@ -139,6 +141,24 @@ class AppServerSession:
 
     def notify(self, method_name: str, params: dict) -> None:
         self.deliver(dumps_line({"method": method_name, "params": params}))  # deferral applies
+
+    def on_mcp_status(self, status: dict) -> None:
+        """``mcp/status/updated`` with ``status`` (sent once the client has initialized)."""
+        if self.initialized:
+            self.notify("mcp/status/updated", status)
+
+    def announce_mcp(self, after: trio.Event) -> None:
+        """After ``after`` (the first ``initialize`` response), send each MCP server's current status."""
+        mcp = self.mcp
+        if mcp is None or self.nursery is None:
+            return
+
+        async def send() -> None:
+            await after.wait()
+            for status in mcp.statuses():
+                self.notify("mcp/status/updated", status)
+
+        self.nursery.start_soon(send)
 
     async def subscribe(self, actor: Any) -> None:
         """Receive ``actor``'s notifications from now on (idempotent)."""
@@ -260,7 +280,7 @@ class AppServerSession:
             return
         handler = METHODS.get(name)
         if handler is None and name in UNSUPPORTED_METHODS:
-            handler = _unsupported
+            handler = _unsupported(name)
         params = frame.get("params")
         if name in _BARRIERS or self._requests is None:
             await self._idle.wait()
@@ -338,18 +358,23 @@ class AppServerSession:
 
 #: Methods of app-server-protocol.md for product features Roost does not have (spec/README.md:
 #: they answer ``unsupported`` rather than ``method_not_found``).
-UNSUPPORTED_METHODS = frozenset(
-    {
-        "engine/update",
-        "engine/auth/methods",
-        "engine/authenticate",
-        "engine/auth/cancel",
-    }
-)
+#: Each names the feature it belongs to in its ``unsupported`` message.
+_UNSUPPORTED_FEATURES = {
+    "engine/update": "external engines (Codex, Claude Code, OpenCode, ACP agents); Roost runs only its built-in engine",
+    "engine/auth/methods": "sign-in of external ACP engines; Roost runs only its built-in engine",
+    "engine/authenticate": "sign-in of external ACP engines; Roost runs only its built-in engine",
+    "engine/auth/cancel": "sign-in of external ACP engines; Roost runs only its built-in engine",
+}
+UNSUPPORTED_METHODS = frozenset(_UNSUPPORTED_FEATURES)
 
 
-async def _unsupported(session: AppServerSession, params: Any) -> Any:
-    raise Unsupported("Roost does not have this feature (see the project README)")
+def _unsupported(name: str) -> Any:
+    """The handler of unsupported method ``name``: raises Unsupported naming the missing feature."""
+
+    async def handler(session: AppServerSession, params: Any) -> Any:
+        raise Unsupported(f"{name} is not supported: it belongs to {_UNSUPPORTED_FEATURES[name]} (see README.md)")
+
+    return handler
 
 
 def _ordering_key(params: Any) -> str:

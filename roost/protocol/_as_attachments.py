@@ -2,9 +2,10 @@
 snapshots): an attachment of a stored item, by identity, never by path.
 
 The client names ``kind: "artifact"``, the ``thread_id``, ``turn_id`` and ``item_id`` of the item,
-the ``content_index`` of the image in its ``images`` and the image's ``sha256`` (of the decoded
-bytes, as the item reports it). The server finds that item in the store, checks that it belongs
-to that thread and turn, that the image at that index has that digest, and reads the immutable
+the ``content_index`` of the attachment (its index in ``images``; a file (PDF) in ``files``
+counts on after the images) and its ``sha256`` (of the decoded bytes, as the item reports it).
+The server finds that item in the store, checks that it belongs to that thread and turn, that
+the attachment at that index has that digest, and reads the immutable
 bytes from the content-addressed blob store (:mod:`roost.storage._blobs`). There is no path
 parameter (an unknown param is ``invalid_params``), so a client can never make the server read a
 file.
@@ -61,6 +62,13 @@ def make_preview(raw: bytes) -> tuple[bytes, int, int]:
     return out.getvalue(), rgb.width, rgb.height
 
 
+def _attachments(payload: Any) -> list:
+    """An item's attachments in content order: its ``images``, then its ``files`` (PDFs)."""
+    if not isinstance(payload, dict):
+        return []
+    return [*(payload.get("images") or ()), *(payload.get("files") or ())]
+
+
 def _check_image(images: Any, p: dict) -> dict:
     index = p["content_index"]
     if not isinstance(images, list) or not 0 <= index < len(images):
@@ -88,8 +96,7 @@ def _locate(conn: Any, p: dict) -> dict | None:
         return None  # not stored (an ephemeral thread): look in memory
     if item.thread_id != p["thread_id"] or item.turn_id != p["turn_id"]:
         raise InvalidParams(f"item {p['item_id']!r} is not in turn {p['turn_id']!r} of thread {p['thread_id']!r}")
-    images = (item.payload or {}).get("images") if isinstance(item.payload, dict) else None
-    return _check_image(images, p)
+    return _check_image(_attachments(item.payload), p)
 
 
 async def _in_memory(session: AppServerSession, p: dict) -> tuple[str, bytes]:
@@ -102,7 +109,7 @@ async def _in_memory(session: AppServerSession, p: dict) -> tuple[str, bytes]:
     from roost.protocol._as_content import find_item
 
     item = await find_item(session, p["thread_id"], p["turn_id"], p["item_id"])
-    image = _check_image(item.get("images"), p)
+    image = _check_image(_attachments(item), p)
     raw = base64.b64decode(image.get("data") or "")
     if hashlib.sha256(raw).hexdigest() != p["sha256"]:
         raise InvalidParams("the attachment bytes do not match their sha256")

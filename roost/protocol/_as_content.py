@@ -12,7 +12,8 @@ unchanged. References:
   field, bytes, sha256}``; ``thread/content/read`` with those ids and ``field`` returns it;
 - each image in ``images`` becomes ``{type: "attachment_ref", method: "thread/attachment/read",
   kind: "artifact", thread_id, turn_id, item_id, content_index, sha256, media_type, size}``;
-  ``thread/attachment/read`` with those fields returns its bytes.
+  ``thread/attachment/read`` with those fields returns its bytes; each file (PDF) in ``files``
+  too, its ``content_index`` counting on after the images.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def defer_item(item: dict, thread_id: str | None, turn_id: str | None) -> None:
     images = item.get("images")
     if isinstance(images, list):
         item["images"] = [_image_ref(image, index, ids) for index, image in enumerate(images)]
+    files = item.get("files")  # PDFs: content_index counts on after the images
+    if isinstance(files, list):
+        first = len(images) if isinstance(images, list) else 0
+        item["files"] = [_image_ref(f, first + index, ids) for index, f in enumerate(files)]
 
 
 def _image_ref(image: Any, index: int, ids: dict) -> Any:
@@ -94,7 +99,7 @@ def defer_line(line: bytes) -> bytes:
     head = line[:48]
     if not any(m in head for m in _DEFERRED_METHODS):
         return line
-    if b'"images"' not in line and len(line) <= DEFER_BYTES:
+    if b'"images"' not in line and b'"files"' not in line and len(line) <= DEFER_BYTES:
         return line  # nothing in it can be large
     message = loads(line)
     params = message.get("params") or {}

@@ -68,7 +68,7 @@ from roost.protocol._as_run_state import (
     schema_instruction,
     stored_view,
 )
-from roost.protocol._as_turns import _check_permission, _input
+from roost.protocol._as_turns import _check_permission, _input, check_documents
 from roost.protocol._params import DICT, INT, LIST, STR, check_params
 from roost.storage import create_run, get_run, new_id, update_run, utc_now
 
@@ -183,6 +183,7 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     check_writable(actor)
     _check_permission(actor, p)
     settings = session.engines.settings_for(actor.facts().thread)
+    check_documents(session, actor, images)
     if await actor.ref.ask(IsBusy()):
         raise ThreadBusy(f"thread {p['thread_id']} is executing a turn")
     thread = actor.view()

@@ -420,6 +420,7 @@ def notification_defs() -> dict[str, dict]:
     turn = obj(["thread_id", "turn"], {"thread_id": S, "turn": ref("Turn")})
     item = obj(["thread_id", "turn_id", "item"], {"thread_id": S, "turn_id": NS, "item": ref("Item")})
     delta = obj(["thread_id", "turn_id", "item_id", "delta"], {"thread_id": S, "turn_id": S, "item_id": S, "delta": S})
+    replace = obj(["thread_id", "turn_id", "item_id", "text"], {"thread_id": S, "turn_id": S, "item_id": S, "text": S})
     inp = obj(["thread_id", "input"], {"thread_id": S, "input": ref("UserInput")})
     run = obj(["thread_id", "run"], {"thread_id": S, "run": ref("Run")})
     return {
@@ -438,8 +439,11 @@ def notification_defs() -> dict[str, dict]:
         ),
         "item/started": item,
         "item/completed": item,
+        "item/removed": obj(["thread_id", "turn_id", "item_id"], {"thread_id": S, "turn_id": S, "item_id": S}),
         "item/agentMessage/delta": delta,
+        "item/agentMessage/replace": replace,
         "item/reasoning/delta": delta,
+        "item/reasoning/replace": replace,
         "item/toolCall/delta": delta,
         "item/toolCall/outputDelta": delta,
         "turn/usage": obj(["thread_id", "turn_id", "usage"], {"thread_id": S, "turn_id": S, "usage": ref("Usage")}),
@@ -452,6 +456,16 @@ def notification_defs() -> dict[str, dict]:
         "config/changed": obj(
             ["path", "status", "model", "providers"],
             {"path": S, "status": {"const": "ready"}, "model": O, "providers": A},
+        ),
+        "mcp/status/updated": obj(
+            ["name", "state", "connected", "tool_count"],
+            {
+                "name": S,
+                "state": {"enum": ["configured", "connecting", "connected", "failed"]},
+                "connected": B,
+                "tool_count": I,
+                "error": S,
+            },
         ),
     }
 

@@ -82,6 +82,8 @@ async def initialize(session: AppServerSession, params: Any) -> dict:
         session.reverse_methods = set(methods)
     if "client" in p or not session.initialized:
         session.client_name = str((p.get("client") or {}).get("name") or "client")
+    if not session.initialized:
+        session.announce_mcp(session.after_response())  # mcp/status/updated: each server's state
     session.initialized = True
     return initialize_result(session)
 

@@ -20,7 +20,7 @@ from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import check_writable, thread_actor
 from roost.protocol._params import BOOL, DICT, LIST, STR, check_params
 
-__all__ = ["check_images", "check_files", "check_content_parts", "MAX_ATTACHMENT_BYTES"]
+__all__ = ["check_images", "check_files", "check_documents", "check_content_parts", "MAX_ATTACHMENT_BYTES"]
 
 _INPUT = {
     "thread_id": (STR, True),
@@ -97,20 +97,29 @@ def check_images(images: Any) -> tuple:
     return tuple(out)
 
 
-def check_files(files: Any) -> list[dict]:
-    """Validate ``files``: each ``{media_type, data: base64, filename?}``.
+#: File media types the provider itself reads (sent as the provider's file input, not inlined).
+_DOCUMENT_MEDIA = ("application/pdf",)
 
-    The built-in engines read text files: they are decoded as UTF-8 and inlined into the user
-    message (:func:`inline_files`). PDFs, video and other binary files are refused.
+
+def check_files(files: Any) -> tuple[list[dict], list[dict]]:
+    """Validate ``files``: each ``{media_type, data: base64, filename?}`` (spec "Attachments").
+
+    Text files are decoded as UTF-8 and inlined into the user message (:func:`inline_files`).
+    PDFs (``application/pdf``, checked for the ``%PDF-`` signature) travel to the provider as
+    files (Anthropic ``document`` blocks, OpenAI ``input_file`` / ``file`` parts); whether the
+    thread's engine takes them is checked at admission (:func:`check_documents`). Video and other
+    binary files are refused.
 
     Returns:
-        ``[{"filename", "media_type", "text"}]``.
+        ``(text_files, documents)``: ``[{"filename", "media_type", "text"}]`` and
+        ``[{"media_type", "data", "filename", "sha256"}]``.
 
     Raises:
-        InvalidParams: a malformed entry, bad base64, too large, or not UTF-8 text.
-        Unsupported: a binary media type (PDF, video...).
+        InvalidParams: a malformed entry, bad base64, too large, not UTF-8 text, or a "PDF"
+            without the PDF signature.
+        Unsupported: another binary media type (video...).
     """
-    out = []
+    texts, documents = [], []
     for index, entry in enumerate(files or ()):
         where = f"files[{index}]"
         if (
@@ -125,19 +134,47 @@ def check_files(files: Any) -> list[dict]:
         name = entry.get("filename")
         if name is not None and not isinstance(name, str):
             raise InvalidParams(f"{where}.filename must be a string")
-        media = entry["media_type"]
+        media = entry["media_type"].split(";")[0].strip().lower()
         raw = _decode_base64(entry["data"], where)
+        if media in _DOCUMENT_MEDIA:
+            if not raw.startswith(b"%PDF-"):
+                raise InvalidParams(f"{where} is not a PDF (its bytes do not begin with %PDF-)")
+            document = {"media_type": media, "data": entry["data"], "sha256": hashlib.sha256(raw).hexdigest()}
+            documents.append({**document, **({"filename": name} if name else {})})
+            continue
         if not media.startswith(_TEXT_MEDIA):
             raise Unsupported(
                 f"{where}: {media} attachments are not supported by Roost's engines; "
-                "attach text files, or images in images"
+                "attach text files or PDFs in files, or images in images"
             )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise InvalidParams(f"{where} ({media}) is not UTF-8 text") from None
-        out.append({"filename": name or f"attachment-{index + 1}", "media_type": media, "text": text})
-    return out
+        texts.append({"filename": name or f"attachment-{index + 1}", "media_type": media, "text": text})
+    return texts, documents
+
+
+def check_documents(session: AppServerSession, actor: Any, attachments: tuple) -> None:
+    """Refuse PDFs in ``attachments`` when the thread's engine cannot send them to its model.
+
+    Raises:
+        Unsupported: the engine (the scripted one, or an engine without file input) takes no PDFs.
+        InvalidParams: the thread's engine cannot be opened.
+    """
+    kinds = {a["media_type"] for a in attachments if not a["media_type"].startswith("image/")}
+    if not kinds:
+        return
+    thread = actor.facts().thread
+    engine = session.engines.engine_for(thread)
+    accepted: frozenset[str] = getattr(engine, "document_types", frozenset())
+    refused = sorted(kinds - accepted)
+    if refused:
+        raise Unsupported(
+            f"the {getattr(engine, 'name', 'selected')} engine of thread {thread.id} cannot send "
+            f"{', '.join(refused)} files to its model; choose a provider that takes PDFs "
+            "(anthropic, openai, openai-responses)"
+        )
 
 
 def inline_files(prompt: str, files: list[dict]) -> str:
@@ -266,14 +303,15 @@ def _check_permission(actor: Any, p: dict) -> None:
 def _input(p: dict) -> tuple[str, tuple, list | None]:
     """(model-visible prompt, images, content_parts) of an input request."""
     images = check_images(p.get("images"))
-    files = check_files(p.get("files"))
+    files, documents = check_files(p.get("files"))
     prompt = p.get("prompt") or ""
     if not prompt.strip():
         prompt = ""  # a blank prompt is no input
     parts = check_content_parts(p.get("content_parts"), prompt)
     if files:
         prompt = inline_files(prompt, files)
-    return prompt, images, parts
+    # PDFs travel with the images (one attachment tuple); the user item lists them in ``files``
+    return prompt, images + tuple(documents), parts
 
 
 @method("turn/start")
@@ -301,6 +339,7 @@ async def turn_start(session: AppServerSession, params: Any) -> dict:
     check_writable(actor)
     _check_permission(actor, p)
     session.ensure_engine(actor.facts().thread)
+    check_documents(session, actor, images)
     ack = session.after_response()
     turn = await actor.ref.ask(
         StartTurn(
@@ -344,6 +383,7 @@ async def turn_queue(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     _check_permission(actor, p)
+    check_documents(session, actor, images)
     entry = await actor.ref.ask(
         QueueInput(
             prompt=prompt,
@@ -399,6 +439,7 @@ async def turn_steer(session: AppServerSession, params: Any) -> dict:
     facts = actor.facts()
     if not facts.running:
         session.ensure_engine(facts.thread)
+    check_documents(session, actor, images)
     return await actor.ref.ask(
         SteerInput(
             prompt=prompt or None,

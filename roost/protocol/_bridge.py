@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,20 @@ def engine_record(settings: Any) -> dict:
     return {k: getattr(settings, k, None) for k in ("provider", "base_url", "model", "script", "api_key_env")}
 
 
+def run_mcp_servers(config: Any) -> list[Any]:
+    """The MCP servers of a run: ``config.toml``'s ``[mcp_servers]``, then the orchestration
+    config's ``McpServers`` (which wins on a name both use).
+
+    Raises:
+        ConfigError: ``config.toml``'s table is malformed.
+    """
+    from roost.config import configured_mcp_servers
+
+    servers = {s.name: s for s in configured_mcp_servers()}
+    servers.update({s.name: s for s in config.mcp_servers})
+    return list(servers.values())
+
+
 async def run_session(
     *,
     config_path: str | None,
@@ -94,6 +109,7 @@ async def run_session(
     """
     from roost.model import Thread
     from roost.orchestration import Orchestrator, load_config_file, resolve_agents
+    from roost.plugins import open_mcp_host
     from roost.protocol._engines import EngineCatalog
     from roost.storage import new_id, utc_now
     from roost.supervisor import open_runtime
@@ -123,7 +139,10 @@ async def run_session(
             emit(result)
             return result
     try:
-        async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime:
+        async with (
+            open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime,
+            AsyncExitStack() as stack,
+        ):
             if resume_id is not None:
                 try:
                     actor = await runtime.registry.get(resume_id)
@@ -175,8 +194,16 @@ async def run_session(
                 from roost.actors import Subscribe
 
                 await actor.ref.ask(Subscribe(subscriber))
+            mcp = await stack.enter_async_context(open_mcp_host(run_mcp_servers(config)))
+            mcp.attach(runtime.services.tools)
             orch = Orchestrator(
-                config, actor, engines=engines, emit=emit, request_approval=request_approval, after_turn=after_turn
+                config,
+                actor,
+                engines=engines,
+                emit=emit,
+                request_approval=request_approval,
+                after_turn=after_turn,
+                tool_groups=mcp.groups(),
             )
             if on_orchestrator is not None:
                 on_orchestrator(orch)
@@ -239,7 +266,9 @@ async def run_bridge(
     ``error`` event and, while an approval is pending, denies it (wire-protocol.md: "Anything
     malformed counts as denied"); an unknown type, or an ``approval_response`` with no approval
     pending, gets an ``error`` event and is otherwise ignored. At end of input, approvals can no
-    longer be asked and are denied (the unattended policy).
+    longer be asked and are denied (the unattended policy). The ``result`` of a session that
+    started also counts its approvals: ``approvedActions`` and ``deniedActions`` (additive fields,
+    the same as ``roost run --json`` reports).
     """
     from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
     from roost.protocol._outbox import Outbox
@@ -247,11 +276,19 @@ async def run_bridge(
 
     outbox = Outbox()
     state: dict[str, Any] = {"orch": None, "pending_interrupt": False}
+    counts = {"approvedActions": 0, "deniedActions": 0}
 
     def emit(event: dict) -> None:
+        if event.get("type") == "result" and event.get("sessionId") is not None:
+            event.update(counts)  # additive, as in ``roost run --json``
         outbox.deliver(dumps_line(event))
 
     broker = PromptBroker(emit)
+
+    async def request_approval(params: dict) -> bool | None:
+        answer = await broker.request_approval(params)
+        counts["approvedActions" if answer is True else "deniedActions"] += 1
+        return answer
 
     def interrupt() -> None:
         orch = state["orch"]
@@ -314,7 +351,7 @@ async def run_bridge(
                 settings=settings,
                 cwd=cwd,
                 emit=emit,
-                request_approval=broker.request_approval,
+                request_approval=request_approval,
                 on_orchestrator=on_orchestrator,
                 permission_mode=permission_mode,
             )

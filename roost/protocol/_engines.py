@@ -9,7 +9,7 @@ import attrs
 
 from roost.config import derive_provider, resolve_provider
 from roost.engines import ProviderSettings
-from roost.errors import ConfigError, InvalidParams
+from roost.errors import ConfigError, InvalidParams, RoostError
 
 log = logging.getLogger("roost.protocol")
 
@@ -71,6 +71,20 @@ class EngineCatalog:
             return resolve_provider(provider=provider, model=model, **self.resolve_options)
         except ConfigError as exc:
             raise InvalidParams(str(exc)) from None
+
+    def image_refusal(self, thread: Any) -> str | None:
+        """Why ``thread``'s model cannot take images (``[provider] images = false``), or None
+        when it can (or its provider cannot be resolved: the turn then reports that itself)."""
+        try:
+            settings = self.settings_for(thread)
+        except RoostError:
+            return None
+        if settings.images:
+            return None
+        return (
+            f"the model {settings.model or settings.provider!r} (provider {settings.provider}) does not take "
+            "images ([provider] images = false in config.toml); send the message without images"
+        )
 
     def check_config(self) -> None:
         """Refuse execution and configuration mutations while the configuration file is rejected.

@@ -19,7 +19,8 @@ Behaviour:
 * A slash command: ``/help``, ``/status``, ``/title <text>``, ``/copy [N]``, ``/compact
   [instructions]``, ``/exit`` (``/quit``).
   Mid-turn commands (``ready.midTurnCommands``) answer with ``applied``; while idle a command ends
-  with ``message_end`` (``toolCalls: []``) so the client re-enables its input, like fuseraft.
+  with ``message_end`` (``toolCalls: []``, ``turnIndex`` the chat's last turn, -1 before the first)
+  so the client re-enables its input, like fuseraft.
   ``/copy`` sends ``copy {text}``: the last assistant reply (``/copy N``: the Nth-last).
 * ``/compact [instructions]`` (not mid-turn): the model summarises the chat and the summary
   replaces the history it sees (a compaction turn, :mod:`roost.actors._compact`; the transcript
@@ -127,6 +128,8 @@ class ReplSession:
         model: the model name shown in ``ready`` and ``status``.
         questions: whether ``ask_user`` is offered.
         turn_index: the number of turns the chat already has.
+        engines: the :class:`~roost.protocol._engines.EngineCatalog` (whether the chat's model
+            takes images); None: every model is taken to.
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class ReplSession:
         questions: bool,
         turn_index: int = 0,
         registry: Any = None,
+        engines: Any = None,
     ) -> None:
         from roost.actors import Origin
 
@@ -153,6 +157,7 @@ class ReplSession:
         self.exit_requested = False
         self.first_prompt: str | None = None
         self.registry = registry
+        self.engines = engines
         self.taps = WorkerTaps(self)  # the subagents this chat follows
         self._shell: ShellEscape | None = None  # the running ``!command``, if any
 
@@ -364,6 +369,10 @@ class ReplSession:
         except InvalidParams as exc:
             self.emit({"type": "error", "text": str(exc)})
             return
+        refusal = self.engines.image_refusal(self.actor.facts().thread) if images and self.engines is not None else None
+        if refusal is not None:
+            self.emit({"type": "error", "text": refusal})
+            return
         line = text.strip()
         if self._shell is not None and line.split(" ")[0].lower() not in ("/exit", "/quit"):
             self.emit({"type": "error", "text": "a shell command (!) is running; send interrupt to stop it"})
@@ -435,11 +444,7 @@ class ReplSession:
         finally:
             self._shell = None
         if ran and not self.exit_requested:
-            self.emit(
-                {"type": "cancelled"}
-                if escape.interrupted
-                else {"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []}
-            )
+            self.emit({"type": "cancelled"} if escape.interrupted else self._command_end())
 
     async def _reply_to_copy(self, arg: str) -> str | None:
         """The text ``/copy [N]`` copies: the Nth-last assistant reply (default the last).
@@ -543,7 +548,12 @@ class ReplSession:
         if mid_turn:
             self.emit({"type": "applied", "command": command, "message": message})
         else:
-            self.emit({"type": "message_end", "turnIndex": self.translator.turn_index, "toolCalls": []})
+            self.emit(self._command_end())
+
+    def _command_end(self) -> dict:
+        """The ``message_end`` that ends an idle command or ``!command``: no turn ran, so its
+        ``turnIndex`` is the chat's last turn (-1 before the first), never the next turn's."""
+        return {"type": "message_end", "turnIndex": self.translator.turn_index - 1, "toolCalls": []}
 
     async def shutdown(self) -> None:
         """Stop a running ``!command``; interrupt a running turn (reason ``shutdown``) and wait,

@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from roost.tools import Tool, ToolContext, ToolResult
+from roost.tools import Tool
 
 __all__ = ["PromptBroker", "ask_user_tool", "questions_enabled", "QUESTIONS_ENV"]
 
@@ -140,45 +140,7 @@ _SKIPPED = object()
 
 
 def ask_user_tool(broker: PromptBroker) -> Tool:
-    """The ``ask_user`` tool: asks the chat's user a question through ``broker``.
+    """The ``ask_user`` tool (:func:`roost.tools.ask_user_tool`) asking through ``broker``."""
+    from roost.tools import ask_user_tool as tool
 
-    Arguments (model-facing): ``question`` (string), ``options`` (strings, may be empty),
-    ``allowOther`` (bool, default true: a free-text answer is allowed).
-    """
-
-    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        options = [str(o) for o in args.get("options") or []]
-        allow_other = args.get("allowOther")
-        answer = await broker.ask_question(
-            str(args["question"]), options, True if allow_other is None else bool(allow_other)
-        )
-        if answer is None:
-            return ToolResult(
-                output="The user skipped the question (no answer). Continue with your best judgement.",
-                metadata={"skipped": True},
-            )
-        return ToolResult(output=f"The user answered: {answer}", metadata={"answer": answer})
-
-    return Tool(
-        name="ask_user",
-        description=(
-            "Ask the user a question and wait for the answer. Give `options` when there are "
-            "a few likely answers; set `allowOther` to false to allow only those."
-        ),
-        parameters={
-            "type": "object",
-            "properties": {
-                "question": {"type": "string", "description": "The question, in one or two sentences."},
-                "options": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "Suggested answers (may be empty).",
-                },
-                "allowOther": {"type": "boolean", "description": "Allow a free-text answer (default true)."},
-            },
-            "required": ["question"],
-            "additionalProperties": False,
-        },
-        mutating=False,
-        run=run,
-    )
+    return tool(broker.ask_question)

@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from roost._json import dumps_line
-from roost.errors import RoostError
+from roost.errors import ConfigError, RoostError
 from roost.protocol._coalesce import WIRE_TOKENS
 from roost.protocol._framing import LineDecoder, line_limit, read_frames
 from roost.protocol._outbox import Outbox
@@ -145,6 +145,8 @@ async def _run_chat(
 ) -> int:
     """Open the runtime and the chat, then serve it (:func:`serve_repl`'s exit status); the
     session is appended to ``chat`` once it exists."""
+    from roost.config import configured_mcp_servers
+    from roost.plugins import open_mcp_host
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools, plan_tool
 
@@ -158,7 +160,16 @@ async def _run_chat(
     tools["update_plan"] = plan_tool()  # plan and step_status events
     if questions:
         tools["ask_user"] = ask_user_tool(broker)
-    async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:
+    try:
+        mcp_servers = configured_mcp_servers()
+    except ConfigError as exc:
+        emit({"type": "error", "text": str(exc)})
+        return 2
+    async with (
+        open_mcp_host(mcp_servers) as mcp,
+        open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime,
+    ):
+        mcp.attach(runtime.services.tools)
         try:
             actor = await _open_chat(
                 runtime, resume=resume, cwd=cwd, settings=engines.default, permission_mode=permission_mode
@@ -170,7 +181,14 @@ async def _run_chat(
         model = actor.facts().thread.model or engines.default.model or engines.default.provider
         turns = len(snapshot["turns"]) if snapshot else 0
         session = ReplSession(
-            actor, outbox, broker, model=model, questions=questions, turn_index=turns, registry=runtime.registry
+            actor,
+            outbox,
+            broker,
+            model=model,
+            questions=questions,
+            turn_index=turns,
+            registry=runtime.registry,
+            engines=engines,
         )
         chat.append(session)
         await _serve(session, receive, snapshot)

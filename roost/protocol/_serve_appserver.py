@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 from roost.actors import ProcessManager
+from roost.plugins import open_mcp_host
 from roost.protocol import (  # noqa: F401  (register methods)
     _as_attachments,
     _as_config,
@@ -36,6 +37,7 @@ async def serve_app_server(
     tools: dict[str, Any] | None = None,
     host: dict | None = None,
     watch_config: tuple[Path, Callable[[], Any]] | None = None,
+    mcp_servers: list[Any] | None = None,
 ) -> None:
     """Start a runtime and serve one app-server session until end of input or ``shutdown``.
 
@@ -43,6 +45,9 @@ async def serve_app_server(
         host: hosted mode's ``{kind, instance_id, workspace_id}`` for ``initialize`` (None: local).
         watch_config: ``(config file, resolve)`` to reload the configuration on edits
             (:class:`~roost.protocol._as_reload.ConfigReloader`); None watches nothing.
+        mcp_servers: :class:`roost.plugins.McpServerConfig` items whose tools threads get (each
+            connects in the background; a server that is down gives its calls a tool error);
+            every status change is sent as ``mcp/status/updated``.
 
     Background processes (``process/*``) run in a :class:`~roost.actors.ProcessManager` for the
     session's lifetime. On the way out, running turns are interrupted and persisted, and live
@@ -50,8 +55,15 @@ async def serve_app_server(
     """
     tools = builtin_tools() if tools is None else tools
     try:
-        async with open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime:
+        async with (
+            open_mcp_host(mcp_servers or (), wait=False) as mcp,
+            open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime,
+        ):
             session = AppServerSession(runtime, engines=engines, host=host)
+            if mcp.states:
+                session.mcp = mcp
+                mcp.attach(runtime.services.tools)
+                mcp.add_listener(session.on_mcp_status)
             async with trio.open_nursery() as nursery:
                 processes = ProcessManager(runtime.services, runtime.registry, nursery)
                 await processes.reconcile()

@@ -9,7 +9,8 @@ wire-protocol.md, "Live sessions" (serve socket and serve WebSocket), "Handshake
   connection, each with its own bounded :class:`~roost.protocol._outbox.Outbox`,
 * approval routing: an ``approval_request`` goes only to the dispatching client's newest connection;
   when that connection drops, the daemon waits ``reconnect_grace`` seconds for the next connection
-  with the same key and asks it instead; with nobody back, the unattended policy answers,
+  with the same key and asks it instead; with nobody back, the unattended policy answers (an
+  ``ask_user`` ``question`` follows the same rules, :mod:`roost.protocol._serve_prompts`),
 * result routing: a task's ``result`` goes to its client, or waits (durably) for its next ``hello``.
 
 Progress events (``agent_starting``, ``tool_calling``, ``token_budget_warning``, ``task_resumed``,
@@ -60,6 +61,7 @@ from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox, stall_timeout_f
 from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
 from roost.protocol._serve_listeners import run_http_listener, run_unix_listener
+from roost.protocol._serve_prompts import Pending, answer_value, prompt_client, question_event
 from roost.protocol._websocket import ServerWebSocket, accept_websocket, read_request, reject_websocket
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
@@ -162,18 +164,10 @@ class ServeOptions:
     agent_name: str = "assistant"
     #: the orchestration config (absolute path) of tasks dispatched without one (``-c``); None: one agent
     config: str | None = None
+    #: host the daemon's agents over A2A on the HTTP port (``--a2a``, roost.protocol._a2a_host)
+    a2a: bool = False
     #: add ``"t"`` (unix seconds, float) to each broadcast event when it is emitted (benchmarks)
     stamp_events: bool = False
-
-
-@attrs.define(eq=False)
-class _Pending:
-    """An approval waiting for its client."""
-
-    event: dict
-    asked: Any = None  # the connection last asked
-    answer: bool | None = None
-    done: bool = False
 
 
 @attrs.define(eq=False)
@@ -185,7 +179,7 @@ class ClientState:
     anonymous: bool
     conns: list = attrs.field(factory=list)
     approval_lock: trio.Lock = attrs.field(factory=trio.Lock)
-    pending: _Pending | None = None
+    pending: Pending | None = None
     changed: trio.Event = attrs.field(factory=trio.Event)
 
     def live(self) -> ConnectionActor | None:
@@ -211,6 +205,8 @@ class ServeDaemon:
         self.outcomes: Any = None
         #: set by ``roost serve``: the ``DaemonMetrics`` of roost.protocol._serve_metrics (``/metrics``)
         self.metrics: Any = None
+        #: set by ``roost serve --a2a``: the ``A2AHost`` of roost.protocol._a2a_host (``/a2a/``)
+        self.a2a: Any = None
         self.queue = TaskQueue(
             runtime,
             self,
@@ -535,8 +531,8 @@ class ServeDaemon:
                 conn.send(_error("user_input needs a non-empty text", "invalid_params"))
                 return
             await self._dispatch(conn, body)
-        elif kind == "approval_response":
-            self._answer(conn, message.get("approved") is True)
+        elif kind in ("approval_response", "question_response"):
+            self._answer(conn, "approval" if kind == "approval_response" else "question", message)
         elif kind == "interrupt":
             if conn.read_only:
                 conn.send(_error("a read-only client cannot interrupt", "read_only"))
@@ -546,8 +542,6 @@ class ServeDaemon:
             from roost.protocol._serve_status import status_snapshot
 
             conn.send(status_snapshot(self))
-        elif kind == "question_response":
-            conn.send(_error("no question is pending", "invalid_request"))
         else:
             conn.send(_error(f"unknown input type {kind!r}", "invalid_request"))
 
@@ -566,13 +560,13 @@ class ServeDaemon:
             return
         conn.send({"type": "queued", "sessionId": task_id, "position": self.queue.position(task_id) or 0})
 
-    def _answer(self, conn: ConnectionActor, approved: bool) -> None:
+    def _answer(self, conn: ConnectionActor, kind: str, message: dict) -> None:
         client = conn.client
         pending = client.pending
-        if pending is None or pending.done or pending.asked is None:
-            conn.send(_error("no approval is pending", "invalid_request"))
+        if pending is None or pending.done or pending.asked is None or pending.kind != kind:
+            conn.send(_error(f"no {kind} is pending", "invalid_request"))
             return
-        pending.answer, pending.done = approved, True
+        pending.answer, pending.done = answer_value(kind, message), True
         client.notify()
 
     # -- TaskListener -------------------------------------------------------------------------------
@@ -658,35 +652,29 @@ class ServeDaemon:
         return answer
 
     async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
+        answer = await self._prompt(task, approval_event(task.id, params), "approval")
+        return None if answer is None else answer is True
+
+    async def _prompt(self, task: QueuedTask, event: dict, kind: str) -> Any:
+        """Ask ``event`` of the task's client (None at once for a task without one)."""
         if task.client_id is None:
             return None
         client = self._client(task.client_id)
-        async with client.approval_lock:
-            pending = client.pending = _Pending(event=approval_event(task.id, params))
-            deadline: float | None = None
-            try:
-                while not pending.done:
-                    conn = client.live()
-                    if conn is None:
-                        if client.anonymous:
-                            return None
-                        if deadline is None:
-                            deadline = trio.current_time() + self.options.reconnect_grace
-                        if trio.current_time() >= deadline:
-                            log.info("task %s: no client back within the grace; unattended policy", task.id)
-                            return None
-                        changed = client.changed
-                        with trio.move_on_at(deadline):
-                            await changed.wait()
-                        continue
-                    deadline = None
-                    if pending.asked is not conn:
-                        pending.asked = conn
-                        conn.send(pending.event)
-                    await client.changed.wait()
-                return pending.answer
-            finally:
-                client.pending = None
+        return await prompt_client(client, event, kind, grace=self.options.reconnect_grace, task_id=task.id)
+
+    async def ask_question(self, task: QueuedTask, params: dict) -> str | None:
+        """A task's ``ask_user`` question, asked of its client with the approvals' grace and
+        unattended rules (:mod:`roost.protocol._serve_prompts`); None: skipped or unanswered."""
+        for event in self._translator(task).announce(params.get("item_id")):
+            self.broadcast(event)
+        answer = await self._prompt(task, question_event(task.id, params), "question")
+        log.info(
+            "task %s question %s",
+            task.id,
+            "answered" if answer is not None else "skipped or unanswered",
+            extra={"event": "question_answered", "task_id": task.id, "client": task.client_id},
+        )
+        return answer if isinstance(answer, str) else None
 
     def task_finished(self, task: QueuedTask) -> None:
         if self.outcomes is not None:  # the scheduler waits on the runs it started

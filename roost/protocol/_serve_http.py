@@ -11,8 +11,9 @@ worker (Hypercorn is the ASGI server with first-class trio support; the SDK is a
 runs on trio unchanged). One TCP listener owns the port and reads each connection's HTTP request
 head: a ``GET /attach`` upgrade goes to :meth:`ServeDaemon.serve_attach`, anything else to
 Hypercorn's per-connection server, with the bytes already read replayed in front of the stream.
-TLS (``--tls-cert``) is terminated by this front before the split, so both endpoints are served
-over TLS alike.
+With ``roost serve --a2a``, ``/a2a/<agent>/`` and ``/.well-known/agent*.json`` go to the A2A
+endpoint (:mod:`roost.protocol._a2a_app`) the same way. TLS (``--tls-cert``) is terminated by
+this front before the split, so every endpoint is served over TLS alike.
 
 Hypercorn has no public API to serve one connection Roost accepted, so :func:`_hypercorn_server`
 uses its internal ``TCPServer`` / ``WorkerContext`` / ``ASGIWrapper``: fenced by the upper bound in
@@ -198,6 +199,12 @@ async def serve_http(
                 return
             try:
                 await serve_mcp(replay)
+            finally:
+                await trio.aclose_forcefully(conn)
+            return
+        if getattr(daemon, "a2a", None) is not None and path.startswith(("/a2a/", "/.well-known/agent")):
+            try:
+                await daemon.a2a.serve(replay)  # roost serve --a2a (roost.protocol._a2a_host)
             finally:
                 await trio.aclose_forcefully(conn)
             return

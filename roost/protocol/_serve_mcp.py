@@ -12,27 +12,60 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
 
 from roost.errors import NotFound, RoostError
 from roost.protocol._serve_auth import bearer_token, parse_client_id
 from roost.storage import add_objective_task, start_objective_task
 
-__all__ = ["build_mcp_app"]
+__all__ = ["build_mcp_app", "argument_errors"]
+
+#: JSON's names for the Python types of decoded arguments (what a client sent).
+_JSON_TYPES = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}
+
+
+def argument_errors(tool: str, error: ValidationError) -> str:
+    """One sentence naming each bad argument of a ``tool`` call (instead of pydantic's report):
+    ``invalid arguments for dispatch_task: task must be a string (got a number); ...``."""
+    problems = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item.get("loc") or ()) or "the arguments"
+        if item.get("type") == "missing":
+            problems.append(f"{where} is required")
+            continue
+        message = str(item.get("msg") or "is invalid").replace("Input should be", "must be")
+        got = item.get("input")
+        sent = "null" if got is None else _JSON_TYPES.get(type(got), type(got).__name__)
+        problems.append(f"{where} {message[0].lower()}{message[1:]} (got {'an' if sent[0] in 'aeiou' else 'a'} {sent})")
+    return f"invalid arguments for {tool}: " + "; ".join(problems)
+
+
+class _Server(MCPServer):
+    """The SDK's server, with argument errors in one clear sentence (:func:`argument_errors`)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(argument_errors(name, exc.__cause__)) from exc.__cause__
+            raise
 
 
 def build_mcp_app(daemon: Any) -> Any:
     """The MCP server (``dispatch_task``, ``get_status``, ``get_result``) as a streamable HTTP ASGI app.
 
     Each tool returns structured output (MCP ``structuredContent``, an object) and refuses bad
-    input with a tool error (``isError``): an unknown ``objectiveId``, a ``work_dir`` that is not a
-    directory, a malformed ``Fuseraft-Client-Id``. ``get_status``/``get_result`` take the id as
+    input with a tool error (``isError``): an argument of the wrong type or a missing one (one
+    sentence naming each, see :func:`argument_errors`), an unknown ``objectiveId``, a ``work_dir``
+    that is not a directory, a malformed ``Fuseraft-Client-Id``. ``get_status``/``get_result`` take the id as
     ``sessionId`` (what ``dispatch_task`` returns) or ``session_id``. A request with a
     ``Fuseraft-Client-Id`` header dispatches its task for that client (scoped to its bearer token,
     as on ``/attach``): an attached connection with the same id is asked its approvals (with the
     reconnect grace), else the unattended policy answers; ``get_result`` lists each approval with
     ``answeredBy`` (``client`` or ``unattended``).
     """
-    server = MCPServer("roost-serve")
+    server = _Server("roost-serve")
     queue = daemon.queue
 
     def client_key(ctx: Context) -> str | None:

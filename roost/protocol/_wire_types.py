@@ -49,6 +49,7 @@ __all__ = [
     "InitResult",
     "PluginFunction",
     "Plugin",
+    "McpPlugin",
     "Model",
     "ObjectiveTaskInfo",
     "Objective",
@@ -253,6 +254,16 @@ class Plugin:
     name: str
     source: str
     functions: list[PluginFunction]
+
+
+@attrs.frozen(kw_only=True)
+class McpPlugin(Plugin):
+    """A Plugin with ``source`` ``mcp`` (an MCP server); Roost adds ``status``, its connection state
+    after one attempt (``connected``, ``failed``, ``connecting``, ``configured``), and ``error``, why
+    it is not connected (``null`` when it is)."""
+
+    status: str
+    error: str | None
 
 
 @attrs.frozen(kw_only=True)

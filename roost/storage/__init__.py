@@ -26,6 +26,7 @@ from ._bgprocs import get_bg_process as get_bg_process
 from ._bgprocs import insert_bg_process as insert_bg_process
 from ._bgprocs import list_bg_processes as list_bg_processes
 from ._bgprocs import mark_lost_bg_processes as mark_lost_bg_processes
+from ._bgprocs import received_bg_processes as received_bg_processes
 from ._bgprocs import running_owners as running_owners
 from ._bgprocs import update_bg_process as update_bg_process
 from ._blobs import read_blob as read_blob
@@ -49,6 +50,7 @@ from ._interface import ThreadStore as ThreadStore
 from ._interface import WorkerStore as WorkerStore
 from ._items import add_held_input as add_held_input
 from ._items import append_item as append_item
+from ._items import discard_in_progress_item as discard_in_progress_item
 from ._items import get_item as get_item
 from ._items import list_held_input as list_held_input
 from ._items import list_items as list_items
@@ -251,6 +253,7 @@ __all__ = [
     "list_items",
     "update_item",
     "put_item",
+    "discard_in_progress_item",
     "search_items",
     "add_held_input",
     "list_held_input",
@@ -263,6 +266,7 @@ __all__ = [
     "insert_bg_process",
     "get_bg_process",
     "list_bg_processes",
+    "received_bg_processes",
     "update_bg_process",
     "mark_lost_bg_processes",
     "running_owners",

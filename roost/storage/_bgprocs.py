@@ -20,6 +20,7 @@ __all__ = [
     "get_bg_process",
     "insert_bg_process",
     "list_bg_processes",
+    "received_bg_processes",
     "mark_lost_bg_processes",
     "running_owners",
     "update_bg_process",
@@ -73,6 +74,16 @@ def list_bg_processes(conn: sqlite3.Connection, thread_id: str) -> list[dict]:
     rows = conn.execute(
         f"SELECT {', '.join(_COLUMNS)} FROM background_processes WHERE thread_id = ? ORDER BY started_at, rowid",
         (thread_id,),
+    ).fetchall()
+    return [_row(r) for r in rows]
+
+
+def received_bg_processes(conn: sqlite3.Connection) -> list[dict]:
+    """The exited processes whose exit notice is ``received`` and not yet handled, oldest first
+    (read-only)."""
+    rows = conn.execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM background_processes "
+        "WHERE trigger_status = 'received' AND status = 'exited' ORDER BY started_at, rowid"
     ).fetchall()
     return [_row(r) for r in rows]
 

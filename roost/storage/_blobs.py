@@ -1,4 +1,4 @@
-"""Content-addressed attachment blobs: an item's image bytes are stored once, by sha256.
+"""Content-addressed attachment blobs: an item's image and file (PDF) bytes are stored once, by sha256.
 
 app-server-protocol.md ("Attachments", ``thread/attachment/read``): attachments are kept as
 immutable bytes addressed by the sha256 of the decoded bytes, not inline in every item. The item
@@ -21,21 +21,32 @@ from ._rows import utc_now
 __all__ = ["externalize", "hydrate", "read_blob", "read_blob_chunk"]
 
 
-def _images(payload: Any) -> list | None:
+#: The payload fields holding attachments: images, and files the provider reads (PDFs).
+_FIELDS = ("images", "files")
+
+
+def _images(payload: Any, field: str = "images") -> list | None:
     if isinstance(payload, dict):
-        images = payload.get("images")
+        images = payload.get(field)
         if isinstance(images, list) and images:
             return images
     return None
 
 
 def externalize(conn: sqlite3.Connection, payload: Any) -> Any:
-    """``payload`` with each inline image replaced by a blob reference (write; stores the blobs).
+    """``payload`` with each inline attachment (in ``images`` and ``files``) replaced by a blob
+    reference (write; stores the blobs).
 
-    Images without base64 ``data`` (already references) and undecodable data are kept as they
-    are. Returns ``payload`` itself when it has no images.
+    Attachments without base64 ``data`` (already references) and undecodable data are kept as
+    they are. Returns ``payload`` itself when it has no attachments.
     """
-    images = _images(payload)
+    for field in _FIELDS:
+        payload = _externalize(conn, payload, field)
+    return payload
+
+
+def _externalize(conn: sqlite3.Connection, payload: Any, field: str) -> Any:
+    images = _images(payload, field)
     if images is None:
         return payload
     out = []
@@ -57,15 +68,22 @@ def externalize(conn: sqlite3.Connection, payload: Any) -> Any:
         ref = {k: v for k, v in image.items() if k != "data"}
         ref.update(sha256=digest, size=len(raw), media_type=media)
         out.append(ref)
-    return {**payload, "images": out}
+    return {**payload, field: out}
 
 
 def hydrate(conn: sqlite3.Connection, payload: Any) -> Any:
-    """``payload`` with each image reference's base64 ``data`` read back from its blob (read-only).
+    """``payload`` with each attachment reference's base64 ``data`` read back from its blob
+    (read-only).
 
     A reference whose blob is missing keeps no ``data`` (and gets ``missing: true``).
     """
-    images = _images(payload)
+    for field in _FIELDS:
+        payload = _hydrate(conn, payload, field)
+    return payload
+
+
+def _hydrate(conn: sqlite3.Connection, payload: Any, field: str) -> Any:
+    images = _images(payload, field)
     if images is None or not any(isinstance(i, dict) and "data" not in i and "sha256" in i for i in images):
         return payload
     out = []
@@ -74,7 +92,7 @@ def hydrate(conn: sqlite3.Connection, payload: Any) -> Any:
             row = conn.execute("SELECT data FROM blobs WHERE sha256 = ?", (image["sha256"],)).fetchone()
             image = {**image, "data": base64.b64encode(row[0]).decode()} if row else {**image, "missing": True}
         out.append(image)
-    return {**payload, "images": out}
+    return {**payload, field: out}
 
 
 def read_blob(conn: sqlite3.Connection, sha256: str) -> tuple[str, bytes] | None:

@@ -23,6 +23,7 @@ __all__ = [
     "list_items",
     "update_item",
     "put_item",
+    "discard_in_progress_item",
     "search_items",
     "add_held_input",
     "list_held_input",
@@ -158,6 +159,20 @@ def put_item(
         text=text,
         created_at=row[1],
     )
+
+
+def discard_in_progress_item(conn: sqlite3.Connection, item_id: str) -> bool:
+    """Delete item ``item_id`` while it is still ``in_progress`` (write); a settled item is kept.
+
+    For the checkpoint of an item its turn retracted (``item/removed``: a model stream retried
+    from its beginning after partial output, app-server-protocol.md "Notifications"). The item is
+    the newest of its thread when it streams, so its thread's ``seq`` normally stays gap-free.
+
+    Returns:
+        Whether a row was deleted.
+    """
+    cur = conn.execute("DELETE FROM items WHERE id = ? AND status = 'in_progress'", (item_id,))
+    return cur.rowcount > 0
 
 
 def get_item(conn: sqlite3.Connection, item_id: str) -> Item:

@@ -9,6 +9,7 @@ memory_recall, context_read over the store), ``_plugins`` (the plugin groups of 
 
 from __future__ import annotations
 
+from roost.tools._ask import ask_user_tool as ask_user_tool
 from roost.tools._builtin import builtin_tools as builtin_tools
 from roost.tools._files import resolve_path as resolve_path
 from roost.tools._files import unified_diff as unified_diff
@@ -26,6 +27,7 @@ from roost.tools._model import DEFAULT_OUTPUT_CAP_BYTES as DEFAULT_OUTPUT_CAP_BY
 from roost.tools._model import PERMISSION_MODES as PERMISSION_MODES
 from roost.tools._model import ApprovalRequester as ApprovalRequester
 from roost.tools._model import PermissionMode as PermissionMode
+from roost.tools._model import QuestionAsker as QuestionAsker
 from roost.tools._model import Tool as Tool
 from roost.tools._model import ToolContext as ToolContext
 from roost.tools._model import ToolResult as ToolResult
@@ -41,6 +43,7 @@ from roost.tools._shell import spawn_shell as spawn_shell
 from roost.tools._shell import stop_process_group as stop_process_group
 
 __all__ = [
+    "ask_user_tool",
     "plan_tool",
     "context_items",
     "forget_memory",
@@ -58,6 +61,7 @@ __all__ = [
     "ApprovalRequester",
     "OutputBuffer",
     "PermissionMode",
+    "QuestionAsker",
     "Tool",
     "ToolContext",
     "ToolResult",

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_OUTPUT_CAP_BYTES",
     "DEFAULT_KILL_GRACE_S",
     "ApprovalRequester",
+    "QuestionAsker",
     "Tool",
     "ToolContext",
     "ToolResult",
@@ -37,6 +38,9 @@ DEFAULT_KILL_GRACE_S = 2.0
 
 #: ``async (kind, fields) -> True (approved) | False (denied) | None (nobody to ask)``.
 ApprovalRequester: TypeAlias = Callable[[str, dict[str, Any]], Awaitable[bool | None]]
+#: ``async (question, options, allow_other) -> answer``: asks the user (the ``ask_user`` tool);
+#: the answer is a string, or None when the user skipped it or nobody answered.
+QuestionAsker: TypeAlias = Callable[[str, list[str], bool], Awaitable[str | None]]
 
 
 @attrs.frozen
@@ -92,6 +96,8 @@ class ToolContext:
             nobody is told.
         start_background: starts a background process for the calling thread (see the
             attribute comment).
+        ask_question: asks the client that started the work a question (``ask_user``); see
+            :data:`QuestionAsker`. ``None`` means nobody can be asked.
     """
 
     cwd: Path = attrs.field(validator=_check_cwd)
@@ -110,6 +116,7 @@ class ToolContext:
     #: ``async (command, cwd) -> process view``: starts a background process owned by the calling
     #: thread (the shell tool's ``background: true``); None where nothing can own one.
     start_background: Callable[[str, Path], Awaitable[dict]] | None = None
+    ask_question: QuestionAsker | None = None
 
     @output_cap_bytes.validator
     def _check_cap(self, attribute: Any, value: int) -> None:

@@ -7,6 +7,8 @@ groups (``roost.cli._res_config.builtin_plugins``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = ["PLUGIN_GROUPS", "plugin_tool_names", "unknown_plugins"]
 
 #: Built-in plugin group -> the model-facing tool names it stands for, in declaration order.
@@ -19,12 +21,15 @@ PLUGIN_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-def plugin_tool_names(plugins: list[str]) -> tuple[str, ...] | None:
+def plugin_tool_names(
+    plugins: list[str], groups: Mapping[str, tuple[str, ...]] | None = None
+) -> tuple[str, ...] | None:
     """Return the tool names an agent with ``plugins`` may use.
 
     Args:
-        plugins: the agent's ``Plugins`` entries: group names of :data:`PLUGIN_GROUPS`; any other
-            entry is taken as the name of one tool.
+        plugins: the agent's ``Plugins`` entries: group names of :data:`PLUGIN_GROUPS` or of
+            ``groups``; any other entry is taken as the name of one tool.
+        groups: more groups, e.g. each MCP server's name -> its tools' names.
 
     Returns:
         ``None`` when ``plugins`` is empty (every tool); otherwise the groups' tool names and the
@@ -32,7 +37,8 @@ def plugin_tool_names(plugins: list[str]) -> tuple[str, ...] | None:
     """
     if not plugins:
         return None
-    names = (name for plugin in plugins for name in PLUGIN_GROUPS.get(plugin, (plugin,)))
+    known = {**PLUGIN_GROUPS, **(groups or {})}
+    names = (name for plugin in plugins for name in known.get(plugin, (plugin,)))
     return tuple(dict.fromkeys(names))
 
 

@@ -1,0 +1,273 @@
+"""``roost serve --a2a``: the daemon side of hosted A2A agents (calls as daemon tasks).
+
+wire-protocol.md, "Daemon events" (``a2a_call {agent, sessionId}``: an A2A caller started a call to
+a hosted agent) and the appendix ("A2A (``serve --a2a``)"). The A2A SDK side (agent cards, the
+JSON-RPC methods) is :mod:`roost.protocol._a2a_app`; this module has no SDK import, so a daemon
+pays for the SDK only on its first A2A request.
+
+Every A2A ``message/send`` / ``message/stream`` is one task of the daemon's
+:class:`~roost.actors.TaskQueue` (``source: "a2a"``): queued, leased, persisted with its result,
+resumed after a daemon restart, its approvals answered by the unattended policy (the caller is not
+an attached client: the task's client key is an anonymous one, ``<token scope>/conn-a2a-<n>``, so
+nobody is asked and its result is marked collected at once). The A2A task id and context id are
+the task's ``sessionId``.
+
+:class:`A2AHost` sits in front of the daemon as the queue's :class:`~roost.actors.TaskListener`:
+it forwards every call to the daemon unchanged and wakes the A2A requests waiting on a task
+(``message/send`` blocking, ``message/stream``, ``tasks/cancel``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import trio
+
+from roost.errors import RoostError
+
+__all__ = ["A2AHost", "HostedAgent", "install_a2a", "TERMINAL"]
+
+log = logging.getLogger("roost.serve")
+
+#: Queue statuses after which a task never changes again.
+TERMINAL = ("finished", "collected")
+#: Seconds between store reads while waiting on a task whose wake-up may have been missed
+#: (a task finished by a previous daemon, or before this request started waiting).
+_RECHECK = 2.0
+#: A2A calls whose agent name (``metadata.agent``) and cancel request are remembered.
+_CALLS_KEPT = 1000
+_calls = itertools.count(1)
+
+
+@attrs.frozen
+class HostedAgent:
+    """One agent the daemon hosts: ``name`` (the URL segment of ``/a2a/<name>/``) and ``description``."""
+
+    name: str
+    description: str
+
+
+@attrs.define(eq=False)
+class _Call:
+    """An A2A call's daemon task as this daemon saw it."""
+
+    agent: str | None
+    client_key: str
+    changed: trio.Event = attrs.field(factory=trio.Event)
+    cancel_requested: bool = False
+    interrupted: bool = False
+    #: the reply text streamed so far (``item/agentMessage/delta``), kept while someone follows
+    chunks: list[str] = attrs.field(factory=list)
+    followers: int = 0
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+class A2AHost:
+    """The hosted agents, the A2A calls in flight, and the queue listener in front of the daemon.
+
+    Args:
+        daemon: the :class:`~roost.protocol.ServeDaemon` (its queue, options, ``broadcast``).
+        agents: the hosted agents, the default (served at the root well-known path) first.
+    """
+
+    def __init__(self, daemon: Any, agents: list[HostedAgent]) -> None:
+        self.daemon = daemon
+        self.queue = daemon.queue
+        self.agents = agents
+        self.calls: dict[str, _Call] = {}
+        self.inner = daemon.queue.listener
+        self.queue.listener = self
+        self._serve: Any = None
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        """Serve one HTTP connection of the A2A endpoint (:mod:`roost.protocol._serve_http` hands
+        it over, its request head replayed). The SDK's app is built on the first connection
+        (importing the SDK takes a while) and served by Hypercorn's trio worker, as ``/mcp``."""
+        if self._serve is None:
+            from roost.protocol._a2a_app import build_a2a_app
+            from roost.protocol._serve_http import _hypercorn_server
+
+            self._serve = _hypercorn_server(build_a2a_app(self.daemon))
+        await self._serve(stream)
+
+    # -- TaskListener (forwarded to the daemon) ------------------------------------------------------
+
+    def task_started(self, task: Any) -> None:
+        self.inner.task_started(task)
+        self._progress(task)
+
+    def task_notification(self, task: Any, method: str, params: dict) -> None:
+        self.inner.task_notification(task, method, params)
+        call = self.calls.get(task.id)
+        if call is not None and call.followers and method == "item/agentMessage/delta" and params.get("delta"):
+            call.chunks.append(params["delta"])
+        self._progress(task)
+
+    def task_event(self, task: Any, event: dict) -> None:
+        self.inner.task_event(task, event)
+        self._progress(task)
+
+    async def request_approval(self, task: Any, params: dict) -> bool | None:
+        answer: bool | None = await self.inner.request_approval(task, params)
+        return answer
+
+    def task_finished(self, task: Any) -> None:
+        self.inner.task_finished(task)
+        call = self.calls.get(task.id)
+        if call is not None:
+            call.notify()
+        while len(self.calls) > _CALLS_KEPT:  # the oldest calls' agent names are forgotten
+            self.calls.pop(next(iter(self.calls)))
+
+    def _progress(self, task: Any) -> None:
+        call = self.calls.get(task.id)
+        if call is None:
+            return
+        if call.cancel_requested and not call.interrupted:
+            call.interrupted = self.queue.interrupt(call.client_key) > 0
+        call.notify()
+
+    # -- A2A calls ----------------------------------------------------------------------------------
+
+    def agent(self, name: str) -> HostedAgent | None:
+        """The hosted agent called ``name`` (None: no such agent)."""
+        return next((a for a in self.agents if a.name == name), None)
+
+    async def call(self, agent: str, text: str, scope: str) -> str:
+        """Queue ``text`` as a daemon task for hosted ``agent`` and broadcast ``a2a_call``.
+
+        Args:
+            agent: the hosted agent's name.
+            text: the caller's message text (non-empty).
+            scope: the caller's token scope (:class:`~roost.protocol._serve_auth.Grant`).
+
+        Returns:
+            The task's ``sessionId`` (the A2A task id).
+
+        Raises:
+            ServerOverloaded: the queue is full.
+            RoostError: the task could not be queued (nothing was).
+        """
+        key = f"{scope}/conn-a2a-{next(_calls)}"
+        session_id: str = await self.queue.dispatch(text, client_id=key, source="a2a")
+        self.calls.setdefault(session_id, _Call(agent=agent, client_key=key))
+        log.info("A2A call to %s: task %s", agent, session_id, extra={"event": "a2a_call", "task_id": session_id})
+        self.daemon.broadcast({"type": "a2a_call", "agent": agent, "sessionId": session_id})
+        return session_id
+
+    @contextlib.contextmanager
+    def following(self, session_id: str) -> Iterator[list[str]]:
+        """Follow a call's streamed reply text: yields its live list of text chunks (empty for a
+        task this daemon did not start); the chunks are dropped when the last follower leaves."""
+        call = self.calls.get(session_id)
+        if call is None:
+            yield []
+            return
+        call.followers += 1
+        try:
+            yield call.chunks
+        finally:
+            call.followers -= 1
+            if not call.followers:
+                call.chunks = []
+
+    def agent_of(self, session_id: str) -> str | None:
+        """The hosted agent a call addressed (None after a daemon restart or for an old call)."""
+        call = self.calls.get(session_id)
+        return call.agent if call is not None else None
+
+    async def lookup(self, session_id: str) -> Any:
+        """The A2A call's task (a :class:`~roost.actors.QueuedTask`), or None when ``session_id``
+        names no task or a task that no A2A call started."""
+        task = await self.queue.lookup(session_id)
+        if task is None or task.source != "a2a":
+            return None
+        return task
+
+    async def wait_change(self, session_id: str, seen: str | None) -> Any:
+        """Wait until the task's status differs from ``seen`` (or it progresses); return it (None:
+        gone). Returns at once when the task already is in another status than ``seen``."""
+        while True:
+            task = await self.lookup(session_id)
+            if task is None or task.status != seen or task.status in TERMINAL:
+                return task
+            call = self.calls.get(session_id)
+            with trio.move_on_after(_RECHECK):
+                if call is not None:
+                    await call.changed.wait()
+                    return await self.lookup(session_id)
+                await trio.sleep_forever()
+
+    async def wait_finished(self, session_id: str, *, limit: float | None = None) -> Any:
+        """The task once it finished (or as it is after ``limit`` seconds; None: no such task)."""
+        with trio.move_on_after(limit if limit is not None else float("inf")):
+            while True:
+                task = await self.lookup(session_id)
+                if task is None or task.status in TERMINAL:
+                    return task
+                await self.wait_change(session_id, task.status)
+        return await self.lookup(session_id)
+
+    def cancel(self, task: Any) -> None:
+        """Ask the call's task to stop: a running turn (or run) is interrupted now, a queued task
+        as soon as it starts (it then finishes failed, which the A2A side reports ``canceled``)."""
+        call = self.calls.get(task.id)
+        if call is None:  # a task of a previous daemon, resumed by this one
+            call = self.calls[task.id] = _Call(agent=None, client_key=task.client_id or "")
+        call.cancel_requested = True
+        try:
+            call.interrupted = self.queue.interrupt(call.client_key) > 0
+        except RoostError:
+            log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
+        log.info(
+            "A2A cancel of task %s (%s)",
+            task.id,
+            "interrupted" if call.interrupted else f"{task.status}: interrupted when it runs",
+            extra={"event": "a2a_cancel", "task_id": task.id},
+        )
+
+    def was_cancelled(self, session_id: str) -> bool:
+        """True when this daemon was asked to cancel the task."""
+        call = self.calls.get(session_id)
+        return call is not None and call.cancel_requested
+
+
+def install_a2a(daemon: Any) -> A2AHost:
+    """Host the daemon's agents over A2A (``roost serve --a2a``); returns the host, also set as
+    ``daemon.a2a`` (which :mod:`roost.protocol._serve_http` routes ``/a2a/`` and
+    ``/.well-known/agent*.json`` to).
+
+    The hosted agents: with a ``-c`` orchestration config, its agents (a call to any of them is a
+    task of the daemon's team: the config's selection decides who speaks first); without one, the
+    daemon's single agent (``assistant``). A name is one URL segment (``/a2a/<name>/``, spaces
+    percent-encoded in the cards' ``url``); an agent whose name holds ``/`` or ``{`` is not hosted
+    (a warning is logged).
+
+    Raises:
+        ConfigError: the ``-c`` config cannot be loaded.
+    """
+    import roost.orchestration
+
+    config_path = daemon.options.config
+    if config_path:
+        config = roost.orchestration.load_config_file(config_path)
+        team = config.name or "team"
+        agents = [
+            HostedAgent(a.name, a.description or f"{a.name}, an agent of the Roost team {team}") for a in config.agents
+        ]
+    else:
+        agents = [HostedAgent(daemon.options.agent_name, "A Roost agent: one turn on the daemon's model per task")]
+    for agent in [a for a in agents if "/" in a.name or "{" in a.name]:
+        log.warning("agent %r is not hosted over A2A: its name cannot be one URL segment", agent.name)
+        agents.remove(agent)
+    host = A2AHost(daemon, agents)
+    daemon.a2a = host
+    return host

@@ -1,0 +1,81 @@
+"""A small MCP server for the MCP plugin tests, written with the official SDK's server API
+(``MCPServer``, the SDK 2.x name of FastMCP).
+
+Run it as ``python mcp_server.py stdio`` (stdin/stdout) or ``python mcp_server.py http PORT_FILE``
+(streamable HTTP on 127.0.0.1, an OS-chosen port written to PORT_FILE once it listens).
+
+Tools:
+    echo(text): returns ``echo: <text>`` (annotated ``readOnlyHint``: never needs approval).
+    write_note(text): appends ``text`` to the file ``$MCP_NOTES`` (a mutating tool), returns ``noted``.
+    whoami(): this server process's pid (a reconnect starts a new process).
+    crash(): the process exits at once, mid-call.
+    hang(): blocks the whole server (a synchronous sleep): it answers nothing any more.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
+
+server = MCPServer("roost-test-mcp")
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return f"echo: {text}"
+
+
+@server.tool()
+def write_note(text: str) -> str:
+    """Append a note to the notes file."""
+    with open(os.environ["MCP_NOTES"], "a", encoding="utf-8") as notes:
+        notes.write(text + "\n")
+    return "noted"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def whoami() -> str:
+    """The server's process id."""
+    return f"pid {os.getpid()}"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def crash() -> str:
+    """Exit the server process mid-call."""
+    os._exit(3)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def hang() -> str:
+    """Block the whole server (a synchronous sleep on its event loop): it answers nothing any more."""
+    time.sleep(3600)
+    return "unreachable"
+
+
+def _serve_http(port_file: str) -> None:
+    import anyio
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    app = server.streamable_http_app()
+    config = uvicorn.Config(app, log_level="warning")
+    with open(port_file + ".tmp", "w", encoding="utf-8") as out:
+        out.write(str(port))
+    os.replace(port_file + ".tmp", port_file)
+    anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "http":
+        _serve_http(sys.argv[2])
+    else:
+        server.run("stdio")
