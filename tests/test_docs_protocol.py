@@ -109,6 +109,7 @@ WIRE_SOURCES = [
     *sorted((ROOT / "roost" / "protocol").glob("_repl*.py")),
     ROOT / "roost" / "protocol" / "_bridge.py",
     ROOT / "roost" / "protocol" / "_serve_daemon.py",
+    ROOT / "roost" / "protocol" / "_serve_input.py",
     ROOT / "roost" / "protocol" / "_a2a_host.py",
     ROOT / "roost" / "protocol" / "_serve_events.py",
     ROOT / "roost" / "orchestration" / "_run.py",
