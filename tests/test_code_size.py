@@ -35,10 +35,6 @@ IN_FLUX_MODULES: dict[str, tuple[int, str]] = {
 IN_FLUX_FUNCTIONS: dict[str, tuple[int, str]] = {
     "actors/_thread_inputs.py:steer": (90, "xnode splits it (_steer_starts_turn, _steer_active)"),
     "supervisor/_root.py:open_runtime": (100, "xnode adds the node bus child here"),
-    "cli/_serve.py:serve_command": (125, "xnode and pgd change serve's start-up"),
-    "cli/_attach.py:run_attach": (85, "ask changes it"),
-    "cli/_exec.py:run_exec": (115, "mcpplug changes it"),
-    "cli/_appserver.py:app_server_command": (85, "mcpplug changes it"),
 }
 
 
