@@ -27,14 +27,14 @@ FUNCTION_EXEMPTIONS: dict[str, tuple[int, str]] = {
     "storage/_schema.py:_m0001_core": (150, "schema DDL: the first migration's CREATE statements"),
 }
 
-#: Being changed right now on other branches of this session (pgd: PostgreSQL, xnode: cross-node
-#: delivery, ask, mcpplug, a2a): split once they are merged, so the merge stays mechanical.
+#: Being changed right now on branches of this session not yet merged into main (pgd: PostgreSQL,
+#: xnode: cross-node delivery): split once they are merged, so the merge stays mechanical.
 IN_FLUX_MODULES: dict[str, tuple[int, str]] = {
-    "actors/_taskqueue.py": (660, "pgd restructures the task queue now (not to be edited on this branch)"),
+    "actors/_taskqueue.py": (660, "pgd (not merged yet) restructures the task queue; not edited on this branch"),
 }
 IN_FLUX_FUNCTIONS: dict[str, tuple[int, str]] = {
-    "actors/_thread_inputs.py:steer": (90, "xnode splits it (_steer_starts_turn, _steer_active)"),
-    "supervisor/_root.py:open_runtime": (100, "xnode adds the node bus child here"),
+    "actors/_thread_inputs.py:steer": (90, "xnode (not merged yet) splits it (_steer_starts_turn, _steer_active)"),
+    "supervisor/_root.py:open_runtime": (100, "xnode (not merged yet) adds the node bus child here"),
 }
 
 
