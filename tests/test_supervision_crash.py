@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from trio_websocket import open_websocket_url
 
 from roost._faults import arm_fault, armed_faults, disarm_faults
-from roost.cli._serve import _start_scheduler
+from roost.cli._serve import _start_objectives, _start_scheduler
 from roost.engines import ProviderSettings
 from roost.protocol._engines import EngineCatalog
 from roost.protocol._serve_daemon import ServeDaemon, ServeOptions
@@ -70,6 +70,7 @@ async def serving(tmp_path: Path, *, db_path: Path | None = None) -> AsyncIterat
         async with trio.open_nursery() as nursery:
             await nursery.start(daemon.run)
             await _start_scheduler(runtime, daemon)
+            await _start_objectives(runtime, daemon, ())
             try:
                 yield runtime, daemon
             finally:
@@ -134,7 +135,7 @@ def connection_ids(daemon: ServeDaemon) -> list[str]:
 
 
 KINDS = ["store_writer", "lease_keeper", "threads", "thread", "turn", "scheduler", "task_queue",
-         "listener:unix", "listener:http", "connections", "connection"]
+         "listener:unix", "listener:http", "connections", "connection", "objectives"]
 
 
 async def crash_scenario(tmp_path: Path, kind: str) -> None:
@@ -307,7 +308,7 @@ async def test_a_crash_in_one_connections_handler_ends_only_that_connection(
 # -- property: random crash sequences of the real root tree ---------------------------------------
 
 ROOT_KINDS = ["store_writer", "lease_keeper", "threads", "thread_unloader", "scheduler", "task_queue",
-              "listener:unix", "listener:http", "connections"]
+              "listener:unix", "listener:http", "connections", "objectives"]
 #: ... and one connection of the connections supervisor (a temporary child: it ends, it is not restarted)
 CRASH_KINDS = [*ROOT_KINDS, "connection"]
 
@@ -326,6 +327,7 @@ async def crash_one_connection(nursery: trio.Nursery, daemon: ServeDaemon) -> No
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(crashes=st.lists(st.tuples(st.sampled_from(CRASH_KINDS), st.booleans()), min_size=1, max_size=3))
 @example(crashes=[("connection", True), ("connections", True), ("listener:unix", False)])
+@example(crashes=[("objectives", True), ("thread_unloader", False), ("lease_keeper", True)])
 def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPathFactory, roost_home: Path,
                                                 crashes: list[tuple[str, bool]]) -> None:
     """Up to three crashes (within the root's intensity): after each, the tree is whole again and
@@ -335,6 +337,7 @@ def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPa
     async def main() -> None:
         async with serving(tmp, db_path=tmp / "roost.db") as (runtime, daemon), trio.open_nursery() as nursery:
             ids = [c.id for c in runtime.root.which_children()]
+            assert set(ids) == set(ROOT_KINDS), ids   # every child of the real root tree can be crashed
             accepted: list[str] = []
             for kind, busy in crashes:
                 if busy:
