@@ -143,32 +143,9 @@ def resolve_provider(
             (Anthropic, and OpenAI at its default base URL).
     """
     env = os.environ if env is None else env
-    if config_path is None and "ROOST_HOME" in env:
-        config_path = Path(env["ROOST_HOME"]).expanduser() / "config.toml"
-    try:
-        table = load_config(config_path).get("provider", {})
-    except ConfigError as exc:
-        if not (provider or env.get(_ENV["provider"])):
-            raise
-        # The provider is chosen by a flag or the environment, which come first: a broken file
-        # must not block them (its other settings are ignored, with a warning).
-        logging.getLogger("roost.config").warning("ignoring the config file: %s", exc)
-        table = {}
-    if not isinstance(table, dict):
-        raise ConfigError("[provider] in config.toml must be a table")
-    file_values = dict(table)
-    if "name" in file_values and "provider" not in file_values:
-        file_values["provider"] = file_values.pop("name")
     flags = {"provider": provider, "base_url": base_url, "model": model, "script": script, "api_key_env": api_key_env}
-    chosen: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for key, flag_value in flags.items():
-        if flag_value:
-            chosen[key], sources[key] = flag_value, "flag"
-        elif env.get(_ENV[key]):
-            chosen[key], sources[key] = env[_ENV[key]], "env"
-        elif file_values.get(key):
-            chosen[key], sources[key] = file_values[key], "file"
+    file_values = _provider_table(env, config_path, flag_provider=provider)
+    chosen, sources = _choose(flags, env, file_values)
     name = chosen.get("provider")
     if not name:
         if not allow_scripted_default:
@@ -179,20 +156,7 @@ def resolve_provider(
             f"unknown provider {name!r} (from {_describe_source(sources['provider'], 'provider')}); "
             f"choose one of {', '.join(PROVIDERS)}"
         )
-    headers = file_values.get("headers", {})
-    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-        raise ConfigError("[provider.headers] in config.toml must map header names to strings")
-    options: dict[str, Any] = {}
-    for key, kind in (("connect_timeout", float), ("read_timeout", float), ("max_attempts", int)):
-        if key in file_values:
-            try:
-                options[key] = kind(file_values[key])
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"[provider] {key} in config.toml must be a number") from exc
-    if "images" in file_values:
-        if not isinstance(file_values["images"], bool):
-            raise ConfigError("[provider] images in config.toml must be true or false")
-        options["images"] = file_values["images"]
+    headers, options = _file_options(file_values)
     if name == "scripted":
         return ProviderSettings(
             provider=name,
@@ -220,6 +184,75 @@ def resolve_provider(
         source=sources["provider"],
         **options,
     )
+
+
+def _provider_table(env: Mapping[str, str], config_path: Path | None, *, flag_provider: str | None) -> dict:
+    """The ``[provider]`` table of the config file (``name`` read as ``provider``); a broken file
+    is ignored, with a warning, when a flag or the environment chooses the provider.
+
+    Raises:
+        ConfigError: the file is broken and nothing else chooses the provider, or ``[provider]``
+            is not a table.
+    """
+    if config_path is None and "ROOST_HOME" in env:
+        config_path = Path(env["ROOST_HOME"]).expanduser() / "config.toml"
+    try:
+        table = load_config(config_path).get("provider", {})
+    except ConfigError as exc:
+        if not (flag_provider or env.get(_ENV["provider"])):
+            raise
+        # The provider is chosen by a flag or the environment, which come first: a broken file
+        # must not block them (its other settings are ignored, with a warning).
+        logging.getLogger("roost.config").warning("ignoring the config file: %s", exc)
+        table = {}
+    if not isinstance(table, dict):
+        raise ConfigError("[provider] in config.toml must be a table")
+    file_values = dict(table)
+    if "name" in file_values and "provider" not in file_values:
+        file_values["provider"] = file_values.pop("name")
+    return file_values
+
+
+def _choose(
+    flags: dict[str, str | None], env: Mapping[str, str], file_values: dict
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each setting from the first of flag, environment, file that gives it: ``(values, sources)``."""
+    chosen: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, flag_value in flags.items():
+        if flag_value:
+            chosen[key], sources[key] = flag_value, "flag"
+        elif env.get(_ENV[key]):
+            chosen[key], sources[key] = env[_ENV[key]], "env"
+        elif file_values.get(key):
+            chosen[key], sources[key] = file_values[key], "file"
+    return chosen, sources
+
+
+def _file_options(file_values: dict) -> tuple[dict, dict[str, Any]]:
+    """``(headers, options)`` of the ``[provider]`` table: extra HTTP headers, and the
+    ``connect_timeout``/``read_timeout`` (seconds) and ``max_attempts`` numbers, and the
+    ``images`` flag.
+
+    Raises:
+        ConfigError: headers that are not strings, a setting that is not a number, or an
+            ``images`` that is not a boolean.
+    """
+    headers = file_values.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ConfigError("[provider.headers] in config.toml must map header names to strings")
+    options: dict[str, Any] = {}
+    for key, kind in (("connect_timeout", float), ("read_timeout", float), ("max_attempts", int)):
+        if key in file_values:
+            try:
+                options[key] = kind(file_values[key])
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"[provider] {key} in config.toml must be a number") from exc
+    if "images" in file_values:
+        if not isinstance(file_values["images"], bool):
+            raise ConfigError("[provider] images in config.toml must be true or false")
+        options["images"] = file_values["images"]
+    return headers, options
 
 
 def derive_provider(

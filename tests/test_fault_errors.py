@@ -44,7 +44,7 @@ def test_one_table_maps_internal_errors_to_codes(exc: BaseException, code: str) 
 def test_the_daemon_and_the_app_server_use_the_same_table() -> None:
     # Both front doors import the one mapping; neither keeps a table of its own.
     root = Path(__file__).resolve().parent.parent / "roost" / "protocol"
-    for name in ("_appserver.py", "_serve_daemon.py"):
+    for name in ("_appserver.py", "_serve_input.py"):  # the daemon dispatches in _serve_input
         text = (root / name).read_text()
         assert "from roost.protocol._errors import" in text, name
         assert '"internal_error")' not in text, name

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 import trio
 from _helpers.serve_client import UnixClient, WsClient, short_socket_path
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from trio_websocket import open_websocket_url
 
 from roost._faults import arm_fault, armed_faults, disarm_faults
-from roost.cli._serve import _start_scheduler
+from roost.cli._serve import _start_objectives, _start_scheduler
 from roost.engines import ProviderSettings
 from roost.protocol._engines import EngineCatalog
 from roost.protocol._serve_daemon import ServeDaemon, ServeOptions
@@ -71,6 +71,7 @@ async def serving(tmp_path: Path, *, db_path: Path | None = None) -> AsyncIterat
         async with trio.open_nursery() as nursery:
             await nursery.start(daemon.run)
             await _start_scheduler(runtime, daemon)
+            await _start_objectives(runtime, daemon, ())
             try:
                 yield runtime, daemon
             finally:
@@ -135,7 +136,7 @@ def connection_ids(daemon: ServeDaemon) -> list[str]:
 
 
 KINDS = ["store_writer", "lease_keeper", "threads", "thread", "turn", "scheduler", "task_queue",
-         "listener:unix", "listener:http", "connections", "connection"]
+         "listener:unix", "listener:http", "connections", "connection", "objectives"]
 
 
 async def crash_scenario(tmp_path: Path, kind: str) -> None:
@@ -228,6 +229,9 @@ async def test_crash_each_child_kind_keeps_serving(tmp_path: Path, roost_home: P
         await crash_scenario(tmp_path, kind)
     finally:
         disarm_faults()
+    if kind == "connection":  # a temporary child: its end is logged, it is not restarted
+        assert any("connections: child connection:" in r.getMessage() and "not restarted" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
     if kind not in ("turn", "connection"):
         restarted = kind.split("/")[-1]
         assert any("restarted" in r.getMessage() and restarted in r.getMessage() for r in caplog.records), \
@@ -257,17 +261,74 @@ async def test_crash_one_worker_of_a_tree(tmp_path: Path, roost_home: Path) -> N
             assert statuses == ["completed", "interrupted"], statuses
             await after_crash(runtime, b)
             assert b.closed is None and not [e for e in b.events[b_mark:] if e.get("type") == "error"]
+        await settled_without_loss(runtime)
         nursery.cancel_scope.cancel()
+
+
+async def settled_without_loss(runtime: Any) -> None:
+    """No accepted input is lost (every queued task reaches a result) and no slot fired twice."""
+    with trio.fail_after(TIMEOUT):
+        while any(t.status in ("queued", "running") for t in tasks(runtime).values()):
+            await trio.sleep(0.05)
+    fired = [r for r in schedule_runs(runtime) if r.session_id]
+    assert fired and len({r.slot for r in fired}) == len(fired), fired
+    scheduled = {t.id for t in tasks(runtime).values() if (t.payload or {}).get("source") == "schedule"}
+    assert scheduled == {r.session_id for r in fired}, (scheduled, fired)
+
+
+async def test_a_crash_in_one_connections_handler_ends_only_that_connection(
+    tmp_path: Path, roost_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ConnectionActor's own handler raises (an armed fault in the front door's line handler,
+    as a bug would): that actor crashes and its connection closes; the connections supervisor
+    logs the temporary child's end; the other client, the streaming turn and the due schedule go
+    on; a fresh client is served."""
+    caplog.set_level(logging.INFO, logger="roost.supervisor")
+    async with serving(tmp_path) as (runtime, daemon), trio.open_nursery() as nursery:
+        async with client(nursery, daemon) as a, client(nursery, daemon) as b:
+            streaming = await dispatch(b, "slow streaming task")
+            await b.wait_for("token", lambda e: e.get("sessionId") == streaming)
+            b_mark = len(b.events)
+            try:
+                arm_fault("connection")
+                await a.send({"type": "status"})
+                assert await a.wait_closed()
+            finally:
+                disarm_faults()
+            async with client(nursery, daemon) as c:
+                await after_crash(runtime, c)
+            done = await b.wait_for("result", lambda e: e.get("sessionId") == streaming, timeout=TIMEOUT)
+            assert done["succeeded"] is True, done
+            assert b.closed is None and not [e for e in b.events[b_mark:] if e.get("type") == "error"]
+        await settled_without_loss(runtime)
+        nursery.cancel_scope.cancel()
+    ended = [r.getMessage() for r in caplog.records if "connections: child connection:" in r.getMessage()]
+    assert any("injected fault at connection" in m and "not restarted" in m for m in ended), ended
 
 
 # -- property: random crash sequences of the real root tree ---------------------------------------
 
 ROOT_KINDS = ["store_writer", "lease_keeper", "threads", "thread_unloader", "scheduler", "task_queue",
-              "listener:unix", "listener:http", "connections"]
+              "listener:unix", "listener:http", "connections", "objectives"]
+#: ... and one connection of the connections supervisor (a temporary child: it ends, it is not restarted)
+CRASH_KINDS = [*ROOT_KINDS, "connection"]
+
+
+async def crash_one_connection(nursery: trio.Nursery, daemon: ServeDaemon) -> None:
+    """Attach a client, crash its ConnectionActor's child, and see only that client go."""
+    async with client(nursery, daemon) as victim:
+        newest = connection_ids(daemon)[-1]
+        daemon.connection_supervisor.inject_fault(newest)  # type: ignore[union-attr]
+        assert await victim.wait_closed()
+        with trio.fail_after(TIMEOUT):
+            while newest in connection_ids(daemon):
+                await trio.sleep(0.01)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(crashes=st.lists(st.tuples(st.sampled_from(ROOT_KINDS), st.booleans()), min_size=1, max_size=3))
+@given(crashes=st.lists(st.tuples(st.sampled_from(CRASH_KINDS), st.booleans()), min_size=1, max_size=3))
+@example(crashes=[("connection", True), ("connections", True), ("listener:unix", False)])
+@example(crashes=[("objectives", True), ("thread_unloader", False), ("lease_keeper", True)])
 def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPathFactory, roost_home: Path,
                                                 crashes: list[tuple[str, bool]]) -> None:
     """Up to three crashes (within the root's intensity): after each, the tree is whole again and
@@ -277,15 +338,19 @@ def test_random_crash_sequences_of_the_root_tree(tmp_path_factory: pytest.TempPa
     async def main() -> None:
         async with serving(tmp, db_path=tmp / "roost.db") as (runtime, daemon), trio.open_nursery() as nursery:
             ids = [c.id for c in runtime.root.which_children()]
+            assert set(ids) == set(ROOT_KINDS), ids   # every child of the real root tree can be crashed
             accepted: list[str] = []
             for kind, busy in crashes:
                 if busy:
                     async with client(nursery, daemon) as sender:
                         accepted.append(await dispatch(sender, "slow before a crash"))
                 before = {c.id: c.restarts for c in runtime.root.which_children()}
-                runtime.root.inject_fault(kind)
+                if kind == "connection":
+                    await crash_one_connection(nursery, daemon)
+                else:
+                    runtime.root.inject_fault(kind)
                 with trio.fail_after(TIMEOUT):
-                    while True:
+                    while kind != "connection":
                         kids = {c.id: c for c in runtime.root.which_children()}
                         if kids[kind].restarts > before[kind] and kids[kind].state == "running":
                             break

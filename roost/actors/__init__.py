@@ -46,7 +46,8 @@ from roost.actors._remote import ThreadRemote as ThreadRemote
 from roost.actors._services import Services as Services
 from roost.actors._taskqueue import QueuedTask as QueuedTask
 from roost.actors._taskqueue import TaskQueue as TaskQueue
-from roost.actors._turn import _STOP_MESSAGES as STOP_MESSAGES
+from roost.actors._thread_facts import ThreadFacts as ThreadFacts
+from roost.actors._turn_host import STOP_MESSAGES as STOP_MESSAGES
 from roost.actors._views import thread_view as thread_view
 from roost.actors._workers import agent_tool_schemas as agent_tool_schemas
 from roost.actors._workers import tree_settings as tree_settings
@@ -78,6 +79,7 @@ __all__ = [
     "Subscribe",
     "TaskOutcomes",
     "TaskQueue",
+    "ThreadFacts",
     "ThreadRegistry",
     "Unsteer",
     "Unsubscribe",

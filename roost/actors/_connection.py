@@ -1,12 +1,20 @@
 """ConnectionActor: one attached client of the serve daemon (DESIGN.md section 2, ``temporary``).
 
-It reads the client's input lines and hands each to the front door's handler, and owns the
+A real :class:`~roost.actors._actor.Actor`: its bounded mailbox holds the client's input frames,
+handled one at a time in arrival order by the front door's handler. A reader task (in the actor's
+own nursery) puts each frame read from the transport into the mailbox and *waits* while it is full
+(64 frames, or 1 MiB of waiting frames beyond a single one), so a client that floods input is
+slowed at its transport (backpressure), never buffered without bound. The actor also owns the
 client's bounded outbox and its writer task. A client that stops reading fills its outbox and is
 *kicked* (slow consumer, DESIGN.md section 4 "Events"): no more lines are queued for it, what was
-queued is still written for at most ``kick_grace`` seconds, and then the transport is closed with a
-reason. Neither the tasks nor the other clients ever wait for it.
+queued is still written for at most ``kick_grace`` seconds, and then the transport is closed with
+a reason. Neither the tasks nor the other clients ever wait for it.
 
-The actor is transport-neutral: the front door gives it an async iterator of input lines, a byte
+A serve daemon runs each connection's actor as a temporary child ``connection:<n>`` of its
+``connections`` supervisor (the child's task is the actor's :meth:`run`); a handler that raises
+anything but a :class:`~roost.errors.RoostError` crashes the actor and ends only that connection.
+
+The actor is transport-neutral: the front door gives it an async iterator of input frames, a byte
 ``SendStream`` the outbox writer writes to (for a WebSocket, an adapter that sends one message per
 line) and a ``close(code, reason)`` coroutine. The outbox object is injected too (it lives in
 ``roost.protocol``, which this room does not import).
@@ -19,12 +27,15 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import attrs
 import trio
 
 from roost._json import dumps_line
-from roost.actors._actor import shielded_cleanup
+from roost.actors._actor import Actor
+from roost.actors._mailbox import Envelope
+from roost.errors import MailboxClosed
 
-__all__ = ["ConnectionActor", "CLOSE_NORMAL", "CLOSE_POLICY", "CLOSE_GOING_AWAY"]
+__all__ = ["ConnectionActor", "InputFrame", "InputEnded", "CLOSE_NORMAL", "CLOSE_POLICY", "CLOSE_GOING_AWAY"]
 
 log = logging.getLogger("roost.serve")
 
@@ -38,28 +49,62 @@ _CLOSE_TIMEOUT = 5.0
 _ids = itertools.count(1)
 
 
-class ConnectionActor:
-    """One client connection.
+@attrs.frozen
+class InputFrame:
+    """One input frame read from the client (a line, or the framing's error for a bad one), and
+    its size in the mailbox's byte budget."""
+
+    frame: Any
+    size: int = 0
+
+
+@attrs.frozen
+class InputEnded:
+    """The client's input ended (end of stream, or the transport closed)."""
+
+
+class ConnectionActor(Actor):
+    """One client connection, an actor whose mailbox holds its input frames.
 
     Args:
+        frames: the client's input frames (an async iterator; its "closed" errors end input).
+        stream: the byte ``SendStream`` the outbox writer writes to.
         outbox: a bounded outbox (``deliver(line)``, ``close()``, ``run_writer(stream)``) whose
             overflow callback the creator wires to :meth:`kick`.
         handle_line: ``await handle_line(conn, frame)`` for each input frame, in order.
-        close: ``await close(code, reason)`` closes the transport (bounded by the actor).
+        close: ``await close(code, reason)`` closes the transport (bounded by the actor's
+            ``stop_timeout``, 5 s).
         kick_grace: seconds a kicked client still gets to read what was queued before the close.
+        client: the front door's record of the client (opaque here).
+        read_only: whether the client attached with a read-only grant.
+        mailbox_size: input frames that may wait to be handled (default 64).
+        max_waiting_bytes: the frames waiting in the mailbox hold at most this many bytes
+            (characters of a text line) together, beyond a single frame of any size (default
+            1 MiB): a client sending huge lines has at most one waiting, whatever their count.
     """
+
+    mailbox_size = 64
+    stop_timeout = _CLOSE_TIMEOUT
+    max_waiting_bytes = 2**20
 
     def __init__(
         self,
         *,
+        frames: AsyncIterator[Any],
+        stream: trio.abc.SendStream,
         outbox: Any,
         handle_line: Callable[[ConnectionActor, Any], Awaitable[None]],
         close: Callable[[int, str], Awaitable[None]],
         kick_grace: float = 10.0,
         client: Any = None,
         read_only: bool = False,
+        mailbox_size: int | None = None,
+        max_waiting_bytes: int | None = None,
     ) -> None:
         self.id = next(_ids)
+        super().__init__(name=f"connection:{self.id}", mailbox_size=mailbox_size)
+        self._frames = frames
+        self._stream = stream
         self.outbox = outbox
         self.handle_line = handle_line
         self._close = close
@@ -72,9 +117,14 @@ class ConnectionActor:
         self.sent = 0
         self._reader_scope: trio.CancelScope | None = None
         self._writer_scope: trio.CancelScope | None = None
+        if max_waiting_bytes is not None:
+            self.max_waiting_bytes = max_waiting_bytes
+        self._waiting_bytes = 0  # the byte budget's use by the frames in the mailbox
+        self._drained = trio.Event()  # set when a waiting frame leaves the mailbox
 
     @property
     def alive(self) -> bool:
+        """True until the connection starts closing (kicked, gone, or stopping)."""
         return not self.closing
 
     def send(self, event: dict) -> None:
@@ -92,7 +142,8 @@ class ConnectionActor:
     def kick(self, reason: str, *, code: int = CLOSE_POLICY) -> None:
         """Disconnect the client: stop reading and queueing, flush what is queued (bounded), close.
 
-        Idempotent; the first reason wins. Not a checkpoint.
+        Idempotent; the first reason wins. Not a checkpoint. Frames still in the mailbox are
+        dropped unhandled.
         """
         if self.closing:
             return
@@ -104,53 +155,76 @@ class ConnectionActor:
         if self._writer_scope is not None:
             self._writer_scope.deadline = min(self._writer_scope.deadline, trio.current_time() + self.kick_grace)
 
-    async def run(self, frames: AsyncIterator[Any], stream: trio.abc.SendStream) -> None:
-        """Serve the connection until the client leaves or is kicked; always closes the transport.
+    # -- the actor ------------------------------------------------------------------------------
 
-        Cancellation: cancelled from outside (daemon shutdown), the transport is still closed
-        (shielded, at most 5 s) with code 1001.
-        """
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write, stream)
-                with trio.CancelScope() as self._reader_scope:
-                    try:
-                        async for frame in frames:
-                            if self.closing:
-                                break
-                            await self.handle_line(self, frame)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
-                    except Exception as exc:  # transport-specific "closed" errors
-                        if type(exc).__name__ != "ConnectionClosed":
-                            raise
-                if not self.closing:
-                    # The client went away: nothing more to write.
-                    self.closing = True
-                    self.outbox.close()
-                    nursery.cancel_scope.cancel()
-        finally:
+    async def on_start(self) -> None:
+        self.nursery.start_soon(self._write)
+        self.nursery.start_soon(self._read)
+
+    async def handle(self, message: Any) -> None:
+        if isinstance(message, InputFrame):
+            self._waiting_bytes -= message.size
+            self._drained.set()
             if not self.closing:
+                await self.handle_line(self, message.frame)
+        elif isinstance(message, InputEnded):
+            if not self.closing:
+                # The client went away: nothing more to write.
                 self.closing = True
-                self.close_code, self.close_reason = CLOSE_GOING_AWAY, "the daemon is stopping"
                 self.outbox.close()
-            with shielded_cleanup(_CLOSE_TIMEOUT):
-                try:
-                    await self._close(self.close_code, self.close_reason)
-                except Exception:
-                    log.debug("connection %s: close failed", self.id, exc_info=True)
+            self.stop("the client went away")
+        else:
+            raise TypeError(f"{self.name} cannot handle {type(message).__name__}")
 
-    async def _write(self, stream: trio.abc.SendStream) -> None:
+    async def on_stop(self) -> None:
+        """Close the transport (shielded and bounded by the actor); a stop from outside (the daemon
+        shutting down) closes with code 1001."""
+        if not self.closing:
+            self.closing = True
+            self.close_code, self.close_reason = CLOSE_GOING_AWAY, "the daemon is stopping"
+            self.outbox.close()
+        try:
+            await self._close(self.close_code, self.close_reason)
+        except Exception:
+            log.debug("connection %s: close failed", self.id, exc_info=True)
+
+    async def _read(self) -> None:
+        """Move input frames into the mailbox, waiting while it is full (in frames or in bytes);
+        then say input ended."""
+        with trio.CancelScope() as self._reader_scope:
+            try:
+                async for frame in self._frames:
+                    if self.closing:
+                        return
+                    size = len(frame) if isinstance(frame, (str, bytes)) else 0
+                    while self._waiting_bytes and self._waiting_bytes + size > self.max_waiting_bytes:
+                        self._drained = trio.Event()
+                        await self._drained.wait()
+                    self._waiting_bytes += size
+                    await self._mailbox.put(Envelope(InputFrame(frame, size)))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            except Exception as exc:  # transport-specific "closed" errors
+                if type(exc).__name__ != "ConnectionClosed":
+                    raise
+            try:
+                await self._mailbox.put(Envelope(InputEnded()))
+            except MailboxClosed:
+                pass
+
+    async def _write(self) -> None:
+        """Write the outbox to the transport; when it ends (drained after a kick, or the client
+        gone), the connection stops."""
         with trio.CancelScope() as self._writer_scope:
             if self.closing:
                 self._writer_scope.deadline = trio.current_time() + self.kick_grace
             try:
-                await self.outbox.run_writer(stream)
+                await self.outbox.run_writer(self._stream)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.kick("the client went away", code=CLOSE_GOING_AWAY)
             except Exception as exc:
                 if type(exc).__name__ != "ConnectionClosed":
                     raise
                 self.kick("the client went away", code=CLOSE_GOING_AWAY)
-        if self._reader_scope is not None and self.closing:
-            self._reader_scope.cancel()
+        if self.closing:
+            self.stop(self.close_reason or "closed")

@@ -105,6 +105,21 @@ class Mailbox(Generic[M]):
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise MailboxClosed("the actor has stopped") from None
 
+    async def put(self, envelope: Envelope) -> None:
+        """Enqueue, waiting while the mailbox is full (a checkpoint).
+
+        Only for an actor's own producer tasks that must apply backpressure to a source (a
+        connection's reader stops reading its transport); senders use :meth:`Ref.tell`, which
+        never waits.
+
+        Raises:
+            MailboxClosed: the owner has stopped.
+        """
+        try:
+            await self._send.send(envelope)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise MailboxClosed("the actor has stopped") from None
+
     async def get(self) -> Envelope:
         """Receive the next envelope (a checkpoint).
 

@@ -220,6 +220,30 @@ class ThreadRegistry:
 
     # -- what the dialects may ask (views, never the actors' members) -------------------------
 
+    def add_subscriber(self, thread_id: str, subscriber: Any) -> None:
+        """Add ``subscriber`` (``deliver(line)``) to thread ``thread_id``'s shared subscriber list,
+        which every instance of its actor uses, loaded or not yet (idempotent)."""
+        subscribers = self.subscribers.setdefault(thread_id, [])
+        if subscriber not in subscribers:
+            subscribers.append(subscriber)
+
+    def remove_subscriber(self, thread_id: str, subscriber: Any) -> None:
+        """Remove ``subscriber`` from thread ``thread_id``'s subscriber list (no-op if absent)."""
+        subscribers = self.subscribers.get(thread_id) or []
+        if subscriber in subscribers:
+            subscribers.remove(subscriber)
+
+    async def unload(self, thread_id: str) -> None:
+        """Stop thread ``thread_id``'s actor, if loaded, and forget it (after ``thread/delete``).
+
+        A failure to stop the actor is logged, never raised: the thread is forgotten either way.
+        """
+        try:
+            await self.supervisor.terminate_child(f"thread:{thread_id}")
+        except Exception:
+            log.debug("could not terminate the actor of thread %s", thread_id, exc_info=True)
+        self.forget(thread_id)
+
     def live_view(self, thread_id: str) -> dict | None:
         """The thread view (``thread`` object of the app-server spec) of a loaded, running thread
         actor, with its live status; None when the thread is not loaded here."""

@@ -35,7 +35,8 @@ import trio
 
 from roost import _faults as faults
 from roost import storage
-from roost.actors._actor import Actor
+from roost.actors._actor import Actor, ActorState
+from roost.actors._admission import admit_turn
 from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
 from roost.actors._hub import EventHub
@@ -54,6 +55,7 @@ from roost.actors._messages import (
     UpdateQueued,
     UpdateThread,
 )
+from roost.actors._thread_facts import ThreadFacts, copy_thread
 from roost.actors._thread_inputs import PendingInputs, public_input
 from roost.actors._thread_interrupt import interrupt
 from roost.actors._thread_store import (
@@ -64,12 +66,11 @@ from roost.actors._thread_store import (
     read_held,
     read_lease,
     read_state,
-    settle_abandoned,
     store_changed,
 )
 from roost.actors._turn import TurnActor
-from roost.actors._views import history_from_items, thread_view, user_item_view
-from roost.errors import InvalidParams, LifecycleError, NotFound, RoostError, StaleTurn, ThreadBusy, TurnNotFound
+from roost.actors._views import history_from_items, thread_view
+from roost.errors import InvalidParams, LifecycleError, RoostError, StaleTurn, ThreadBusy, TurnNotFound
 from roost.storage import new_id, utc_now
 
 __all__ = ["ThreadActor"]
@@ -105,8 +106,8 @@ class ThreadActor(Actor):
         self.idle = trio.Event()
         self.idle.set()
         self._turn_ended = trio.Event()
-        self._turn_rows = 0  # turn rows of this thread in the store, last seen
-        self._max_seq = 0  # highest item seq of this thread, last seen
+        self.stored_turns = 0  # turn rows of this thread in the store, last seen (admission, reload)
+        self.stored_max_seq = 0  # highest item seq of this thread, last seen
         self.registry: Any = None  # the ThreadRegistry that started this actor
         self.tree: Any = None  # the WorkerTree this thread belongs to (root's own)
         self.worker_id: str | None = None  # set when this thread is a worker
@@ -194,7 +195,7 @@ class ThreadActor(Actor):
         """While idle: reload from the store if another process changed this thread."""
         if self.ephemeral or self.active is not None:
             return
-        tid, turn_rows, max_seq = self.thread.id, self._turn_rows, self._max_seq
+        tid, turn_rows, max_seq = self.thread.id, self.stored_turns, self.stored_max_seq
 
         def check() -> Any:
             with self.services.store.read() as conn:
@@ -207,6 +208,27 @@ class ThreadActor(Actor):
     async def on_stop(self) -> None:
         if self.active is not None:
             await self.active.done.wait()
+
+    # -- the query interface (all a dialect reads of a thread actor; roost.actors._thread_facts) --
+
+    @property
+    def thread_id(self) -> str:
+        """The thread's id (never changes)."""
+        return self.thread.id
+
+    def facts(self) -> ThreadFacts:
+        """An immutable snapshot: a copy of the thread's record, cwd, ephemeral, the running turn."""
+        return ThreadFacts(
+            thread=copy_thread(self.thread),
+            cwd=self.cwd,
+            ephemeral=self.ephemeral,
+            running_turn_id=self.active.id if self.active is not None else None,
+            stopped=self.state is ActorState.STOPPED,
+        )
+
+    async def wait_idle(self) -> None:
+        """Wait until no turn runs (returns at once when idle). Cancellation: a checkpoint."""
+        await self.idle.wait()
 
     # -- helpers used by the turn loop ----------------------------------------------------------
 
@@ -236,7 +258,7 @@ class ThreadActor(Actor):
 
     def item_settled(self, turn: TurnActor, view: dict) -> None:
         if "seq" in view:
-            self._max_seq = max(self._max_seq, view["seq"])
+            self.stored_max_seq = max(self.stored_max_seq, view["seq"])
         self.items.append(view)
         if view["type"] == "user_message":
             self.history.extend(history_from_items([view]))  # with its images
@@ -435,69 +457,7 @@ class ThreadActor(Actor):
         Raises:
             StaleLease: the lease was superseded before the write (nothing was written).
         """
-        tid = self.thread.id
-        msg = turn.start
-        meta = {"resume_after_turn_id": msg.resume_after_turn_id} if msg.resume_after_turn_id else None
-        user = None
-        if msg.prompt or msg.images:
-            user = user_item_view(
-                tid,
-                turn.id,
-                msg.prompt or "",
-                source_id=msg.client_id,
-                images=msg.images,
-                content_parts=msg.content_parts,
-            )
-        payload = {k: v for k, v in (user or {}).items() if k not in ("id", "type", "status", "turn_id", "thread_id")}
-
-        turn_rows, max_seq = self._turn_rows, self._max_seq
-
-        def write(conn: Any) -> tuple[dict | None, Any]:
-            state = None
-            if settle_abandoned(conn, tid) or store_changed(conn, tid, turn_rows, max_seq):
-                state = read_state(conn, tid)
-            storage.create_turn(conn, tid, id=turn.id, run_id=msg.run_id)
-            if meta:
-                storage.update_turn(conn, turn.id, error=meta)
-            row = None
-            if user is not None:
-                if msg.input_id is not None:
-                    try:
-                        storage.remove_held_input(conn, msg.input_id)
-                    except NotFound:
-                        pass
-                row = storage.append_item(
-                    conn, tid, type="user_message", payload=payload, text=user["text"], turn_id=turn.id, id=user["id"]
-                )
-            return state, row
-
-        state, row = await turn.persist(write) or (None, None)
-        if state is not None:
-            log.info("thread %s: changed by another process; reloaded at admission", tid)
-            keep = frozenset({msg.input_id}) if msg.input_id else frozenset()
-            await self.inputs.persist_held(apply_state(self, state, keep=keep), reason="abandoned")
-        self._turn_rows += 1
-        self.turns.append(
-            {
-                "id": turn.id,
-                "thread_id": tid,
-                "status": "running",
-                "run_id": msg.run_id,
-                "started_at": turn.started_at,
-                "completed_at": None,
-                "error": None,
-                "usage": None,
-            }
-        )
-        if user is None:
-            return None
-        if row is not None:
-            user["seq"] = row.seq
-            self._max_seq = max(self._max_seq, row.seq)
-        self.items.append(user)
-        turn.items.append(user)
-        self.history.extend(history_from_items([user]))
-        return user
+        return await admit_turn(self, turn)
 
     async def _snapshot(self, msg: Snapshot) -> dict:
         await self._refresh_if_changed()

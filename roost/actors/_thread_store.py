@@ -105,8 +105,8 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
     Not a checkpoint: run it in the actor's task, not in a worker thread.
     """
     actor.items, actor.turns, actor.consumed_turn_ids = [], [], set()
-    actor._turn_rows = len(state["turns"])
-    actor._max_seq = max((row.seq for row in state["items"]), default=0)
+    actor.stored_turns = len(state["turns"])
+    actor.stored_max_seq = max((row.seq for row in state["items"]), default=0)
     for row in state["items"]:
         if row.status == RETRACTED:  # edited away: kept in the transcript, not in the conversation
             continue
@@ -140,6 +140,11 @@ def apply_state(actor: ThreadActor, state: dict, *, keep: frozenset[str] = froze
         if meta.get("resume_after_turn_id"):
             actor.consumed_turn_ids.add(meta["resume_after_turn_id"])
     actor.history = history_from_items(actor.items)
+    return _merge_inputs(actor, state, keep)
+
+
+def _merge_inputs(actor: ThreadActor, state: dict, keep: frozenset[str]) -> list[dict]:
+    """The input part of :func:`apply_state`: returns the input newly turned into held work."""
     inputs = actor.inputs
     if inputs.dispatching is not None:
         keep = keep | {inputs.dispatching["id"]}

@@ -27,11 +27,12 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from roost._paths import positive_env
 from roost.actors._actor import shielded_cleanup
+from roost.actors._agent_tools import AGENT_TOOL_NAMES, agent_tool_schemas, run_agent_tool
+from roost.actors._worker_state import TERMINAL, WorkerState, worker_thread
 from roost.engines import ToolSchema
 from roost.errors import RoostError
 from roost.storage import (
@@ -53,8 +54,6 @@ __all__ = ["WorkerTree", "WorkerState", "AGENT_TOOL_NAMES", "agent_tool_schemas"
 
 log = logging.getLogger("roost.workers")
 
-TERMINAL = frozenset({"completed", "failed", "cancelled", "interrupted"})
-AGENT_TOOL_NAMES = frozenset({"spawn_agent", "send_message", "close_agent", "wait_agents"})
 #: Characters of a worker's final text kept in its delivered result.
 RESULT_CHARS = 8000
 
@@ -63,107 +62,6 @@ def tree_settings() -> tuple[int, int]:
     """``(max_parallel, max_depth)`` from ``ROOST_MAX_PARALLEL`` / ``ROOST_MAX_DEPTH`` (5 and 3)."""
     parallel = int(positive_env("ROOST_MAX_PARALLEL", 5, integer=True))
     return parallel, int(positive_env("ROOST_MAX_DEPTH", 3, integer=True))
-
-
-def agent_tool_schemas(*, can_spawn: bool) -> tuple[ToolSchema, ...]:
-    """The model-facing subagent tools (``spawn_agent`` only while the depth limit allows)."""
-    target = {"type": "string", "description": "A worker's id or name."}
-    schemas = [
-        ToolSchema(
-            name="send_message",
-            description="Queue a message for a worker, or revive a finished one with it.",
-            parameters={
-                "type": "object",
-                "properties": {"target": target, "message": {"type": "string"}},
-                "required": ["target", "message"],
-            },
-        ),
-        ToolSchema(
-            name="close_agent",
-            description="Cancel a worker and its children.",
-            parameters={"type": "object", "properties": {"target": target}, "required": ["target"]},
-        ),
-        ToolSchema(
-            name="wait_agents",
-            description="Wait for workers to finish and collect their results.",
-            parameters={
-                "type": "object",
-                "properties": {
-                    "targets": {"type": "array", "items": {"type": "string"}},
-                    "any": {"type": "boolean", "description": "Return as soon as one target finishes."},
-                    "timeout_s": {"type": "number", "description": "Seconds to wait at most."},
-                },
-            },
-        ),
-    ]
-    if can_spawn:
-        schemas.insert(
-            0,
-            ToolSchema(
-                name="spawn_agent",
-                description="Start a subagent (a worker with its own thread) on a task.",
-                parameters={
-                    "type": "object",
-                    "properties": {
-                        "description": {"type": "string"},
-                        "prompt": {"type": "string"},
-                        "name": {"type": "string"},
-                        "model": {"type": "string", "description": "Optional model alias."},
-                        "run_in_background": {
-                            "type": "boolean",
-                            "description": "Return at once instead of waiting for the result.",
-                        },
-                    },
-                    "required": ["prompt"],
-                },
-            ),
-        )
-    return tuple(schemas)
-
-
-@attrs.define(eq=False)
-class WorkerState:
-    """One worker of a tree (in memory; mirrored in the ``workers`` table)."""
-
-    id: str
-    thread_id: str
-    parent_id: str | None
-    parent_thread_id: str
-    name: str
-    description: str
-    prompt: str
-    depth: int
-    spawn_order: int
-    status: str = "pending"
-    model: str | None = None
-    result: str | None = None
-    partial: bool = False
-    delivered: bool = False
-    turn_id: str | None = None
-    created_at: str = ""
-    updated_at: str = ""
-    children: list[str] = attrs.field(factory=list)
-    child_results: list[dict] = attrs.field(factory=list)
-    ended: trio.Event = attrs.field(factory=trio.Event)
-
-    def view(self, root_thread_id: str) -> dict:
-        return {
-            "id": self.id,
-            "thread_id": self.thread_id,
-            "root_thread_id": root_thread_id,
-            "parent_id": self.parent_id,
-            "name": self.name,
-            "description": self.description,
-            "status": self.status,
-            "depth": self.depth,
-            "spawn_order": self.spawn_order,
-            "model": self.model,
-            "result": self.result,
-            "partial": self.partial,
-            "delivered": self.delivered,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
 
 
 class WorkerTree:
@@ -273,107 +171,9 @@ class WorkerTree:
         return agent_tool_schemas(can_spawn=depth < self.max_depth)
 
     async def run_tool(self, caller: ThreadActor, turn: Any, name: str, args: dict) -> tuple[str, bool, dict]:
-        """Run a subagent tool for ``caller`` (the root or a worker); returns (output, is_error, metadata)."""
-        self.origin = self.origin or turn.origin
-        try:
-            if name == "spawn_agent":
-                return await self._tool_spawn(caller, turn, args)
-            if name == "wait_agents":
-                return await self._tool_wait(caller, args)
-            if name == "close_agent":
-                worker = self._resolve(caller, args.get("target"))
-                await self.close(worker.id)
-                return f"closed {worker.name} ({worker.id}): {worker.status}", False, {"agent_id": worker.id}
-            if name == "send_message":
-                worker = self._resolve(caller, args.get("target"))
-                message = args.get("message")
-                if not isinstance(message, str) or not message:
-                    raise _ToolInputError("message must be a non-empty string")
-                self._emit_message(caller, worker, message)
-                return await self._send_message(worker, message, turn)
-        except _ToolInputError as exc:
-            return f"error: {exc}", True, {}
-        return f"error: unknown agent tool {name!r}", True, {}
-
-    def _resolve(self, caller: ThreadActor, target: Any) -> WorkerState:
-        if not isinstance(target, str) or not target:
-            raise _ToolInputError("target must be a worker id or name")
-        if target in self.workers:
-            return self.workers[target]
-        parent = None if caller is self.root else caller.worker_id
-        matches = [w for w in self.workers.values() if w.name == target and w.parent_id == parent]
-        matches = matches or [w for w in self.workers.values() if w.name == target]
-        if not matches:
-            raise _ToolInputError(f"no worker named {target!r}")
-        return matches[-1]
-
-    async def _tool_spawn(self, caller: ThreadActor, turn: Any, args: dict) -> tuple[str, bool, dict]:
-        prompt = args.get("prompt") or args.get("task")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise _ToolInputError("prompt must be a non-empty string")
-        parent_id = None if caller is self.root else caller.worker_id
-        depth = 1 if parent_id is None else self.workers[parent_id].depth + 1
-        if depth > self.max_depth:
-            raise _ToolInputError(f"worker depth limit reached ({self.max_depth}); do the work yourself")
-        if self.frozen:
-            raise _ToolInputError("the worker tree is frozen by an interrupt; nothing new starts")
-        raw_name, raw_description = args.get("name"), args.get("description")
-        name = raw_name if isinstance(raw_name, str) and raw_name else f"worker-{self._spawn_counter + 1}"
-        description = raw_description if isinstance(raw_description, str) else ""
-        worker = await self.spawn(
-            parent_id=parent_id,
-            parent_thread_id=caller.thread.id,
-            name=name,
-            description=description,
-            prompt=prompt,
-            model=args.get("model"),
-        )
-        if args.get("run_in_background", False):
-            return (
-                f"spawned {worker.name} ({worker.id}), status {worker.status}; collect its result with "
-                f"wait_agents or receive it when it finishes",
-                False,
-                {"agent_id": worker.id},
-            )
-        return await self._tool_wait(caller, {"targets": [worker.id]})
-
-    async def _tool_wait(self, caller: ThreadActor, args: dict) -> tuple[str, bool, dict]:
-        targets = args.get("targets") or args.get("names")
-        parent = None if caller is self.root else caller.worker_id
-        if targets:
-            if not isinstance(targets, list):
-                raise _ToolInputError("targets must be an array of worker ids or names")
-            chosen = [self._resolve(caller, t) for t in targets]
-        else:
-            chosen = [w for w in self.workers.values() if w.parent_id == parent]
-        if not chosen:
-            return "no workers to wait for", False, {}
-        timeout = args.get("timeout_s")
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-            raise _ToolInputError("timeout_s must be a non-negative number")
-        wait_any = bool(args.get("any"))
-        ids = {w.id for w in chosen}
-        self.waiting |= ids
-        try:
-            with trio.move_on_after(timeout if timeout is not None else float("inf")):
-                while True:
-                    ended = [w for w in chosen if w.status in TERMINAL and w.ended.is_set()]
-                    if (wait_any and ended) or len(ended) == len(chosen):
-                        break
-                    await self._changed.wait()
-        finally:
-            self.waiting -= ids
-        lines, results = [], []
-        for worker in chosen:
-            if worker.status in TERMINAL and worker.ended.is_set():
-                claimed = await self._claim(worker)
-                text = worker.result if claimed else "(result already delivered earlier)"
-                lines.append(f"## {worker.name} ({worker.id}): {worker.status}\n{text or ''}")
-                results.append({"agent_id": worker.id, "status": worker.status, "claimed": claimed})
-            else:
-                lines.append(f"## {worker.name} ({worker.id}): still {worker.status}")
-                results.append({"agent_id": worker.id, "status": worker.status, "claimed": False})
-        return "\n\n".join(lines), False, {"agents": results}
+        """Run a subagent tool for ``caller`` (the root or a worker); returns (output, is_error, metadata)
+        (:func:`roost.actors._agent_tools.run_agent_tool`)."""
+        return await run_agent_tool(self, caller, turn, name, args)
 
     # -- lifecycle of workers -------------------------------------------------------------------
 
@@ -388,28 +188,13 @@ class WorkerTree:
         model: str | None = None,
     ) -> WorkerState:
         """Create a worker (its thread and row) and start it, or queue it when no slot is free."""
-        from roost.model import Thread
-
         root = self.root
         self._spawn_counter += 1
         parent = self.workers.get(parent_id) if parent_id else None
         depth = 1 if parent is None else parent.depth + 1
         now = utc_now()
         src = root.thread
-        thread = Thread(
-            id=new_id("thr"),
-            kind="worker",
-            title=name,
-            cwd=src.cwd,
-            provider=src.provider,
-            model=model or src.model,
-            effort=src.effort,
-            permission_mode=src.permission_mode,
-            parent_thread_id=parent_thread_id,
-            created_at=now,
-            updated_at=now,
-            metadata={"root_thread_id": src.id, "agent_name": name},
-        )
+        thread = worker_thread(src, name=name, model=model, parent_thread_id=parent_thread_id, now=now)
         worker = WorkerState(
             id=new_id("wrk"),
             thread_id=thread.id,
@@ -515,28 +300,8 @@ class WorkerTree:
         rows = await trio.to_thread.run_sync(read)
         registry = root.services_registry()
         for row in rows:
-            data = row.result if isinstance(row.result, dict) else {}
             parent = self.workers.get(row.parent_id) if row.parent_id else None
-            worker = WorkerState(
-                id=row.id,
-                thread_id=row.thread_id,
-                parent_id=row.parent_id,
-                parent_thread_id=parent.thread_id if parent else root.thread.id,
-                name=row.name or row.id,
-                description=data.get("description") or "",
-                prompt=data.get("prompt") or "",
-                depth=row.depth + 1,
-                spawn_order=row.spawn_order,
-                status=row.status,
-                model=data.get("model"),
-                result=data.get("text"),
-                partial=bool(data.get("partial")),
-                delivered=bool(data.get("delivered")),
-                created_at=row.created_at,
-                updated_at=row.updated_at,
-            )
-            if worker.status in TERMINAL:
-                worker.ended.set()
+            worker = WorkerState.from_row(row, parent.thread_id if parent else root.thread.id)
             self.workers[worker.id] = worker
             if parent is not None:
                 parent.children.append(worker.id)
@@ -722,43 +487,6 @@ class WorkerTree:
             worker.partial = True
         await self._settle(worker)
 
-    def _emit_message(self, caller: ThreadActor, worker: WorkerState, text: str) -> None:
-        """``agent/mailbox`` for a ``send_message`` to ``worker`` (app-server-protocol.md,
-        "Notifications": worker state and messages): ``{id, kind: "agent_message", from_agent_id,
-        from_name, to_agent_id, to_name, text}``; ``from_agent_id`` is None from the root thread."""
-        sender = None if caller is self.root else self.workers.get(caller.worker_id or "")
-        message = {
-            "id": new_id("msg"),
-            "kind": "agent_message",
-            "from_agent_id": sender.id if sender else None,
-            "from_name": sender.name if sender else "root",
-            "to_agent_id": worker.id,
-            "to_name": worker.name,
-            "text": text,
-        }
-        self.root.emit("agent/mailbox", {"thread_id": self.root.thread.id, "message": message})
-
-    async def _send_message(self, worker: WorkerState, message: str, turn: Any) -> tuple[str, bool, dict]:
-        if self.frozen:
-            raise _ToolInputError("the worker tree is frozen by an interrupt")
-        actor = await self.root.services_registry().get(worker.thread_id)
-        if worker.status in ("running", "waiting_children", "queued", "pending"):
-            await actor.deliver_internal(f"[message from parent] {message}", start_turn=False)
-            return f"queued the message for {worker.name} ({worker.status})", False, {"agent_id": worker.id}
-        # revive a terminal worker with a new turn
-        worker.status = "running" if len(self.running) < self.max_parallel else "queued"
-        worker.ended = trio.Event()
-        worker.delivered = False
-        worker.result = None
-        self._emit_updated(worker)
-        if worker.status == "running":
-            self.running.add(worker.id)
-            self._start_child(worker, functools.partial(self._drive, worker, message=message))
-        else:
-            worker.prompt = message
-            self.queue.append(worker.id)
-        return f"revived {worker.name} with the message ({worker.status})", False, {"agent_id": worker.id}
-
     # -- freezing -------------------------------------------------------------------------------
 
     async def freeze(self, reason: str = "interrupted") -> int:
@@ -814,10 +542,6 @@ class WorkerTree:
             lines.append(f"{indent}- {worker.name} ({worker.id}) {worker.status}; {kind}: {text}.{hint}")
             worker.delivered = True
         return "\n".join(lines) if len(lines) > 1 else None
-
-
-class _ToolInputError(Exception):
-    """A subagent tool call with bad arguments (becomes an error result for the model)."""
 
 
 def _origin() -> Any:

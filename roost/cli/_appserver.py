@@ -160,8 +160,6 @@ def app_server_command(
 
         click.echo(json.dumps(app_server_schema(), indent=2))
         return
-    from roost.protocol import open_stdio_stream, serve_app_server
-
     host, resolve_options, config_path = hosted_options(host_kind, instance_id, workspace_id, workdir, config_file)
     if workdir is not None:
         os.chdir(workdir)
@@ -179,27 +177,28 @@ def app_server_command(
         return engine_flags.resolve(**resolve_options)
 
     async def main() -> None:
-        stream = open_stdio_stream()
-        async with trio.open_nursery() as nursery:
-
-            async def stop_on_sigterm() -> None:
-                # SIGTERM ends input like EOF: running turns are interrupted and persisted.
-                with trio.open_signal_receiver(signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        await stream.receive_stream.aclose()
-                        return
-
-            nursery.start_soon(stop_on_sigterm)
-            await serve_app_server(
-                stream.receive_stream,
-                stream.send_stream,
-                engines=engines,
-                host=host,
-                watch_config=(config_path, resolve),
-                mcp_servers=mcp_servers,
-            )
-            nursery.cancel_scope.cancel()
+        await _serve_stdio(engines=engines, host=host, watch_config=(config_path, resolve), mcp_servers=mcp_servers)
 
     from roost.cli._runner import run_main
 
     run_main(main, command="app-server")
+
+
+async def _serve_stdio(**serve_options: Any) -> None:
+    """Serve the app-server on this process's stdin/stdout until end of input; SIGTERM ends input
+    like EOF (running turns are interrupted and persisted). ``serve_options``: the keyword
+    arguments of :func:`roost.protocol.serve_app_server` besides its streams."""
+    from roost.protocol import open_stdio_stream, serve_app_server
+
+    stream = open_stdio_stream()
+    async with trio.open_nursery() as nursery:
+
+        async def stop_on_sigterm() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    await stream.receive_stream.aclose()
+                    return
+
+        nursery.start_soon(stop_on_sigterm)
+        await serve_app_server(stream.receive_stream, stream.send_stream, **serve_options)
+        nursery.cancel_scope.cancel()

@@ -329,7 +329,6 @@ async def run_attach(
     Raises:
         DaemonUnreachable: see :func:`open_link` (the first connection only).
     """
-    import signal
 
     def write(text: str) -> None:
         sys.stdout.write(text)
@@ -364,27 +363,11 @@ async def run_attach(
                 break
         nursery.cancel_scope.cancel()
 
-    async def signals(nursery: trio.Nursery) -> None:
-        with trio.open_signal_receiver(signal.SIGINT) as received:
-            async for _ in received:
-                await client.on_ctrl_c()
-
-    async def finish(nursery: trio.Nursery) -> None:
-        async with trio.open_nursery() as inner:
-
-            async def on(event: trio.Event) -> None:
-                await event.wait()
-                inner.cancel_scope.cancel()
-
-            inner.start_soon(on, client.done)
-            inner.start_soon(on, client.detach)
-        nursery.cancel_scope.cancel()
-
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connections, nursery)
         nursery.start_soon(_read_stdin, client)
-        nursery.start_soon(signals, nursery)
-        nursery.start_soon(finish, nursery)
+        nursery.start_soon(_ctrl_c, client)
+        nursery.start_soon(_until_done, client, nursery.cancel_scope)
     if state["error"] is not None:
         raise state["error"]
     if client.done.is_set():
@@ -404,6 +387,28 @@ def _refused_status(client: AttachClient) -> int:
         return 0
     _warn(f"{len(client.refused)} task(s) refused by the daemon: {client.refused[-1]}")
     return 1
+
+
+async def _ctrl_c(client: AttachClient) -> None:
+    """Each SIGINT: :meth:`AttachClient.on_ctrl_c` (interrupt, then detach)."""
+    import signal
+
+    with trio.open_signal_receiver(signal.SIGINT) as received:
+        async for _ in received:
+            await client.on_ctrl_c()
+
+
+async def _until_done(client: AttachClient, scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` once the client is done (every result arrived) or detaches."""
+    async with trio.open_nursery() as inner:
+
+        async def on(event: trio.Event) -> None:
+            await event.wait()
+            inner.cancel_scope.cancel()
+
+        inner.start_soon(on, client.done)
+        inner.start_soon(on, client.detach)
+    scope.cancel()
 
 
 def _stdin_is_tty() -> bool:

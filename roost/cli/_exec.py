@@ -160,12 +160,9 @@ async def run_exec(
     Cancellation: the first SIGINT interrupts the turn and waits (at most 15 s) for it to persist;
     a second SIGINT cancels everything at once.
     """
-    from roost.actors import InterruptTurn, Origin, StartTurn, Subscribe
     from roost.config import configured_mcp_servers
-    from roost.model import Thread
     from roost.plugins import open_mcp_host
     from roost.protocol import EngineCatalog
-    from roost.storage import new_id, utc_now
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
@@ -187,63 +184,14 @@ async def run_exec(
     try:
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async with trio.open_nursery() as main:
-
-                async def on_signals() -> None:
-                    async for _ in signals:
-                        state["signals"] += 1
-                        actor = state["actor"]
-                        if state["signals"] == 1 and actor is not None and state["turn_id"] is not None:
-                            err.write("roost exec: interrupting (press Ctrl-C again to stop at once)\n")
-                            err.flush()
-                            try:
-                                actor.ref.tell(InterruptTurn(turn_id=state["turn_id"], reason="SIGINT"))
-                            except RoostError:
-                                main.cancel_scope.cancel()
-                            main.cancel_scope.deadline = min(
-                                main.cancel_scope.deadline, trio.current_time() + _INTERRUPT_GRACE
-                            )
-                        else:
-                            main.cancel_scope.cancel()
-
-                main.start_soon(on_signals)
+                main.start_soon(_watch_signals, signals, state, err, main.cancel_scope)
                 async with (
                     open_mcp_host(servers) as mcp,
                     open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime,
                 ):
                     mcp.attach(runtime.services.tools)
-                    now = utc_now()
-                    thread = Thread(
-                        id=new_id("thr"),
-                        kind="chat",
-                        cwd=str(cwd),
-                        provider=settings.provider,
-                        model=settings.model,
-                        permission_mode=permission_mode,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                    actor = await runtime.registry.create(thread, ephemeral=ephemeral)
-                    sink = _Sink()
-                    await actor.ref.ask(Subscribe(sink))
-                    started = {"method": "thread/started", "params": {"thread": actor.view()}}
-                    printer.handle(started, dumps_line(started))
-                    if state["signals"]:
-                        main.cancel_scope.cancel()
-                    state["actor"] = actor
-                    turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=Origin(client_id="exec")))
-                    state["turn_id"] = turn["id"]
-                    if state["signals"]:
-                        actor.ref.tell(InterruptTurn(turn_id=turn["id"], reason="SIGINT"))
-                    async for line in sink.receive:
-                        message = loads(line)
-                        printer.handle(message, line)
-                        params = message.get("params") or {}
-                        if (
-                            message.get("method") in TURN_TERMINAL_EVENTS
-                            and (params.get("turn") or {}).get("id") == turn["id"]
-                        ):
-                            state["status"] = params["turn"].get("status")
-                            break
+                    thread = _new_thread(cwd, settings, permission_mode)
+                    await _exec_turn(runtime, thread, prompt, ephemeral, printer, state, main.cancel_scope)
                 main.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
@@ -255,6 +203,78 @@ async def run_exec(
     if state["signals"]:
         return 130
     return 0 if state["status"] == "completed" else 1
+
+
+async def _watch_signals(signals: Any, state: dict[str, Any], err: TextIO, scope: trio.CancelScope) -> None:
+    """The first SIGINT interrupts the running turn and gives it ``_INTERRUPT_GRACE`` seconds to
+    persist (``scope``'s deadline); a second one (or one before the turn exists) cancels ``scope``."""
+    from roost.actors import InterruptTurn
+
+    async for _ in signals:
+        state["signals"] += 1
+        actor = state["actor"]
+        if state["signals"] == 1 and actor is not None and state["turn_id"] is not None:
+            err.write("roost exec: interrupting (press Ctrl-C again to stop at once)\n")
+            err.flush()
+            try:
+                actor.ref.tell(InterruptTurn(turn_id=state["turn_id"], reason="SIGINT"))
+            except RoostError:
+                scope.cancel()
+            scope.deadline = min(scope.deadline, trio.current_time() + _INTERRUPT_GRACE)
+        else:
+            scope.cancel()
+
+
+def _new_thread(cwd: Path, settings: Any, permission_mode: str) -> Any:
+    """The chat :class:`~roost.model.Thread` row of ``roost exec``'s new thread."""
+    from roost.model import Thread
+    from roost.storage import new_id, utc_now
+
+    now = utc_now()
+    return Thread(
+        id=new_id("thr"),
+        kind="chat",
+        cwd=str(cwd),
+        provider=settings.provider,
+        model=settings.model,
+        permission_mode=permission_mode,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+async def _exec_turn(
+    runtime: Any,
+    thread: Any,
+    prompt: str,
+    ephemeral: bool,
+    printer: JsonPrinter | TextPrinter,
+    state: dict[str, Any],
+    scope: trio.CancelScope,
+) -> None:
+    """Create ``thread``, run one turn of ``prompt`` on it and print its notifications until the
+    turn ends (its status in ``state["status"]``); a SIGINT seen meanwhile interrupts it."""
+    from roost.actors import InterruptTurn, Origin, StartTurn, Subscribe
+
+    actor = await runtime.registry.create(thread, ephemeral=ephemeral)
+    sink = _Sink()
+    await actor.ref.ask(Subscribe(sink))
+    started = {"method": "thread/started", "params": {"thread": actor.view()}}
+    printer.handle(started, dumps_line(started))
+    if state["signals"]:
+        scope.cancel()
+    state["actor"] = actor
+    turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=Origin(client_id="exec")))
+    state["turn_id"] = turn["id"]
+    if state["signals"]:
+        actor.ref.tell(InterruptTurn(turn_id=turn["id"], reason="SIGINT"))
+    async for line in sink.receive:
+        message = loads(line)
+        printer.handle(message, line)
+        params = message.get("params") or {}
+        if message.get("method") in TURN_TERMINAL_EVENTS and (params.get("turn") or {}).get("id") == turn["id"]:
+            state["status"] = params["turn"].get("status")
+            break
 
 
 def _text_stream(out: BinaryIO) -> TextIO:

@@ -24,6 +24,7 @@ went away (the run is interrupted, resumably); 2 on a usage or set-up error (e.g
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -387,16 +388,7 @@ def run_command(
     """
     from roost.cli._appserver import setup_logging
 
-    if as_json and bridge:
-        raise click.UsageError("--json has no effect with --bridge (the bridge already speaks JSONL)")
-    if hitl and bridge:
-        raise click.UsageError("--hitl can't be combined with --bridge (the bridge never pauses after a turn)")
-    if bridge and unattended_policy != "deny":
-        raise click.UsageError("--unattended-policy has no effect with --bridge (its client answers approvals)")
-    if resume_id is None and (not config or not task or not task.strip()):
-        raise click.UsageError("give -c CONFIG and a TASK, or --resume ID")
-    if resume_id is not None and task:
-        raise click.UsageError("--resume continues the session's own task; don't give a TASK")
+    _check_run_options(task, config, resume_id, bridge=bridge, hitl=hitl, as_json=as_json, policy=unattended_policy)
     setup_logging(verbose)
     try:
         if resume_id is not None:
@@ -416,23 +408,10 @@ def run_command(
     from roost.cli._runner import run_main
 
     if bridge:
-        from roost.protocol import open_stdio_stream, run_bridge
-
-        async def main() -> int:
-            stream = open_stdio_stream()
-            async with stream:
-                return await run_bridge(
-                    config_path=config_path,
-                    task=task,
-                    resume_id=resume_id,
-                    settings=settings,
-                    cwd=cwd,
-                    receive=stream.receive_stream,
-                    send=stream.send_stream,
-                    permission_mode=permission_mode,
-                )
-
-        code = run_main(main, command="run")
+        code = run_main(
+            functools.partial(_run_bridged, config_path, task, resume_id, settings, cwd, permission_mode),
+            command="run",
+        )
     else:
         code = run_main(
             lambda: _run_plain(
@@ -449,3 +428,39 @@ def run_command(
             command="run",
         )
     sys.exit(code)
+
+
+def _check_run_options(
+    task: str | None, config: str | None, resume_id: str | None, *, bridge: bool, hitl: bool, as_json: bool, policy: str
+) -> None:
+    """Refuse option combinations that make no sense (click.UsageError: exit 2)."""
+    if as_json and bridge:
+        raise click.UsageError("--json has no effect with --bridge (the bridge already speaks JSONL)")
+    if hitl and bridge:
+        raise click.UsageError("--hitl can't be combined with --bridge (the bridge never pauses after a turn)")
+    if bridge and policy != "deny":
+        raise click.UsageError("--unattended-policy has no effect with --bridge (its client answers approvals)")
+    if resume_id is None and (not config or not task or not task.strip()):
+        raise click.UsageError("give -c CONFIG and a TASK, or --resume ID")
+    if resume_id is not None and task:
+        raise click.UsageError("--resume continues the session's own task; don't give a TASK")
+
+
+async def _run_bridged(
+    config_path: str | None, task: str | None, resume_id: str | None, settings: Any, cwd: Path, permission_mode: str
+) -> int:
+    """``roost run --bridge``: the run bridge on stdin/stdout (:func:`roost.protocol.run_bridge`)."""
+    from roost.protocol import open_stdio_stream, run_bridge
+
+    stream = open_stdio_stream()
+    async with stream:
+        return await run_bridge(
+            config_path=config_path,
+            task=task,
+            resume_id=resume_id,
+            settings=settings,
+            cwd=cwd,
+            receive=stream.receive_stream,
+            send=stream.send_stream,
+            permission_mode=permission_mode,
+        )

@@ -390,23 +390,14 @@ def serve_command(
     config: Path | None,
     work_dir: Path | None,
     socket_path: Path | None,
-    http_port: int | None,
-    host: str,
     tls_cert: Path | None,
     tls_key: Path | None,
     tokens_file: Path | None,
-    reconnect_grace: float,
-    unattended_policy: str,
-    max_concurrent: int,
-    max_queued: int,
-    permission_mode: str,
     token_warn_threshold: int | None,
     auto_objectives: tuple[str, ...],
     outbox_lines: int | None,
-    kick_grace: float,
-    stamp_events: bool,
-    a2a: bool,
     verbose: bool,
+    **flags: Any,
 ) -> None:
     """Run the daemon: clients attach over the Unix socket or the WebSocket and dispatch tasks.
 
@@ -445,24 +436,56 @@ def serve_command(
       2  configuration error (no provider, a missing or broken --script, unusable -c config,
          tokens or TLS files, a socket path too long)
     """
+    from roost.protocol import DEFAULT_OUTBOX_LINES, ServeOptions, default_socket_path
+
+    _start_logging(verbose)
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    if flags["a2a"] and flags["http_port"] is None:
+        raise click.UsageError("--a2a serves on the HTTP port: give --http-port (0 picks a free one)")
+    engines, config_path, auth, context = _start_settings(engine_flags, config, tokens_file, tls_cert, tls_key)
+    directory = (work_dir or Path(os.getcwd())).resolve()
+    options = ServeOptions(  # flags: the options named as ServeOptions fields (http_port, host, a2a, ...)
+        socket_path=(socket_path or default_socket_path(directory)).absolute(),
+        work_dir=directory,
+        ssl_context=context,
+        auth=auth,
+        outbox_lines=outbox_lines or DEFAULT_OUTBOX_LINES,
+        warn_threshold=token_warn_threshold,
+        config=config_path,
+        **flags,
+    )
+    _check_socket_path(options.socket_path, engines)
+    try:
+        code = trio.run(run_serve, options, engines, auto_objectives)
+    except BaseException as exc:  # an expected failure becomes one line; anything else is re-raised
+        sys.exit(_exit_for(exc, options))
+    sys.exit(code)
+
+
+def _start_logging(verbose: bool) -> None:
+    """Log to stderr and to ``$ROOST_HOME/logs/roost.log`` (stderr only when ROOST_HOME is unusable)."""
     from roost._paths import roost_home
     from roost.cli._logs import setup_daemon_logging
-    from roost.protocol import (
-        DEFAULT_OUTBOX_LINES,
-        EngineCatalog,
-        ServeAuth,
-        ServeOptions,
-        default_socket_path,
-    )
 
     try:
         setup_daemon_logging(verbose, roost_home())
     except RoostError:
         setup_logging(verbose)  # an unusable ROOST_HOME is reported when the store opens
-    if (tls_cert is None) != (tls_key is None):
-        raise click.UsageError("--tls-cert and --tls-key go together")
-    if a2a and http_port is None:
-        raise click.UsageError("--a2a serves on the HTTP port: give --http-port (0 picks a free one)")
+
+
+def _start_settings(
+    engine_flags: EngineFlags,
+    config: Path | None,
+    tokens_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> tuple[Any, str | None, Any, ssl.SSLContext | None]:
+    """``(engines, config path, auth, TLS context)`` of ``roost serve``'s flags; a configuration
+    error (no provider, a missing or broken --script, an unusable -c config, tokens or TLS files)
+    is one line on stderr and exit status 2."""
+    from roost.protocol import EngineCatalog, ServeAuth
+
     engines = None
     try:
         settings = engine_flags.resolve()
@@ -484,39 +507,18 @@ def serve_command(
             trio.run(engines.aclose)
         click.echo(f"roost serve: {exc}", err=True)
         sys.exit(2)
-    directory = (work_dir or Path(os.getcwd())).resolve()
-    options = ServeOptions(
-        socket_path=(socket_path or default_socket_path(directory)).absolute(),
-        work_dir=directory,
-        http_port=http_port,
-        host=host,
-        ssl_context=context,
-        auth=auth,
-        reconnect_grace=reconnect_grace,
-        unattended_policy=unattended_policy,
-        max_concurrent=max_concurrent,
-        max_queued=max_queued,
-        outbox_lines=outbox_lines or DEFAULT_OUTBOX_LINES,
-        kick_grace=kick_grace,
-        permission_mode=permission_mode,
-        warn_threshold=token_warn_threshold,
-        stamp_events=stamp_events,
-        config=config_path,
-        a2a=a2a,
-    )
-    if len(os.fsencode(str(options.socket_path))) > 107:  # sun_path is 108 bytes with its NUL
+    return engines, config_path, auth, context
+
+
+def _check_socket_path(path: Path, engines: Any) -> None:
+    """Exit with status 2 (one line on stderr) when ``path`` does not fit a Unix socket address."""
+    if len(os.fsencode(str(path))) > 107:  # sun_path is 108 bytes with its NUL
         click.echo(
-            f"roost serve: the socket path is too long for a Unix socket ({options.socket_path}); "
-            "give a shorter one with --socket",
+            f"roost serve: the socket path is too long for a Unix socket ({path}); give a shorter one with --socket",
             err=True,
         )
         trio.run(engines.aclose)
         sys.exit(2)
-    try:
-        code = trio.run(run_serve, options, engines, auto_objectives)
-    except BaseException as exc:  # an expected failure becomes one line; anything else is re-raised
-        sys.exit(_exit_for(exc, options))
-    sys.exit(code)
 
 
 def _exit_for(exc: BaseException, options: Any) -> int:

@@ -356,15 +356,7 @@ class HttpEngine:
                             if parser.done:
                                 await _drain(batches)
                                 break
-                    try:
-                        closing = parser.finish()
-                    except EngineFailure as failure:
-                        failure.message = f"{failure.message} ({_received(received, last, head)})"
-                        failure.args = (failure.message,)
-                        if received == 0 and head.strip():  # a body that is no event stream: not a drop
-                            failure.retryable = False
-                        raise
-                    for event in closing:
+                    for event in _finish(parser, received, last, head):
                         yield event
                     return
                 except httpx.HTTPError as exc:
@@ -374,25 +366,43 @@ class HttpEngine:
                         lost.args = (lost.message,)
                     raise lost from exc
             except EngineFailure as failure:
-                replayable = not accepted or policy.retry_after_output
-                if failure.retryable and replayable and attempt < max_attempts:
-                    delay = policy.delay(attempt, retry_headers)
-                    await _close(response)
-                    _log.info("%s %s: attempt %d failed (%s), retrying", self.name, operation_id, attempt, failure)
-                    # restart: what this attempt streamed is void; the next one starts the response over
-                    yield Retrying(attempt, max_attempts, delay, failure.category, restart=streamed)
-                    partial.clear()
-                    await policy.sleep(delay)
-                    continue
-                failure.operation_id = operation_id
-                if failure.category == "invalid_request" and _has_documents(request):
-                    failure.message += " (the request carried a PDF file: this model or server may not accept files)"
-                    failure.args = (failure.message,)
-                _log.info("%s %s failed after %d attempt(s): %s", self.name, operation_id, attempt, failure.message)
-                _record_recovery(failure, attempt, max_attempts, accepted=accepted and not replayable, partial=partial)
-                raise
+                # the delay before the next attempt; raises ``failure`` when there is none
+                delay = self._retry_delay(failure, request, attempt, accepted, retry_headers, operation_id, partial)
+                await _close(response)
+                _log.info("%s %s: attempt %d failed (%s), retrying", self.name, operation_id, attempt, failure)
+                # restart: what this attempt streamed is void; the next one starts the response over
+                yield Retrying(attempt, max_attempts, delay, failure.category, restart=streamed)
+                partial.clear()
+                await policy.sleep(delay)
+                continue
             finally:
                 await _close(response)
+
+    def _retry_delay(
+        self,
+        failure: EngineFailure,
+        request: EngineRequest,
+        attempt: int,
+        accepted: bool,
+        retry_headers: httpx.Headers | None,
+        operation_id: str,
+        partial: list[str],
+    ) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` after ``failure`` (the retry policy:
+        retryable, replayable, attempts left); otherwise ``failure`` is raised, completed with its
+        operation id, a PDF hint and its recovery record (app-server-protocol.md: error.recovery)."""
+        policy = self.retry
+        max_attempts = max(1, policy.max_attempts)
+        replayable = not accepted or policy.retry_after_output
+        if failure.retryable and replayable and attempt < max_attempts:
+            return policy.delay(attempt, retry_headers)
+        failure.operation_id = operation_id
+        if failure.category == "invalid_request" and _has_documents(request):
+            failure.message += " (the request carried a PDF file: this model or server may not accept files)"
+            failure.args = (failure.message,)
+        _log.info("%s %s failed after %d attempt(s): %s", self.name, operation_id, attempt, failure.message)
+        _record_recovery(failure, attempt, max_attempts, accepted=accepted and not replayable, partial=partial)
+        raise failure
 
     async def _check_event_stream(self, response: httpx.Response) -> None:
         """Fail (non-retryable) when a 200 reply is not ``text/event-stream``.
@@ -414,6 +424,20 @@ class HttpEngine:
             provider_code=code or etype or "unexpected_content_type",
             http_status=200,
         )
+
+
+def _finish(parser: Any, received: int, last: tuple[str, str] | None, head: bytearray) -> list[EngineEvent]:
+    """The parser's closing events at the end of a stream of ``received`` events; a stream that
+    ended too early fails naming what arrived, and a body that was no event stream at all (no
+    event, some bytes) is not retried (it is no dropped connection)."""
+    try:
+        return list(parser.finish())
+    except EngineFailure as failure:
+        failure.message = f"{failure.message} ({_received(received, last, head)})"
+        failure.args = (failure.message,)
+        if received == 0 and head.strip():
+            failure.retryable = False
+        raise
 
 
 def _has_documents(request: EngineRequest) -> bool:

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from roost.protocol._framing import open_stdio_stream as open_stdio_stream
     from roost.protocol._framing import read_frames as read_frames
     from roost.protocol._outbox import DEFAULT_OUTBOX_LINES as DEFAULT_OUTBOX_LINES
-    from roost.protocol._repl import serve_repl as serve_repl
     from roost.protocol._repl_prompts import questions_enabled as questions_enabled
+    from roost.protocol._repl_serve import serve_repl as serve_repl
     from roost.protocol._serve_appserver import serve_app_server as serve_app_server
     from roost.protocol._serve_auth import ServeAuth as ServeAuth
     from roost.protocol._serve_auth import parse_client_id as parse_client_id
@@ -88,7 +88,7 @@ _LAZY = {
     "open_stdio_stream": "roost.protocol._framing",
     "read_frames": "roost.protocol._framing",
     "DEFAULT_OUTBOX_LINES": "roost.protocol._outbox",
-    "serve_repl": "roost.protocol._repl",
+    "serve_repl": "roost.protocol._repl_serve",
     "questions_enabled": "roost.protocol._repl_prompts",
     "serve_app_server": "roost.protocol._serve_appserver",
     "ServeAuth": "roost.protocol._serve_auth",

@@ -163,12 +163,13 @@ class AppServerSession:
     async def subscribe(self, actor: Any) -> None:
         """Receive ``actor``'s notifications from now on (idempotent); for a thread another node
         on the store executes now, that node's notifications of it too (relayed over the bus)."""
-        if actor.thread.id not in self.subscribed:
-            self.subscribed.add(actor.thread.id)
+        if actor.thread_id not in self.subscribed:
+            self.subscribed.add(actor.thread_id)
             await actor.ref.ask(Subscribe(self))
             remote = self.runtime.services.remote
-            if remote is not None and not actor.ephemeral and actor.active is None:
-                await remote.follow(actor.thread.id)
+            facts = actor.facts()
+            if remote is not None and not facts.ephemeral and not facts.running:
+                await remote.follow(actor.thread_id)
 
     def origin(self) -> Origin:
         """The Origin of work this session starts: approvals come back here."""
@@ -346,7 +347,7 @@ class AppServerSession:
         """End of input: interrupt every running turn and wait (bounded) for them to persist."""
         from roost.actors import InterruptTurn
 
-        actors = [a for a in self.runtime.registry.loaded() if a.active is not None]
+        actors = [actor for actor in self.runtime.registry.loaded() if actor.facts().running]
         for actor in actors:
             try:
                 actor.ref.tell(InterruptTurn(reason="shutdown"))
@@ -354,7 +355,7 @@ class AppServerSession:
                 log.debug("could not interrupt a turn at shutdown", exc_info=True)
         with trio.move_on_after(15):
             for actor in actors:
-                await actor.idle.wait()
+                await actor.wait_idle()
         # Only now: a pending approval/request is ended by its turn's interrupt (so the turn settles
         # as interrupted), not answered "nobody to ask" while the turn could still go on.
         self.closed.set()

@@ -85,9 +85,9 @@ def check_writable(actor: Any) -> None:
     Raises:
         ReadOnly: the thread is archived.
     """
-    if actor.thread.archived:
+    if actor.facts().thread.archived:
         raise ReadOnly(
-            f"thread {actor.thread.id} is archived; restore it with thread/archive "
+            f"thread {actor.thread_id} is archived; restore it with thread/archive "
             "(archived: false) before sending input"
         )
 

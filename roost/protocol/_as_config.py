@@ -109,7 +109,7 @@ async def config_model_update(session: AppServerSession, params: Any) -> dict:
 
 async def _update_thread(session: AppServerSession, p: dict) -> dict:
     actor = await thread_actor(session, p["thread_id"])
-    thread = actor.thread
+    thread = actor.facts().thread
     changes: dict = {}
     metadata = dict(thread.metadata or {})
     if p.get("reset_model") or ("model" in p and p["model"] != thread.model):

@@ -36,17 +36,13 @@ live in memory only.
 
 from __future__ import annotations
 
-import collections
 import functools
 import logging
-import weakref
 from typing import Any
 
-import attrs
 import trio
 
 from roost import _faults as faults
-from roost._json import JSONDecodeError, dumps, loads
 from roost.actors import InterruptTurn, IsBusy, Snapshot, StartTurn, shielded_cleanup
 from roost.errors import (
     InvalidParams,
@@ -56,6 +52,19 @@ from roost.errors import (
 )
 from roost.protocol._appserver import AppServerSession, method
 from roost.protocol._as_common import check_writable, thread_actor
+from roost.protocol._as_run_state import (
+    RUN_STATUSES,
+    TERMINAL_STATUSES,
+    LiveRun,
+    Outcome,
+    RunRegistry,
+    check_output,
+    correction_prompt,
+    exit_code_for,
+    make_validator,
+    runs_of,
+    schema_instruction,
+)
 from roost.protocol._as_turns import _check_permission, _input, check_documents
 from roost.protocol._params import DICT, INT, LIST, STR, check_params
 from roost.storage import create_run, get_run, new_id, update_run, utc_now
@@ -73,8 +82,6 @@ __all__ = [
 
 log = logging.getLogger("roost.runs")
 
-RUN_STATUSES = ("accepted", "running", "completed", "failed", "interrupted", "timed_out", "cancelled")
-TERMINAL_STATUSES = frozenset(RUN_STATUSES[2:])
 #: ``max_turns`` when the request does not give it, and the largest accepted.
 DEFAULT_MAX_TURNS = 3
 MAX_TURNS_LIMIT = 100
@@ -82,214 +89,8 @@ MAX_TURNS_LIMIT = 100
 SETTLE_TIMEOUT = 15.0
 #: Seconds ``run/interrupt`` waits for the run to settle before answering with its current state.
 INTERRUPT_WAIT = 15.0
-#: Finished runs kept in memory per process (older ones are read back from the store).
-KEEP_FINISHED = 256
 #: How many recent turns a snapshot is asked for when looking for a turn's final message.
 _SNAPSHOT_TURNS = 8
-
-
-def exit_code_for(status: str) -> int:
-    """The ``result.exit_code`` of a terminal run: 0 completed, 124 timed_out, 1 otherwise."""
-    return {"completed": 0, "timed_out": 124}.get(status, 1)
-
-
-# -- output schema ----------------------------------------------------------------------------------
-
-
-def make_validator(schema: Any) -> Any:
-    """A jsonschema validator for ``output_schema`` (draft chosen by ``$schema``, default 2020-12).
-
-    Raises:
-        InvalidParams: ``schema`` is not an object or is not itself a valid JSON Schema.
-    """
-    if not isinstance(schema, dict):
-        raise InvalidParams("output_schema must be a JSON Schema object")
-    import jsonschema  # only runs with an output_schema use it: keeps it off the start-up path
-
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = exc.json_path if exc.json_path != "$" else "the schema"
-        raise InvalidParams(f"output_schema is not a valid JSON Schema: {exc.message} (at {where})") from None
-    return cls(schema)
-
-
-def check_output(validator: Any, text: str | None) -> tuple[Any, str | None]:
-    """Parse a final agent message as JSON and validate it.
-
-    A single surrounding Markdown code fence (```` ```json ... ``` ````) is tolerated.
-
-    Returns:
-        ``(value, None)`` when valid, ``(None, problem)`` otherwise (a one-line description).
-    """
-    raw = (text or "").strip()
-    if raw.startswith("```") and raw.endswith("```") and "\n" in raw:
-        raw = raw[raw.index("\n") + 1 : -3].strip()
-    if not raw:
-        return None, "the reply was empty, not a JSON value"
-    try:
-        value = loads(raw)
-    except JSONDecodeError as exc:
-        return None, f"the reply is not valid JSON ({exc})"
-    import jsonschema.exceptions
-
-    try:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    except Exception as exc:  # e.g. an unresolvable $ref: the schema cannot be applied
-        return None, f"the output schema could not be applied: {type(exc).__name__}: {exc}"
-    if error is None:
-        return value, None
-    return None, f"{error.message} (at {error.json_path})"
-
-
-def correction_prompt(problem: str, schema: dict) -> str:
-    """The prompt of a correction turn: what was wrong and the schema to follow."""
-    return (
-        "Your previous reply did not match the required output schema: "
-        + problem
-        + ".\n"
-        + _schema_instruction(schema, again=True)
-    )
-
-
-def _schema_instruction(schema: dict, *, again: bool = False) -> str:
-    return (
-        f"Reply{' again' if again else ''} with only a JSON value (no prose, no code fence) that "
-        f"validates against this JSON Schema:\n{dumps(schema).decode()}"
-    )
-
-
-# -- the run and the registry -----------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class Outcome:
-    """How a run ended: its terminal status, the final agent message item, output and error."""
-
-    status: str
-    item: dict | None = None
-    output: Any = None
-    error: dict | None = None
-
-
-@attrs.define(eq=False, kw_only=True)
-class LiveRun:
-    """A run owned (driven) by this process.
-
-    Attributes:
-        scope: cancelled by ``run/interrupt`` and by the session closing; its deadline is
-            ``timeout_ms`` after acceptance (trio's clock).
-        stop_reason: the terminal status a stop asked for (``interrupted``/``timed_out``/``cancelled``).
-        done: set once the run is terminal and its end is persisted and announced.
-    """
-
-    id: str
-    thread_id: str
-    actor: Any
-    session: Any
-    origin: Any
-    request: dict
-    runtime: dict
-    workspace: dict
-    schema: dict | None
-    validator: Any
-    max_turns: int
-    ephemeral: bool
-    scope: trio.CancelScope
-    status: str = "accepted"
-    turns: list[dict] = attrs.field(factory=list)
-    created_at: str = attrs.field(factory=utc_now)
-    started_at: str | None = None
-    updated_at: str = attrs.field(factory=utc_now)
-    completed_at: str | None = None
-    result: dict | None = None
-    error: dict | None = None
-    current_turn_id: str | None = None
-    stop_reason: str | None = None
-    done: trio.Event = attrs.field(factory=trio.Event)
-
-    def view(self) -> dict:
-        """The ``run`` object of results and notifications."""
-        return {
-            "id": self.id,
-            "thread_id": self.thread_id,
-            "status": self.status,
-            "request": self.request,
-            "runtime": self.runtime,
-            "workspace": self.workspace,
-            "turns": [dict(t) for t in self.turns],
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "updated_at": self.updated_at,
-            "completed_at": self.completed_at,
-            "result": self.result,
-            "error": self.error,
-        }
-
-    def metadata(self) -> dict:
-        """What the ``runs.metadata`` column keeps (everything of the view not in a column)."""
-        return {
-            "request": self.request,
-            "runtime": self.runtime,
-            "workspace": self.workspace,
-            "turns": self.turns,
-            "result": self.result,
-            "started_at": self.started_at,
-            "updated_at": self.updated_at,
-        }
-
-
-def stored_view(row: Any) -> dict:
-    """The ``run`` object of a run read from the store (:class:`roost.model.Run`)."""
-    meta = row.metadata or {}
-    return {
-        "id": row.id,
-        "thread_id": row.thread_id,
-        "status": row.status,
-        "request": meta.get("request"),
-        "runtime": meta.get("runtime"),
-        "workspace": meta.get("workspace"),
-        "turns": meta.get("turns") or [],
-        "created_at": row.started_at,
-        "started_at": meta.get("started_at"),
-        "updated_at": meta.get("updated_at"),
-        "completed_at": row.completed_at,
-        "result": meta.get("result"),
-        "error": row.error,
-    }
-
-
-class RunRegistry:
-    """The runs of one process: live ones (driven here) and the most recent finished ones."""
-
-    def __init__(self) -> None:
-        self.live: dict[str, LiveRun] = {}
-        self.finished: collections.OrderedDict[str, LiveRun] = collections.OrderedDict()
-
-    def add(self, run: LiveRun) -> None:
-        self.live[run.id] = run
-
-    def get(self, run_id: str) -> LiveRun | None:
-        return self.live.get(run_id) or self.finished.get(run_id)
-
-    def finish(self, run: LiveRun) -> None:
-        """Move ``run`` to the bounded finished list (idempotent)."""
-        self.live.pop(run.id, None)
-        self.finished[run.id] = run
-        while len(self.finished) > KEEP_FINISHED:
-            self.finished.popitem(last=False)
-
-
-_REGISTRIES: weakref.WeakKeyDictionary[Any, RunRegistry] = weakref.WeakKeyDictionary()
-
-
-def runs_of(runtime: Any) -> RunRegistry:
-    """The :class:`RunRegistry` of ``runtime`` (one per running process, created on first use)."""
-    registry = _REGISTRIES.get(runtime)
-    if registry is None:
-        registry = _REGISTRIES[runtime] = RunRegistry()
-    return registry
 
 
 # -- persistence ------------------------------------------------------------------------------------
@@ -372,28 +173,13 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
         ThreadNotFound, ReadOnly (archived thread), ThreadBusy: no run is left live.
     """
     p = check_params("run/start", params, _START)
-    request = dict(p.get("request") or {"mode": "start"})
-    mode = request.setdefault("mode", "start")
-    if mode != "start":
-        raise InvalidParams(f'request.mode {mode!r} is not supported; run/start takes request.mode "start"')
-    prompt, images, parts = _input(p)  # the same input rules as turn/start (text files are inlined)
-    if not prompt and not images:
-        raise InvalidParams("prompt is required")
-    if prompt.lstrip().startswith("/compact"):
-        raise InvalidParams("run/start rejects manual compact commands; use the session compaction interface")
-    max_turns = p.get("max_turns", DEFAULT_MAX_TURNS)
-    if not 1 <= max_turns <= MAX_TURNS_LIMIT:
-        raise InvalidParams(f"max_turns must be between 1 and {MAX_TURNS_LIMIT}, not {max_turns}")
-    timeout_ms = p.get("timeout_ms")
-    if timeout_ms is not None and timeout_ms <= 0:
-        raise InvalidParams(f"timeout_ms must be a positive number of milliseconds, not {timeout_ms}")
-    schema = p.get("output_schema")
+    request, prompt, images, parts, max_turns, timeout_ms, schema = _start_params(p)
     validator = make_validator(schema) if schema is not None else None
 
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     _check_permission(actor, p)
-    settings = session.engines.settings_for(actor.thread)
+    settings = session.engines.settings_for(actor.facts().thread)
     check_documents(session, actor, images)
     if await actor.ref.ask(IsBusy()):
         raise ThreadBusy(f"thread {p['thread_id']} is executing a turn")
@@ -428,16 +214,58 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     registry.add(run)
 
     # The engines have no structured-output option: the schema travels in the first prompt.
-    first_prompt = prompt if schema is None else "\n\n".join(filter(None, (prompt, _schema_instruction(schema))))
+    first_prompt = prompt if schema is None else "\n\n".join(filter(None, (prompt, schema_instruction(schema))))
     parts = parts if first_prompt == prompt else None  # presentation metadata must match the prompt
     ack = session.after_response()
     turn_ack = trio.Event()
+    await _admit_first_turn(run, registry, first_prompt, images, parts, p.get("client_id"), turn_ack)
+    assert session.nursery is not None  # set while the session serves requests
+    session.nursery.start_soon(_drive, run, ack, turn_ack)
+    return {"run": run.view()}
+
+
+def _start_params(p: dict) -> tuple[dict, str, Any, Any, int, int | None, dict | None]:
+    """The checked ``run/start`` input: ``(request, prompt, images, content_parts, max_turns,
+    timeout_ms, output_schema)``.
+
+    Raises:
+        InvalidParams: see :func:`run_start`.
+    """
+    request = dict(p.get("request") or {"mode": "start"})
+    mode = request.setdefault("mode", "start")
+    if mode != "start":
+        raise InvalidParams(f'request.mode {mode!r} is not supported; run/start takes request.mode "start"')
+    prompt, images, parts = _input(p)  # the same input rules as turn/start (text files are inlined)
+    if not prompt and not images:
+        raise InvalidParams("prompt is required")
+    if prompt.lstrip().startswith("/compact"):
+        raise InvalidParams("run/start rejects manual compact commands; use the session compaction interface")
+    max_turns = p.get("max_turns", DEFAULT_MAX_TURNS)
+    if not 1 <= max_turns <= MAX_TURNS_LIMIT:
+        raise InvalidParams(f"max_turns must be between 1 and {MAX_TURNS_LIMIT}, not {max_turns}")
+    timeout_ms = p.get("timeout_ms")
+    if timeout_ms is not None and timeout_ms <= 0:
+        raise InvalidParams(f"timeout_ms must be a positive number of milliseconds, not {timeout_ms}")
+    return request, prompt, images, parts, max_turns, timeout_ms, p.get("output_schema")
+
+
+async def _admit_first_turn(
+    run: LiveRun,
+    registry: RunRegistry,
+    first_prompt: str,
+    images: Any,
+    parts: Any,
+    client_id: str | None,
+    turn_ack: trio.Event,
+) -> None:
+    """Admit the run's first turn and mark the run running (persisted, shielded). Never
+    admitted, the run ends here, recorded as cancelled with the admission error, which is raised."""
     try:
-        turn = await actor.ref.ask(
+        turn = await run.actor.ref.ask(
             StartTurn(
                 prompt=first_prompt or None,
                 images=images,
-                client_id=p.get("client_id"),
+                client_id=client_id,
                 content_parts=parts,
                 origin=run.origin,
                 run_id=run.id,
@@ -461,9 +289,6 @@ async def run_start(session: AppServerSession, params: Any) -> dict:
     run.turns.append({"id": turn["id"], "status": turn["status"], "purpose": "start"})
     with trio.CancelScope(shield=True):  # the admitted turn must get its driver
         await _persist(run)
-    assert session.nursery is not None  # set while the session serves requests
-    session.nursery.start_soon(_drive, run, ack, turn_ack)
-    return {"run": run.view()}
 
 
 # -- driving a run ----------------------------------------------------------------------------------

@@ -250,9 +250,10 @@ async def thread_delete(session: AppServerSession, params: Any) -> dict:
     actor = await registry.get(thread_id)
     if await actor.ref.ask(IsBusy()):
         raise ThreadBusy(f"thread {thread_id} is running; interrupt it first")
-    worktree = (actor.thread.metadata or {}).get("worktree")
-    if actor.ephemeral:
-        if only_if_archived and not actor.thread.archived:
+    facts = actor.facts()
+    worktree = (facts.thread.metadata or {}).get("worktree")
+    if facts.ephemeral:
+        if only_if_archived and not facts.thread.archived:
             raise InvalidParams(f"thread {thread_id} is not archived")
     else:
         owner = session.runtime.services.owner
@@ -266,11 +267,7 @@ async def thread_delete(session: AppServerSession, params: Any) -> dict:
             delete_thread(conn, thread_id)
 
         await session.runtime.store.writer.submit(delete)
-    try:
-        await registry.supervisor.terminate_child(f"thread:{thread_id}")
-    except Exception:
-        log.debug("could not terminate a deleted thread's actor", exc_info=True)
-    registry.forget(thread_id)
+    await registry.unload(thread_id)
     session.subscribed.discard(thread_id)
     if not worktree:
         return {"thread_id": thread_id}

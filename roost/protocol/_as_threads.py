@@ -104,38 +104,30 @@ def _workspace_default(session: AppServerSession, key: str) -> Any:
     return (getattr(session, "workspace_defaults", None) or {}).get(key)
 
 
-@method("thread/start")
-async def thread_start(session: AppServerSession, params: Any) -> dict:
-    """``thread/start``: a new conversation; persistent unless ``ephemeral: true``.
+_START_PARAMS = {
+    "cwd": (STR, False),
+    "workspace_id": (STR, False),
+    "engine": (STR, False),
+    "provider": (STR, False),
+    "model": (STR, False),
+    "effort": (STR, False),
+    "permission_mode": (STR, False),
+    "approve_for_me": (BOOL, False),
+    "ephemeral": (BOOL, False),
+    "workspace": (STR, False),
+    "base_revision": (STR, False),
+    "title": (STR, False),
+    "model_options": (DICT, False),
+}
 
-    The engine binding (provider, model, effort) and permission mode are fixed at creation and
-    changed only through ``config/model/update``. ``workspace: worktree`` runs the thread in a new
-    detached git worktree (from ``base_revision``, default HEAD); a request that cannot be
-    honoured fails with ``invalid_params`` and leaves no thread and no worktree behind.
+
+def _start_options(session: AppServerSession, p: dict) -> tuple[str, str, bool, dict, Path]:
+    """The checked ``thread/start`` options: ``(permission_mode, workspace, ephemeral,
+    model_options, cwd)``.
 
     Raises:
-        InvalidParams: bad cwd, mode, workspace or provider; worktree impossible.
-        Unsupported: an external engine, or ``approve_for_me: true`` (Roost has no approval reviewer).
+        InvalidParams, Unsupported: see :func:`thread_start`.
     """
-    p = check_params(
-        "thread/start",
-        params,
-        {
-            "cwd": (STR, False),
-            "workspace_id": (STR, False),
-            "engine": (STR, False),
-            "provider": (STR, False),
-            "model": (STR, False),
-            "effort": (STR, False),
-            "permission_mode": (STR, False),
-            "approve_for_me": (BOOL, False),
-            "ephemeral": (BOOL, False),
-            "workspace": (STR, False),
-            "base_revision": (STR, False),
-            "title": (STR, False),
-            "model_options": (DICT, False),
-        },
-    )
     engine = p.get("engine", "roost")
     if engine not in BUILTIN_ENGINES:
         raise Unsupported(f"external engine {engine!r} is not supported by Roost; use the built-in engine")
@@ -158,6 +150,24 @@ async def thread_start(session: AppServerSession, params: Any) -> dict:
     cwd = Path(p.get("cwd") or os.getcwd()).expanduser()
     if not cwd.is_absolute() or not cwd.is_dir():
         raise InvalidParams(f"cwd {str(cwd)!r} is not an existing absolute directory")
+    return mode, workspace, ephemeral, options, cwd
+
+
+@method("thread/start")
+async def thread_start(session: AppServerSession, params: Any) -> dict:
+    """``thread/start``: a new conversation; persistent unless ``ephemeral: true``.
+
+    The engine binding (provider, model, effort) and permission mode are fixed at creation and
+    changed only through ``config/model/update``. ``workspace: worktree`` runs the thread in a new
+    detached git worktree (from ``base_revision``, default HEAD); a request that cannot be
+    honoured fails with ``invalid_params`` and leaves no thread and no worktree behind.
+
+    Raises:
+        InvalidParams: bad cwd, mode, workspace or provider; worktree impossible.
+        Unsupported: an external engine, or ``approve_for_me: true`` (Roost has no approval reviewer).
+    """
+    p = check_params("thread/start", params, _START_PARAMS)
+    mode, workspace, ephemeral, options, cwd = _start_options(session, p)
     settings = session.settings
     provider = p.get("provider") or (settings.provider if settings else None)
     model = p.get("model") or (settings.model if settings else None)
@@ -372,54 +382,21 @@ async def thread_fork(session: AppServerSession, params: Any) -> dict:
     if target not in ("shared", "worktree"):
         raise InvalidParams("target must be shared or worktree")
     limit = page_limit(p["history_page"]) if "history_page" in p else None
-    source = await session.runtime.registry.get(p["thread_id"])
-    snapshot = await source.ref.ask(Snapshot(None))
+    source_actor = await session.runtime.registry.get(p["thread_id"])
+    snapshot = await source_actor.ref.ask(Snapshot(None))
     turns, items = _cut(snapshot, p["thread_id"], p.get("turn_id"), p.get("item_id"))
+    source = source_actor.facts()
     if target == "worktree" and source.ephemeral:
         raise InvalidParams("an ephemeral thread cannot be forked into a worktree")
     src = source.thread
-    now = utc_now()
-    metadata = {k: v for k, v in (src.metadata or {}).items() if k not in ("worktree", "forked_from")}
-    metadata["forked_from"] = {
-        "thread_id": src.id,
-        "turn_id": turns[-1]["id"] if turns else None,
-        "item_id": p.get("item_id"),
-    }
-    new_thread = Thread(
-        id=new_id("thr"),
-        kind="chat",
-        title=f"{src.title} (fork)" if src.title else None,
-        cwd=src.cwd,
-        provider=src.provider,
-        model=src.model,
-        effort=src.effort,
-        permission_mode=src.permission_mode,
-        parent_thread_id=src.id,
-        created_at=now,
-        updated_at=now,
-        metadata=metadata,
-    )
+    new_thread, metadata = _fork_thread(src, turns, p.get("item_id"))
     worktree = None
     if target == "worktree":
         worktree = await trio.to_thread.run_sync(create_worktree, Path(src.cwd or os.getcwd()), None, new_thread.id)
         metadata["worktree"] = worktree
         new_thread.cwd = worktree["path"]
-    turn_map = {t["id"]: new_id("turn") for t in turns}
-    item_map = {i["id"]: new_id("item") for i in items}
     try:
-        if source.ephemeral:
-            actor = await session.runtime.registry.create(new_thread, ephemeral=True)
-            await actor.ref.ask(
-                ImportHistory(
-                    turns=tuple(
-                        {k: v for k, v in t.items() if k != "items"} | {"id": turn_map[t["id"]]} for t in turns
-                    ),
-                    items=tuple(dict(i, id=item_map[i["id"]], turn_id=turn_map.get(i.get("turn_id"))) for i in items),
-                )
-            )
-        else:
-            await session.runtime.store.writer.submit(_copy_history, new_thread, turns, items, turn_map, item_map)
-            actor = await session.runtime.registry.get(new_thread.id)
+        actor = await _import_fork(session, new_thread, turns, items, ephemeral=source.ephemeral)
     except BaseException:
         if worktree is not None:
             with trio.CancelScope(shield=True):
@@ -438,6 +415,52 @@ async def thread_fork(session: AppServerSession, params: Any) -> dict:
         started.update(page)
     session.notify("thread/started", started)
     return result
+
+
+def _fork_thread(src: Thread, turns: list[dict], item_id: str | None) -> tuple[Thread, dict]:
+    """The new thread row of a fork of ``src`` (cut after ``turns``/``item_id``), and its metadata."""
+    now = utc_now()
+    metadata = {k: v for k, v in (src.metadata or {}).items() if k not in ("worktree", "forked_from")}
+    metadata["forked_from"] = {
+        "thread_id": src.id,
+        "turn_id": turns[-1]["id"] if turns else None,
+        "item_id": item_id,
+    }
+    new_thread = Thread(
+        id=new_id("thr"),
+        kind="chat",
+        title=f"{src.title} (fork)" if src.title else None,
+        cwd=src.cwd,
+        provider=src.provider,
+        model=src.model,
+        effort=src.effort,
+        permission_mode=src.permission_mode,
+        parent_thread_id=src.id,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata,
+    )
+    return new_thread, metadata
+
+
+async def _import_fork(
+    session: AppServerSession, new_thread: Thread, turns: list[dict], items: list[dict], *, ephemeral: bool
+) -> Any:
+    """Create the fork's thread with copies of ``turns`` and ``items`` (new ids); return its actor."""
+    turn_map = {t["id"]: new_id("turn") for t in turns}
+    item_map = {i["id"]: new_id("item") for i in items}
+    if ephemeral:
+        actor = await session.runtime.registry.create(new_thread, ephemeral=True)
+        await actor.ref.ask(
+            ImportHistory(
+                turns=tuple({k: v for k, v in t.items() if k != "items"} | {"id": turn_map[t["id"]]} for t in turns),
+                items=tuple(dict(i, id=item_map[i["id"]], turn_id=turn_map.get(i.get("turn_id"))) for i in items),
+            )
+        )
+    else:
+        await session.runtime.store.writer.submit(_copy_history, new_thread, turns, items, turn_map, item_map)
+        actor = await session.runtime.registry.get(new_thread.id)
+    return actor
 
 
 def _copy_history(conn: Any, thread: Thread, turns: list, items: list, turn_map: dict, item_map: dict) -> None:

@@ -165,12 +165,13 @@ def check_documents(session: AppServerSession, actor: Any, attachments: tuple) -
     kinds = {a["media_type"] for a in attachments if not a["media_type"].startswith("image/")}
     if not kinds:
         return
-    engine = session.engines.engine_for(actor.thread)
+    thread = actor.facts().thread
+    engine = session.engines.engine_for(thread)
     accepted: frozenset[str] = getattr(engine, "document_types", frozenset())
     refused = sorted(kinds - accepted)
     if refused:
         raise Unsupported(
-            f"the {getattr(engine, 'name', 'selected')} engine of thread {actor.thread.id} cannot send "
+            f"the {getattr(engine, 'name', 'selected')} engine of thread {thread.id} cannot send "
             f"{', '.join(refused)} files to its model; choose a provider that takes PDFs "
             "(anthropic, openai, openai-responses)"
         )
@@ -295,7 +296,7 @@ def check_content_parts(parts: Any, prompt: str | None) -> list | None:
 
 def _check_permission(actor: Any, p: dict) -> None:
     mode = p.get("permission_mode")
-    if mode is not None and mode != (actor.thread.permission_mode or "standard"):
+    if mode is not None and mode != (actor.facts().thread.permission_mode or "standard"):
         raise InvalidParams("permission_mode must match the thread's selection (change it with config/model/update)")
 
 
@@ -337,7 +338,7 @@ async def turn_start(session: AppServerSession, params: Any) -> dict:
     actor = await thread_actor(session, p["thread_id"])
     check_writable(actor)
     _check_permission(actor, p)
-    session.ensure_engine(actor.thread)
+    session.ensure_engine(actor.facts().thread)
     check_documents(session, actor, images)
     ack = session.after_response()
     turn = await actor.ref.ask(
@@ -473,8 +474,9 @@ async def turn_steer(session: AppServerSession, params: Any) -> dict:
     remote = await forwarded(session, actor, "steer", wire)
     if remote is not None:
         return remote
-    if actor.active is None:
-        session.ensure_engine(actor.thread)
+    facts = actor.facts()
+    if not facts.running:
+        session.ensure_engine(facts.thread)
     check_documents(session, actor, images)
     return await actor.ref.ask(
         SteerInput(

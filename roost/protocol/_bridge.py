@@ -107,92 +107,29 @@ async def run_session(
     Cancellation: interrupt through the orchestrator (``interrupt()``); cancelling this call
     stops the run abruptly (the running turn is persisted as interrupted by the runtime).
     """
-    from roost.model import Thread
-    from roost.orchestration import Orchestrator, load_config_file, resolve_agents
+    from roost.orchestration import Orchestrator
     from roost.plugins import open_mcp_host
-    from roost.protocol._engines import EngineCatalog
-    from roost.storage import new_id, utc_now
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
     began = trio.current_time()
-    config = None
-    if config_path is not None:
-        try:
-            config = await trio.to_thread.run_sync(load_config_file, config_path)
-        except ConfigError as exc:
-            result = failed_result(str(exc), task=task, config=config_path)
-            emit(result)
-            return result
-    if config is None and resume_id is None:
-        result = failed_result("a new session needs an orchestration config", task=task, config=None)
-        emit(result)
-        return result
-    engines = EngineCatalog(settings)
-    if config is not None:
-        try:  # each agent's model, before anything starts
-            resolve_agents(config, engines)
-        except (ConfigError, InvalidParams) as exc:
-            with trio.CancelScope(shield=True):
-                await engines.aclose()
-            result = failed_result(str(exc), task=task, config=config_path)
-            emit(result)
-            return result
+    loaded = await _load_config(config_path, task=task, resume_id=resume_id, settings=settings)
+    if isinstance(loaded, dict):
+        emit(loaded)
+        return loaded
+    config, engines = loaded
     try:
         async with (
             open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime,
             AsyncExitStack() as stack,
         ):
-            if resume_id is not None:
-                try:
-                    actor = await runtime.registry.get(resume_id)
-                except (NotFound, ThreadNotFound):
-                    actor = None
-                meta = actor.thread.metadata or {} if actor is not None else {}
-                problem = (
-                    f"no session with id {resume_id!r}"
-                    if actor is None or actor.thread.kind != "orchestration"
-                    else f"session {resume_id} is already complete"
-                    if meta.get("is_complete")
-                    else None
-                )
-                if problem is None and config is None:
-                    try:
-                        config = await trio.to_thread.run_sync(load_config_file, str(meta.get("config_path")))
-                    except ConfigError as exc:
-                        problem = str(exc)
-                if problem is not None:
-                    result = failed_result(
-                        problem, task=meta.get("task"), config=config_path or meta.get("config_path")
-                    )
-                    emit(result)
-                    return result
-                task = str(meta.get("task") or "")
-            else:
-                assert config is not None  # a new session without a config was refused above
-                now = utc_now()
-                thread = Thread(
-                    id=new_id("thr"),
-                    kind="orchestration",
-                    cwd=str(cwd),
-                    provider=settings.provider,
-                    model=settings.model,
-                    permission_mode=permission_mode,
-                    created_at=now,
-                    updated_at=now,
-                    metadata={
-                        "task": task,
-                        "config_path": config.path,
-                        "is_complete": False,
-                        "engine": engine_record(settings),
-                    },
-                )
-                actor = await runtime.registry.create(thread, ephemeral=False)
-            assert config is not None and actor is not None  # else a problem was returned above
-            if subscriber is not None:
-                from roost.actors import Subscribe
-
-                await actor.ref.ask(Subscribe(subscriber))
+            opened = await _session_actor(
+                runtime, resume_id, config, config_path, task, settings, cwd, permission_mode, subscriber
+            )
+            if isinstance(opened, dict):
+                emit(opened)
+                return opened
+            actor, config, task = opened
             mcp = await stack.enter_async_context(open_mcp_host(run_mcp_servers(config)))
             mcp.attach(runtime.services.tools)
             orch = Orchestrator(
@@ -206,38 +143,8 @@ async def run_session(
             )
             if on_orchestrator is not None:
                 on_orchestrator(orch)
-            emit(
-                {
-                    "type": "ready",
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "sessionId": actor.thread.id,
-                    "task": task,
-                    "config": config.path,
-                    "resumed": resume_id is not None,
-                    "agents": [a.name for a in config.agents],
-                }
-            )
-            try:
-                outcome = await orch.run(task or "")
-            except RoostError as exc:
-                log.exception("run %s failed", actor.thread.id)
-                from roost.orchestration import RunOutcome
-
-                outcome = RunOutcome(status="failed", error_message=str(exc))
-            p = orch.progress
-            result = {
-                "type": "result",
-                "sessionId": actor.thread.id,
-                "task": task,
-                "config": config.path,
-                "succeeded": outcome.status == "completed",
-                "errorMessage": None if outcome.status == "completed" else outcome.error_message,
-                "exitCode": _EXIT[outcome.status],
-                "turns": p.iterations,
-                "elapsedSeconds": round(trio.current_time() - began, 3),
-                "inputTokens": p.input_tokens,
-                "outputTokens": p.output_tokens,
-            }
+            emit(_ready_event(actor, task, config, resumed=resume_id is not None))
+            result = await _run_orchestration(orch, actor, task, config, began)
     except RoostError as exc:
         result = failed_result(str(exc), task=task, config=config_path)
     finally:
@@ -245,6 +152,153 @@ async def run_session(
             await engines.aclose()
     emit(result)
     return result
+
+
+async def _session_actor(
+    runtime: Any,
+    resume_id: str | None,
+    config: Any,
+    config_path: str | None,
+    task: str | None,
+    settings: Any,
+    cwd: Path,
+    permission_mode: str,
+    subscriber: Any,
+) -> Any:
+    """``(actor, config, task)`` of the session (resumed, or a new orchestration thread), with
+    ``subscriber`` subscribed to it; or the failed ``result`` event (a dict) of a resume that
+    cannot go on."""
+    if resume_id is not None:
+        resumed = await _resume(runtime, resume_id, config, config_path)
+        if isinstance(resumed, dict):
+            return resumed
+        actor, config, task = resumed
+    else:
+        assert config is not None  # a new session without a config was refused by _load_config
+        actor = await _new_session(runtime, config, task, settings, cwd, permission_mode)
+    if subscriber is not None:
+        from roost.actors import Subscribe
+
+        await actor.ref.ask(Subscribe(subscriber))
+    return actor, config, task
+
+
+def _ready_event(actor: Any, task: str | None, config: Any, *, resumed: bool) -> dict:
+    """The ``ready`` event of a session (wire-protocol.md, "Run bridge")."""
+    return {
+        "type": "ready",
+        "protocolVersion": PROTOCOL_VERSION,
+        "sessionId": actor.thread_id,
+        "task": task,
+        "config": config.path,
+        "resumed": resumed,
+        "agents": [a.name for a in config.agents],
+    }
+
+
+async def _load_config(config_path: str | None, *, task: str | None, resume_id: str | None, settings: Any) -> Any:
+    """``(config or None, engines)`` for a session, or the failed ``result`` event (a dict) when
+    the config cannot be loaded, a new session has none, or an agent's model cannot be resolved."""
+    from roost.orchestration import load_config_file, resolve_agents
+    from roost.protocol._engines import EngineCatalog
+
+    config = None
+    if config_path is not None:
+        try:
+            config = await trio.to_thread.run_sync(load_config_file, config_path)
+        except ConfigError as exc:
+            return failed_result(str(exc), task=task, config=config_path)
+    if config is None and resume_id is None:
+        return failed_result("a new session needs an orchestration config", task=task, config=None)
+    engines = EngineCatalog(settings)
+    if config is not None:
+        try:  # each agent's model, before anything starts
+            resolve_agents(config, engines)
+        except (ConfigError, InvalidParams) as exc:
+            with trio.CancelScope(shield=True):
+                await engines.aclose()
+            return failed_result(str(exc), task=task, config=config_path)
+    return config, engines
+
+
+async def _resume(runtime: Any, resume_id: str, config: Any, config_path: str | None) -> Any:
+    """``(actor, config, task)`` of the session to resume, or the failed ``result`` event (a dict):
+    no such orchestration session, already complete, or its config cannot be loaded."""
+    from roost.orchestration import load_config_file
+
+    try:
+        actor = await runtime.registry.get(resume_id)
+    except (NotFound, ThreadNotFound):
+        actor = None
+    resumed = actor.facts().thread if actor is not None else None
+    meta = resumed.metadata or {} if resumed is not None else {}
+    problem = (
+        f"no session with id {resume_id!r}"
+        if resumed is None or resumed.kind != "orchestration"
+        else f"session {resume_id} is already complete"
+        if meta.get("is_complete")
+        else None
+    )
+    if problem is None and config is None:
+        try:
+            config = await trio.to_thread.run_sync(load_config_file, str(meta.get("config_path")))
+        except ConfigError as exc:
+            problem = str(exc)
+    if problem is not None:
+        return failed_result(problem, task=meta.get("task"), config=config_path or meta.get("config_path"))
+    return actor, config, str(meta.get("task") or "")
+
+
+async def _new_session(
+    runtime: Any, config: Any, task: str | None, settings: Any, cwd: Path, permission_mode: str
+) -> Any:
+    """The actor of a new ``orchestration`` thread for ``task`` under ``config``."""
+    from roost.model import Thread
+    from roost.storage import new_id, utc_now
+
+    now = utc_now()
+    thread = Thread(
+        id=new_id("thr"),
+        kind="orchestration",
+        cwd=str(cwd),
+        provider=settings.provider,
+        model=settings.model,
+        permission_mode=permission_mode,
+        created_at=now,
+        updated_at=now,
+        metadata={
+            "task": task,
+            "config_path": config.path,
+            "is_complete": False,
+            "engine": engine_record(settings),
+        },
+    )
+    return await runtime.registry.create(thread, ephemeral=False)
+
+
+async def _run_orchestration(orch: Any, actor: Any, task: str | None, config: Any, began: float) -> dict:
+    """Run ``orch`` to its end; return the ``result`` event (a RoostError of the run fails it)."""
+    try:
+        outcome = await orch.run(task or "")
+    except RoostError as exc:
+        log.exception("run %s failed", actor.thread_id)
+        from roost.orchestration import RunOutcome
+
+        outcome = RunOutcome(status="failed", error_message=str(exc))
+    p = orch.progress
+    return {
+        "type": "result",
+        "sessionId": actor.thread_id,
+        "task": task,
+        "config": config.path,
+        "succeeded": outcome.status == "completed",
+        "errorMessage": None if outcome.status == "completed" else outcome.error_message,
+        "exitCode": _EXIT[outcome.status],
+        "turns": p.iterations,
+        "elapsedSeconds": round(trio.current_time() - began, 3),
+        "inputTokens": p.input_tokens,
+        "outputTokens": p.output_tokens,
+    }
 
 
 async def run_bridge(
@@ -269,64 +323,17 @@ async def run_bridge(
     started also counts its approvals: ``approvedActions`` and ``deniedActions`` (additive fields,
     the same as ``roost run --json`` reports).
     """
-    from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
     from roost.protocol._outbox import Outbox
     from roost.protocol._repl_prompts import PromptBroker
 
     outbox = Outbox()
-    state: dict[str, Any] = {"orch": None, "pending_interrupt": False}
-    counts = {"approvedActions": 0, "deniedActions": 0}
 
     def emit(event: dict) -> None:
         if event.get("type") == "result" and event.get("sessionId") is not None:
-            event.update(counts)  # additive, as in ``roost run --json``
+            event.update(control.counts)  # additive, as in ``roost run --json``
         outbox.deliver(dumps_line(event))
 
-    broker = PromptBroker(emit)
-
-    async def request_approval(params: dict) -> bool | None:
-        answer = await broker.request_approval(params)
-        counts["approvedActions" if answer is True else "deniedActions"] += 1
-        return answer
-
-    def interrupt() -> None:
-        orch = state["orch"]
-        if orch is None:
-            state["pending_interrupt"] = True
-        else:
-            orch.interrupt("interrupted")
-
-    def on_orchestrator(orch: Any) -> None:
-        state["orch"] = orch
-        if state["pending_interrupt"]:
-            orch.interrupt("interrupted")
-
-    def refuse(text: str) -> None:
-        emit({"type": "error", "text": text})
-
-    async def read_input() -> None:
-        async for frame in read_frames(receive, LineDecoder(max_line_bytes=line_limit())):
-            if isinstance(frame, FrameError) or not isinstance(frame, dict):
-                reason = frame.message if isinstance(frame, FrameError) else "an input line must be a JSON object"
-                if broker.pending_kind == "approval":  # anything malformed counts as denied
-                    broker.answer({"type": "approval_response", "approved": False})
-                    reason += "; the pending approval is denied"
-                refuse(reason)
-                continue
-            kind = frame.get("type")
-            if kind == "approval_response":
-                if not broker.answer(frame):
-                    refuse("approval_response ignored: no approval is pending")
-            elif kind == "interrupt":
-                interrupt()
-            else:
-                refuse(f"unknown input type {kind!r} (expected approval_response or interrupt)")
-        broker.close()  # end of input: nobody left to ask (a pending approval is denied)
-
-    async def sigint() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                interrupt()
+    control = _BridgeControl(emit, PromptBroker(emit))
 
     async def write_output() -> None:
         try:
@@ -334,15 +341,15 @@ async def run_bridge(
         except (trio.BrokenResourceError, trio.ClosedResourceError, BrokenPipeError):
             # Nobody reads the events any more: stop the run (resumable) rather than crash.
             log.warning("stdout was closed; interrupting the run")
-            state["stdout_gone"] = True
+            control.stdout_gone = True
             outbox.close()
-            interrupt()
+            control.interrupt()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write_output)
         async with trio.open_nursery() as inputs:
-            inputs.start_soon(read_input)
-            inputs.start_soon(sigint)
+            inputs.start_soon(control.read_input, receive)
+            inputs.start_soon(control.watch_signals)
             result = await run_session(
                 config_path=config_path,
                 task=task,
@@ -350,15 +357,76 @@ async def run_bridge(
                 settings=settings,
                 cwd=cwd,
                 emit=emit,
-                request_approval=request_approval,
-                on_orchestrator=on_orchestrator,
+                request_approval=control.request_approval,
+                on_orchestrator=control.on_orchestrator,
                 permission_mode=permission_mode,
             )
             inputs.cancel_scope.cancel()
         outbox.close()
-    if state.get("stdout_gone"):
+    if control.stdout_gone:
         from roost.protocol._stdout import silence_stdout
 
         silence_stdout()
         return 1 if result["exitCode"] == 0 else int(result["exitCode"])
     return int(result["exitCode"])
+
+
+class _BridgeControl:
+    """The run bridge's input side: approval answers, interrupts (input, SIGINT, SIGTERM) and the
+    orchestrator they reach (an interrupt before it exists is applied when it does)."""
+
+    def __init__(self, emit: Callable[[dict], None], broker: Any) -> None:
+        self.emit = emit
+        self.broker = broker
+        self.orch: Any = None
+        self.pending_interrupt = False
+        self.stdout_gone = False
+        self.counts = {"approvedActions": 0, "deniedActions": 0}  # the result's approval counts
+
+    async def request_approval(self, params: dict) -> bool | None:
+        """Ask the client through the broker and count the answer (None: denied by policy)."""
+        answer = await self.broker.request_approval(params)
+        self.counts["approvedActions" if answer is True else "deniedActions"] += 1
+        return answer
+
+    def interrupt(self) -> None:
+        if self.orch is None:
+            self.pending_interrupt = True
+        else:
+            self.orch.interrupt("interrupted")
+
+    def on_orchestrator(self, orch: Any) -> None:
+        self.orch = orch
+        if self.pending_interrupt:
+            orch.interrupt("interrupted")
+
+    def refuse(self, text: str) -> None:
+        self.emit({"type": "error", "text": text})
+
+    async def read_input(self, receive: trio.abc.ReceiveStream) -> None:
+        """Handle input lines until end of input, then deny what is still to be asked."""
+        from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
+
+        broker = self.broker
+        async for frame in read_frames(receive, LineDecoder(max_line_bytes=line_limit())):
+            if isinstance(frame, FrameError) or not isinstance(frame, dict):
+                reason = frame.message if isinstance(frame, FrameError) else "an input line must be a JSON object"
+                if broker.pending_kind == "approval":  # anything malformed counts as denied
+                    broker.answer({"type": "approval_response", "approved": False})
+                    reason += "; the pending approval is denied"
+                self.refuse(reason)
+                continue
+            kind = frame.get("type")
+            if kind == "approval_response":
+                if not broker.answer(frame):
+                    self.refuse("approval_response ignored: no approval is pending")
+            elif kind == "interrupt":
+                self.interrupt()
+            else:
+                self.refuse(f"unknown input type {kind!r} (expected approval_response or interrupt)")
+        broker.close()  # end of input: nobody left to ask (a pending approval is denied)
+
+    async def watch_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                self.interrupt()

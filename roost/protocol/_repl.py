@@ -48,23 +48,21 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
-from pathlib import Path
 from typing import Any
 
 import trio
 
 from roost._json import dumps_line, loads
-from roost.errors import ConfigError, RoostError
-from roost.protocol._coalesce import WIRE_TOKENS
-from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
+from roost.errors import RoostError
+from roost.protocol._framing import FrameError
 from roost.protocol._outbox import Outbox
-from roost.protocol._repl_events import ChatTranslator, assistant_replies, replay_event
-from roost.protocol._repl_prompts import PromptBroker, ask_user_tool
+from roost.protocol._repl_events import ChatTranslator, assistant_replies
+from roost.protocol._repl_prompts import PromptBroker
 from roost.protocol._repl_shell import ShellEscape
 from roost.protocol._repl_switch import fork_chat, switch_chat
+from roost.protocol._repl_taps import WorkerTaps
 
-__all__ = ["ReplSession", "serve_repl", "PROTOCOL_VERSION", "MID_TURN_COMMANDS"]
+__all__ = ["ReplSession", "PROTOCOL_VERSION", "MID_TURN_COMMANDS"]
 
 log = logging.getLogger("roost.repl")
 
@@ -153,14 +151,14 @@ class ReplSession:
         self.broker = broker
         self.model = model
         self.questions = questions
-        self.translator = ChatTranslator(cwd=actor.cwd, turn_index=turn_index)
+        self.translator = ChatTranslator(cwd=actor.facts().cwd, turn_index=turn_index)
         self.origin = Origin(client_id="repl", request_approval=broker.request_approval)
         self.nursery: trio.Nursery | None = None
         self.exit_requested = False
-        self._first_prompt: str | None = None
+        self.first_prompt: str | None = None
         self.registry = registry
         self.engines = engines
-        self._taps: dict[str, _WorkerTap] = {}  # worker thread id -> its tap
+        self.taps = WorkerTaps(self)  # the subagents this chat follows
         self._shell: ShellEscape | None = None  # the running ``!command``, if any
 
     # -- output ---------------------------------------------------------------------------------
@@ -175,12 +173,12 @@ class ReplSession:
         message = loads(line)
         method = message.get("method") or ""
         params = message.get("params") or {}
-        if method == "item/completed" and self._first_prompt is None:
+        if method == "item/completed" and self.first_prompt is None:
             item = params.get("item") or {}
             if item.get("type") == "user_message" and not str(item.get("source_id") or "").startswith("roost:"):
-                self._first_prompt = item.get("text") or ""
+                self.first_prompt = item.get("text") or ""
         if method == "agent/updated":
-            self._tap_worker(params.get("agent") or {})
+            self.taps.follow(params.get("agent") or {})
         terminal = method in ("turn/completed", "turn/error")
         was_busy = self.translator.busy
         for event in self.translator.translate(method, params):
@@ -196,44 +194,11 @@ class ReplSession:
         """Send the pending ``tool_call`` of ``item_id`` (before its ``approval_request``)."""
         for event in self.translator.announce_tool_call(item_id):
             self.emit(event)
-        for tap in self._taps.values():
-            tap.announce(item_id)
+        self.taps.announce(item_id)
 
     def untap_workers(self) -> None:
         """Stop following subagents (the chat is ending)."""
-        for thread_id, tap in list(self._taps.items()):
-            subscribers = self.registry.subscribers.get(thread_id) or []
-            if tap in subscribers:
-                subscribers.remove(tap)
-        self._taps.clear()
-
-    def _tap_worker(self, agent: dict) -> None:
-        """Follow a subagent's thread, so its tool calls show as ``tool_call`` with ``agent`` set.
-
-        Called synchronously from the root hub's ``agent/updated``, which a new worker's tree emits
-        before the worker's turn starts, so no call of it is missed. The tap joins the registry's
-        shared subscriber list of the worker thread (it outlives restarts of that actor).
-        """
-        thread_id = agent.get("thread_id")
-        if self.registry is None or not isinstance(thread_id, str):
-            return
-        subscribers = self.registry.subscribers.setdefault(thread_id, [])
-        tap = self._taps.get(thread_id)
-        if agent.get("status") in ("completed", "failed", "interrupted", "cancelled"):
-            if tap is not None and tap in subscribers:
-                subscribers.remove(tap)
-            self._taps.pop(thread_id, None)
-        elif tap is None:
-            # The call that spawned the worker (the chat's, or its parent worker's) is running:
-            # announce it before the worker's own calls.
-            parent = next((t for t in self._taps.values() if t.worker_id == agent.get("parent_id")), None)
-            if parent is not None:
-                parent.announce_running()
-            else:
-                for event in self.translator.announce_running():
-                    self.emit(event)
-            tap = self._taps[thread_id] = _WorkerTap(self, str(agent.get("name") or "agent"), agent.get("id"))
-            subscribers.append(tap)
+        self.taps.clear()
 
     def status_event(self) -> dict:
         """The ``status`` event: model, turn, context use (0-1), level, modes, token totals."""
@@ -244,7 +209,7 @@ class ReplSession:
             window = _CONTEXT_WINDOW
         context = min(1.0, t.last_input_tokens / window) if window > 0 else 0.0
         level = "ok" if context < 0.75 else "warning" if context < 0.9 else "critical"
-        modes = [self.actor.thread.permission_mode or "standard"] + (["questions"] if self.questions else [])
+        modes = [self.actor.facts().thread.permission_mode or "standard"] + (["questions"] if self.questions else [])
         return {
             "type": "status",
             "model": self.model,
@@ -258,7 +223,7 @@ class ReplSession:
         }
 
     def title_event(self) -> dict:
-        thread = self.actor.thread
+        thread = self.actor.facts().thread
         return {
             "type": "title",
             "sessionId": thread.id,
@@ -267,7 +232,7 @@ class ReplSession:
         }
 
     def ready_event(self) -> dict:
-        thread = self.actor.thread
+        thread = self.actor.facts().thread
         return {
             "type": "ready",
             "protocolVersion": PROTOCOL_VERSION,
@@ -289,10 +254,10 @@ class ReplSession:
             self.nursery.start_soon(self._carry, held)
         elif (
             turn.get("status") == "completed"
-            and self._first_prompt
-            and not (self.actor.thread.metadata or {}).get("auto_title")
+            and self.first_prompt
+            and not (self.actor.facts().thread.metadata or {}).get("auto_title")
         ):
-            self.nursery.start_soon(self._auto_title, self._first_prompt)
+            self.nursery.start_soon(self._auto_title, self.first_prompt)
 
     async def _carry(self, held: list[dict]) -> None:
         """Start the next turn with the messages the last turn never admitted."""
@@ -305,7 +270,7 @@ class ReplSession:
             for entry in held[1:]:
                 await self.actor.ref.ask(SteerInput(input_id=entry["id"], expected_turn_id=turn_id, origin=self.origin))
         except RoostError as exc:
-            if not self.translator._turn_id:
+            if not self.translator.turn_id:
                 self.translator.abandon_turn()
             self.emit({"type": "error", "text": f"could not carry the message over: {exc}"})
 
@@ -314,7 +279,7 @@ class ReplSession:
 
         first = (prompt.strip().splitlines() or [""])[0]
         auto = first if len(first) <= 60 else first[:59] + "…"
-        metadata = dict(self.actor.thread.metadata or {}, auto_title=auto)
+        metadata = dict(self.actor.facts().thread.metadata or {}, auto_title=auto)
         try:
             await self.actor.ref.ask(UpdateThread(changes={"metadata": metadata}))
         except RoostError as exc:
@@ -370,10 +335,10 @@ class ReplSession:
         and subscriptions live in the registry, so events keep coming.
         """
         actor = self.actor
-        if actor.state.value != "stopped" or self.registry is None:
+        if not actor.facts().stopped or self.registry is None:
             return
         try:
-            fresh = await self.registry.get(actor.thread.id)
+            fresh = await self.registry.get(actor.thread_id)
         except RoostError as exc:
             log.warning("the chat's thread could not be reloaded after a crash: %s", exc)
             return
@@ -404,7 +369,7 @@ class ReplSession:
         except InvalidParams as exc:
             self.emit({"type": "error", "text": str(exc)})
             return
-        refusal = self.engines.image_refusal(self.actor.thread) if images and self.engines is not None else None
+        refusal = self.engines.image_refusal(self.actor.facts().thread) if images and self.engines is not None else None
         if refusal is not None:
             self.emit({"type": "error", "text": refusal})
             return
@@ -433,7 +398,7 @@ class ReplSession:
         try:
             await self.actor.ref.ask(StartTurn(prompt=text or None, images=images, origin=self.origin))
         except RoostError as exc:
-            if self.translator._turn_id is None:
+            if self.translator.turn_id is None:
                 self.translator.abandon_turn()
             self.emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
 
@@ -469,7 +434,7 @@ class ReplSession:
         if self.nursery is None:
             self.emit({"type": "error", "text": "the chat is not accepting commands"})
             return
-        self._shell = ShellEscape(command, cwd=self.actor.cwd, emit=self.emit)
+        self._shell = ShellEscape(command, cwd=self.actor.facts().cwd, emit=self.emit)
         self.nursery.start_soon(self._run_shell, self._shell)
 
     async def _run_shell(self, escape: ShellEscape) -> None:
@@ -518,7 +483,7 @@ class ReplSession:
         try:
             await self.actor.ref.ask(Compact(instructions=instructions or None, origin=self.origin))
         except RoostError as exc:
-            if self.translator._turn_id is None:
+            if self.translator.turn_id is None:
                 self.translator.abandon_turn()
             self.emit({"type": "error", "text": f"could not compact: {exc}"})
 
@@ -601,231 +566,11 @@ class ReplSession:
             shell.stop()
             with trio.move_on_after(_SHUTDOWN_GRACE):
                 await shell.done.wait()
-        if self.translator.busy or self.actor.active is not None:
+        if self.translator.busy or self.actor.facts().running:
             try:
                 self.actor.ref.tell(InterruptTurn(reason="shutdown"))
             except RoostError:
                 log.debug("could not interrupt the turn at shutdown", exc_info=True)
             with trio.move_on_after(_SHUTDOWN_GRACE):
-                await self.actor.idle.wait()
+                await self.actor.wait_idle()
         self.broker.close()
-
-
-class _WorkerTap:
-    """A subscriber of one subagent's thread: its tool calls become ``tool_call {.., agent}``."""
-
-    def __init__(self, session: ReplSession, name: str, worker_id: Any) -> None:
-        self.session = session
-        self.name = name
-        self.worker_id = worker_id
-        self.translator = ChatTranslator(cwd=session.actor.cwd)
-
-    def _emit(self, events: list[dict]) -> None:
-        for event in events:
-            if event["type"] == "tool_call":
-                self.session.emit({**event, "agent": self.name})
-
-    def deliver(self, line: bytes) -> None:
-        message = loads(line)
-        method = message.get("method") or ""
-        if method in ("item/started", "item/completed", "item/toolCall/delta", "item/toolCall/outputDelta"):
-            self._emit(self.translator.translate(method, message.get("params") or {}))
-
-    def announce(self, item_id: Any) -> None:
-        self._emit(self.translator.announce_tool_call(item_id))
-
-    def announce_running(self) -> None:
-        self._emit(self.translator.announce_running())
-
-
-async def _open_chat(runtime: Any, *, resume: str | None, cwd: Path, settings: Any, permission_mode: str) -> Any:
-    """The chat's ThreadActor: the resumed thread, or a new ``chat`` thread in ``cwd``.
-
-    Raises:
-        ThreadNotFound: ``resume`` names no thread. InvalidParams: it is not a chat.
-    """
-    from roost.errors import InvalidParams
-    from roost.model import Thread
-    from roost.storage import new_id, utc_now
-
-    if resume is not None:
-        actor = await runtime.registry.get(resume)
-        if actor.thread.kind != "chat":
-            raise InvalidParams(f"{resume} is a {actor.thread.kind} thread, not a chat")
-        return actor
-    now = utc_now()
-    thread = Thread(
-        id=new_id("thr"),
-        kind="chat",
-        cwd=str(cwd),
-        provider=settings.provider,
-        model=settings.model,
-        permission_mode=permission_mode,
-        created_at=now,
-        updated_at=now,
-    )
-    return await runtime.registry.create(thread, ephemeral=False)
-
-
-async def serve_repl(
-    receive: trio.abc.ReceiveStream,
-    send: trio.abc.SendStream,
-    *,
-    engines: Any,
-    cwd: Path,
-    resume: str | None = None,
-    permission_mode: str = "standard",
-    questions: bool = False,
-    db_path: Path | None = None,
-    handle_sigint: bool = True,
-) -> int:
-    """Serve one stdio chat until end of input or ``/exit``; return the exit status.
-
-    Args:
-        receive, send: the client's byte streams (stdin / stdout).
-        engines: the :class:`~roost.protocol._engines.EngineCatalog` (``default`` None = unconfigured).
-        cwd: the new chat's working directory (a resumed chat keeps its own).
-        resume: the id of a chat thread to continue (its earlier turns are sent as ``replay``).
-        permission_mode: a new chat's permission mode (``standard`` asks approvals).
-        questions: offer the ``ask_user`` tool (FUSERAFT_VSCODE_QUESTIONS=1).
-        db_path: the database (default ``$ROOST_HOME/roost.db``).
-        handle_sigint: SIGINT interrupts the running turn (only from the main thread).
-
-    Returns:
-        0 after a normal end; 1 when the chat could not be opened (unknown ``--resume`` id, the
-        store); 2 when no model provider is configured. Each failure is first reported as an
-        ``error`` event, then ``session_end``.
-
-    Cancellation: cancelled from outside, the runtime stops (a running turn settles as interrupted
-    in its shielded clean-up) and no ``session_end`` is promised.
-    """
-    from roost.config import configured_mcp_servers
-    from roost.plugins import open_mcp_host
-    from roost.supervisor import open_runtime
-    from roost.tools import builtin_tools, plan_tool
-
-    outbox = Outbox(coalesce=WIRE_TOKENS)
-    code = 0
-    session: ReplSession | None = None
-
-    def emit(event: dict) -> None:
-        outbox.deliver(dumps_line(event))
-
-    def before_approval(item_id: Any) -> None:
-        if session is not None:
-            session.announce_tool_call(item_id)
-
-    broker = PromptBroker(emit, before_approval=before_approval)
-
-    def on_sigint() -> None:
-        if session is not None:
-            session.interrupt()
-        else:
-            emit({"type": "cancelled"})  # nothing is running yet; the process lives on
-
-    async with trio.open_nursery() as writer:
-
-        async def write() -> None:
-            try:
-                await outbox.run_writer(send)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                log.info("the client closed stdout")
-
-        writer.start_soon(write)
-        signals_scope = trio.CancelScope()
-        if handle_sigint:
-
-            async def signals(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-                with signals_scope:
-                    await _sigint(on_sigint, task_status=task_status)
-
-            await writer.start(signals)
-        try:
-            if engines.default is None:
-                emit({"type": "error", "text": engines.setup_error or "no model provider is configured"})
-                code = 2
-                return code
-            tools = builtin_tools()
-            tools["update_plan"] = plan_tool()  # plan and step_status events
-            if questions:
-                tools["ask_user"] = ask_user_tool(broker)
-            try:
-                mcp_servers = configured_mcp_servers()
-            except ConfigError as exc:
-                emit({"type": "error", "text": str(exc)})
-                code = 2
-                return code
-            async with (
-                open_mcp_host(mcp_servers) as mcp,
-                open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime,
-            ):
-                mcp.attach(runtime.services.tools)
-                try:
-                    actor = await _open_chat(
-                        runtime, resume=resume, cwd=cwd, settings=engines.default, permission_mode=permission_mode
-                    )
-                    snapshot = await actor.ref.ask(_snapshot()) if resume is not None else None
-                except RoostError as exc:
-                    emit({"type": "error", "text": f"{type(exc).__name__}: {exc}"})
-                    code = 1
-                    return code
-                model = actor.thread.model or engines.default.model or engines.default.provider
-                turns = len(snapshot["turns"]) if snapshot else 0
-                session = ReplSession(
-                    actor,
-                    outbox,
-                    broker,
-                    model=model,
-                    questions=questions,
-                    turn_index=turns,
-                    registry=runtime.registry,
-                    engines=engines,
-                )
-                await _serve(session, receive, snapshot)
-        finally:
-            broker.close()
-            emit({"type": "session_end"})
-            outbox.close()
-            signals_scope.cancel()  # the writer task drains what is queued, then returns
-    return code
-
-
-def _snapshot() -> Any:
-    from roost.actors import Snapshot
-
-    return Snapshot()
-
-
-async def _serve(session: ReplSession, receive: trio.abc.ReceiveStream, snapshot: dict | None) -> None:
-    from roost.actors import Subscribe, Unsubscribe
-
-    actor = session.actor
-    await actor.ref.ask(Subscribe(session))
-    try:
-        session.emit(session.ready_event())
-        if snapshot is not None:
-            session.emit(replay_event(snapshot))
-        async with trio.open_nursery() as nursery:
-            session.nursery = nursery
-            async for frame in read_frames(receive, LineDecoder(max_line_bytes=line_limit())):
-                await session.handle(frame)
-                if session.exit_requested:
-                    break
-            await session.shutdown()
-            nursery.cancel_scope.cancel()
-    finally:
-        session.nursery = None
-        session.untap_workers()
-        with trio.CancelScope(shield=True):
-            try:
-                await session.actor.ref.ask(Unsubscribe(session), timeout=5)  # /switch may have changed it
-            except RoostError:
-                log.debug("could not unsubscribe at shutdown", exc_info=True)
-
-
-async def _sigint(on_sigint: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """SIGINT cancels the running turn only (wire-protocol.md "Input": ``interrupt``)."""
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
-        task_status.started()
-        async for _ in signals:
-            on_sigint()

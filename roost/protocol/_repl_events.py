@@ -191,6 +191,11 @@ class ChatTranslator:
         self._turn_id: str | None = None
         self._compacting = False  # the current (or expected) turn is a compaction
 
+    @property
+    def turn_id(self) -> str | None:
+        """The id of the turn being translated (from its ``turn/started``), or None between turns."""
+        return self._turn_id
+
     # -- state the session drives ---------------------------------------------------------------
 
     def expect_turn(self, carried_text: str = "") -> None:

@@ -35,7 +35,7 @@ async def switch_chat(session: Any, target: str) -> bool:
     if session.registry is None:
         session.emit({"type": "error", "text": "/switch is not available here"})
         return False
-    if target == session.actor.thread.id:
+    if target == session.actor.thread_id:
         session.emit({"type": "error", "text": f"already running as {target}"})
         return False
     try:
@@ -43,8 +43,9 @@ async def switch_chat(session: Any, target: str) -> bool:
     except RoostError:
         session.emit({"type": "error", "text": f"no chat with id {target!r}"})
         return False
-    if actor.thread.kind != "chat":
-        session.emit({"type": "error", "text": f"{target} is a {actor.thread.kind} thread, not a chat"})
+    kind = actor.facts().thread.kind
+    if kind != "chat":
+        session.emit({"type": "error", "text": f"{target} is a {kind} thread, not a chat"})
         return False
     snapshot = await actor.ref.ask(Snapshot())
     await actor.ref.ask(Subscribe(session))
@@ -53,8 +54,8 @@ async def switch_chat(session: Any, target: str) -> bool:
     except RoostError:
         log.debug("the previous chat's actor did not take the unsubscribe", exc_info=True)
     session.actor = actor
-    session.translator = ChatTranslator(cwd=actor.cwd, turn_index=len(snapshot["turns"]))
-    session._first_prompt = None if not snapshot["turns"] else ""  # no auto-title for an older chat
+    session.translator = ChatTranslator(cwd=actor.facts().cwd, turn_index=len(snapshot["turns"]))
+    session.first_prompt = None if not snapshot["turns"] else ""  # no auto-title for an older chat
     session.emit(session.title_event())
     session.emit(replay_event(snapshot))
     return True
@@ -74,7 +75,7 @@ async def fork_chat(session: Any, arg: str) -> str | None:
     if session.registry is None:
         session.emit({"type": "error", "text": "/fork is not available here"})
         return None
-    src = session.actor.thread
+    src = session.actor.facts().thread
     try:
         snapshot = await session.actor.ref.ask(Snapshot())
         turns, items = _cut(snapshot, src.id, None, None)

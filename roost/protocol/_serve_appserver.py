@@ -23,10 +23,10 @@ from roost.protocol import (  # noqa: F401  (register methods)
 )
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._engines import EngineCatalog
-from roost.supervisor import open_runtime
+from roost.supervisor import ChildSpec, Restart, open_runtime
 from roost.tools import builtin_tools
 
-__all__ = ["serve_app_server"]
+__all__ = ["serve_app_server", "serve_connection"]
 
 
 async def serve_app_server(
@@ -79,7 +79,7 @@ async def serve_app_server(
                         reloader = ConfigReloader(session, *watch_config)
                         await trio.to_thread.run_sync(reloader.prime)
                         nursery.start_soon(reloader.run)
-                    await session.serve(receive, send)
+                    await serve_connection(runtime, session, receive, send)
                 finally:
                     with trio.CancelScope(shield=True):
                         await processes.aclose()  # recorded as lost: they end with Roost
@@ -88,3 +88,46 @@ async def serve_app_server(
     finally:
         with trio.CancelScope(shield=True):
             await engines.aclose()
+
+
+async def serve_connection(
+    runtime: Any, session: AppServerSession, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream
+) -> None:
+    """Serve the one stdio client as the root supervisor's temporary child ``connection:stdio``
+    (DESIGN.md section 2: one supervised part per client connection) until it ends.
+
+    Its request intake is bounded (``MAX_IN_FLIGHT`` requests at once; reading waits beyond
+    that). The child is temporary, as a stdio client cannot come back: its end is logged by the
+    supervisor, and a crash is raised here too, so the process ends as it always did.
+
+    Cancellation: cancelled, the child is stopped (its shielded clean-up interrupts and persists
+    the running turns) before this returns.
+    """
+    ended = trio.Event()
+    crashed: list[Exception] = []
+
+    async def run(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await session.serve(receive, send)
+        except Exception as exc:
+            crashed.append(exc)
+            raise
+        finally:
+            ended.set()
+
+    spec = ChildSpec("connection:stdio", run, restart=Restart.TEMPORARY, shutdown_timeout=30)
+    await runtime.root.start_child(spec)
+    try:
+        await ended.wait()
+    finally:
+        if not ended.is_set():  # cancelled from outside: stop the session (its clean-up runs)
+            from roost.errors import ChildNotFound
+
+            with trio.CancelScope(shield=True):
+                try:
+                    await runtime.root.terminate_child(spec.id)
+                except ChildNotFound:
+                    pass  # it ended meanwhile
+    if crashed:
+        raise crashed[0]

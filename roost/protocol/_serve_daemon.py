@@ -23,45 +23,37 @@ With ``--http-port``, :func:`roost.protocol._serve_http.serve_http` owns the TCP
 ``/attach`` (trio-websocket) and ``/mcp`` (the MCP tools) on it; without the ``mcp`` SDK installed
 the daemon falls back to trio-websocket's own server for ``/attach`` alone.
 
-The single-daemon rule for the socket path: the daemon holds an exclusive ``flock`` on
-``<socket>.lock`` for its lifetime. A second daemon fails to take it and exits non-zero
-(:class:`DaemonRunning`); the holder removes a socket file only while holding the lock (so the file
-is stale: its daemon is dead) and only after a connect attempt is refused.
+Around it: the single-daemon rule for the socket path (:class:`DaemonRunning`, re-exported here)
+is :mod:`roost.protocol._serve_socket`; :class:`ServeOptions` and :class:`ClientState` are
+:mod:`roost.protocol._serve_state`; input lines are handled by :mod:`roost.protocol._serve_input`.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import hashlib
 import itertools
 import logging
 import os
-import socket as stdsocket
-import ssl
 import stat
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 
 import roost.orchestration
-from roost._faults import fault_point
-from roost._json import JSONDecodeError, dumps_line, loads
-from roost._paths import run_dir
+from roost._json import dumps_line
 from roost.actors import CLOSE_NORMAL, ConnectionActor, QueuedTask, TaskQueue
-from roost.errors import ChildNotFound, ConfigError, LifecycleError, RoostError, ServerOverloaded
+from roost.errors import ChildNotFound, LifecycleError, RoostError
 from roost.protocol._coalesce import WIRE_TOKENS
-from roost.protocol._errors import to_protocol_error
 from roost.protocol._framing import FrameError, LineDecoder, line_limit, read_frames
-from roost.protocol._outbox import DEFAULT_OUTBOX_LINES, Outbox, stall_timeout_from_env
-from roost.protocol._serve_auth import ServeAuth, bearer_token, parse_client_id
+from roost.protocol._outbox import Outbox, stall_timeout_from_env
+from roost.protocol._serve_auth import bearer_token, parse_client_id
 from roost.protocol._serve_events import TaskEventTranslator, approval_event, result_event
+from roost.protocol._serve_input import handle_line
 from roost.protocol._serve_listeners import run_http_listener, run_unix_listener
-from roost.protocol._serve_prompts import Pending, answer_value, prompt_client, question_event
+from roost.protocol._serve_prompts import prompt_client, question_event
+from roost.protocol._serve_socket import DaemonRunning, SocketPathTaken, claim_socket_path, default_socket_path
+from roost.protocol._serve_state import ClientState, ServeOptions
 from roost.protocol._websocket import ServerWebSocket, accept_websocket, read_request, reject_websocket
 from roost.supervisor import ChildSpec, Restart, Supervisor
 
@@ -83,114 +75,6 @@ MAX_LINE_BYTES = 64 << 20
 _anon = itertools.count(1)
 #: Tasks whose approval records (:meth:`ServeDaemon.approvals_of`) are kept.
 _APPROVALS_KEPT = 1000
-
-
-class DaemonRunning(ConfigError):
-    """Another live ``roost serve`` owns this socket path."""
-
-
-class SocketPathTaken(DaemonRunning):
-    """Something that is not a socket (a regular file, a directory, a symlink) is at the socket path."""
-
-
-def default_socket_path(work_dir: Path) -> Path:
-    """``$ROOST_HOME/run/<first 16 hex digits of sha256(work dir)>.sock``."""
-    digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:16]
-    return run_dir() / f"{digest}.sock"
-
-
-def claim_socket_path(path: Path) -> int:
-    """Take the single-daemon lock of ``path`` and remove a stale socket file; return the lock fd.
-
-    Raises:
-        DaemonRunning: another daemon holds the lock, or something accepts connections on ``path``.
-        SocketPathTaken: ``path`` exists and is not a socket (it is left untouched).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise DaemonRunning(f"another roost serve is already running on {path}") from None
-        raise
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        mode = None
-    if mode is not None and not stat.S_ISSOCK(mode):
-        # Issue 18, finding 7: only a socket is ever removed; a file, directory or symlink at the
-        # path is somebody's data.
-        os.close(fd)
-        kind = "directory" if stat.S_ISDIR(mode) else "symbolic link" if stat.S_ISLNK(mode) else "file"
-        raise SocketPathTaken(
-            f"{path} exists and is a {kind}, not a socket; not removing it. "
-            "Move it away or give another path with --socket"
-        )
-    if mode is not None:
-        probe = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
-        probe.settimeout(2.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink(missing_ok=True)  # stale: its daemon is dead (we hold the lock)
-        else:
-            os.close(fd)
-            raise DaemonRunning(f"a daemon is accepting connections on {path}; not displacing it")
-        finally:
-            probe.close()
-    return fd
-
-
-@attrs.define(kw_only=True)
-class ServeOptions:
-    """The daemon's settings (see ``roost serve --help`` for each)."""
-
-    socket_path: Path
-    work_dir: Path
-    http_port: int | None = None
-    host: str = "127.0.0.1"
-    ssl_context: ssl.SSLContext | None = None
-    auth: ServeAuth = attrs.field(factory=ServeAuth)
-    reconnect_grace: float = 30.0
-    unattended_policy: str = "deny"
-    max_concurrent: int = 1
-    max_queued: int = 1000
-    outbox_lines: int = DEFAULT_OUTBOX_LINES
-    kick_grace: float = 10.0
-    permission_mode: str = "standard"
-    warn_threshold: int | None = None
-    agent_name: str = "assistant"
-    #: the orchestration config (absolute path) of tasks dispatched without one (``-c``); None: one agent
-    config: str | None = None
-    #: host the daemon's agents over A2A on the HTTP port (``--a2a``, roost.protocol._a2a_host)
-    a2a: bool = False
-    #: add ``"t"`` (unix seconds, float) to each broadcast event when it is emitted (benchmarks)
-    stamp_events: bool = False
-
-
-@attrs.define(eq=False)
-class ClientState:
-    """One client: every connection with its key (the newest is the live one), its approvals."""
-
-    key: str
-    client_id: str | None
-    anonymous: bool
-    conns: list = attrs.field(factory=list)
-    approval_lock: trio.Lock = attrs.field(factory=trio.Lock)
-    pending: Pending | None = None
-    changed: trio.Event = attrs.field(factory=trio.Event)
-
-    def live(self) -> ConnectionActor | None:
-        for conn in reversed(self.conns):
-            if conn.alive:
-                return conn
-        return None
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
 
 
 class ServeDaemon:
@@ -414,6 +298,8 @@ class ServeDaemon:
             on_overflow=lambda: holder[0].kick(f"slow consumer: {outbox.reason}"),
         )
         conn = ConnectionActor(
+            frames=frames,
+            stream=stream,
             outbox=outbox,
             handle_line=self._handle,
             close=close,
@@ -435,10 +321,12 @@ class ServeDaemon:
             extra={"event": "client_connected", "client": key, "conn": str(conn.id), "read_only": read_only},
         )
         try:
-            await conn.run(frames, stream)
+            await conn.run()
         except Exception:
-            # A bug in serving one client must not take the daemon (and every other client) down.
+            # A bug in serving one client ends that connection only: the crash goes to the
+            # connections supervisor (a temporary child, logged and not restarted).
             log.exception("serve: connection %s failed", conn.id)
+            raise
         finally:
             log.info("client %s dropped", key, extra={"event": "client_dropped", "client": key, "conn": str(conn.id)})
             self.connections.discard(conn)
@@ -495,78 +383,8 @@ class ServeDaemon:
     # -- input --------------------------------------------------------------------------------------
 
     async def _handle(self, conn: ConnectionActor, line: str | FrameError) -> None:
-        """Handle one input line: plain text is a task; a line starting with ``{`` or ``[`` must be
-        a JSON object input message (anything else there gets an ``invalid_request`` error and is
-        not queued). An oversized or undecodable line (a :class:`FrameError` of the framing) gets
-        a ``parse_error`` error and never becomes input."""
-        fault_point("connection")
-        if isinstance(line, FrameError):
-            conn.send(_error(line.message, line.code))
-            return
-        text = line.strip()
-        if not text:
-            return
-        if not text.startswith(("{", "[")):  # a plain text line is a task
-            await self._dispatch(conn, text)
-            return
-        message = _json_object(text)
-        if message is None:
-            conn.send(
-                _error(
-                    "the line starts like JSON but is not a JSON object; send a JSON input "
-                    "message or plain text (not starting with '{' or '[')",
-                    "invalid_request",
-                )
-            )
-            return
-        kind = message.get("type")
-        if kind == "user_input":
-            if message.get("images"):
-                conn.send(_error("images aren't supported on the serve socket", "unsupported"))
-                return
-            body = message.get("text")
-            if not isinstance(body, str) or not body.strip():
-                conn.send(_error("user_input needs a non-empty text", "invalid_params"))
-                return
-            await self._dispatch(conn, body)
-        elif kind in ("approval_response", "question_response"):
-            self._answer(conn, "approval" if kind == "approval_response" else "question", message)
-        elif kind == "interrupt":
-            if conn.read_only:
-                conn.send(_error("a read-only client cannot interrupt", "read_only"))
-            elif not await self.queue.interrupt_everywhere(conn.client.key):
-                conn.send(_error("none of your tasks is running", "invalid_request"))
-        elif kind == "status":  # additive (issue 17): see roost.protocol._serve_status
-            from roost.protocol._serve_status import status_snapshot
-
-            # ``countSelf: false`` (roost status): the asking connection only asks; leave it out
-            conn.send(status_snapshot(self, asker=None if message.get("countSelf", True) is not False else conn))
-        else:
-            conn.send(_error(f"unknown input type {kind!r}", "invalid_request"))
-
-    async def _dispatch(self, conn: ConnectionActor, text: str) -> None:
-        if conn.read_only:
-            conn.send(_error("this client attached with a read token: it cannot dispatch tasks", "read_only"))
-            return
-        try:
-            task_id = await self.queue.dispatch(text, client_id=conn.client.key, source="client")
-        except ServerOverloaded as exc:
-            conn.send(_error(str(exc), exc.code))
-            return
-        except RoostError as exc:
-            error = to_protocol_error(exc, context="serve dispatch")  # the same table as the app-server
-            conn.send(_error(f"the task could not be queued: {error.message}", error.code))
-            return
-        conn.send({"type": "queued", "sessionId": task_id, "position": self.queue.position(task_id) or 0})
-
-    def _answer(self, conn: ConnectionActor, kind: str, message: dict) -> None:
-        client = conn.client
-        pending = client.pending
-        if pending is None or pending.done or pending.asked is None or pending.kind != kind:
-            conn.send(_error(f"no {kind} is pending", "invalid_request"))
-            return
-        pending.answer, pending.done = answer_value(kind, message), True
-        client.notify()
+        """Handle one input line of ``conn`` (:func:`roost.protocol._serve_input.handle_line`)."""
+        await handle_line(self, conn, line)
 
     # -- TaskListener -------------------------------------------------------------------------------
 
@@ -748,19 +566,6 @@ def _config_budget(path: str | None) -> int | None:
     except (RoostError, OSError):
         log.debug("no token budget from %s (the task reports the config itself)", path, exc_info=True)
         return None
-
-
-def _json_object(text: str) -> dict | None:
-    """``text`` parsed as a JSON object, or None when it is not valid JSON or not an object."""
-    try:
-        message = loads(text)
-    except (JSONDecodeError, ValueError):
-        return None
-    return message if isinstance(message, dict) else None
-
-
-def _error(text: str, code: str) -> dict:
-    return {"type": "error", "text": text, "code": code}
 
 
 async def _logged(fn: Any, *args: Any) -> None:

@@ -136,37 +136,12 @@ async def serve_http(
                 await outer.start(run_mcp_app)
         await mcp["serve"](stream)
 
-    async def handle(stream: trio.SocketStream) -> None:
-        try:
-            await serve_one(stream)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                await trio.aclose_forcefully(stream)
-                raise
-            # One connection's failure (a TLS error, a peer gone mid-handshake, a bug) must not
-            # take the port down.
-            log.debug("serve: HTTP connection failed", exc_info=True)
-            await trio.aclose_forcefully(stream)
-
     async def serve_one(stream: trio.SocketStream) -> None:
         conn: trio.abc.Stream = stream
         if ssl_context is not None:
             conn = trio.SSLStream(stream, ssl_context, server_side=True)
-        head = b""
-        try:
-            with trio.fail_after(HEAD_TIMEOUT):
-                while b"\r\n\r\n" not in head:
-                    data = await conn.receive_some(16384)
-                    if not data:
-                        await conn.aclose()
-                        return
-                    head += data
-                    if len(head) > MAX_HEAD_BYTES:
-                        await _reply(conn, "431 Request Header Fields Too Large", b"request head too large\n")
-                        await conn.aclose()
-                        return
-        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError):
-            await trio.aclose_forcefully(conn)
+        head = await _read_head(conn)
+        if head is None:
             return
         method, target, headers = _parse_head(head.split(b"\r\n\r\n", 1)[0])
         path = target.split("?", 1)[0]
@@ -185,17 +160,7 @@ async def serve_http(
             await serve_metrics(daemon, conn, method, headers)
             return
         if path.rstrip("/") == "/mcp":
-            if "origin" in headers:
-                await _reply(conn, "403 Forbidden", b"refused: a request with an Origin header is not accepted\n")
-                await conn.aclose()
-                return
-            grant = daemon.options.auth.check(bearer_token(headers.get("authorization")))
-            if grant is None or grant.read_only:
-                if grant is None:
-                    await _reply(conn, "401 Unauthorized", b"unauthorized: send Authorization: Bearer <token>\n")
-                else:
-                    await _reply(conn, "403 Forbidden", b"a read token cannot use the MCP tools\n")
-                await conn.aclose()
+            if not await _mcp_allowed(daemon, conn, headers):
                 return
             try:
                 await serve_mcp(replay)
@@ -213,8 +178,62 @@ async def serve_http(
 
     async with trio.open_nursery() as outer:
         for listener in listeners:
-            outer.start_soon(_accept_loop, listener, handle, outer)
+            outer.start_soon(_accept_loop, listener, functools.partial(_guarded, serve_one), outer)
         task_status.started(bound)
+
+
+async def _guarded(serve_one: Any, stream: trio.SocketStream) -> None:
+    """``await serve_one(stream)``; one connection's failure (a TLS error, a peer gone
+    mid-handshake, a bug) is logged and closes that stream, never the port."""
+    try:
+        await serve_one(stream)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            await trio.aclose_forcefully(stream)
+            raise
+        log.debug("serve: HTTP connection failed", exc_info=True)
+        await trio.aclose_forcefully(stream)
+
+
+async def _read_head(conn: trio.abc.Stream) -> bytes | None:
+    """Read one request head (up to the blank line, within ``HEAD_TIMEOUT`` seconds and
+    ``MAX_HEAD_BYTES``); None when the peer left, was too slow or sent too much (``conn`` is
+    then answered, if it can be, and closed)."""
+    head = b""
+    try:
+        with trio.fail_after(HEAD_TIMEOUT):
+            while b"\r\n\r\n" not in head:
+                data = await conn.receive_some(16384)
+                if not data:
+                    await conn.aclose()
+                    return None
+                head += data
+                if len(head) > MAX_HEAD_BYTES:
+                    await _reply(conn, "431 Request Header Fields Too Large", b"request head too large\n")
+                    await conn.aclose()
+                    return None
+    except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError):
+        await trio.aclose_forcefully(conn)
+        return None
+    return head
+
+
+async def _mcp_allowed(daemon: Any, conn: trio.abc.Stream, headers: dict) -> bool:
+    """Whether an ``/mcp`` request may go on: no Origin header, and a token that is not read-only
+    (else it is answered 403/401 and ``conn`` is closed)."""
+    if "origin" in headers:
+        await _reply(conn, "403 Forbidden", b"refused: a request with an Origin header is not accepted\n")
+        await conn.aclose()
+        return False
+    grant = daemon.options.auth.check(bearer_token(headers.get("authorization")))
+    if grant is None or grant.read_only:
+        if grant is None:
+            await _reply(conn, "401 Unauthorized", b"unauthorized: send Authorization: Bearer <token>\n")
+        else:
+            await _reply(conn, "403 Forbidden", b"a read token cannot use the MCP tools\n")
+        await conn.aclose()
+        return False
+    return True
 
 
 async def _accept_loop(listener: trio.SocketListener, handle: Any, nursery: trio.Nursery) -> None:

@@ -68,24 +68,6 @@ def build_mcp_app(daemon: Any) -> Any:
     server = _Server("roost-serve")
     queue = daemon.queue
 
-    def client_key(ctx: Context) -> str | None:
-        request = ctx.request_context.request
-        headers = getattr(request, "headers", None) or {}
-        try:
-            client_id = parse_client_id(headers.get("fuseraft-client-id"))
-        except ValueError as exc:
-            raise ToolError(str(exc)) from None
-        if client_id is None:
-            return None
-        grant = daemon.options.auth.check(bearer_token(headers.get("authorization")))
-        return f"{grant.scope if grant else 'http'}/{client_id}"
-
-    def session_of(session_id: str | None, camel: str | None) -> str:
-        chosen = camel or session_id
-        if not chosen:
-            raise ToolError("give the task's sessionId (what dispatch_task returned)")
-        return chosen
-
     @server.tool(structured_output=True)
     async def dispatch_task(
         task: str, ctx: Context, config: str | None = None, work_dir: str | None = None, objectiveId: str | None = None
@@ -95,31 +77,12 @@ def build_mcp_app(daemon: Any) -> Any:
         objectiveId adds the task to that objective (see `roost objective`): its outcome is
         recorded there. work_dir must be an existing directory (relative: from the daemon's).
         """
-        if not task.strip():
-            raise ToolError("task must not be empty")
-        if work_dir is not None:
-            work_dir = os.path.join(str(daemon.options.work_dir), os.path.expanduser(work_dir))
-            if not os.path.isdir(work_dir):
-                raise ToolError(f"work_dir {work_dir!r} is not an existing directory")
-        key = client_key(ctx)
-        index = None
-        if objectiveId is not None:
-            try:
-                index = (await daemon.runtime.store.writer.submit(add_objective_task, objectiveId, task)).index
-            except NotFound:
-                raise ToolError(f"no objective {objectiveId!r}") from None
-        try:
-            session_id = await queue.dispatch(task, config=config, work_dir=work_dir, client_id=key, source="mcp")
-        except RoostError as exc:
-            raise ToolError(f"the task could not be queued: {exc}") from None
-        if objectiveId is not None and index is not None:
-            await daemon.runtime.store.writer.submit(start_objective_task, objectiveId, index, session_id)
-        return {"sessionId": session_id, "position": queue.position(session_id) or 0, "objectiveId": objectiveId}
+        return await _dispatch(daemon, ctx, task, config, work_dir, objectiveId)
 
     @server.tool(structured_output=True)
     async def get_status(session_id: str | None = None, sessionId: str | None = None) -> dict[str, Any]:  # noqa: N803
         """The status of a task: queued (with position), running, or finished."""
-        sid = session_of(session_id, sessionId)
+        sid = _session_of(session_id, sessionId)
         task = await queue.lookup(sid)
         if task is None:
             return {"sessionId": sid, "status": "unknown"}
@@ -130,7 +93,7 @@ def build_mcp_app(daemon: Any) -> Any:
     async def get_result(session_id: str | None = None, sessionId: str | None = None) -> dict[str, Any]:  # noqa: N803
         """The result of a finished task (the daemon's ``result`` event, plus its approvals and who
         answered each), or its status while it is not done."""
-        sid = session_of(session_id, sessionId)
+        sid = _session_of(session_id, sessionId)
         task = await queue.lookup(sid)
         if task is None:
             return {"sessionId": sid, "status": "unknown"}
@@ -139,3 +102,61 @@ def build_mcp_app(daemon: Any) -> Any:
         return {**daemon.result_of(task), "approvals": daemon.approvals_of(sid)}
 
     return server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
+
+
+def _client_key(daemon: Any, ctx: Context) -> str | None:
+    """The client a request dispatches for: ``<token scope>/<Fuseraft-Client-Id>``, or None
+    without the header.
+
+    Raises:
+        ToolError: a malformed ``Fuseraft-Client-Id``.
+    """
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None) or {}
+    try:
+        client_id = parse_client_id(headers.get("fuseraft-client-id"))
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
+    if client_id is None:
+        return None
+    grant = daemon.options.auth.check(bearer_token(headers.get("authorization")))
+    return f"{grant.scope if grant else 'http'}/{client_id}"
+
+
+def _session_of(session_id: str | None, camel: str | None) -> str:
+    chosen = camel or session_id
+    if not chosen:
+        raise ToolError("give the task's sessionId (what dispatch_task returned)")
+    return chosen
+
+
+async def _dispatch(
+    daemon: Any, ctx: Context, task: str, config: str | None, work_dir: str | None, objective_id: str | None
+) -> dict[str, Any]:
+    """``dispatch_task``: queue ``task`` for the request's client (added to objective ``objective_id``).
+
+    Raises:
+        ToolError: an empty task, a ``work_dir`` that is not a directory, a malformed
+            ``Fuseraft-Client-Id``, an unknown objective, or a task the queue refused.
+    """
+    queue = daemon.queue
+    if not task.strip():
+        raise ToolError("task must not be empty")
+    if work_dir is not None:
+        work_dir = os.path.join(str(daemon.options.work_dir), os.path.expanduser(work_dir))
+        if not os.path.isdir(work_dir):
+            raise ToolError(f"work_dir {work_dir!r} is not an existing directory")
+    key = _client_key(daemon, ctx)
+    index = None
+    if objective_id is not None:
+        try:
+            index = (await daemon.runtime.store.writer.submit(add_objective_task, objective_id, task)).index
+        except NotFound:
+            raise ToolError(f"no objective {objective_id!r}") from None
+    try:
+        session_id = await queue.dispatch(task, config=config, work_dir=work_dir, client_id=key, source="mcp")
+    except RoostError as exc:
+        raise ToolError(f"the task could not be queued: {exc}") from None
+    if objective_id is not None and index is not None:
+        await daemon.runtime.store.writer.submit(start_objective_task, objective_id, index, session_id)
+    return {"sessionId": session_id, "position": queue.position(session_id) or 0, "objectiveId": objective_id}

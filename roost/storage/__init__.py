@@ -116,6 +116,7 @@ from ._queries import memory_scope_counts as memory_scope_counts
 from ._queries import memory_value as memory_value
 from ._queries import page_threads as page_threads
 from ._queries import queued_worker_roots as queued_worker_roots
+from ._queries import read_snapshot as read_snapshot
 from ._queries import schedule_run_status as schedule_run_status
 from ._queries import scope_has_memory as scope_has_memory
 from ._rows import new_id as new_id
@@ -344,6 +345,7 @@ __all__ = [
     "list_daemon_tasks",
     "update_daemon_task",
     "queued_worker_roots",
+    "read_snapshot",
     "mark_worker_delivered",
     "first_user_text",
     "latest_run_status",

@@ -8,6 +8,8 @@ connection (:meth:`Store.read`). Grouped by table.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from roost._json import dumps, loads
@@ -17,6 +19,7 @@ from ._rows import utc_now
 from ._threads import THREADS
 
 __all__ = [
+    "read_snapshot",
     "queued_worker_roots",
     "mark_worker_delivered",
     "first_user_text",
@@ -174,3 +177,19 @@ def delete_memory_prefix(conn: sqlite3.Connection, scope: str, key_prefix: str) 
 def scope_has_memory(conn: sqlite3.Connection, scope: str) -> bool:
     """Return whether a scope has at least one entry (read-only)."""
     return conn.execute("SELECT 1 FROM memory WHERE scope = ? LIMIT 1", (scope,)).fetchone() is not None
+
+
+@contextmanager
+def read_snapshot(conn: Any) -> Iterator[Any]:
+    """Run the block's reads on ``conn`` (a read connection, :meth:`Store.read`) in one
+    transaction, so they see one consistent snapshot of the database (SQLite: a deferred read
+    transaction; PostgreSQL: one transaction of its default isolation level).
+
+    Yields:
+        ``conn``.
+    """
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")

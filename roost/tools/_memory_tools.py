@@ -340,32 +340,17 @@ def memory_tools(store: Any, *, agent: str | None = None) -> dict[str, Tool]:
     async def context_read(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         def run() -> str:
             with store.read() as conn:
-                project = _project_with_context(conn, ctx.cwd.resolve())
-                items = dict(context_items(conn, project))
-                name, path = args.get("name"), args.get("path")
-                if not name:
-                    if not items:
-                        return "no context has been imported for this project"
-                    return "\n".join(
-                        f"{n}: {m.get('description') or ''} ({len(m.get('files') or [])} files)"
-                        for n, m in items.items()
-                    )
-                if name not in items:
-                    raise ToolError(f"no context item {name!r}; known: {', '.join(items) or 'none'}")
-                if not path:
-                    return "\n".join(
-                        f"{f['relativePath']} ({f['sizeBytes']} bytes)" for f in items[name].get("files") or []
-                    )
-                content = read_context_file(conn, project, name, path)
-                if content is None:
-                    raise ToolError(f"no file {path!r} in context item {name!r}")
-                if content.get("binary"):
-                    raise ToolError(f"{path!r} in context item {name!r} is a binary file")
-                return content.get("text") or ""
+                return _read_context(conn, ctx.cwd, args)
 
         text = await trio.to_thread.run_sync(run, abandon_on_cancel=True)
         return ToolResult(output=cap_text(text, ctx.output_cap_bytes)[0])
 
+    tools = _memory_tool_specs(save, recall, context_read)
+    return {t.name: t for t in tools}
+
+
+def _memory_tool_specs(save: Any, recall: Any, context_read: Any) -> list[Tool]:
+    """The three tools around their ``run`` functions: names, descriptions, parameter schemas."""
     string = {"type": "string"}
     tools = [
         Tool(
@@ -411,4 +396,31 @@ def memory_tools(store: Any, *, agent: str | None = None) -> dict[str, Tool]:
             parameters={"type": "object", "properties": {"name": string, "path": string}},
         ),
     ]
-    return {t.name: t for t in tools}
+    return tools
+
+
+def _read_context(conn: Any, cwd: Any, args: dict[str, Any]) -> str:
+    """``context_read``'s answer: the project's context items, an item's files, or one file.
+
+    Raises:
+        ToolError: no such item or file, or a binary file.
+    """
+    project = _project_with_context(conn, cwd.resolve())
+    items = dict(context_items(conn, project))
+    name, path = args.get("name"), args.get("path")
+    if not name:
+        if not items:
+            return "no context has been imported for this project"
+        return "\n".join(
+            f"{n}: {m.get('description') or ''} ({len(m.get('files') or [])} files)" for n, m in items.items()
+        )
+    if name not in items:
+        raise ToolError(f"no context item {name!r}; known: {', '.join(items) or 'none'}")
+    if not path:
+        return "\n".join(f"{f['relativePath']} ({f['sizeBytes']} bytes)" for f in items[name].get("files") or [])
+    content = read_context_file(conn, project, name, path)
+    if content is None:
+        raise ToolError(f"no file {path!r} in context item {name!r}")
+    if content.get("binary"):
+        raise ToolError(f"{path!r} in context item {name!r} is a binary file")
+    return content.get("text") or ""
