@@ -95,7 +95,7 @@ def test_the_interface_exists_on_the_actor() -> None:
         assert hasattr(ThreadActor, name), name
     assert {"subscribers", "actors", "supervisor"} <= REGISTRY_STATE
     fields = {f.name for f in ThreadFacts.__attrs_attrs__}  # type: ignore[attr-defined]
-    assert fields == {"thread", "cwd", "ephemeral", "running_turn_id", "stopped"}
+    assert fields == {"thread", "cwd", "ephemeral", "running_turn_id", "stopped", "local_input_ids"}
 
 
 async def test_facts_are_a_copy(tmp_path: Path) -> None:

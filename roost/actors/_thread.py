@@ -224,6 +224,7 @@ class ThreadActor(Actor):
             ephemeral=self.ephemeral,
             running_turn_id=self.active.id if self.active is not None else None,
             stopped=self.state is ActorState.STOPPED,
+            local_input_ids=frozenset(e["id"] for e in self.inputs.pending + self.inputs.held if not e.get("_foreign")),
         )
 
     async def wait_idle(self) -> None:

@@ -31,6 +31,8 @@ class ThreadFacts:
         ephemeral: the thread lives in memory only (``thread/start`` with ``ephemeral: true``).
         running_turn_id: the id of the turn running now, or None when the thread is idle.
         stopped: the actor has stopped (a dialect holding it should look the thread up again).
+        local_input_ids: the ids of this process's own pending and held input of the thread (not
+            input of an execution in another process, which that process manages).
     """
 
     thread: Thread
@@ -38,6 +40,7 @@ class ThreadFacts:
     ephemeral: bool
     running_turn_id: str | None
     stopped: bool
+    local_input_ids: frozenset[str] = frozenset()
 
     @property
     def id(self) -> str:

@@ -119,9 +119,10 @@ async def forwarded(session: Any, actor: Any, op: str, params: dict) -> dict | N
             a retry with the same ``client_id`` is deduplicated).
     """
     remote = session.runtime.services.remote
-    if remote is None or actor.ephemeral or actor.active is not None:
+    facts = actor.facts()
+    if remote is None or facts.ephemeral or facts.running:
         return None
-    thread_id = actor.thread.id
+    thread_id = actor.thread_id
     node = await remote.executing_node(thread_id)
     if node is None:
         return None

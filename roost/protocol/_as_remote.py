@@ -22,7 +22,8 @@ import trio
 
 from roost.errors import NodeUnreachable, NotFound, RunNotAttached, RunNotFound
 from roost.protocol._appserver import AppServerSession, method
-from roost.protocol._as_runs import INTERRUPT_WAIT, TERMINAL_STATUSES, _read_run, runs_of, stored_view
+from roost.protocol._as_run_state import TERMINAL_STATUSES, runs_of, stored_view
+from roost.protocol._as_runs import INTERRUPT_WAIT, _read_run
 from roost.protocol._params import STR, check_params
 
 __all__ = ["install_run_handlers"]

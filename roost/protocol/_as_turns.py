@@ -431,8 +431,7 @@ async def turn_update_queued(session: AppServerSession, params: Any) -> dict:
 def _knows_input(actor: Any, input_id: str) -> bool:
     """Whether ``input_id`` is this process's own pending or held input of ``actor``'s thread (not
     input of an execution in another process, which that process manages)."""
-    inputs = actor.inputs
-    return any(e["id"] == input_id and not e.get("_foreign") for e in inputs.pending + inputs.held)
+    return input_id in actor.facts().local_input_ids
 
 
 @method("turn/dequeue")

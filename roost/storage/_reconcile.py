@@ -100,25 +100,32 @@ def reconcile(conn: Any, owner: str, *, now: float | None = None) -> ReconcileRe
                                   AND turns.status IN ('queued', 'running'))""",
             params,
         ).rowcount
-        workers = conn.execute(
-            f"""UPDATE workers SET status = 'interrupted', updated_at = :stamp
-                WHERE status IN ('pending', 'running', 'waiting_children')
-                  AND NOT {_LIVE.format(col="workers.thread_id")}
-                  AND NOT {_LIVE.format(col="workers.root_thread_id")}""",
-            params,
-        ).rowcount
-        runs = conn.execute(
-            f"""UPDATE runs SET status = 'interrupted', completed_at = :stamp
-                WHERE status = 'running'
-                  AND CASE WHEN runs.thread_id IS NULL
-                           THEN runs.owner IS NULL OR runs.owner = :owner
-                           ELSE NOT {_LIVE.format(col="runs.thread_id")} END""",
-            params,
-        ).rowcount
+        workers, runs = _settle_workers_and_runs(conn, params)
         runs += _settle_accepted_runs(conn, owner, stamp)
         lost = _settle_background_processes(conn, owner, stamp)
         killed = reap_tool_processes(conn, owner)
     return ReconcileReport(leases, turns, workers, runs, killed, items, lost)
+
+
+def _settle_workers_and_runs(conn: sqlite3.Connection, params: dict) -> tuple[int, int]:
+    """Workers and ``running`` runs whose thread is not executing become ``interrupted``; returns
+    their counts (inside :func:`reconcile`'s transaction)."""
+    workers = conn.execute(
+        f"""UPDATE workers SET status = 'interrupted', updated_at = :stamp
+            WHERE status IN ('pending', 'running', 'waiting_children')
+              AND NOT {_LIVE.format(col="workers.thread_id")}
+              AND NOT {_LIVE.format(col="workers.root_thread_id")}""",
+        params,
+    ).rowcount
+    runs = conn.execute(
+        f"""UPDATE runs SET status = 'interrupted', completed_at = :stamp
+            WHERE status = 'running'
+              AND CASE WHEN runs.thread_id IS NULL
+                       THEN runs.owner IS NULL OR runs.owner = :owner
+                       ELSE NOT {_LIVE.format(col="runs.thread_id")} END""",
+        params,
+    ).rowcount
+    return workers, runs
 
 
 def _release_leases(conn: sqlite3.Connection, params: dict) -> int:
