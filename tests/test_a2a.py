@@ -313,7 +313,7 @@ def test_a2a_needs_the_http_port(tmp_path: Path) -> None:
         [*roost_argv(), "serve", "--provider", "scripted", "--a2a", "--socket", short_socket_path()],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         cwd=str(tmp_path),
     )
     assert done.returncode == 2 and "--a2a serves on the HTTP port: give --http-port" in done.stderr

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from _helpers.appserver import expect_error, open_app_server, scripted_env
+from _helpers.timing import scaled
 
 SLOW = " ".join(f"w{i}" for i in range(400))
 
@@ -83,7 +84,7 @@ PROCESS_SCRIPT = {
 async def _process(client, tid: str, predicate) -> dict:
     import trio
 
-    with trio.fail_after(30):
+    with trio.fail_after(scaled(30)):
         while True:
             (proc,) = (await client.request("process/list", {"thread_id": tid}))["processes"]
             if predicate(proc):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from _helpers.appserver import expect_error, open_app_server, script_env
+from _helpers.timing import scaled
 
 SCRIPT = r"""
 rules:
@@ -90,7 +91,7 @@ async def test_activity_pages_hold_at_most_100_items_and_256_kib(tmp_path: Path,
         for prompt, count in (("list", 105), ("read", 25)):
             start = len(client.lines)
             sent = (await client.request("turn/start", {"thread_id": tid, "prompt": prompt}))["turn"]
-            turn = (await client.wait_terminal(sent["id"], start=start, timeout=120))["turn"]
+            turn = (await client.wait_terminal(sent["id"], start=start, timeout=scaled(120)))["turn"]
             assert turn["status"] == "completed", turn
             region = turn["items"][1:-1]
             assert len(region) == count and all(i["type"] == "tool_call" for i in region)

@@ -18,6 +18,7 @@ from pathlib import Path
 import jsonschema
 from _helpers.appserver import open_app_server, roost_argv
 from _helpers.sse_server import Reply, open_sse_server, sse
+from _helpers.timing import scaled
 
 
 def chat(delta: dict | None = None, finish: str | None = None) -> str:
@@ -194,7 +195,7 @@ async def test_exec_text_mode_says_the_reply_starts_again(tmp_path: Path) -> Non
         server.add(Reply(chunks=sse(chat({"content": "Hello wor"})), end="abort"),
                    Reply(chunks=sse(chat({"content": "Hello world."}), chat(finish="stop"), "data: [DONE]\n\n")))
         env = _env(tmp_path / "home", "openai", server.base_url + "/v1")
-        with trio.fail_after(60):
+        with trio.fail_after(scaled(60)):
             done = await trio.run_process([*roost_argv(), "exec", "greet"], env=env, cwd=str(tmp_path),
                                           capture_stdout=True, capture_stderr=True, check=False,
                                           stdin=subprocess.DEVNULL)

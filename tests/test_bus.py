@@ -8,6 +8,7 @@ import time
 
 import pytest
 import trio
+from _helpers.timing import scaled
 
 from roost.actors import NodeBus
 from roost.errors import NodeUnreachable, StaleTurn
@@ -131,7 +132,7 @@ async def test_requests_get_their_handlers_answer_or_error_across_nodes(backend)
             await a.request("B", "fenced", None)
         for n in range(5):
             await a.send("B", "events", n)
-        with trio.fail_after(10):
+        with trio.fail_after(scaled(10)):
             while len(seen) < 5:
                 await trio.sleep(0.02)
         assert seen == [0, 1, 2, 3, 4]  # inline handlers run in order

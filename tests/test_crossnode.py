@@ -295,7 +295,7 @@ async def test_a_paused_owner_never_applies_input_it_did_not_take_in_time(tmp_pa
         try:
             queued = (
                 await a.request(
-                    "turn/queue", {"thread_id": tid, "prompt": "while paused", "client_id": "p-1"}, timeout=60
+                    "turn/queue", {"thread_id": tid, "prompt": "while paused", "client_id": "p-1"}, timeout=scaled(60)
                 )
             )["input"]
         finally:

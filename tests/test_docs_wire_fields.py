@@ -150,6 +150,6 @@ async def _a2a_send(port: int, text: str) -> None:
 
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "message/send",
            "params": {"message": {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": text}]}}}
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(timeout=scaled(60)) as http:
         reply = (await http.post(f"http://127.0.0.1:{port}/a2a/assistant/", json=rpc)).json()
     assert reply["result"]["status"]["state"] == "completed", reply

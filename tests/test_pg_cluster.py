@@ -103,7 +103,7 @@ async def test_tasks_dispatched_on_each_node_run_exactly_once(tmp_path: Path, pg
                     sent[sid] = i
             # every dispatching client gets its own task's result, whichever node ran it
             for sid, i in sent.items():
-                result = await clients[i].wait_for("result", lambda e, s=sid: e["sessionId"] == s, timeout=90)
+                result = await clients[i].wait_for("result", lambda e, s=sid: e["sessionId"] == s, timeout=scaled(90))
                 assert result["succeeded"] is True and result["lastMessage"] == result["task"]
         # in the database: each task claimed once (token 1), one completed turn, never twice
         for sid in sent:
@@ -115,7 +115,7 @@ async def test_tasks_dispatched_on_each_node_run_exactly_once(tmp_path: Path, pg
         assert sorted(line.split("task ")[1].split()[0] for line in started) == sorted(sent)
         # the status query lists the three nodes on the database clock, and an empty queue
         status = subprocess.run([*roost_argv(), "status", "--json", "--database-url", pg_url],
-                                capture_output=True, text=True, timeout=60,
+                                capture_output=True, text=True, timeout=scaled(60),
                                 env={**os.environ, "ROOST_HOME": str(tmp_path / "home-a")})
         assert status.returncode == 0, status.stderr
         body = json.loads(status.stdout)
@@ -154,7 +154,7 @@ async def test_a_client_reconnecting_to_another_node_gets_its_results(
         async with node_b.ws(client_id="alice") as client:
             hello = await client.wait_for("hello")
             assert hello["inFlight"]["sessionId"] == second and hello["pendingResults"] == []
-            result = await client.wait_for("result", timeout=90)
+            result = await client.wait_for("result", timeout=scaled(90))
             assert result["sessionId"] == second and result["lastMessage"] == "brief done"
         await _wait_rows(pg_url, "SELECT status FROM daemon_tasks WHERE id = %s", (second,),
                          lambda r: r and r[0][0] == "collected")
@@ -164,7 +164,7 @@ async def test_a_client_reconnecting_to_another_node_gets_its_results(
             assert hello["pendingResults"] == [] and hello["inFlight"] is None
             await client.send({"type": "user_input", "text": "echo after"})
             third = (await client.wait_for("queued"))["sessionId"]
-            await client.wait_for("result", lambda e: e["sessionId"] == third, timeout=90)
+            await client.wait_for("result", lambda e: e["sessionId"] == third, timeout=scaled(90))
             assert [e["sessionId"] for e in client.of_type("result")] == [third]
 
 
@@ -264,7 +264,7 @@ async def test_a_schedule_slot_fires_once_with_three_daemons(tmp_path: Path, pg_
     (tmp_path / "home-a").mkdir()
     added = subprocess.run([*roost_argv(), "schedule", "add", "every-minute", "--cron", "* * * * *", "--task",
                             "tick", "--work-dir", str(tmp_path), "--catch-up", "once"],
-                           capture_output=True, text=True, timeout=60, env=env)
+                           capture_output=True, text=True, timeout=scaled(60), env=env)
     assert added.returncode == 0, added.stderr
     # its slots of the last ten minutes passed while no daemon ran: the three daemons race for them
     with psycopg.connect(pg_url) as conn:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 from _helpers.appserver import open_app_server, roost_argv, scripted_env
+from _helpers.timing import scaled
 
 SCRIPT = {"rules": [], "default": "echo"}
 
@@ -32,7 +33,7 @@ def test_exec_and_the_json_queries_use_postgres_only(tmp_path: Path, pg_url: str
     home, script = _setup(tmp_path)
     env = scripted_env(home, script)
     done = subprocess.run([*roost_argv(), "exec", "--database-url", pg_url, "--provider", "scripted", "--script",
-                           str(script), "hello from exec"], capture_output=True, text=True, timeout=120,
+                           str(script), "hello from exec"], capture_output=True, text=True, timeout=scaled(120),
                           env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "hello from exec" in done.stdout
@@ -43,15 +44,15 @@ def test_exec_and_the_json_queries_use_postgres_only(tmp_path: Path, pg_url: str
     # a schedule written and a --json resource query reading it back, the URL from the environment
     pg_env = {**env, "ROOST_DATABASE_URL": pg_url}
     added = subprocess.run([*roost_argv(), "schedule", "add", "nightly", "--cron", "0 3 * * *", "--task", "tidy",
-                            "--work-dir", str(tmp_path)], capture_output=True, text=True, timeout=60, env=pg_env)
+                            "--work-dir", str(tmp_path)], capture_output=True, text=True, timeout=scaled(60), env=pg_env)
     assert added.returncode == 0, added.stderr
     assert _rows(pg_url, "SELECT name FROM schedules") == [("nightly",)]
     listed = subprocess.run([*roost_argv(), "schedule", "list", "--json"], capture_output=True, text=True,
-                            timeout=60, env=pg_env, cwd=tmp_path)
+                            timeout=scaled(60), env=pg_env, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert "nightly" in listed.stdout and "0 3 * * *" in listed.stdout
     status = subprocess.run([*roost_argv(), "status", "--json", "--database-url", pg_url], capture_output=True,
-                            text=True, timeout=60, env=env, cwd=tmp_path)
+                            text=True, timeout=scaled(60), env=env, cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["cluster"]["queue"] == {"queued": 0, "running": 0}
     assert not (home / "roost.db").exists()
@@ -80,7 +81,7 @@ def test_run_repl_and_objectives_on_postgres(tmp_path: Path, pg_url: str) -> Non
     env = scripted_env(home, script, ROOST_DATABASE_URL=pg_url)
 
     def roost(*args: str, stdin: str | None = None) -> str:
-        done = subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=120, env=env,
+        done = subprocess.run([*roost_argv(), *args], capture_output=True, text=True, timeout=scaled(120), env=env,
                               cwd=tmp_path, input=stdin)
         assert done.returncode == 0, done.stderr
         return done.stdout
