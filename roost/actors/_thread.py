@@ -39,6 +39,7 @@ from roost.actors._actor import Actor
 from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
 from roost.actors._hub import EventHub
+from roost.actors._interrupt import interrupt_active
 from roost.actors._messages import (
     DeliverInternal,
     Dequeue,
@@ -507,15 +508,9 @@ class ThreadActor(Actor):
                 inputs.dispatch_cancelled = msg.reason
             latest = self.turns[-1] if self.turns else None
             return {"thread_id": tid, "turn": latest, "interrupted": True, "input": public_input(inputs.dispatching)}
-        if active is not None and (msg.turn_id is None or msg.turn_id == active.id):
-            view = active.view()
-            view["thread_id"] = tid
-            if not active.interrupt(msg.reason):
-                # Already settling with an outcome of its own (completed, failed, lease lost).
-                return {"thread_id": tid, "turn": view, "interrupted": False}
-            # Asked again while it settles: the same answer as the first time (idempotent).
-            view["status"] = "interrupting"
-            return {"thread_id": tid, "turn": view, "interrupted": True}
+        answer = interrupt_active(self, msg.turn_id, msg.reason)
+        if answer is not None:
+            return answer
         if not self.ephemeral and await self._busy_elsewhere():
             # The turn runs in another process: this one cannot interrupt it (app-server-protocol.md
             # answers run/interrupt of a run attached elsewhere the same way, run_not_attached).
