@@ -9,6 +9,7 @@ from typing import Any
 
 import trio
 
+from roost.actors._interrupt import interrupt_active
 from roost.actors._thread import ThreadActor
 from roost.errors import LifecycleError, NotFound, ThreadNotFound
 from roost.storage import create_thread, get_thread
@@ -217,6 +218,19 @@ class ThreadRegistry:
 
     def loaded(self) -> list[ThreadActor]:
         return [a for a in self.actors.values() if a.state.value == "running"]
+
+    def interrupt_now(self, thread_id: str, turn_id: str | None = None, reason: str = "interrupted") -> dict | None:
+        """Interrupt the active turn of loaded thread ``thread_id`` without its mailbox (not a
+        checkpoint): :func:`roost.actors._interrupt.interrupt_active`.
+
+        Returns:
+            The ``InterruptTurn`` reply; None when the thread is not loaded here, has no active
+            turn, or ``turn_id`` is not the active one (send ``InterruptTurn`` for those).
+        """
+        actor = self.actors.get(thread_id)
+        if actor is None or actor.state.value != "running":
+            return None
+        return interrupt_active(actor, turn_id, reason)
 
     # -- what the dialects may ask (views, never the actors' members) -------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from roost.actors._interrupt import interrupt_active
 from roost.actors._messages import InterruptTurn
 from roost.actors._thread_inputs import public_input
 from roost.errors import ThreadBusy, TurnNotFound
@@ -31,15 +32,9 @@ async def interrupt(actor: ThreadActor, msg: InterruptTurn) -> dict:
             inputs.dispatch_cancelled = msg.reason
         latest = actor.turns[-1] if actor.turns else None
         return {"thread_id": tid, "turn": latest, "interrupted": True, "input": public_input(inputs.dispatching)}
-    if active is not None and (msg.turn_id is None or msg.turn_id == active.id):
-        view = active.view()
-        view["thread_id"] = tid
-        if not active.interrupt(msg.reason):
-            # Already settling with an outcome of its own (completed, failed, lease lost).
-            return {"thread_id": tid, "turn": view, "interrupted": False}
-        # Asked again while it settles: the same answer as the first time (idempotent).
-        view["status"] = "interrupting"
-        return {"thread_id": tid, "turn": view, "interrupted": True}
+    answer = interrupt_active(actor, msg.turn_id, msg.reason)  # (the app-server reader's path too)
+    if answer is not None:
+        return answer
     if not actor.ephemeral and await actor.busy_elsewhere():
         # The turn runs in another process: this one cannot interrupt it (app-server-protocol.md
         # answers run/interrupt of a run attached elsewhere the same way, run_not_attached).

@@ -39,7 +39,7 @@ from roost.protocol._errors import to_protocol_error, wire_error
 from roost.protocol._framing import FrameError, LineDecoder, read_frames
 from roost.protocol._outbox import Outbox
 
-__all__ = ["AppServerSession", "method", "PROTOCOL_VERSION", "METHODS"]
+__all__ = ["AppServerSession", "method", "immediate", "PROTOCOL_VERSION", "METHODS", "IMMEDIATE"]
 
 log = logging.getLogger("roost.appserver")
 
@@ -55,6 +55,11 @@ _BARRIERS = frozenset({"initialize", "shutdown"})
 _ACKS: contextvars.ContextVar[list] = contextvars.ContextVar("roost_request_acks")
 #: method name -> handler, filled by the ``_as_*`` modules.
 METHODS: dict[str, Handler] = {}
+#: A synchronous handler the reader may call as it reads a request: its result, or None to leave
+#: the request to the method's ordinary handler (:func:`immediate`).
+ImmediateHandler = Callable[["AppServerSession", Any], "dict | None"]
+#: method name -> its immediate handler (control before data: see :func:`immediate`).
+IMMEDIATE: dict[str, ImmediateHandler] = {}
 
 
 def method(name: str) -> Callable[[Handler], Handler]:
@@ -62,6 +67,23 @@ def method(name: str) -> Callable[[Handler], Handler]:
 
     def register(fn: Handler) -> Handler:
         METHODS[name] = fn
+        return fn
+
+    return register
+
+
+def immediate(name: str) -> Callable[[ImmediateHandler], ImmediateHandler]:
+    """Register ``fn`` as the immediate handler of method ``name`` (control before data, issue 19).
+
+    The reader calls it (not a checkpoint) as it reads a ``name`` request, when no earlier request
+    with the same ordering key is still being handled, and answers at once with what it returns;
+    it returns None (or raises) to leave the request to the ordinary handler, which then runs as
+    usual (and reports any error). Under saturation this saves the request task, the thread
+    actor's mailbox and the reply: each a whole scheduling batch.
+    """
+
+    def register(fn: ImmediateHandler) -> ImmediateHandler:
+        IMMEDIATE[name] = fn
         return fn
 
     return register
@@ -292,6 +314,8 @@ class AppServerSession:
             await self._run_request(rid, name, handler, params, None, None)
             return
         key = _ordering_key(params)
+        if name in IMMEDIATE and key not in self._chains and self._answer_now(rid, name, params):
+            return
         await self._in_flight.acquire()
         previous = self._chains.get(key)
         done = trio.Event()
@@ -300,6 +324,18 @@ class AppServerSession:
         if self._idle.is_set():
             self._idle = trio.Event()
         self._requests.start_soon(self._run_request, rid, name, handler, params, previous, done, key)
+
+    def _answer_now(self, rid: Any, name: str, params: Any) -> bool:
+        """Answer request ``rid`` with ``name``'s immediate handler; False: it did not answer."""
+        try:
+            result = IMMEDIATE[name](self, params)
+        except Exception:
+            log.debug("%s: left to its ordinary handler", name, exc_info=True)
+            return False
+        if result is None:
+            return False
+        self.send({"id": rid, "result": result})
+        return True
 
     async def _run_request(
         self,

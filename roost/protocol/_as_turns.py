@@ -16,7 +16,7 @@ from typing import Any
 
 from roost.actors import Dequeue, InterruptTurn, QueueInput, StartTurn, SteerInput, Unsteer, UpdateQueued
 from roost.errors import InvalidParams, Unsupported
-from roost.protocol._appserver import AppServerSession, method
+from roost.protocol._appserver import AppServerSession, immediate, method
 from roost.protocol._as_common import check_writable, forwarded, thread_actor
 from roost.protocol._params import BOOL, DICT, LIST, STR, check_params
 
@@ -370,6 +370,21 @@ async def turn_interrupt(session: AppServerSession, params: Any) -> dict:
     if remote is not None:
         return remote
     return await actor.ref.ask(InterruptTurn(turn_id=p.get("turn_id")))
+
+
+@immediate("turn/interrupt")
+def turn_interrupt_now(session: AppServerSession, params: Any) -> dict | None:
+    """``turn/interrupt`` applied by the reader (control before data, issue 19): when the thread
+    is loaded, this session follows it and the turn meant is active, cancel it now and answer as
+    :func:`turn_interrupt` would; otherwise None (the ordinary handler answers).
+
+    Raises:
+        InvalidParams: malformed params (the ordinary handler then reports them).
+    """
+    p = check_params("turn/interrupt", params, {"thread_id": (STR, True), "turn_id": (STR, False)})
+    if p["thread_id"] not in session.subscribed:
+        return None
+    return session.runtime.registry.interrupt_now(p["thread_id"], p.get("turn_id"))
 
 
 @method("turn/queue")
