@@ -15,6 +15,7 @@ import trio.testing
 from roost.actors import Actor, ActorState, ConnectionActor
 from roost.actors._connection import CLOSE_GOING_AWAY, CLOSE_POLICY
 from roost.protocol._outbox import Outbox
+from _helpers.timing import scaled
 
 
 class _Transport:
@@ -62,7 +63,7 @@ async def test_frames_are_handled_in_order_and_a_full_mailbox_stops_the_reader()
         nursery.start_soon(conn.run)
         for n in range(6):  # one in the handler, four in the mailbox, one in the waiting reader
             await t.send_frames.send(n)
-        with trio.move_on_after(0.2):
+        with trio.move_on_after(scaled(0.2)):
             await t.send_frames.send(6)  # the reader waits: the mailbox is full
             pytest.fail("the reader took a frame while the mailbox was full")
         assert t.read == 6 and conn.ref.queued == 4
@@ -104,7 +105,7 @@ async def test_kick_flushes_what_was_queued_then_closes_with_its_reason() -> Non
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
         await t.send_frames.send("kick me")
-        with trio.fail_after(5):
+        with trio.fail_after(scaled(5)):
             data = await t.out_receive.receive_some()
             while not t.closes:
                 await trio.sleep(0.01)
@@ -146,7 +147,7 @@ async def test_waiting_frames_are_bounded_in_bytes_too() -> None:
         await t.send_frames.send("x" * 5000)  # taken by the handler
         await t.send_frames.send("y" * 5000)  # waits in the mailbox (one frame of any size)
         await t.send_frames.send("z" * 10)  # read, but held by the reader: the budget is used up
-        with trio.move_on_after(0.2):
+        with trio.move_on_after(scaled(0.2)):
             await t.send_frames.send("w")
             pytest.fail("the reader took a frame beyond the byte budget")
         assert conn.ref.queued == 1
@@ -181,7 +182,7 @@ async def test_the_app_servers_stdio_client_is_a_supervised_connection(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve_connection, rt, session, server, server)
             await client.send_all(b'{"id": 1, "method": "initialize", "params": {}}\n')
-            with trio.fail_after(10):
+            with trio.fail_after(scaled(10)):
                 reply = b""
                 while b"\n" not in reply:
                     reply += await client.receive_some()
@@ -189,7 +190,7 @@ async def test_the_app_servers_stdio_client_is_a_supervised_connection(
             kids = {c.id: c for c in rt.root.which_children()}
             assert kids["connection:stdio"].state == "running"
             rt.root.inject_fault("connection:stdio")
-        with trio.fail_after(10):  # the supervisor forgets the ended temporary child
+        with trio.fail_after(scaled(10)):  # the supervisor forgets the ended temporary child
             while "connection:stdio" in {c.id for c in rt.root.which_children()}:
                 await trio.sleep(0.01)
     await engines.aclose()
