@@ -29,6 +29,11 @@ class _Registry:
             return None
         return {"thread_id": thread_id, "turn": {"id": "turn-1", "status": "interrupting"}, "interrupted": True}
 
+    async def get(self, thread_id: str) -> None:
+        """The ordinary handler's lookup: stays in flight until the test cancels it (so the
+        request counts are not decided by how fast a fake lookup fails)."""
+        await trio.sleep_forever()
+
 
 class _Runtime:
     def __init__(self) -> None:
