@@ -32,6 +32,14 @@ class QueuedTask:
     node: str | None = None
     #: dispatched by another node of the cluster (its client is attached there, not here)
     foreign: bool = False
+    #: the bus node id (lease owner id) of the process that dispatched it; None: no bus
+    dispatcher: str | None = None
+    #: on the running node: the :class:`~roost.actors._taskqueue_relay.TaskRelay` to its dispatcher
+    relay: Any = None
+    #: on the dispatching node: its events arrive relayed from the node running it
+    relayed: bool = False
+    #: on the dispatching node: its row was seen finished once (a relayed result may be on its way)
+    finished_seen: bool = False
     resumed: bool = False
     result: dict | None = None
     turn_id: str | None = None
@@ -60,6 +68,7 @@ class QueuedTask:
             provider=payload.get("provider"),
             model=payload.get("model"),
             node=payload.get("node"),
+            dispatcher=payload.get("dispatcher"),
         )
 
     def payload(self) -> dict:
@@ -73,6 +82,7 @@ class QueuedTask:
             "provider": self.provider,
             "model": self.model,
             "node": self.node,
+            "dispatcher": self.dispatcher,
         }
 
 

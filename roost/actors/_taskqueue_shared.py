@@ -22,6 +22,7 @@ from typing import Any
 import trio
 
 from roost.actors._task_model import QueuedTask
+from roost.actors._taskqueue_relay import RelayInbox, TaskRelay
 from roost.errors import NodeUnreachable, RoostError
 from roost.storage import claim_daemon_task, get_daemon_task, leases, task_lease_key
 
@@ -50,6 +51,34 @@ class SharedQueue:
         bus = self.runtime.services.bus
         if bus is not None:
             bus.on("task.interrupt", self._on_interrupt)
+            RelayInbox(self).install(bus)
+
+    # -- events of tasks dispatched by another node ---------------------------------------------
+
+    def _listener(self, task: QueuedTask) -> Any:
+        """Where the task's events go: its relay to the dispatching node, else this node's listener."""
+        return task.relay if task.relay is not None else self.listener
+
+    async def _start_relay(self, task: QueuedTask, nursery: trio.Nursery) -> None:
+        """Relay the task's events to its dispatcher when that is another node on the bus (then
+        the task is ``foreign`` here: its client is attached there). The sender runs in ``nursery``."""
+        bus, me = self.runtime.services.bus, self.runtime.services.owner
+        if bus is None or task.dispatcher in (None, me):
+            return
+        try:
+            alive = await bus.node_alive(str(task.dispatcher))
+        except RoostError as exc:
+            log.warning("task %s: cannot tell whether its dispatcher is on the bus: %s", task.id, exc)
+            alive = False
+        if alive:
+            task.relay = TaskRelay(self.listener, bus, str(task.dispatcher), task.id)
+            task.foreign = True
+            nursery.start_soon(task.relay.run)
+
+    def _end_relay(self, task: QueuedTask) -> None:
+        if task.relay is not None:
+            task.relay.close()
+            task.relay = None
 
     async def _on_interrupt(self, message: Any) -> dict:
         """``{task_id, client_id}`` from another node: ``{interrupted}`` (False when the task does
@@ -171,6 +200,9 @@ class SharedQueue:
             with contextlib.suppress(ValueError):
                 self._queued.remove(row.id)
         elif row.status == "finished" and task.status in ("queued", "running"):
+            if task.relayed and not task.finished_seen:
+                task.finished_seen = True  # its relayed result (after its last events) is due first
+                return
             task.status, task.result = "finished", (row.payload or {}).get("result")
             with contextlib.suppress(ValueError):
                 self._queued.remove(row.id)

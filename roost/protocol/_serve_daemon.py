@@ -164,6 +164,10 @@ class ServeOptions:
     config: str | None = None
     #: add ``"t"`` (unix seconds, float) to each broadcast event when it is emitted (benchmarks)
     stamp_events: bool = False
+    #: a headless worker of ``roost serve --workers`` (no listeners, no clients; ``--worker``)
+    headless: bool = False
+    #: whether this process's runners claim tasks (hidden ``--no-claim``: a front door only)
+    claims: bool = True
 
 
 @attrs.define(eq=False)
@@ -225,6 +229,9 @@ class ServeDaemon:
             engines=engines,
             orchestrations=roost.orchestration,
         )
+        self.queue.claims = options.claims
+        #: the front door's :class:`roost.cli._serve_workers.WorkerPool` (``--workers``), else None
+        self.workers: Any = None
         self.clients: dict[str, ClientState] = {}
         self.connections: set[ConnectionActor] = set()
         self._translators: dict[str, TaskEventTranslator] = {}
@@ -268,7 +275,7 @@ class ServeDaemon:
                     except ChildNotFound:
                         pass
             try:
-                if stat.S_ISSOCK(os.lstat(self.options.socket_path).st_mode):
+                if not self.options.headless and stat.S_ISSOCK(os.lstat(self.options.socket_path).st_mode):
                     self.options.socket_path.unlink(missing_ok=True)
             except FileNotFoundError:
                 pass
@@ -276,8 +283,10 @@ class ServeDaemon:
                 log.warning("could not remove the socket %s", self.options.socket_path, exc_info=True)
 
     def _child_specs(self) -> list[ChildSpec]:
-        specs = [
-            ChildSpec("task_queue", self.queue.run, restart=Restart.PERMANENT, shutdown_timeout=15),
+        specs = [ChildSpec("task_queue", self.queue.run, restart=Restart.PERMANENT, shutdown_timeout=15)]
+        if self.options.headless:  # a worker of ``roost serve --workers``: no clients
+            return specs
+        specs += [
             ChildSpec.of_factory("connections", self._new_connections, restart=Restart.PERMANENT, shutdown_timeout=15),
             ChildSpec("listener:unix", self._run_unix_listener, restart=Restart.PERMANENT, shutdown_timeout=5),
         ]
@@ -654,9 +663,9 @@ class ServeDaemon:
         return answer
 
     async def _ask_client(self, task: QueuedTask, params: dict) -> bool | None:
-        if task.client_id is None or task.foreign:
+        if task.client_id is None or task.foreign or self.options.headless:
             # a task dispatched on another node of the cluster: its client is not attached here
-            # (client ids are per node); the unattended policy decides
+            # (client ids are per node; its relay asked there first); the unattended policy decides
             return None
         client = self._client(task.client_id)
         async with client.approval_lock:
@@ -693,7 +702,7 @@ class ServeDaemon:
             self.metrics.task_finished(task)
         self._translators.pop(task.id, None)
         self._resume_told.discard(task.id)
-        if task.foreign:  # its dispatching node tells its client (it follows the task's row)
+        if task.foreign or self.options.headless:  # its dispatching node tells its client
             return
         client = self.clients.get(task.client_id or "")
         conn = client.live() if client is not None else None
