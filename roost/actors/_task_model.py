@@ -34,6 +34,8 @@ class QueuedTask:
     foreign: bool = False
     #: the bus node id (lease owner id) of the process that dispatched it; None: no bus
     dispatcher: str | None = None
+    #: the lease owner id of the process that ran it (last), recorded with its result
+    ran_on: str | None = None
     #: on the running node: the :class:`~roost.actors._taskqueue_relay.TaskRelay` to its dispatcher
     relay: Any = None
     #: on the dispatching node: its events arrive relayed from the node running it
@@ -69,6 +71,7 @@ class QueuedTask:
             model=payload.get("model"),
             node=payload.get("node"),
             dispatcher=payload.get("dispatcher"),
+            ran_on=payload.get("ranOn"),
         )
 
     def payload(self) -> dict:
@@ -83,6 +86,7 @@ class QueuedTask:
             "model": self.model,
             "node": self.node,
             "dispatcher": self.dispatcher,
+            "ranOn": self.ran_on,
         }
 
 

@@ -430,6 +430,7 @@ class TaskQueue(SharedQueue):
         and tells nothing."""
         task.result = result
         task.status = "finished"
+        task.ran_on = self.runtime.services.owner
         try:
             await execution.submit(update_daemon_task, task.id, status="finished", payload=task.payload())
             if result["succeeded"]:  # the session is complete (``roost sessions --json`` lists incomplete ones)
