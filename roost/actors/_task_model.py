@@ -40,8 +40,8 @@ class QueuedTask:
     relay: Any = None
     #: on the dispatching node: its events arrive relayed from the node running it
     relayed: bool = False
-    #: on the dispatching node: its row was seen finished once (a relayed result may be on its way)
-    finished_seen: bool = False
+    #: on the dispatching node: when (trio clock) its row was first seen finished elsewhere
+    finished_seen: float | None = None
     resumed: bool = False
     result: dict | None = None
     turn_id: str | None = None

@@ -30,6 +30,10 @@ __all__ = ["SharedQueue"]
 
 log = logging.getLogger("roost.serve")
 
+#: Seconds a dispatcher waits for the relayed events of a task another process finished before
+#: it tells the task's result from the store row alone (the relay lost, or never started).
+RELAY_GRACE_S = 3.0
+
 
 class SharedQueue:
     """Claims and cross-node bookkeeping of the daemon task queue (mixed into ``TaskQueue``)."""
@@ -74,6 +78,16 @@ class SharedQueue:
             task.relay = TaskRelay(self.listener, bus, str(task.dispatcher), task.id)
             task.foreign = True
             nursery.start_soon(task.relay.run)
+
+    def _relay_due(self, task: QueuedTask) -> bool:
+        """Whether a task this process dispatched, seen finished in the store, still waits for its
+        relayed events (for at most :data:`RELAY_GRACE_S` s: then the row's result is told)."""
+        if self.runtime.services.bus is None or task.dispatcher != self.runtime.services.owner:
+            return False
+        now = trio.current_time()
+        if task.finished_seen is None:
+            task.finished_seen = now
+        return now - task.finished_seen < RELAY_GRACE_S
 
     def _end_relay(self, task: QueuedTask) -> None:
         if task.relay is not None:
@@ -200,9 +214,8 @@ class SharedQueue:
             with contextlib.suppress(ValueError):
                 self._queued.remove(row.id)
         elif row.status == "finished" and task.status in ("queued", "running"):
-            if task.relayed and not task.finished_seen:
-                task.finished_seen = True  # its relayed result (after its last events) is due first
-                return
+            if self._relay_due(task):
+                return  # its relayed events and result (in order) are due first
             task.status, task.result = "finished", (row.payload or {}).get("result")
             with contextlib.suppress(ValueError):
                 self._queued.remove(row.id)
