@@ -32,9 +32,16 @@ class QueuedTask:
     node: str | None = None
     #: dispatched by another node of the cluster (its client is attached there, not here)
     foreign: bool = False
-    #: the node-bus id (lease owner id) of the process that dispatched it: its approvals are asked
-    #: there when another node runs it; None: written before the bus
+    #: the bus node id (lease owner id) of the process that dispatched it; None: no bus
     dispatcher: str | None = None
+    #: the lease owner id of the process that ran it (last), recorded with its result
+    ran_on: str | None = None
+    #: on the running node: the :class:`~roost.actors._taskqueue_relay.TaskRelay` to its dispatcher
+    relay: Any = None
+    #: on the dispatching node: its events arrive relayed from the node running it
+    relayed: bool = False
+    #: on the dispatching node: when (trio clock) its row was first seen finished elsewhere
+    finished_seen: float | None = None
     resumed: bool = False
     result: dict | None = None
     turn_id: str | None = None
@@ -65,6 +72,7 @@ class QueuedTask:
             model=payload.get("model"),
             node=payload.get("node"),
             dispatcher=payload.get("dispatcher"),
+            ran_on=payload.get("ranOn"),
         )
 
     def payload(self) -> dict:
@@ -79,6 +87,7 @@ class QueuedTask:
             "model": self.model,
             "node": self.node,
             "dispatcher": self.dispatcher,
+            "ranOn": self.ran_on,
         }
 
 

@@ -126,6 +126,8 @@ class TaskQueue(SharedQueue):
         self.poll_s = positive_env("ROOST_TASK_POLL_S", 1.0, unit="seconds")
         #: this node's name (tasks it dispatched carry it; the others are ``foreign``)
         self.node = node_name()
+        #: whether this node's runners claim tasks (``roost serve --no-claim``: a front door only)
+        self.claims = True
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -179,7 +181,7 @@ class TaskQueue(SharedQueue):
             provider=provider,
             model=model,
             node=self.node,
-            dispatcher=self.runtime.services.owner,
+            dispatcher=self.runtime.services.owner if self.runtime.services.bus is not None else None,
         )
         await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
         self.tasks[item.id] = item
@@ -312,7 +314,7 @@ class TaskQueue(SharedQueue):
         if self._runs > 1:
             await self._rebuild()
         async with trio.open_nursery() as nursery:
-            for _ in range(self.max_concurrent):
+            for _ in range(self.max_concurrent if self.claims else 0):
                 nursery.start_soon(self._runner)
             nursery.start_soon(self._follow_elsewhere)
             task_status.started()
@@ -363,10 +365,12 @@ class TaskQueue(SharedQueue):
         task, lease = claimed
         self._local.add(task.id)
         try:
-            async with keeper.adopt(lease) as execution:
+            async with keeper.adopt(lease) as execution, trio.open_nursery() as relays:
                 fault_point("task_queue")  # (a crash here releases the lease: the task is resumed)
+                await self._start_relay(task, relays)
                 with execution.cancel_scope:
                     await self._run(task, execution)
+                self._end_relay(task)
             if execution.lost_reason is not None:
                 log.warning(
                     "task %s lost its lease (%s): another node resumes it",
@@ -375,6 +379,7 @@ class TaskQueue(SharedQueue):
                     extra={"event": "task_lease_lost", "task_id": task.id},
                 )
         finally:
+            self._end_relay(task)
             self._local.discard(task.id)
         return True
 
@@ -391,7 +396,7 @@ class TaskQueue(SharedQueue):
         """
         task.status = "running"
         result = task_result(False, None)
-        sink = TaskSink(task, self.listener)
+        sink = TaskSink(task, self._listener(task))
         actor = None
         try:
             fault_action("task.running")  # (claimed: the row is ``running`` under the task's lease)
@@ -401,7 +406,7 @@ class TaskQueue(SharedQueue):
                 " (resumed)" if task.resumed else "",
                 extra={"event": "task_started", "task_id": task.id, "resumed": task.resumed},
             )
-            self.listener.task_started(task)
+            self._listener(task).task_started(task)
             config = await self._load_config(task)
             actor = await self._thread(task, config)
             task.actor = actor
@@ -434,6 +439,7 @@ class TaskQueue(SharedQueue):
         and tells nothing."""
         task.result = result
         task.status = "finished"
+        task.ran_on = self.runtime.services.owner
         try:
             await execution.submit(update_daemon_task, task.id, status="finished", payload=task.payload())
             if result["succeeded"]:  # the session is complete (``roost sessions --json`` lists incomplete ones)
@@ -455,7 +461,7 @@ class TaskQueue(SharedQueue):
                 "source": task.source,
             },
         )
-        self.listener.task_finished(task)
+        self._listener(task).task_finished(task)
         note_large_output(len(result.get("lastMessage") or ""))  # its rows are written: trim the heap
 
     async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:
@@ -469,7 +475,7 @@ class TaskQueue(SharedQueue):
         """
         origin = Origin(
             client_id=task.client_id or "serve",
-            request_approval=functools.partial(self.listener.request_approval, task),
+            request_approval=functools.partial(self._listener(task).request_approval, task),
             unattended_policy=self.unattended_policy,
             ask_question=self._asker(task),
         )
@@ -514,7 +520,7 @@ class TaskQueue(SharedQueue):
                 if message.get("role") == "assistant":
                     last["agent"], last["message"] = message.get("agentName"), message.get("content") or None
             try:
-                self.listener.task_event(task, event)
+                self._listener(task).task_event(task, event)
             except Exception:
                 log.exception("task %s: could not render a run event", task.id)
 
@@ -542,7 +548,7 @@ class TaskQueue(SharedQueue):
     async def _ask(self, task: QueuedTask, params: dict) -> bool | None:
         """An orchestrated task's approval: asked of its client; when nobody answers (None), the
         unattended policy decides (``allow``: True; ``deny``: None, which the run denies)."""
-        answer = await self.listener.request_approval(task, params)
+        answer = await self._listener(task).request_approval(task, params)
         if answer is None and self.unattended_policy == "allow":
             return True
         return answer

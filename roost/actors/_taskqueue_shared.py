@@ -28,12 +28,17 @@ from typing import Any
 import trio
 
 from roost.actors._task_model import QueuedTask
+from roost.actors._taskqueue_relay import RelayInbox, TaskRelay
 from roost.errors import NodeUnreachable, RoostError
 from roost.storage import claim_daemon_task, get_daemon_task, leases, list_daemon_tasks, task_lease_key
 
 __all__ = ["SharedQueue"]
 
 log = logging.getLogger("roost.serve")
+
+#: Seconds a dispatcher waits for the relayed events of a task another process finished before
+#: it tells the task's result from the store row alone (the relay lost, or never started).
+RELAY_GRACE_S = 3.0
 
 
 class SharedQueue:
@@ -63,7 +68,7 @@ class SharedQueue:
         bus = self.runtime.services.bus
         if bus is not None:
             bus.on("task.interrupt", self._on_interrupt)
-            bus.on("task.approval", self._on_approval)
+            RelayInbox(self).install(bus)  # task.events and task.approval
 
     async def ask_dispatcher(self, task: QueuedTask, params: dict) -> bool | None:
         """Ask the client of ``task`` (dispatched by another process on the bus) to approve, there;
@@ -80,14 +85,42 @@ class SharedQueue:
         approved = reply.get("approved") if isinstance(reply, dict) else None
         return approved if isinstance(approved, bool) else None
 
-    async def _on_approval(self, message: Any) -> dict:
-        """``{task_id, params}`` from the node running a task this process dispatched:
-        ``{approved}`` (None: its client could not be asked)."""
-        data = message.body.get("data") or {}
-        task = self.tasks.get(str(data.get("task_id")))
-        if task is None or task.foreign or task.client_id is None:
-            return {"approved": None}
-        return {"approved": await self.listener.request_approval(task, data.get("params") or {})}
+    # -- events of tasks dispatched by another node ---------------------------------------------
+
+    def _listener(self, task: QueuedTask) -> Any:
+        """Where the task's events go: its relay to the dispatching node, else this node's listener."""
+        return task.relay if task.relay is not None else self.listener
+
+    async def _start_relay(self, task: QueuedTask, nursery: trio.Nursery) -> None:
+        """Relay the task's events to its dispatcher when that is another node on the bus (then
+        the task is ``foreign`` here: its client is attached there). The sender runs in ``nursery``."""
+        bus, me = self.runtime.services.bus, self.runtime.services.owner
+        if bus is None or task.dispatcher in (None, me):
+            return
+        try:
+            alive = await bus.node_alive(str(task.dispatcher))
+        except RoostError as exc:
+            log.warning("task %s: cannot tell whether its dispatcher is on the bus: %s", task.id, exc)
+            alive = False
+        if alive:
+            task.relay = TaskRelay(self.listener, bus, str(task.dispatcher), task.id)
+            task.foreign = True
+            nursery.start_soon(task.relay.run)
+
+    def _relay_due(self, task: QueuedTask) -> bool:
+        """Whether a task this process dispatched, seen finished in the store, still waits for its
+        relayed events (for at most :data:`RELAY_GRACE_S` s: then the row's result is told)."""
+        if self.runtime.services.bus is None or task.dispatcher != self.runtime.services.owner:
+            return False
+        now = trio.current_time()
+        if task.finished_seen is None:
+            task.finished_seen = now
+        return now - task.finished_seen < RELAY_GRACE_S
+
+    def _end_relay(self, task: QueuedTask) -> None:
+        if task.relay is not None:
+            task.relay.close()
+            task.relay = None
 
     async def _on_interrupt(self, message: Any) -> dict:
         """``{task_id, client_id}`` from another node: ``{interrupted}`` (False when the task does
@@ -209,6 +242,8 @@ class SharedQueue:
             with contextlib.suppress(ValueError):
                 self._queued.remove(row.id)
         elif row.status == "finished" and task.status in ("queued", "running"):
+            if self._relay_due(task):
+                return  # its relayed events and result (in order) are due first
             task.status, task.result = "finished", (row.payload or {}).get("result")
             with contextlib.suppress(ValueError):
                 self._queued.remove(row.id)

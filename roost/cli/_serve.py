@@ -71,10 +71,14 @@ class _McpOrchestrations:
         self.Orchestrator: Any = make
 
 
-async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectives: tuple[str, ...] = ()) -> int:
+async def run_serve(
+    options: ServeOptions, engines: EngineCatalog, auto_objectives: tuple[str, ...] = (), workers: int = 1
+) -> int:
     """Run the daemon until SIGINT/SIGTERM; return the exit status.
 
     ``auto_objectives``: the ``--auto-objective`` ids (see :func:`_start_objectives`).
+    ``workers``: processes running tasks, this one included (``--workers``; see
+    :mod:`roost.cli._serve_workers`).
 
     Raises:
         DaemonRunning: another daemon owns the socket path (nothing was started).
@@ -116,6 +120,11 @@ async def run_serve(options: ServeOptions, engines: EngineCatalog, auto_objectiv
                     await _start_scheduler(runtime, daemon)
                     registered = _register(options, daemon)
                     await _start_objectives(runtime, daemon, auto_objectives)
+                    if workers > 1:
+                        from roost.cli._serve_workers import WorkerPool, worker_argv
+
+                        daemon.workers = WorkerPool(worker_argv(sys.argv[1:]), workers - 1)
+                        await nursery.start(daemon.workers.run)
                     sys.stdout.buffer.write(
                         dumps_line(
                             {
@@ -384,6 +393,18 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
     is_flag=True,
     help="Host the agents as A2A agents on the --http-port (cards at /a2a/NAME/.well-known/agent-card.json).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1),
+    default=None,
+    envvar="ROOST_SERVE_WORKERS",
+    help="Processes that run tasks: this front door plus N-1 headless workers on the same store, "
+    "restarted when they die, stopped with it (env ROOST_SERVE_WORKERS). Default 1: tasks are "
+    "mostly waiting on the model, so one process serves many; raise it (up to the number of "
+    "cores) when tasks are CPU-bound or the daemon saturates a core.",
+)
+@click.option("--worker", is_flag=True, hidden=True, help="Run as a headless worker of a front door.")
+@click.option("--no-claim", is_flag=True, hidden=True, help="Run no tasks here (a front door only).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
 def serve_command(
     engine_flags: EngineFlags,
@@ -396,6 +417,9 @@ def serve_command(
     token_warn_threshold: int | None,
     auto_objectives: tuple[str, ...],
     outbox_lines: int | None,
+    workers: int | None,
+    worker: bool,
+    no_claim: bool,
     verbose: bool,
     **flags: Any,
 ) -> None:
@@ -453,11 +477,18 @@ def serve_command(
         outbox_lines=outbox_lines or DEFAULT_OUTBOX_LINES,
         warn_threshold=token_warn_threshold,
         config=config_path,
+        headless=worker,
+        claims=not no_claim,
         **flags,
     )
     _check_socket_path(options.socket_path, engines)
     try:
-        code = trio.run(run_serve, options, engines, auto_objectives)
+        if worker:
+            from roost.cli._serve_workers import run_worker
+
+            code = trio.run(run_worker, options, engines)
+        else:
+            code = trio.run(run_serve, options, engines, auto_objectives, workers or 1)
     except BaseException as exc:  # an expected failure becomes one line; anything else is re-raised
         sys.exit(_exit_for(exc, options))
     sys.exit(code)

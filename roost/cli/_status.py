@@ -109,6 +109,9 @@ def _print_daemon(d: dict) -> None:
     click.echo(
         f"  running {len(running)}, queued {len(queued)}, clients {len(clients)}, restarts {d.get('restarts', 0)}"
     )
+    for w in d.get("workers") or []:
+        state = f"pid {w['pid']}" if w.get("alive") else f"not running (last exit {w.get('lastExit')})"
+        click.echo(f"    worker {w['index']}: {state}, restarts {w.get('restarts', 0)}")
     for t in running:
         click.echo(f"    running {t['sessionId']} ({t['source']}): {t['task'][:60]}")
     for t in queued:

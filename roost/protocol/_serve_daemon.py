@@ -105,6 +105,9 @@ class ServeDaemon:
             engines=engines,
             orchestrations=roost.orchestration,
         )
+        self.queue.claims = options.claims
+        #: the front door's :class:`roost.cli._serve_workers.WorkerPool` (``--workers``), else None
+        self.workers: Any = None
         self.clients: dict[str, ClientState] = {}
         self.connections: set[ConnectionActor] = set()
         self._translators: dict[str, TaskEventTranslator] = {}
@@ -148,7 +151,7 @@ class ServeDaemon:
                     except ChildNotFound:
                         pass
             try:
-                if stat.S_ISSOCK(os.lstat(self.options.socket_path).st_mode):
+                if not self.options.headless and stat.S_ISSOCK(os.lstat(self.options.socket_path).st_mode):
                     self.options.socket_path.unlink(missing_ok=True)
             except FileNotFoundError:
                 pass
@@ -156,8 +159,10 @@ class ServeDaemon:
                 log.warning("could not remove the socket %s", self.options.socket_path, exc_info=True)
 
     def _child_specs(self) -> list[ChildSpec]:
-        specs = [
-            ChildSpec("task_queue", self.queue.run, restart=Restart.PERMANENT, shutdown_timeout=15),
+        specs = [ChildSpec("task_queue", self.queue.run, restart=Restart.PERMANENT, shutdown_timeout=15)]
+        if self.options.headless:  # a worker of ``roost serve --workers``: no clients
+            return specs
+        specs += [
             ChildSpec.of_factory("connections", self._new_connections, restart=Restart.PERMANENT, shutdown_timeout=15),
             ChildSpec("listener:unix", self._run_unix_listener, restart=Restart.PERMANENT, shutdown_timeout=5),
         ]
@@ -478,7 +483,7 @@ class ServeDaemon:
     async def _prompt(self, task: QueuedTask, event: dict, kind: str) -> Any:
         """Ask ``event`` of the task's client (None at once for a task without one here, and for
         a question of a task another node dispatched: questions are not forwarded over the bus)."""
-        if task.client_id is None or task.foreign:
+        if task.client_id is None or task.foreign or self.options.headless:
             return None
         client = self._client(task.client_id)
         return await prompt_client(client, event, kind, grace=self.options.reconnect_grace, task_id=task.id)
@@ -504,6 +509,8 @@ class ServeDaemon:
             self.metrics.task_finished(task)
         self._translators.pop(task.id, None)
         self._resume_told.discard(task.id)
+        if self.options.headless:  # a worker of roost serve --workers has no clients
+            return
         client = self.clients.get(task.client_id or "")
         if task.foreign and client is not None and client.anonymous:
             client = None  # anonymous keys are per node: another node's client of the same key

@@ -41,6 +41,10 @@ class ServeOptions:
     a2a: bool = False
     #: add ``"t"`` (unix seconds, float) to each broadcast event when it is emitted (benchmarks)
     stamp_events: bool = False
+    #: a headless worker of ``roost serve --workers`` (no listeners, no clients; ``--worker``)
+    headless: bool = False
+    #: whether this process's runners claim tasks (hidden ``--no-claim``: a front door only)
+    claims: bool = True
 
 
 @attrs.define(eq=False)

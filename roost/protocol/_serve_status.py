@@ -106,7 +106,9 @@ def status_snapshot(daemon: Any, *, asker: Any = None) -> dict:
         ``{"type": "status", "pid", "workDir", "socket", "httpPort",
         "queue": [{sessionId, task, source, position}], "running": [{sessionId, task, source}],
         "clients": [{client, connections, readOnly}], "tree": TEXT | null,
-        "restarts": N}``. ``tree`` is the live supervision tree as indented text (the supervisor's
+        "restarts": N, "workers": [{index, pid, alive, startedAt, restarts, lastExit}]}``.
+        ``workers`` lists the headless worker processes of ``roost serve --workers N`` (empty
+        without). ``tree`` is the live supervision tree as indented text (the supervisor's
         ``render_tree``); ``restarts`` counts child restarts in it.
     """
     queue = daemon.queue
@@ -137,6 +139,7 @@ def status_snapshot(daemon: Any, *, asker: Any = None) -> dict:
         "clients": clients,
         "tree": _tree(daemon.runtime),
         "restarts": count_restarts(getattr(daemon.runtime, "root", None)),
+        "workers": daemon.workers.views() if getattr(daemon, "workers", None) is not None else [],
     }
 
 

@@ -1,0 +1,195 @@
+"""``roost serve --workers N``: the front door and its headless worker processes (issue 19, "Every
+core").
+
+The front door (``roost serve``: sockets, HTTP, clients, schedules) starts N-1 workers, each the
+same ``roost`` (``python -m roost serve ... --worker``) on the same store and ``$ROOST_HOME``. A
+worker listens on nothing: its task queue claims tasks from the queue shared by every process of
+the store (:func:`roost.storage.claim_daemon_task`, the lease deciding who runs a task), and the
+events of a task it runs reach the front door's clients over the node bus
+(:mod:`roost.actors._taskqueue_relay`), its approvals too.
+
+Supervision: :class:`WorkerPool` restarts a worker that exits (after a back-off of at most
+:data:`BACKOFF_MAX` seconds) and stops them with the front door. A worker's stdin is a pipe from
+the front door; the worker stops when it reads end of file. So a front door that dies, even by
+``kill -9``, never leaves orphans: the kernel closes the pipe and every worker stops (its running
+tasks stay ``running`` in the store and are resumed, ``task_resumed``, by the next process).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import attrs
+import trio
+
+__all__ = ["WorkerPool", "worker_argv", "run_worker", "DEFAULT_WORKERS"]
+
+log = logging.getLogger("roost.serve")
+
+#: Processes of ``roost serve`` without ``--workers`` (or ``ROOST_SERVE_WORKERS``): one.
+DEFAULT_WORKERS = 1
+#: Most seconds between two restarts of a worker that keeps exiting.
+BACKOFF_MAX = 5.0
+#: Seconds a worker may take to stop after its stdin closes, before it is killed.
+STOP_TIMEOUT = 15.0
+
+
+def worker_argv(argv: list[str]) -> list[str]:
+    """The command of a worker: this interpreter's ``roost`` with the front door's ``serve``
+    arguments (``argv``, without ``--workers``) and ``--worker``."""
+    args, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            args.append(arg)
+    return [sys.executable, "-m", "roost", *args, "--worker"]
+
+
+@attrs.define(eq=False)
+class WorkerState:
+    """One worker slot as ``roost status`` shows it."""
+
+    index: int
+    pid: int | None = None
+    started_at: float | None = None
+    restarts: int = 0
+    last_exit: int | None = None
+
+    def view(self) -> dict:
+        return {
+            "index": self.index,
+            "pid": self.pid,
+            "alive": self.pid is not None,
+            "startedAt": self.started_at,
+            "restarts": self.restarts,
+            "lastExit": self.last_exit,
+        }
+
+
+class WorkerPool:
+    """The front door's N-1 worker processes (see the module doc).
+
+    Args:
+        argv: a worker's command (:func:`worker_argv`).
+        count: workers to keep running (the front door is the N-th process).
+    """
+
+    def __init__(self, argv: list[str], count: int) -> None:
+        self.argv, self.count = argv, count
+        self.workers = [WorkerState(i) for i in range(count)]
+
+    def views(self) -> list[dict]:
+        """``[{index, pid, alive, startedAt, restarts, lastExit}]`` of the workers."""
+        return [w.view() for w in self.workers]
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep every worker running until cancelled; then stop them (bounded, shielded)."""
+        async with trio.open_nursery() as nursery:
+            for state in self.workers:
+                nursery.start_soon(self._keep, state)
+            task_status.started()
+
+    async def _keep(self, state: WorkerState) -> None:
+        backoff = 0.5
+        while True:
+            began = time.monotonic()
+            code = await self._run_once(state)
+            state.restarts += 1
+            backoff = 0.5 if time.monotonic() - began > 10 else min(backoff * 2, BACKOFF_MAX)
+            log.warning(
+                "worker %d exited (status %s); restarting in %.1f s",
+                state.index,
+                code,
+                backoff,
+                extra={"event": "worker_exited", "worker": state.index, "status": code},
+            )
+            await trio.sleep(backoff)
+
+    async def _run_once(self, state: WorkerState) -> int | None:
+        process = await trio.lowlevel.open_process(self.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        state.pid, state.started_at = process.pid, time.time()
+        log.info(
+            "worker %d started (pid %d)",
+            state.index,
+            process.pid,
+            extra={"event": "worker_started", "worker": state.index, "pid": process.pid},
+        )
+        try:
+            await process.wait()
+        finally:
+            state.pid, state.last_exit = None, process.returncode
+            if process.returncode is None:
+                with trio.CancelScope(shield=True):
+                    await _stop(process)
+                    state.last_exit = process.returncode
+        return process.returncode
+
+
+async def _stop(process: trio.Process) -> None:
+    """End of file on the worker's stdin (it stops), then SIGKILL after :data:`STOP_TIMEOUT` s."""
+    try:
+        assert process.stdin is not None
+        await process.stdin.aclose()
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    with trio.move_on_after(STOP_TIMEOUT):
+        await process.wait()
+        return
+    process.kill()
+    await process.wait()
+
+
+async def run_worker(options: Any, engines: Any) -> int:
+    """Run a headless worker (``roost serve --worker``) until its stdin ends or SIGINT/SIGTERM;
+    return 0. Its task queue claims from the store's shared queue; nothing listens.
+
+    Raises:
+        RoostError: the store cannot be opened (the front door restarts the worker).
+    """
+    from roost.protocol import ServeDaemon
+    from roost.supervisor import open_runtime
+    from roost.tools import builtin_tools
+
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), node_kind="worker") as rt:
+                default = engines.default
+                daemon = ServeDaemon(
+                    rt,
+                    options,
+                    provider=default.provider if default else None,
+                    model=default.model if default else None,
+                    engines=engines,
+                )
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(daemon.run)
+                    log.info("worker %d serving the task queue", os.getpid(), extra={"event": "worker_ready"})
+                    nursery.start_soon(_until_stdin_ends, nursery.cancel_scope)
+                    async for _ in signals:
+                        nursery.cancel_scope.cancel()
+                        break
+        return 0
+    finally:
+        await engines.aclose()
+
+
+async def _until_stdin_ends(scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` when stdin (the pipe from the front door) reaches end of file."""
+    fd = sys.stdin.fileno()
+
+    def read() -> None:
+        while os.read(fd, 4096):
+            pass
+
+    await trio.to_thread.run_sync(read, abandon_on_cancel=True)
+    log.info("the front door is gone (stdin closed): worker %d stops", os.getpid())
+    scope.cancel()
