@@ -238,7 +238,10 @@ async def test_restarted_daemon_continues_the_run(tmp_path: Path) -> None:
         finally:
             second.process.send_signal(15)
             await second.process.wait()
-    assert _starting(owner, sid) == ["Developer", "Reviewer"]   # the Planner already spoke
+    # The run continues where it was: the Planner already spoke and does not speak again. (The
+    # Developer's agent_starting can go out before this client's hello under load: the daemon
+    # resumes the task as it starts, and events are not replayed to a client attached later.)
+    assert _starting(owner, sid) in (["Developer", "Reviewer"], ["Reviewer"])
     assert result["succeeded"] is True and result["lastAgent"] == "Reviewer"
 
 

@@ -231,8 +231,8 @@ class NodeBus:
             with trio.move_on_after(2, shield=True):
                 try:
                     await self.store.writer.submit(self.store.remove_bus_node, self.node_id)
-                except RoostError:
-                    pass  # the store is closing: the heartbeat ages out instead
+                except RoostError as exc:  # the store is closing: the heartbeat ages out instead
+                    log.debug("node %s: bus row not removed (%s); its heartbeat ages out", self.node_id, exc)
 
     async def _loop(self) -> None:
         interval, failing = self.poll_min, ""

@@ -113,8 +113,8 @@ class _Relay:
             with trio.move_on_after(2, shield=True):
                 try:
                     await self.actor.ref.ask(Unsubscribe(self))
-                except Exception:
-                    pass  # the actor stopped: its hub is gone with it
+                except Exception as exc:  # the actor stopped: its hub is gone with it
+                    log.debug("relay of %s: unsubscribe skipped (%s)", self.thread_id, exc)
             if self.dropped:
                 log.warning("relay of %s to %s dropped %d notifications", self.thread_id, self.node, self.dropped)
 

@@ -77,7 +77,8 @@ class EngineCatalog:
         when it can (or its provider cannot be resolved: the turn then reports that itself)."""
         try:
             settings = self.settings_for(thread)
-        except RoostError:
+        except RoostError as exc:  # the turn reports an unusable provider itself
+            log.debug("image check skipped: %s", exc)
             return None
         if settings.images:
             return None

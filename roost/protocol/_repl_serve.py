@@ -162,9 +162,9 @@ async def _run_chat(
         tools["ask_user"] = ask_user_tool(broker)
     try:
         mcp_servers = configured_mcp_servers()
-    except ConfigError as exc:
-        emit({"type": "error", "text": str(exc)})
-        return 2
+    except ConfigError as exc:  # a broken config.toml or ROOST_HOME: the client's event, and the
+        emit({"type": "error", "text": str(exc)})  # command's one stderr line and exit status 2
+        raise
     async with (
         open_mcp_host(mcp_servers) as mcp,
         open_runtime(engine_for=engines.engine_for, tools=tools, db_path=db_path) as runtime,
