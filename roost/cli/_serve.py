@@ -458,7 +458,7 @@ def serve_command(
       0  stopped by SIGINT/SIGTERM (queued and running tasks resume with the next daemon)
       1  another daemon owns the socket, the HTTP port cannot be listened on, or a runtime error
       2  configuration error (no provider, a missing or broken --script, unusable -c config,
-         tokens or TLS files, a socket path too long)
+         tokens or TLS files, a socket path too long, a database URL that is wrong or unreachable)
     """
     from roost.protocol import DEFAULT_OUTBOX_LINES, ServeOptions, default_socket_path
 
@@ -558,6 +558,7 @@ def _exit_for(exc: BaseException, options: Any) -> int:
     import errno
 
     from roost.cli._runner import _leaf
+    from roost.errors import DatabaseSettingError
     from roost.protocol import DaemonRunning
 
     leaf = _leaf(exc)
@@ -576,8 +577,11 @@ def _exit_for(exc: BaseException, options: Any) -> int:
             err=True,
         )
         return 1
+    if isinstance(leaf, DatabaseSettingError):  # the database setting is wrong: a configuration error
+        click.echo(f"roost serve: {leaf}", err=True)
+        return 2
     if isinstance(leaf, RoostError):
-        click.echo(f"roost serve: {type(leaf).__name__}: {leaf}", err=True)
+        click.echo(f"roost serve: {leaf} ({type(leaf).__name__})", err=True)
         return 1
     if isinstance(leaf, KeyboardInterrupt):
         return 0
