@@ -108,7 +108,7 @@ async def test_workers_run_tasks_once_and_their_events_reach_the_front_doors_cli
                 await client.wait_for("result", lambda e, s=sid: e["sessionId"] == s, start=start)
             quick = [await _dispatch(client, f"task number {i}") for i in range(6)]
             for sid in quick:
-                result = await client.wait_for("result", lambda e, s=sid: e["sessionId"] == s, timeout=90)
+                result = await client.wait_for("result", lambda e, s=sid: e["sessionId"] == s, timeout=scaled(90))
                 assert result["succeeded"] is True and result["lastMessage"] == result["task"]
                 text = "".join(e["text"] for e in client.of_type("token") if e["sessionId"] == sid)
                 assert text == result["task"]
@@ -141,9 +141,9 @@ async def test_a_killed_worker_is_restarted_and_its_task_resumed(tmp_path: Path,
             await client.wait_for("token", lambda e: e["sessionId"] == sid and e["text"] == "working")
             start = len(client.events)
             os.kill(worker["pid"], signal.SIGKILL)
-            resumed = await client.wait_for("task_resumed", lambda e: e["sessionId"] == sid, start=start, timeout=90)
+            resumed = await client.wait_for("task_resumed", lambda e: e["sessionId"] == sid, start=start, timeout=scaled(90))
             assert resumed["task"].startswith("slow")
-            result = await client.wait_for("result", lambda e: e["sessionId"] == sid, start=start, timeout=90)
+            result = await client.wait_for("result", lambda e: e["sessionId"] == sid, start=start, timeout=scaled(90))
             assert result["succeeded"] is True and result["lastMessage"] == "resumed and done"
             (again,) = await _workers(client, lambda ws: ws[0]["alive"] and ws[0]["pid"] != worker["pid"])
             assert again["restarts"] == 1

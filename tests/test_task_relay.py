@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from _helpers.serve_client import open_daemon
+from _helpers.timing import scaled
 
 SCRIPT = {
     "rules": [
@@ -55,7 +56,7 @@ async def _run_approved(client: Any) -> tuple[str, list[dict]]:
     request = await client.wait_for("approval_request", lambda e: e["sessionId"] == sid, start=start)
     assert request["kind"] == "shell_command" and request["command"] == "echo approved-run"
     await client.send({"type": "approval_response", "approved": True})
-    result = await client.wait_for("result", lambda e: e["sessionId"] == sid, start=start, timeout=90)
+    result = await client.wait_for("result", lambda e: e["sessionId"] == sid, start=start, timeout=scaled(90))
     assert result["succeeded"] is True and "approved-run" in result["lastMessage"]
     return sid, [e for e in client.events[start:] if e.get("sessionId") == sid]
 

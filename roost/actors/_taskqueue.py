@@ -183,9 +183,16 @@ class TaskQueue(SharedQueue):
             node=self.node,
             dispatcher=self.runtime.services.owner if self.runtime.services.bus is not None else None,
         )
-        await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
+        # Known before its row exists: a runner (this node's, or a claim racing the write) that
+        # claims the row finds this object, never a second copy built from the row.
         self.tasks[item.id] = item
-        self._queued.append(item.id)
+        try:
+            await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
+        except BaseException:
+            self.tasks.pop(item.id, None)
+            raise
+        if item.status == "queued" and item.id not in self._local:
+            self._queued.append(item.id)
         self._notify()
         if self.on_accepted is not None:
             self.on_accepted(item)

@@ -125,30 +125,7 @@ async def run_serve(
 
                         daemon.workers = WorkerPool(worker_argv(sys.argv[1:]), workers - 1)
                         await nursery.start(daemon.workers.run)
-                    sys.stdout.buffer.write(
-                        dumps_line(
-                            {
-                                "type": "listening",
-                                "protocolVersion": 1,
-                                "socket": str(options.socket_path),
-                                "httpPort": daemon.http_port,
-                                "pid": os.getpid(),
-                            }
-                        )
-                    )
-                    sys.stdout.buffer.flush()
-                    log.info(
-                        "daemon listening on %s (http port %s), work dir %s",
-                        options.socket_path,
-                        daemon.http_port,
-                        options.work_dir,
-                        extra={
-                            "event": "daemon_started",
-                            "socket": str(options.socket_path),
-                            "http_port": daemon.http_port,
-                            "work_dir": str(options.work_dir),
-                        },
-                    )
+                    _announce_listening(options, daemon)
                     async for _ in signals:
                         nursery.cancel_scope.cancel()
                         break
@@ -159,6 +136,34 @@ async def run_serve(
         unregister_daemon(registered)
         await engines.aclose()
         os.close(lock_fd)
+
+
+def _announce_listening(options: Any, daemon: Any) -> None:
+    """The ``listening`` line on stdout (what scripts and tests wait for) and its log event."""
+    sys.stdout.buffer.write(
+        dumps_line(
+            {
+                "type": "listening",
+                "protocolVersion": 1,
+                "socket": str(options.socket_path),
+                "httpPort": daemon.http_port,
+                "pid": os.getpid(),
+            }
+        )
+    )
+    sys.stdout.buffer.flush()
+    log.info(
+        "daemon listening on %s (http port %s), work dir %s",
+        options.socket_path,
+        daemon.http_port,
+        options.work_dir,
+        extra={
+            "event": "daemon_started",
+            "socket": str(options.socket_path),
+            "http_port": daemon.http_port,
+            "work_dir": str(options.work_dir),
+        },
+    )
 
 
 def _register(options: Any, daemon: Any) -> Path | None:
@@ -482,16 +487,19 @@ def serve_command(
         **flags,
     )
     _check_socket_path(options.socket_path, engines)
+    sys.exit(_run_process(options, engines, auto_objectives, workers or 1, worker=worker))
+
+
+def _run_process(options: Any, engines: Any, auto_objectives: tuple[str, ...], workers: int, *, worker: bool) -> int:
+    """Run the daemon (or, with ``worker``, one headless worker of a front door); its exit status."""
     try:
         if worker:
             from roost.cli._serve_workers import run_worker
 
-            code = trio.run(run_worker, options, engines)
-        else:
-            code = trio.run(run_serve, options, engines, auto_objectives, workers or 1)
+            return int(trio.run(run_worker, options, engines))
+        return int(trio.run(run_serve, options, engines, auto_objectives, workers))
     except BaseException as exc:  # an expected failure becomes one line; anything else is re-raised
-        sys.exit(_exit_for(exc, options))
-    sys.exit(code)
+        return _exit_for(exc, options)
 
 
 def _start_logging(verbose: bool) -> None:
