@@ -501,13 +501,16 @@ async def test_malformed_requests_push_notifications_and_the_body_limit(tmp_path
     log_path = tmp_path / "stderr.log"
     limit = 100_000
     with log_path.open("wb") as stderr:
-        async with open_daemon(
-            script=script,
-            args=_daemon_args(tmp_path),
-            token=FULL,
-            env={"ROOST_MAX_LINE_BYTES": str(limit)},
-            stderr=stderr,
-        ) as daemon, daemon.ws() as watcher:
+        async with (
+            open_daemon(
+                script=script,
+                args=_daemon_args(tmp_path),
+                token=FULL,
+                env={"ROOST_MAX_LINE_BYTES": str(limit)},
+                stderr=stderr,
+            ) as daemon,
+            daemon.ws() as watcher,
+        ):
             url = f"http://127.0.0.1:{daemon.port}/a2a/assistant/"
             async with httpx.AsyncClient(headers={"Authorization": f"Bearer {FULL}"}, timeout=scaled(60)) as http:
                 task_config = {"taskId": "t1", "pushNotificationConfig": {"url": "https://example.com/hook"}}

@@ -223,7 +223,8 @@ class DaemonRequestHandler(RequestHandler):
     read token -> InvalidRequest (-32600; :class:`A2AAuth` refuses it with 403 first); a full
     queue or a store failure -> InternalError (-32603); an unknown task -> TaskNotFound (-32001);
     cancelling a finished task -> TaskNotCancelable (-32002); push notifications ->
-    PushNotificationNotSupported (-32003).
+    PushNotificationNotSupported (-32003; :mod:`roost.protocol._a2a_gate` answers these methods
+    first, since the SDK's own capability check would answer ``.../set`` -32603).
     """
 
     def __init__(self, host: A2AHost, agent: HostedAgent) -> None:

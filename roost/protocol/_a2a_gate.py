@@ -109,7 +109,8 @@ def check_request(body: bytes) -> bytes | None:
     unknown method passes (the SDK answers -32601).
     """
     if not body.strip():
-        return _error(None, JSONParseError(message="Parse error: the request body is empty (send one JSON-RPC request)"))
+        message = "Parse error: the request body is empty (send one JSON-RPC request)"
+        return _error(None, JSONParseError(message=message))
     try:
         request = loads(body)
     except (JSONDecodeError, ValueError) as exc:
