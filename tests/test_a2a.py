@@ -459,3 +459,89 @@ async def test_cancelling_a_queued_task_cancels_it_when_it_starts(tmp_path: Path
             first.id: TaskState.canceled,
             second.id: TaskState.canceled,
         }
+
+
+ASK_SCRIPT = {
+    "rules": [
+        {
+            "match": {"prompt": "^ask"},
+            "steps": [
+                [{"tool_call": {"name": "ask_user", "arguments": {"question": "Which colour?", "options": ["red"]}}}],
+                [{"text": "model saw: {tool_output}"}],
+            ],
+        }
+    ],
+    "default": "echo",
+}
+
+
+async def test_ask_user_reaches_the_attached_client_of_an_a2a_daemon(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(ASK_SCRIPT))
+    async with open_daemon(script=script, args=["--a2a", "--work-dir", str(tmp_path)]) as daemon:
+        async with daemon.unix() as client:
+            await client.wait_for("hello")
+            start = len(client.events)
+            await client.send({"type": "user_input", "text": "ask me a colour"})
+            sid = (await client.wait_for("queued", start=start))["sessionId"]
+            question = await client.wait_for("question")
+            assert question["sessionId"] == sid and question["question"] == "Which colour?"
+            await client.send({"type": "question_response", "answer": "red"})
+            result = await client.wait_for("result", lambda e: e["sessionId"] == sid)
+            assert result["lastMessage"] == "model saw: The user answered: red"
+
+
+def _rpc(method: str, params: Any, request_id: Any = 1) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
+
+
+async def test_malformed_requests_push_notifications_and_the_body_limit(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    log_path = tmp_path / "stderr.log"
+    limit = 100_000
+    with log_path.open("wb") as stderr:
+        async with (
+            open_daemon(
+                script=script,
+                args=_daemon_args(tmp_path),
+                token=FULL,
+                env={"ROOST_MAX_LINE_BYTES": str(limit)},
+                stderr=stderr,
+            ) as daemon,
+            daemon.ws() as watcher,
+        ):
+            url = f"http://127.0.0.1:{daemon.port}/a2a/assistant/"
+            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {FULL}"}, timeout=scaled(60)) as http:
+                task_config = {"taskId": "t1", "pushNotificationConfig": {"url": "https://example.com/hook"}}
+                cases = [
+                    (b"{not json", -32700, "not JSON"),
+                    (b"", -32700, "empty"),
+                    (b"[]", -32600, "batches are not supported"),
+                    (b'{"jsonrpc": "2.0", "id": 2}', -32600, "method"),
+                    (_rpc("message/send", None, 3), -32602, "params"),
+                    (_rpc("message/send", {"message": {"role": "user"}}, 4), -32602, "parts"),
+                    (_rpc("tasks/pushNotificationConfig/set", task_config, 5), -32003, "not supported"),
+                    (_rpc("tasks/pushNotificationConfig/get", {"id": "t1"}, 6), -32003, "not supported"),
+                    (_rpc("tasks/pushNotificationConfig/list", {"id": "t1"}, 7), -32003, "not supported"),
+                    (_rpc("tasks/pushNotificationConfig/set", {"taskId": 1}, 8), -32602, "pushNotificationConfig"),
+                ]
+                for body, code, words in cases:
+                    response = await http.post(url, content=body, headers={"content-type": "application/json"})
+                    assert response.status_code == 200, (body, response.text)
+                    error = response.json()["error"]
+                    assert error["code"] == code and words in error["message"], (body, error)
+                    assert "pydantic" not in response.text and "data" not in error, (body, error)
+                huge = _message("x" * (limit + 1)).model_dump(mode="json", by_alias=True, exclude_none=True)
+                response = await http.post(url, content=_rpc("message/send", {"message": huge}, 9))
+                assert response.status_code == 413, response.text
+                error = response.json()["error"]
+                assert error["code"] == -32600 and str(limit) in error["message"], error
+                assert "ROOST_MAX_LINE_BYTES" in error["message"]
+                async with a2a_client(daemon.port, FULL) as client:  # still serving others
+                    task, _ = (await send(client, "after the bad ones"))[-1]
+                    assert _text(task.artifacts[0].parts) == "reply to: after the bad ones"
+                    await watcher.wait_for("a2a_call", lambda e: e["sessionId"] == task.id)
+                    assert len(watcher.of_type("a2a_call")) == 1  # no bad request became a task
+    log = log_path.read_text()
+    assert "Traceback" not in log and "pydantic" not in log and "Unhandled exception" not in log, log

@@ -28,7 +28,9 @@ task store that a daemon restart loses; this way there is one loop and one sourc
 Authentication (each request on its own, :class:`A2AAuth`): with daemon tokens every request needs
 ``Authorization: Bearer <token>`` (401 otherwise); a read token may read agent cards and call
 ``tasks/get`` and ``tasks/resubscribe``, anything else is refused with 403; a request with an
-``Origin`` header is refused with 403 (as ``/mcp``).
+``Origin`` header is refused with 403 (as ``/mcp``). Then every POST body is checked before the
+SDK sees it (:mod:`roost.protocol._a2a_gate`: the ``ROOST_MAX_LINE_BYTES`` bound, malformed
+requests, push notification methods).
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ from starlette.routing import Mount
 
 from roost._json import JSONDecodeError, loads
 from roost.errors import RoostError
+from roost.protocol._a2a_gate import QuietSdkErrors, check_request, read_body, too_large
 from roost.protocol._a2a_host import TERMINAL, A2AHost, HostedAgent
+from roost.protocol._framing import line_limit
 from roost.protocol._serve_auth import ServeAuth, bearer_token
 
 __all__ = ["build_a2a_app", "DaemonRequestHandler", "A2AAuth", "a2a_task", "READ_METHODS"]
@@ -83,8 +87,6 @@ __all__ = ["build_a2a_app", "DaemonRequestHandler", "A2AAuth", "a2a_task", "READ
 READ_METHODS = frozenset({"tasks/get", "tasks/resubscribe"})
 #: Seconds ``tasks/cancel`` waits for the interrupted task to end before answering its state.
 CANCEL_WAIT = 30.0
-#: Largest JSON-RPC request body read for a read token's method check (bytes; the SDK's own limit).
-MAX_BODY = 10 * 1024 * 1024
 
 
 class _QuietLegacyCardPath(logging.Filter):
@@ -98,7 +100,10 @@ class _QuietLegacyCardPath(logging.Filter):
 def build_a2a_app(daemon: Any) -> Any:
     """The A2A ASGI app of ``daemon`` (its ``a2a`` host set by ``install_a2a``): every hosted
     agent's card and JSON-RPC routes (see the module doc), behind :class:`A2AAuth`."""
-    logging.getLogger("a2a.server.apps.jsonrpc.jsonrpc_app").addFilter(_QuietLegacyCardPath())
+    sdk_log = logging.getLogger("a2a.server.apps.jsonrpc.jsonrpc_app")
+    sdk_log.addFilter(_QuietLegacyCardPath())
+    sdk_log.addFilter(QuietSdkErrors())
+    limit = line_limit()
     host: A2AHost = daemon.a2a
     routes: list[Any] = []
     for index, agent in enumerate(host.agents):
@@ -106,12 +111,13 @@ def build_a2a_app(daemon: Any) -> Any:
             agent_card=_card(daemon, agent),
             http_handler=DaemonRequestHandler(host, agent),
             context_builder=_GrantContext(daemon.options.auth),
+            max_content_length=limit,
         )
         agent_routes = app.routes()
         routes.append(Mount(f"/a2a/{agent.name}", routes=agent_routes))
         if index == 0:
             routes.extend(r for r in agent_routes if getattr(r, "path", "").startswith("/.well-known/"))
-    return A2AAuth(Starlette(routes=routes), daemon.options.auth)
+    return A2AAuth(Starlette(routes=routes), daemon.options.auth, limit)
 
 
 class _GrantContext(CallContextBuilder):
@@ -217,7 +223,8 @@ class DaemonRequestHandler(RequestHandler):
     read token -> InvalidRequest (-32600; :class:`A2AAuth` refuses it with 403 first); a full
     queue or a store failure -> InternalError (-32603); an unknown task -> TaskNotFound (-32001);
     cancelling a finished task -> TaskNotCancelable (-32002); push notifications ->
-    PushNotificationNotSupported (-32003).
+    PushNotificationNotSupported (-32003; :mod:`roost.protocol._a2a_gate` answers these methods
+    first, since the SDK's own capability check would answer ``.../set`` -32603).
     """
 
     def __init__(self, host: A2AHost, agent: HostedAgent) -> None:
@@ -344,16 +351,20 @@ Send = Callable[[Any], Awaitable[None]]
 
 
 class A2AAuth:
-    """ASGI middleware: the daemon's bearer and read tokens on every A2A request (see the module doc).
+    """ASGI middleware: the daemon's bearer and read tokens on every A2A request (see the module
+    doc), then the body checks of :mod:`roost.protocol._a2a_gate` on every POST (its size bound,
+    malformed requests, push notification methods) before the SDK's app.
 
     Args:
         app: the A2A Starlette app.
         auth: the daemon's tokens.
+        limit: the largest request body accepted, in bytes (``ROOST_MAX_LINE_BYTES``).
     """
 
-    def __init__(self, app: Any, auth: ServeAuth) -> None:
+    def __init__(self, app: Any, auth: ServeAuth, limit: int) -> None:
         self.app = app
         self.auth = auth
+        self.limit = limit
         self.router = getattr(app, "router", None)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -369,39 +380,22 @@ class A2AAuth:
         if grant is None:
             await _refuse(send, 401, b"unauthorized: send Authorization: Bearer <token>\n")
             return
-        if grant.read_only and scope.get("method") != "GET":
-            body, receive = await _buffer(receive)
-            if _rpc_method(body) not in READ_METHODS:
+        if scope.get("method") == "POST":
+            body, receive = await read_body(scope, receive, self.limit)
+            if body is None:
+                await _refuse(send, 413, too_large(self.limit), b"application/json")
+                return
+            if grant.read_only and _rpc_method(body) not in READ_METHODS:
                 await _refuse(send, 403, b"a read token may read agent cards and tasks (tasks/get), not send\n")
                 return
+            answer = check_request(body)
+            if answer is not None:
+                await _refuse(send, 200, answer, b"application/json")
+                return
+        elif grant.read_only and scope.get("method") != "GET":
+            await _refuse(send, 403, b"a read token may read agent cards and tasks (tasks/get), not send\n")
+            return
         await self.app(scope, receive, send)
-
-
-async def _buffer(receive: Receive) -> tuple[bytes, Receive]:
-    """Read the request body (at most :data:`MAX_BODY` bytes kept) and a ``receive`` that replays it."""
-    chunks: list[bytes] = []
-    size = 0
-    more = True
-    while more:
-        message = await receive()
-        if message.get("type") != "http.request":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size <= MAX_BODY:
-            chunks.append(chunk)
-        more = bool(message.get("more_body"))
-    body = b"".join(chunks)
-    replayed = False
-
-    async def replay() -> Any:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
 
 
 def _rpc_method(body: bytes) -> str | None:
@@ -413,13 +407,13 @@ def _rpc_method(body: bytes) -> str | None:
     return method if isinstance(method, str) else None
 
 
-async def _refuse(send: Send, status: int, body: bytes) -> None:
+async def _refuse(send: Send, status: int, body: bytes, content_type: bytes = b"text/plain") -> None:
     extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode()), *extra],
+            "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *extra],
         }
     )
     await send({"type": "http.response.body", "body": body})

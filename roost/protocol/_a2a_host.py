@@ -13,7 +13,9 @@ nobody is asked and its result is marked collected at once). The A2A task id and
 the task's ``sessionId``.
 
 :class:`A2AHost` sits in front of the daemon as the queue's :class:`~roost.actors.TaskListener`:
-it forwards every call to the daemon unchanged and wakes the A2A requests waiting on a task
+it forwards every call to the daemon unchanged (a method it does not define, such as
+``ask_question``, is delegated by ``__getattr__``, so a listener method added later reaches the
+daemon too) and wakes the A2A requests waiting on a task
 (``message/send`` blocking, ``message/stream``, ``tasks/cancel``).
 """
 
@@ -100,6 +102,13 @@ class A2AHost:
 
     # -- TaskListener (forwarded to the daemon) ------------------------------------------------------
 
+    def __getattr__(self, name: str) -> Any:
+        """Any listener method this host does not define (``ask_question``, ...) is the daemon's
+        listener's own (AttributeError when that has none either: the queue then asks nobody)."""
+        if name == "inner":  # not set yet (during __init__): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     def task_started(self, task: Any) -> None:
         self.inner.task_started(task)
         self._progress(task)
@@ -114,10 +123,6 @@ class A2AHost:
     def task_event(self, task: Any, event: dict) -> None:
         self.inner.task_event(task, event)
         self._progress(task)
-
-    async def request_approval(self, task: Any, params: dict) -> bool | None:
-        answer: bool | None = await self.inner.request_approval(task, params)
-        return answer
 
     def task_finished(self, task: Any) -> None:
         self.inner.task_finished(task)
