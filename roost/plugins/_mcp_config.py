@@ -198,7 +198,9 @@ def _collect(
     cwd = field("cwd", (str,), "a string")
     transport = transport or ("http" if url and not command else "stdio")
     if command and url:
-        errors.append(f"{at('url')}: a server has either {key_of['command']} (stdio) or {key_of['url']} (http), not both")
+        errors.append(
+            f"{at('url')}: a server has either {key_of['command']} (stdio) or {key_of['url']} (http), not both"
+        )
     elif transport not in ("stdio", "http"):
         errors.append(f"{at('transport')}: unknown transport {transport!r} (stdio or http)")
     elif transport == "stdio" and not command:
