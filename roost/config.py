@@ -26,7 +26,6 @@ raises :class:`ConfigError` naming these settings, unless the caller passes
 
 from __future__ import annotations
 
-import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -144,7 +143,7 @@ def resolve_provider(
     """
     env = os.environ if env is None else env
     flags = {"provider": provider, "base_url": base_url, "model": model, "script": script, "api_key_env": api_key_env}
-    file_values = _provider_table(env, config_path, flag_provider=provider)
+    file_values = _provider_table(env, config_path)
     chosen, sources = _choose(flags, env, file_values)
     name = chosen.get("provider")
     if not name:
@@ -186,25 +185,20 @@ def resolve_provider(
     )
 
 
-def _provider_table(env: Mapping[str, str], config_path: Path | None, *, flag_provider: str | None) -> dict:
-    """The ``[provider]`` table of the config file (``name`` read as ``provider``); a broken file
-    is ignored, with a warning, when a flag or the environment chooses the provider.
+def _provider_table(env: Mapping[str, str], config_path: Path | None) -> dict:
+    """The ``[provider]`` table of the config file (``name`` read as ``provider``).
+
+    A broken file is an error even when a flag or the environment chooses the provider: every
+    command that runs agents also needs its other tables (``[mcp_servers]``), so ignoring it here
+    would only print a warning before that command stops on the same file.
 
     Raises:
-        ConfigError: the file is broken and nothing else chooses the provider, or ``[provider]``
-            is not a table.
+        ConfigError: the file is broken (unreadable or not valid TOML), or ``[provider]`` is not a
+            table.
     """
     if config_path is None and "ROOST_HOME" in env:
         config_path = Path(env["ROOST_HOME"]).expanduser() / "config.toml"
-    try:
-        table = load_config(config_path).get("provider", {})
-    except ConfigError as exc:
-        if not (flag_provider or env.get(_ENV["provider"])):
-            raise
-        # The provider is chosen by a flag or the environment, which come first: a broken file
-        # must not block them (its other settings are ignored, with a warning).
-        logging.getLogger("roost.config").warning("ignoring the config file: %s", exc)
-        table = {}
+    table = load_config(config_path).get("provider", {})
     if not isinstance(table, dict):
         raise ConfigError("[provider] in config.toml must be a table")
     file_values = dict(table)

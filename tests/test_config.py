@@ -68,6 +68,9 @@ def test_bad_values(roost_home):
     path = write_config(roost_home, "[provider\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         resolve_provider(env=env, config_path=path)
+    # a provider chosen by the environment does not make a broken file "ignored": it is the error
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        resolve_provider(env=env | {"ROOST_PROVIDER": "scripted"}, config_path=path)
     path = write_config(roost_home, '[provider]\nname = "scripted"\nmax_attempts = "x"\n')
     with pytest.raises(ConfigError, match="max_attempts"):
         resolve_provider(env=env, config_path=path)

@@ -44,6 +44,10 @@ def test_toml_servers_infer_the_transport_and_keep_every_field() -> None:
         ({"command": "x", "args": "s.py"}, "[mcp_servers.s] args in config.toml: expected a list of strings"),
         ({"transport": "http", "url": "ftp://x"}, "[mcp_servers.s] url in config.toml: an http:// or https:// URL"),
         ({"command": "x", "read_only": "yes"}, "[mcp_servers.s] read_only in config.toml: expected true or false"),
+        (
+            {"command": "x", "url": "http://h/mcp"},
+            "[mcp_servers.s] url in config.toml: a server has either command (stdio) or url (http), not both",
+        ),
     ],
 )
 def test_a_bad_toml_field_is_named(body: dict, message: str) -> None:
@@ -61,6 +65,8 @@ def test_orchestration_servers_resolve_cwd_and_refuse_duplicates(tmp_path: Path)
     assert servers[0].cwd == str((tmp_path / "sub").resolve()) and servers[1].transport == "http"
     _, errors = mcp_servers_from_orchestration([{"Name": "bad name!", "Command": "x"}], base=None)
     assert errors == ["Orchestration.McpServers[0].Name: the name must be 1-40 of A-Z a-z 0-9 _ -"]
+    _, errors = mcp_servers_from_orchestration([{"Name": "a", "Command": "x", "Url": "http://h/mcp"}], base=None)
+    assert errors == ["Orchestration.McpServers[0].Url: a server has either Command (stdio) or Url (http), not both"]
 
 
 def test_tool_names_are_safe_for_every_provider() -> None:

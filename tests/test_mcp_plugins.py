@@ -124,6 +124,54 @@ async def test_plugins_json_lists_mcp_servers_with_their_functions_and_errors(en
     assert [p["name"] for p in json.loads(one.stdout)["items"]] == ["notes"]
 
 
+async def test_non_json_stdout_is_one_log_line_and_a_server_that_cannot_connect_is_failed(tmp_path, roost_home):
+    python, server = _toml_str(sys.executable), _toml_str(str(SERVER))
+    (roost_home / "config.toml").write_text(
+        f"[mcp_servers.notes]\ncommand = {python}\nargs = [{server}, \"noisy\"]\n"
+        f"[mcp_servers.garbage]\ncommand = {python}\nargs = [{server}, \"garbage\"]\n"
+        f"connect_timeout = {scaled(3):g}\n"
+        '[mcp_servers.broken]\ncommand = "/nonexistent/mcp-server"\n'
+    )
+    env = script_env(tmp_path, roost_home, SCRIPT, ROOST_MCP_BACKOFF_S="0.2")
+    listed = await roost(env, "plugins", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr.decode()
+    stderr = listed.stderr.decode()
+    assert "Traceback" not in stderr and "ValidationError" not in stderr and "Failed to parse" not in stderr
+    noise = [line for line in stderr.splitlines() if "not JSON-RPC on stdout (ignored)" in line]
+    assert sorted(line.split("MCP server ")[1].split()[0] for line in noise) == ["garbage", "notes"], stderr
+    assert all(line.endswith("'starting up, not JSON'") for line in noise)
+    items = {p["name"]: p for p in json.loads(listed.stdout)["items"] if p["source"] == "mcp"}
+    assert items["notes"]["status"] == "connected" and len(items["notes"]["functions"]) == 5
+    garbage = items["garbage"]
+    assert garbage["status"] == "failed" and garbage["functions"] == []
+    assert "could not connect: it wrote a line that is not JSON-RPC on stdout ('starting up, not JSON')" in (
+        garbage["error"]
+    )
+    assert "did not finish starting" in garbage["error"]
+    # the broken server is being retried (backoff 0.2 s) while garbage times out: listed failed, with its error
+    assert items["broken"]["status"] == "failed" and "/nonexistent/mcp-server" in items["broken"]["error"]
+    assert all((p["error"] is None) == (p["status"] == "connected") for p in items.values()), items
+
+
+async def test_an_invalid_config_toml_is_one_error(tmp_path, roost_home) -> None:
+    (roost_home / "config.toml").write_text("[provider\n")
+    env = script_env(tmp_path, roost_home, SCRIPT)
+    assert env.get("ROOST_PROVIDER")  # the environment chooses the provider; the file is still broken
+    done = await roost(env, "exec", "echo please", cwd=tmp_path)
+    assert done.returncode == 2
+    stderr = done.stderr.decode()
+    assert "ignoring" not in stderr and stderr.count("is not valid TOML") == 1, stderr
+
+
+async def test_a_server_with_both_command_and_url_is_refused(env, tmp_path, roost_home) -> None:
+    (roost_home / "config.toml").write_text('[mcp_servers.x]\ncommand = "python3"\nurl = "http://127.0.0.1:1/mcp"\n')
+    listed = await roost(env, "plugins", "--json", cwd=tmp_path)
+    assert listed.returncode == 1
+    assert json.loads(listed.stdout)["error"] == (
+        "[mcp_servers.x] url in config.toml: a server has either command (stdio) or url (http), not both"
+    )
+
+
 async def test_a_malformed_mcp_servers_table_is_a_clear_error(env, tmp_path, roost_home) -> None:
     (roost_home / "config.toml").write_text('[mcp_servers.x]\ntransport = "ftp"\n')
     listed = await roost(env, "plugins", "--json", cwd=tmp_path)

@@ -21,7 +21,8 @@ keys are PascalCase, ``config.toml`` keys snake_case::
     timeout = 30            # seconds per tool call (default 60)
     connect_timeout = 30    # seconds to start and initialize (default 30)
 
-``Type`` (``transport``) may be left out: a command means ``stdio``, a URL ``http``. A tool is
+``Type`` (``transport``) may be left out: a command means ``stdio``, a URL ``http``; a server with
+both a command and a URL is refused. A tool is
 *read-only* (never needs approval) when the MCP server marks it with the ``readOnlyHint``
 annotation (MCP specification, "Tool annotations"), when the server is ``ReadOnly``, or when the
 tool is listed in ``ReadOnlyTools``; every other MCP tool is mutating.
@@ -196,7 +197,11 @@ def _collect(
     connect_timeout = field("connect_timeout_s", (int, float), "a number of seconds")
     cwd = field("cwd", (str,), "a string")
     transport = transport or ("http" if url and not command else "stdio")
-    if transport not in ("stdio", "http"):
+    if command and url:
+        errors.append(
+            f"{at('url')}: a server has either {key_of['command']} (stdio) or {key_of['url']} (http), not both"
+        )
+    elif transport not in ("stdio", "http"):
         errors.append(f"{at('transport')}: unknown transport {transport!r} (stdio or http)")
     elif transport == "stdio" and not command:
         errors.append(f"{at('command')}: required for a stdio server")

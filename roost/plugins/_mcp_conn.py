@@ -16,6 +16,7 @@ does not answer the ping either is hung, and its connection is restarted.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -32,6 +33,8 @@ from roost.plugins._mcp_config import McpServerConfig
 __all__ = ["McpServerState", "McpConnection", "CallTool", "MAILBOX_CAPACITY", "check_tunables"]
 
 log = logging.getLogger("roost.plugins")
+#: The ``mcp`` SDK's stdio transport logger (it logs a server's non-JSON-RPC stdout lines there).
+_SDK_STDIO_LOGGER = "mcp.client.stdio"
 
 #: Calls that may wait in one server's mailbox; one more is refused (``MailboxFull``).
 MAILBOX_CAPACITY = 64
@@ -85,6 +88,7 @@ class McpServerState:
         failures: consecutive failed or short-lived connections (the backoff exponent).
         ref: the live connection's mailbox ref while ``connected``.
         settled: set once the first connection attempt has finished (connected or failed).
+        noise: the first stdout line of this attempt that was not JSON-RPC (``repr``, shortened).
     """
 
     config: McpServerConfig
@@ -96,6 +100,7 @@ class McpServerState:
     ref: Ref | None = None
     settled: trio.Event = attrs.field(factory=trio.Event)
     connected_at: float | None = None
+    noise: str | None = None
 
     def status(self) -> dict[str, Any]:
         """``{name, state, connected, tool_count, error?}`` (app-server ``mcp/status/updated``)."""
@@ -187,9 +192,11 @@ class McpConnection:
     """
 
     def __init__(self, state: McpServerState, *, capacity: int = MAILBOX_CAPACITY) -> None:
+        install_log_filter()
         self.state = state
         self.mailbox: Mailbox[CallTool] = Mailbox(capacity)
         self._lost: str | None = None
+        self._logged = False
         self._check_now = trio.Event()
         #: calls running at once; more wait in the mailbox (bounded too)
         self._slots = trio.Semaphore(capacity)
@@ -211,6 +218,8 @@ class McpConnection:
         delay = state.next_delay()
         if delay:
             await trio.sleep(delay)
+        _SERVER.set(state)  # inherited by the SDK's reader task: its log filter names the server
+        state.noise = None
         state.set_state("connecting")
         began = trio.current_time()
         try:
@@ -218,9 +227,7 @@ class McpConnection:
         except Exception as exc:
             up = state.connected_at is not None and state.connected_at >= began
             why = _describe(exc)
-            if not up and why == "TooSlowError":
-                why = f"it did not finish starting within {state.config.connect_timeout_s:g} s"
-            reason = self._lost or (f"the connection broke: {why}" if up else f"could not connect: {why}")
+            reason = self._lost or (f"the connection broke: {why}" if up else self._connect_failure(why))
         else:
             reason = self._lost or "the connection ended"
         finally:
@@ -234,16 +241,19 @@ class McpConnection:
         state.failures = 1 if healthy else state.failures + 1
         if self._lost is None:
             state.set_state("failed", reason)
-        log.warning("MCP server %s: %s; reconnecting in %.1f s", name, reason, state.next_delay())
+        if not self._logged:
+            log.warning("MCP server %s: %s; reconnecting in %.1f s", name, reason, state.next_delay())
         raise _ConnectionLost(f"MCP server {name!r}: {reason}")
 
     async def _connect_and_serve(self) -> None:
         state = self.state
         config = state.config
         async with trio.open_nursery() as nursery:
-            with trio.fail_after(config.connect_timeout_s):
-                client = await nursery.start(self._hold_client)
-                tools = await _list_tools(client)
+            connected = trio.Event()
+            nursery.start_soon(self._connect_deadline, connected, nursery.cancel_scope)
+            client = await nursery.start(self._hold_client)
+            tools = await _list_tools(client)
+            connected.set()
             state.tools = tools
             state.connected_at = trio.current_time()
             state.ref = Ref(f"mcp:{config.name}", self.mailbox)
@@ -254,6 +264,25 @@ class McpConnection:
                 await self._slots.acquire()
                 env = await self.mailbox.get()
                 nursery.start_soon(self._call, client, env, nursery.cancel_scope)
+
+    async def _connect_deadline(self, connected: trio.Event, scope: trio.CancelScope) -> None:
+        """Fail the attempt once ``connect_timeout`` passes without ``connected``: the state is
+        ``failed`` at that moment, not after the SDK's shielded shutdown of the server (which may
+        wait seconds for a stdio server to exit)."""
+        timeout = self.state.config.connect_timeout_s
+        with trio.move_on_after(timeout):
+            await connected.wait()
+            return
+        reason = self._connect_failure(f"it did not finish starting within {timeout:g} s")
+        self._lose(reason, scope)
+        self._logged = True  # now, not after the server's shutdown (the command may end first)
+        log.warning("MCP server %s: %s; stopping it", self.state.config.name, reason)
+
+    def _connect_failure(self, why: str) -> str:
+        """The reason of a failed attempt; names the server's non-JSON-RPC stdout, if it wrote any."""
+        if self.state.noise is not None:
+            why = f"it wrote a line that is not JSON-RPC on stdout ({self.state.noise}); {why}"
+        return f"could not connect: {why}"
 
     async def _hold_client(self, *, task_status: Any) -> None:
         """Keep the client open (in the actor's nursery) until the actor's nursery is cancelled."""
@@ -357,3 +386,49 @@ async def _list_tools(client: Any) -> list[Any]:
         if not cursor:
             break
     return tools
+
+
+#: The state of the server whose connection the current task (and the tasks it starts) serves.
+_SERVER: contextvars.ContextVar[McpServerState | None] = contextvars.ContextVar("roost_mcp_server", default=None)
+
+
+class _StdioNoiseFilter(logging.Filter):
+    """The SDK logs each stdout line of a stdio server that is not JSON-RPC with a traceback
+    ("Failed to parse JSONRPC message from server", a pydantic ``ValidationError``); this filter
+    (on the SDK's ``mcp.client.stdio`` logger) makes the first line of a connection attempt one
+    WARNING naming the server and the line, drops the others, and keeps the line in
+    :attr:`McpServerState.noise` for the attempt's failure reason."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        state = _SERVER.get()
+        if state is None or not str(record.msg).startswith("Failed to parse JSONRPC message"):
+            return True
+        first = state.noise is None
+        state.noise = _bad_line(record.exc_info[1] if record.exc_info else None)
+        if not first:
+            return False
+        record.msg = "MCP server %s wrote a line that is not JSON-RPC on stdout (ignored): %s"
+        record.args = (state.config.name, state.noise)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = record.exc_text = None
+        return True
+
+
+def _bad_line(exc: BaseException | None) -> str:
+    """The offending line of the SDK's parse error (pydantic ``ValidationError.errors()``), shortened."""
+    line: Any = None
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            line = next((e.get("input") for e in errors() if e.get("input") is not None), None)
+        except Exception:  # noqa: BLE001 - only a message is at stake
+            line = None
+    text = repr(line) if line is not None else (str(exc).splitlines() or ["?"])[0]
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def install_log_filter() -> None:
+    """Put :class:`_StdioNoiseFilter` on the SDK's stdio logger (once per process)."""
+    logger = logging.getLogger(_SDK_STDIO_LOGGER)
+    if not any(isinstance(f, _StdioNoiseFilter) for f in logger.filters):
+        logger.addFilter(_StdioNoiseFilter())

@@ -71,6 +71,9 @@ class McpHost:
             strategy=Strategy.ONE_FOR_ONE,
             intensity=100,
             period=60.0,
+            # independent servers: stop them at once, so leaving waits for the slowest stdio
+            # server to exit (the SDK gives each a grace period), not for the sum of them
+            stop_together=True,
         )
 
     @staticmethod
@@ -134,7 +137,9 @@ class McpHost:
 
     def plugins(self) -> list[dict[str, Any]]:
         """``roost plugins`` items (wire-protocol.md "Plugin"): ``{name, source: "mcp", functions}``,
-        plus the server's ``status`` (``mcp/status/updated``'s shape)."""
+        plus the server's ``status`` (``mcp/status/updated``'s shape) as of its last finished
+        attempt: a server ``connecting`` again after a failure is listed ``failed`` with that
+        error, so ``error`` is only ever set with ``failed``."""
         return [
             {
                 "name": name,
@@ -143,10 +148,18 @@ class McpHost:
                     {"name": mcp_tool_name(name, spec.name), "description": spec.description or spec.name}
                     for spec in state.tools
                 ],
-                "status": state.status(),
+                "status": _settled_status(state),
             }
             for name, state in self.states.items()
         ]
+
+
+def _settled_status(state: McpServerState) -> dict[str, Any]:
+    """``state.status()``, with ``connecting`` after a failure (an error kept) reported ``failed``."""
+    status = state.status()
+    if status["state"] == "connecting" and status.get("error"):
+        status["state"] = "failed"
+    return status
 
 
 def _is_read_only(config: McpServerConfig, spec: Any) -> bool:

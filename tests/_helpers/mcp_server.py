@@ -3,6 +3,8 @@
 
 Run it as ``python mcp_server.py stdio`` (stdin/stdout) or ``python mcp_server.py http PORT_FILE``
 (streamable HTTP on 127.0.0.1, an OS-chosen port written to PORT_FILE once it listens).
+``noisy`` is ``stdio`` after a first stdout line that is not JSON-RPC; ``garbage`` writes that
+line and then never answers (a server whose stdout cannot be used).
 
 Tools:
     echo(text): returns ``echo: <text>`` (annotated ``readOnlyHint``: never needs approval).
@@ -77,5 +79,11 @@ def _serve_http(port_file: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "http":
         _serve_http(sys.argv[2])
+    elif len(sys.argv) >= 2 and sys.argv[1] in ("noisy", "garbage"):
+        sys.stdout.write("starting up, not JSON\n")
+        sys.stdout.flush()
+        if sys.argv[1] == "garbage":
+            time.sleep(3600)
+        server.run("stdio")
     else:
         server.run("stdio")
