@@ -85,6 +85,12 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
             data = fh.read()
     except FileNotFoundError:
         return {}
+    except NotADirectoryError:
+        if path.parent.exists() and not path.parent.is_dir():
+            from roost._paths import roost_home
+
+            roost_home()  # a file where ROOST_HOME should be: that is the error to report
+        raise ConfigError(f"cannot read {path}: its directory {path.parent} is not a directory") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
     return parse_config(data, path)

@@ -47,6 +47,11 @@ def engine_options(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from roost._paths import roost_home
+
+        # An unusable ROOST_HOME is the first thing to say (``roost CMD: error: ROOST_HOME ...``,
+        # exit 2, by the group's handler), before its config.toml is read for the provider.
+        roost_home()
         flags = EngineFlags(
             provider=kwargs.pop("provider"),
             base_url=kwargs.pop("base_url"),

@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -202,7 +203,7 @@ def open_store(
     try:
         conn = connect(db_path, busy_timeout=busy_timeout)
         try:
-            migrate(conn)
+            _migrate_patiently(conn, busy_timeout)
         finally:
             conn.close()
     except (sqlite3.DatabaseError, StoreError) as exc:  # "file is not a database", unwritable...
@@ -267,3 +268,22 @@ def _schema_current(db_path: Path, busy_timeout: float) -> bool:
         return False
     finally:
         conn.close()
+
+
+def _migrate_patiently(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """:func:`migrate`, tried again while another process holds the lock, up to ``busy_timeout``
+    seconds in all: switching a new file to WAL needs the database to itself, and SQLite answers
+    that with an immediate "database is locked" (no busy handler) while a second process that
+    started at the same moment migrates. Raises what :func:`migrate` raises (``StoreBusy`` once
+    the time is up)."""
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.01
+    while True:
+        try:
+            migrate(conn)
+            return
+        except StoreBusy:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
