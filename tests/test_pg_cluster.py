@@ -279,12 +279,15 @@ async def test_a_schedule_slot_fires_once_with_three_daemons(tmp_path: Path, pg_
             pg_url, "SELECT outcome FROM schedule_runs r JOIN schedules s ON s.id = r.schedule_id"
                     " WHERE s.name = 'every-minute' AND r.status = 'done' AND r.outcome = 'succeeded'", (), bool)
         await trio.sleep(2)  # give the other two schedulers every chance to fire it again
+        # tasks first, then runs: a new minute's slot may fire in between, never the other way
+        tasks = _rows(pg_url, "SELECT payload FROM daemon_tasks")
         runs = _rows(pg_url, "SELECT slot, status, outcome FROM schedule_runs r JOIN schedules s"
                              " ON s.id = r.schedule_id WHERE s.name = 'every-minute' ORDER BY slot")
     assert len(rows) >= 1
     slots = [slot for slot, _, _ in runs]
     assert len(slots) == len(set(slots))  # one row per slot, whichever node wrote it
     fired = [r for r in runs if r[2] == "succeeded"]
-    tasks = _rows(pg_url, "SELECT payload FROM daemon_tasks")
     ticks = [t for (t,) in tasks if json.loads(t)["task"] == "tick"]
-    assert len(ticks) == len(fired)  # every fired slot ran one task, on one node
+    # every fired slot ran its task, and no slot ran two (a slot of the minute that began during
+    # the wait may have its task and not yet its outcome)
+    assert len(fired) <= len(ticks) <= len(runs)
