@@ -10,6 +10,7 @@ callback a turn awaits first) runs :func:`admit_turn`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -60,10 +61,8 @@ async def admit_turn(actor: ThreadActor, turn: TurnActor) -> dict | None:
         row = None
         if user is not None:
             if msg.input_id is not None:
-                try:
+                with contextlib.suppress(NotFound):  # withdrawn meanwhile: nothing to remove
                     storage.remove_held_input(conn, msg.input_id)
-                except NotFound:
-                    pass
             row = storage.append_item(
                 conn, tid, type="user_message", payload=payload, text=user["text"], turn_id=turn.id, id=user["id"]
             )

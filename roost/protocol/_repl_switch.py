@@ -65,9 +65,8 @@ async def fork_chat(session: Any, arg: str) -> str | None:
     """Copy the chat into a new one; with ``arg == "switch"`` continue in it. Returns the new
     chat's id, or None (after an ``error`` event) for a bad argument or a failed copy."""
     from roost.actors import Snapshot
-    from roost.model import Thread
-    from roost.protocol._as_threads import _copy_history, _cut
-    from roost.storage import new_id, utc_now
+    from roost.protocol._as_threads import _copy_history, _cut, _fork_thread
+    from roost.storage import new_id
 
     if arg not in ("", "switch"):
         session.emit({"type": "error", "text": "usage: /fork [switch]"})
@@ -79,23 +78,7 @@ async def fork_chat(session: Any, arg: str) -> str | None:
     try:
         snapshot = await session.actor.ref.ask(Snapshot())
         turns, items = _cut(snapshot, src.id, None, None)
-        now = utc_now()
-        metadata = {k: v for k, v in (src.metadata or {}).items() if k not in ("worktree", "forked_from")}
-        metadata["forked_from"] = {"thread_id": src.id, "turn_id": turns[-1]["id"] if turns else None, "item_id": None}
-        thread = Thread(
-            id=new_id("thr"),
-            kind="chat",
-            title=f"{src.title} (fork)" if src.title else None,
-            cwd=src.cwd,
-            provider=src.provider,
-            model=src.model,
-            effort=src.effort,
-            permission_mode=src.permission_mode,
-            parent_thread_id=src.id,
-            created_at=now,
-            updated_at=now,
-            metadata=metadata,
-        )
+        thread, _ = _fork_thread(src, turns, None)  # the same row as thread/fork's
         turn_map = {t["id"]: new_id("turn") for t in turns}
         item_map = {i["id"]: new_id("item") for i in items}
         await session.registry.services.store.writer.submit(_copy_history, thread, turns, items, turn_map, item_map)
