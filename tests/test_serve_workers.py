@@ -121,6 +121,12 @@ async def test_workers_run_tasks_once_and_their_events_reach_the_front_doors_cli
         ran_on[sid] = _pid(json.loads(payload)["ranOn"])
     assert set(ran_on.values()) == {daemon.process.pid, worker["pid"]}
     assert not _alive(worker["pid"])  # stopped with the front door
+    # one log file per process: a RotatingFileHandler rotates by renaming, safe for one process only
+    logs = home / "logs"
+    front_lines = [json.loads(line) for line in (logs / "roost.log").read_text().splitlines()]
+    front = [doc["pid"] for doc in front_lines if doc.get("event") != "worker_started"]  # its pid: the worker's
+    behind = [json.loads(line)["pid"] for line in (logs / f"roost.worker-{worker['index']}.log").read_text().splitlines()]
+    assert set(front) == {daemon.process.pid} and set(behind) == {worker["pid"]}
 
 
 async def test_a_killed_worker_is_restarted_and_its_task_resumed(tmp_path: Path, script: Path, home: Path) -> None:

@@ -37,9 +37,10 @@ BACKUPS = 5
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
-def log_path(home: Path) -> Path:
-    """``HOME/logs/roost.log``."""
-    return home / "logs" / "roost.log"
+def log_path(home: Path, worker: int | None = None) -> Path:
+    """``HOME/logs/roost.log``, or ``HOME/logs/roost.worker-K.log`` for worker ``K`` of
+    ``roost serve --workers`` (one file per process, so that no two processes rotate one file)."""
+    return home / "logs" / ("roost.log" if worker is None else f"roost.worker-{worker}.log")
 
 
 class JsonFormatter(logging.Formatter):
@@ -63,8 +64,12 @@ class JsonFormatter(logging.Formatter):
         return dumps(doc).decode()
 
 
-def setup_daemon_logging(verbose: bool, home: Path) -> Path | None:
+def setup_daemon_logging(verbose: bool, home: Path, worker: int | None = None) -> Path | None:
     """Route the ``roost`` loggers to ``home/logs/roost.log`` (JSON) and stderr (readable).
+
+    ``worker``: the index of a headless worker of ``roost serve --workers``, which logs to a file
+    of its own (:func:`log_path`): :class:`logging.handlers.RotatingFileHandler` rotates by
+    renaming, which is safe for one process per file only.
 
     Returns:
         The log file's path, or ``None`` when it could not be opened (then a warning on stderr
@@ -78,7 +83,7 @@ def setup_daemon_logging(verbose: bool, home: Path) -> Path | None:
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
     roost = logging.getLogger("roost")
     roost.setLevel(level)
-    path = log_path(home)
+    path = log_path(home, worker)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         handler = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")

@@ -467,7 +467,7 @@ def serve_command(
     """
     from roost.protocol import DEFAULT_OUTBOX_LINES, ServeOptions, default_socket_path
 
-    _start_logging(verbose)
+    _start_logging(verbose, worker)
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     if flags["a2a"] and flags["http_port"] is None:
@@ -502,13 +502,19 @@ def _run_process(options: Any, engines: Any, auto_objectives: tuple[str, ...], w
         return _exit_for(exc, options)
 
 
-def _start_logging(verbose: bool) -> None:
-    """Log to stderr and to ``$ROOST_HOME/logs/roost.log`` (stderr only when ROOST_HOME is unusable)."""
+def _start_logging(verbose: bool, worker: bool = False) -> None:
+    """Log to stderr and to ``$ROOST_HOME/logs/roost.log`` (stderr only when ROOST_HOME is unusable);
+    a headless worker (``--worker``) logs to ``roost.worker-K.log``, K from ``ROOST_WORKER_INDEX``."""
     from roost._paths import roost_home
     from roost.cli._logs import setup_daemon_logging
 
+    index = None
+    if worker:
+        from roost.cli._serve_workers import WORKER_INDEX_ENV
+
+        index = int(os.environ.get(WORKER_INDEX_ENV) or 0)
     try:
-        setup_daemon_logging(verbose, roost_home())
+        setup_daemon_logging(verbose, roost_home(), index)
     except RoostError:
         setup_logging(verbose)  # an unusable ROOST_HOME is reported when the store opens
 

@@ -28,12 +28,14 @@ from typing import Any
 import attrs
 import trio
 
-__all__ = ["WorkerPool", "worker_argv", "run_worker", "DEFAULT_WORKERS"]
+__all__ = ["WorkerPool", "worker_argv", "run_worker", "DEFAULT_WORKERS", "WORKER_INDEX_ENV"]
 
 log = logging.getLogger("roost.serve")
 
 #: Processes of ``roost serve`` without ``--workers`` (or ``ROOST_SERVE_WORKERS``): one.
 DEFAULT_WORKERS = 1
+#: The environment variable that tells a worker its index (as `roost status` lists it): it names its log file.
+WORKER_INDEX_ENV = "ROOST_WORKER_INDEX"
 #: Most seconds between two restarts of a worker that keeps exiting.
 BACKOFF_MAX = 5.0
 #: Seconds a worker may take to stop after its stdin closes, before it is killed.
@@ -115,7 +117,8 @@ class WorkerPool:
             await trio.sleep(backoff)
 
     async def _run_once(self, state: WorkerState) -> int | None:
-        process = await trio.lowlevel.open_process(self.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        env = {**os.environ, WORKER_INDEX_ENV: str(state.index)}
+        process = await trio.lowlevel.open_process(self.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
         state.pid, state.started_at = process.pid, time.time()
         log.info(
             "worker %d started (pid %d)",
