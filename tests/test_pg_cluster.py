@@ -121,7 +121,7 @@ async def test_tasks_dispatched_on_each_node_run_exactly_once(tmp_path: Path, pg
         body = json.loads(status.stdout)
         nodes = body["cluster"]["nodes"]
         assert sorted(n["pid"] for n in nodes) == sorted(d.process.pid for d in daemons)
-        assert all(n["alive"] and n["ageSeconds"] >= 0 for n in nodes)
+        assert all(n["alive"] and n["state"] == "alive" and n["ageSeconds"] >= 0 for n in nodes)
         assert body["cluster"]["queue"] == {"queued": 0, "running": 0}
         # the daemons and the status query ran on PostgreSQL alone
         assert not any((tmp_path / f"home-{n}" / "roost.db").exists() for n in "abc")
