@@ -7,7 +7,8 @@ Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translatio
 ``_reconcile``, ``_processes`` (tool process groups, reaped after a crash), ``_interface`` (the
 store interface, :class:`StoreBackend`, which :class:`Store` implements through ``_sqlite_ops``)
 and the data modules ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``,
-``_memory``, ``_queries``, ``_cluster`` (the shared task queue's claims, node heartbeats):
+``_memory``, ``_queries``, ``_cluster`` (the shared task queue's claims, node heartbeats),
+``_bus`` (the node bus, one implementation for both backends):
 plain functions of a connection, writers to be passed to
 :meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`. The ``_pg_*`` modules are
 the PostgreSQL backend (:class:`PostgresStore`); every public data function here takes either

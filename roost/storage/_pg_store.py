@@ -3,7 +3,8 @@
 Every operation of :class:`roost.storage.StoreBackend` is implemented on PostgreSQL (issue 13,
 foundation): ``_pg_threads`` (threads, turns, runs and their queries), ``_pg_items`` (items,
 search, held input), ``_pg_leases``, ``_pg_memory`` (memory, context files, the daemon task
-queue), ``_pg_workers`` (worker trees, tool process records) and ``_pg_schedules``; plus
+queue), ``_pg_workers`` (worker trees, tool process records) and ``_pg_schedules``; the node bus
+is one implementation for both backends (``_bus``; ``_pg_bus`` is its ``LISTEN`` connection); plus
 connections, the versioned migrations, the group-commit writer (:class:`PgWriter`, which
 :class:`roost.storage.LeaseKeeper` also drives) and start-up reconciliation (``reconcile``).
 The rest of Roost reaches it through :func:`roost.storage.open_backend`; the room's public data
