@@ -6,7 +6,7 @@ records) write SQL that SQLite and PostgreSQL both accept (``ON CONFLICT``, ``RE
 SQLite's ``?`` placeholders into psycopg's ``%s``. A statement must not contain a literal ``?`` or
 ``%``. What differs (row order tie-breakers, the clock) is chosen with :func:`is_sqlite`.
 
-The database's clock (:func:`now_sql`, :func:`sql_clock`) is what cluster liveness is judged on:
+The database's clock (:func:`now_sql`, :func:`at_sql`) is what cluster liveness is judged on:
 heartbeats are written with it and compared with it in SQL, so a node's own clock never counts.
 On PostgreSQL it is the server's ``clock_timestamp()`` (the current time, microseconds, advancing
 within a transaction, so rows written in one group commit keep their order,
@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["execute", "is_sqlite", "now_sql", "at_sql", "sql_clock"]
+__all__ = ["execute", "is_sqlite", "now_sql", "at_sql"]
 
 #: The database's clock as a SQL expression, unix seconds (float), per backend.
 SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -52,9 +52,3 @@ def at_sql(conn: Any, now: float | None) -> tuple[str, tuple[Any, ...]]:
     """SQL for "now" and its parameters: the database's clock, or an explicit ``now`` (unix
     seconds; tests that set the time) as a bound parameter."""
     return (now_sql(conn), ()) if now is None else ("CAST(? AS DOUBLE PRECISION)", (now,))
-
-
-def sql_clock(conn: Any) -> float:
-    """Read the database's clock (:func:`now_sql`), unix seconds."""
-    row = execute(conn, f"SELECT {now_sql(conn)}").fetchone()
-    return float(row[0])
