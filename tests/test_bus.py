@@ -188,3 +188,60 @@ async def test_postgres_notify_wakes_the_node_and_polling_is_the_fallback(pg_url
         await _two_nodes(deaf, body)
     finally:
         store.close()
+
+
+# -- node liveness on the database's clock ------------------------------------------------------
+# The hook: ``time.time`` is this process's (the node's) own wall clock. The tests set it an hour
+# off (test-only monkeypatch); the bus must not care, since heartbeats and ages are the database's.
+
+
+def _skew(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    real = time.time.__wrapped__ if hasattr(time.time, "__wrapped__") else time.time
+
+    def skewed() -> float:
+        return real() + seconds
+
+    skewed.__wrapped__ = real  # type: ignore[attr-defined]
+    monkeypatch.setattr(time, "time", skewed)
+
+
+def test_heartbeats_and_ages_are_on_the_database_clock_whatever_the_nodes_clock(backend, monkeypatch):
+    _skew(monkeypatch, -3600)  # the writing node's clock is an hour behind
+    with backend.transaction() as conn:
+        backend.register_bus_node(conn, "A", "app-server")
+        backend.register_bus_node(conn, "B", "app-server")
+        assert backend.heartbeat_bus_node(conn, "A")
+    _skew(monkeypatch, +3600)  # the judging node's clock is an hour ahead
+    with backend.read() as conn:
+        a, b = backend.get_bus_node(conn, "A"), backend.get_bus_node(conn, "B")
+    assert 0 <= a.age < 5 and 0 <= b.age < 5  # seconds on the database clock, not 7200
+    assert abs(a.heartbeat_at - time.time.__wrapped__()) < 60  # the database's time, not the node's
+    with backend.transaction() as conn:  # a node silent for 60 s (database clock) is old
+        backend.heartbeat_bus_node(conn, "B", now=b.heartbeat_at - 60)
+        assert backend.prune_bus_nodes(conn, keep=100) == 0
+    with backend.read() as conn:
+        assert 60 <= backend.get_bus_node(conn, "B").age < 65
+    with backend.transaction() as conn:
+        assert backend.prune_bus_nodes(conn, keep=30) == 1  # B's row goes, A's stays
+    with backend.read() as conn:
+        assert [n.node_id for n in backend.list_bus_nodes(conn)] == ["A"]
+
+
+async def test_a_node_with_a_skewed_clock_judges_liveness_correctly(backend, monkeypatch):
+    _skew(monkeypatch, -3600)  # both nodes register while this host's clock is an hour behind
+
+    async def body(a: NodeBus, b: NodeBus) -> None:
+        with trio.fail_after(scaled(10)):
+            while len(await a.nodes()) < 2:  # both registered
+                await trio.sleep(0.02)
+        _skew(monkeypatch, +3600)  # and judge with it an hour ahead
+        assert await a.node_alive("B") and await b.node_alive("A")
+        with backend.transaction() as conn:  # C beat 60 s ago on the database clock
+            backend.register_bus_node(conn, "C", "serve")
+            fresh = backend.get_bus_node(conn, "C")
+            backend.heartbeat_bus_node(conn, "C", now=fresh.heartbeat_at - 60)
+        _skew(monkeypatch, -3600)  # an hour behind, C's old heartbeat would look recent
+        assert not await a.node_alive("C")
+        assert await a.node_alive("B")
+
+    await _two_nodes(backend, body)

@@ -3,6 +3,7 @@ the portable data modules (blobs, usage, background processes), and the restarta
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 
 import pytest
@@ -154,3 +155,55 @@ def test_many_tasks_running_on_live_nodes_never_hide_the_queued_ones(backend) ->
             assert claim_daemon_task(conn, "elsewhere:1:n", 30.0) is not None
         claimed = claim_daemon_task(conn, "here:2:n", 30.0)
     assert claimed is not None and (claimed[0].id, claimed[2]) == ("task70", False)
+
+
+def _age(store, owner: str, seconds: float) -> None:
+    """Let ``seconds`` pass for ``owner`` alone: its heartbeat and its leases are that much older
+    (as if the node stopped beating and renewing that long ago)."""
+    with store.transaction() as conn:
+        conn.execute(f"UPDATE nodes SET last_seen = last_seen - {seconds} WHERE owner = '{owner}'")
+        conn.execute(f"UPDATE leases SET expires_at = expires_at - {seconds} WHERE owner = '{owner}'")
+
+
+def test_heartbeats_are_judged_on_the_database_clock_whatever_the_nodes_clock(backend, monkeypatch) -> None:
+    import time
+
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)  # test-only: the beating node's clock is behind
+    with backend.transaction() as conn:
+        seen = beat_node(conn, "elsewhere:1:a", 5.0)
+    assert abs(seen - real()) < 60  # the database's time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)  # the judging node's clock is ahead
+    with backend.read() as conn:
+        (node,) = list_nodes(conn)
+        assert (node["alive"], node["state"]) == (True, "alive") and 0 <= node["ageSeconds"] < 5
+        assert storage.owner_gone(conn, "elsewhere:1:a") is False
+
+
+def test_a_dead_node_is_marked_gone_then_pruned_and_its_task_still_resumes(backend) -> None:
+    _queue(backend, 2)
+    dead, live = "elsewhere:1:dead", "elsewhere:2:live"
+    with backend.transaction() as conn:
+        beat_node(conn, dead, 1.0)
+        beat_node(conn, live, 1.0)
+        task, lease, _ = claim_daemon_task(conn, dead, 1.0)
+        storage.acquire(conn, f"thread:{task.id}", dead, 1.0)
+    _age(backend, dead, 2.0)  # two ttls without a heartbeat (database clock)
+    with backend.read() as conn:
+        nodes = {n["owner"]: n for n in list_nodes(conn)}
+        assert (nodes[dead]["alive"], nodes[dead]["state"]) == (False, "gone")
+        assert nodes[live]["state"] == "alive"
+        if not isinstance(conn, sqlite3.Connection):  # another host's owner: judged by its heartbeat row
+            assert storage.owner_gone(conn, dead) and not storage.owner_gone(conn, live)
+    _age(backend, dead, 9.0)  # past the retention (10 ttls): no longer listed, even before a prune
+    with backend.read() as conn:
+        assert [n["owner"] for n in list_nodes(conn)] == [live]
+    with backend.transaction() as conn:
+        beat_node(conn, live, 1.0)  # any node's heartbeat deletes the row
+        assert conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 1
+        # nothing of the dead node is lost: its running task resumes elsewhere, its queued one waits
+        resumed = claim_daemon_task(conn, live, 1.0)
+        assert resumed is not None and (resumed[0].id, resumed[1].token, resumed[2]) == (task.id, 2, True)
+        assert claim_daemon_task(conn, live, 1.0)[0].id == "task1"
+        if not isinstance(conn, sqlite3.Connection):
+            assert storage.owner_gone(conn, dead)  # a pruned row still means gone

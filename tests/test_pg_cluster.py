@@ -121,7 +121,7 @@ async def test_tasks_dispatched_on_each_node_run_exactly_once(tmp_path: Path, pg
         body = json.loads(status.stdout)
         nodes = body["cluster"]["nodes"]
         assert sorted(n["pid"] for n in nodes) == sorted(d.process.pid for d in daemons)
-        assert all(n["alive"] and n["ageSeconds"] >= 0 for n in nodes)
+        assert all(n["alive"] and n["state"] == "alive" and n["ageSeconds"] >= 0 for n in nodes)
         assert body["cluster"]["queue"] == {"queued": 0, "running": 0}
         # the daemons and the status query ran on PostgreSQL alone
         assert not any((tmp_path / f"home-{n}" / "roost.db").exists() for n in "abc")
@@ -201,6 +201,18 @@ async def test_kill_9_of_the_running_node_resumes_the_task_elsewhere(
             assert resumed["sessionId"] == sid and resumed["task"] == "slow job"
             await _wait_rows(pg_url, "SELECT status FROM daemon_tasks WHERE id = %s", (sid,),
                              lambda r: r and r[0][0] in ("finished", "collected"))
+            # the status query marks the killed node gone once its heartbeat is a TTL old (database
+            # clock); the survivors stay alive (its row is pruned after 10 TTLs: test_cluster_store)
+            with trio.fail_after(scaled(60)):
+                while True:
+                    status = await trio.run_process(
+                        [*roost_argv(), "status", "--json", "--database-url", pg_url], capture_stdout=True,
+                        env={**os.environ, "ROOST_HOME": str(tmp_path / "home-a")})
+                    states = {n["pid"]: n["state"] for n in json.loads(status.stdout)["cluster"]["nodes"]}
+                    if states.get(victim) == "gone":
+                        break
+                    await trio.sleep(0.5)
+            assert all(states[pid] == "alive" for pid in clients if pid != victim)
         # claimed twice (the victim, then one survivor); one turn completed, the victim's interrupted
         assert _rows(pg_url, "SELECT token FROM leases WHERE key = %s", (f"task:{sid}",)) == [(2,)]
         logs = {d.process.pid: _log(tmp_path, d.name) for d in daemons}  # type: ignore[attr-defined]

@@ -26,7 +26,6 @@ handlers and waiting requests live on the NodeBus object and survive a restart o
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,8 +45,11 @@ POLL_MIN = 0.05
 POLL_MAX = 0.2
 #: Seconds between heartbeats of a node (``bus_nodes.heartbeat_at``).
 HEARTBEAT_S = 2.0
-#: A node whose heartbeat is older than this many seconds is not on the bus.
+#: A node whose heartbeat is older than this many seconds (database clock) is not on the bus.
 NODE_HORIZON_S = 10.0
+#: A node's row is deleted once its heartbeat is this many seconds old (it died without its
+#: clean stop); a node that comes back registers again.
+NODE_RETENTION_S = 10 * NODE_HORIZON_S
 #: Seconds a request may wait unclaimed before it is withdrawn.
 CLAIM_TIMEOUT = 5.0
 #: Seconds between deletions of old handled messages.
@@ -189,14 +191,16 @@ class NodeBus:
         return await self._read(self.store.list_bus_nodes)
 
     async def node_alive(self, node_id: str) -> bool:
-        """Whether ``node_id`` is on the bus now: registered, heartbeat within
-        :data:`NODE_HORIZON_S` seconds, and not a dead process of this host."""
+        """Whether ``node_id`` is on the bus now: registered, its last heartbeat less than
+        :data:`NODE_HORIZON_S` seconds old on the database's clock (``BusNode.age``; this host's
+        clock is not consulted, so skewed clocks of hosts do not matter), and not a dead process
+        of this host."""
         if node_id == self.node_id:
             return self._nursery is not None
         node = await self._read(self.store.get_bus_node, node_id)
         if node is None or owner_is_dead(node_id):
             return False
-        return node.heartbeat_at >= time.time() - NODE_HORIZON_S
+        return bool(node.age < NODE_HORIZON_S)
 
     async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
         store = self.store
@@ -340,7 +344,8 @@ class NodeBus:
 
     async def _housekeeping(self) -> None:
         """Register, then heartbeat every :data:`HEARTBEAT_S` seconds (registering again when the
-        row is gone); delete old handled messages now and then."""
+        row is gone); delete old handled messages and the rows of long-gone nodes
+        (:data:`NODE_RETENTION_S`) now and then."""
         last_prune = 0.0
         try:
             await self.store.writer.submit(self.store.register_bus_node, self.node_id, self.kind)
@@ -354,6 +359,7 @@ class NodeBus:
                 if trio.current_time() - last_prune >= PRUNE_EVERY_S:
                     last_prune = trio.current_time()
                     await self.store.writer.submit(self.store.prune_messages)
+                    await self.store.writer.submit(self.store.prune_bus_nodes, keep=NODE_RETENTION_S)
             except RoostError as exc:
                 log.warning("bus: heartbeat failed: %s", exc)
 

@@ -7,9 +7,11 @@ their last and next runs) even when no daemon runs.
 
 ``--json`` prints one line ``{"protocolVersion": 1, "home", "daemons": [STATUS...], "schedules":
 [ScheduledJob...], "cluster"?}``; ``cluster`` (on PostgreSQL only, issue 13) is ``{"database"
-(password hidden), "nodes": [{owner, host, pid, startedAt, lastSeen, ageSeconds, alive,
+(password hidden), "nodes": [{owner, host, pid, startedAt, lastSeen, ageSeconds, alive, state,
 leases}], "queue": {queued, running}}``: every node of the database, from its heartbeat row
-(times on the database clock), whatever its ``$ROOST_HOME`` or host; each STATUS is the daemon's ``status`` event (see
+(times on the database clock), whatever its ``$ROOST_HOME`` or host; ``state`` is ``gone`` once
+the heartbeat is a ttl old, and a node gone for 10 ttls is no longer listed
+(:func:`roost.storage.list_nodes`); each STATUS is the daemon's ``status`` event (see
 :func:`roost.protocol._serve_status.status_snapshot`) or, for a daemon that did not answer,
 ``{"pid", "socket", "workDir", "error"}``.
 
@@ -90,7 +92,7 @@ def _print_cluster(cluster: dict) -> None:
     queue = cluster["queue"]
     click.echo(f"cluster on {cluster['database']}: queued {queue['queued']}, running {queue['running']}")
     for n in cluster["nodes"]:
-        state = "alive" if n["alive"] else "gone"
+        state = n["state"]
         click.echo(
             f"  node {n['owner']} ({state}, host {n['host']} pid {n['pid']}, seen {n['ageSeconds']:.1f} s ago)"
             f" leases {len(n['leases'])}"

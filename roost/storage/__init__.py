@@ -7,7 +7,8 @@ Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translatio
 ``_reconcile``, ``_processes`` (tool process groups, reaped after a crash), ``_interface`` (the
 store interface, :class:`StoreBackend`, which :class:`Store` implements through ``_sqlite_ops``)
 and the data modules ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``,
-``_memory``, ``_queries``, ``_cluster`` (the shared task queue's claims, node heartbeats):
+``_memory``, ``_queries``, ``_cluster`` (the shared task queue's claims, node heartbeats),
+``_bus`` (the node bus, one implementation for both backends):
 plain functions of a connection, writers to be passed to
 :meth:`StoreWriter.submit`, readers to be called on :meth:`Store.read`. The ``_pg_*`` modules are
 the PostgreSQL backend (:class:`PostgresStore`); every public data function here takes either
@@ -35,6 +36,7 @@ from ._bgprocs import running_owners as running_owners
 from ._bgprocs import update_bg_process as update_bg_process
 from ._blobs import read_blob as read_blob
 from ._blobs import read_blob_chunk as read_blob_chunk
+from ._bus import BUS_OPERATIONS as _BUS_OPERATIONS
 from ._bus import BusMessage as BusMessage
 from ._bus import BusNode as BusNode
 from ._bus import ack_message as ack_message
@@ -46,6 +48,7 @@ from ._bus import has_pending_messages as has_pending_messages
 from ._bus import heartbeat_bus_node as heartbeat_bus_node
 from ._bus import list_bus_nodes as list_bus_nodes
 from ._bus import post_message as post_message
+from ._bus import prune_bus_nodes as prune_bus_nodes
 from ._bus import prune_messages as prune_messages
 from ._bus import register_bus_node as register_bus_node
 from ._bus import remove_bus_node as remove_bus_node
@@ -184,10 +187,11 @@ from .leases import renew as renew
 from .leases import thread_lease_key as thread_lease_key
 
 # The data functions run on either backend's connection (roost/storage/_dispatch.py); the lease
-# functions, reconcile and the portable modules choose by connection themselves.
-_LEASE_OPS = frozenset({"acquire", "renew", "release", "hand_over", "check_fence", "get_lease"})
+# functions, the node bus, reconcile and the portable modules choose by connection themselves.
+_LEASE_OPS = ("acquire", "renew", "release", "hand_over", "check_fence", "get_lease")
+_CHOOSE_THEMSELVES = frozenset((*_LEASE_OPS, *_BUS_OPERATIONS))
 for _name in (*OPERATIONS, "put_item"):
-    if _name in globals() and _name not in _LEASE_OPS:
+    if _name in globals() and _name not in _CHOOSE_THEMSELVES:
         globals()[_name] = _by_connection(globals()[_name])
 del _name
 
@@ -385,18 +389,7 @@ __all__ = [
     "BusMessage",
     "BusNode",
     "BusStore",
-    "register_bus_node",
-    "heartbeat_bus_node",
-    "remove_bus_node",
-    "list_bus_nodes",
-    "get_bus_node",
-    "post_message",
-    "has_pending_messages",
-    "claim_messages",
-    "ack_message",
-    "cancel_message",
-    "get_message",
-    "prune_messages",
+    *_BUS_OPERATIONS,
 ]
 
 

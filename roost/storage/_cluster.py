@@ -7,8 +7,10 @@ wins, in one transaction. The same SQL runs on both backends (:mod:`roost.storag
 PostgreSQL locks the candidate rows ``FOR UPDATE SKIP LOCKED`` so concurrent claimers of other
 nodes skip each other's rows instead of waiting, SQLite's write lock serialises claimers.
 
-Times are unix seconds on the database's clock (PostgreSQL ``now()``; SQLite: this host's clock,
-the only one that opens the file).
+Lease times are unix seconds on the database's clock (PostgreSQL ``now()``; SQLite: this host's clock,
+the only one that opens the file). Node heartbeats are written and judged in SQL on the database's
+clock (:func:`roost.storage._portable.now_sql`: PostgreSQL ``clock_timestamp()``, SQLite
+``julianday('now')``), so a node's own clock never decides whether a node is gone.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from roost.model import DaemonTask
 
 from . import leases
 from ._dispatch import by_connection
-from ._portable import execute, is_sqlite
+from ._portable import execute, is_sqlite, now_sql
 from ._rows import utc_now
 from ._tasks import get_daemon_task
 
@@ -40,6 +42,8 @@ __all__ = [
     "owner_gone",
 ]
 
+#: A node row is deleted (and no longer listed) once its heartbeat is this many of its ttls old.
+RETENTION_TTLS = 10
 #: Candidates examined per claim, of each kind (resumable running tasks, queued tasks).
 _CLAIM_SCAN = 64
 
@@ -50,7 +54,8 @@ def task_lease_key(task_id: str) -> str:
 
 
 def db_clock(conn: Any) -> float:
-    """The database's clock, unix seconds (SQLite: ``time.time()``)."""
+    """The leases' clock, unix seconds: the database's (PostgreSQL ``now()``); on SQLite
+    ``time.time()``, which the SQLite lease functions write (:mod:`roost.storage.leases`)."""
     if is_sqlite(conn):
         return time.time()
     row = execute(conn, "SELECT extract(epoch FROM now())::float8").fetchone()
@@ -118,21 +123,31 @@ def claim_daemon_task(conn: Any, owner: str, ttl: float) -> tuple[DaemonTask, le
 
 
 def beat_node(conn: Any, owner: str, ttl: float, *, started_at: float | None = None) -> float:
-    """Insert or refresh this node's heartbeat row (write); return the database clock.
+    """Insert or refresh this node's heartbeat row, and delete the rows of long-gone nodes (write);
+    return the heartbeat's time.
+
+    The heartbeat is the database's clock, written in SQL (:func:`._portable.now_sql`), never this
+    host's. A row whose heartbeat is older than :data:`RETENTION_TTLS` of its own ttl is deleted:
+    that node is gone (as it was before), its leases expired long ago and the expiry logic
+    already resumed its tasks (:func:`claim_daemon_task` reads leases, not these rows), and
+    :func:`owner_gone` counts a missing row as gone.
 
     Args:
         owner: the node's lease owner identity (``"<host>:<pid>:<nonce>"``).
         ttl: seconds after ``last_seen`` at which the node counts as gone.
         started_at: when the node started (first beat; default now).
     """
-    now = db_clock(conn)
-    execute(
+    now = now_sql(conn)
+    row = execute(
         conn,
-        """INSERT INTO nodes (owner, host, pid, started_at, last_seen, ttl) VALUES (?, ?, ?, ?, ?, ?)
-           ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen, ttl = excluded.ttl""",
-        (owner, socket.gethostname(), os.getpid(), now if started_at is None else started_at, now, ttl),
-    )
-    return now
+        f"""INSERT INTO nodes (owner, host, pid, started_at, last_seen, ttl)
+            VALUES (?, ?, ?, COALESCE(CAST(? AS DOUBLE PRECISION), {now}), {now}, ?)
+            ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen, ttl = excluded.ttl
+            RETURNING last_seen""",
+        (owner, socket.gethostname(), os.getpid(), started_at, ttl),
+    ).fetchone()
+    execute(conn, f"DELETE FROM nodes WHERE last_seen < {now} - ttl * ?", (RETENTION_TTLS,))
+    return float(row[0])
 
 
 def forget_node(conn: Any, owner: str) -> bool:
@@ -143,13 +158,23 @@ def forget_node(conn: Any, owner: str) -> bool:
 def list_nodes(conn: Any) -> list[dict[str, Any]]:
     """The cluster's nodes, most recently seen first (read-only).
 
+    A node is ``gone`` once its last heartbeat is ``ttl`` seconds old on the database clock; one
+    gone for :data:`RETENTION_TTLS` of its ttl is not listed (its row is deleted at the next
+    heartbeat of any node, :func:`beat_node`).
+
     Returns:
-        ``[{owner, host, pid, startedAt, lastSeen, ageSeconds, alive, leases}]``: times are unix
-        seconds on the database clock, ``ageSeconds`` since the last heartbeat, ``alive`` while
-        that is under the node's ttl, ``leases`` the keys of its live leases (sorted).
+        ``[{owner, host, pid, startedAt, lastSeen, ageSeconds, alive, state, leases}]``: times
+        are unix seconds on the database clock, ``ageSeconds`` since the last heartbeat (on that
+        clock), ``alive`` while that is under the node's ttl, ``state`` ``"alive"`` or ``"gone"``,
+        ``leases`` the keys of its live leases (sorted).
     """
     now = db_clock(conn)
-    rows = execute(conn, "SELECT owner, host, pid, started_at, last_seen, ttl FROM nodes ORDER BY last_seen DESC")
+    rows = execute(
+        conn,
+        f"SELECT owner, host, pid, started_at, last_seen, ttl, {now_sql(conn)} - last_seen AS age FROM nodes"
+        f" WHERE last_seen >= {now_sql(conn)} - ttl * ? ORDER BY last_seen DESC",
+        (RETENTION_TTLS,),
+    )
     held: dict[str, list[str]] = {}
     for key, holder in execute(
         conn, "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND expires_at > ? ORDER BY key", (now,)
@@ -162,11 +187,12 @@ def list_nodes(conn: Any) -> list[dict[str, Any]]:
             "pid": int(pid),
             "startedAt": float(started),
             "lastSeen": float(seen),
-            "ageSeconds": round(now - float(seen), 3),
-            "alive": now - float(seen) < float(ttl),
+            "ageSeconds": round(float(age), 3),
+            "alive": float(age) < float(ttl),
+            "state": "alive" if float(age) < float(ttl) else "gone",
             "leases": held.get(owner, []),
         }
-        for owner, host, pid, started, seen, ttl in rows.fetchall()
+        for owner, host, pid, started, seen, ttl, age in rows.fetchall()
     ]
 
 
@@ -174,16 +200,17 @@ def owner_gone(conn: Any, owner: str) -> bool:
     """Whether the process ``owner`` (a lease owner identity) no longer runs (read-only).
 
     A dead process of this host (:func:`roost.storage.leases.owner_is_dead`) is gone. On
-    PostgreSQL an owner of any host is gone when its node's heartbeat row is missing (it stopped)
-    or older than its ttl on the database clock (it died, or is cut off); on SQLite only this
-    host's process table can tell, so another owner counts as alive.
+    PostgreSQL an owner of any host is gone when its node's heartbeat row is missing (it stopped,
+    or was pruned long after it died) or is ttl seconds old on the database clock (it died, or
+    is cut off), compared in SQL; on SQLite only this host's process table can tell, so another
+    owner counts as alive.
     """
     if leases.owner_is_dead(owner):
         return True
     if is_sqlite(conn):
         return False
-    row = execute(conn, "SELECT last_seen, ttl FROM nodes WHERE owner = ?", (owner,)).fetchone()
-    return row is None or db_clock(conn) - float(row[0]) >= float(row[1])
+    row = execute(conn, f"SELECT {now_sql(conn)} - last_seen >= ttl FROM nodes WHERE owner = ?", (owner,)).fetchone()
+    return row is None or bool(row[0])
 
 
 def queue_depth(conn: Any) -> dict[str, int]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from roost.model import ContextFile, DaemonTask, HeldInput, Item, MemoryEntry, Run, SearchHit, Thread, Turn, Worker
 
-from ._bus import BusMessage, BusNode
+from ._bus import BUS_OPERATIONS, BusMessage, BusNode
 from ._objectives import Objective, ObjectiveTask
 from ._schedules2 import JobRun, ScheduledJob
 from .leases import Lease
@@ -312,6 +312,7 @@ class BusStore(Protocol[ConnT_contra]):
     def remove_bus_node(self, conn: ConnT_contra, node_id: str) -> None: ...
     def list_bus_nodes(self, conn: ConnT_contra) -> list[BusNode]: ...
     def get_bus_node(self, conn: ConnT_contra, node_id: str) -> BusNode | None: ...
+    def prune_bus_nodes(self, conn: ConnT_contra, *, keep: float, now: float | None = ...) -> int: ...
     def post_message(
         self,
         conn: ConnT_contra,
@@ -457,16 +458,5 @@ OPERATIONS: tuple[str, ...] = (
     "add_objective_task",
     "start_objective_task",
     "finish_objective_task",
-    "register_bus_node",
-    "heartbeat_bus_node",
-    "remove_bus_node",
-    "list_bus_nodes",
-    "get_bus_node",
-    "post_message",
-    "has_pending_messages",
-    "claim_messages",
-    "ack_message",
-    "cancel_message",
-    "get_message",
-    "prune_messages",
+    *BUS_OPERATIONS,
 )

@@ -3,7 +3,8 @@
 Every operation of :class:`roost.storage.StoreBackend` is implemented on PostgreSQL (issue 13,
 foundation): ``_pg_threads`` (threads, turns, runs and their queries), ``_pg_items`` (items,
 search, held input), ``_pg_leases``, ``_pg_memory`` (memory, context files, the daemon task
-queue), ``_pg_workers`` (worker trees, tool process records) and ``_pg_schedules``; plus
+queue), ``_pg_workers`` (worker trees, tool process records) and ``_pg_schedules``; the node bus
+is one implementation for both backends (``_bus``; ``_pg_bus`` is its ``LISTEN`` connection); plus
 connections, the versioned migrations, the group-commit writer (:class:`PgWriter`, which
 :class:`roost.storage.LeaseKeeper` also drives) and start-up reconciliation (``reconcile``).
 The rest of Roost reaches it through :func:`roost.storage.open_backend`; the room's public data
@@ -32,6 +33,7 @@ from . import (
     _pg_workers,
     _processes,
 )
+from ._bus import BusOperations
 from ._pg_connect import connect_pg, open_pool, translate_pg_error, validate_url
 from ._pg_reconcile import reconcile_pg
 from ._pg_schema import migrate_pg
@@ -45,8 +47,11 @@ if TYPE_CHECKING:
 __all__ = ["PostgresStore", "open_postgres_store"]
 
 
-class PostgresStore:
+class PostgresStore(BusOperations):
     """An open Roost database on a PostgreSQL server. Create it with :func:`open_postgres_store`.
+
+    The node bus operations are the same functions as on SQLite (:class:`BusOperations`); its
+    wake-up is :meth:`bus_listener`.
 
     Attributes:
         url: the database URL (holds the password: show it with ``redact_url``).
@@ -149,19 +154,6 @@ class PostgresStore:
     check_fence = staticmethod(_pg_leases.check_fence)
     get_lease = staticmethod(_pg_leases.get_lease)
     fenced = staticmethod(_pg_leases.fenced)
-    # the node bus (BusStore)
-    register_bus_node = staticmethod(_pg_bus.register_bus_node)
-    heartbeat_bus_node = staticmethod(_pg_bus.heartbeat_bus_node)
-    remove_bus_node = staticmethod(_pg_bus.remove_bus_node)
-    list_bus_nodes = staticmethod(_pg_bus.list_bus_nodes)
-    get_bus_node = staticmethod(_pg_bus.get_bus_node)
-    post_message = staticmethod(_pg_bus.post_message)
-    has_pending_messages = staticmethod(_pg_bus.has_pending_messages)
-    claim_messages = staticmethod(_pg_bus.claim_messages)
-    ack_message = staticmethod(_pg_bus.ack_message)
-    cancel_message = staticmethod(_pg_bus.cancel_message)
-    get_message = staticmethod(_pg_bus.get_message)
-    prune_messages = staticmethod(_pg_bus.prune_messages)
     reconcile = staticmethod(reconcile_pg)
     db_now = staticmethod(_pg_leases.db_now)
     live_lease_owners = staticmethod(_pg_leases.live_lease_owners)

@@ -7,12 +7,13 @@ from . import _bus, _items, _memory, _objectives, _processes, _queries, _schedul
 __all__ = ["SQLiteOperations"]
 
 
-class SQLiteOperations:
+class SQLiteOperations(_bus.BusOperations):
     """Every operation of :class:`roost.storage.StoreBackend`, bound to the SQLite module functions.
 
     :class:`roost.storage.Store` inherits these, so ``store.get_thread(conn, thread_id)`` is
     ``roost.storage.get_thread(conn, thread_id)``. Each is a staticmethod: the connection is the
-    first argument, as for the module functions.
+    first argument, as for the module functions. The node bus operations are one implementation
+    for both backends (:class:`roost.storage._bus.BusOperations`).
     """
 
     # _items
@@ -112,19 +113,6 @@ class SQLiteOperations:
     hand_over = staticmethod(leases.hand_over)
     check_fence = staticmethod(leases.check_fence)
     get_lease = staticmethod(leases.get_lease)
-    # _bus (the node bus)
-    register_bus_node = staticmethod(_bus.register_bus_node)
-    heartbeat_bus_node = staticmethod(_bus.heartbeat_bus_node)
-    remove_bus_node = staticmethod(_bus.remove_bus_node)
-    list_bus_nodes = staticmethod(_bus.list_bus_nodes)
-    get_bus_node = staticmethod(_bus.get_bus_node)
-    post_message = staticmethod(_bus.post_message)
-    has_pending_messages = staticmethod(_bus.has_pending_messages)
-    claim_messages = staticmethod(_bus.claim_messages)
-    ack_message = staticmethod(_bus.ack_message)
-    cancel_message = staticmethod(_bus.cancel_message)
-    get_message = staticmethod(_bus.get_message)
-    prune_messages = staticmethod(_bus.prune_messages)
 
     def bus_listener(self, node_id: str) -> None:
         """No listener on SQLite: nodes poll (:class:`roost.actors.NodeBus`)."""
