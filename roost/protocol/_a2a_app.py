@@ -321,13 +321,14 @@ class DaemonRequestHandler(RequestHandler):
         return a2a_task(task, self.host) if task is not None else None
 
     async def on_cancel_task(self, params: TaskIdParams, context: ServerCallContext | None = None) -> Task | None:
-        """``tasks/cancel``: interrupt the task, wait (at most :data:`CANCEL_WAIT` s) for its end, answer it."""
+        """``tasks/cancel``: a queued task is withdrawn and answered ``canceled`` at once; a running
+        one is interrupted and answered once it ended (at most :data:`CANCEL_WAIT` s later)."""
         task = await self.host.lookup(params.id)
         if task is None:
             return None
         if task.status in TERMINAL:
             raise ServerError(TaskNotCancelableError(message=f"task {params.id} already ended"))
-        self.host.cancel(task)
+        await self.host.cancel(task)
         task = await self.host.wait_finished(params.id, limit=CANCEL_WAIT)
         return a2a_task(task, self.host) if task is not None else None
 

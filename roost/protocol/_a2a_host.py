@@ -44,6 +44,8 @@ _RECHECK = 2.0
 #: A2A calls whose agent name (``metadata.agent``) and cancel request are remembered.
 _CALLS_KEPT = 1000
 _calls = itertools.count(1)
+#: The error message of an A2A call's task cancelled while it was still queued.
+_WITHDRAWN = "cancelled by the A2A caller (tasks/cancel) before it started"
 
 
 @attrs.frozen
@@ -221,23 +223,23 @@ class A2AHost:
                 await self.wait_change(session_id, task.status)
         return await self.lookup(session_id)
 
-    def cancel(self, task: Any) -> None:
-        """Ask the call's task to stop: a running turn (or run) is interrupted now, a queued task
-        as soon as it starts (it then finishes failed, which the A2A side reports ``canceled``)."""
+    async def cancel(self, task: Any) -> None:
+        """Ask the call's task to stop: a queued task is withdrawn at once (it never runs and
+        ends ``canceled``, told to the daemon's listener as any finished task); a running turn
+        (or run) is interrupted now, and a task another node claimed meanwhile as soon as it
+        shows progress here."""
         call = self.calls.get(task.id)
         if call is None:  # a task of a previous daemon, resumed by this one
             call = self.calls[task.id] = _Call(agent=None, client_key=task.client_id or "")
         call.cancel_requested = True
-        try:
-            call.interrupted = self.queue.interrupt(call.client_key) > 0
-        except RoostError:
-            log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
-        log.info(
-            "A2A cancel of task %s (%s)",
-            task.id,
-            "interrupted" if call.interrupted else f"{task.status}: interrupted when it runs",
-            extra={"event": "a2a_cancel", "task_id": task.id},
-        )
+        how = "withdrawn before it started"
+        if task.status != "queued" or await self.queue.withdraw(task.id, _WITHDRAWN) is None:
+            try:
+                call.interrupted = self.queue.interrupt(call.client_key) > 0
+            except RoostError:
+                log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
+            how = "interrupted" if call.interrupted else f"{task.status}: interrupted when it runs"
+        log.info("A2A cancel of task %s (%s)", task.id, how, extra={"event": "a2a_cancel", "task_id": task.id})
 
     def was_cancelled(self, session_id: str) -> bool:
         """True when this daemon was asked to cancel the task."""
