@@ -193,6 +193,8 @@ class Orchestrator:
         self.scope = trio.CancelScope()
         self.interrupted: str | None = None
         self.starting = False
+        #: the run is a follow-up on a thread with earlier runs (see :meth:`run`)
+        self.follow_up = False
 
     # -- control ------------------------------------------------------------------------------
 
@@ -222,8 +224,12 @@ class Orchestrator:
 
     # -- the run ------------------------------------------------------------------------------
 
-    async def run(self, task: str) -> RunOutcome:
+    async def run(self, task: str, *, follow_up: bool = False) -> RunOutcome:
         """Run agent turns until termination, failure or interruption.
+
+        ``follow_up``: ``task`` is a new message on a thread that holds earlier runs (an A2A
+        context continued): the run starts afresh (new progress, the first agent) and its first
+        agent is given ``task`` after the whole earlier conversation.
 
         Returns:
             The outcome; the thread's metadata records the progress and ``is_complete``.
@@ -233,6 +239,9 @@ class Orchestrator:
         """
         from roost.actors import Subscribe, Unsubscribe
 
+        if follow_up:
+            self.progress = Progress()
+        self.follow_up = follow_up
         await self.actor.ref.ask(Subscribe(self.watch))
         outcome: RunOutcome | None = None
         try:
@@ -250,12 +259,18 @@ class Orchestrator:
             with trio.CancelScope(shield=True), trio.move_on_after(10):
                 await self.actor.ref.ask(Unsubscribe(self.watch), timeout=5)
 
+    async def _latest_turn(self) -> str | None:
+        """The id of the thread's latest turn (None: it has none)."""
+        from roost.actors import Snapshot
+
+        snapshot = await self.actor.ref.ask(Snapshot(history_turns=1))
+        return snapshot["turns"][-1]["id"] if snapshot["turns"] else None
+
     async def _loop(self, task: str) -> RunOutcome:
-        from roost.actors import Origin, Snapshot
+        from roost.actors import Origin
 
         p = self.progress
-        snapshot = await self.actor.ref.ask(Snapshot(history_turns=1))
-        latest = snapshot["turns"][-1]["id"] if snapshot["turns"] else None
+        latest = None if self.follow_up else await self._latest_turn()  # a follow-up starts with the task
         if p.next_agent is None:
             p.next_agent = first_agent(self.config)
         origin = Origin(
