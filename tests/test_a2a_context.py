@@ -9,12 +9,15 @@ refused with -32602.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 
 import pytest
+import trio
 from _helpers.serve_client import open_daemon
+from _helpers.timing import scaled
 from a2a.client.errors import A2AClientJSONRPCError
 from a2a.types import Message, Part, Role, TaskIdParams, TaskState, TextPart
 from test_a2a import _text, a2a_client, until_state
@@ -112,3 +115,35 @@ async def test_a_team_task_continues_its_context(tmp_path: Path) -> None:
         assert second.status.state == TaskState.completed and second.context_id == first.id
         # (an agent of a team is shown the earlier agents' messages as user input)
         assert _reply(second) == "team saw: user: the plan is A / user: team saw: none"
+
+
+async def test_a_queued_task_is_withdrawn_through_another_node(tmp_path: Path, pg_url: str) -> None:
+    """Two front doors on one PostgreSQL database, neither running tasks (``--no-claim``): a task
+    queued through one is cancelled at once through the other (the store decides), and the node
+    that dispatched it tells its own listener."""
+    from test_a2a import _metrics
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    daemons = []
+    async with contextlib.AsyncExitStack() as stack:
+        for name in ("a", "b"):
+            home = tmp_path / f"home-{name}"
+            home.mkdir()
+            env = {"ROOST_HOME": str(home), "ROOST_DATABASE_URL": pg_url, "ROOST_TASK_POLL_S": "0.3"}
+            args = ["--a2a", "--no-claim", "--work-dir", str(tmp_path)]
+            daemons.append(await stack.enter_async_context(open_daemon(script=script, env=env, args=args)))
+        a, b = daemons
+        async with a2a_client(a.port, None, polling=True) as on_a, a2a_client(b.port, None) as on_b:
+            queued = await _send(on_a, "nobody runs this")
+            assert queued.status.state == TaskState.submitted
+            with trio.fail_after(scaled(20)):
+                answer = await on_b.cancel_task(TaskIdParams(id=queued.id))
+            assert answer.status.state == TaskState.canceled
+            seen = await until_state(on_a, queued.id, {TaskState.canceled, TaskState.failed})
+            assert "before it started" in _text(seen.status.message.parts)
+        # the dispatching node followed the row and told its listener (a task that ended
+        # elsewhere is counted by its outcome there: not succeeded)
+        with trio.fail_after(scaled(20)):
+            while 'roost_tasks_finished_total{outcome="failed"} 1.0' not in await _metrics(a.port):
+                await trio.sleep(0.1)

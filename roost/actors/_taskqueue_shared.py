@@ -60,6 +60,7 @@ class SharedQueue:
     poll_s: float
     interrupt: Any
     _interrupt_task: Any
+    lookup: Any
 
     # -- interrupts across nodes ----------------------------------------------------------------
 
@@ -174,11 +175,15 @@ class SharedQueue:
         (:func:`roost.storage.withdraw_daemon_task`), so a task a runner claimed meanwhile is
         not withdrawn (interrupt it instead).
 
+        A task this node does not know (another node dispatched it) is withdrawn in the store
+        alone: the node that dispatched it follows its row and tells its own listener.
+
         Returns:
-            The finished task, or None when it is not queued here (unknown, claimed, running,
+            The finished task, or None when it is not queued (unknown, claimed, running,
             finished) or the store could not be written (logged).
         """
-        task = self.tasks.get(task_id)
+        known = self.tasks.get(task_id)
+        task = known if known is not None else await self.lookup(task_id)
         if task is None or task.status != "queued":
             return None
         result = task_result(False, reason)
@@ -194,6 +199,9 @@ class SharedQueue:
         task.status, task.result, task.interrupted = "finished", result, True
         with contextlib.suppress(ValueError):
             self._queued.remove(task_id)
+        if known is None:
+            log.info("task %s of another node withdrawn before it started: %s", task_id, reason)
+            return task
         log.info(
             "task %s withdrawn before it started: %s",
             task_id,
