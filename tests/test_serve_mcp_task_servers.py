@@ -1,7 +1,8 @@
 """MCP servers of a daemon task's own orchestration config (docs/operations.md, "MCP servers";
 docs/wire.md, ``mcp_status``): started for that task through the plugin host and the official
 ``mcp`` client, their tools offered to its agents and gated by approvals, stopped when it ends;
-a server that cannot start is a status, not a failed task. Also ``roost serve -c CONFIG``'s own
+a server that cannot start is a status, not a failed task; one that dies mid-call is a tool error
+and a status change. Also ``roost serve -c CONFIG``'s own
 servers, which the daemon runs once for every task.
 
 The servers are ``tests/_helpers/mcp_server.py``; tasks are dispatched with the daemon's MCP
@@ -23,6 +24,10 @@ from test_serve_mcp_tools import TOKEN, call, finished, mcp_client
 SERVER = Path(__file__).parent / "_helpers" / "mcp_server.py"
 SCRIPT = {
     "rules": [
+        {
+            "match": {"prompt": "^crash"},
+            "steps": [[{"tool_call": {"name": "mcp__notes__crash", "arguments": {}}}], [{"text": "after {tool_output}"}]],
+        },
         {
             "match": {"agent": "Noter"},
             "steps": [
@@ -141,3 +146,19 @@ async def test_the_daemons_default_config_runs_its_servers_for_every_task(tmp_pa
         assert _pid(first["lastMessage"]) == _pid(second["lastMessage"])
         assert not client.of_type("mcp_status")
     assert notes.read_text() == "n1\nn1\n"
+
+
+async def test_a_tasks_server_dying_mid_call_is_a_tool_error_and_a_status(tmp_path: Path, roost_home: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    config = _team(tmp_path / "notes.yaml", tmp_path / "notes.txt", broken=False)
+    async with open_daemon(script=script, token=TOKEN, args=["--work-dir", str(tmp_path)]) as daemon:
+        async with daemon.ws() as watcher, mcp_client(daemon.port) as session:
+            await watcher.wait_for("hello")
+            sid = (await call(session, "dispatch_task", {"task": "crash it", "config": str(config)}))["sessionId"]
+            result = await finished(session, sid)
+            # the run goes on: the agent's message carries the clear tool error
+            assert result["succeeded"] and "MCP server 'notes' died during 'crash'" in result["lastMessage"], result
+            states = [e["state"] for e in watcher.of_type("mcp_status") if e["sessionId"] == sid]
+            # and a status change said it went down (it is being reconnected)
+            assert states[:2] == ["connecting", "connected"] and any(s != "connected" for s in states[2:]), states
