@@ -578,7 +578,8 @@ class TaskQueue(SharedQueue):
         return await trio.to_thread.run_sync(self.orchestrations.load_config_file, task.config)
 
     async def _thread(self, task: QueuedTask, config: Any = None) -> Any:
-        """The task's thread actor: loaded when it exists (a resumed task), else created.
+        """The task's thread actor: loaded when it exists (a resumed task, or the thread it continues:
+        ``thread_id``, which must exist), else created.
 
         An orchestrated task's thread carries the run's metadata (``task``, ``config_path``,
         ``is_complete``) as ``roost run`` sessions do, besides ``serveTask`` and ``config``.
