@@ -432,33 +432,44 @@ async def test_a_daemon_team_with_a_remote_agent_called_over_a2a(tmp_path: Path)
             assert (await b_watcher.wait_for("a2a_call"))["agent"] == "assistant"
 
 
-async def test_cancelling_a_queued_task_cancels_it_when_it_starts(tmp_path: Path) -> None:
+async def _metrics(port: int) -> str:
+    async with httpx.AsyncClient() as http:
+        return (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+
+
+async def test_cancelling_a_queued_task_answers_canceled_at_once(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     log = tmp_path / "serve.err"
     async with (
         open_daemon(script=script, args=["--a2a", "--work-dir", str(tmp_path)], stderr=log.open("wb")) as daemon,
+        daemon.unix() as watcher,
         a2a_client(daemon.port, None, polling=True) as client,
     ):
+        await watcher.wait_for("hello")
         ((first, _),) = await send(client, "slow first")
         await until_state(client, first.id, {TaskState.working})
         ((second, _),) = await send(client, "slow second")  # queued behind the first (one runner)
         assert second.status.state == TaskState.submitted
-        answers: dict[str, Task] = {}
-
-        async def cancel(task_id: str) -> None:
-            answers[task_id] = await client.cancel_task(TaskIdParams(id=task_id))
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(cancel, second.id)
-            with trio.fail_after(scaled(30)):  # the daemon took the cancel while the task was queued
-                while f"A2A cancel of task {second.id} (queued: interrupted when it runs)" not in log.read_text():
-                    await trio.sleep(0.05)
-            nursery.start_soon(cancel, first.id)
-        assert {t: a.status.state for t, a in answers.items()} == {
-            first.id: TaskState.canceled,
-            second.id: TaskState.canceled,
-        }
+        # answered while the first still runs (it sleeps 600 s): the queued task is withdrawn,
+        # not left to be interrupted once it starts
+        with trio.fail_after(scaled(20)):
+            answer = await client.cancel_task(TaskIdParams(id=second.id))
+        assert answer.status.state == TaskState.canceled
+        assert "before it started" in _text(answer.status.message.parts)
+        assert (await client.get_task(TaskQueryParams(id=second.id))).status.state == TaskState.canceled
+        assert (await client.get_task(TaskQueryParams(id=first.id))).status.state == TaskState.working
+        assert f"A2A cancel of task {second.id} (withdrawn before it started)" in log.read_text()
+        # it ended as a cancelled task does (the daemon's metrics count it interrupted) and never ran
+        assert 'roost_tasks_finished_total{outcome="interrupted"} 1.0' in await _metrics(daemon.port)
+        with pytest.raises(A2AClientJSONRPCError):  # an ended task is not cancelable twice
+            await client.cancel_task(TaskIdParams(id=second.id))
+        # the running one is interrupted and answered once it ended
+        assert (await client.cancel_task(TaskIdParams(id=first.id))).status.state == TaskState.canceled
+        assert 'roost_tasks_finished_total{outcome="interrupted"} 2.0' in await _metrics(daemon.port)
+    started = [e.get("sessionId") for e in watcher.events if e["type"] == "agent_starting"]
+    assert first.id in started and second.id not in started
+    assert [e["sessionId"] for e in watcher.events if e["type"] == "a2a_call"] == [first.id, second.id]
 
 
 ASK_SCRIPT = {

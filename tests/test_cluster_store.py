@@ -30,6 +30,7 @@ from roost.storage import (
     task_lease_key,
     update_daemon_task,
     update_turn,
+    withdraw_daemon_task,
 )
 
 PNG = "iVBORw0KGgo="  # 8 bytes
@@ -76,6 +77,24 @@ def test_a_running_task_is_resumed_once_its_executor_is_gone(backend) -> None:
             storage.fenced(task_lease_key(task.id), lease.token, update_daemon_task)(conn, task.id, status="finished")
     with backend.read() as conn:
         assert get_daemon_task(conn, task.id).status == "running"
+
+
+def test_a_queued_task_is_withdrawn_or_claimed_never_both(backend) -> None:
+    _queue(backend, 3)
+    with backend.transaction() as conn:
+        assert withdraw_daemon_task(conn, "task1", {"task": "t1", "result": {"succeeded": False}}) is True
+        claimed = claim_daemon_task(conn, "A", 10.0)
+    assert claimed is not None and claimed[0].id == "task0"
+    with backend.transaction() as conn:
+        assert withdraw_daemon_task(conn, "task0", {"task": "t0"}) is False  # running: claimed first
+        assert withdraw_daemon_task(conn, "task1", {"task": "t1"}) is False  # withdrawn already
+        assert withdraw_daemon_task(conn, "nope", {"task": "?"}) is False
+        assert claim_daemon_task(conn, "B", 10.0)[0].id == "task2"  # the withdrawn one is skipped
+        assert claim_daemon_task(conn, "B", 10.0) is None
+    with backend.read() as conn:
+        withdrawn = get_daemon_task(conn, "task1")
+        assert (withdrawn.status, withdrawn.payload["result"]) == ("finished", {"succeeded": False})
+        assert get_daemon_task(conn, "task0").status == "running"
 
 
 def test_simultaneous_claimers_of_two_connections_never_share_a_task(backend) -> None:

@@ -242,6 +242,9 @@ async def test_question_round_trip_only_with_questions_enabled(env, work):
         start = await repl.say("ask me")
         question = await repl.wait("question", start=start)
         assert question == {**question, "question": "Which colour?", "options": ["red", "blue"], "allowOther": False}
+        # the ask_user call is announced before the question it asks (a client shows the call first)
+        calls = [e for e in repl.events[start:question["_index"]] if e["type"] == "tool_call"]
+        assert [c["name"] for c in calls] == ["ask_user"], repl.types(start)
         await repl.send({"type": "question_response", "answer": "blue"})
         end = await repl.wait("message_end", start=start)
         tokens = "".join(e["text"] for e in repl.events[start:end["_index"]] if e["type"] == "token")
@@ -251,9 +254,12 @@ async def test_question_round_trip_only_with_questions_enabled(env, work):
         assert "questions" in status["modes"]
         # skipping (answer null)
         start = await repl.say("ask again")
-        await repl.wait("question", start=start)
+        question = await repl.wait("question", start=start)
+        assert "tool_call" in repl.types(start)[: question["_index"] - start]
         await repl.send({"type": "question_response", "answer": None})
         result = await repl.wait("tool_result", start=start)
+        # the result of that call, with the id of the call announced before the question
+        assert [e["id"] for e in repl.events[start:] if e["type"] == "tool_call"] == [result["id"]]
         assert result["ok"] is True and "skipped" in result["output"]
         await repl.wait("message_end", start=start)
         assert await repl.close() == 0

@@ -106,7 +106,7 @@ def test_questions_enabled_accepts_both_spellings():
 async def test_broker_one_prompt_at_a_time_and_malformed_denies():
     sent: list[dict] = []
     announced: list = []
-    broker = PromptBroker(sent.append, before_approval=announced.append)
+    broker = PromptBroker(sent.append, before_prompt=announced.append)
     results: dict = {}
     assert not broker.answer({"type": "approval_response", "approved": True})  # nothing pending
     async with trio.open_nursery() as nursery:

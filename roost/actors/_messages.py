@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -59,6 +60,9 @@ class AgentTurn:
         temperature: sampling temperature, or None for the provider's default.
         max_tool_rounds: model responses with tool calls allowed in the turn (None: the
             process limit); once used, the next call offers no tools and must answer.
+        extra_tools: tools of the agent's run beside the process's (name -> ``Tool``: the MCP
+            servers a run started for itself); a name here shadows the process's tool. A live
+            mapping: read when the turn starts and at each call.
     """
 
     name: str
@@ -69,6 +73,7 @@ class AgentTurn:
     max_tokens: int | None = None
     temperature: float | None = None
     max_tool_rounds: int | None = None
+    extra_tools: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
 
 @attrs.frozen(kw_only=True)

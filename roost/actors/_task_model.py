@@ -17,10 +17,13 @@ log = logging.getLogger("roost.serve")
 
 @attrs.define(eq=False)
 class QueuedTask:
-    """One daemon task (``id`` is also its ``sessionId`` and its thread's id)."""
+    """One daemon task (``id`` is also its ``sessionId``, and its thread's id unless ``thread_id``)."""
 
     id: str
     task: str
+    #: the thread the task continues (an A2A context's: the id of the context's first task);
+    #: None: a thread of its own, whose id is ``id``
+    thread_id: str | None = None
     config: str | None = None
     work_dir: str | None = None
     client_id: str | None = None  # the owning client's scoped key (opaque), or None
@@ -51,6 +54,11 @@ class QueuedTask:
     interrupted: bool = False  # it ended interrupted (a client, an operator or a shutdown stopped it)
 
     @property
+    def thread(self) -> str:
+        """The id of the thread the task runs on."""
+        return self.thread_id or self.id
+
+    @property
     def orchestrated(self) -> bool:
         """True when the task runs an orchestration config (many agents), not one agent's turn."""
         return bool(self.config)
@@ -62,6 +70,7 @@ class QueuedTask:
         return cls(
             id=row.id,
             task=payload.get("task") or "",
+            thread_id=payload.get("threadId"),
             config=payload.get("config"),
             work_dir=payload.get("workDir"),
             client_id=payload.get("clientId"),
@@ -78,6 +87,7 @@ class QueuedTask:
     def payload(self) -> dict:
         return {
             "task": self.task,
+            "threadId": self.thread_id,
             "config": self.config,
             "workDir": self.work_dir,
             "clientId": self.client_id,

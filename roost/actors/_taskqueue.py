@@ -141,6 +141,8 @@ class TaskQueue(SharedQueue):
         source: str = "client",
         provider: str | None = None,
         model: str | None = None,
+        task_id: str | None = None,
+        thread_id: str | None = None,
     ) -> str:
         """Queue ``task`` durably and return its id (also its ``sessionId``).
 
@@ -155,6 +157,8 @@ class TaskQueue(SharedQueue):
             source: who dispatched it (``client``, ``schedule``, ``mcp`` ...).
             provider, model: the task thread's model selection (a schedule's stored settings);
                 ``None``: the queue's.
+            task_id, thread_id: the task's id (default: a new one; one in use is a store error)
+                and the thread it continues (default: a new thread, of the task's id).
 
         Returns:
             The task id. :meth:`position` gives how many queued tasks are ahead of it (read it
@@ -172,8 +176,9 @@ class TaskQueue(SharedQueue):
         if config:
             config = os.path.join(work_dir or self.default_work_dir, os.path.expanduser(config))
         item = QueuedTask(
-            id=new_id("thr"),
+            id=task_id or new_id("thr"),
             task=task,
+            thread_id=thread_id,
             config=config,
             work_dir=work_dir,
             client_id=client_id,
@@ -450,7 +455,7 @@ class TaskQueue(SharedQueue):
         try:
             await execution.submit(update_daemon_task, task.id, status="finished", payload=task.payload())
             if result["succeeded"]:  # the session is complete (``roost sessions --json`` lists incomplete ones)
-                await execution.submit(mark_complete, task.id)
+                await execution.submit(mark_complete, task.thread)
         except StaleLease:
             task.status, task.result = "running", None  # it runs elsewhere now
             return
@@ -542,7 +547,7 @@ class TaskQueue(SharedQueue):
         task.orchestrator = orch
         if task.interrupt_pending:
             orch.interrupt("interrupted by client")
-        outcome = await orch.run(task.task)
+        outcome = await orch.run(task.task, follow_up=task.thread_id is not None and not task.resumed)
         succeeded, task.interrupted = outcome.status == "completed", outcome.status == "interrupted"
         error = None if succeeded else outcome.error_message or f"the run ended {outcome.status}"
         return task_result(succeeded, error, last["agent"], last["message"])
@@ -573,18 +578,20 @@ class TaskQueue(SharedQueue):
         return await trio.to_thread.run_sync(self.orchestrations.load_config_file, task.config)
 
     async def _thread(self, task: QueuedTask, config: Any = None) -> Any:
-        """The task's thread actor: loaded when it exists (a resumed task), else created.
+        """The task's thread actor: loaded when it exists (a resumed task, or the thread it continues:
+        ``thread_id``, which must exist), else created.
 
         An orchestrated task's thread carries the run's metadata (``task``, ``config_path``,
         ``is_complete``) as ``roost run`` sessions do, besides ``serveTask`` and ``config``.
         """
         from roost.model import Thread
 
-        if task.resumed:
+        if task.resumed or task.thread_id:
             try:
-                return await self.runtime.registry.get(task.id)
+                return await self.runtime.registry.get(task.thread)
             except ThreadNotFound:
-                pass
+                if task.thread_id:
+                    raise
         now = utc_now()
         metadata: dict[str, Any] = {"serveTask": True, "config": task.config}
         if config is not None:

@@ -27,10 +27,17 @@ from typing import Any
 
 import trio
 
-from roost.actors._task_model import QueuedTask
+from roost.actors._task_model import QueuedTask, task_result
 from roost.actors._taskqueue_relay import RelayInbox, TaskRelay
 from roost.errors import NodeUnreachable, RoostError
-from roost.storage import claim_daemon_task, get_daemon_task, leases, list_daemon_tasks, task_lease_key
+from roost.storage import (
+    claim_daemon_task,
+    get_daemon_task,
+    leases,
+    list_daemon_tasks,
+    task_lease_key,
+    withdraw_daemon_task,
+)
 
 __all__ = ["SharedQueue"]
 
@@ -53,6 +60,7 @@ class SharedQueue:
     poll_s: float
     interrupt: Any
     _interrupt_task: Any
+    lookup: Any
 
     # -- interrupts across nodes ----------------------------------------------------------------
 
@@ -157,6 +165,51 @@ class SharedQueue:
                 continue
             count += bool(isinstance(reply, dict) and reply.get("interrupted"))
         return count
+
+    async def withdraw(self, task_id: str, reason: str) -> QueuedTask | None:
+        """Cancel a task that is still queued, at once: it never runs, and ends as an interrupted
+        one does (``succeeded: false``, ``errorMessage`` ``reason``, the listener's
+        ``task_finished``: its client's ``result``, the daemon's metrics and outcomes).
+
+        Safe against claims, here and on every node on the database: the store decides
+        (:func:`roost.storage.withdraw_daemon_task`), so a task a runner claimed meanwhile is
+        not withdrawn (interrupt it instead).
+
+        A task this node does not know (another node dispatched it) is withdrawn in the store
+        alone: the node that dispatched it follows its row and tells its own listener.
+
+        Returns:
+            The finished task, or None when it is not queued (unknown, claimed, running,
+            finished) or the store could not be written (logged).
+        """
+        known = self.tasks.get(task_id)
+        task = known if known is not None else await self.lookup(task_id)
+        if task is None or task.status != "queued":
+            return None
+        result = task_result(False, reason)
+        try:
+            won = await self.runtime.store.writer.submit(
+                withdraw_daemon_task, task_id, {**task.payload(), "result": result}
+            )
+        except RoostError as exc:
+            log.warning("task %s could not be withdrawn: %s", task_id, exc)
+            return None
+        if not won:
+            return None
+        task.status, task.result, task.interrupted = "finished", result, True
+        with contextlib.suppress(ValueError):
+            self._queued.remove(task_id)
+        if known is None:
+            log.info("task %s of another node withdrawn before it started: %s", task_id, reason)
+            return task
+        log.info(
+            "task %s withdrawn before it started: %s",
+            task_id,
+            reason,
+            extra={"event": "task_withdrawn", "task_id": task_id, "source": task.source},
+        )
+        self.listener.task_finished(task)
+        return task
 
     async def _owners(self, task_ids: list[str]) -> dict[str, str]:
         """``task_id -> owner`` of those tasks whose lease another owner holds live now."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import trio
@@ -111,7 +111,8 @@ async def _loop(thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]) 
     services = thread.services
     agent = turn.agent
     engine = agent.engine if agent is not None and agent.engine is not None else services.engine_for(thread.thread)
-    schemas = _tool_schemas({n: t for n, t in services.tools.items() if turn.tools is None or n in turn.tools})
+    offered = _tools(thread, turn)
+    schemas = _tool_schemas({n: t for n, t in offered.items() if turn.tools is None or n in turn.tools})
     if services.worker_tools:
         tree: Any = thread.tree if thread.tree is not None else (None if thread.worker_id else "root")
         if tree == "root":
@@ -397,6 +398,12 @@ async def _sample(
     return response.ended
 
 
+def _tools(thread: TurnHost, turn: TurnActor) -> Mapping[str, Any]:
+    """The tools of the process, with those of the turn's agent's run (``AgentTurn.extra_tools``)."""
+    extra = turn.agent.extra_tools if turn.agent is not None else None
+    return {**thread.services.tools, **extra} if extra else thread.services.tools
+
+
 async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_items: dict[str, dict]) -> None:
     tid = thread.thread.id
     from roost.actors._workers import AGENT_TOOL_NAMES
@@ -405,7 +412,7 @@ async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_ite
     if view["name"] in AGENT_TOOL_NAMES and thread.services.worker_tools and allowed:
         await _run_agent_tool(thread, turn, view, open_items)
         return
-    tool = thread.services.tools.get(view["name"]) if allowed else None
+    tool = _tools(thread, turn).get(view["name"]) if allowed else None
     origin = turn.origin
 
     def on_output(chunk: str) -> None:

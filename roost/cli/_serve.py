@@ -56,16 +56,20 @@ def _mcp_servers(options: ServeOptions) -> list[Any]:
 
 
 class _McpOrchestrations:
-    """``roost.orchestration`` for the task queue, with each run's agents given the MCP servers'
-    ``Plugins`` groups (a ``Plugins: [server]`` entry stands for all of that server's tools)."""
+    """``roost.orchestration`` for the task queue, with each run's agents given the daemon's MCP
+    servers' ``Plugins`` groups (a ``Plugins: [server]`` entry stands for all of that server's
+    tools); the servers of a task's config that the daemon does not run (another name, or the
+    same name configured differently) are started for that run by its Orchestrator."""
 
     def __init__(self, mcp: Any) -> None:
         import roost.orchestration
 
         orchestrator = roost.orchestration.Orchestrator
 
-        def make(*args: Any, **kwargs: Any) -> Any:
-            return orchestrator(*args, tool_groups=mcp.groups(), **kwargs)
+        def make(config: Any, *args: Any, **kwargs: Any) -> Any:
+            own = [s for s in config.mcp_servers if s.name not in mcp.states or mcp.states[s.name].config != s]
+            groups = {name: tools for name, tools in mcp.groups().items() if name not in {s.name for s in own}}
+            return orchestrator(config, *args, tool_groups=groups, mcp_servers=own, **kwargs)
 
         self.load_config_file = roost.orchestration.load_config_file
         self.Orchestrator: Any = make

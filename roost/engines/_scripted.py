@@ -18,7 +18,8 @@ repeated until it is long enough); ``reasoning`` takes the same options; ``tool_
 ``id``; ``{usage: {input: 10, output: 5, cached: 0}}`` overrides the computed usage; ``{finish:
 length}`` overrides the finish reason; ``default`` may also be a list of steps. In ``text`` and
 ``reasoning``, ``{prompt}``, ``{agent}``, ``{tool_output}`` (the last tool result in the
-history) and ``{images}`` (the images of the turn's user message, as ``N image(s): TYPE BYTES
+history), ``{history}`` (the user and agent messages before the prompt, ``user: TEXT / agent:
+TEXT / ...``, or ``none``) and ``{images}`` (the images of the turn's user message, as ``N image(s): TYPE BYTES
 sha256:HEX12, ...``, or ``no images``: so tests can see what reached the engine) are
 substituted. ``prompt`` is matched with ``re.search``, ``agent`` with ``re.fullmatch``. A top-level
 key other than ``rules`` and ``default`` is refused, naming it.
@@ -287,11 +288,26 @@ def _substitute(text: str, request: EngineRequest) -> str:
     tool_output = next((i.output for i in reversed(request.history) if isinstance(i, ToolResult)), "")
     if "{images}" in text:
         text = text.replace("{images}", _images_text(request))
+    if "{history}" in text:
+        text = text.replace("{history}", _history_text(request))
     return (
         text.replace("{prompt}", request.prompt)
         .replace("{agent}", request.agent or "")
         .replace("{tool_output}", tool_output)
     )
+
+
+def _history_text(request: EngineRequest) -> str:
+    """``{history}``: the user and agent messages before the turn's prompt, ``user: T / agent: T
+    / ...`` (``none`` on a fresh conversation)."""
+    items = list(request.history)
+    last = max((i for i, m in enumerate(items) if isinstance(m, UserMessage) and not m.synthetic), default=0)
+    said = [
+        f"{'user' if isinstance(m, UserMessage) else 'agent'}: {m.text}"
+        for m in items[:last]
+        if isinstance(m, AgentMessage) or (isinstance(m, UserMessage) and not m.synthetic)
+    ]
+    return " / ".join(said) or "none"
 
 
 def _images_text(request: EngineRequest) -> str:

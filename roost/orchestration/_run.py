@@ -18,8 +18,9 @@ keyword selection's ``route_approval``) go to ``request_approval(params) -> bool
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -151,7 +152,10 @@ class Orchestrator:
             (str), or :data:`STOP` (end the run as interrupted; ``--resume`` continues it).
         ask_question: ``await ask_question(params) -> str | None``: the agents' ``ask_user``
             questions (see ``roost.actors.Origin``); None: agents cannot ask.
-        tool_groups: more ``Plugins`` groups (an MCP server's name -> its tools' names).
+        tool_groups: more ``Plugins`` groups (an MCP server's name -> its tools' names): the
+            MCP servers the caller runs (their tools are the process's).
+        mcp_servers: the MCP servers the run starts for itself (default: each of the config's
+            ``McpServers`` whose name is not a group of ``tool_groups``); see :meth:`_own_servers`.
 
     Raises:
         ConfigError: an agent's model cannot be used (see
@@ -169,6 +173,7 @@ class Orchestrator:
         after_turn: Any = None,
         ask_question: Any = None,
         tool_groups: Mapping[str, tuple[str, ...]] | None = None,
+        mcp_servers: Sequence[Any] | None = None,
     ) -> None:
         self.config = config
         self.actor = actor
@@ -179,6 +184,10 @@ class Orchestrator:
         self.ask_question = ask_question
         self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
         self.agent_turns = resolve_agents(config, engines, tool_groups)
+        self.tool_groups = dict(tool_groups or {})
+        if mcp_servers is None:
+            mcp_servers = [s for s in config.mcp_servers if s.name not in self.tool_groups]
+        self.mcp_servers = list(mcp_servers)
         self.supervisor: Any = None
         #: how the run ended (set when :meth:`run` returns)
         self.outcome: RunOutcome | None = None
@@ -193,6 +202,8 @@ class Orchestrator:
         self.scope = trio.CancelScope()
         self.interrupted: str | None = None
         self.starting = False
+        #: the run is a follow-up on a thread with earlier runs (see :meth:`run`)
+        self.follow_up = False
 
     # -- control ------------------------------------------------------------------------------
 
@@ -222,8 +233,12 @@ class Orchestrator:
 
     # -- the run ------------------------------------------------------------------------------
 
-    async def run(self, task: str) -> RunOutcome:
+    async def run(self, task: str, *, follow_up: bool = False) -> RunOutcome:
         """Run agent turns until termination, failure or interruption.
+
+        ``follow_up``: ``task`` is a new message on a thread that holds earlier runs (an A2A
+        context continued): the run starts afresh (new progress, the first agent) and its first
+        agent is given ``task`` after the whole earlier conversation.
 
         Returns:
             The outcome; the thread's metadata records the progress and ``is_complete``.
@@ -233,11 +248,14 @@ class Orchestrator:
         """
         from roost.actors import Subscribe, Unsubscribe
 
+        if follow_up:
+            self.progress = Progress()
+        self.follow_up = follow_up
         await self.actor.ref.ask(Subscribe(self.watch))
         outcome: RunOutcome | None = None
         try:
             with self.scope:
-                async with trio.open_nursery() as nursery:
+                async with self._own_servers(), trio.open_nursery() as nursery:
                     sup = run_supervisor(self.actor.thread.id, self.agent_turns, self.actor.ref)
                     self.supervisor = await nursery.start(sup.run)
                     outcome = await self._loop(task)
@@ -250,12 +268,50 @@ class Orchestrator:
             with trio.CancelScope(shield=True), trio.move_on_after(10):
                 await self.actor.ref.ask(Unsubscribe(self.watch), timeout=5)
 
+    @contextlib.asynccontextmanager
+    async def _own_servers(self) -> AsyncIterator[None]:
+        """Run the run's own MCP servers (:attr:`mcp_servers`, through the ``mcp`` plugin host)
+        while the block runs: each agent gets their tools beside the process's
+        (``AgentTurn.extra_tools``; a ``Plugins`` entry naming a server gives all its tools, as
+        for the caller's servers), gated like any tool (``tool_action`` approvals of mutating
+        ones). A server that fails to start does not stop the run: the agents go on without its
+        tools (it is retried in the background); one that dies or hangs mid-run makes a call of
+        its tools a clear tool error while it is reconnected. Each status change is the run
+        event ``mcp_status {server, state, error}`` (state ``connecting``, ``connected`` or
+        ``failed``; error null or why). Leaving stops every server (stdio ones are terminated).
+
+        Cancellation: an interrupt while the servers start cancels their start (bounded by
+        their connect timeouts otherwise).
+        """
+        if not self.mcp_servers:
+            yield
+            return
+        from roost.plugins import open_mcp_host
+
+        def status(change: dict) -> None:
+            event = {"server": change.get("name"), "state": change.get("state"), "error": change.get("error")}
+            self.emit({"type": "mcp_status", **event})
+
+        async with open_mcp_host(self.mcp_servers, on_status=status) as host:
+            tools: dict[str, Any] = {}
+            host.attach(tools)  # kept current: a server that connects later adds its tools
+            groups = {**self.tool_groups, **host.groups()}
+            turns = resolve_agents(self.config, self.engines, groups)
+            self.agent_turns = {name: attrs.evolve(turn, extra_tools=tools) for name, turn in turns.items()}
+            yield
+
+    async def _latest_turn(self) -> str | None:
+        """The id of the thread's latest turn (None: it has none)."""
+        from roost.actors import Snapshot
+
+        snapshot = await self.actor.ref.ask(Snapshot(history_turns=1))
+        return snapshot["turns"][-1]["id"] if snapshot["turns"] else None
+
     async def _loop(self, task: str) -> RunOutcome:
-        from roost.actors import Origin, Snapshot
+        from roost.actors import Origin
 
         p = self.progress
-        snapshot = await self.actor.ref.ask(Snapshot(history_turns=1))
-        latest = snapshot["turns"][-1]["id"] if snapshot["turns"] else None
+        latest = None if self.follow_up else await self._latest_turn()  # a follow-up starts with the task
         if p.next_agent is None:
             p.next_agent = first_agent(self.config)
         origin = Origin(

@@ -75,7 +75,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from roost._json import JSONDecodeError, loads
-from roost.errors import RoostError
+from roost.errors import InvalidParams, RoostError
 from roost.protocol._a2a_gate import QuietSdkErrors, check_request, read_body, too_large
 from roost.protocol._a2a_host import TERMINAL, A2AHost, HostedAgent
 from roost.protocol._framing import line_limit
@@ -179,18 +179,19 @@ def _state(task: Any, host: A2AHost) -> TaskState:
     return TaskState.failed
 
 
-def _text_message(text: str, role: Role, task_id: str, suffix: str) -> Message:
+def _text_message(text: str, role: Role, task: Any, suffix: str) -> Message:
     return Message(
         role=role,
         parts=[Part(root=TextPart(text=text))],
-        message_id=f"{task_id}-{suffix}",
-        task_id=task_id,
-        context_id=task_id,
+        message_id=f"{task.id}-{suffix}",
+        task_id=task.id,
+        context_id=task.thread,
     )
 
 
 def a2a_task(task: Any, host: A2AHost) -> Task:
-    """The A2A ``Task`` of a daemon task: id and contextId its ``sessionId``; state ``submitted``
+    """The A2A ``Task`` of a daemon task: id its ``sessionId``, contextId its thread's id (the id
+    of the context's first task, see :meth:`A2AHost._context`); state ``submitted``
     (queued), ``working`` (running), ``completed``, ``canceled`` or ``failed``; the status message
     the agent's last message (or the error); the ``result`` artifact the last message of a
     completed task; history the caller's message; metadata ``agent`` and ``lastAgent``."""
@@ -198,15 +199,15 @@ def a2a_task(task: Any, host: A2AHost) -> Task:
     result = task.result or {}
     last = result.get("lastMessage")
     text = last if state == TaskState.completed else result.get("errorMessage")
-    status = TaskStatus(state=state, message=_text_message(text, Role.agent, task.id, "status") if text else None)
+    status = TaskStatus(state=state, message=_text_message(text, Role.agent, task, "status") if text else None)
     artifacts = None
     if state == TaskState.completed and last:
         artifacts = [Artifact(artifact_id=f"{task.id}-result", name="result", parts=[Part(root=TextPart(text=last))])]
     return Task(
         id=task.id,
-        context_id=task.id,
+        context_id=task.thread,
         status=status,
-        history=[_text_message(task.task, Role.user, task.id, "task")],
+        history=[_text_message(task.task, Role.user, task, "task")],
         artifacts=artifacts,
         metadata={"agent": host.agent_of(task.id), "lastAgent": result.get("lastAgent")},
     )
@@ -218,8 +219,10 @@ def a2a_task(task: Any, host: A2AHost) -> Task:
 class DaemonRequestHandler(RequestHandler):
     """The SDK ``RequestHandler`` of one hosted agent: each message is a daemon task (see the module doc).
 
-    Errors (JSON-RPC, A2A spec 0.3 section 8): a message without text or one continuing a task
-    (``taskId`` set: every message starts a new task) -> InvalidParams (-32602); a send with a
+    Errors (JSON-RPC, A2A spec 0.3 section 8): a message without text, one continuing a task
+    (``taskId`` set: every message starts a new task), or a ``contextId`` that cannot be used
+    (another caller's, malformed, its previous task still running: see
+    :meth:`A2AHost._context`) -> InvalidParams (-32602); a send with a
     read token -> InvalidRequest (-32600; :class:`A2AAuth` refuses it with 403 first); a full
     queue or a store failure -> InternalError (-32603); an unknown task -> TaskNotFound (-32001);
     cancelling a finished task -> TaskNotCancelable (-32002); push notifications ->
@@ -242,7 +245,9 @@ class DaemonRequestHandler(RequestHandler):
         if grant is None or grant.read_only:
             raise ServerError(InvalidRequestError(message="sending needs a full token (a read token cannot send)"))
         try:
-            return await self.host.call(self.agent.name, text, grant.scope)
+            return await self.host.call(self.agent.name, text, grant.scope, message.context_id)
+        except InvalidParams as exc:
+            raise ServerError(InvalidParamsError(message=str(exc))) from None
         except RoostError as exc:
             raise ServerError(InternalError(message=f"the task could not be queued: {exc}")) from None
 
@@ -288,7 +293,7 @@ class DaemonRequestHandler(RequestHandler):
             while True:
                 if len(chunks) > sent:  # the reply text streamed since the last event
                     text, append, sent = "".join(chunks[sent:]), sent > 0, len(chunks)
-                    yield self._chunk(session_id, text, append)
+                    yield self._chunk(current, text, append)
                 if task.status in TERMINAL:
                     break
                 task = await self.host.wait_change(session_id, task.status)
@@ -299,20 +304,26 @@ class DaemonRequestHandler(RequestHandler):
                     state = current.status.state
                     yield self._status(current, final=False)
         for artifact in current.artifacts or []:
-            yield TaskArtifactUpdateEvent(task_id=session_id, context_id=session_id, artifact=artifact, last_chunk=True)
+            yield TaskArtifactUpdateEvent(
+                task_id=session_id, context_id=current.context_id, artifact=artifact, last_chunk=True
+            )
         yield self._status(current, final=True)
 
     @staticmethod
-    def _chunk(session_id: str, text: str, append: bool) -> TaskArtifactUpdateEvent:
-        artifact = Artifact(artifact_id=f"{session_id}-stream", name="stream", parts=[Part(root=TextPart(text=text))])
+    def _chunk(current: Task, text: str, append: bool) -> TaskArtifactUpdateEvent:
+        artifact = Artifact(artifact_id=f"{current.id}-stream", name="stream", parts=[Part(root=TextPart(text=text))])
         return TaskArtifactUpdateEvent(
-            task_id=session_id, context_id=session_id, artifact=artifact, append=append, last_chunk=False
+            task_id=current.id, context_id=current.context_id, artifact=artifact, append=append, last_chunk=False
         )
 
     @staticmethod
     def _status(current: Task, *, final: bool) -> TaskStatusUpdateEvent:
         return TaskStatusUpdateEvent(
-            task_id=current.id, context_id=current.id, status=current.status, final=final, metadata=current.metadata
+            task_id=current.id,
+            context_id=current.context_id,
+            status=current.status,
+            final=final,
+            metadata=current.metadata,
         )
 
     async def on_get_task(self, params: TaskQueryParams, context: ServerCallContext | None = None) -> Task | None:
@@ -321,13 +332,14 @@ class DaemonRequestHandler(RequestHandler):
         return a2a_task(task, self.host) if task is not None else None
 
     async def on_cancel_task(self, params: TaskIdParams, context: ServerCallContext | None = None) -> Task | None:
-        """``tasks/cancel``: interrupt the task, wait (at most :data:`CANCEL_WAIT` s) for its end, answer it."""
+        """``tasks/cancel``: a queued task is withdrawn and answered ``canceled`` at once; a running
+        one is interrupted and answered once it ended (at most :data:`CANCEL_WAIT` s later)."""
         task = await self.host.lookup(params.id)
         if task is None:
             return None
         if task.status in TERMINAL:
             raise ServerError(TaskNotCancelableError(message=f"task {params.id} already ended"))
-        self.host.cancel(task)
+        await self.host.cancel(task)
         task = await self.host.wait_finished(params.id, limit=CANCEL_WAIT)
         return a2a_task(task, self.host) if task is not None else None
 

@@ -9,8 +9,8 @@ Every A2A ``message/send`` / ``message/stream`` is one task of the daemon's
 :class:`~roost.actors.TaskQueue` (``source: "a2a"``): queued, leased, persisted with its result,
 resumed after a daemon restart, its approvals answered by the unattended policy (the caller is not
 an attached client: the task's client key is an anonymous one, ``<token scope>/conn-a2a-<n>``, so
-nobody is asked and its result is marked collected at once). The A2A task id and context id are
-the task's ``sessionId``.
+nobody is asked and its result is marked collected at once). The A2A task id is the task's
+``sessionId``; the context id its thread's (:meth:`A2AHost._context`).
 
 :class:`A2AHost` sits in front of the daemon as the queue's :class:`~roost.actors.TaskListener`:
 it forwards every call to the daemon unchanged (a method it does not define, such as
@@ -24,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import trio
 
-from roost.errors import RoostError
+from roost.errors import InvalidParams, RoostError
 
 __all__ = ["A2AHost", "HostedAgent", "install_a2a", "TERMINAL"]
 
@@ -44,6 +45,10 @@ _RECHECK = 2.0
 #: A2A calls whose agent name (``metadata.agent``) and cancel request are remembered.
 _CALLS_KEPT = 1000
 _calls = itertools.count(1)
+#: An A2A context id a caller may give (it becomes a task and thread id).
+_CONTEXT_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+#: The error message of an A2A call's task cancelled while it was still queued.
+_WITHDRAWN = "cancelled by the A2A caller (tasks/cancel) before it started"
 
 
 @attrs.frozen
@@ -146,27 +151,65 @@ class A2AHost:
         """The hosted agent called ``name`` (None: no such agent)."""
         return next((a for a in self.agents if a.name == name), None)
 
-    async def call(self, agent: str, text: str, scope: str) -> str:
+    async def call(self, agent: str, text: str, scope: str, context_id: str | None = None) -> str:
         """Queue ``text`` as a daemon task for hosted ``agent`` and broadcast ``a2a_call``.
 
         Args:
             agent: the hosted agent's name.
             text: the caller's message text (non-empty).
             scope: the caller's token scope (:class:`~roost.protocol._serve_auth.Grant`).
+            context_id: the message's ``contextId`` (see :meth:`_context`); None: a new context.
 
         Returns:
             The task's ``sessionId`` (the A2A task id).
 
         Raises:
+            InvalidParams: ``context_id`` cannot be used (see :meth:`_context`).
             ServerOverloaded: the queue is full.
             RoostError: the task could not be queued (nothing was).
         """
         key = f"{scope}/conn-a2a-{next(_calls)}"
-        session_id: str = await self.queue.dispatch(text, client_id=key, source="a2a")
+        task_id, thread_id = await self._context(context_id, scope)
+        session_id: str = await self.queue.dispatch(
+            text, client_id=key, source="a2a", task_id=task_id, thread_id=thread_id
+        )
         self.calls.setdefault(session_id, _Call(agent=agent, client_key=key))
         log.info("A2A call to %s: task %s", agent, session_id, extra={"event": "a2a_call", "task_id": session_id})
         self.daemon.broadcast({"type": "a2a_call", "agent": agent, "sessionId": session_id})
         return session_id
+
+    async def _context(self, context_id: str | None, scope: str) -> tuple[str | None, str | None]:
+        """``(task_id, thread_id)`` for :meth:`TaskQueue.dispatch` of a message with ``context_id``.
+
+        An A2A context is a Roost thread, whose id is the context id and the id of the context's
+        first task (A2A spec 0.3, "Life of a task": the same ``contextId`` continues the previous
+        interaction). No context id: a new context (a new task on its own thread, its id the
+        context id the answer carries). A context of the same token scope: the task continues
+        its thread (the model sees the earlier messages). An unknown context id starts a context
+        of that id, as the official SDK's request handler does with a client-chosen
+        ``contextId`` (its first task gets that id).
+
+        Raises:
+            InvalidParams: ``context_id`` is not 1-100 of ``A-Z a-z 0-9 _ -``; it names a task
+                that is not the first of an A2A context of this token scope; or the context's
+                previous task has not ended yet (its messages run one after another).
+        """
+        if context_id is None:
+            return None, None
+        if not _CONTEXT_ID.fullmatch(context_id):
+            raise InvalidParams("contextId must be 1-100 of A-Z a-z 0-9 _ - (an id this agent gave, or a new one)")
+        first = await self.queue.lookup(context_id)
+        if first is None:
+            return context_id, None
+        if first.source != "a2a" or first.thread_id is not None or not (first.client_id or "").startswith(f"{scope}/"):
+            raise InvalidParams(f"contextId {context_id!r} is not a context of this caller")
+        busy = [t.id for t in self.queue.tasks.values() if t.thread == context_id and t.status in ("queued", "running")]
+        if busy:
+            raise InvalidParams(
+                f"the previous task {busy[0]} of context {context_id!r} has not ended: "
+                "wait for it (or cancel it) before sending the next message"
+            )
+        return None, context_id
 
     @contextlib.contextmanager
     def following(self, session_id: str) -> Iterator[list[str]]:
@@ -221,23 +264,23 @@ class A2AHost:
                 await self.wait_change(session_id, task.status)
         return await self.lookup(session_id)
 
-    def cancel(self, task: Any) -> None:
-        """Ask the call's task to stop: a running turn (or run) is interrupted now, a queued task
-        as soon as it starts (it then finishes failed, which the A2A side reports ``canceled``)."""
+    async def cancel(self, task: Any) -> None:
+        """Ask the call's task to stop: a queued task is withdrawn at once (it never runs and
+        ends ``canceled``, told to the daemon's listener as any finished task); a running turn
+        (or run) is interrupted now, and a task another node claimed meanwhile as soon as it
+        shows progress here."""
         call = self.calls.get(task.id)
         if call is None:  # a task of a previous daemon, resumed by this one
             call = self.calls[task.id] = _Call(agent=None, client_key=task.client_id or "")
         call.cancel_requested = True
-        try:
-            call.interrupted = self.queue.interrupt(call.client_key) > 0
-        except RoostError:
-            log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
-        log.info(
-            "A2A cancel of task %s (%s)",
-            task.id,
-            "interrupted" if call.interrupted else f"{task.status}: interrupted when it runs",
-            extra={"event": "a2a_cancel", "task_id": task.id},
-        )
+        how = "withdrawn before it started"
+        if task.status != "queued" or await self.queue.withdraw(task.id, _WITHDRAWN) is None:
+            try:
+                call.interrupted = self.queue.interrupt(call.client_key) > 0
+            except RoostError:
+                log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
+            how = "interrupted" if call.interrupted else f"{task.status}: interrupted when it runs"
+        log.info("A2A cancel of task %s (%s)", task.id, how, extra={"event": "a2a_cancel", "task_id": task.id})
 
     def was_cancelled(self, session_id: str) -> bool:
         """True when this daemon was asked to cancel the task."""

@@ -152,7 +152,10 @@ class ReplSession:
         self.model = model
         self.questions = questions
         self.translator = ChatTranslator(cwd=actor.facts().cwd, turn_index=turn_index)
-        self.origin = Origin(client_id="repl", request_approval=broker.request_approval)
+        # ask_user asks through the origin, with the call's id: its tool_call goes out first
+        self.origin = Origin(
+            client_id="repl", request_approval=broker.request_approval, ask_question=broker.ask if questions else None
+        )
         self.nursery: trio.Nursery | None = None
         self.exit_requested = False
         self.first_prompt: str | None = None

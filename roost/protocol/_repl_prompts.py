@@ -16,9 +16,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import trio
 
-from roost.tools import Tool
+from roost.tools import Tool, ToolContext, ToolResult
 
 __all__ = ["PromptBroker", "ask_user_tool", "questions_enabled", "QUESTIONS_ENV"]
 
@@ -39,13 +40,14 @@ class PromptBroker:
 
     Args:
         emit: writes one event dict to the client (must not block).
-        before_approval: called with the approval's ``item_id`` just before ``approval_request``
-            is sent (the session announces the pending ``tool_call`` with it).
+        before_prompt: called with the tool call's ``item_id`` just before its
+            ``approval_request`` or ``question`` is sent (the session announces the pending
+            ``tool_call`` with it, so a client sees the call first, then what it asks).
     """
 
-    def __init__(self, emit: Callable[[dict], None], *, before_approval: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, emit: Callable[[dict], None], *, before_prompt: Callable[[Any], None] | None = None) -> None:
         self._emit = emit
-        self._before_approval = before_approval
+        self._before_prompt = before_prompt
         self._lock = trio.StrictFIFOLock()
         self._pending: tuple[str, trio.MemorySendChannel[Any]] | None = None
         self.closed = False
@@ -86,21 +88,37 @@ class PromptBroker:
             "kind": params.get("kind"),
             **{k: v for k, v in params.items() if k not in _ROUTING},
         }
-        before = None
-        if self._before_approval is not None:
-            hook, item_id = self._before_approval, params.get("item_id")
-            before = lambda: hook(item_id)  # noqa: E731
-        answer = await self._ask("approval", event, before)
+        answer = await self._ask("approval", event, self._announcer(params.get("item_id")))
         return None if answer is None else answer is True
 
-    async def ask_question(self, question: str, options: list[str], allow_other: bool) -> str | None:
+    def _announcer(self, item_id: Any) -> Callable[[], None] | None:
+        hook = self._before_prompt
+        if hook is None or item_id is None:
+            return None
+        return lambda: hook(item_id)
+
+    async def ask_question(
+        self, question: str, options: list[str], allow_other: bool, *, item_id: str | None = None
+    ) -> str | None:
         """Send ``question`` and wait for ``question_response``; return the answer (None = skipped).
+
+        ``item_id``: the asking ``ask_user`` call; its ``tool_call`` is announced first.
 
         Cancellation: cancelled while waiting, nothing is left pending.
         """
         event = {"type": "question", "question": question, "options": list(options), "allowOther": allow_other}
-        answer = await self._ask("question", event)
+        answer = await self._ask("question", event, self._announcer(item_id))
         return answer if isinstance(answer, str) else None
+
+    async def ask(self, params: dict) -> str | None:
+        """``Origin.ask_question`` of the chat's turns (``params``: ``{thread_id, turn_id, item_id,
+        question, options, allowOther}``): :meth:`ask_question`, after the call's ``tool_call``."""
+        return await self.ask_question(
+            str(params.get("question") or ""),
+            [str(o) for o in params.get("options") or []],
+            params.get("allowOther") is not False,
+            item_id=params.get("item_id"),
+        )
 
     def answer(self, frame: dict) -> bool:
         """Route an ``approval_response`` / ``question_response`` line to the pending prompt.
@@ -140,7 +158,18 @@ _SKIPPED = object()
 
 
 def ask_user_tool(broker: PromptBroker) -> Tool:
-    """The ``ask_user`` tool (:func:`roost.tools.ask_user_tool`) asking through ``broker``."""
+    """The ``ask_user`` tool (:func:`roost.tools.ask_user_tool`) asking through ``broker``.
+
+    Turns started with an ``Origin`` whose ``ask_question`` is :meth:`PromptBroker.ask` (the
+    chat's) ask through it, so the call's ``tool_call`` precedes its ``question``; ``broker`` is
+    the fallback of a turn whose origin cannot ask.
+    """
     from roost.tools import ask_user_tool as tool
 
-    return tool(broker.ask_question)
+    fixed = tool(broker.ask_question)
+    via_origin = tool()
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await (via_origin if ctx.ask_question is not None else fixed).run(args, ctx)
+
+    return attrs.evolve(fixed, run=run)

@@ -96,11 +96,11 @@ async def serve_repl(
     def emit(event: dict) -> None:
         outbox.deliver(dumps_line(event))
 
-    def before_approval(item_id: Any) -> None:
+    def before_prompt(item_id: Any) -> None:
         if chat:
             chat[0].announce_tool_call(item_id)
 
-    broker = PromptBroker(emit, before_approval=before_approval)
+    broker = PromptBroker(emit, before_prompt=before_prompt)
 
     def on_sigint() -> None:
         if chat:

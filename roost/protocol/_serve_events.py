@@ -135,8 +135,8 @@ class TaskEventTranslator:
 
         Returns:
             ``[agent_starting {agent, sessionId}]`` (and the agent becomes the current one),
-            ``[token_budget_warning {agent, inputTokens, warnThreshold, sessionId}]``, or ``[]``
-            for the others.
+            ``[token_budget_warning {agent, inputTokens, warnThreshold, sessionId}]``,
+            ``[mcp_status {server, state, error, sessionId}]``, or ``[]`` for the others.
         """
         kind = event.get("type")
         if kind == "agent_starting":
@@ -157,6 +157,9 @@ class TaskEventTranslator:
                     }
                 ]
             return []
+        if kind == "mcp_status":  # a server the task's run started for itself changed state
+            fields = {k: event.get(k) for k in ("server", "state", "error")}
+            return [{"type": "mcp_status", **fields, "sessionId": self.session_id}]
         if kind == "token_budget_warning":
             if self._warned:
                 return []

@@ -60,6 +60,7 @@ from ._cluster import list_nodes as list_nodes
 from ._cluster import owner_gone as owner_gone
 from ._cluster import queue_depth as queue_depth
 from ._cluster import task_lease_key as task_lease_key
+from ._cluster import withdraw_daemon_task as withdraw_daemon_task
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._connect import connect as connect
 from ._connect import immediate as immediate
@@ -339,6 +340,7 @@ __all__ = [
     "enqueue_daemon_task",
     "beat_node",
     "claim_daemon_task",
+    "withdraw_daemon_task",
     "db_clock",
     "forget_node",
     "list_nodes",

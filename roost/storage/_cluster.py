@@ -27,13 +27,15 @@ from . import leases
 from ._dispatch import by_connection
 from ._portable import execute, is_sqlite, now_sql
 from ._rows import utc_now
-from ._tasks import get_daemon_task
+from ._tasks import get_daemon_task, update_daemon_task
 
 _get_daemon_task = by_connection(get_daemon_task)
+_update_daemon_task = by_connection(update_daemon_task)
 
 __all__ = [
     "task_lease_key",
     "claim_daemon_task",
+    "withdraw_daemon_task",
     "beat_node",
     "forget_node",
     "list_nodes",
@@ -120,6 +122,29 @@ def claim_daemon_task(conn: Any, owner: str, ttl: float) -> tuple[DaemonTask, le
         assert task is not None
         return task, lease, resumed
     return None
+
+
+def withdraw_daemon_task(conn: Any, task_id: str, payload: Any) -> bool:
+    """Finish a task that is still queued, before any node claims it (write, one transaction).
+
+    Exactly one of a claim (:func:`claim_daemon_task`) and a withdrawal wins: the row becomes
+    ``finished`` with ``payload`` only while its status is ``queued`` (on PostgreSQL the
+    conditional update waits for a claim in flight that holds the row, then finds it
+    ``running``).
+
+    Returns:
+        True when the task was withdrawn; False when it is not queued any more (claimed,
+        finished) or does not exist.
+    """
+    changed = execute(
+        conn,
+        "UPDATE daemon_tasks SET status = 'finished', updated_at = ? WHERE id = ? AND status = 'queued'",
+        (utc_now(), task_id),
+    ).rowcount
+    if changed != 1:
+        return False
+    _update_daemon_task(conn, task_id, payload=payload)
+    return True
 
 
 def beat_node(conn: Any, owner: str, ttl: float, *, started_at: float | None = None) -> float:
