@@ -20,7 +20,7 @@ import pytest
 from _helpers.appserver import AppServerClient, RemoteError, open_app_server, scripted_env
 
 from roost.errors import ConfigError, LeaseHeld
-from roost.storage import Lease, acquire, create_thread, create_turn, get_turn, open_backend, open_store, reconcile
+from roost.storage import Lease, acquire, create_thread, create_turn, get_turn, open_backend, reconcile
 from roost.storage.leases import owner_is_dead
 from roost.supervisor._root import lease_ttl_from_env
 
@@ -246,32 +246,29 @@ def test_owner_is_dead_only_for_gone_processes_of_this_host():
         zombie.wait()
 
 
-def test_a_dead_owners_unexpired_lease_is_taken_over(tmp_path):
+def test_a_dead_owners_unexpired_lease_is_taken_over(backend):
     host = socket.gethostname()
     dead_owner, live_owner = f"{host}:{_dead_pid()}:dead", f"{host}:{os.getppid()}:live"
-    store = open_store(tmp_path / "roost.db")
-    try:
-        with store.transaction() as conn:
-            for tid in ("t-dead", "t-live"):
-                create_thread(conn, id=tid)
-                create_turn(conn, tid, id=f"turn-{tid}")
-            acquire(conn, "thread:t-dead", dead_owner, 600)
-            acquire(conn, "thread:t-live", live_owner, 600)
-            # acquire: a live owner excludes, a dead one (kill -9) does not, whatever the clock says.
-            with pytest.raises(LeaseHeld):
-                acquire(conn, "thread:t-live", "B", 10)
-            taken = acquire(conn, "thread:t-dead", "B", 10)
-            assert taken.token == 2
-        with store.transaction() as conn:
-            conn.execute("UPDATE leases SET owner = ?, expires_at = ? WHERE key = 'thread:t-dead'",
-                         (dead_owner, time.time() + 600))
-            report = reconcile(conn, "me")
-            assert report.leases_released == 1 and report.turns_interrupted == 1
-            settled = get_turn(conn, "turn-t-dead")
-            assert settled.status == "interrupted" and settled.error["reason"] == "abandoned"
-            assert get_turn(conn, "turn-t-live").status == "running"  # its process still runs it
-    finally:
-        store.close()
+    store = backend
+    with store.transaction() as conn:
+        for tid in ("t-dead", "t-live"):
+            create_thread(conn, id=tid)
+            create_turn(conn, tid, id=f"turn-{tid}")
+        acquire(conn, "thread:t-dead", dead_owner, 600)
+        acquire(conn, "thread:t-live", live_owner, 600)
+        # acquire: a live owner excludes, a dead one (kill -9) does not, whatever the clock says.
+        with pytest.raises(LeaseHeld):
+            acquire(conn, "thread:t-live", "B", 10)
+        taken = acquire(conn, "thread:t-dead", "B", 10)
+        assert taken.token == 2
+    with store.transaction() as conn:
+        store.release(conn, taken)
+        acquire(conn, "thread:t-dead", dead_owner, 600)  # the dead process's lease, unexpired
+        report = reconcile(conn, "me")
+        assert report.leases_released == 1 and report.turns_interrupted == 1
+        settled = get_turn(conn, "turn-t-dead")
+        assert settled.status == "interrupted" and settled.error["reason"] == "abandoned"
+        assert get_turn(conn, "turn-t-live").status == "running"  # its process still runs it
 
 
 def test_lease_ttl_from_env(monkeypatch):
