@@ -271,7 +271,8 @@ class StoreDiskFull(StoreError):
 
 class StoreReadOnly(StoreError):
     """The database file, its directory or its mount is not writable (SQLITE_READONLY, or
-    SQLITE_CANTOPEN on a path that is not writable). Its contents are fine; reads still work."""
+    SQLITE_CANTOPEN on a path that is not writable), or PostgreSQL refused a write in a read-only
+    transaction (SQLSTATE 25006, e.g. a hot standby). Its contents are fine; reads still work."""
 
 
 class StoreCorrupt(StoreError):

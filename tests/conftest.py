@@ -58,15 +58,50 @@ def pg_url(pg_server) -> str:
         yield url
 
 
+class Database:
+    """One empty database of one backend that a test may open as often as it likes (two stores
+    on one database contend as two processes would; a child process opens it by :attr:`where`).
+
+    Attributes:
+        kind: ``"sqlite"`` or ``"postgres"``.
+        where: the SQLite file's path, or the PostgreSQL URL (what ``storage_proc.py`` takes).
+    """
+
+    def __init__(self, kind: str, where: str) -> None:
+        self.kind = kind
+        self.where = where
+        self._opened: list = []
+
+    def open(self, **writer_sizes: int):
+        """Open (and migrate) a store on this database; ``batch_max``/``queue_size`` size its
+        writer. Closed at the end of the test (closing twice is harmless)."""
+        from roost.storage import open_postgres_store, open_store
+
+        if self.kind == "sqlite":
+            store = open_store(self.where, **writer_sizes)
+        else:
+            store = open_postgres_store(self.where, **writer_sizes)
+        self._opened.append(store)
+        return store
+
+    def close_all(self) -> None:
+        for store in self._opened:
+            store.close()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path):
+def database(request: pytest.FixtureRequest, tmp_path: Path):
+    """An empty database of each backend (SQLite file, PostgreSQL database): :class:`Database`."""
+    if request.param == "sqlite":
+        db = Database("sqlite", str(tmp_path / "roost.db"))
+    else:
+        db = Database("postgres", request.getfixturevalue("pg_url"))
+    yield db
+    db.close_all()
+
+
+@pytest.fixture
+def backend(database: Database):
     """An open store of each backend (SQLite file, PostgreSQL database), for tests written
     against the store interface (``store.op(conn, ...)`` under ``read()``/``transaction()``)."""
-    from roost.storage import open_postgres_store, open_store
-
-    if request.param == "sqlite":
-        store = open_store(tmp_path / "roost.db")
-    else:
-        store = open_postgres_store(request.getfixturevalue("pg_url"))
-    yield store
-    store.close()
+    return database.open()

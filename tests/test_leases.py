@@ -1,37 +1,22 @@
-"""Execution leases: fencing tokens, hand-over, the LeaseKeeper, and two OS processes."""
+"""Execution leases: fencing tokens, hand-over, the LeaseKeeper, and two OS processes.
+
+Every test runs on both backends (conftest.py's ``backend``: a SQLite file, a PostgreSQL
+database); tests/test_backend_coverage.py keeps it so. PostgreSQL's own lease mechanics (row
+locks, many contenders) are in tests/test_pg_store.py.
+"""
 
 from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import trio
 from _helpers.storage_procs import Child
 
 from roost.errors import LeaseHeld, LifecycleError, StaleLease
-from roost.storage import (
-    LeaseKeeper,
-    Store,
-    acquire,
-    append_item,
-    connect,
-    create_thread,
-    fenced,
-    immediate,
-    open_store,
-)
+from roost.storage import LeaseKeeper, Store, fenced
 from _helpers.timing import scaled
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = open_store(tmp_path / "roost.db")
-    with s.transaction() as conn:
-        create_thread(conn, id="t1")
-    yield s
-    s.close()
 
 
 def test_acquire_increments_token_and_excludes(backend) -> None:
@@ -83,20 +68,44 @@ def test_a_stale_guarded_write_rolls_back_its_transaction(backend) -> None:
         assert store.get_lease(conn, "thread:t1")["owner"] == "B"
 
 
-def test_stale_token_write_changes_nothing(store: Store) -> None:
+def test_stale_token_write_changes_nothing(backend) -> None:
+    """A write wrapped by fenced() with a superseded token, on a connection of its own after
+    another write of the same transaction: the whole transaction changes nothing."""
+    store = _with_thread(backend)
     with store.transaction() as conn:
-        a = acquire(conn, "thread:t1", "A", 10.0, now=100.0)
-        append_item(conn, "t1", type="by-a")
-        acquire(conn, "thread:t1", "B", 10.0, now=200.0)
+        a = store.acquire(conn, "thread:t1", "A", 10.0, now=100.0)
+        store.append_item(conn, "t1", type="by-a")
+        store.acquire(conn, "thread:t1", "B", 10.0, now=200.0)
     before = _dump(store)
-    conn = connect(store.path)
-    guarded = fenced(a.key, a.token, append_item)
+    guarded = _fenced(store)(a.key, a.token, store.append_item)
     with pytest.raises(StaleLease):
-        with immediate(conn):
-            conn.execute("UPDATE threads SET title = 'stale' WHERE id = 't1'")
+        with store.transaction() as conn:
+            store.update_thread(conn, "t1", title="stale")
             guarded(conn, "t1", type="stale")
-    conn.close()
     assert _dump(store) == before
+
+
+def test_expiry_is_judged_on_the_database_clock(backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expiry is judged on the store's clock (db_clock: PostgreSQL's now(); SQLite, one host's
+    file, the host's clock), not on a node's: a node whose clock is wildly wrong still sees a
+    live lease as live, and renewals extend it from the database's clock."""
+    from roost.storage import db_clock
+
+    store = backend
+    skewed = 0.0 if isinstance(store, Store) else time.time() - 10**6  # SQLite's clock is the host's
+    monkeypatch.setattr(time, "time", lambda: skewed)
+    with store.transaction() as conn:
+        lease = store.acquire(conn, "k", "A", 30.0)
+        clock = db_clock(conn)
+        assert lease.expires_at == pytest.approx(clock + 30.0, abs=5)
+        renewed = store.renew(conn, lease, 60.0)
+        assert renewed.expires_at == pytest.approx(clock + 60.0, abs=5)
+        with pytest.raises(LeaseHeld):
+            store.acquire(conn, "k", "B", 30.0)  # live on the database's clock, whatever ours says
+    if not isinstance(store, Store):
+        assert abs(clock - skewed) > 10**5  # PostgreSQL's clock was used, not the node's
+    with store.read() as conn:
+        assert store.get_lease(conn, "k")["expires_at"] == pytest.approx(renewed.expires_at)
 
 
 def _fenced(store):
@@ -265,10 +274,9 @@ async def test_sigstopped_holder_is_fenced_off_and_cancelled_on_sigcont(backend)
         assert store.get_lease(conn, key)["owner"] == "taker"  # the holder's release changed nothing
 
 
-def _dump(store: Store) -> list:
+def _dump(store) -> list:
+    """The thread, its items and its lease, through the store interface (either backend)."""
     with store.read() as conn:
-        return [
-            list(map(tuple, conn.execute(f"SELECT * FROM {t} ORDER BY rowid")))
-            for t in ("threads", "items", "leases")
-        ]
-
+        thread = store.get_thread(conn, "t1")
+        return [(thread.title, thread.updated_at), [(i.seq, i.type) for i in store.list_items(conn, "t1")],
+                store.get_lease(conn, "thread:t1")]

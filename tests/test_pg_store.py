@@ -1,5 +1,9 @@
 """The PostgreSQL backend (issue 13): opening, migrations, setting errors, and the lease contract
-where N nodes differ from one file (the database clock, row locks, concurrent contenders)."""
+where N nodes differ from one file (row locks, concurrent contenders).
+
+What both backends promise alike is tested on both in tests/test_store.py and tests/test_leases.py
+(the store interface, the writer, kill -9, read-only reads, error translation, the lease clock).
+"""
 
 from __future__ import annotations
 
@@ -149,31 +153,7 @@ def test_the_url_setting_selects_the_backend(pg_url: str, monkeypatch: pytest.Mo
         assert isinstance(chosen, storage.Store)
 
 
-def test_the_postgres_store_implements_the_whole_store_interface(pg: PostgresStore) -> None:
-    """Every operation of StoreBackend, with the interface's parameters."""
-    import inspect
-
-    assert isinstance(pg, storage.StoreBackend)
-    for name in storage.OPERATIONS:
-        declared = inspect.signature(getattr(storage.StoreBackend, name))
-        assert list(declared.parameters)[1:] == list(inspect.signature(getattr(pg, name)).parameters), name
-
-
-# -- leases: the database clock, row locks, races ------------------------------------------------
-
-
-def test_expiry_is_judged_on_the_database_clock(pg: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(time, "time", lambda: 0.0)  # a node whose clock is wildly wrong
-    with pg.transaction() as conn:
-        lease = pg.acquire(conn, "k", "A", 30.0)
-        clock = pg.db_now(conn)
-        assert lease.expires_at == pytest.approx(clock + 30.0)
-        renewed = pg.renew(conn, lease, 60.0)
-        assert renewed.expires_at == pytest.approx(clock + 60.0)
-        with pytest.raises(LeaseHeld):
-            pg.acquire(conn, "k", "B", 30.0)  # live on the database's clock, whatever ours says
-    with pg.read() as conn:
-        assert pg.get_lease(conn, "k")["expires_at"] == pytest.approx(renewed.expires_at)
+# -- leases: row locks, races (the database clock: tests/test_leases.py, on both backends) -------
 
 
 def _wait_until_blocked(pg_url: str, pid: int) -> None:

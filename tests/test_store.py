@@ -1,4 +1,9 @@
-"""The Store: migrations, the group-commit writer, concurrency, crash safety, the data API."""
+"""The Store: migrations, the group-commit writer, concurrency, crash safety, the data API.
+
+Every test runs on both backends (the ``database``/``backend`` fixtures of conftest.py: a SQLite
+file, a PostgreSQL database) unless it is about one backend's own mechanism, and then
+tests/test_backend_coverage.py names its twin on the other backend.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import trio.testing
 from _helpers.storage_procs import Child
 
 import roost.storage as storage
-from roost.errors import Conflict, NotFound, StoreClosed, StoreFull, UsageError
+from roost.errors import Conflict, LifecycleError, NotFound, StoreClosed, StoreError, StoreFull, UsageError
 from roost.storage import (
     add_held_input,
     append_item,
@@ -26,36 +31,61 @@ from roost.storage import (
     list_items,
     open_store,
     reconcile,
-    schema_version,
 )
 from _helpers.timing import scaled
 
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "roost.db"
-
-
-def seqs(conn: sqlite3.Connection, thread_id: str) -> list[int]:
-    return [r[0] for r in conn.execute("SELECT seq FROM items WHERE thread_id = ? ORDER BY seq", (thread_id,))]
+EVERY_MIGRATION = ["0001_core", "0002_schedule_jobs", "0003_tool_processes", "0004_schedule_settings",
+                   "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
+                   "0008_cluster_nodes", "0009_node_bus"]
 
 
-def test_open_store_migrates_once_and_is_idempotent(db: Path) -> None:
-    first = open_store(db)
-    second = open_store(db)
-    with second.read() as conn:
-        assert schema_version(conn) == ["0001_core", "0002_schedule_jobs", "0003_tool_processes",
-                                        "0004_schedule_settings",
-                                        "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
-                                        "0008_cluster_nodes", "0009_node_bus"]
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+def is_sqlite(store) -> bool:
+    return isinstance(store, storage.Store)
+
+
+def seqs(store, thread_id: str) -> list[int]:
+    with store.read() as conn:
+        return [item.seq for item in store.list_items(conn, thread_id)]
+
+
+def applied_migrations(store) -> list[str]:
+    with store.read() as conn:
+        return storage.schema_version(conn) if is_sqlite(store) else storage.pg_schema_version(conn)
+
+
+def table_names(store) -> set[str]:
+    """The database's tables (each backend's catalogue)."""
+    sql = ("SELECT name FROM sqlite_master WHERE type = 'table'" if is_sqlite(store)
+           else "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    with store.read() as conn:
+        return {row[0] for row in conn.execute(sql)}
+
+
+def driver_errors(store) -> tuple[type[Exception], type[Exception]]:
+    """(the driver's base error, its integrity error) of the store's backend."""
+    if is_sqlite(store):
+        return sqlite3.Error, sqlite3.IntegrityError
+    import psycopg
+
+    return psycopg.Error, psycopg.IntegrityError
+
+
+def test_open_store_migrates_once_and_is_idempotent(database) -> None:
+    first = database.open()
+    second = database.open()
+    assert applied_migrations(second) == EVERY_MIGRATION
+    tables = table_names(second)
     assert {"threads", "turns", "items", "runs", "held_input", "workers", "schedules",
-            "schedule_runs", "daemon_tasks", "leases", "memory", "context_files",
-            "items_fts"} <= tables
+            "schedule_runs", "daemon_tasks", "leases", "memory", "context_files"} <= tables
+    if database.kind == "sqlite":  # SQLite's own: the WAL journal and the FTS5 table
+        with second.read() as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert "items_fts" in tables
     first.close()
     second.close()
     first.close()  # idempotent
+    third = database.open()  # a current schema: nothing to apply, nothing doubled
+    assert applied_migrations(third) == EVERY_MIGRATION
 
 
 def test_open_store_default_path_is_roost_home(roost_home: Path) -> None:
@@ -78,22 +108,50 @@ def test_memory_store_is_ephemeral() -> None:
             pass
 
 
-def test_read_connections_refuse_writes(db: Path) -> None:
-    store = open_store(db)
-    with store.read() as conn, pytest.raises(sqlite3.OperationalError):
-        conn.execute("INSERT INTO leases (key) VALUES ('x')")
+def test_a_closed_store_refuses_reads_and_transactions(database) -> None:
+    store = database.open()
     store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreClosed):
+        with store.read():
+            pass
+    with pytest.raises(StoreClosed):
+        with store.transaction():
+            pass
+    with database.open().read() as conn:  # the database itself is untouched
+        assert storage.list_threads(conn) == []
 
 
-async def test_fifty_tasks_append_twenty_items_each_without_gaps(db: Path) -> None:
-    # Two stores (two writers, two write connections) on one file, so the writers really contend
-    # for the lock as two processes would; no "database is locked" may reach a caller.
-    stores = [open_store(db), open_store(db)]
+def test_read_connections_refuse_writes(database) -> None:
+    """A read connection (SQLite ``query_only``, PostgreSQL ``READ ONLY`` transaction) refuses a
+    write, raw SQL or a store operation, with StoreReadOnly; nothing is stored."""
+    from roost.errors import StoreReadOnly
+
+    store = database.open()
+    # Raw SQL on SQLite's connection gets the driver's error; PostgreSQL's read() translates.
+    raw_refusal = sqlite3.OperationalError if is_sqlite(store) else StoreReadOnly
+    with pytest.raises(raw_refusal):
+        with store.read() as conn:
+            conn.execute("INSERT INTO leases (key) VALUES ('x')")
+    with pytest.raises(StoreReadOnly) as refused:
+        with store.read() as conn:
+            store.acquire(conn, "y", "A", 10.0)
+    driver_error, _ = driver_errors(store)
+    assert isinstance(refused.value.__cause__, driver_error)
+    with store.read() as conn:
+        assert store.get_lease(conn, "x") is None and store.get_lease(conn, "y") is None
+
+
+async def test_fifty_tasks_append_twenty_items_each_without_gaps(database) -> None:
+    # Two stores (two writers, two write connections) on one database, so the writers really
+    # contend as two processes would; no "database is locked" (or serialisation error) may reach
+    # a caller.
+    stores = [database.open(), database.open()]
     with stores[0].transaction() as conn:
         create_thread(conn, id="t1")
     errors: list[BaseException] = []
 
-    async def appender(store: storage.Store, n: int) -> None:
+    async def appender(store, n: int) -> None:
         for i in range(20):
             try:
                 await store.writer.submit(append_item, "t1", type="user_message",
@@ -102,7 +160,7 @@ async def test_fifty_tasks_append_twenty_items_each_without_gaps(db: Path) -> No
                 errors.append(exc)
                 raise
 
-    with trio.fail_after(scaled(30)):
+    with trio.fail_after(scaled(60)):
         async with trio.open_nursery() as nursery:
             for store in stores:
                 await nursery.start(store.writer.run)
@@ -112,21 +170,21 @@ async def test_fifty_tasks_append_twenty_items_each_without_gaps(db: Path) -> No
             nursery.cancel_scope.cancel()
     assert errors == []
     with stores[0].read() as conn:
-        assert seqs(conn, "t1") == list(range(1, 1001))
-        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 1000
+        items = list_items(conn, "t1")
+    assert [i.seq for i in items] == list(range(1, 1001))
+    for n in range(50):  # each task's items in its own order
+        assert [i.payload["i"] for i in items if i.payload["task"] == n] == list(range(20))
     total = stores[0].writer.stats.writes + stores[1].writer.stats.writes
     assert total == 1000
-    for store in stores:
-        store.close()
 
 
-async def test_group_commit_batches_queued_writes(db: Path) -> None:
-    store = open_store(db, batch_max=10)
+async def test_group_commit_batches_queued_writes(database) -> None:
+    store = database.open(batch_max=10)
     with store.transaction() as conn:
         create_thread(conn, id="t1")
     for i in range(95):  # queued before the writer starts: the writer finds them all waiting
         store.writer.submit_nowait(append_item, "t1", type="user_message", payload={"i": i})
-    with trio.fail_after(scaled(10)):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             last = await store.writer.submit(append_item, "t1", type="user_message", payload={})
@@ -135,47 +193,60 @@ async def test_group_commit_batches_queued_writes(db: Path) -> None:
     assert store.writer.stats.writes == 96
     assert store.writer.stats.transactions == 10  # 96 writes, at most 10 per transaction
     assert store.writer.stats.largest_group == 10
-    store.close()
+    assert seqs(store, "t1") == list(range(1, 97))
 
 
-async def test_an_urgent_write_commits_ahead_of_the_queue_in_a_group_of_its_own(db: Path) -> None:
-    store = open_store(db, batch_max=10)
+async def test_an_urgent_write_commits_ahead_of_the_queue_in_a_group_of_its_own(database) -> None:
+    """The group in flight stops taking writes once an urgent one waits: the urgent write commits
+    right after the first write of that group, before the rest of it and the backlog."""
+    import threading
+
+    store = database.open(batch_max=10)
     with store.transaction() as conn:
         create_thread(conn, id="t1")
     order: list[str] = []
+    entered, in_flight = threading.Event(), threading.Event()
 
     def note(conn, label: str) -> str:
+        if label == "queued 0":
+            entered.set()
+            in_flight.wait(scaled(20))  # the first group is being committed until the test says
         order.append(label)
         return label
 
+    async def urgent() -> None:
+        assert await store.writer.submit_urgent(note, "urgent") == "urgent"
+
     for i in range(50):  # a backlog of five groups
         store.writer.submit_nowait(note, f"queued {i}")
-    with trio.fail_after(scaled(10)):
+    with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.writer.run)
-            await trio.testing.wait_all_tasks_blocked()  # the writer is committing its first group
-            assert await store.writer.submit_urgent(note, "urgent") == "urgent"
+            await trio.to_thread.run_sync(entered.wait)  # the writer is committing its first group
+            nursery.start_soon(urgent)
+            await trio.testing.wait_all_tasks_blocked()  # the urgent write waits
+            in_flight.set()
             tail = await store.writer.submit(note, "last")
             nursery.cancel_scope.cancel()
     assert tail == "last" and order[-1] == "last"
-    assert order.index("urgent") <= 10  # after at most the group in flight, not behind the backlog
+    assert order.index("urgent") == 1  # after the write in flight, not behind its group or the backlog
     assert [o for o in order if o.startswith("queued")] == [f"queued {i}" for i in range(50)]  # FIFO kept
     store.close()
-    stopped = open_store(db)
+    stopped = database.open()
     with pytest.raises(StoreClosed):  # a stopped writer refuses urgent writes like others
         async with trio.open_nursery() as nursery:
             await nursery.start(stopped.writer.run)
             nursery.cancel_scope.cancel()
         await stopped.writer.submit_urgent(note, "late")
-    stopped.close()
 
 
-async def test_one_failing_write_rolls_back_alone(db: Path) -> None:
-    store = open_store(db)
+async def test_one_failing_write_rolls_back_alone(database) -> None:
+    store = database.open()
+    _, integrity_error = driver_errors(store)
     with store.transaction() as conn:
         create_thread(conn, id="t1")
 
-    def boom(conn: sqlite3.Connection) -> None:
+    def boom(conn) -> None:
         append_item(conn, "t1", type="x")
         raise ValueError("boom")
 
@@ -187,7 +258,7 @@ async def test_one_failing_write_rolls_back_alone(db: Path) -> None:
         except Exception as exc:
             results[name] = exc
 
-    # All queued before start, so all three run in one transaction.
+    # All queued before start, so all four run in one transaction.
     with trio.fail_after(scaled(10)):
         async with trio.open_nursery() as outer:
             async with trio.open_nursery() as callers:
@@ -200,17 +271,16 @@ async def test_one_failing_write_rolls_back_alone(db: Path) -> None:
             outer.cancel_scope.cancel()
     assert isinstance(results["bad"], ValueError)
     assert isinstance(results["dup"], Conflict)
-    assert isinstance(results["dup"].__cause__, sqlite3.IntegrityError)
+    assert isinstance(results["dup"].__cause__, integrity_error)  # translated from the driver's error
     assert store.writer.stats.transactions == 1
     with store.read() as conn:
         items = list_items(conn, "t1")
         assert [i.seq for i in items] == [1, 2]  # the failed write took no seq
         assert sorted(i.type for i in items) == ["a", "b"]
-    store.close()
 
 
-async def test_writer_lifecycle_errors(db: Path) -> None:
-    store = open_store(db, queue_size=2)
+async def test_writer_lifecycle_errors(database) -> None:
+    store = database.open(queue_size=2)
     store.writer.submit_nowait(lambda conn: None)
     store.writer.submit_nowait(lambda conn: None)
     with pytest.raises(StoreFull):
@@ -224,16 +294,19 @@ async def test_writer_lifecycle_errors(db: Path) -> None:
         await store.writer.submit(lambda conn: None)
     with pytest.raises(StoreClosed):
         store.writer.submit_nowait(lambda conn: None)
-    store.close()
+    with pytest.raises(LifecycleError):
+        await store.writer.serve()  # stopped for good: not restartable
 
 
-async def test_sigkill_mid_write_leaves_a_consistent_database(db: Path) -> None:
-    store = open_store(db)
+async def test_sigkill_mid_write_leaves_a_consistent_database(database) -> None:
+    """kill -9 of a writer process mid-group: SQLite's WAL and PostgreSQL's transactions keep
+    whole groups only, the schema intact, the search index in step, and the next write goes on."""
+    store = database.open()
     with store.transaction() as conn:
         create_thread(conn, id="t1")
     store.close()
-    with trio.fail_after(scaled(30)):
-        child = await Child.start("writer", str(db), "t1")
+    with trio.fail_after(scaled(60)):
+        child = await Child.start("writer", database.where, "t1")
         try:
             for _ in range(5):
                 await child.expect("committed")
@@ -242,25 +315,26 @@ async def test_sigkill_mid_write_leaves_a_consistent_database(db: Path) -> None:
         finally:
             await child.aclose()
     assert child.process.returncode == -signal.SIGKILL
-    reopened = open_store(db)  # opens and migrates
+    reopened = database.open()  # opens and migrates
+    got = seqs(reopened, "t1")
+    assert len(got) >= 1000 and len(got) % 200 == 0  # whole groups only
+    assert got == list(range(1, len(got) + 1))
+    assert applied_migrations(reopened) == EVERY_MIGRATION
     with reopened.read() as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        got = seqs(conn, "t1")
-        assert len(got) >= 1000 and len(got) % 200 == 0  # whole groups only
-        assert got == list(range(1, len(got) + 1))
-        assert schema_version(conn) == ["0001_core", "0002_schedule_jobs", "0003_tool_processes",
-                                        "0004_schedule_settings",
-                                        "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
-                                        "0008_cluster_nodes", "0009_node_bus"]
-    with reopened.transaction() as conn:
-        conn.execute("INSERT INTO items_fts(items_fts) VALUES ('integrity-check')")
+        ends = reopened.search_items(conn, "group end", thread_id="t1", limit=10_000)
+        assert len(ends) == len(got) // 200  # the text index holds exactly the committed items
+        if database.kind == "sqlite":
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    if database.kind == "sqlite":
+        with reopened.transaction() as conn:
+            conn.execute("INSERT INTO items_fts(items_fts) VALUES ('integrity-check')")
+    with reopened.transaction() as conn:  # the dead writer holds no lock
         item = append_item(conn, "t1", type="after")
     assert item.seq == len(got) + 1
-    reopened.close()
 
 
-def test_data_api_round_trips(db: Path) -> None:
-    store = open_store(db)
+def test_data_api_round_trips(backend) -> None:
+    store = backend
     with store.transaction() as conn:
         thread = create_thread(conn, title="Hello", cwd="/tmp", metadata={"k": [1, 2]}, pinned=True)
         child = create_thread(conn, kind="worker", parent_thread_id=thread.id)
@@ -307,30 +381,9 @@ def test_data_api_round_trips(db: Path) -> None:
             storage.get_thread(conn, "nope")
     with store.transaction() as conn:
         storage.delete_thread(conn, thread.id)
-    with store.read() as conn:
-        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 0
-        assert storage.list_held_input(conn, thread.id) == []
-    store.close()
-
-
-def test_reconcile_interrupts_dead_executions_only(db: Path) -> None:
-    store = open_store(db)
-    with store.transaction() as conn:
-        for tid in ("dead", "live"):
-            create_thread(conn, id=tid)
-            create_turn(conn, tid, id=f"turn-{tid}")
-        create_worker(conn, thread_id="dead", root_thread_id="dead", status="running")
-        storage.acquire(conn, "thread:live", "other-process", 60.0)
-        storage.acquire(conn, "thread:mine", "me", 60.0)
-        report = reconcile(conn, "me")
-    assert report.turns_interrupted == 1 and report.workers_interrupted == 1
-    assert report.leases_released == 1
-    with store.read() as conn:
-        assert storage.get_turn(conn, "turn-dead").status == "interrupted"
-        assert storage.get_turn(conn, "turn-live").status == "running"
-        assert storage.get_lease(conn, "thread:mine")["owner"] is None
-        assert storage.get_lease(conn, "thread:live")["owner"] == "other-process"
-    store.close()
+    with store.read() as conn:  # its items, inputs, workers and context files went with it
+        assert storage.list_items(conn, thread.id) == [] and storage.list_held_input(conn, thread.id) == []
+        assert storage.list_context_files(conn, thread.id) == []
 
 
 def test_public_names_are_exported() -> None:
@@ -342,7 +395,7 @@ def test_public_names_are_exported() -> None:
 
 
 def test_sqlite_errors_are_translated() -> None:
-    from roost.errors import StoreBusy, StoreError
+    from roost.errors import StoreBusy
     from roost.storage import translate_error
 
     locked = sqlite3.OperationalError("database is locked")
@@ -352,25 +405,70 @@ def test_sqlite_errors_are_translated() -> None:
     assert type(translate_error(sqlite3.DatabaseError("file is not a database"))) is StoreError
 
 
-def test_the_sqlite_store_implements_the_store_interface(tmp_path: Path) -> None:
-    """Every operation of StoreBackend is a method of Store, and it is the room's module function
-    (same signature), so code written against the interface runs the SQLite functions."""
+def test_postgres_errors_are_translated(pg_url: str) -> None:
+    """psycopg's errors become Roost's store errors, by class (SQLSTATE), both built by hand and
+    raised by a real server: a lock wait past ``lock_timeout`` is StoreBusy, a duplicate key a
+    Conflict, each ``from`` the psycopg error."""
+    import psycopg
+    from psycopg import errors as pg_errors
+
+    from roost.errors import DatabasePermissionDenied, DatabaseUnreachable, StoreBusy, StoreReadOnly
+    from roost.storage import translate_pg_error
+
+    expected = {
+        pg_errors.UniqueViolation("duplicate key value"): Conflict,
+        pg_errors.ForeignKeyViolation("violates foreign key constraint"): Conflict,
+        pg_errors.SerializationFailure("could not serialize access"): StoreBusy,
+        pg_errors.DeadlockDetected("deadlock detected"): StoreBusy,
+        pg_errors.LockNotAvailable("canceling statement due to lock timeout"): StoreBusy,
+        pg_errors.InsufficientPrivilege("permission denied for schema public"): DatabasePermissionDenied,
+        psycopg.OperationalError("connection refused"): DatabaseUnreachable,
+        pg_errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"): StoreReadOnly,
+        pg_errors.UndefinedTable('relation "x" does not exist'): StoreError,
+        pg_errors.QueryCanceled("canceling statement due to statement timeout"): StoreError,
+        pg_errors.AdminShutdown("terminating connection due to administrator command"): DatabaseUnreachable,
+    }
+    for error, roost_error in expected.items():
+        assert type(translate_pg_error(error, pg_url)) is roost_error, error
+    with storage.open_postgres_store(pg_url) as store:
+        with store.transaction() as conn:
+            store.create_thread(conn, id="t")
+            store.acquire(conn, "k", "A", 60.0)
+        with psycopg.connect(pg_url, autocommit=True) as other, other.transaction():
+            other.execute("SELECT 1 FROM leases WHERE key = 'k' FOR UPDATE")  # held until the end
+            with pytest.raises(StoreBusy) as busy:
+                with store.transaction() as conn:
+                    conn.execute("SET LOCAL lock_timeout = '50ms'")
+                    store.acquire(conn, "k", "B", 60.0, now=10.0**10)
+        assert isinstance(busy.value.__cause__, pg_errors.LockNotAvailable)
+        with pytest.raises(Conflict) as dup:
+            with store.transaction() as conn:
+                store.create_thread(conn, id="t")
+        assert isinstance(dup.value.__cause__, pg_errors.UniqueViolation)
+        with store.read() as conn:
+            assert store.get_lease(conn, "k")["owner"] == "A"
+
+
+def test_each_store_implements_the_store_interface(backend) -> None:
+    """Every operation of StoreBackend is a method of the store, with the interface's parameters.
+    On SQLite it is the room's module function itself, so code written against the interface
+    runs the SQLite functions."""
     import inspect
 
-    with open_store(tmp_path / "roost.db") as store:
-        assert isinstance(store, storage.StoreBackend)
-        for name in storage.OPERATIONS:
-            method = getattr(store, name)
+    store = backend
+    assert isinstance(store, storage.StoreBackend)
+    for name in storage.OPERATIONS:
+        declared = inspect.signature(getattr(storage.StoreBackend, name))
+        assert list(declared.parameters)[1:] == list(inspect.signature(getattr(store, name)).parameters), name
+        if is_sqlite(store):
             function = getattr(storage, name, None) or getattr(storage.leases, name)
             # the module function runs on either backend's connection; its SQLite body is the method
-            assert method is inspect.unwrap(function), name
-            declared = inspect.signature(getattr(storage.StoreBackend, name))
-            assert list(declared.parameters)[1:] == list(inspect.signature(function).parameters), name
-        with store.transaction() as conn:
-            thread = store.create_thread(conn, title="via the interface")
-        with store.read() as conn:
-            assert store.get_thread(conn, thread.id).title == "via the interface"
-            assert store.page_threads(conn, archived=None, kind="chat", before=None, limit=5) == [thread]
+            assert getattr(store, name) is inspect.unwrap(function), name
+    with store.transaction() as conn:
+        thread = store.create_thread(conn, title="via the interface")
+    with store.read() as conn:
+        assert store.get_thread(conn, thread.id).title == "via the interface"
+        assert store.page_threads(conn, archived=None, kind="chat", before=None, limit=5) == [thread]
 
 
 # -- the store interface on both backends (issue 13): threads, turns, runs, items, inputs ---------

@@ -399,6 +399,7 @@ if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is
     from ._backend import open_backend as open_backend
     from ._pg_connect import DATABASE_URL_ENV as DATABASE_URL_ENV
     from ._pg_connect import redact_url as redact_url
+    from ._pg_connect import translate_pg_error as translate_pg_error
     from ._pg_schema import migrate_pg as migrate_pg
     from ._pg_schema import pg_migrations as pg_migrations
     from ._pg_schema import pg_schema_version as pg_schema_version
@@ -410,6 +411,7 @@ _LAZY.update(
         "open_backend": "roost.storage._backend",
         "DATABASE_URL_ENV": "roost.storage._pg_connect",
         "redact_url": "roost.storage._pg_connect",
+        "translate_pg_error": "roost.storage._pg_connect",
         "migrate_pg": "roost.storage._pg_schema",
         "pg_migrations": "roost.storage._pg_schema",
         "pg_schema_version": "roost.storage._pg_schema",
@@ -423,6 +425,7 @@ __all__ += [
     "migrate_pg",
     "DATABASE_URL_ENV",
     "redact_url",
+    "translate_pg_error",
     "pg_migrations",
     "pg_schema_version",
     "PostgresStore",

@@ -27,7 +27,9 @@ from roost.errors import (
     DatabaseUnreachable,
     DatabaseUrlInvalid,
     StoreBusy,
+    StoreDiskFull,
     StoreError,
+    StoreReadOnly,
 )
 
 __all__ = [
@@ -95,10 +97,18 @@ def validate_url(url: str) -> str:
 def translate_pg_error(exc: BaseException, url: str | None = None) -> StoreError:
     """Map a psycopg (or pool) error to the most specific Roost error (not raised).
 
-    Refused connections and logins -> :class:`DatabaseUnreachable`; insufficient privilege ->
+    By SQLSTATE (https://www.postgresql.org/docs/15/errcodes-appendix.html): refused connections
+    and logins, a lost connection (class 08, no SQLSTATE, 57P01-57P03 shutdowns, 53300 too many
+    connections, the pool's timeout) -> :class:`DatabaseUnreachable`; insufficient privilege ->
     :class:`DatabasePermissionDenied`; unique/foreign-key/check violations -> :class:`Conflict`;
-    serialization failures, deadlocks and lock timeouts -> :class:`StoreBusy`; anything else ->
+    serialization failures, deadlocks (class 40) and lock timeouts (55P03) -> :class:`StoreBusy`;
+    a write in a read-only transaction (25006: a ``read()`` connection, a hot standby, or
+    ``default_transaction_read_only``) -> :class:`StoreReadOnly`, as SQLite's SQLITE_READONLY;
+    a full disk (53100) -> :class:`StoreDiskFull`; anything else (a cancelled statement...) ->
     :class:`StoreError`. The caller raises it ``from exc``.
+
+    psycopg makes class 40, 53, 55 and 57 errors subclasses of ``OperationalError``, so only the
+    SQLSTATEs above count as an unreachable server.
     """
     where = f" ({redact_url(url)})" if url else ""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -106,15 +116,27 @@ def translate_pg_error(exc: BaseException, url: str | None = None) -> StoreError
         return DatabasePermissionDenied(f"the database role of {SETTING}{where} lacks a privilege Roost needs: {first}")
     if isinstance(exc, pg_errors.InvalidCatalogName | pg_errors.InvalidAuthorizationSpecification):
         return DatabaseUnreachable(f"{SETTING}{where} was refused by the server: {first}")
-    if isinstance(exc, psycopg.OperationalError | PoolTimeout) and not isinstance(exc, psycopg.errors.LockNotAvailable):
+    state = getattr(exc, "sqlstate", None) or ""
+    if state.startswith("40") or isinstance(exc, pg_errors.LockNotAvailable):  # class 40: transaction rollback
+        return StoreBusy(f"database stayed locked: {first}")
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return StoreReadOnly(f"the database of {SETTING}{where} refused a write (read-only): {first}")
+    if isinstance(exc, pg_errors.DiskFull):
+        return StoreDiskFull(f"the database server of {SETTING}{where} has no space left: {first}")
+    if isinstance(exc, PoolTimeout) or (isinstance(exc, psycopg.OperationalError) and _lost_server(exc)):
         if "permission denied" in first.lower():
             return DatabasePermissionDenied(f"the database role of {SETTING}{where} may not connect: {first}")
         return DatabaseUnreachable(f"cannot reach the database server of {SETTING}{where}: {first}")
     if isinstance(exc, psycopg.IntegrityError):
         return Conflict(first)
-    if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected | pg_errors.LockNotAvailable):
-        return StoreBusy(f"database stayed locked: {first}")
     return StoreError(f"{type(exc).__name__}: {first}")
+
+
+def _lost_server(exc: psycopg.OperationalError) -> bool:
+    """Whether an OperationalError means no usable server: no SQLSTATE (libpq's own connection
+    errors), class 08, a shutdown (57P01-57P03) or too many connections (53300)."""
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "57P")) or state == "53300"
 
 
 def connect_pg(url: str) -> psycopg.Connection:

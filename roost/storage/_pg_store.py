@@ -158,11 +158,11 @@ class PostgresStore(BusOperations):
     db_now = staticmethod(_pg_leases.db_now)
     live_lease_owners = staticmethod(_pg_leases.live_lease_owners)
 
-    def __init__(self, url: str, pool: ConnectionPool) -> None:
+    def __init__(self, url: str, pool: ConnectionPool, *, batch_max: int = 512, queue_size: int = 4096) -> None:
         self.url = url
         self._pool = pool
         self._closed = False
-        self.writer = PgWriter(self)
+        self.writer = PgWriter(self, batch_max=batch_max, queue_size=queue_size)
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
@@ -220,7 +220,9 @@ class PostgresStore(BusOperations):
         self.close()
 
 
-def open_postgres_store(url: str, *, max_connections: int = 8) -> PostgresStore:
+def open_postgres_store(
+    url: str, *, max_connections: int = 8, batch_max: int = 512, queue_size: int = 4096
+) -> PostgresStore:
     """Connect to ``url``, bring its schema up to date and return a :class:`PostgresStore`.
 
     Blocking (migrations run here). Safe to call from several processes at once.
@@ -228,6 +230,8 @@ def open_postgres_store(url: str, *, max_connections: int = 8) -> PostgresStore:
     Args:
         url: ``postgresql://user:password@host:port/dbname``.
         max_connections: the pool's size.
+        batch_max: most writes per group commit of the writer (as :func:`open_store`).
+        queue_size: bound of the writer's queue (as :func:`open_store`).
 
     Raises:
         DatabaseUrlInvalid: the URL is malformed.
@@ -248,7 +252,7 @@ def open_postgres_store(url: str, *, max_connections: int = 8) -> PostgresStore:
         raise translate_pg_error(exc, url) from exc
     except StoreError:
         raise
-    return PostgresStore(url, pool)
+    return PostgresStore(url, pool, batch_max=batch_max, queue_size=queue_size)
 
 
 def _pg_conforms(store: PostgresStore) -> StoreBackend[psycopg.Connection]:

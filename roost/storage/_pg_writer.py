@@ -1,7 +1,9 @@
 """The group-commit writer on PostgreSQL: :class:`StoreWriter`'s queue, urgency and lifecycle,
 committing each group in one PostgreSQL transaction on a pooled connection.
 
-Each write runs in its own savepoint (``conn.transaction()`` nested), so a write that raises
+A group stops taking further writes once an urgent write waits
+(:meth:`StoreWriter.submit_urgent`); the rest go first in the next group. Each write runs in its
+own savepoint (``conn.transaction()`` nested), so a write that raises
 (:class:`StaleLease`, :class:`Conflict`, any exception) rolls back alone and the group commits
 without it, as on SQLite. A failed COMMIT or a lost connection answers every write of the group
 with the translated error (:class:`DatabaseUnreachable`, :class:`StoreBusy`...); nothing of the
@@ -79,25 +81,38 @@ class PgWriter(StoreWriter):
                 group = await self._next_group()
                 if not group:
                     continue
+                deferred: list[_Write] = []
                 try:
-                    await trio.to_thread.run_sync(self._commit_pg_group, group)
+                    deferred = await trio.to_thread.run_sync(self._commit_pg_group, group)
                 except BaseException:
                     for write in group:
                         write.error = StoreClosed("the store writer crashed during this write")
                     raise
                 finally:
-                    for write in group:
-                        if write.done is not None:
-                            write.done.set()
+                    self._answer(group, deferred)
+                del group, deferred  # large rows are freed now, not at the next write
         finally:
             if self.state is WriterState.RUNNING:
                 self.state = WriterState.NEW
 
-    def _commit_pg_group(self, group: list[_Write]) -> None:
-        """Run one group in one transaction (blocking, in a worker thread)."""
+    def _commit_pg_group(self, group: list[_Write]) -> list[_Write]:
+        """Run one group in one transaction (blocking, in a worker thread).
+
+        As on SQLite, the group stops taking further writes (after at least one) once an urgent
+        write waits, so the urgent one commits next (control before data, issue 19).
+
+        Returns:
+            The writes not run because an urgent write came in meanwhile (untouched, in order).
+        """
+        ran: list[_Write] = []
+        deferred: list[_Write] = []
         try:
             with self.store.transaction() as conn:
-                for write in group:
+                for index, write in enumerate(group):
+                    if index and self._urgent:
+                        deferred = group[index:]
+                        break
+                    ran.append(write)
                     write.result, write.error = None, None
                     try:
                         with conn.transaction():
@@ -106,17 +121,19 @@ class PgWriter(StoreWriter):
                         if conn.broken:
                             raise
                         write.error = translate_pg_error(exc, self.store.url)
+                        write.error.__cause__ = exc
                     except Exception as exc:
                         write.error = exc
         except (StoreError, psycopg.Error) as exc:
-            for write in group:
+            for write in group[: len(group) - len(deferred)]:  # nothing of the group is stored
                 err = exc if isinstance(exc, StoreError) else translate_pg_error(exc, self.store.url)
                 fresh = type(err)(str(err))  # one exception object per caller
                 fresh.__cause__ = exc
                 write.error, write.result = fresh, None
-            return
-        ok = sum(1 for w in group if w.error is None)
+            return deferred
+        ok = sum(1 for w in ran if w.error is None)
         self.stats.transactions += 1
         self.stats.writes += ok
-        self.stats.failed += len(group) - ok
+        self.stats.failed += len(ran) - ok
         self.stats.largest_group = max(self.stats.largest_group, ok)
+        return deferred

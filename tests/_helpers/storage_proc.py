@@ -1,7 +1,7 @@
 """A separate OS process that uses a Roost store, for the cross-process store and lease tests.
 
 Usage (one line of output per event, flushed, so the parent synchronises on them); DB is a SQLite
-file, or for ``race`` and ``holder`` also a ``postgresql://`` URL:
+file or a ``postgresql://`` URL:
 
     storage_proc.py writer DB THREAD_ID     append items in groups forever; "committed N" per group
     storage_proc.py race DB KEY OWNER       wait for "go" on stdin, acquire; "won TOKEN" or "held"
@@ -32,7 +32,7 @@ def say(line: str) -> None:
 
 
 async def writer(db: str, thread_id: str) -> None:
-    store = open_store(db)
+    store = open_any(db)
     async with trio.open_nursery() as nursery:
         await nursery.start(store.writer.run)
         total = 0
