@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from roost.errors import MigrationError, StoreError
+from roost.errors import MigrationError, SchemaTooNew, StoreError
 
 from ._connect import immediate, translate_error
 
@@ -253,6 +253,16 @@ def schema_version(conn: sqlite3.Connection) -> list[str]:
         raise translate_error(exc) from exc
 
 
+def _too_new(conn: sqlite3.Connection, unknown: list[str]) -> str:
+    """The message of :class:`SchemaTooNew` for this file (the same words as PostgreSQL's)."""
+    row = conn.execute("PRAGMA database_list").fetchone()
+    where = row[2] if row and row[2] else "the SQLite database"
+    return (
+        f"the database {where} has migrations this Roost does not know ({', '.join(unknown)}): it was"
+        " created by a newer Roost; upgrade Roost, or set ROOST_HOME to another directory"
+    )
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Bring the schema up to date; idempotent; safe against a concurrent migrator.
 
@@ -266,6 +276,8 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         The names of the migrations applied by this call (empty when already current).
 
     Raises:
+        SchemaTooNew: the file holds a migration this code does not know (a newer Roost wrote it;
+            running older code on it could lose what the newer schema keeps).
         MigrationError: a migration failed; the schema is left at the previous version.
         StoreBusy: the write lock could not be taken.
     """
@@ -275,7 +287,11 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         raise translate_error(exc) from exc
     if str(mode).lower() != "wal":
         raise MigrationError(f"could not switch the database to WAL (journal_mode={mode})")
-    if set(MIGRATIONS.names()) <= set(schema_version(conn)):
+    applied = schema_version(conn)
+    unknown = [name for name in applied if name not in set(MIGRATIONS.names())]
+    if unknown:
+        raise SchemaTooNew(_too_new(conn, unknown), setting="ROOST_HOME")
+    if set(MIGRATIONS.names()) <= set(applied):
         return []  # current (migrations are never removed): no lock, no sqlite-utils
     import sqlite_utils
 

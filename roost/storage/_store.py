@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from roost._paths import database_path
 from roost.errors import (
     MigrationError,
+    SchemaTooNew,
     StoreBusy,
     StoreClosed,
     StoreCorrupt,
@@ -222,6 +223,8 @@ def _open_failure(db_path: Path, exc: StoreError) -> StoreError:
     Moving the file aside is suggested only when SQLite says it is not a database or its
     integrity check fails; a healthy database on a full or read-only disk is never called corrupt.
     """
+    if isinstance(exc, SchemaTooNew):
+        return exc  # its message names the file and what to do
     if isinstance(exc, (StoreDiskFull, StoreReadOnly, StoreBusy, MigrationError)):
         return type(exc)(f"{db_path}: {exc}")
     if isinstance(exc, StoreCorrupt) or not _passes_integrity_check(db_path):
