@@ -36,7 +36,7 @@ from roost._faults import fault_point
 from roost._paths import node_name, positive_env
 from roost.actors._messages import InterruptTurn
 from roost.actors._task_model import Orchestrations, QueuedTask, TaskListener
-from roost.actors._taskqueue_run import RESUME_PROMPT, TaskRunner
+from roost.actors._taskqueue_run import TaskRunner
 from roost.actors._taskqueue_shared import SharedQueue
 from roost.errors import RoostError, ServerOverloaded
 from roost.storage import (
@@ -45,9 +45,10 @@ from roost.storage import (
     list_daemon_tasks,
     new_id,
     update_daemon_task,
+    wake_task_claimers,
 )
 
-__all__ = ["TaskQueue", "QueuedTask", "TaskListener", "RESUME_PROMPT"]
+__all__ = ["TaskQueue", "QueuedTask", "TaskListener"]
 
 log = logging.getLogger("roost.serve")
 
@@ -175,7 +176,7 @@ class TaskQueue(TaskRunner, SharedQueue):
         # claims the row finds this object, never a second copy built from the row.
         self.tasks[item.id] = item
         try:
-            await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
+            await self.runtime.store.writer.submit(_enqueue, item, self.runtime.services.owner)
         except BaseException:
             self.tasks.pop(item.id, None)
             raise
@@ -309,6 +310,8 @@ class TaskQueue(TaskRunner, SharedQueue):
         if self._runs > 1:
             await self._rebuild()
         async with trio.open_nursery() as nursery:
+            if self.claims:  # listening before the first claim: no dispatch falls in between
+                await nursery.start(self._listen_for_tasks)
             for _ in range(self.max_concurrent if self.claims else 0):
                 nursery.start_soon(self._runner)
             nursery.start_soon(self._follow_elsewhere)
@@ -340,9 +343,10 @@ class TaskQueue(TaskRunner, SharedQueue):
     async def _runner(self) -> None:
         """Claim the next task of the shared queue and run it under its lease, forever.
 
-        An idle runner looks again when this node queues a task (:meth:`_notify`) or after
-        ``poll_s`` (tasks queued by other nodes, and tasks of a node that died, whose lease
-        expired: the bounded polling fallback, issue 13).
+        An idle runner looks again when this node queues a task (:meth:`_notify`), when another
+        node does (PostgreSQL: its ``NOTIFY``, :meth:`_listen_for_tasks`), or after ``poll_s``
+        (a lost notification, SQLite's other processes, and tasks of a node that died, whose
+        lease expired: the bounded polling fallback, issue 13).
         """
         while True:
             wake = self._wake
@@ -377,3 +381,9 @@ class TaskQueue(TaskRunner, SharedQueue):
             self._end_relay(task)
             self._local.discard(task.id)
         return True
+
+
+def _enqueue(conn: Any, item: QueuedTask, sender: str) -> None:
+    """Write ``item``'s row and wake the cluster's idle claimers, in one transaction (a writer)."""
+    enqueue_daemon_task(conn, payload=item.payload(), id=item.id)
+    wake_task_claimers(conn, item.id, sender)

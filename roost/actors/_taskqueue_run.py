@@ -20,19 +20,22 @@ from roost._faults import point as fault_action
 from roost._heap import note_large_output
 from roost.actors._actor import shielded_cleanup
 from roost.actors._messages import Origin, StartTurn, Subscribe, Unsubscribe
-from roost.actors._task_model import Orchestrations, QueuedTask, TaskListener, TaskSink, mark_complete, task_result
+from roost.actors._task_model import (
+    Orchestrations,
+    QueuedTask,
+    TaskListener,
+    TaskSink,
+    mark_complete,
+    resume_prompt,
+    task_result,
+)
 from roost.errors import ConfigError, RoostError, StaleLease, ThreadNotFound
 from roost.storage import update_daemon_task, utc_now
 
-__all__ = ["TaskRunner", "RESUME_PROMPT"]
+__all__ = ["TaskRunner"]
 
 log = logging.getLogger("roost.serve")
 
-#: The prompt of the turn that resumes a task interrupted by a daemon restart.
-RESUME_PROMPT = (
-    "The daemon restarted while you were working on this task. Continue it from where "
-    "you left off and finish it.\n\nThe task: {task}"
-)
 #: Seconds a runner's clean-up (unsubscribe, persist the end) may take.
 _CLEANUP = 10.0
 
@@ -133,7 +136,7 @@ class TaskRunner:
         note_large_output(len(result.get("lastMessage") or ""))  # its rows are written: trim the heap
 
     async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:
-        """Run the task as one turn of the default agent (a resumed task: :data:`RESUME_PROMPT`).
+        """Run the task as one turn of the default agent (a resumed task: :func:`resume_prompt`).
 
         Returns:
             The task result dict (``lastAgent`` ``"assistant"`` when the agent said something).
@@ -151,7 +154,7 @@ class TaskRunner:
         if live is not None and live["status"] in ("running", "queued"):
             turn_id = task.turn_id  # a restarted queue re-attaches to the turn still running
         else:
-            prompt = RESUME_PROMPT.format(task=task.task) if task.resumed else task.task
+            prompt = resume_prompt(task) if task.resumed else task.task
             turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
             turn_id = task.turn_id = turn["id"]
         view = await actor.wait_turn_end(turn_id)
