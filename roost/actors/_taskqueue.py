@@ -26,6 +26,7 @@ source="schedule")`` returns the task id (also its ``sessionId``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 from typing import Any
@@ -107,7 +108,8 @@ class TaskQueue(TaskRunner, SharedQueue):
         #: called with ``(task)`` once a task is queued (the daemon's metrics); must not block
         self.on_accepted: Any = None
         self._queued: collections.deque[str] = collections.deque()
-        self._wake = trio.Event()
+        #: the wake-up events of the runners that wait (or claim), oldest first
+        self._sleepers: collections.deque[trio.Event] = collections.deque()
         self._runs = 0
         #: tasks this node's runners execute now (the others it knows run elsewhere, or wait)
         self._local: set[str] = set()
@@ -182,7 +184,7 @@ class TaskQueue(TaskRunner, SharedQueue):
             raise
         if item.status == "queued" and item.id not in self._local:
             self._queued.append(item.id)
-        self._notify()
+        self._notify_one()
         if self.on_accepted is not None:
             self.on_accepted(item)
         log.info(
@@ -336,31 +338,50 @@ class TaskQueue(TaskRunner, SharedQueue):
         log.warning("task queue restarted: %d running task(s) queued again", len(running))
 
     def _notify(self) -> None:
-        """Wake every idle runner (each waits on the event current when it last looked)."""
-        self._wake.set()
-        self._wake = trio.Event()
+        """Wake every idle runner (and every runner claiming now: it looks again after)."""
+        sleepers, self._sleepers = self._sleepers, collections.deque()
+        for event in sleepers:
+            event.set()
+
+    def _notify_one(self) -> None:
+        """Wake one idle runner (one task became claimable); it wakes the next when it claims one."""
+        if self._sleepers:
+            self._sleepers.popleft().set()
 
     async def _runner(self) -> None:
         """Claim the next task of the shared queue and run it under its lease, forever.
 
-        An idle runner looks again when this node queues a task (:meth:`_notify`), when another
-        node does (PostgreSQL: its ``NOTIFY``, :meth:`_listen_for_tasks`), or after ``poll_s``
-        (a lost notification, SQLite's other processes, and tasks of a node that died, whose
-        lease expired: the bounded polling fallback, issue 13).
+        An idle runner looks again when this node queues a task, when another node does
+        (PostgreSQL: its ``NOTIFY``, :meth:`_listen_for_tasks`), or after ``poll_s`` (a lost
+        notification, SQLite's other processes, and tasks of a node that died, whose lease
+        expired: the bounded polling fallback, issue 13). A new task wakes one idle runner
+        (:meth:`_notify_one`), not all of them; a runner that claims a task wakes the next idle
+        one, so a burst of tasks is taken by as many runners as it needs.
         """
         while True:
-            wake = self._wake
-            if not await self._claim_and_run():
+            mine = trio.Event()
+            self._sleepers.append(mine)  # registered before the claim: a wake-up during it counts
+            try:
+                if await self._claim_and_run(mine):
+                    continue
                 with trio.move_on_after(self.poll_s):
-                    await wake.wait()
+                    await mine.wait()
+            finally:
+                self._forget(mine)
 
-    async def _claim_and_run(self) -> bool:
+    def _forget(self, event: trio.Event) -> None:
+        with contextlib.suppress(ValueError):
+            self._sleepers.remove(event)
+
+    async def _claim_and_run(self, mine: trio.Event) -> bool:
         """Claim one task and run it (False: nothing to claim). A function of its own so that no
         local keeps the finished task (its result, its actor) alive while the runner waits."""
         keeper = self.runtime.services.keeper
         claimed = await self._claim()
         if claimed is None:
             return False
+        self._forget(mine)  # busy now
+        self._notify_one()  # more may be claimable: the next idle runner looks
         task, lease = claimed
         self._local.add(task.id)
         try:

@@ -64,7 +64,7 @@ class SharedQueue:
     poll_s: float
     interrupt: Any
     _interrupt_task: Any
-    _notify: Any
+    _notify_one: Any
 
     # -- interrupts across nodes ----------------------------------------------------------------
 
@@ -190,7 +190,7 @@ class SharedQueue:
         ``NOTIFY roost_tasks``, :func:`roost.storage.task_wake_listener`), until cancelled.
 
         Started once listening (or once that failed): a task dispatched after the queue started
-        wakes the runners at once. Without a listener (SQLite) it returns at once. A failing
+        wakes an idle runner at once. Without a listener (SQLite) it returns at once. A failing
         connection is logged and opened again after at most :data:`WAKE_RETRY_S` seconds; the
         runners poll meanwhile (a lost notification delays a task by at most ``poll_s``).
         """
@@ -211,7 +211,7 @@ class SharedQueue:
                 try:
                     while True:
                         if await trio.to_thread.run_sync(listener.wait, WAKE_WAIT_S, abandon_on_cancel=True):
-                            self._notify()
+                            self._notify_one()
                 except RoostError as exc:
                     error = exc
                 finally:
