@@ -16,7 +16,11 @@ node running a slow task to the ``task_resumed`` event on a surviving node (same
 owner is recognised at once; another host waits out the lease, ``ROOST_LEASE_TTL``), and
 ``sigstop_to_task_resumed_s`` for a node stopped with SIGSTOP (its lease must expire).
 ``sqlite_1_tasks_per_s`` / ``sqlite_1_cpu_ms_per_turn``: one daemon on SQLite, the same workload,
-next to ``n1_*`` (PostgreSQL). ``cross_node_interrupt_ms_p50``/``_p99`` are ``null``: cross-node
+next to ``n1_*`` (PostgreSQL). ``dispatch_to_start_ms_p50``/``_p99`` (``_max``, ``_samples``): from
+the ``queued`` event of a task dispatched on node A (``--no-claim``: A runs nothing) to its
+``agent_starting`` at a client of idle node B, with the default ``ROOST_TASK_POLL_S`` (1 s): each
+task is dispatched after a random pause, so the samples cover every phase of B's poll.
+``cross_node_interrupt_ms_p50``/``_p99`` are ``null``: cross-node
 interrupts are another change (branch h/s21-xnode).
 
 The machine has few cores: CPU per turn shows scaling honestly, next to the wall figures.
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import sys
 import tempfile
@@ -48,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _util import emit  # noqa: E402
+from _util import emit, percentile  # noqa: E402
 
 TTL = 3.0
 
@@ -121,6 +126,36 @@ async def run_cluster(tmp: Path, script: Path, url: str | None, nodes: int, task
         }
 
 
+async def wake_latency(tmp: Path, script: Path, url: str, samples: int) -> dict[str, Any]:
+    """Milliseconds from dispatch on node A (``--no-claim``) to the task's start on idle node B."""
+    from _helpers.serve_client import open_daemon
+
+    rng = random.Random(13)
+    async with AsyncExitStack() as stack:
+        daemons = []
+        for name, extra in (("a", ["--no-claim"]), ("b", [])):
+            home = tmp / f"wake-home-{name}"
+            home.mkdir()
+            env = {"ROOST_LEASE_TTL": str(TTL), "ROOST_DATABASE_URL": url, "ROOST_HOME": str(home)}
+            daemons.append(await stack.enter_async_context(open_daemon(script=script, env=env, args=extra)))
+        on_a, on_b = [await stack.enter_async_context(d.unix()) for d in daemons]
+        await on_a.wait_for("hello")
+        await on_b.wait_for("hello")
+        times: list[float] = []
+        for i in range(samples):
+            await trio.sleep(rng.uniform(0.0, 1.0))
+            mark_a, mark_b = len(on_a.events), len(on_b.events)
+            await on_a.send({"type": "user_input", "text": f"bench wake {i}"})
+            sid = (await on_a.wait_for("queued", start=mark_a))["sessionId"]
+            queued_at = time.perf_counter()
+            await on_b.wait_for("agent_starting", lambda e, s=sid: e.get("sessionId") == s, start=mark_b)
+            times.append((time.perf_counter() - queued_at) * 1000)
+            await on_a.wait_for("result", lambda e, s=sid: e["sessionId"] == s, start=mark_a, timeout=60)
+        ordered = sorted(times)
+        return {"p50": round(percentile(ordered, 50), 1), "p99": round(percentile(ordered, 99), 1),
+                "max": round(ordered[-1], 1), "samples": samples}
+
+
 async def resume_time(tmp: Path, script: Path, url: str, nodes: int, how: signal.Signals) -> float:
     """Seconds from ``how`` (SIGKILL or SIGSTOP) of the node running a slow task to the
     ``task_resumed`` event on another node."""
@@ -173,16 +208,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         text = "tok " * args.deltas
         script.write_text(json.dumps({"rules": [
             {"match": {"prompt": "^slow"}, "steps": [[{"text": "working", "deltas": 1}, {"delay": 300}]]},
-            {"match": {"prompt": "daemon restarted"}, "steps": [[{"text": "resumed"}]]},
+            {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed"}]]},
             {"match": {"prompt": "^bench"}, "steps": [[{"text": text, "deltas": args.deltas}]]},
         ], "default": "echo"}))
         with server(args.database_url or os.environ.get("ROOST_TEST_DATABASE_URL")) as pg:
-            for n in counts:
+            for n in [] if args.wake_only else counts:
                 with database(pg) as url:
                     run_dir = tmp / f"n{n}"
                     run_dir.mkdir()
                     for key, value in (await run_cluster(run_dir, script, url, n, args.tasks)).items():
                         figures[f"n{n}_{key}"] = value
+            with database(pg) as url:
+                for key, value in (await wake_latency(tmp, script, url, args.wake_samples)).items():
+                    figures[f"dispatch_to_start_ms_{key}"] = value
+            if args.wake_only:
+                return figures
             biggest = max(max(counts), 2)
             for how, key in ((signal.SIGKILL, "kill9"), (signal.SIGSTOP, "sigstop")):
                 with database(pg) as url:
@@ -202,6 +242,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=60, help="tasks per daemon count (default 60)")
     parser.add_argument("--nodes", default="1,2,3", help="daemon counts to run, comma-separated (default 1,2,3)")
     parser.add_argument("--deltas", type=int, default=100, help="token deltas per scripted reply (default 100)")
+    parser.add_argument("--wake-samples", type=int, default=20,
+                        help="tasks of the dispatch-to-start measurement (default 20)")
+    parser.add_argument("--wake-only", action="store_true",
+                        help="measure only the dispatch-to-start latency across nodes")
     parser.add_argument("--database-url", default=None,
                         help="an existing PostgreSQL server (a role that may CREATE DATABASE); default: "
                              "$ROOST_TEST_DATABASE_URL, else a throwaway cluster")

@@ -28,7 +28,7 @@ from a2a.types import Message, Part, Role, Task, TaskIdParams, TaskQueryParams, 
 
 SCRIPT = {
     "rules": [
-        {"match": {"prompt": "daemon restarted"}, "steps": [[{"text": "resumed fine"}]]},
+        {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed fine"}]]},
         {"match": {"prompt": "^slow"}, "steps": [[{"delay": 600}, {"text": "too late"}]]},
     ],
     "default": [[{"text": "reply to: {prompt}"}]],

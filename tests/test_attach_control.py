@@ -17,7 +17,7 @@ SCRIPT = {
     "rules": [
         {"match": {"prompt": "^sleepy"},
          "steps": [[{"text": "a slow reply of many many words indeed and more words", "tokens_per_second": 3}]]},
-        {"match": {"prompt": "daemon restarted"}, "steps": [[{"text": "resumed and done"}]]},
+        {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed and done"}]]},
     ],
     "default": "echo",
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,7 +25,7 @@ from _helpers.timing import scaled
 TTL = "3"
 SCRIPT = {
     "rules": [
-        {"match": {"prompt": "daemon restarted"}, "steps": [[{"text": "resumed and done"}]]},
+        {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed and done"}]]},
         {"match": {"prompt": "^brief"}, "steps": [[{"delay": 4}, {"text": "brief done"}]]},
         {"match": {"prompt": "^slow"}, "steps": [[{"text": "working", "deltas": 1}, {"delay": 120},
                                                   {"text": "never"}]]},
@@ -223,6 +224,27 @@ async def test_kill_9_of_the_running_node_resumes_the_task_elsewhere(
         assert statuses == ["completed", "interrupted"]
         (payload,), = _rows(pg_url, "SELECT payload FROM daemon_tasks WHERE id = %s", (sid,))
         assert json.loads(payload)["result"]["lastMessage"] == "resumed and done"
+        # the resumed turn's prompt says which node died and which one resumes it
+        names = {d.process.pid: d.name for d in daemons}  # type: ignore[attr-defined]
+        survivor = next(pid for pid, log in logs.items() if f"task {sid} started (resumed)" in log)
+        assert _resume_prompt(pg_url, sid).startswith(
+            f"Node {_node(tmp_path, names[victim])} (process {json.loads(payload)['resumedFrom']['owner']}) died "
+            f"(its process is gone) while you were working on this task; node {_node(tmp_path, names[survivor])} "
+            f"(process {json.loads(payload)['claimedBy']}) resumes it.")
+        assert json.loads(payload)["resumedFrom"]["owner"].split(":")[1] == str(victim)
+
+
+def _node(tmp_path: Path, name: str) -> str:
+    """The node name of daemon ``name`` (``<host>:<ROOST_HOME>``)."""
+    return f"{socket.gethostname()}:{tmp_path / f'home-{name}'}"
+
+
+def _resume_prompt(url: str, sid: str) -> str:
+    """The prompt of the task's resuming turn (its one user message that is not the task's)."""
+    texts = [t for (t,) in _rows(url, "SELECT text FROM items WHERE thread_id = %s AND type = 'user_message'"
+                                      " ORDER BY seq", (sid,))]
+    assert len(texts) == 2, texts
+    return texts[1]
 
 
 def _snapshot(url: str, sid: str) -> list:
@@ -273,6 +295,9 @@ async def test_a_paused_node_past_its_ttl_writes_nothing_when_it_wakes(
             assert f"task {sid} finished" not in log and f"task {sid} started (resumed)" not in log
             assert before[2][0][0] in ("finished", "collected")
             assert json.loads(before[2][0][1])["result"]["lastMessage"] == "resumed and done"
+            # the resumed turn's prompt says the paused node lost its lease
+            assert _resume_prompt(pg_url, sid).startswith(f"Node {_node(tmp_path, names[paused])} (process ")
+            assert ") lost its lease (it did not renew it in time" in _resume_prompt(pg_url, sid)
 
 
 async def test_a_schedule_slot_fires_once_with_three_daemons(tmp_path: Path, pg_url: str, script: Path) -> None:

@@ -21,7 +21,7 @@ from _helpers.timing import scaled
 BIG = "abc " * 2_000_000
 SCRIPT = {
     "rules": [
-        {"match": {"prompt": "daemon restarted"},
+        {"match": {"prompt": "while you were working on"},
          "steps": [[{"tool_call": {"name": "shell", "arguments": {"command": "echo resumed"}}}],
                    [{"text": "resumed: {tool_output}"}]]},
         {"match": {"prompt": "^approve"},
@@ -245,6 +245,16 @@ async def test_single_daemon_and_kill9_restart_resumes(script: Path) -> None:
                     await a.send({"type": "approval_response", "approved": True})
                     result = await a.wait_for("result", lambda e: e["sessionId"] == sid)
                     assert result["succeeded"] is True and "resumed" in result["lastMessage"]
+                    # the resumed turn's prompt: the killed process of this daemon, the new one
+                    import sqlite3
+
+                    with sqlite3.connect(Path(os.environ["ROOST_HOME"]) / "roost.db") as db:
+                        prompts = [t for (t,) in db.execute("SELECT text FROM items WHERE thread_id = ? AND "
+                                                            "type = 'user_message' ORDER BY seq", (sid,))]
+                    node = f"{stdsocket.gethostname()}:{os.environ['ROOST_HOME']}"
+                    assert prompts[1].startswith(f"Process {stdsocket.gethostname()}:{first.process.pid}:")
+                    assert (f" of this daemon (node {node}) died (its process is gone) while you were working "
+                            f"on this task; process {stdsocket.gethostname()}:{restarted.process.pid}:") in prompts[1], prompts[1]
                     after = await a.wait_for("result", lambda e: e["sessionId"] == queued)
                     assert after["lastMessage"] == "queued job"
             finally:

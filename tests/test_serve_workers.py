@@ -20,7 +20,7 @@ from _helpers.timing import scaled
 
 SCRIPT = {
     "rules": [
-        {"match": {"prompt": "daemon restarted"}, "steps": [[{"text": "resumed and done"}]]},
+        {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed and done"}]]},
         {"match": {"prompt": "^slow"}, "steps": [[{"text": "working", "deltas": 1}, {"delay": 120},
                                                   {"text": "never"}]]},
     ],

@@ -10,7 +10,15 @@ import attrs
 
 from roost._json import loads
 
-__all__ = ["QueuedTask", "TaskListener", "Orchestrations", "TaskSink", "task_result", "mark_complete"]
+__all__ = [
+    "QueuedTask",
+    "TaskListener",
+    "Orchestrations",
+    "TaskSink",
+    "task_result",
+    "mark_complete",
+    "resume_prompt",
+]
 
 log = logging.getLogger("roost.serve")
 
@@ -39,6 +47,11 @@ class QueuedTask:
     dispatcher: str | None = None
     #: the lease owner id of the process that ran it (last), recorded with its result
     ran_on: str | None = None
+    #: the lease owner id and node name of its last claim (:func:`roost.storage.claim_daemon_task`)
+    claimed_by: str | None = None
+    claimed_node: str | None = None
+    #: a resumed task: ``{owner, node, reason}`` of the claim before (see ``previous_claim``)
+    resumed_from: dict | None = None
     #: on the running node: the :class:`~roost.actors._taskqueue_relay.TaskRelay` to its dispatcher
     relay: Any = None
     #: on the dispatching node: its events arrive relayed from the node running it
@@ -82,6 +95,18 @@ class QueuedTask:
             node=payload.get("node"),
             dispatcher=payload.get("dispatcher"),
             ran_on=payload.get("ranOn"),
+            claimed_by=payload.get("claimedBy"),
+            claimed_node=payload.get("claimedNode"),
+            resumed_from=payload.get("resumedFrom"),
+        )
+
+    def take_claim(self, row: Any) -> None:
+        """Adopt the claim recorded in ``row`` (its ``claimedBy``, ``claimedNode``, ``resumedFrom``)."""
+        claimed = QueuedTask.from_row(row)
+        self.claimed_by, self.claimed_node, self.resumed_from = (
+            claimed.claimed_by,
+            claimed.claimed_node,
+            claimed.resumed_from,
         )
 
     def payload(self) -> dict:
@@ -98,6 +123,9 @@ class QueuedTask:
             "node": self.node,
             "dispatcher": self.dispatcher,
             "ranOn": self.ran_on,
+            "claimedBy": self.claimed_by,
+            "claimedNode": self.claimed_node,
+            "resumedFrom": self.resumed_from,
         }
 
 
@@ -153,6 +181,51 @@ def task_result(
 ) -> dict:
     """A task result: ``{succeeded, errorMessage, lastAgent, lastMessage}`` (wire-protocol ``result``)."""
     return {"succeeded": succeeded, "errorMessage": error, "lastAgent": last_agent, "lastMessage": last_message}
+
+
+#: What a previous claimer did, by ``resumedFrom.reason`` (:func:`roost.storage.previous_claim`).
+_STOPPED_HOW = {
+    "stopped": "stopped",
+    "died": "died (its process is gone)",
+    "lease_lost": "lost its lease (it did not renew it in time: it died, hung or lost the database)",
+}
+_CONTINUE = "Continue it from where you left off and finish it.\n\nThe task: {task}"
+
+
+def resume_prompt(task: QueuedTask) -> str:
+    """The prompt of the turn that resumes ``task`` on the node that claimed it, saying what happened.
+
+    From the claims recorded on the task (``resumed_from``: who ran it before and why it stopped;
+    ``claimed_by``/``claimed_node``: who resumes it): another node (``Node N1 (process P1) died
+    ...; node N2 (process P2) resumes it``), another process of the same node (a restarted or
+    another worker's daemon), the same process (its task queue restarted), or, for a task claimed
+    before claims were recorded, the plain fact that the daemon running it stopped. Every text
+    contains ``while you were working on``. Pure.
+    """
+    me, node = task.claimed_by or "?", task.claimed_node or "?"
+    previous = task.resumed_from or {}
+    before, before_node = previous.get("owner"), previous.get("node")
+    how = _STOPPED_HOW.get(str(previous.get("reason")), "stopped")
+    end = _CONTINUE.format(task=task.task)
+    if not before:
+        return (
+            f"The daemon that ran this task stopped while you were working on it; "
+            f"node {node} (process {me}) resumes it. {end}"
+        )
+    if before == me:
+        return (
+            f"The task queue of this daemon (node {node}, process {me}) restarted "
+            f"while you were working on this task. {end}"
+        )
+    if before_node == node:
+        return (
+            f"Process {before} of this daemon (node {node}) {how} while you were working on this task; "
+            f"process {me} of the same node resumes it. {end}"
+        )
+    return (
+        f"Node {before_node or 'unknown'} (process {before}) {how} while you were working on this task; "
+        f"node {node} (process {me}) resumes it. {end}"
+    )
 
 
 def mark_complete(conn: Any, thread_id: str) -> None:

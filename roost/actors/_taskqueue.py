@@ -26,7 +26,7 @@ source="schedule")`` returns the task id (also its ``sessionId``).
 from __future__ import annotations
 
 import collections
-import functools
+import contextlib
 import logging
 import os
 from typing import Any
@@ -34,37 +34,27 @@ from typing import Any
 import trio
 
 from roost._faults import fault_point
-from roost._faults import point as fault_action
-from roost._heap import note_large_output
 from roost._paths import node_name, positive_env
-from roost.actors._actor import shielded_cleanup
-from roost.actors._messages import InterruptTurn, Origin, StartTurn, Subscribe, Unsubscribe
-from roost.actors._task_model import Orchestrations, QueuedTask, TaskListener, TaskSink, mark_complete, task_result
+from roost.actors._messages import InterruptTurn
+from roost.actors._task_model import Orchestrations, QueuedTask, TaskListener
+from roost.actors._taskqueue_run import TaskRunner
 from roost.actors._taskqueue_shared import SharedQueue
-from roost.errors import ConfigError, RoostError, ServerOverloaded, StaleLease, ThreadNotFound
+from roost.errors import RoostError, ServerOverloaded
 from roost.storage import (
     enqueue_daemon_task,
     get_daemon_task,
     list_daemon_tasks,
     new_id,
     update_daemon_task,
-    utc_now,
+    wake_task_claimers,
 )
 
-__all__ = ["TaskQueue", "QueuedTask", "TaskListener", "RESUME_PROMPT"]
+__all__ = ["TaskQueue", "QueuedTask", "TaskListener"]
 
 log = logging.getLogger("roost.serve")
 
-#: The prompt of the turn that resumes a task interrupted by a daemon restart.
-RESUME_PROMPT = (
-    "The daemon restarted while you were working on this task. Continue it from where "
-    "you left off and finish it.\n\nThe task: {task}"
-)
-#: Seconds a runner's clean-up (unsubscribe, persist the end) may take.
-_CLEANUP = 10.0
 
-
-class TaskQueue(SharedQueue):
+class TaskQueue(TaskRunner, SharedQueue):
     """FIFO of daemon tasks run by ``max_concurrent`` runners.
 
     Args:
@@ -118,7 +108,8 @@ class TaskQueue(SharedQueue):
         #: called with ``(task)`` once a task is queued (the daemon's metrics); must not block
         self.on_accepted: Any = None
         self._queued: collections.deque[str] = collections.deque()
-        self._wake = trio.Event()
+        #: the wake-up events of the runners that wait (or claim), oldest first
+        self._sleepers: collections.deque[trio.Event] = collections.deque()
         self._runs = 0
         #: tasks this node's runners execute now (the others it knows run elsewhere, or wait)
         self._local: set[str] = set()
@@ -192,13 +183,13 @@ class TaskQueue(SharedQueue):
         # claims the row finds this object, never a second copy built from the row.
         self.tasks[item.id] = item
         try:
-            await self.runtime.store.writer.submit(enqueue_daemon_task, payload=item.payload(), id=item.id)
+            await self.runtime.store.writer.submit(_enqueue, item, self.runtime.services.owner)
         except BaseException:
             self.tasks.pop(item.id, None)
             raise
         if item.status == "queued" and item.id not in self._local:
             self._queued.append(item.id)
-        self._notify()
+        self._notify_one()
         if self.on_accepted is not None:
             self.on_accepted(item)
         log.info(
@@ -326,6 +317,8 @@ class TaskQueue(SharedQueue):
         if self._runs > 1:
             await self._rebuild()
         async with trio.open_nursery() as nursery:
+            if self.claims:  # listening before the first claim: no dispatch falls in between
+                await nursery.start(self._listen_for_tasks)
             for _ in range(self.max_concurrent if self.claims else 0):
                 nursery.start_soon(self._runner)
             nursery.start_soon(self._follow_elsewhere)
@@ -350,30 +343,50 @@ class TaskQueue(SharedQueue):
         log.warning("task queue restarted: %d running task(s) queued again", len(running))
 
     def _notify(self) -> None:
-        """Wake every idle runner (each waits on the event current when it last looked)."""
-        self._wake.set()
-        self._wake = trio.Event()
+        """Wake every idle runner (and every runner claiming now: it looks again after)."""
+        sleepers, self._sleepers = self._sleepers, collections.deque()
+        for event in sleepers:
+            event.set()
+
+    def _notify_one(self) -> None:
+        """Wake one idle runner (one task became claimable); it wakes the next when it claims one."""
+        if self._sleepers:
+            self._sleepers.popleft().set()
 
     async def _runner(self) -> None:
         """Claim the next task of the shared queue and run it under its lease, forever.
 
-        An idle runner looks again when this node queues a task (:meth:`_notify`) or after
-        ``poll_s`` (tasks queued by other nodes, and tasks of a node that died, whose lease
-        expired: the bounded polling fallback, issue 13).
+        An idle runner looks again when this node queues a task, when another node does
+        (PostgreSQL: its ``NOTIFY``, :meth:`_listen_for_tasks`), or after ``poll_s`` (a lost
+        notification, SQLite's other processes, and tasks of a node that died, whose lease
+        expired: the bounded polling fallback, issue 13). A new task wakes one idle runner
+        (:meth:`_notify_one`), not all of them; a runner that claims a task wakes the next idle
+        one, so a burst of tasks is taken by as many runners as it needs.
         """
         while True:
-            wake = self._wake
-            if not await self._claim_and_run():
+            mine = trio.Event()
+            self._sleepers.append(mine)  # registered before the claim: a wake-up during it counts
+            try:
+                if await self._claim_and_run(mine):
+                    continue
                 with trio.move_on_after(self.poll_s):
-                    await wake.wait()
+                    await mine.wait()
+            finally:
+                self._forget(mine)
 
-    async def _claim_and_run(self) -> bool:
+    def _forget(self, event: trio.Event) -> None:
+        with contextlib.suppress(ValueError):
+            self._sleepers.remove(event)
+
+    async def _claim_and_run(self, mine: trio.Event) -> bool:
         """Claim one task and run it (False: nothing to claim). A function of its own so that no
         local keeps the finished task (its result, its actor) alive while the runner waits."""
         keeper = self.runtime.services.keeper
         claimed = await self._claim()
         if claimed is None:
             return False
+        self._forget(mine)  # busy now
+        self._notify_one()  # more may be claimable: the next idle runner looks
         task, lease = claimed
         self._local.add(task.id)
         try:
@@ -395,217 +408,8 @@ class TaskQueue(SharedQueue):
             self._local.discard(task.id)
         return True
 
-    async def _run(self, task: QueuedTask, execution: Any) -> None:
-        """Run one task to its end and record its result (never raises a RoostError).
 
-        ``execution`` holds the task's lease (claimed, status ``running`` already): the result
-        is written fenced by its token, so a node that lost the task writes nothing.
-
-        A task with a config runs that orchestration (:meth:`_orchestrate`), one without runs
-        one turn of the default agent (:meth:`_single_turn`). Either way the result is
-        ``{succeeded, errorMessage, lastAgent, lastMessage}``, persisted with the task and sent
-        to the listener's ``task_finished``.
-        """
-        task.status = "running"
-        result = task_result(False, None)
-        sink = TaskSink(task, self._listener(task))
-        actor = None
-        try:
-            fault_action("task.running")  # (claimed: the row is ``running`` under the task's lease)
-            log.info(
-                "task %s started%s",
-                task.id,
-                " (resumed)" if task.resumed else "",
-                extra={"event": "task_started", "task_id": task.id, "resumed": task.resumed},
-            )
-            self._listener(task).task_started(task)
-            config = await self._load_config(task)
-            actor = await self._thread(task, config)
-            task.actor = actor
-            await actor.ref.ask(Subscribe(sink))
-            if config is None:
-                result = await self._single_turn(task, actor)
-            else:
-                result = await self._orchestrate(task, actor, config)
-        except ConfigError as exc:
-            result = task_result(False, str(exc))
-            log.warning("task %s: its config is unusable: %s", task.id, exc)
-        except RoostError as exc:
-            result = task_result(False, f"{type(exc).__name__}: {exc}")
-            log.warning("task %s failed: %s", task.id, result["errorMessage"])
-        finally:
-            with shielded_cleanup(_CLEANUP):
-                if actor is not None:
-                    try:
-                        await actor.ref.ask(Unsubscribe(sink))
-                    except RoostError:
-                        log.debug("could not unsubscribe from a finished task's thread", exc_info=True)
-        task.actor = task.orchestrator = None
-        task.interrupt_pending = False
-        await self._finish(task, result, execution)
-
-    async def _finish(self, task: QueuedTask, result: dict, execution: Any) -> None:
-        """Record ``result`` as the task's (status ``finished``; its session complete when it
-        succeeded), fenced by the task's lease, and tell the listener. A store failure is
-        logged, the listener still told; a lost lease (another node resumes the task) writes
-        and tells nothing."""
-        task.result = result
-        task.status = "finished"
-        task.ran_on = self.runtime.services.owner
-        try:
-            await execution.submit(update_daemon_task, task.id, status="finished", payload=task.payload())
-            if result["succeeded"]:  # the session is complete (``roost sessions --json`` lists incomplete ones)
-                await execution.submit(mark_complete, task.thread)
-        except StaleLease:
-            task.status, task.result = "running", None  # it runs elsewhere now
-            return
-        except RoostError:
-            log.exception("task %s: could not persist its result", task.id)
-        log.info(
-            "task %s finished: %s",
-            task.id,
-            "succeeded" if result["succeeded"] else f"failed: {result.get('errorMessage')}",
-            extra={
-                "event": "task_finished",
-                "task_id": task.id,
-                "succeeded": bool(result["succeeded"]),
-                "error": result.get("errorMessage"),
-                "source": task.source,
-            },
-        )
-        self._listener(task).task_finished(task)
-        note_large_output(len(result.get("lastMessage") or ""))  # its rows are written: trim the heap
-
-    async def _single_turn(self, task: QueuedTask, actor: Any) -> dict:
-        """Run the task as one turn of the default agent (a resumed task: :data:`RESUME_PROMPT`).
-
-        Returns:
-            The task result dict (``lastAgent`` ``"assistant"`` when the agent said something).
-
-        Raises:
-            RoostError: the turn could not be started or awaited.
-        """
-        origin = Origin(
-            client_id=task.client_id or "serve",
-            request_approval=functools.partial(self._listener(task).request_approval, task),
-            unattended_policy=self.unattended_policy,
-            ask_question=self._asker(task),
-        )
-        live = actor.turn_view(task.turn_id) if task.resumed and task.turn_id is not None else None
-        if live is not None and live["status"] in ("running", "queued"):
-            turn_id = task.turn_id  # a restarted queue re-attaches to the turn still running
-        else:
-            prompt = RESUME_PROMPT.format(task=task.task) if task.resumed else task.task
-            turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin, client_id=task.client_id))
-            turn_id = task.turn_id = turn["id"]
-        view = await actor.wait_turn_end(turn_id)
-        succeeded, task.interrupted = view.get("status") == "completed", view.get("status") == "interrupted"
-        error = None
-        if not succeeded:
-            error = (view.get("error") or {}).get("message") or f"the turn ended {view.get('status')}"
-        last = actor.last_agent_text() or None
-        return task_result(succeeded, error, "assistant" if last else None, last)
-
-    async def _orchestrate(self, task: QueuedTask, actor: Any, config: Any) -> dict:
-        """Run the task as an orchestration of ``config`` on its thread ``actor``.
-
-        A resumed task continues where the previous daemon's run stopped (the Orchestrator keeps
-        its progress in the thread's metadata): the same task text, no resume prompt. The run's
-        events go to the listener's ``task_event``; its approvals (tool approvals and keyword
-        routes' ``route_approval``) to the task's client, like a single agent's.
-
-        Returns:
-            The task result dict: ``succeeded`` when the run completed; ``lastAgent`` and
-            ``lastMessage`` from the last agent message of an agent (not the Orchestrator's
-            corrections).
-
-        Raises:
-            RoostError: the run could not start (a failure inside the run is its outcome).
-        """
-        assert self.orchestrations is not None  # _load_config refused the task without it
-        orchestrator_class = self.orchestrations.Orchestrator
-        last: dict[str, str | None] = {"agent": None, "message": None}
-
-        def emit(event: dict) -> None:
-            if event.get("type") == "agent_message":
-                message = event.get("message") or {}
-                if message.get("role") == "assistant":
-                    last["agent"], last["message"] = message.get("agentName"), message.get("content") or None
-            try:
-                self._listener(task).task_event(task, event)
-            except Exception:
-                log.exception("task %s: could not render a run event", task.id)
-
-        orch = orchestrator_class(
-            config,
-            actor,
-            engines=self.engines,
-            emit=emit,
-            request_approval=functools.partial(self._ask, task),
-            ask_question=self._asker(task),
-        )
-        task.orchestrator = orch
-        if task.interrupt_pending:
-            orch.interrupt("interrupted by client")
-        outcome = await orch.run(task.task, follow_up=task.thread_id is not None and not task.resumed)
-        succeeded, task.interrupted = outcome.status == "completed", outcome.status == "interrupted"
-        error = None if succeeded else outcome.error_message or f"the run ended {outcome.status}"
-        return task_result(succeeded, error, last["agent"], last["message"])
-
-    def _asker(self, task: QueuedTask) -> Any:
-        """``ask_question(params)`` of ``task`` (its listener's), or None when the listener has none."""
-        ask = getattr(self.listener, "ask_question", None)
-        return functools.partial(ask, task) if ask is not None else None
-
-    async def _ask(self, task: QueuedTask, params: dict) -> bool | None:
-        """An orchestrated task's approval: asked of its client; when nobody answers (None), the
-        unattended policy decides (``allow``: True; ``deny``: None, which the run denies)."""
-        answer = await self._listener(task).request_approval(task, params)
-        if answer is None and self.unattended_policy == "allow":
-            return True
-        return answer
-
-    async def _load_config(self, task: QueuedTask) -> Any:
-        """The task's orchestration config (loaded in a worker thread), or None without one.
-
-        Raises:
-            ConfigError: (``ConfigInvalid``) the file is missing, unparsable or has errors.
-        """
-        if not task.config:
-            return None
-        if self.orchestrations is None:
-            raise ConfigError("this task queue runs no orchestrations (no orchestration room was given)")
-        return await trio.to_thread.run_sync(self.orchestrations.load_config_file, task.config)
-
-    async def _thread(self, task: QueuedTask, config: Any = None) -> Any:
-        """The task's thread actor: loaded when it exists (a resumed task, or the thread it continues:
-        ``thread_id``, which must exist), else created.
-
-        An orchestrated task's thread carries the run's metadata (``task``, ``config_path``,
-        ``is_complete``) as ``roost run`` sessions do, besides ``serveTask`` and ``config``.
-        """
-        from roost.model import Thread
-
-        if task.resumed or task.thread_id:
-            try:
-                return await self.runtime.registry.get(task.thread)
-            except ThreadNotFound:
-                if task.thread_id:
-                    raise
-        now = utc_now()
-        metadata: dict[str, Any] = {"serveTask": True, "config": task.config}
-        if config is not None:
-            metadata.update({"task": task.task, "config_path": config.path, "is_complete": False})
-        thread = Thread(
-            id=task.id,
-            kind="orchestration",
-            title=task.task[:120],
-            cwd=task.work_dir or self.default_work_dir,
-            provider=task.provider or self.provider,
-            model=task.model or (self.model if not task.provider else None),
-            permission_mode=self.permission_mode,
-            created_at=now,
-            updated_at=now,
-            metadata=metadata,
-        )
-        return await self.runtime.registry.create(thread, ephemeral=False)
+def _enqueue(conn: Any, item: QueuedTask, sender: str) -> None:
+    """Write ``item``'s row and wake the cluster's idle claimers, in one transaction (a writer)."""
+    enqueue_daemon_task(conn, payload=item.payload(), id=item.id)
+    wake_task_claimers(conn, item.id, sender)

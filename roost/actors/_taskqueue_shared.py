@@ -36,6 +36,7 @@ from roost.storage import (
     leases,
     list_daemon_tasks,
     task_lease_key,
+    task_wake_listener,
     withdraw_daemon_task,
 )
 
@@ -46,6 +47,10 @@ log = logging.getLogger("roost.serve")
 #: Seconds a dispatcher waits for the relayed events of a task another process finished before
 #: it tells the task's result from the store row alone (the relay lost, or never started).
 RELAY_GRACE_S = 3.0
+#: Longest single wait of the wake-up listener, seconds (a cancelled wait ends within it).
+WAKE_WAIT_S = 5.0
+#: Most seconds before a failed wake-up listener is opened again.
+WAKE_RETRY_S = 5.0
 
 
 class SharedQueue:
@@ -61,6 +66,7 @@ class SharedQueue:
     interrupt: Any
     _interrupt_task: Any
     lookup: Any
+    _notify_one: Any
 
     # -- interrupts across nodes ----------------------------------------------------------------
 
@@ -226,6 +232,40 @@ class SharedQueue:
             log.warning("could not read the leases of tasks running elsewhere: %s", exc)
             return {}
 
+    async def _listen_for_tasks(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Wake this node's idle runners when another node makes a task claimable (PostgreSQL's
+        ``NOTIFY roost_tasks``, :func:`roost.storage.task_wake_listener`), until cancelled.
+
+        Started once listening (or once that failed): a task dispatched after the queue started
+        wakes an idle runner at once. Without a listener (SQLite) it returns at once. A failing
+        connection is logged and opened again after at most :data:`WAKE_RETRY_S` seconds; the
+        runners poll meanwhile (a lost notification delays a task by at most ``poll_s``).
+        """
+        store, owner = self.runtime.store, self.runtime.services.owner
+        announced = False
+        while True:
+            listener, error = None, None
+            try:
+                listener = await trio.to_thread.run_sync(task_wake_listener, store, owner)
+            except RoostError as exc:
+                error = exc
+            if not announced:
+                announced = True
+                task_status.started()
+            if listener is None and error is None:
+                return  # SQLite: the runners poll
+            if listener is not None:
+                try:
+                    while True:
+                        if await trio.to_thread.run_sync(listener.wait, WAKE_WAIT_S, abandon_on_cancel=True):
+                            self._notify_one()
+                except RoostError as exc:
+                    error = exc
+                finally:
+                    listener.close()
+            log.warning("task queue: not woken by other nodes (%s); polling every %g s", error, self.poll_s)
+            await trio.sleep(min(self.poll_s, WAKE_RETRY_S))
+
     async def _claim(self) -> tuple[QueuedTask, Any] | None:
         """Claim a task for this node (:func:`roost.storage.claim_daemon_task`), or None.
 
@@ -233,7 +273,9 @@ class SharedQueue:
         """
         services = self.runtime.services
         try:
-            claimed = await self.runtime.store.writer.submit(claim_daemon_task, services.owner, services.lease_ttl)
+            claimed = await self.runtime.store.writer.submit(
+                claim_daemon_task, services.owner, services.lease_ttl, node=self.node
+            )
         except RoostError as exc:
             log.warning("could not claim a task: %s", exc)
             return None
@@ -246,6 +288,7 @@ class SharedQueue:
         with contextlib.suppress(ValueError):
             self._queued.remove(row.id)
         task.resumed = task.resumed or resumed
+        task.take_claim(row)
         return task, lease
 
     def _known(self, row: Any) -> QueuedTask:

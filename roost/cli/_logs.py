@@ -27,7 +27,15 @@ from typing import Any
 
 from roost._json import dumps
 
-__all__ = ["BACKUPS", "MAX_BYTES", "JsonFormatter", "log_path", "setup_daemon_logging"]
+__all__ = [
+    "BACKUPS",
+    "MAX_BYTES",
+    "WORKER_INDEX_ENV",
+    "JsonFormatter",
+    "log_path",
+    "setup_daemon_logging",
+    "worker_index",
+]
 
 #: Bytes per log file before it rotates.
 MAX_BYTES = 10 << 20
@@ -35,6 +43,16 @@ MAX_BYTES = 10 << 20
 BACKUPS = 5
 
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+#: The environment variable that tells a worker of ``roost serve --workers`` its index (as
+#: ``roost status`` lists it): it names the worker's log file.
+WORKER_INDEX_ENV = "ROOST_WORKER_INDEX"
+
+
+def worker_index() -> int:
+    """This headless worker's index, from :data:`WORKER_INDEX_ENV` (0 when unset)."""
+    return int(os.environ.get(WORKER_INDEX_ENV) or 0)
 
 
 def log_path(home: Path, worker: int | None = None) -> Path:

@@ -507,18 +507,12 @@ def _run_process(options: Any, engines: Any, auto_objectives: tuple[str, ...], w
 
 
 def _start_logging(verbose: bool, worker: bool = False) -> None:
-    """Log to stderr and to ``$ROOST_HOME/logs/roost.log`` (stderr only when ROOST_HOME is unusable);
-    a headless worker (``--worker``) logs to ``roost.worker-K.log``, K from ``ROOST_WORKER_INDEX``."""
+    """Log to stderr and to ``$ROOST_HOME/logs/`` (:func:`roost.cli._logs.log_path`; stderr only when unusable)."""
     from roost._paths import roost_home
-    from roost.cli._logs import setup_daemon_logging
+    from roost.cli._logs import setup_daemon_logging, worker_index
 
-    index = None
-    if worker:
-        from roost.cli._serve_workers import WORKER_INDEX_ENV
-
-        index = int(os.environ.get(WORKER_INDEX_ENV) or 0)
     try:
-        setup_daemon_logging(verbose, roost_home(), index)
+        setup_daemon_logging(verbose, roost_home(), worker_index() if worker else None)
     except RoostError:
         setup_logging(verbose)  # an unusable ROOST_HOME is reported when the store opens
 

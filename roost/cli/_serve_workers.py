@@ -28,14 +28,14 @@ from typing import Any
 import attrs
 import trio
 
-__all__ = ["WorkerPool", "worker_argv", "run_worker", "DEFAULT_WORKERS", "WORKER_INDEX_ENV"]
+from roost.cli._logs import WORKER_INDEX_ENV
+
+__all__ = ["WorkerPool", "worker_argv", "run_worker", "DEFAULT_WORKERS"]
 
 log = logging.getLogger("roost.serve")
 
 #: Processes of ``roost serve`` without ``--workers`` (or ``ROOST_SERVE_WORKERS``): one.
 DEFAULT_WORKERS = 1
-#: The environment variable that tells a worker its index (as `roost status` lists it): it names its log file.
-WORKER_INDEX_ENV = "ROOST_WORKER_INDEX"
 #: Most seconds between two restarts of a worker that keeps exiting.
 BACKOFF_MAX = 5.0
 #: Seconds a worker may take to stop after its stdin closes, before it is killed.

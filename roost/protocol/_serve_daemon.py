@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import secrets
 import stat
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -73,6 +74,10 @@ PROTOCOL_VERSION = 1
 #: Longest input line accepted on the Unix socket (bytes), as the JSONL framing (DESIGN.md section 5).
 MAX_LINE_BYTES = 64 << 20
 _anon = itertools.count(1)
+#: Makes this process's anonymous client keys (``<scope>/conn-<nonce>-<n>``) its own: tasks are
+#: stored with their client's key, and neither a node of the cluster nor this daemon restarted
+#: may take another process's anonymous client for one of its own (its inFlight, approvals, result).
+_ANON_NONCE = secrets.token_hex(4)
 #: Tasks whose approval records (:meth:`ServeDaemon.approvals_of`) are kept.
 _APPROVALS_KEPT = 1000
 
@@ -291,7 +296,7 @@ class ServeDaemon:
         client_id: str | None,
         read_only: bool,
     ) -> None:
-        key = f"{scope}/{client_id}" if client_id else f"{scope}/conn-{next(_anon)}"
+        key = f"{scope}/{client_id}" if client_id else f"{scope}/conn-{_ANON_NONCE}-{next(_anon)}"
         client = self._client(key, client_id, anonymous=client_id is None)
         if client_id:  # its tasks of other nodes of the cluster (the hello's inFlight, pendingResults)
             await self.queue.adopt_client(key)

@@ -60,6 +60,8 @@ from ._cluster import list_nodes as list_nodes
 from ._cluster import owner_gone as owner_gone
 from ._cluster import queue_depth as queue_depth
 from ._cluster import task_lease_key as task_lease_key
+from ._cluster import task_wake_listener as task_wake_listener
+from ._cluster import wake_task_claimers as wake_task_claimers
 from ._cluster import withdraw_daemon_task as withdraw_daemon_task
 from ._connect import DEFAULT_BUSY_TIMEOUT as DEFAULT_BUSY_TIMEOUT
 from ._connect import connect as connect
@@ -341,6 +343,8 @@ __all__ = [
     "beat_node",
     "claim_daemon_task",
     "withdraw_daemon_task",
+    "task_wake_listener",
+    "wake_task_claimers",
     "db_clock",
     "forget_node",
     "list_nodes",

@@ -11,6 +11,11 @@ Lease times are unix seconds on the database's clock (PostgreSQL ``now()``; SQLi
 the only one that opens the file). Node heartbeats are written and judged in SQL on the database's
 clock (:func:`roost.storage._portable.now_sql`: PostgreSQL ``clock_timestamp()``, SQLite
 ``julianday('now')``), so a node's own clock never decides whether a node is gone.
+
+Wake-up: on PostgreSQL :func:`wake_task_claimers` sends ``NOTIFY roost_tasks`` (ids only) in the
+transaction that made a task claimable, and each claiming node listens
+(:func:`task_wake_listener`, :mod:`roost.storage._pg_task_wake`); on SQLite both are no-ops and the
+claimers poll.
 """
 
 from __future__ import annotations
@@ -36,12 +41,15 @@ __all__ = [
     "task_lease_key",
     "claim_daemon_task",
     "withdraw_daemon_task",
+    "previous_claim",
     "beat_node",
     "forget_node",
     "list_nodes",
     "queue_depth",
     "db_clock",
     "owner_gone",
+    "wake_task_claimers",
+    "task_wake_listener",
 ]
 
 #: A node row is deleted (and no longer listed) once its heartbeat is this many of its ttls old.
@@ -69,7 +77,9 @@ def _lease_free_for(conn: Any, key: str, owner: str, now: float) -> bool:
     return not leases.live_elsewhere(leases.get_lease(conn, key), owner, now=now)
 
 
-def claim_daemon_task(conn: Any, owner: str, ttl: float) -> tuple[DaemonTask, leases.Lease, bool] | None:
+def claim_daemon_task(
+    conn: Any, owner: str, ttl: float, *, node: str | None = None
+) -> tuple[DaemonTask, leases.Lease, bool] | None:
     """Claim the next task of the shared queue for ``owner`` (write, one transaction).
 
     The next task is the first, in queue order, of: the ``running`` tasks whose executor is gone
@@ -77,10 +87,15 @@ def claim_daemon_task(conn: Any, owner: str, ttl: float) -> tuple[DaemonTask, le
     dead process of this host) -- they are *resumed* -- then the ``queued`` tasks. The claim takes
     the task's lease (its token one higher than any before) and sets the row ``running``.
 
+    The claim is recorded in the task's payload: ``claimedBy`` (``owner``) and ``claimedNode``
+    (``node``), and for a resumed task ``resumedFrom`` (:func:`previous_claim`: who ran it before
+    and why it stopped), so a resumed task can say what happened.
+
     Args:
         conn: a write connection (in the store writer's transaction, or its own).
         owner: the claiming node's lease owner identity.
         ttl: the lease duration, seconds.
+        node: the claiming node's name (:func:`roost._paths.node_name`), recorded with the claim.
 
     Returns:
         ``(task, lease, resumed)``, or None when nothing is claimable.
@@ -113,13 +128,17 @@ def claim_daemon_task(conn: Any, owner: str, ttl: float) -> tuple[DaemonTask, le
             ).fetchone()
             if locked is None:
                 continue
+        before = leases.get_lease(conn, task_lease_key(task_id))
         try:
             lease = leases.acquire(conn, task_lease_key(task_id), owner, ttl)
         except LeaseHeld:
             continue  # taken meanwhile
-        execute(conn, "UPDATE daemon_tasks SET status = 'running', updated_at = ? WHERE id = ?", (utc_now(), task_id))
         task = _get_daemon_task(conn, task_id)
         assert task is not None
+        payload = dict(task.payload) if isinstance(task.payload, dict) else {}
+        previous = previous_claim(payload, before, now, beat=_beat(conn, before, payload)) if resumed else None
+        payload.update(claimedBy=owner, claimedNode=node, resumedFrom=previous)
+        task = _update_daemon_task(conn, task_id, status="running", payload=payload)
         return task, lease, resumed
     return None
 
@@ -145,6 +164,52 @@ def withdraw_daemon_task(conn: Any, task_id: str, payload: Any) -> bool:
         return False
     _update_daemon_task(conn, task_id, payload=payload)
     return True
+
+
+def _beat(conn: Any, lease: dict[str, Any] | None, payload: dict) -> tuple[float, float] | None:
+    """``(last_seen, ttl)`` of the heartbeat row of a released task's previous claimer, or None."""
+    claimed_by = payload.get("claimedBy")
+    if (lease or {}).get("owner") is not None or not claimed_by or is_sqlite(conn):
+        return None  # (SQLite daemons keep no heartbeat rows)
+    row = execute(conn, "SELECT last_seen, ttl FROM nodes WHERE owner = ?", (claimed_by,)).fetchone()
+    return None if row is None else (float(row[0]), float(row[1]))
+
+
+def previous_claim(
+    payload: Any, lease: dict[str, Any] | None, now: float, *, beat: tuple[float, float] | None = None
+) -> dict[str, Any]:
+    """Who ran a task before it was claimed again, and why it stopped (pure but for
+    :func:`leases.owner_is_dead`).
+
+    Args:
+        payload: the task's payload as the previous claim left it (``claimedBy``, ``claimedNode``).
+        lease: the task's ``task:<id>`` lease row before the new claim (:func:`leases.get_lease`).
+        now: the database clock, unix seconds.
+        beat: ``(last_seen, ttl)`` of the previous claimer's ``nodes`` row when the lease was
+            released (PostgreSQL; a clean stop deletes the row), else None.
+
+    Returns:
+        ``{owner, node, reason}``: ``owner`` the previous claimer's lease owner id and ``node`` its
+        node name (None when not recorded: a task claimed before they were); ``reason`` one of
+        ``died`` (a process of this host that is gone: killed, or crashed), ``lease_lost`` (its
+        lease expired unrenewed, or was released for it after its heartbeat stopped: dead, paused
+        or cut off from the database), ``stopped`` (it released the lease itself: a clean stop,
+        or its task queue restarted).
+    """
+    payload = payload if isinstance(payload, dict) else {}
+    holder = (lease or {}).get("owner")
+    claimed_by = payload.get("claimedBy")
+    before = holder if holder is not None else claimed_by
+    node = payload.get("claimedNode") if before == claimed_by else None
+    expired = holder is not None and float((lease or {}).get("expires_at") or 0) <= now
+    unbeaten = holder is None and beat is not None and now - beat[0] >= beat[1]
+    if leases.owner_is_dead(before):
+        reason = "died"  # (a restarted daemon may have released its lease already: reconcile)
+    elif expired or unbeaten:
+        reason = "lease_lost"
+    else:
+        reason = "stopped"
+    return {"owner": before, "node": node, "reason": reason}
 
 
 def beat_node(conn: Any, owner: str, ttl: float, *, started_at: float | None = None) -> float:
@@ -247,3 +312,37 @@ def queue_depth(conn: Any) -> dict[str, int]:
         ).fetchall()
     )
     return {"queued": int(counts.get("queued", 0)), "running": int(counts.get("running", 0))}
+
+
+def wake_task_claimers(conn: Any, task_id: str, sender: str) -> None:
+    """Tell the cluster's idle claimers that ``task_id`` may be claimed (write; part of the
+    caller's transaction, delivered when it commits).
+
+    PostgreSQL: ``NOTIFY roost_tasks, '<task_id> <sender>'`` (:mod:`roost.storage._pg_task_wake`);
+    ``sender`` (the lease owner id of the sending process) lets it skip its own notifications.
+    SQLite: nothing (its claimers poll).
+    """
+    if is_sqlite(conn):
+        return
+    from ._pg_task_wake import notify_task
+
+    notify_task(conn, task_id, sender)
+
+
+def task_wake_listener(store: Any, owner: str) -> Any:
+    """A listener of the task queue's wake-ups for the process ``owner``, or None (SQLite).
+
+    Returns:
+        A :class:`roost.storage._pg_task_wake.PgTaskWakeListener` (``wait(timeout) -> bool`` in a
+        worker thread, ``close()``) on a PostgreSQL store; None on any other store.
+
+    Raises:
+        DatabaseUnreachable: (and the other connection errors of :func:`roost.storage.open_backend`)
+            the listening connection could not be opened.
+    """
+    url = getattr(store, "url", None)
+    if not isinstance(url, str) or not url.startswith(("postgresql:", "postgres:")):
+        return None
+    from ._pg_task_wake import PgTaskWakeListener
+
+    return PgTaskWakeListener(url, owner)
