@@ -226,3 +226,33 @@ def test_a_dead_node_is_marked_gone_then_pruned_and_its_task_still_resumes(backe
         assert claim_daemon_task(conn, live, 1.0)[0].id == "task1"
         if not isinstance(conn, sqlite3.Connection):
             assert storage.owner_gone(conn, dead)  # a pruned row still means gone
+
+
+def test_nodes_show_iso_times_their_tasks_and_a_dead_pid_of_this_host_gone_at_once(backend) -> None:
+    import datetime
+    import os
+    import re
+    import socket
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid of this host that no longer runs (exited and reaped)
+    dead = f"{socket.gethostname()}:{gone.pid}:dead"
+    live = f"{socket.gethostname()}:{os.getpid()}:live"
+    _queue(backend, 1)
+    with backend.transaction() as conn:
+        beat_node(conn, dead, 30.0)
+        beat_node(conn, live, 30.0)
+        task, _, _ = claim_daemon_task(conn, live, 30.0)
+    with backend.read() as conn:
+        nodes = {n["owner"]: n for n in list_nodes(conn)}
+    # the dead pid's heartbeat is fresh (30 s ttl), yet this host sees the process is gone
+    assert (nodes[dead]["alive"], nodes[dead]["state"]) == (False, "gone")
+    assert (nodes[live]["alive"], nodes[live]["state"]) == (True, "alive")
+    assert nodes[live]["runningTasks"] == [task.id] and nodes[dead]["runningTasks"] == []
+    iso = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+    for node in nodes.values():
+        assert iso.match(node["startedAt"]) and iso.match(node["lastSeen"]), node
+        seen = datetime.datetime.fromisoformat(node["lastSeen"].replace("Z", "+00:00"))
+        assert abs((datetime.datetime.now(datetime.UTC) - seen).total_seconds()) < 60
+        assert 0 <= node["ageSeconds"] < 30 and node["uptimeSeconds"] >= 0

@@ -7,6 +7,7 @@ What both backends promise alike is tested on both in tests/test_store.py and te
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 import time
@@ -328,6 +329,9 @@ def test_roost_db_check_opens_and_migrates_the_postgres_database(roost_cmd: list
     assert "backend: postgresql" in done.stdout
     assert f"schema: {len(pg_migrations())} migrations" in done.stdout
     assert "queued tasks: 0" in done.stdout and "lease holders: 0" in done.stdout
+    # the server's clock as ISO 8601 UTC (wire-protocol.md: timestamps are ISO 8601 strings in UTC)
+    (clock,) = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("server clock: ")]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", clock), clock
     with open_postgres_store(pg_url) as pg, pg.transaction() as conn:
         pg.enqueue_daemon_task(conn, payload={"task": "x"})
         pg.acquire(conn, "thread:a", "node-a:1:x", 60.0)
@@ -355,6 +359,8 @@ def test_roost_db_check_reports_each_setting_error_in_one_line(
         "must start with postgresql://": "sqlite:///tmp/x.db",
         "cannot reach the database server": f"postgresql://roost:hunter2@127.0.0.1:{_free_port()}/roost",
         "lacks a privilege": pg_server.url_for("postgres").replace("//roost@", "//roost_nobody@"),
+        # a server that answers, without that database: named as such, with how to create it
+        'the database "roost_no_such_db" of': pg_server.url_for("roost_no_such_db"),
     }
     for expected, url in cases.items():
         done = _roost(roost_cmd, "db", "check", url=url)
@@ -362,6 +368,8 @@ def test_roost_db_check_reports_each_setting_error_in_one_line(
         assert expected in done.stderr and "ROOST_DATABASE_URL" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        if "no_such_db" in url:
+            assert "does not exist" in done.stderr and "createdb" in done.stderr and "cannot reach" not in done.stderr
     with psycopg.connect(future, autocommit=True) as conn:
         conn.execute("INSERT INTO roost_migrations (name, applied_order) VALUES ('9999_next', 99)")
     done = _roost(roost_cmd, "db", "check", url=future)

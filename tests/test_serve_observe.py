@@ -133,6 +133,9 @@ async def test_status_shows_daemons_queue_clients_tree_and_schedules(tmp_path: P
             (d,) = doc["daemons"]
             assert d["pid"] == daemon.info["pid"] and d["workDir"] == str(tmp_path.resolve())
             assert [t["task"] for t in d["running"]] == ["slow one"]
+            assert d["running"][0]["runsHere"] is True and d["running"][0]["runner"].split(":")[1] == str(d["pid"])
+            (entry,) = [json.loads(p.read_text()) for p in (roost_home / "run" / "daemons").glob("*.json")]
+            assert entry["database"] == str(roost_home / "roost.db") == doc["database"] and doc["warnings"] == []
             assert [(t["task"], t["position"]) for t in d["queue"]] == [("queued behind it", 0)]
             # the attached client, and not the status query's own connection
             assert [c["client"].rsplit("/", 1)[-1] for c in d["clients"]] == ["watcher"]
@@ -188,3 +191,39 @@ async def test_metrics_endpoint_follows_the_token_rules(tmp_path: Path) -> None:
     assert samples[("roost_provider_request_seconds_count", (("provider", "scripted"),))] == 2
     assert samples[("roost_connections", ())] == 1 and samples[("roost_queue_depth", ())] == 0
     assert ("roost_supervisor_restarts", ()) in samples
+
+
+def test_status_creates_no_database_and_names_the_one_the_daemons_use(roost_home: Path) -> None:
+    import os
+    import socket
+
+    fresh = roost("status", "--json")
+    assert fresh.returncode == 0, fresh.stderr
+    doc = json.loads(fresh.stdout)
+    assert (doc["database"], doc["warnings"], doc["schedules"]) == (None, [], [])
+    assert not (roost_home / "roost.db").exists()  # a read-only command writes no file
+    # a daemon of this home on PostgreSQL (its registry entry; this test's pid stands in for it)
+    registry = roost_home / "run" / "daemons"
+    registry.mkdir(parents=True)
+    (registry / f"{os.getpid()}.json").write_text(json.dumps({
+        "pid": os.getpid(), "socket": str(roost_home / "none.sock"), "workDir": "/w", "httpPort": None,
+        "startedAt": "2026-01-01T00:00:00Z", "database": "postgresql://roost:***@db.example:5432/roost"}))
+    told = roost("status", "--json")
+    doc = json.loads(told.stdout)
+    (warning,) = doc["warnings"]
+    assert "postgresql://roost:***@db.example:5432/roost" in warning and "--database-url" in warning
+    assert "ROOST_DATABASE_URL" in warning and warning in told.stderr
+    assert doc["daemons"][0]["database"] == "postgresql://roost:***@db.example:5432/roost"
+    text = roost("status")
+    assert "db.example" in text.stderr and "database: none yet" in text.stdout
+    assert not (roost_home / "roost.db").exists()
+    # an unreachable database: the error envelope on stdout, exit status 2
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = roost("status", "--json", "--database-url", f"postgresql://roost:hunter2@127.0.0.1:{port}/roost")
+    assert down.returncode == 2
+    envelope = json.loads(down.stdout)
+    assert envelope["protocolVersion"] == 1 and "cannot reach the database server" in envelope["error"]
+    assert "hunter2" not in down.stdout + down.stderr
+

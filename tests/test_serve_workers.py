@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import trio
 from _helpers.serve_client import open_daemon
 from _helpers.timing import scaled
 
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 SCRIPT = {
     "rules": [
         {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed and done"}]]},
@@ -99,6 +102,14 @@ async def test_workers_run_tasks_once_and_their_events_reach_the_front_doors_cli
                     await trio.sleep(0.1)
             owners = {_pid(o) for (o,) in _rows(home, "SELECT owner FROM leases WHERE key LIKE 'task:%'")}
             assert owners == {daemon.process.pid, worker["pid"]}
+            # the status tells which process runs each task (the worker's: not here, same node)
+            # and when the worker started (ISO 8601 UTC)
+            status = await _status(client)
+            assert ISO_UTC.match(status["workers"][0]["startedAt"]) and status["workers"][0]["uptimeSeconds"] >= 0
+            runs = {_pid(t["runner"]): t for t in status["running"]}
+            assert set(runs) == {daemon.process.pid, worker["pid"]}
+            assert runs[daemon.process.pid]["runsHere"] is True and runs[worker["pid"]]["runsHere"] is False
+            assert {t["runsOn"] for t in runs.values()} == {f"{socket.gethostname()}:{home}"}
             for sid in slow:  # every client sees each task start and stream, whoever runs it
                 await client.wait_for("agent_starting", lambda e, s=sid: e["sessionId"] == s)
                 await client.wait_for("token", lambda e, s=sid: e["sessionId"] == s and e["text"] == "working")

@@ -247,6 +247,10 @@ class TaskQueue(TaskRunner, SharedQueue):
         await self.runtime.store.writer.submit(update_daemon_task, task_id, status="collected")
         self.tasks.pop(task_id, None)
 
+    def runs_here(self, task_id: str) -> bool:
+        """Whether one of this process's runners executes the task now (``roost status``)."""
+        return task_id in self._local
+
     def interrupt(self, client_id: str) -> int:
         """Interrupt the running turns (orchestrated tasks: the runs) of the client's tasks that
         run on this node; return how many were asked to stop (:meth:`interrupt_everywhere` also

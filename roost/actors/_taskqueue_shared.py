@@ -333,6 +333,8 @@ class SharedQueue:
         task = self.tasks.get(row.id)
         if task is None:
             return
+        if row.status == "running":
+            task.take_claim(row)  # which node runs it (roost status: runsOn)
         if row.status == "running" and task.status == "queued":
             task.status = "running"
             with contextlib.suppress(ValueError):

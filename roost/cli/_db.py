@@ -39,7 +39,14 @@ def db_check(database_url: str | None) -> None:
 
     Exit status: 0 when it works; 1 with one line on stderr when it does not.
     """
-    from roost.storage import PostgresStore, open_backend, pg_schema_version, redact_url, schema_version
+    from roost.storage import (
+        PostgresStore,
+        iso_from_unix,
+        open_backend,
+        pg_schema_version,
+        redact_url,
+        schema_version,
+    )
 
     try:
         with open_backend(database_url) as store:
@@ -49,7 +56,11 @@ def db_check(database_url: str | None) -> None:
                     clock = store.db_now(conn)
                     owners = store.live_lease_owners(conn)
                     queued = len(store.list_daemon_tasks(conn, status="queued"))
-                lines = ["backend: postgresql", f"database: {redact_url(store.url)}", f"server clock: {clock:.3f}"]
+                lines = [
+                    "backend: postgresql",
+                    f"database: {redact_url(store.url)}",
+                    f"server clock: {iso_from_unix(clock)}",
+                ]
                 lines.append(f"queued tasks: {queued}")
                 lines.append(f"lease holders: {len(owners)}")
                 lines += [f"  {owner}: {count} leases, expiring within {left:.1f}s" for owner, count, left in owners]

@@ -446,15 +446,15 @@ def serve_command(
       ws://HOST:PORT/attach   with --http-port; the same events, one per text message
       http://HOST:PORT/mcp    with --http-port; MCP tools dispatch_task, get_status, get_result
       http://HOST:PORT/a2a/NAME/  with --a2a; A2A agent NAME (message/send, message/stream,
-                              tasks/get, tasks/cancel); the default agent's card is also at
-                              /.well-known/agent-card.json
+                              tasks/get, tasks/cancel, tasks/resubscribe); the default
+                              agent's card is also at /.well-known/agent-card.json
 
     Cron schedules fire in UTC, each slot at most once (see `roost schedule --help`).
 
     FUSERAFT_SERVE_TOKEN (the wire protocol's name; ROOST_SERVE_TOKEN is Roost's twin) or
-    --tokens-file sets the bearer token required on /attach and /mcp. Fuseraft-Client-Id (also
-    the wire protocol's name) is the header a WebSocket client sends to keep its tasks across
-    reconnects.
+    --tokens-file sets the bearer tokens required on every HTTP endpoint: /attach, /mcp, /a2a/
+    and its agent cards, /metrics. Fuseraft-Client-Id (the wire protocol's name) is the header a
+    WebSocket client sends to keep its tasks across reconnects.
 
     It fires the cron schedules of its own --work-dir (`roost schedule`). Logs: readable lines
     on stderr and JSON lines in $ROOST_HOME/logs/roost.log (-v adds debug). With --http-port,

@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from roost.cli._logs import WORKER_INDEX_ENV
+from roost.storage import iso_from_unix
 
 __all__ = ["WorkerPool", "worker_argv", "run_worker", "DEFAULT_WORKERS"]
 
@@ -71,7 +72,8 @@ class WorkerState:
             "index": self.index,
             "pid": self.pid,
             "alive": self.pid is not None,
-            "startedAt": self.started_at,
+            "startedAt": None if self.started_at is None else iso_from_unix(self.started_at),
+            "uptimeSeconds": None if self.started_at is None else round(time.time() - self.started_at, 3),
             "restarts": self.restarts,
             "lastExit": self.last_exit,
         }
@@ -90,7 +92,9 @@ class WorkerPool:
         self.workers = [WorkerState(i) for i in range(count)]
 
     def views(self) -> list[dict]:
-        """``[{index, pid, alive, startedAt, restarts, lastExit}]`` of the workers."""
+        """``[{index, pid, alive, startedAt, uptimeSeconds, restarts, lastExit}]`` of the workers:
+        ``startedAt`` (ISO 8601 UTC) and ``uptimeSeconds`` of the worker's last start, null before
+        its first."""
         return [w.view() for w in self.workers]
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

@@ -5,17 +5,22 @@ Issue 17. Each running ``roost serve`` is found by its registry file
 ``{"type": "status"}`` input; the schedules are read from the database, so they are shown (with
 their last and next runs) even when no daemon runs.
 
-``--json`` prints one line ``{"protocolVersion": 1, "home", "daemons": [STATUS...], "schedules":
-[ScheduledJob...], "cluster"?}``; ``cluster`` (on PostgreSQL only, issue 13) is ``{"database"
-(password hidden), "nodes": [{owner, host, pid, startedAt, lastSeen, ageSeconds, alive, state,
-leases}], "queue": {queued, running}}``: every node of the database, from its heartbeat row
-(times on the database clock), whatever its ``$ROOST_HOME`` or host; ``state`` is ``gone`` once
-the heartbeat is a ttl old, and a node gone for 10 ttls is no longer listed
-(:func:`roost.storage.list_nodes`); each STATUS is the daemon's ``status`` event (see
+``--json`` prints one line ``{"protocolVersion": 1, "home", "database", "warnings", "daemons":
+[STATUS...], "schedules": [ScheduledJob...], "cluster"?}``. ``database`` is the database read
+(:func:`roost.storage.database_label`; null when there is no SQLite file and no URL: a read-only
+command never creates one); ``warnings`` has a line for each other database the running
+daemons of this home use (their registry entries' ``database``). ``cluster`` (on PostgreSQL
+only, issue 13) is ``{"database" (password hidden), "nodes": [{owner, host, pid, startedAt,
+lastSeen, ageSeconds, uptimeSeconds, alive, state, leases, runningTasks}], "queue": {queued,
+running}}``: every node of the database, from its heartbeat row (ISO 8601 UTC times on the
+database clock), whatever its ``$ROOST_HOME`` or host; ``state`` is ``gone`` once the heartbeat
+is a ttl old or its process, of this host, is gone, and a node gone for 10 ttls is no longer
+listed (:func:`roost.storage.list_nodes`); each STATUS is the daemon's ``status`` event (see
 :func:`roost.protocol._serve_status.status_snapshot`) or, for a daemon that did not answer,
-``{"pid", "socket", "workDir", "error"}``.
+``{"pid", "socket", "workDir", "httpPort", "database", "error"}``.
 
-Exit status: 0 (also with no daemon running); 2 when ``$ROOST_HOME`` or its database is unusable.
+Exit status: 0 (also with no daemon running); 2 when ``$ROOST_HOME`` or its database is unusable
+(with ``--json`` also the error envelope ``{"protocolVersion": 1, "error"}`` on stdout).
 """
 
 from __future__ import annotations
@@ -62,13 +67,17 @@ def ask_status(socket_path: str, *, timeout: float = TIMEOUT) -> dict:
                     return event
 
 
-def _from_store() -> tuple[list[dict], dict[str, Any] | None]:
-    """The schedules, and on PostgreSQL the cluster (``{database, nodes, queue}``: every node's
-    heartbeat on the database clock with its live leases, and the shared queue's depth)."""
+def _from_store(home: Any) -> tuple[list[dict], dict[str, Any] | None, bool]:
+    """The schedules, on PostgreSQL the cluster (``{database, nodes, queue}``: every node's
+    heartbeat on the database clock with its live leases, and the shared queue's depth), and
+    whether a database was read: a read-only command never creates the SQLite file, so with no
+    URL and no ``HOME/roost.db`` there is nothing to read (no schedules, no cluster, False)."""
     from roost import storage as db
     from roost.cli._schedule import job_item
-    from roost.storage import open_backend
+    from roost.storage import configured_database_url, open_backend
 
+    if configured_database_url() is None and not (home / "roost.db").exists():
+        return [], None, False
     store = open_backend(read_only_ok=True)  # reads work on a read-only home
     cluster = None
     try:
@@ -85,7 +94,18 @@ def _from_store() -> tuple[list[dict], dict[str, Any] | None]:
     finally:
         store.close()
     now = datetime.datetime.now(datetime.UTC)
-    return [job_item(j, now) for j in jobs], cluster
+    return [job_item(j, now) for j in jobs], cluster, True
+
+
+def _database_warnings(read: str, entries: list[dict]) -> list[str]:
+    """One line for each database the running daemons of this home use (their registry entries'
+    ``database``) that is not ``read``, the one this command read."""
+    others = sorted({str(e["database"]) for e in entries if e.get("database") and e["database"] != read})
+    return [
+        f"the daemons of this home use the database {other}, not {read}: pass --database-url URL"
+        " or set ROOST_DATABASE_URL to see their schedules and cluster"
+        for other in others
+    ]
 
 
 def _print_cluster(cluster: dict) -> None:
@@ -95,7 +115,7 @@ def _print_cluster(cluster: dict) -> None:
         state = n["state"]
         click.echo(
             f"  node {n['owner']} ({state}, host {n['host']} pid {n['pid']}, seen {n['ageSeconds']:.1f} s ago)"
-            f" leases {len(n['leases'])}"
+            f" running {len(n.get('runningTasks') or [])}, leases {len(n['leases'])}"
         )
         for key in n["leases"]:
             click.echo(f"    {key}")
@@ -108,14 +128,19 @@ def _print_daemon(d: dict) -> None:
         click.echo(f"  not answering: {d['error']}")
         return
     running, queued, clients = d.get("running") or [], d.get("queue") or [], d.get("clients") or []
+    here = [t for t in running if t.get("runsHere", True)]  # (a daemon of before runsHere: all its own)
+    away = len(running) - len(here)
+    elsewhere = f" (+{away} of its clients running on other processes)" if away else ""
     click.echo(
-        f"  running {len(running)}, queued {len(queued)}, clients {len(clients)}, restarts {d.get('restarts', 0)}"
+        f"  running {len(here)}, queued {len(queued)}, clients {len(clients)},"
+        f" restarts {d.get('restarts', 0)}{elsewhere}"
     )
     for w in d.get("workers") or []:
         state = f"pid {w['pid']}" if w.get("alive") else f"not running (last exit {w.get('lastExit')})"
         click.echo(f"    worker {w['index']}: {state}, restarts {w.get('restarts', 0)}")
     for t in running:
-        click.echo(f"    running {t['sessionId']} ({t['source']}): {t['task'][:60]}")
+        where = "" if t.get("runsHere", True) else f" on {t.get('runsOn') or '?'} (process {t.get('runner') or '?'})"
+        click.echo(f"    running {t['sessionId']} ({t['source']}){where}: {t['task'][:60]}")
     for t in queued:
         click.echo(f"    queued #{t['position']} {t['sessionId']} ({t['source']}): {t['task'][:60]}")
     for c in clients:
@@ -140,19 +165,30 @@ def status_command(as_json: bool) -> None:
     Exit status: 0; 2 when ROOST_HOME or its database is unusable; 130 on Ctrl-C."""
     from roost._paths import roost_home
     from roost.protocol import registered_daemons
+    from roost.storage import database_label
 
     try:
         home = roost_home()
-        schedules, cluster = _from_store()
+        schedules, cluster, found = _from_store(home)
     except RoostError as exc:
+        if as_json:  # the error envelope on stdout, as every --json query (wire.md "Resource queries")
+            from roost.protocol import error_envelope
+
+            sys.stdout.buffer.write(error_envelope(str(exc)))
+            sys.stdout.flush()
         click.echo(f"roost status: error: {exc}", err=True)
         sys.exit(2)
+    entries = registered_daemons(home)
+    database = database_label(home) if found else None
+    warnings = _database_warnings(database_label(home), entries)
     try:
-        daemons = _ask_all(registered_daemons(home))
+        daemons = _ask_all(entries)
     except KeyboardInterrupt:
         click.echo("roost status: interrupted", err=True)
         sys.exit(130)
-    _show(home, daemons, schedules, as_json, cluster)
+    for line in warnings:
+        click.echo(f"roost status: warning: {line}", err=True)
+    _show(home, daemons, schedules, as_json, cluster, database=database, warnings=warnings)
 
 
 def _ask_all(entries: list[dict]) -> list[dict[str, Any]]:
@@ -168,21 +204,39 @@ def _ask_all(entries: list[dict]) -> list[dict[str, Any]]:
                     "socket": entry.get("socket"),
                     "workDir": entry.get("workDir"),
                     "httpPort": entry.get("httpPort"),
+                    "database": entry.get("database"),
                     "error": str(exc) or type(exc).__name__,
                 }
             )
     return daemons
 
 
-def _show(home: Any, daemons: list[dict[str, Any]], schedules: list[dict], as_json: bool, cluster: dict | None) -> None:
+def _show(
+    home: Any,
+    daemons: list[dict[str, Any]],
+    schedules: list[dict],
+    as_json: bool,
+    cluster: dict | None,
+    *,
+    database: str | None,
+    warnings: list[str],
+) -> None:
     if as_json:
-        body = {"protocolVersion": 1, "home": str(home), "daemons": daemons, "schedules": schedules}
+        body = {
+            "protocolVersion": 1,
+            "home": str(home),
+            "database": database,
+            "warnings": warnings,
+            "daemons": daemons,
+            "schedules": schedules,
+        }
         if cluster is not None:
             body["cluster"] = cluster
         sys.stdout.buffer.write(dumps_line(body))
         sys.stdout.flush()
         return
     click.echo(f"ROOST_HOME {home}")
+    click.echo(f"database {database}" if database else "database: none yet (no SQLite file, no URL set)")
     if cluster is not None:
         _print_cluster(cluster)
     if not daemons:

@@ -6,7 +6,7 @@ Issue 17, "Seeing into the daemon". Two pieces, both additive to wire-protocol.m
   gets one ``{"type": "status", ...}`` event back, only on that connection (see
   :func:`status_snapshot` for its fields). A read-only client may ask.
 * The **daemon registry**: each daemon writes ``$ROOST_HOME/run/daemons/<pid>.json``
-  (``{pid, socket, workDir, httpPort, startedAt}``) once it listens and removes it when it stops,
+  (``{pid, socket, workDir, httpPort, startedAt, database}``) once it listens and removes it when it stops,
   so ``roost status`` finds every daemon of a home wherever its socket is (``--socket``). A file
   whose process is gone (a daemon killed with SIGKILL) is stale: :func:`registered_daemons` skips
   and removes it.
@@ -33,12 +33,24 @@ def registry_dir(home: Path) -> Path:
 
 
 def register_daemon(home: Path, *, socket: str, work_dir: str, http_port: int | None) -> Path:
-    """Write this process's registry file (mode 0600); return its path. Raises OSError."""
+    """Write this process's registry file (mode 0600); return its path. Raises OSError.
+
+    The file is ``{pid, socket, workDir, httpPort, startedAt, database}``: ``startedAt`` ISO 8601
+    UTC, ``database`` the store it uses (:func:`roost.storage.database_label`: no password)."""
+    from roost.storage import database_label
+
     directory = registry_dir(home)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = directory / f"{os.getpid()}.json"
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    doc = {"pid": os.getpid(), "socket": socket, "workDir": work_dir, "httpPort": http_port, "startedAt": started}
+    doc = {
+        "pid": os.getpid(),
+        "socket": socket,
+        "workDir": work_dir,
+        "httpPort": http_port,
+        "startedAt": started,
+        "database": database_label(home),
+    }
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
@@ -104,12 +116,18 @@ def status_snapshot(daemon: Any, *, asker: Any = None) -> dict:
 
     Returns:
         ``{"type": "status", "pid", "workDir", "socket", "httpPort",
-        "queue": [{sessionId, task, source, position}], "running": [{sessionId, task, source}],
+        "queue": [{sessionId, task, source, position}],
+        "running": [{sessionId, task, source, runsHere, runsOn, runner}],
         "clients": [{client, connections, readOnly}], "tree": TEXT | null,
-        "restarts": N, "workers": [{index, pid, alive, startedAt, restarts, lastExit}]}``.
+        "restarts": N, "workers": [{index, pid, alive, startedAt, uptimeSeconds, restarts, lastExit}]}``.
         ``workers`` lists the headless worker processes of ``roost serve --workers N`` (empty
-        without). ``tree`` is the live supervision tree as indented text (the supervisor's
-        ``render_tree``); ``restarts`` counts child restarts in it.
+        without). ``running`` lists the tasks this daemon runs and those it dispatched (or
+        follows for a client) that another process runs: ``runsHere`` is true for the first,
+        ``runsOn`` names the node that runs it (:func:`roost._paths.node_name`, null while not
+        known) and ``runner`` its process (the lease owner id of its claim, as
+        ``cluster.nodes[].owner``; null before its first claim). ``tree`` is the live
+        supervision tree as indented text (the supervisor's ``render_tree``); ``restarts`` counts
+        child restarts in it.
     """
     queue = daemon.queue
     queued, running = [], []
@@ -118,7 +136,15 @@ def status_snapshot(daemon: Any, *, asker: Any = None) -> dict:
         if task.status == "queued":
             queued.append({**entry, "position": queue.position(task.id)})
         elif task.status == "running":
-            running.append(entry)
+            here = queue.runs_here(task.id)
+            running.append(
+                {
+                    **entry,
+                    "runsHere": here,
+                    "runsOn": task.claimed_node or (queue.node if here else None),
+                    "runner": task.claimed_by,
+                }
+            )
     queued.sort(key=lambda e: e["position"] if e["position"] is not None else 1 << 30)
     clients = []
     for key, client in daemon.clients.items():

@@ -125,6 +125,7 @@ from ._queries import queued_worker_roots as queued_worker_roots
 from ._queries import read_snapshot as read_snapshot
 from ._queries import schedule_run_status as schedule_run_status
 from ._queries import scope_has_memory as scope_has_memory
+from ._rows import iso_from_unix as iso_from_unix
 from ._rows import new_id as new_id
 from ._rows import utc_now as utc_now
 from ._schedules2 import JobRun as JobRun
@@ -276,6 +277,7 @@ __all__ = [
     "reconcile",
     "new_id",
     "utc_now",
+    "iso_from_unix",
     "thread_has_workers",
     "thread_changed_since",
     "interrupt_open_items",
@@ -400,6 +402,8 @@ __all__ = [
 
 
 if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is opened
+    from ._backend import configured_database_url as configured_database_url
+    from ._backend import database_label as database_label
     from ._backend import open_backend as open_backend
     from ._pg_connect import DATABASE_URL_ENV as DATABASE_URL_ENV
     from ._pg_connect import redact_url as redact_url
@@ -413,6 +417,8 @@ if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is
 _LAZY.update(
     {
         "open_backend": "roost.storage._backend",
+        "configured_database_url": "roost.storage._backend",
+        "database_label": "roost.storage._backend",
         "DATABASE_URL_ENV": "roost.storage._pg_connect",
         "redact_url": "roost.storage._pg_connect",
         "translate_pg_error": "roost.storage._pg_connect",
@@ -426,6 +432,8 @@ _LAZY.update(
 
 __all__ += [
     "open_backend",
+    "configured_database_url",
+    "database_label",
     "migrate_pg",
     "DATABASE_URL_ENV",
     "redact_url",

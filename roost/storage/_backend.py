@@ -8,7 +8,7 @@ from typing import Any
 
 from ._store import open_store
 
-__all__ = ["open_backend"]
+__all__ = ["open_backend", "configured_database_url", "database_label"]
 
 #: ``_pg_connect.DATABASE_URL_ENV``, named here so a SQLite process never imports psycopg.
 _URL_ENV = "ROOST_DATABASE_URL"
@@ -31,7 +31,7 @@ def open_backend(database_url: str | None = None, *, path: str | Path | None = N
         DatabaseUnreachable, DatabasePermissionDenied, SchemaTooNew, MigrationError: see
             :func:`open_postgres_store`; SQLite's errors: see :func:`open_store`.
     """
-    url = (database_url if database_url is not None else os.environ.get(_URL_ENV, "")).strip()
+    url = configured_database_url(database_url) or ""
     if not url:
         return open_store(path, read_only_ok=read_only_ok)
     from ._pg_connect import SETTING, is_postgres_url, validate_url
@@ -41,3 +41,21 @@ def open_backend(database_url: str | None = None, *, path: str | Path | None = N
         validate_url(url)  # raises DatabaseUrlInvalid naming the setting
         raise AssertionError(f"{SETTING}: unreachable")
     return open_postgres_store(url)
+
+
+def configured_database_url(database_url: str | None = None) -> str | None:
+    """The database URL :func:`open_backend` uses: ``database_url`` (``--database-url``), else
+    ``$ROOST_DATABASE_URL``, stripped; None when neither is set (the SQLite file)."""
+    url = (database_url if database_url is not None else os.environ.get(_URL_ENV, "")).strip()
+    return url or None
+
+
+def database_label(home: Path, database_url: str | None = None) -> str:
+    """How the database :func:`open_backend` would use is named to a user: the URL with its
+    password hidden (:func:`roost.storage.redact_url`), else the SQLite file ``home/roost.db``."""
+    url = configured_database_url(database_url)
+    if url is None:
+        return str(home / "roost.db")
+    from ._pg_connect import redact_url
+
+    return redact_url(url)

@@ -31,7 +31,7 @@ from roost.model import DaemonTask
 from . import leases
 from ._dispatch import by_connection
 from ._portable import execute, is_sqlite, now_sql
-from ._rows import utc_now
+from ._rows import iso_from_unix, utc_now
 from ._tasks import get_daemon_task, update_daemon_task
 
 _get_daemon_task = by_connection(get_daemon_task)
@@ -248,15 +248,19 @@ def forget_node(conn: Any, owner: str) -> bool:
 def list_nodes(conn: Any) -> list[dict[str, Any]]:
     """The cluster's nodes, most recently seen first (read-only).
 
-    A node is ``gone`` once its last heartbeat is ``ttl`` seconds old on the database clock; one
-    gone for :data:`RETENTION_TTLS` of its ttl is not listed (its row is deleted at the next
-    heartbeat of any node, :func:`beat_node`).
+    A node is ``gone`` once its last heartbeat is ``ttl`` seconds old on the database clock, or at
+    once when it is a process of this host that no longer runs (:func:`leases.owner_is_dead`: a
+    ``kill -9``, as the leases judge it); one gone for :data:`RETENTION_TTLS` of its ttl is not
+    listed (its row is deleted at the next heartbeat of any node, :func:`beat_node`).
 
     Returns:
-        ``[{owner, host, pid, startedAt, lastSeen, ageSeconds, alive, state, leases}]``: times
-        are unix seconds on the database clock, ``ageSeconds`` since the last heartbeat (on that
-        clock), ``alive`` while that is under the node's ttl, ``state`` ``"alive"`` or ``"gone"``,
-        ``leases`` the keys of its live leases (sorted).
+        ``[{owner, host, pid, startedAt, lastSeen, ageSeconds, uptimeSeconds, alive, state,
+        leases, runningTasks}]``: ``startedAt`` and ``lastSeen`` are ISO 8601 UTC text on the
+        database clock; ``ageSeconds`` is the seconds since the last heartbeat and
+        ``uptimeSeconds`` since the start (on that clock); ``alive`` while the age is under the
+        node's ttl and its process is not seen dead, ``state`` ``"alive"`` or ``"gone"``;
+        ``leases`` the keys of its live leases (sorted), ``runningTasks`` the ids of the daemon
+        tasks it runs (its ``task:<id>`` leases).
     """
     now = db_clock(conn)
     rows = execute(
@@ -270,20 +274,26 @@ def list_nodes(conn: Any) -> list[dict[str, Any]]:
         conn, "SELECT key, owner FROM leases WHERE owner IS NOT NULL AND expires_at > ? ORDER BY key", (now,)
     ).fetchall():
         held.setdefault(holder, []).append(key)
-    return [
-        {
-            "owner": owner,
-            "host": host,
-            "pid": int(pid),
-            "startedAt": float(started),
-            "lastSeen": float(seen),
-            "ageSeconds": round(float(age), 3),
-            "alive": float(age) < float(ttl),
-            "state": "alive" if float(age) < float(ttl) else "gone",
-            "leases": held.get(owner, []),
-        }
-        for owner, host, pid, started, seen, ttl, age in rows.fetchall()
-    ]
+    nodes = []
+    for owner, host, pid, started, seen, ttl, age in rows.fetchall():
+        alive = float(age) < float(ttl) and not leases.owner_is_dead(owner)
+        keys = held.get(owner, [])
+        nodes.append(
+            {
+                "owner": owner,
+                "host": host,
+                "pid": int(pid),
+                "startedAt": iso_from_unix(float(started)),
+                "lastSeen": iso_from_unix(float(seen)),
+                "ageSeconds": round(float(age), 3),
+                "uptimeSeconds": round(float(seen) + float(age) - float(started), 3),
+                "alive": alive,
+                "state": "alive" if alive else "gone",
+                "leases": keys,
+                "runningTasks": [k.removeprefix("task:") for k in keys if k.startswith("task:")],
+            }
+        )
+    return nodes
 
 
 def owner_gone(conn: Any, owner: str) -> bool:

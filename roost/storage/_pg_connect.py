@@ -114,7 +114,9 @@ def translate_pg_error(exc: BaseException, url: str | None = None) -> StoreError
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, pg_errors.InsufficientPrivilege):
         return DatabasePermissionDenied(f"the database role of {SETTING}{where} lacks a privilege Roost needs: {first}")
-    if isinstance(exc, pg_errors.InvalidCatalogName | pg_errors.InvalidAuthorizationSpecification):
+    if isinstance(exc, pg_errors.InvalidCatalogName) or _missing_database(exc):
+        return DatabaseUnreachable(_missing_database_message(url, where, first))
+    if isinstance(exc, pg_errors.InvalidAuthorizationSpecification):
         return DatabaseUnreachable(f"{SETTING}{where} was refused by the server: {first}")
     state = getattr(exc, "sqlstate", None) or ""
     if state.startswith("40") or isinstance(exc, pg_errors.LockNotAvailable):  # class 40: transaction rollback
@@ -130,6 +132,35 @@ def translate_pg_error(exc: BaseException, url: str | None = None) -> StoreError
     if isinstance(exc, psycopg.IntegrityError):
         return Conflict(first)
     return StoreError(f"{type(exc).__name__}: {first}")
+
+
+def _missing_database(exc: BaseException) -> bool:
+    """Whether the server answered that the URL's database does not exist (SQLSTATE 3D000).
+
+    libpq gives no SQLSTATE for an error of the connection's start-up (psycopg's ``sqlstate`` is
+    None there), so the server's message, ``FATAL:  database "NAME" does not exist``, tells it.
+    """
+    return (
+        isinstance(exc, psycopg.OperationalError) and re.search(r'database ".*" does not exist', str(exc)) is not None
+    )
+
+
+def _missing_database_message(url: str | None, where: str, first: str) -> str:
+    """The one line for a server that has no database of the URL's name: which, and how to make it."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url or "")
+    except psycopg.Error:
+        params = {}
+    name = params.get("dbname")
+    shown = f'"{name}" ' if name else ""
+    options = " ".join(
+        f"{flag} {params[key]}" for flag, key in (("-h", "host"), ("-p", "port"), ("-U", "user")) if params.get(key)
+    )
+    create = f"createdb {options} {name}".replace("  ", " ") if name else "createdb"
+    return (
+        f"the database {shown}of {SETTING}{where} does not exist on its server (which answered): create it"
+        f" ({create}, as a role that may create databases) or name an existing one: {first}"
+    )
 
 
 def _lost_server(exc: psycopg.OperationalError) -> bool:

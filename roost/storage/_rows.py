@@ -13,7 +13,7 @@ import attrs
 from roost._json import dumps, loads
 from roost.errors import NotFound, UsageError
 
-__all__ = ["utc_now", "new_id", "TableSpec"]
+__all__ = ["utc_now", "iso_from_unix", "new_id", "TableSpec"]
 
 T = TypeVar("T", bound=attrs.AttrsInstance)
 
@@ -22,6 +22,13 @@ def utc_now() -> str:
     """Return the current time as ISO 8601 UTC text with microseconds: ``2026-01-31T12:00:00.000000Z``."""
     now = datetime.datetime.now(datetime.UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def iso_from_unix(seconds: float) -> str:
+    """Return unix ``seconds`` as ISO 8601 UTC text with milliseconds: ``2026-12-02T15:26:43.419Z``
+    (wire-protocol.md: "Timestamps are ISO 8601 strings in UTC")."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def new_id(prefix: str) -> str:
