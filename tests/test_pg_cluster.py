@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +21,8 @@ import trio
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import Daemon, open_daemon
 from _helpers.timing import scaled
+
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 #: Short leases so a dead node's tasks move within seconds (one TTL).
 TTL = "3"
@@ -123,7 +126,18 @@ async def test_tasks_dispatched_on_each_node_run_exactly_once(tmp_path: Path, pg
         nodes = body["cluster"]["nodes"]
         assert sorted(n["pid"] for n in nodes) == sorted(d.process.pid for d in daemons)
         assert all(n["alive"] and n["state"] == "alive" and n["ageSeconds"] >= 0 for n in nodes)
+        assert all(ISO_UTC.match(n["startedAt"]) and ISO_UTC.match(n["lastSeen"]) for n in nodes)
         assert body["cluster"]["queue"] == {"queued": 0, "running": 0}
+        assert body["database"] == pg_url and body["warnings"] == []
+        # without the URL: nothing is created, and the status names the database the daemons use
+        env = {k: v for k, v in os.environ.items() if k != "ROOST_DATABASE_URL"}
+        bare = subprocess.run([*roost_argv(), "status", "--json"], capture_output=True, text=True,
+                              timeout=scaled(60), env={**env, "ROOST_HOME": str(tmp_path / "home-a")})
+        assert bare.returncode == 0, bare.stderr
+        body = json.loads(bare.stdout)
+        assert body["database"] is None and "cluster" not in body
+        (warning,) = body["warnings"]
+        assert pg_url in warning and "--database-url" in warning and warning in bare.stderr
         # the daemons and the status query ran on PostgreSQL alone
         assert not any((tmp_path / f"home-{n}" / "roost.db").exists() for n in "abc")
 
@@ -185,15 +199,30 @@ async def test_kill_9_of_the_running_node_resumes_the_task_elsewhere(
             # wait until a node streams the task's turn, then kill that node
             await _wait_rows(pg_url, "SELECT 1 FROM turns WHERE thread_id = %s AND status = 'running'", (sid,), bool)
             victim = _runner_pid(pg_url, sid)
-            # the status query shows the running node holding the task's and its thread's leases
-            status = await trio.run_process([*roost_argv(), "status", "--json", "--database-url", pg_url],
-                                            capture_stdout=True, env={**os.environ,
-                                                                      "ROOST_HOME": str(tmp_path / "home-a")})
-            cluster_ = json.loads(status.stdout)["cluster"]
+            names = {d.process.pid: d.name for d in daemons}  # type: ignore[attr-defined]
+            # the status query shows the running node holding the task's and its thread's leases, and
+            # the dispatching daemon (a) says which node runs the task
+            with trio.fail_after(scaled(60)):
+                while True:
+                    body = await _status_json(tmp_path, pg_url)
+                    mine = next((t for t in body["daemons"][0]["running"] if t["sessionId"] == sid), None)
+                    if mine is not None and mine["runner"] is not None:
+                        break
+                    await trio.sleep(0.2)
+            assert mine["runsOn"] == _node(tmp_path, names[victim]) and _pid(mine["runner"]) == victim
+            assert mine["runsHere"] is (victim == daemons[0].process.pid)
+            cluster_ = body["cluster"]
             runner = next(n for n in cluster_["nodes"] if n["pid"] == victim)
-            assert {f"task:{sid}", f"thread:{sid}"} <= set(runner["leases"])
+            assert {f"task:{sid}", f"thread:{sid}"} <= set(runner["leases"]) and runner["runningTasks"] == [sid]
+            assert all(n["runningTasks"] == [] for n in cluster_["nodes"] if n["pid"] != victim)
             assert cluster_["queue"] == {"queued": 0, "running": 1}
             os.kill(victim, signal.SIGKILL)
+            # a node of this host whose pid is gone is gone at once, not a TTL later
+            with trio.fail_after(scaled(10)):
+                while _alive_not_zombie(victim):
+                    await trio.sleep(0.02)
+            states = {n["pid"]: n["state"] for n in (await _status_json(tmp_path, pg_url))["cluster"]["nodes"]}
+            assert states[victim] == "gone"
             survivors = [c for pid, c in clients.items() if pid != victim]
             with trio.fail_after(scaled(60)):
                 while not any(c.of_type("task_resumed") for c in survivors):
@@ -225,7 +254,6 @@ async def test_kill_9_of_the_running_node_resumes_the_task_elsewhere(
         (payload,), = _rows(pg_url, "SELECT payload FROM daemon_tasks WHERE id = %s", (sid,))
         assert json.loads(payload)["result"]["lastMessage"] == "resumed and done"
         # the resumed turn's prompt says which node died and which one resumes it
-        names = {d.process.pid: d.name for d in daemons}  # type: ignore[attr-defined]
         survivor = next(pid for pid, log in logs.items() if f"task {sid} started (resumed)" in log)
         assert _resume_prompt(pg_url, sid).startswith(
             f"Node {_node(tmp_path, names[victim])} (process {json.loads(payload)['resumedFrom']['owner']}) died "
@@ -328,3 +356,25 @@ async def test_a_schedule_slot_fires_once_with_three_daemons(tmp_path: Path, pg_
     # every fired slot ran its task, and no slot ran two (a slot of the minute that began during
     # the wait may have its task and not yet its outcome)
     assert len(fired) <= len(ticks) <= len(runs)
+
+
+async def _status_json(tmp_path: Path, url: str) -> dict:
+    """``roost status --json --database-url URL`` of daemon a's home."""
+    done = await trio.run_process([*roost_argv(), "status", "--json", "--database-url", url], capture_stdout=True,
+                                  env={**os.environ, "ROOST_HOME": str(tmp_path / "home-a")})
+    return json.loads(done.stdout)
+
+
+def _pid(owner: str) -> int:
+    return int(owner.rsplit(":", 2)[1])
+
+
+def _alive_not_zombie(pid: int) -> bool:
+    """Whether ``pid`` runs (a killed child not yet reaped is a zombie: not running)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
+

@@ -430,6 +430,12 @@ def test_postgres_errors_are_translated(pg_url: str) -> None:
     }
     for error, roost_error in expected.items():
         assert type(translate_pg_error(error, pg_url)) is roost_error, error
+    # a server without the URL's database (3D000; at connection start-up libpq has no SQLSTATE)
+    for error in (pg_errors.InvalidCatalogName('database "nodb" does not exist'),
+                  psycopg.OperationalError('connection failed: ... FATAL:  database "nodb" does not exist')):
+        missing = translate_pg_error(error, "postgresql://u:pw@db.example:5433/nodb")
+        assert type(missing) is DatabaseUnreachable and "createdb -h db.example -p 5433 -U u nodb" in str(missing)
+        assert "does not exist" in str(missing) and "cannot reach" not in str(missing) and "pw" not in str(missing)
     with storage.open_postgres_store(pg_url) as store:
         with store.transaction() as conn:
             store.create_thread(conn, id="t")

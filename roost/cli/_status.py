@@ -236,7 +236,7 @@ def _show(
         sys.stdout.flush()
         return
     click.echo(f"ROOST_HOME {home}")
-    click.echo(f"database {database}" if database else "database: none yet (no SQLite file, no URL set)")
+    click.echo(f"database: {database}" if database else "database: none yet (no SQLite file, no URL set)")
     if cluster is not None:
         _print_cluster(cluster)
     if not daemons:
