@@ -160,7 +160,9 @@ def status_command(as_json: bool) -> None:
     """Show the daemons of this ROOST_HOME (queue, running tasks, attached clients, supervision
     tree) and the schedules with their last and next runs. Works with no daemon running (then
     it says so and still lists the schedules). On PostgreSQL (--database-url or
-    ROOST_DATABASE_URL) it also lists the cluster: every node, its live leases, the queue depth.
+    ROOST_DATABASE_URL) it also lists the cluster: every node, its live leases and tasks, the
+    queue depth. It only reads: without a URL and without $ROOST_HOME/roost.db it creates
+    nothing, and when this home's daemons use another database it says which.
 
     Exit status: 0; 2 when ROOST_HOME or its database is unusable; 130 on Ctrl-C."""
     from roost._paths import roost_home
