@@ -32,10 +32,7 @@ FUNCTION_EXEMPTIONS: dict[str, tuple[int, str]] = {
 IN_FLUX_MODULES: dict[str, tuple[int, str]] = {
     "actors/_taskqueue.py": (660, "pgd (not merged yet) restructures the task queue; not edited on this branch"),
 }
-IN_FLUX_FUNCTIONS: dict[str, tuple[int, str]] = {
-    "actors/_thread_inputs.py:steer": (90, "xnode (not merged yet) splits it (_steer_starts_turn, _steer_active)"),
-    "supervisor/_root.py:open_runtime": (100, "xnode (not merged yet) adds the node bus child here"),
-}
+IN_FLUX_FUNCTIONS: dict[str, tuple[int, str]] = {}
 
 
 def _sizes() -> tuple[dict[str, int], dict[str, int]]:
