@@ -40,12 +40,9 @@ from roost.actors._messages import Unsteer as Unsteer
 from roost.actors._messages import Unsubscribe as Unsubscribe
 from roost.actors._messages import UpdateQueued as UpdateQueued
 from roost.actors._messages import UpdateThread as UpdateThread
-from roost.actors._objectives import ObjectiveRunner as ObjectiveRunner
 from roost.actors._registry import ThreadRegistry as ThreadRegistry
 from roost.actors._remote import ThreadRemote as ThreadRemote
 from roost.actors._services import Services as Services
-from roost.actors._taskqueue import QueuedTask as QueuedTask
-from roost.actors._taskqueue import TaskQueue as TaskQueue
 from roost.actors._thread_facts import ThreadFacts as ThreadFacts
 from roost.actors._turn_host import STOP_MESSAGES as STOP_MESSAGES
 from roost.actors._views import thread_view as thread_view
@@ -102,12 +99,22 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from roost.actors._objectives import ObjectiveRunner as ObjectiveRunner
     from roost.actors._scheduler import Scheduler as Scheduler
     from roost.actors._scheduler import TaskOutcomes as TaskOutcomes
+    from roost.actors._taskqueue import QueuedTask as QueuedTask
+    from roost.actors._taskqueue import TaskQueue as TaskQueue
 
 #: The scheduler imports the cron parser (croniter, dateutil): loaded on first access (PEP 562), so
-#: the app-server, which never fires schedules, does not pay for it at start-up (issue 19).
-_LAZY = {"Scheduler": "roost.actors._scheduler", "TaskOutcomes": "roost.actors._scheduler"}
+#: the app-server, which never fires schedules, does not pay for it at start-up (issue 19). The
+#: daemon's task queue and objective runner are ``roost serve``'s alone: loaded the same way.
+_LAZY = {
+    "Scheduler": "roost.actors._scheduler",
+    "TaskOutcomes": "roost.actors._scheduler",
+    "TaskQueue": "roost.actors._taskqueue",
+    "QueuedTask": "roost.actors._taskqueue",
+    "ObjectiveRunner": "roost.actors._objectives",
+}
 
 
 def _fix_module_metadata(names: list[str]) -> None:

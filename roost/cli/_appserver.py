@@ -171,13 +171,22 @@ def app_server_command(
         mcp_servers = configured_mcp_servers(config_path)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    from roost.storage import EarlyStore
+
+    early_store = EarlyStore()  # opens (on a fresh home: migrates) while the protocol modules load
     engines = _engines(engine_flags, resolve_options=resolve_options)
 
     def resolve() -> Any:
         return engine_flags.resolve(**resolve_options)
 
     async def main() -> None:
-        await _serve_stdio(engines=engines, host=host, watch_config=(config_path, resolve), mcp_servers=mcp_servers)
+        await _serve_stdio(
+            engines=engines,
+            host=host,
+            watch_config=(config_path, resolve),
+            mcp_servers=mcp_servers,
+            open_store=early_store,
+        )
 
     from roost.cli._runner import run_main
 

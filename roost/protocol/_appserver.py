@@ -119,6 +119,8 @@ class AppServerSession:
         self.subscribed: set[str] = set()
         self.shutdown_requested = False
         self.closed = trio.Event()
+        #: set once the first ``initialize`` response is queued
+        self.answered_initialize = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.client_name = "client"
         self._chains: dict[str | None, trio.Event] = {}  # ordering key -> done event of its latest request
@@ -376,6 +378,8 @@ class AppServerSession:
         else:
             if rid is not None:
                 self.send({"id": rid, "result": result})
+            if name == "initialize":
+                self.answered_initialize.set()
             return
         self.send({"id": rid, "error": error})
 

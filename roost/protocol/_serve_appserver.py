@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ async def serve_app_server(
     host: dict | None = None,
     watch_config: tuple[Path, Callable[[], Any]] | None = None,
     mcp_servers: list[Any] | None = None,
+    open_store: Callable[[], Any] | None = None,
 ) -> None:
     """Start a runtime and serve one app-server session until end of input or ``shutdown``.
 
@@ -49,6 +50,7 @@ async def serve_app_server(
         mcp_servers: :class:`roost.plugins.McpServerConfig` items whose tools threads get (each
             connects in the background; a server that is down gives its calls a tool error);
             every status change is sent as ``mcp/status/updated``.
+        open_store: :func:`~roost.supervisor.open_runtime`'s (instead of ``db_path``).
 
     Background processes (``process/*``) run in a :class:`~roost.actors.ProcessManager` for the
     session's lifetime. On the way out, running turns are interrupted and persisted, and live
@@ -59,7 +61,11 @@ async def serve_app_server(
         async with (
             open_mcp_host(mcp_servers or (), wait=False) as mcp,
             open_runtime(
-                engine_for=engines.engine_for, tools=tools, db_path=db_path, node_kind="app-server"
+                engine_for=engines.engine_for,
+                tools=tools,
+                db_path=db_path,
+                node_kind="app-server",
+                open_store=open_store,
             ) as runtime,
         ):
             session = AppServerSession(runtime, engines=engines, host=host)
@@ -78,7 +84,8 @@ async def serve_app_server(
 
                         reloader = ConfigReloader(session, *watch_config)
                         await trio.to_thread.run_sync(reloader.prime)
-                        nursery.start_soon(reloader.run)
+                        # run() re-checks the file once its watcher is live: starting it late misses no edit
+                        nursery.start_soon(_after_initialize, session, reloader.run)
                     await serve_connection(runtime, session, receive, send)
                 finally:
                     with trio.CancelScope(shield=True):
@@ -88,6 +95,22 @@ async def serve_app_server(
     finally:
         with trio.CancelScope(shield=True):
             await engines.aclose()
+
+
+#: Seconds background start-up work waits for the first ``initialize`` answer before it starts anyway.
+_INITIALIZE_GRACE_S = 1.0
+
+
+async def _after_initialize(session: AppServerSession, work: Callable[[], Awaitable[None]]) -> None:
+    """Run ``work()`` once the first ``initialize`` response is written (or after
+    :data:`_INITIALIZE_GRACE_S` without one): start-up work a client does not wait for (the
+    configuration watcher's imports) stays off the way to that response."""
+    with trio.move_on_after(_INITIALIZE_GRACE_S):
+        await session.answered_initialize.wait()
+        while session.outbox.queued_bytes:  # let the writer take the response ...
+            await trio.sleep(0)
+        await trio.sleep(0)  # ... and write it
+    await work()
 
 
 async def serve_connection(

@@ -401,6 +401,7 @@ __all__ = [
 
 
 if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is opened
+    from ._backend import EarlyStore as EarlyStore
     from ._backend import open_backend as open_backend
     from ._pg_connect import DATABASE_URL_ENV as DATABASE_URL_ENV
     from ._pg_connect import redact_url as redact_url
@@ -413,6 +414,7 @@ if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is
 _LAZY.update(
     {
         "open_backend": "roost.storage._backend",
+        "EarlyStore": "roost.storage._backend",
         "DATABASE_URL_ENV": "roost.storage._pg_connect",
         "redact_url": "roost.storage._pg_connect",
         "migrate_pg": "roost.storage._pg_schema",
@@ -425,6 +427,7 @@ _LAZY.update(
 
 __all__ += [
     "open_backend",
+    "EarlyStore",
     "migrate_pg",
     "DATABASE_URL_ENV",
     "redact_url",
