@@ -16,6 +16,8 @@ from roost.actors._bus import NodeBus as NodeBus
 from roost.actors._bus import error_from_wire as error_from_wire
 from roost.actors._connection import CLOSE_NORMAL as CLOSE_NORMAL
 from roost.actors._connection import ConnectionActor as ConnectionActor
+from roost.actors._connection import InputEnded as InputEnded
+from roost.actors._connection import InputFrame as InputFrame
 from roost.actors._edit import RETRACTED as RETRACTED
 from roost.actors._edit import ImportHistory as ImportHistory
 from roost.actors._edit import RetractFrom as RetractFrom
@@ -55,6 +57,8 @@ __all__ = [
     "CLOSE_NORMAL",
     "Compact",
     "ConnectionActor",
+    "InputEnded",
+    "InputFrame",
     "Dequeue",
     "ImportHistory",
     "NodeBus",

@@ -81,6 +81,7 @@ class ConnectionActor(Actor):
         max_waiting_bytes: the frames waiting in the mailbox hold at most this many bytes
             (characters of a text line) together, beyond a single frame of any size (default
             1 MiB): a client sending huge lines has at most one waiting, whatever their count.
+        name: the actor's name (default ``connection:<n>``).
     """
 
     mailbox_size = 64
@@ -100,9 +101,10 @@ class ConnectionActor(Actor):
         read_only: bool = False,
         mailbox_size: int | None = None,
         max_waiting_bytes: int | None = None,
+        name: str | None = None,
     ) -> None:
         self.id = next(_ids)
-        super().__init__(name=f"connection:{self.id}", mailbox_size=mailbox_size)
+        super().__init__(name=name or f"connection:{self.id}", mailbox_size=mailbox_size)
         self._frames = frames
         self._stream = stream
         self.outbox = outbox

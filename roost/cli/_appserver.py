@@ -149,9 +149,11 @@ def app_server_command(
     --print-schema prints the schema (request params generated from the server's own parameter
     checks; results and notifications hand-written) and exits without serving.
 
-    Exit status: 0 after end of input, shutdown or SIGTERM (and after --print-schema); 2 for bad
-    options (cloud mode without its required options) or when the runtime cannot start (for
-    example, the state directory is not writable).
+    Exit status: 0 after end of input, shutdown or SIGTERM (and after --print-schema); 1 when the
+    stdio connection crashed (a bug: running turns are interrupted and saved, the reason is
+    logged and printed on stderr; the connection is not reopened); 2 for bad options (cloud mode
+    without its required options) or when the runtime cannot start (for example, the state
+    directory is not writable).
     """
     if print_schema:
         import json
@@ -179,18 +181,28 @@ def app_server_command(
     def resolve() -> Any:
         return engine_flags.resolve(**resolve_options)
 
+    crashed: list[BaseException] = []
+
     async def main() -> None:
-        await _serve_stdio(
-            engines=engines,
-            host=host,
-            watch_config=(config_path, resolve),
-            mcp_servers=mcp_servers,
-            open_store=early_store,
-        )
+        from roost.protocol import StdioConnectionCrashed
+
+        try:
+            await _serve_stdio(
+                engines=engines,
+                host=host,
+                watch_config=(config_path, resolve),
+                mcp_servers=mcp_servers,
+                open_store=early_store,
+            )
+        except* StdioConnectionCrashed as group:  # logged where it happened; the runtime has stopped
+            crashed.extend(group.exceptions)
 
     from roost.cli._runner import run_main
 
     run_main(main, command="app-server")
+    if crashed:
+        click.echo(f"roost app-server: error: {crashed[0]}; exiting", err=True)
+        sys.exit(1)
 
 
 async def _serve_stdio(**serve_options: Any) -> None:
