@@ -181,20 +181,26 @@ def app_server_command(
     def resolve() -> Any:
         return engine_flags.resolve(**resolve_options)
 
+    _run_app_server(
+        engines=engines,
+        host=host,
+        watch_config=(config_path, resolve),
+        mcp_servers=mcp_servers,
+        open_store=early_store,
+    )
+
+
+def _run_app_server(**serve_options: Any) -> None:
+    """Run :func:`_serve_stdio` to its end; exit 1 (with the reason on stderr) when the stdio
+    connection crashed, after the runtime has stopped."""
     crashed: list[BaseException] = []
 
     async def main() -> None:
         from roost.protocol import StdioConnectionCrashed
 
         try:
-            await _serve_stdio(
-                engines=engines,
-                host=host,
-                watch_config=(config_path, resolve),
-                mcp_servers=mcp_servers,
-                open_store=early_store,
-            )
-        except* StdioConnectionCrashed as group:  # logged where it happened; the runtime has stopped
+            await _serve_stdio(**serve_options)
+        except* StdioConnectionCrashed as group:  # logged where it happened
             crashed.extend(group.exceptions)
 
     from roost.cli._runner import run_main

@@ -234,6 +234,25 @@ class AppServerSession:
 
     # -- serving (the frames of :class:`~roost.protocol._as_connection.StdioConnection`) ----------
 
+    def serve_in(self, nursery: trio.Nursery) -> None:
+        """Run request tasks and the session's background work in ``nursery`` from now on."""
+        self.nursery = self._requests = nursery
+
+    async def handle_frame(self, frame: Any) -> None:
+        """Take one input frame (a request, a reverse-request reply, or a framing error): answer
+        it at once, or start its request task (waiting while ``MAX_IN_FLIGHT`` run, or, for
+        ``initialize`` and ``shutdown``, until every earlier request finished)."""
+        await self._on_frame(frame)
+
+    async def wait_idle(self) -> None:
+        """Wait until no request task is running."""
+        await self._idle.wait()
+
+    async def interrupt_all(self) -> None:
+        """Interrupt every running turn and wait (at most 15 s) for them to persist; then mark the
+        session closed."""
+        await self._interrupt_all()
+
     async def _on_frame(self, frame: Any) -> None:
         if isinstance(frame, FrameError):
             self.send({"id": None, "error": {"code": "parse_error", "message": frame.message}})

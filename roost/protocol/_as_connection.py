@@ -4,7 +4,7 @@ A :class:`~roost.actors.ConnectionActor` whose mailbox holds the request lines r
 its reader task decodes lines (the one sans-IO :class:`~roost.protocol._framing.LineDecoder`) and
 waits while 64 frames, or 1 MiB of waiting frames beyond a single one, are queued, so a client that
 floods stdin is slowed at the pipe. Each frame is handed, in arrival order, to the session's
-dispatcher (:meth:`AppServerSession._on_frame`), which answers at once or starts a request task in
+dispatcher (:meth:`AppServerSession.handle_frame`), which answers at once or starts a request task in
 the actor's nursery (at most ``MAX_IN_FLIGHT`` at once). The outbox writer writes to stdout.
 
 It runs as the temporary child ``connection:stdio`` of the app-server's ``connections``
@@ -93,7 +93,7 @@ class StdioConnection(ConnectionActor):
         self._settled = False  # the running turns were interrupted and persisted
 
     async def on_start(self) -> None:
-        self.session.nursery = self.session._requests = self.nursery
+        self.session.serve_in(self.nursery)
         self.nursery.start_soon(self._write)
         self.nursery.start_soon(self._read)
         self.nursery.start_soon(self._watch_closed)
@@ -105,7 +105,7 @@ class StdioConnection(ConnectionActor):
             if self._ending:
                 return
             fault_point("connection")  # test-only: crash before a line is handled
-            await self.session._on_frame(message.frame)
+            await self.session.handle_frame(message.frame)
             if self.session.shutdown_requested:
                 await self._end_input("shutdown")
         elif isinstance(message, InputEnded):
@@ -120,9 +120,9 @@ class StdioConnection(ConnectionActor):
         self._ending = True
         if self._reader_scope is not None:
             self._reader_scope.cancel()
-        await self.session._idle.wait()
+        await self.session.wait_idle()
         with trio.CancelScope(shield=True):
-            await self.session._interrupt_all()
+            await self.session.interrupt_all()
         self._settled = True
         self._end_normally(reason)
         self.session.closed.set()
@@ -153,7 +153,7 @@ class StdioConnection(ConnectionActor):
         """Interrupt and persist the running turns unless end of input did (shielded and bounded by
         :attr:`stop_timeout`), also after a crash; then close the session."""
         if not self._settled:
-            await self.session._interrupt_all()
+            await self.session.interrupt_all()
         self.session.closed.set()
         self.outbox.close()
 
