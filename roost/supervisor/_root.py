@@ -83,7 +83,8 @@ async def open_runtime(
 
     Start-up reconciliation closes what a dead process left open (running turns -> interrupted,
     workers -> interrupted, its leases released, also unexpired leases of a dead process of this
-    host) before any request is served.
+    host) before any request is served. Root threads with queued worker spawns are loaded (so those
+    start) in the background.
 
     Args:
         engine_for: ``engine_for(thread) -> Engine``.
@@ -126,7 +127,9 @@ async def open_runtime(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(root.run)
-            await _resume_worker_trees(runtime)
+            # Not on the way to the first request: a request for one of those threads loads it
+            # itself (the registry loads a thread once).
+            nursery.start_soon(_resume_worker_trees, runtime)
             try:
                 yield runtime
             finally:
