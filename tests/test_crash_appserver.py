@@ -210,3 +210,57 @@ async def test_fault_env_crash_of_the_real_app_servers_connection_exits_1_and_ke
         stored = next(t for t in snap["turns"] if t["id"] == turn["id"])
         assert stored["status"] == "interrupted", stored
         assert roost_argv()  # the same entry point both times
+
+
+class _BlockedSession:
+    """Just enough of AppServerSession for StdioConnection: its handler waits for ``gate``."""
+
+    def __init__(self) -> None:
+        from roost.protocol._outbox import Outbox
+
+        self.outbox = Outbox()
+        self.closed = trio.Event()
+        self.gate = trio.Event()
+        self.shutdown_requested = False
+        self.handled: list[Any] = []
+
+    def serve_in(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+
+    async def handle_frame(self, frame: Any) -> None:
+        await self.gate.wait()
+        self.handled.append(frame)
+
+    async def wait_idle(self) -> None:
+        pass
+
+    async def interrupt_all(self) -> None:
+        self.closed.set()
+
+
+async def test_the_stdio_mailbox_is_bounded_in_request_bytes() -> None:
+    """Request lines of 300 KiB while the handler is blocked: the reader stops taking them once
+    1 MiB of them wait (beyond one), however few frames that is; all are handled once released."""
+    from roost.protocol._as_connection import StdioConnection
+
+    near, far = trio.testing.memory_stream_pair()
+    session = _BlockedSession()
+    conn = StdioConnection(session, far, far)
+    line = json.dumps({"id": 1, "method": "x", "params": {"pad": "p" * 300_000}}).encode() + b"\n"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(conn.run)
+
+        async def send_all() -> None:
+            for _ in range(10):
+                await near.send_all(line)
+            await near.send_stream.aclose()
+
+        nursery.start_soon(send_all)
+        await trio.testing.wait_all_tasks_blocked()
+        # one frame in the handler, at most 1 MiB (3 lines) plus one beyond it waiting
+        assert 1 <= conn.ref.queued <= 4, conn.ref.queued
+        session.gate.set()
+        with trio.fail_after(TIMEOUT):
+            while conn.ended_normally is False:
+                await trio.sleep(0.01)
+    assert len(session.handled) == 10 and conn.end_reason == "end of input"

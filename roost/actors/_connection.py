@@ -67,7 +67,9 @@ class ConnectionActor(Actor):
     """One client connection, an actor whose mailbox holds its input frames.
 
     Args:
-        frames: the client's input frames (an async iterator; its "closed" errors end input).
+        frames: the client's input frames (an async iterator; its "closed" errors end input). A
+            frame that is a ``str`` or ``bytes`` counts its length in the byte budget; an
+            :class:`InputFrame` its ``size`` (a transport that decodes lines knows their length).
         stream: the byte ``SendStream`` the outbox writer writes to.
         outbox: a bounded outbox (``deliver(line)``, ``close()``, ``run_writer(stream)``) whose
             overflow callback the creator wires to :meth:`kick`.
@@ -198,7 +200,10 @@ class ConnectionActor(Actor):
                 async for frame in self._frames:
                     if self.closing:
                         return
-                    size = len(frame) if isinstance(frame, (str, bytes)) else 0
+                    if isinstance(frame, InputFrame):  # sized by the transport
+                        frame, size = frame.frame, frame.size
+                    else:
+                        size = len(frame) if isinstance(frame, (str, bytes)) else 0
                     while self._waiting_bytes and self._waiting_bytes + size > self.max_waiting_bytes:
                         self._drained = trio.Event()
                         await self._drained.wait()

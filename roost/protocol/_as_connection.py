@@ -2,7 +2,7 @@
 
 A :class:`~roost.actors.ConnectionActor` whose mailbox holds the request lines read from stdin:
 its reader task decodes lines (the one sans-IO :class:`~roost.protocol._framing.LineDecoder`) and
-waits while 64 frames, or 1 MiB of waiting frames beyond a single one, are queued, so a client that
+waits while 64 frames, or frames of 1 MiB of request lines beyond a single one, are queued, so a client that
 floods stdin is slowed at the pipe. Each frame is handed, in arrival order, to the session's
 dispatcher (:meth:`AppServerSession.handle_frame`), which answers at once or starts a request task in
 the actor's nursery (at most ``MAX_IN_FLIGHT`` at once). The outbox writer writes to stdout.
@@ -24,13 +24,14 @@ supervisor. Its ends:
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
 
 from roost._faults import fault_point
 from roost.actors import ConnectionActor, InputEnded, InputFrame
-from roost.protocol._framing import LineDecoder, line_limit, read_frames
+from roost.protocol._framing import LineDecoder, line_limit
 
 __all__ = ["StdioConnection", "StdioConnectionCrashed", "STDIO_CHILD"]
 
@@ -77,7 +78,7 @@ class StdioConnection(ConnectionActor):
             """stdout is the process's; it is left open (logs and a last line may follow)."""
 
         super().__init__(
-            frames=read_frames(receive, LineDecoder(max_line_bytes=line_limit())),
+            frames=_sized_frames(receive, LineDecoder(max_line_bytes=line_limit())),
             stream=send,
             outbox=session.outbox,
             handle_line=_unused,
@@ -156,6 +157,22 @@ class StdioConnection(ConnectionActor):
             await self.session.interrupt_all()
         self.session.closed.set()
         self.outbox.close()
+
+
+#: The most bytes asked of each read of stdin.
+_RECEIVE_BYTES = 64 * 1024
+
+
+async def _sized_frames(receive: trio.abc.ReceiveStream, decoder: LineDecoder) -> AsyncIterator[InputFrame]:
+    """The decoded frames of ``receive``, each with the byte length of its line (the mailbox's
+    byte budget counts what the request lines weighed), until end of input."""
+    while True:
+        data = await receive.receive_some(_RECEIVE_BYTES)
+        frames = decoder.feed(data) if data else decoder.finish()
+        for frame, size in zip(frames, decoder.last_sizes, strict=True):
+            yield InputFrame(frame, size)
+        if not data:
+            return
 
 
 async def _unused(conn: ConnectionActor, frame: Any) -> None:  # pragma: no cover - handle() is overridden
