@@ -5,6 +5,12 @@ the store), alternating so that machine load hits both alike:
 
 * ``roost app-server``: wall time from ``spawn`` to the ``initialize`` response line on stdout
   (the request is written at once; the server reads it when it is ready). Goal: p50 < 250 ms.
+* ``roost app-server`` as the side-by-side harness spawns it (``/work/shared/peers``,
+  ``roost_backend.py``): a fresh ``ROOST_HOME`` for every run (so the store is created and
+  migrated each time) and ``--provider openai-responses --base-url URL --model mock-model
+  --api-key-env MOCK_KEY`` (the URL is never contacted before a turn); figures
+  ``app_server_fresh_home_initialize_*``, and ``app_server_fresh_home_cpu_ms_to_initialize_p50``:
+  the server's CPU (every thread, ``/proc``, 10 ms ticks) when its response arrived.
 * ``roost sessions --json``: wall time from ``spawn`` to exit, with its one envelope line checked.
   Goal: p50 < 200 ms.
 
@@ -53,20 +59,41 @@ def _wait_cpu(proc: subprocess.Popen) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def spawn_app_server(roost: str, env: dict[str, str]) -> tuple[float, float]:
-    """Spawn ``roost app-server``, send ``initialize`` and return (seconds to the response, CPU s).
+#: The harness's ``roost app-server`` options (``/work/shared/peers/roost_backend.py``).
+HARNESS_ARGS = ("--provider", "openai-responses", "--base-url", "http://127.0.0.1:9/v1", "--model", "mock-model",
+                "--api-key-env", "MOCK_KEY")
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process ``pid`` used so far (``/proc/PID/stat``,
+    clock ticks: 10 ms resolution); NaN when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def spawn_app_server(roost: str, env: dict[str, str], args: tuple[str, ...] = (),
+                     to_initialize: list[float] | None = None) -> tuple[float, float]:
+    """Spawn ``roost app-server ARGS``, send ``initialize`` and return (seconds to the response, CPU s).
+
+    ``to_initialize``, when given, gets the CPU seconds the server had used when its response
+    arrived (less sensitive to a loaded machine than wall time).
 
     Raises:
         RuntimeError: the first line is not the ``initialize`` response.
     """
     start = time.perf_counter()
-    proc = subprocess.Popen([roost, "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([roost, "app-server", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(_INITIALIZE)
     proc.stdin.flush()
     line = proc.stdout.readline()
     elapsed = time.perf_counter() - start
+    if to_initialize is not None:
+        to_initialize.append(_proc_cpu(proc.pid))
     proc.stdin.close()
     proc.stdout.read()
     cpu = _wait_cpu(proc)
@@ -167,14 +194,22 @@ def main() -> None:
         spawn_sessions(args.roost, env)   # warm-up: creates the store, warms the page cache
         spawn_app_server(args.roost, env)
         app: list[tuple[float, float]] = []
+        fresh: list[tuple[float, float]] = []
+        fresh_cpu: list[float] = []
         sessions: list[tuple[float, float]] = []
         for i in range(args.runs):
             app.append(spawn_app_server(args.roost, env))
+            home = tmp / f"fresh-{i}"
+            fresh.append(spawn_app_server(args.roost, {**env, "ROOST_HOME": str(home), "MOCK_KEY": "mock"},
+                                          HARNESS_ARGS, fresh_cpu))
+            shutil.rmtree(home, ignore_errors=True)
             sessions.append(spawn_sessions(args.roost, env))
-            print(f"run {i + 1}/{args.runs}: app-server {app[-1][0] * 1000:.0f} ms, "
-                  f"sessions {sessions[-1][0] * 1000:.0f} ms", file=sys.stderr)
+            print(f"run {i + 1}/{args.runs}: app-server {app[-1][0] * 1000:.0f} ms, fresh home "
+                  f"{fresh[-1][0] * 1000:.0f} ms, sessions {sessions[-1][0] * 1000:.0f} ms", file=sys.stderr)
         figures: dict[str, Any] = {"runs": args.runs, "roost_bytecode": state, "pythonpath": args.pythonpath}
         figures.update(_figures("app_server_initialize", app))
+        figures.update(_figures("app_server_fresh_home_initialize", fresh))
+        figures["app_server_fresh_home_cpu_ms_to_initialize_p50"] = round(statistics.median(fresh_cpu) * 1000, 1)
         figures.update(_figures("sessions_json", sessions))
         figures.update(loadavg_1m_start=round(load_start, 2), loadavg_1m_end=round(_loadavg(), 2))
         emit(figures)

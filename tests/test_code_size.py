@@ -31,8 +31,6 @@ FUNCTION_EXEMPTIONS: dict[str, tuple[int, str]] = {
 #: xnode: cross-node delivery): split once they are merged, so the merge stays mechanical.
 IN_FLUX_MODULES: dict[str, tuple[int, str]] = {}
 IN_FLUX_FUNCTIONS: dict[str, tuple[int, str]] = {
-    "actors/_thread_inputs.py:steer": (90, "xnode (not merged yet) splits it (_steer_starts_turn, _steer_active)"),
-    "supervisor/_root.py:open_runtime": (100, "xnode (not merged yet) adds the node bus child here"),
     "actors/_taskqueue.py:dispatch": (86, "s22-a2a adds task_id/thread_id (A2A contexts); the s22 queue split shortens it"),
 }
 

@@ -160,15 +160,16 @@ async def test_waiting_frames_are_bounded_in_bytes_too() -> None:
 async def test_the_app_servers_stdio_client_is_a_supervised_connection(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``roost app-server``'s one client runs as the root's temporary child ``connection:stdio``:
-    it answers requests there, and a crash of that child ends the session (logged, not restarted)."""
+    """``roost app-server``'s one client is the actor StdioConnection, the temporary child
+    ``connection:stdio`` of the root's ``connections`` supervisor: it answers requests there, and a
+    crash of that child ends the session (logged, not restarted, StdioConnectionCrashed raised)."""
     import json
     import logging
 
     from roost.engines import ProviderSettings
     from roost.protocol._appserver import AppServerSession
     from roost.protocol._engines import EngineCatalog
-    from roost.protocol._serve_appserver import serve_connection
+    from roost.protocol._serve_appserver import StdioConnectionCrashed, serve_connection
     from roost.supervisor import open_runtime
     from roost.tools import builtin_tools
 
@@ -179,20 +180,29 @@ async def test_the_app_servers_stdio_client_is_a_supervised_connection(
     client, server = trio.testing.memory_stream_pair()
     async with open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), db_path=tmp_path / "r.db") as rt:
         session = AppServerSession(rt, engines=engines)
+        crashed: list[Exception] = []
+
+        async def serve() -> None:
+            try:
+                await serve_connection(rt, session, server, server)
+            except StdioConnectionCrashed as exc:
+                crashed.append(exc)
+
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve_connection, rt, session, server, server)
+            nursery.start_soon(serve)
             await client.send_all(b'{"id": 1, "method": "initialize", "params": {}}\n')
             with trio.fail_after(scaled(10)):
                 reply = b""
                 while b"\n" not in reply:
                     reply += await client.receive_some()
             assert json.loads(reply.split(b"\n")[0])["result"]["status"] == "ready"
-            kids = {c.id: c for c in rt.root.which_children()}
+            connections = {c.id: c for c in rt.root.which_children()}["connections"].value
+            kids = {c.id: c for c in connections.which_children()}
             assert kids["connection:stdio"].state == "running"
-            rt.root.inject_fault("connection:stdio")
-        with trio.fail_after(scaled(10)):  # the supervisor forgets the ended temporary child
-            while "connection:stdio" in {c.id for c in rt.root.which_children()}:
-                await trio.sleep(0.01)
+            assert kids["connection:stdio"].value.name == "connection:stdio"  # the actor's Ref
+            rt.root.inject_fault("connections/connection:stdio")
+        assert "stopped by its supervisor" in str(crashed[0])
+        assert "connections" not in {c.id for c in rt.root.which_children()}
     await engines.aclose()
     ended = [r.getMessage() for r in caplog.records if "connection:stdio" in r.getMessage()]
     assert any("not restarted" in m for m in ended), ended

@@ -43,10 +43,10 @@ def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
     return [n for n in names if n in modules]
 
 
-def test_sessions_json_imports_neither_trio_nor_sqlite_utils_on_a_current_store(tmp_path: Path) -> None:
+def test_sessions_json_imports_neither_trio_nor_sqlite_utils(tmp_path: Path) -> None:
     first, modules = _run(tmp_path, ["sessions", "--json"])  # creates and migrates the store
     assert first == b'{"protocolVersion":1,"items":[]}\n'
-    assert "sqlite_utils" in modules  # the first open migrates, with sqlite-utils
+    assert "sqlite_utils" not in modules  # a fresh store is migrated by plain SQL
     again, modules = _run(tmp_path, ["sessions", "--json"])
     assert again == first
     assert _loaded(modules, ("trio", *_NEVER_AT_START, "yaml")) == []
@@ -86,3 +86,51 @@ def test_lazy_exports_resolve_to_the_public_module() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=scaled(60), check=False)
     assert proc.returncode == 0, proc.stderr.decode()
+
+
+#: Like ``_RUNNER``, and also writes the module names to OUT + ".initialize" the moment the first
+#: ``initialize`` response is queued (nothing has run since: no checkpoint between the two).
+_AT_INITIALIZE = """
+import atexit, sys
+out, argv = sys.argv[1], sys.argv[2:]
+atexit.register(lambda: open(out, "w").write("\\n".join(sorted(sys.modules))))
+import roost.protocol._appserver as appserver
+handle = appserver.AppServerSession._handle
+async def _handle(self, rid, name, handler, params):
+    await handle(self, rid, name, handler, params)
+    if name == "initialize":
+        open(out + ".initialize", "w").write("\\n".join(sorted(sys.modules)))
+appserver.AppServerSession._handle = _handle
+sys.argv = ["roost", *argv]
+from roost.cli import main
+main()
+"""
+
+#: What ``roost app-server`` loads only once a turn (or a later request) needs it.
+_NOT_BEFORE_A_TURN = (*_NEVER_AT_START, "yaml", "cattrs", "roost.engines._http", "roost.actors._taskqueue",
+                      "roost.actors._objectives", "roost.actors._scheduler")
+
+
+def test_app_server_on_a_fresh_home_loads_no_engine_store_tool_or_watcher_before_initialize(tmp_path: Path) -> None:
+    """As the side-by-side harness starts it (/work/shared/peers: a fresh ROOST_HOME, the OpenAI
+    Responses provider on a local URL never contacted): the first store is migrated without
+    sqlite-utils; the configuration watcher (watchfiles, anyio) loads only after the
+    ``initialize`` response; the engine (httpx) is still not loaded after ``thread/start``."""
+    out = tmp_path / "modules.txt"
+    home = tmp_path / "fresh-home"
+    requests = _INITIALIZE + b'{"id":2,"method":"thread/start","params":{}}\n'
+    argv = ["app-server", "--provider", "openai-responses", "--base-url", "http://127.0.0.1:9/v1",
+            "--model", "mock-model", "--api-key-env", "MOCK_KEY"]
+    proc = subprocess.run([sys.executable, "-c", _AT_INITIALIZE, str(out), *argv], input=requests,
+                          capture_output=True, env=subprocess_env(ROOST_HOME=str(home), MOCK_KEY="k"),
+                          timeout=scaled(60), check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = proc.stdout.split(b"\n")
+    assert lines[0].startswith(b'{"id":1,"result":{"protocol_version":"wuu-app-server/v0.1","status":"ready"')
+    assert any(line.startswith(b'{"id":2,"result":{"thread":') for line in lines), lines
+    at_initialize = set(Path(f"{out}.initialize").read_text().split("\n"))
+    assert "roost.supervisor._root" in at_initialize and (home / "roost.db").exists()
+    assert _loaded(at_initialize, (*_NOT_BEFORE_A_TURN, "watchfiles", "anyio")) == []
+    at_exit = set(out.read_text().split("\n"))
+    assert "watchfiles" in at_exit  # the watcher did start, after the response
+    assert _loaded(at_exit, _NOT_BEFORE_A_TURN) == []

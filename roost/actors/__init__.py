@@ -16,6 +16,8 @@ from roost.actors._bus import NodeBus as NodeBus
 from roost.actors._bus import error_from_wire as error_from_wire
 from roost.actors._connection import CLOSE_NORMAL as CLOSE_NORMAL
 from roost.actors._connection import ConnectionActor as ConnectionActor
+from roost.actors._connection import InputEnded as InputEnded
+from roost.actors._connection import InputFrame as InputFrame
 from roost.actors._edit import RETRACTED as RETRACTED
 from roost.actors._edit import ImportHistory as ImportHistory
 from roost.actors._edit import RetractFrom as RetractFrom
@@ -40,12 +42,9 @@ from roost.actors._messages import Unsteer as Unsteer
 from roost.actors._messages import Unsubscribe as Unsubscribe
 from roost.actors._messages import UpdateQueued as UpdateQueued
 from roost.actors._messages import UpdateThread as UpdateThread
-from roost.actors._objectives import ObjectiveRunner as ObjectiveRunner
 from roost.actors._registry import ThreadRegistry as ThreadRegistry
 from roost.actors._remote import ThreadRemote as ThreadRemote
 from roost.actors._services import Services as Services
-from roost.actors._taskqueue import QueuedTask as QueuedTask
-from roost.actors._taskqueue import TaskQueue as TaskQueue
 from roost.actors._thread_facts import ThreadFacts as ThreadFacts
 from roost.actors._turn_host import STOP_MESSAGES as STOP_MESSAGES
 from roost.actors._views import thread_view as thread_view
@@ -58,6 +57,8 @@ __all__ = [
     "CLOSE_NORMAL",
     "Compact",
     "ConnectionActor",
+    "InputEnded",
+    "InputFrame",
     "Dequeue",
     "ImportHistory",
     "NodeBus",
@@ -102,12 +103,22 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from roost.actors._objectives import ObjectiveRunner as ObjectiveRunner
     from roost.actors._scheduler import Scheduler as Scheduler
     from roost.actors._scheduler import TaskOutcomes as TaskOutcomes
+    from roost.actors._taskqueue import QueuedTask as QueuedTask
+    from roost.actors._taskqueue import TaskQueue as TaskQueue
 
 #: The scheduler imports the cron parser (croniter, dateutil): loaded on first access (PEP 562), so
-#: the app-server, which never fires schedules, does not pay for it at start-up (issue 19).
-_LAZY = {"Scheduler": "roost.actors._scheduler", "TaskOutcomes": "roost.actors._scheduler"}
+#: the app-server, which never fires schedules, does not pay for it at start-up (issue 19). The
+#: daemon's task queue and objective runner are ``roost serve``'s alone: loaded the same way.
+_LAZY = {
+    "Scheduler": "roost.actors._scheduler",
+    "TaskOutcomes": "roost.actors._scheduler",
+    "TaskQueue": "roost.actors._taskqueue",
+    "QueuedTask": "roost.actors._taskqueue",
+    "ObjectiveRunner": "roost.actors._objectives",
+}
 
 
 def _fix_module_metadata(names: list[str]) -> None:

@@ -67,7 +67,9 @@ class ConnectionActor(Actor):
     """One client connection, an actor whose mailbox holds its input frames.
 
     Args:
-        frames: the client's input frames (an async iterator; its "closed" errors end input).
+        frames: the client's input frames (an async iterator; its "closed" errors end input). A
+            frame that is a ``str`` or ``bytes`` counts its length in the byte budget; an
+            :class:`InputFrame` its ``size`` (a transport that decodes lines knows their length).
         stream: the byte ``SendStream`` the outbox writer writes to.
         outbox: a bounded outbox (``deliver(line)``, ``close()``, ``run_writer(stream)``) whose
             overflow callback the creator wires to :meth:`kick`.
@@ -81,6 +83,7 @@ class ConnectionActor(Actor):
         max_waiting_bytes: the frames waiting in the mailbox hold at most this many bytes
             (characters of a text line) together, beyond a single frame of any size (default
             1 MiB): a client sending huge lines has at most one waiting, whatever their count.
+        name: the actor's name (default ``connection:<n>``).
     """
 
     mailbox_size = 64
@@ -100,9 +103,10 @@ class ConnectionActor(Actor):
         read_only: bool = False,
         mailbox_size: int | None = None,
         max_waiting_bytes: int | None = None,
+        name: str | None = None,
     ) -> None:
         self.id = next(_ids)
-        super().__init__(name=f"connection:{self.id}", mailbox_size=mailbox_size)
+        super().__init__(name=name or f"connection:{self.id}", mailbox_size=mailbox_size)
         self._frames = frames
         self._stream = stream
         self.outbox = outbox
@@ -196,7 +200,10 @@ class ConnectionActor(Actor):
                 async for frame in self._frames:
                     if self.closing:
                         return
-                    size = len(frame) if isinstance(frame, (str, bytes)) else 0
+                    if isinstance(frame, InputFrame):  # sized by the transport
+                        frame, size = frame.frame, frame.size
+                    else:
+                        size = len(frame) if isinstance(frame, (str, bytes)) else 0
                     while self._waiting_bytes and self._waiting_bytes + size > self.max_waiting_bytes:
                         self._drained = trio.Event()
                         await self._drained.wait()

@@ -149,9 +149,11 @@ def app_server_command(
     --print-schema prints the schema (request params generated from the server's own parameter
     checks; results and notifications hand-written) and exits without serving.
 
-    Exit status: 0 after end of input, shutdown or SIGTERM (and after --print-schema); 2 for bad
-    options (cloud mode without its required options) or when the runtime cannot start (for
-    example, the state directory is not writable).
+    Exit status: 0 after end of input, shutdown or SIGTERM (and after --print-schema); 1 when the
+    stdio connection crashed (a bug: running turns are interrupted and saved, the reason is
+    logged and printed on stderr; the connection is not reopened); 2 for bad options (cloud mode
+    without its required options) or when the runtime cannot start (for example, the state
+    directory is not writable).
     """
     if print_schema:
         import json
@@ -171,17 +173,42 @@ def app_server_command(
         mcp_servers = configured_mcp_servers(config_path)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    from roost.storage import EarlyStore
+
+    early_store = EarlyStore()  # opens (on a fresh home: migrates) while the protocol modules load
     engines = _engines(engine_flags, resolve_options=resolve_options)
 
     def resolve() -> Any:
         return engine_flags.resolve(**resolve_options)
 
+    _run_app_server(
+        engines=engines,
+        host=host,
+        watch_config=(config_path, resolve),
+        mcp_servers=mcp_servers,
+        open_store=early_store,
+    )
+
+
+def _run_app_server(**serve_options: Any) -> None:
+    """Run :func:`_serve_stdio` to its end; exit 1 (with the reason on stderr) when the stdio
+    connection crashed, after the runtime has stopped."""
+    crashed: list[BaseException] = []
+
     async def main() -> None:
-        await _serve_stdio(engines=engines, host=host, watch_config=(config_path, resolve), mcp_servers=mcp_servers)
+        from roost.protocol import StdioConnectionCrashed
+
+        try:
+            await _serve_stdio(**serve_options)
+        except* StdioConnectionCrashed as group:  # logged where it happened
+            crashed.extend(group.exceptions)
 
     from roost.cli._runner import run_main
 
     run_main(main, command="app-server")
+    if crashed:
+        click.echo(f"roost app-server: error: {crashed[0]}; exiting", err=True)
+        sys.exit(1)
 
 
 async def _serve_stdio(**serve_options: Any) -> None:

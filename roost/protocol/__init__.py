@@ -13,6 +13,7 @@ from roost._lazy import attach as _attach
 
 if TYPE_CHECKING:
     from roost.protocol._a2a_host import install_a2a as install_a2a
+    from roost.protocol._as_connection import StdioConnectionCrashed as StdioConnectionCrashed
     from roost.protocol._as_schema import app_server_schema as app_server_schema
     from roost.protocol._bridge import failed_result as failed_result
     from roost.protocol._bridge import run_bridge as run_bridge
@@ -91,6 +92,7 @@ _LAZY = {
     "serve_repl": "roost.protocol._repl_serve",
     "questions_enabled": "roost.protocol._repl_prompts",
     "serve_app_server": "roost.protocol._serve_appserver",
+    "StdioConnectionCrashed": "roost.protocol._as_connection",
     "ServeAuth": "roost.protocol._serve_auth",
     "parse_client_id": "roost.protocol._serve_auth",
     "DaemonRunning": "roost.protocol._serve_daemon",

@@ -36,7 +36,7 @@ from roost.errors import (
 )
 from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
 from roost.protocol._errors import to_protocol_error, wire_error
-from roost.protocol._framing import FrameError, LineDecoder, read_frames
+from roost.protocol._framing import FrameError
 from roost.protocol._outbox import Outbox
 
 __all__ = ["AppServerSession", "method", "immediate", "PROTOCOL_VERSION", "METHODS", "IMMEDIATE"]
@@ -119,6 +119,8 @@ class AppServerSession:
         self.subscribed: set[str] = set()
         self.shutdown_requested = False
         self.closed = trio.Event()
+        #: set once the first ``initialize`` response is queued
+        self.answered_initialize = trio.Event()
         self.nursery: trio.Nursery | None = None
         self.client_name = "client"
         self._chains: dict[str | None, trio.Event] = {}  # ordering key -> done event of its latest request
@@ -230,48 +232,26 @@ class AppServerSession:
         result = reply.get("result") if isinstance(reply, dict) else None
         return bool(isinstance(result, dict) and result.get("approved") is True)
 
-    # -- serving --------------------------------------------------------------------------------
+    # -- serving (the frames of :class:`~roost.protocol._as_connection.StdioConnection`) ----------
 
-    async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
-        """Serve until end of input (or ``shutdown``), then interrupt running turns and return."""
-        async with trio.open_nursery() as nursery:
-            self.nursery = nursery
-            nursery.start_soon(self._write, send, nursery)
-            try:
-                await self._read(receive)
-            finally:
-                with trio.CancelScope(shield=True):
-                    await self._interrupt_all()  # sets self.closed once the turns have settled
-                self.closed.set()
-                self.outbox.close()
+    def serve_in(self, nursery: trio.Nursery) -> None:
+        """Run request tasks and the session's background work in ``nursery`` from now on."""
+        self.nursery = self._requests = nursery
 
-    async def _write(self, send: trio.abc.SendStream, nursery: trio.Nursery) -> None:
-        try:
-            await self.outbox.run_writer(send)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            log.info("client went away")
-            self.closed.set()
-            nursery.cancel_scope.cancel()
+    async def handle_frame(self, frame: Any) -> None:
+        """Take one input frame (a request, a reverse-request reply, or a framing error): answer
+        it at once, or start its request task (waiting while ``MAX_IN_FLIGHT`` run, or, for
+        ``initialize`` and ``shutdown``, until every earlier request finished)."""
+        await self._on_frame(frame)
 
-    async def _read(self, receive: trio.abc.ReceiveStream) -> None:
-        decoder = LineDecoder(max_line_bytes=max_line_bytes())
-        async with trio.open_nursery() as watcher:
+    async def wait_idle(self) -> None:
+        """Wait until no request task is running."""
+        await self._idle.wait()
 
-            async def stop_on_close() -> None:
-                await self.closed.wait()
-                watcher.cancel_scope.cancel()
-
-            watcher.start_soon(stop_on_close)
-            self._requests = watcher
-            try:
-                async for frame in read_frames(receive, decoder):
-                    await self._on_frame(frame)
-                    if self.shutdown_requested:
-                        break
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            await self._idle.wait()  # end of input: let the requests already read finish
-            watcher.cancel_scope.cancel()
+    async def interrupt_all(self) -> None:
+        """Interrupt every running turn and wait (at most 15 s) for them to persist; then mark the
+        session closed."""
+        await self._interrupt_all()
 
     async def _on_frame(self, frame: Any) -> None:
         if isinstance(frame, FrameError):
@@ -376,6 +356,8 @@ class AppServerSession:
         else:
             if rid is not None:
                 self.send({"id": rid, "result": result})
+            if name == "initialize":
+                self.answered_initialize.set()
             return
         self.send({"id": rid, "error": error})
 

@@ -24,14 +24,16 @@ import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
-import watchfiles
 
 from roost.config import parse_config
 from roost.engines import ProviderSettings
 from roost.errors import ConfigError, InvalidParams
+
+if TYPE_CHECKING:
+    import watchfiles
 
 __all__ = ["ConfigReloader"]
 
@@ -131,6 +133,8 @@ class ConfigReloader:
         The first (possibly empty) batch, yielded once the watcher is live, re-checks the document,
         so an edit made between :meth:`prime` and the watcher's start is not missed.
         """
+        import watchfiles  # with anyio, tens of milliseconds: not on the way to ``initialize``
+
         name = self.path.name
 
         def only_the_file(change: watchfiles.Change, changed: str) -> bool:

@@ -57,6 +57,8 @@ DEFAULT_MAX_LINE_BYTES = 64 * 2**20
 
 #: Default size in bytes of each ``receive_some`` call made by :func:`read_frames`.
 _RECEIVE_BYTES = 64 * 1024
+#: What :meth:`LineDecoder._decode` returns for a blank line (no frame).
+_BLANK: Any = object()
 
 
 @attrs.frozen
@@ -96,11 +98,16 @@ class LineDecoder:
         strict_utf8: text mode only: a line that is not valid UTF-8 is a :class:`FrameError`
             instead of being decoded with replacement characters.
 
+    Attributes:
+        last_sizes: the byte length of the line behind each frame the last :meth:`feed` or
+            :meth:`finish` returned (0 for a partial line dropped as oversized), for callers that
+            bound the memory of frames they hold.
+
     Raises:
         ValueError: ``max_line_bytes`` is not positive.
     """
 
-    __slots__ = ("_buf", "_discarding", "_max", "_parse", "_strict")
+    __slots__ = ("_buf", "_discarding", "_max", "_parse", "_strict", "last_sizes")
 
     def __init__(
         self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, parse: bool = True, strict_utf8: bool = False
@@ -112,6 +119,7 @@ class LineDecoder:
         self._discarding = False
         self._parse = parse
         self._strict = strict_utf8
+        self.last_sizes: list[int] = []
 
     @property
     def max_line_bytes(self) -> int:
@@ -133,6 +141,7 @@ class LineDecoder:
             A list of decoded JSON values and :class:`FrameError` markers, one per non-blank line.
         """
         out: list[Frame] = []
+        self.last_sizes = []
         if not data:
             return out
         if isinstance(data, memoryview):
@@ -153,27 +162,33 @@ class LineDecoder:
             return out
         lines = buf.split(b"\n")
         self._buf = lines.pop()
-        limit = self._max
-        append = out.append
+        append, size = out.append, self.last_sizes.append
+        decode = self._decode
         for line in lines:
-            n = len(line)
-            if n > limit and not (n == limit + 1 and line[-1] == 13):
-                append(_oversized(limit))
-                continue
-            if not self._parse:
-                append(_strict_text(line) if self._strict else _text(line))
-                continue
-            try:
-                value = loads(line)
-                if type(value) is dict and type(value.get("id")) is float:
-                    value = _exact_id(line, value)
-                append(value)
-            except JSONDecodeError as exc:
-                if line.isspace() or not line:
-                    continue
-                append(_malformed(exc))
+            frame = decode(line)
+            if frame is not _BLANK:
+                append(frame)
+                size(len(line))
         self._check_partial(out)
         return out
+
+    def _decode(self, line: bytearray) -> Any:
+        """The frame of one complete line (without its newline), or ``_BLANK`` for a blank one."""
+        n = len(line)
+        limit = self._max
+        if n > limit and not (n == limit + 1 and line[-1] == 13):
+            return _oversized(limit)
+        if not self._parse:
+            return _strict_text(line) if self._strict else _text(line)
+        try:
+            value = loads(line)
+            if type(value) is dict and type(value.get("id")) is float:
+                value = _exact_id(line, value)
+            return value
+        except JSONDecodeError as exc:
+            if line.isspace() or not line:
+                return _BLANK
+            return _malformed(exc)
 
     def finish(self) -> list[Frame]:
         """Signal end of input: decode a last line that had no newline, and reset the decoder.
@@ -182,6 +197,7 @@ class LineDecoder:
             The frames of the unterminated last line (empty when there was none).
         """
         out: list[Frame] = []
+        self.last_sizes = []
         if not self._discarding and self._buf:
             out = self.feed(b"\n")
         self._buf = bytearray()
@@ -192,6 +208,7 @@ class LineDecoder:
         # A partial line may end with the "\r" of a "\r\n" terminator: allow one extra byte.
         if len(self._buf) > self._max + 1:
             out.append(_oversized(self._max))
+            self.last_sizes.append(0)  # the partial line is dropped, not held
             self._buf = bytearray()
             self._discarding = True
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from roost.actors import ProcessManager
+from roost.errors import ChildNotFound
 from roost.plugins import open_mcp_host
 from roost.protocol import (  # noqa: F401  (register methods)
     _as_attachments,
@@ -22,11 +24,14 @@ from roost.protocol import (  # noqa: F401  (register methods)
     _as_usage,
 )
 from roost.protocol._appserver import AppServerSession
+from roost.protocol._as_connection import STDIO_CHILD, StdioConnection, StdioConnectionCrashed
 from roost.protocol._engines import EngineCatalog
-from roost.supervisor import ChildSpec, Restart, open_runtime
+from roost.supervisor import ChildSpec, Restart, Supervisor, open_runtime
 from roost.tools import builtin_tools
 
-__all__ = ["serve_app_server", "serve_connection"]
+__all__ = ["serve_app_server", "serve_connection", "StdioConnectionCrashed"]
+
+log = logging.getLogger("roost.appserver")
 
 
 async def serve_app_server(
@@ -39,6 +44,7 @@ async def serve_app_server(
     host: dict | None = None,
     watch_config: tuple[Path, Callable[[], Any]] | None = None,
     mcp_servers: list[Any] | None = None,
+    open_store: Callable[[], Any] | None = None,
 ) -> None:
     """Start a runtime and serve one app-server session until end of input or ``shutdown``.
 
@@ -49,6 +55,7 @@ async def serve_app_server(
         mcp_servers: :class:`roost.plugins.McpServerConfig` items whose tools threads get (each
             connects in the background; a server that is down gives its calls a tool error);
             every status change is sent as ``mcp/status/updated``.
+        open_store: :func:`~roost.supervisor.open_runtime`'s (instead of ``db_path``).
 
     Background processes (``process/*``) run in a :class:`~roost.actors.ProcessManager` for the
     session's lifetime. On the way out, running turns are interrupted and persisted, and live
@@ -59,7 +66,11 @@ async def serve_app_server(
         async with (
             open_mcp_host(mcp_servers or (), wait=False) as mcp,
             open_runtime(
-                engine_for=engines.engine_for, tools=tools, db_path=db_path, node_kind="app-server"
+                engine_for=engines.engine_for,
+                tools=tools,
+                db_path=db_path,
+                node_kind="app-server",
+                open_store=open_store,
             ) as runtime,
         ):
             session = AppServerSession(runtime, engines=engines, host=host)
@@ -78,7 +89,8 @@ async def serve_app_server(
 
                         reloader = ConfigReloader(session, *watch_config)
                         await trio.to_thread.run_sync(reloader.prime)
-                        nursery.start_soon(reloader.run)
+                        # run() re-checks the file once its watcher is live: starting it late misses no edit
+                        nursery.start_soon(_after_initialize, session, reloader.run)
                     await serve_connection(runtime, session, receive, send)
                 finally:
                     with trio.CancelScope(shield=True):
@@ -90,44 +102,88 @@ async def serve_app_server(
             await engines.aclose()
 
 
+#: Seconds background start-up work waits for the first ``initialize`` answer before it starts anyway.
+_INITIALIZE_GRACE_S = 1.0
+
+
+async def _after_initialize(session: AppServerSession, work: Callable[[], Awaitable[None]]) -> None:
+    """Run ``work()`` once the first ``initialize`` response is written (or after
+    :data:`_INITIALIZE_GRACE_S` without one): start-up work a client does not wait for (the
+    configuration watcher's imports) stays off the way to that response."""
+    with trio.move_on_after(_INITIALIZE_GRACE_S):
+        await session.answered_initialize.wait()
+        while session.outbox.queued_bytes:  # let the writer take the response ...
+            await trio.sleep(0)
+        await trio.sleep(0)  # ... and write it
+    await work()
+
+
 async def serve_connection(
     runtime: Any, session: AppServerSession, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream
 ) -> None:
-    """Serve the one stdio client as the root supervisor's temporary child ``connection:stdio``
-    (DESIGN.md section 2: one supervised part per client connection) until it ends.
+    """Serve the one stdio client as the actor :class:`~roost.protocol._as_connection.StdioConnection`,
+    the temporary child ``connection:stdio`` of the root's ``connections`` supervisor (DESIGN.md
+    section 2: one supervised actor per client connection), until it ends.
 
-    Its request intake is bounded (``MAX_IN_FLIGHT`` requests at once; reading waits beyond
-    that). The child is temporary, as a stdio client cannot come back: its end is logged by the
-    supervisor, and a crash is raised here too, so the process ends as it always did.
+    ``connections`` is temporary here too: a restart could only bring back an empty supervisor, as
+    a stdio client cannot be re-opened. End of input, ``shutdown`` and the client going away are
+    normal ends (this returns). Any other end of the connection (its crash, or the crash of
+    ``connections``, each logged by its supervisor) has already interrupted and persisted the
+    running turns; it is logged here with its reason and raised as
+    :class:`~roost.protocol._as_connection.StdioConnectionCrashed`, so the process ends.
 
-    Cancellation: cancelled, the child is stopped (its shielded clean-up interrupts and persists
-    the running turns) before this returns.
+    Cancellation: cancelled, the connection is stopped (its shielded clean-up interrupts and
+    persists the running turns) before this returns.
     """
+    conn = StdioConnection(session, receive, send)
     ended = trio.Event()
-    crashed: list[Exception] = []
+    crash: list[BaseException] = []
 
     async def run(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
         try:
-            await session.serve(receive, send)
-        except Exception as exc:
-            crashed.append(exc)
+            await conn.run(task_status=task_status)
+        except BaseException as exc:
+            crash.append(exc)
             raise
         finally:
             ended.set()
 
-    spec = ChildSpec("connection:stdio", run, restart=Restart.TEMPORARY, shutdown_timeout=30)
-    await runtime.root.start_child(spec)
+    connections = Supervisor(name="connections", intensity=1, period=1)
+    await runtime.root.start_child(
+        ChildSpec("connections", connections.run, restart=Restart.TEMPORARY, shutdown_timeout=35)
+    )
     try:
+        await connections.start_child(ChildSpec(STDIO_CHILD, run, restart=Restart.TEMPORARY, shutdown_timeout=35))
         await ended.wait()
     finally:
-        if not ended.is_set():  # cancelled from outside: stop the session (its clean-up runs)
-            from roost.errors import ChildNotFound
+        # Cancelled from outside: this stops the connection (its clean-up runs). Ended: the
+        # supervisor has nothing left to supervise.
+        with trio.CancelScope(shield=True):
+            try:
+                await runtime.root.terminate_child("connections")
+            except ChildNotFound:
+                pass  # it ended meanwhile (crashed, or stopped with the root)
+    if not conn.ended_normally:
+        reason = _crash_reason(crash[0] if crash else None)
+        log.error(
+            "app-server: the stdio connection crashed (%s); the session ends (running turns were "
+            "interrupted and persisted)",
+            reason,
+        )
+        raise StdioConnectionCrashed(f"the stdio connection crashed ({reason})")
+    log.info("app-server: the session ended (%s)", conn.end_reason)
 
-            with trio.CancelScope(shield=True):
-                try:
-                    await runtime.root.terminate_child(spec.id)
-                except ChildNotFound:
-                    pass  # it ended meanwhile
-    if crashed:
-        raise crashed[0]
+
+def _crash_reason(exc: BaseException | None) -> str:
+    """The exception a crashed connection raised, or, when its task was only cancelled (its
+    supervisor crashed it, or went down), that (the supervisor's log line has the cause)."""
+    if exc is None:
+        return "ended abnormally"
+    if isinstance(exc, BaseExceptionGroup):
+        _, rest = exc.split(trio.Cancelled)
+        if rest is None:
+            return "stopped by its supervisor"
+        exc = rest.exceptions[0] if len(rest.exceptions) == 1 else rest
+    elif isinstance(exc, trio.Cancelled):
+        return "stopped by its supervisor"
+    return repr(exc)

@@ -404,6 +404,7 @@ __all__ = [
 if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is opened
     from ._backend import configured_database_url as configured_database_url
     from ._backend import database_label as database_label
+    from ._backend import EarlyStore as EarlyStore
     from ._backend import open_backend as open_backend
     from ._pg_connect import DATABASE_URL_ENV as DATABASE_URL_ENV
     from ._pg_connect import redact_url as redact_url
@@ -419,6 +420,7 @@ _LAZY.update(
         "open_backend": "roost.storage._backend",
         "configured_database_url": "roost.storage._backend",
         "database_label": "roost.storage._backend",
+        "EarlyStore": "roost.storage._backend",
         "DATABASE_URL_ENV": "roost.storage._pg_connect",
         "redact_url": "roost.storage._pg_connect",
         "translate_pg_error": "roost.storage._pg_connect",
@@ -434,6 +436,7 @@ __all__ += [
     "open_backend",
     "configured_database_url",
     "database_label",
+    "EarlyStore",
     "migrate_pg",
     "DATABASE_URL_ENV",
     "redact_url",

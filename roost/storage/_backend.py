@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 from ._store import open_store
 
 __all__ = ["open_backend", "configured_database_url", "database_label"]
+__all__ = ["open_backend", "EarlyStore"]
 
 #: ``_pg_connect.DATABASE_URL_ENV``, named here so a SQLite process never imports psycopg.
 _URL_ENV = "ROOST_DATABASE_URL"
@@ -59,3 +61,38 @@ def database_label(home: Path, database_url: str | None = None) -> str:
     from ._pg_connect import redact_url
 
     return redact_url(url)
+class EarlyStore:
+    """An :func:`open_backend` begun in a daemon thread at construction, so that opening (and, on a
+    fresh home, migrating) the store overlaps the rest of a command's start-up: SQLite and fsync
+    release the GIL while the main thread goes on importing (issue 19, start-up).
+
+    Calling the instance (blocking: run it in a worker thread from trio) waits for the opening and
+    returns the store, or raises what :func:`open_backend` raised; it is meant to be called once
+    (``open_runtime(open_store=early)``). A store nobody collects is closed with the process.
+
+    Args:
+        database_url, path: as for :func:`open_backend`.
+    """
+
+    def __init__(self, database_url: str | None = None, *, path: str | Path | None = None) -> None:
+        self._done = threading.Event()
+        self._store: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._open, args=(database_url, path), name="roost-open-store", daemon=True
+        )
+        self._thread.start()
+
+    def _open(self, database_url: str | None, path: str | Path | None) -> None:
+        try:
+            self._store = open_backend(database_url, path=path)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of __call__
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def __call__(self) -> Any:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._store

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roost.errors import MigrationError, SchemaTooNew, StoreError
 
@@ -84,6 +84,70 @@ def _applied(conn: sqlite3.Connection, migration_set: str) -> list[str]:
 
 
 MIGRATIONS = _MigrationSet("roost")
+
+
+class _NeedsSqliteUtils(Exception):
+    """A migration asked :class:`_PlainSql` for more than ``execute``."""
+
+
+class _PlainSql:
+    """Stands in for ``sqlite_utils.Database`` in a migration that only executes SQL (every one
+    today: the PostgreSQL backend runs them through the same ``execute``-only shape)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, parameters: Any = None) -> sqlite3.Cursor:
+        # sqlite_utils.Database.execute: conn.execute(sql[, parameters])
+        return self.conn.execute(sql) if parameters is None else self.conn.execute(sql, parameters)
+
+    def __getattr__(self, name: str) -> Any:
+        raise _NeedsSqliteUtils(name)
+
+
+#: ``sqlite_utils.migrations.Migrations.ensure_migrations_table``'s table and index, as it writes them.
+_MIGRATIONS_DDL = (
+    f'CREATE TABLE "{_MIGRATIONS_TABLE}" (\n   "id" INTEGER PRIMARY KEY,\n   "migration_set" TEXT,\n'
+    '   "name" TEXT,\n   "applied_at" TEXT\n)',
+    f'CREATE UNIQUE INDEX "idx_{_MIGRATIONS_TABLE}_migration_set_name"\n'
+    f'    ON "{_MIGRATIONS_TABLE}" ("migration_set", "name")',
+)
+
+
+def _migrate_fresh(conn: sqlite3.Connection) -> list[str] | None:
+    """Migrate a database that has no migration table yet without importing sqlite-utils (its
+    import is most of a first start's cost): the same statements, bookkeeping table and rows as
+    ``Migrations.apply`` (``applied_at`` is ``str(datetime.now(UTC))``), in one ``BEGIN IMMEDIATE``.
+
+    Returns:
+        The applied names; None when another migrator got there first, or a migration needs more
+        of sqlite-utils than ``execute`` (nothing was written: the caller runs sqlite-utils).
+    """
+    import datetime
+
+    steps = MIGRATIONS._steps
+    if not all(transactional for _, _, transactional in steps):
+        return None
+    try:
+        with immediate(conn):
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_MIGRATIONS_TABLE,)).fetchone():
+                return None  # a concurrent migrator was first: the sqlite-utils path does the rest
+            plain = _PlainSql(conn)
+            for sql in _MIGRATIONS_DDL:
+                conn.execute(sql)
+            for step, fn, _ in steps:
+                fn(plain)
+                conn.execute(
+                    f'INSERT INTO "{_MIGRATIONS_TABLE}" ("migration_set", "name", "applied_at") VALUES (?, ?, ?)',
+                    (MIGRATIONS.name, step, str(datetime.datetime.now(datetime.UTC))),
+                )
+    except _NeedsSqliteUtils:
+        return None
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise MigrationError(f"migration failed: {exc}") from exc
+    return [step for step, _, _ in steps]
 
 
 def _run(db: sqlite_utils.Database, *statements: str) -> None:
@@ -293,6 +357,10 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         raise SchemaTooNew(_too_new(conn, unknown), setting="ROOST_HOME")
     if set(MIGRATIONS.names()) <= set(applied):
         return []  # current (migrations are never removed): no lock, no sqlite-utils
+    if not applied:
+        fresh = _migrate_fresh(conn)
+        if fresh is not None:
+            return fresh
     import sqlite_utils
 
     db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -77,12 +77,14 @@ async def open_runtime(
     lease_ttl: float | None = None,
     memory: bool = True,
     node_kind: str | None = None,
+    open_store: Callable[[], Any] | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start the root tree; yield the :class:`Runtime`; stop it in reverse order on exit.
 
     Start-up reconciliation closes what a dead process left open (running turns -> interrupted,
     workers -> interrupted, its leases released, also unexpired leases of a dead process of this
-    host) before any request is served.
+    host) before any request is served. Root threads with queued worker spawns are loaded (so those
+    start) in the background.
 
     Args:
         engine_for: ``engine_for(thread) -> Engine``.
@@ -101,6 +103,9 @@ async def open_runtime(
             its threads from other processes on the store is delivered here, and this process
             forwards input for threads other nodes execute (:class:`roost.actors.ThreadRemote`).
             None (one-shot commands): not a node.
+        open_store: a blocking callable returning the opened store, called in a worker thread
+            instead of opening ``database_url`` / ``db_path`` (e.g. joining an opening that began
+            earlier, :class:`roost.storage.EarlyStore`); its errors are raised as they are.
 
     Raises:
         StoreError: the database cannot be opened or migrated (on PostgreSQL also
@@ -109,12 +114,44 @@ async def open_runtime(
         ConfigError: ``$ROOST_LEASE_TTL`` is not a positive number.
     """
     lease_ttl = lease_ttl_from_env(15.0) if lease_ttl is None else lease_ttl
-    store = await trio.to_thread.run_sync(lambda: open_backend(database_url, path=db_path))
+    store = await trio.to_thread.run_sync(open_store or (lambda: open_backend(database_url, path=db_path)))
     owner = owner or default_owner()
     if memory:
         tools = with_memory_tools(tools, store)
 
     report = await _reconcile_at_start(store, owner)
+    runtime = _assemble(
+        store, report, owner=owner, engine_for=engine_for, tools=tools, lease_ttl=lease_ttl, node_kind=node_kind
+    )
+    keeper, root = runtime.services.keeper, runtime.root
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(root.run)
+            # Not on the way to the first request: a request for one of those threads loads it
+            # itself (the registry loads a thread once).
+            nursery.start_soon(_resume_worker_trees, runtime)
+            try:
+                yield runtime
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        keeper.close()
+        store.writer.close()
+        store.close()
+
+
+def _assemble(
+    store: Any,
+    report: Any,
+    *,
+    owner: str,
+    engine_for: Any,
+    tools: dict[str, Any],
+    lease_ttl: float,
+    node_kind: str | None,
+) -> Runtime:
+    """The root tree over an opened, reconciled store: services, the thread registry, the bus and
+    the root's children (not started yet)."""
     keeper = LeaseKeeper(store.writer, owner=owner, ttl=lease_ttl)
 
     def make_threads() -> Supervisor:
@@ -131,19 +168,7 @@ async def open_runtime(
     # the store (DESIGN.md section 4, "Restart for real").
     children = _root_children(store, keeper, registry, make_threads, owner, lease_ttl) + _bus_children(services)
     root = Supervisor(children, name="root")
-    runtime = Runtime(store=store, root=root, services=services, registry=registry, reconciled=report)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(root.run)
-            await _resume_worker_trees(runtime)
-            try:
-                yield runtime
-            finally:
-                nursery.cancel_scope.cancel()
-    finally:
-        keeper.close()
-        store.writer.close()
-        store.close()
+    return Runtime(store=store, root=root, services=services, registry=registry, reconciled=report)
 
 
 def _root_children(
