@@ -221,3 +221,82 @@ async def test_a_group_in_flight_stops_for_an_urgent_write(tmp_path) -> None:
     assert results == ["urgent", "last"]
     assert store.writer.stats.writes == 12 and store.writer.stats.failed == 0
     store.close()
+
+
+async def test_a_small_urgent_write_commits_on_the_event_loop_thread_in_a_group_of_its_own(tmp_path) -> None:
+    """No worker-thread hand-off for a small urgent write (an interrupted turn's end, a lease
+    renewal): it runs on the trio thread, alone in its transaction, and is durable when answered;
+    a large one still goes to the worker thread."""
+    import sqlite3
+    import threading
+
+    from roost.storage import open_store
+
+    db = tmp_path / "roost.db"
+    store = open_store(db)
+    ran_on: dict[str, threading.Thread] = {}
+
+    def note(conn, label: str, payload: str = "") -> str:
+        ran_on[label] = threading.current_thread()
+        conn.execute("CREATE TABLE IF NOT EXISTS notes (label TEXT)")
+        conn.execute("INSERT INTO notes VALUES (?)", (label,))
+        return label
+
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            await store.writer.submit(note, "ordinary")
+            before = store.writer.stats.transactions
+            assert await store.writer.submit_urgent(note, "urgent") == "urgent"
+            assert store.writer.stats.transactions == before + 1  # a group of its own
+            assert ran_on["urgent"] is threading.current_thread()  # the event loop's thread
+            assert await store.writer.submit_urgent(note, "large", payload="x" * (1 << 20)) == "large"
+            nursery.cancel_scope.cancel()
+    assert ran_on["ordinary"] is not threading.main_thread()
+    assert ran_on["large"] is not threading.current_thread()  # too large for the loop's thread
+    reader = sqlite3.connect(db)  # committed (another connection sees it)
+    assert [r[0] for r in reader.execute("SELECT label FROM notes")] == ["ordinary", "urgent", "large"]
+    reader.close()
+    store.close()
+
+
+async def test_an_urgent_write_never_waits_for_a_lock_on_the_event_loop_thread(tmp_path) -> None:
+    """With the write lock held by another connection (another process), an urgent write goes to
+    the worker thread and waits there: the event loop keeps running, and it commits once the lock
+    is free."""
+    import sqlite3
+    import threading
+
+    from roost.storage import open_store
+
+    db = tmp_path / "roost.db"
+    store = open_store(db)
+    ran_on: list[threading.Thread] = []
+
+    def note(conn) -> str:
+        ran_on.append(threading.current_thread())
+        return "done"
+
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    ticks = 0
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            result: list[str] = []
+
+            async def urgent() -> None:
+                result.append(await store.writer.submit_urgent(note))
+
+            nursery.start_soon(urgent)
+            while ticks < 20:  # the loop is not blocked while the lock is held elsewhere
+                await trio.sleep(0.005)
+                ticks += 1
+            assert result == []
+            other.execute("COMMIT")
+            while not result:
+                await trio.sleep(0.005)
+            nursery.cancel_scope.cancel()
+    assert result == ["done"] and ran_on[0] is not threading.current_thread()
+    other.close()
+    store.close()

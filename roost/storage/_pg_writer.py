@@ -76,7 +76,7 @@ class PgWriter(StoreWriter):
             task_status.started()
             while True:
                 fault_point("store_writer")
-                group = await self._next_group()
+                group, _ = await self._next_group()
                 if not group:
                     continue
                 try:

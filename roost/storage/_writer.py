@@ -6,7 +6,13 @@ SAVEPOINT. :meth:`StoreWriter.submit_urgent` writes (the end of an interrupted t
 queue: they commit in a group of their own, right after the group being committed, which stops
 taking further writes as soon as an urgent one waits (control before data, issue 19: under
 saturation a group of fifty writes took 70-100 ms, and an interrupt's settle write waited for
-all of it); the writes it did not reach go first in the next ordinary group. A function that
+all of it); the writes it did not reach go first in the next ordinary group. A small urgent
+group commits on the event loop's own thread, not in a worker thread: under saturation the two
+hand-offs to and from a worker thread, and that thread waiting for the GIL at every SQLite call,
+cost about 15 ms of the 20 ms an interrupt's settle write took (traced per hop; the commit itself
+took under 1 ms). It never waits for a lock there (``busy_timeout`` 0: a lock held by another
+process sends the group to the worker thread as usual) and never runs a WAL checkpoint there (the
+next ordinary group's commit does). A function that
 raises rolls back alone and its caller gets the error; the rest of the group commits. Callers
 are woken only after COMMIT returns, so an acknowledged write is durable
 (``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
@@ -40,6 +46,9 @@ _MAX_GROUP_RESTARTS = 8
 _REOPEN_AFTER_BYTES = 1 << 20
 #: Put on the queue to wake the writer for an urgent write (never run).
 _WAKE: Any = object()
+#: An urgent group whose arguments hold at most this many bytes of text commits on the event
+#: loop's thread (module doc); a larger one (e.g. a long reply's items) in the worker thread.
+_INLINE_MAX_BYTES = 64 << 10
 
 
 class WriterState(enum.Enum):
@@ -108,6 +117,7 @@ class StoreWriter:
         self._send, self._receive = trio.open_memory_channel[_Write](queue_size)
         self._urgent: collections.deque[_Write] = collections.deque()
         self._carried: list[_Write] = []  # taken for a group that stopped early for urgent writes
+        self._autocheckpoint: int | None = None  # the write connection's wal_autocheckpoint (pages)
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -231,12 +241,15 @@ class StoreWriter:
             task_status.started()
             while True:
                 fault_point("store_writer")
-                group = await self._next_group()
+                group, urgent = await self._next_group()
                 if not group:
                     continue
-                deferred: list[_Write] = []
+                deferred: list[_Write] | None = None
                 try:
-                    deferred = await trio.to_thread.run_sync(self._commit_group, conn, group)
+                    if urgent:
+                        deferred = self._commit_inline(conn, group)
+                    if deferred is None:
+                        deferred = await trio.to_thread.run_sync(self._commit_group, conn, group)
                 except BaseException:
                     # Only a non-Exception (e.g. KeyboardInterrupt in a write) gets here: the
                     # group was rolled back; answer its callers before the writer dies.
@@ -244,7 +257,7 @@ class StoreWriter:
                         write.error = StoreClosed("the store writer crashed during this write")
                     raise
                 finally:
-                    self._answer(group, deferred)
+                    self._answer(group, deferred or [])
                 if _bound_bytes([(w.args, w.kwargs) for w in group]) >= _REOPEN_AFTER_BYTES:
                     # SQLite keeps a cached statement's last bound values (a copy of them) until
                     # the statement runs again: a fresh connection frees a large write's copies.
@@ -283,9 +296,10 @@ class StoreWriter:
         self._fail_queued()
         self._receive.close()
 
-    async def _next_group(self) -> list[_Write]:
-        """The next writes to commit together: the urgent ones alone, else what is queued (up to
-        ``batch_max``); empty after a wake-up whose urgent writes were already taken."""
+    async def _next_group(self) -> tuple[list[_Write], bool]:
+        """The next writes to commit together, and whether they are urgent: the urgent ones alone,
+        else what is queued (up to ``batch_max``); empty after a wake-up whose urgent writes were
+        already taken."""
         if self._carried and not self._urgent:
             group, self._carried = self._carried, []
             while len(group) < self.batch_max:
@@ -295,7 +309,7 @@ class StoreWriter:
                     break
                 if write is not _WAKE:
                     group.append(write)
-            return group
+            return group, False
         if not self._urgent:
             first = await self._receive.receive()
             if first is not _WAKE and not self._urgent:
@@ -308,12 +322,12 @@ class StoreWriter:
                     if write is _WAKE:
                         break  # urgent writes are waiting: keep this group short
                     group.append(write)
-                return group
+                return group, False
             if first is not _WAKE:  # an urgent write came in meanwhile: it goes first
                 self._urgent.append(first)
         group = list(self._urgent)
         self._urgent.clear()
-        return group
+        return group, bool(group)
 
     def _fail_queued(self) -> None:
         # No checkpoint between this drain and closing the channel, so nothing slips in between.
@@ -340,8 +354,33 @@ class StoreWriter:
 
     # -- worker-thread side -------------------------------------------------------------------
 
-    def _commit_group(self, conn: sqlite3.Connection, group: list[_Write]) -> list[_Write]:
-        """Run one group in one transaction (blocking, in a worker thread).
+    def _commit_inline(self, conn: sqlite3.Connection, group: list[_Write]) -> list[_Write] | None:
+        """Commit urgent ``group`` on the calling (event loop) thread if it is small and the write
+        lock is free at once (module doc); None: nothing ran, commit it in the worker thread.
+
+        Blocks for the group's own SQLite work (well under a millisecond for an interrupted
+        turn's end or a lease renewal), never for another connection's lock or a WAL checkpoint.
+        """
+        if _bound_bytes([(w.args, w.kwargs) for w in group]) > _INLINE_MAX_BYTES:
+            return None
+        if self._autocheckpoint is None:
+            self._autocheckpoint = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error:
+            return None  # locked by another process (or failing): the worker thread retries it
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        try:
+            return self._commit_group(conn, group, begun=True)
+        finally:
+            conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
+
+    def _commit_group(self, conn: sqlite3.Connection, group: list[_Write], *, begun: bool = False) -> list[_Write]:
+        """Run one group in one transaction (blocking, in a worker thread; ``begun``: its
+        ``BEGIN IMMEDIATE`` already ran, see :meth:`_commit_inline`).
 
         Returns:
             The writes not run because an urgent write came in meanwhile (untouched, in order).
@@ -352,7 +391,8 @@ class StoreWriter:
             for write in pending:
                 write.result, write.error = None, None
             try:
-                with immediate(conn):
+                with immediate(conn, begun=begun):
+                    begun = False
                     destroyed, ran = self._run_writes(conn, pending)
                     if destroyed is not None:
                         # The failing write ended the transaction; `immediate` has nothing to
