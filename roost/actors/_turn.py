@@ -46,6 +46,8 @@ log = logging.getLogger("roost.turn")
 
 #: Seconds a shielded write of turn state may take before the caller gives up (StoreBusy).
 PERSIST_TIMEOUT = 30.0
+#: Seconds a turn's terminal notification waits for the answer to the interrupt that ended it.
+_ANSWER_WAIT_S = 5.0
 
 
 class TurnActor(Actor):
@@ -108,6 +110,7 @@ class TurnActor(Actor):
         #: streaming text with no tool call started (only then is it cut)
         self.stream_cut: trio.CancelScope | None = None
         self.text_streaming = False
+        self._terminal_after: list[trio.Event] = []  # answers the terminal notification follows
 
     # -- the interface of the thread -------------------------------------------------------------
 
@@ -124,6 +127,11 @@ class TurnActor(Actor):
             self.interrupt_reason = reason
             self.scope.cancel()
         return True
+
+    def terminal_after(self, answer: trio.Event) -> None:
+        """Hold this turn's terminal notification until ``answer`` is set (at most
+        :data:`_ANSWER_WAIT_S`): the answer to an interrupt goes out first (docs/app-server.md)."""
+        self._terminal_after.append(answer)
 
     def cut_for_steer(self) -> None:
         """Cut the model response streaming text now, for a steer (app-server-protocol.md:
@@ -534,6 +542,9 @@ class TurnActor(Actor):
                     log.exception("thread %s: could not make input held work", tid)
         except Exception:
             log.exception("thread %s: could not persist the end of turn %s", tid, self.id)
+        for answer in self._terminal_after:  # an interrupt's answer goes out before the end
+            with trio.move_on_after(_ANSWER_WAIT_S):
+                await answer.wait()
         if settle:
             self.items_settled(settle, rows, open_items if open_items is not None else {})
         host.turn_finished(self, moved)
