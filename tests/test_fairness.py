@@ -300,3 +300,45 @@ async def test_an_urgent_write_never_waits_for_a_lock_on_the_event_loop_thread(t
     assert result == ["done"] and ran_on[0] is not threading.current_thread()
     other.close()
     store.close()
+
+
+async def test_a_new_turns_admission_commits_ahead_of_queued_data_writes(tmp_path) -> None:
+    """The lease and the turn row of a new turn (admission: control) do not wait behind writes
+    the streams queued before them: a backlog queued behind a group in flight finds them
+    committed (with FIFO admission every backlog write ran first)."""
+    import threading
+
+    from test_compact import SCRIPT, CapturingEngine, new_thread, runtime_with
+
+    from roost.actors._messages import Origin, StartTurn
+
+    async with runtime_with(CapturingEngine(SCRIPT)) as runtime:
+        actor = await new_thread(runtime, tmp_path)
+        writer = runtime.services.store.writer
+        started, release = threading.Event(), threading.Event()
+        seen: list[int] = []
+
+        def blocking(conn) -> None:
+            started.set()
+            release.wait(10)
+
+        def backlog(conn) -> None:
+            seen.append(conn.execute("SELECT count(*) FROM turns WHERE thread_id = ?", (actor.thread.id,)).fetchone()[0])
+
+        with trio.fail_after(scaled(20)):
+            writer.submit_nowait(blocking)
+            await trio.to_thread.run_sync(started.wait)  # a group is in flight
+            for _ in range(20):
+                writer.submit_nowait(backlog)  # data queued before the turn starts
+            async with trio.open_nursery() as nursery:
+
+                async def start() -> None:
+                    await actor.ref.ask(StartTurn(prompt="hello", origin=Origin()))
+
+                nursery.start_soon(start)
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()
+            await writer.submit(backlog)
+        # Every backlog write saw the turn row, but at most the one that was running when the
+        # admission write arrived (a group in flight runs at least one write before it stops).
+        assert len(seen) == 21 and seen.count(0) <= 1 and seen[-1] == 1, seen

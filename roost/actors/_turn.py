@@ -204,7 +204,9 @@ class TurnActor(Actor):
         tid = host.thread.id
         if not host.ephemeral:
             try:
-                self._hold = host.services.keeper.hold(leases.thread_lease_key(tid), ttl=host.services.lease_ttl)
+                self._hold = host.services.keeper.hold(
+                    leases.thread_lease_key(tid), ttl=host.services.lease_ttl, urgent=True
+                )
                 self.execution = await self._hold.__aenter__()
             except LeaseHeld as exc:
                 raise ThreadBusy(f"thread {tid} is executing in another process ({exc.owner})") from None

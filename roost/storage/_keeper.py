@@ -224,12 +224,15 @@ class LeaseKeeper:
             execution._lose("keeper_stopped")
 
     @asynccontextmanager
-    async def hold(self, key: str, *, ttl: float | None = None) -> AsyncIterator[Execution]:
+    async def hold(self, key: str, *, ttl: float | None = None, urgent: bool = False) -> AsyncIterator[Execution]:
         """Acquire lease ``key`` and keep it renewed for the block.
 
         Args:
             key: the lease key (e.g. ``thread_lease_key(thread_id)``).
             ttl: lease duration in seconds (default: the keeper's).
+            urgent: acquire ahead of the writer's queue (:meth:`StoreWriter.submit_urgent`): an
+                admission a client waits on (control before data, issue 19). The caller must not
+                depend on a write of its own that is still queued.
 
         Yields:
             The :class:`Execution`; run the work inside its ``cancel_scope``.
@@ -248,7 +251,8 @@ class LeaseKeeper:
         if self._state is _State.STOPPED:
             raise StoreClosed("the lease keeper has stopped")
         ttl = self.ttl if ttl is None else ttl
-        lease = await self.writer.submit(_ops(self.writer).acquire, key, self.owner, ttl)
+        submit = self.writer.submit_urgent if urgent else self.writer.submit
+        lease = await submit(_ops(self.writer).acquire, key, self.owner, ttl)
         async with self.adopt(lease) as execution:
             yield execution
 
