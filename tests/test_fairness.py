@@ -251,11 +251,19 @@ async def test_a_small_urgent_write_commits_on_the_event_loop_thread_in_a_group_
             assert store.writer.stats.transactions == before + 1  # a group of its own
             assert ran_on["urgent"] is threading.current_thread()  # the event loop's thread
             assert await store.writer.submit_urgent(note, "large", payload="x" * (1 << 20)) == "large"
+            text = "y" * (1 << 20)
+
+            def captured(conn) -> str:  # the text is in the closure, not in the arguments
+                return note(conn, "captured", payload=text)
+
+            assert await store.writer.submit_urgent(captured) == "captured"
             nursery.cancel_scope.cancel()
     assert ran_on["ordinary"] is not threading.main_thread()
     assert ran_on["large"] is not threading.current_thread()  # too large for the loop's thread
+    assert ran_on["captured"] is not threading.current_thread()
     reader = sqlite3.connect(db)  # committed (another connection sees it)
-    assert [r[0] for r in reader.execute("SELECT label FROM notes")] == ["ordinary", "urgent", "large"]
+    labels = [r[0] for r in reader.execute("SELECT label FROM notes")]
+    assert labels == ["ordinary", "urgent", "large", "captured"]
     reader.close()
     store.close()
 

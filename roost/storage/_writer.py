@@ -22,8 +22,11 @@ transactions, never corrupt the file).
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
+import functools
 import sqlite3
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -361,7 +364,7 @@ class StoreWriter:
         Blocks for the group's own SQLite work (well under a millisecond for an interrupted
         turn's end or a lease renewal), never for another connection's lock or a WAL checkpoint.
         """
-        if _bound_bytes([(w.args, w.kwargs) for w in group]) > _INLINE_MAX_BYTES:
+        if not _carries_at_most(group, _INLINE_MAX_BYTES):
             return None
         if self._autocheckpoint is None:
             self._autocheckpoint = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
@@ -458,6 +461,44 @@ def _fresh(exc: StoreError) -> StoreError:
         err = StoreError(str(exc))
     err.__cause__ = exc.__cause__ or exc
     return err
+
+
+def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) -> bool:
+    """Whether ``group``'s writes carry at most ``limit`` bytes of text: in their arguments and in
+    what their functions close over (closures, ``functools.partial``, containers, attrs
+    instances; a write's text is often captured, e.g. an interrupted turn's items). Looks at no
+    more than ``look_at`` values: more counts as too much (an estimate, cheap for small writes)."""
+    stack: list[Any] = []
+    for write in group:
+        stack.extend((write.fn, write.args, write.kwargs))
+    seen: set[int] = set()
+    total = 0
+    while stack:
+        look_at -= 1
+        if look_at < 0:
+            return False
+        value = stack.pop()
+        if isinstance(value, (str, bytes, bytearray, memoryview)):
+            total += len(value)
+            if total > limit:
+                return False
+            continue
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend(value)
+        elif isinstance(value, functools.partial):
+            stack.extend((value.func, value.args, value.keywords))
+        elif isinstance(value, types.FunctionType):
+            for cell in value.__closure__ or ():
+                with contextlib.suppress(ValueError):  # an empty cell has no contents
+                    stack.append(cell.cell_contents)
+        elif attrs.has(type(value)):
+            stack.extend(getattr(value, f.name, None) for f in attrs.fields(type(value)))
+    return True
 
 
 def _bound_bytes(value: Any, depth: int = 0) -> int:
