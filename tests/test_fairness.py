@@ -287,23 +287,23 @@ async def test_an_urgent_write_never_waits_for_a_lock_on_the_event_loop_thread(t
 
     other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
-    ticks = 0
     with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
             await nursery.start(store.writer.run)
             result: list[str] = []
+            answered = trio.Event()
 
             async def urgent() -> None:
                 result.append(await store.writer.submit_urgent(note))
+                answered.set()
 
             nursery.start_soon(urgent)
-            while ticks < 20:  # the loop is not blocked while the lock is held elsewhere
-                await trio.sleep(0.005)
-                ticks += 1
+            # The loop is not blocked while the lock is held elsewhere: every task gets to wait
+            # (the write waits for the lock in the worker thread).
+            await trio.testing.wait_all_tasks_blocked()
             assert result == []
             other.execute("COMMIT")
-            while not result:
-                await trio.sleep(0.005)
+            await answered.wait()
             nursery.cancel_scope.cancel()
     assert result == ["done"] and ran_on[0] is not threading.current_thread()
     other.close()
