@@ -49,8 +49,9 @@ _MAX_GROUP_RESTARTS = 8
 _REOPEN_AFTER_BYTES = 1 << 20
 #: Put on the queue to wake the writer for an urgent write (never run).
 _WAKE: Any = object()
-#: An urgent group whose arguments hold at most this many bytes of text commits on the event
-#: loop's thread (module doc); a larger one (e.g. a long reply's items) in the worker thread.
+#: An urgent group whose writes carry at most this many bytes of text (arguments and closures,
+#: :func:`_carries_at_most`) commits on the event loop's thread (module doc); a larger one (e.g.
+#: a long reply's items) in the worker thread.
 _INLINE_MAX_BYTES = 64 << 10
 
 
