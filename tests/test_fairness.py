@@ -350,3 +350,49 @@ async def test_a_new_turns_admission_commits_ahead_of_queued_data_writes(tmp_pat
         # Every backlog write saw the turn row, but at most the one that was running when the
         # admission write arrived (a group in flight runs at least one write before it stops).
         assert len(seen) == 21 and seen.count(0) <= 1 and seen[-1] == 1, seen
+
+
+async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp_path) -> None:
+    """The control lane (admissions): ahead of the queue (also of writes a group cut short by an
+    urgent write left), behind urgent writes, committed together; a bulk of them (more than a
+    few) commits in the worker thread, not on the event loop's."""
+    import threading
+
+    from roost.storage import open_store
+
+    store = open_store(tmp_path / "roost.db", batch_max=50)
+    order: list[str] = []
+    threads: dict[str, threading.Thread] = {}
+    started, release = threading.Event(), threading.Event()
+
+    def note(conn, label: str) -> str:
+        if label == "in flight 0":
+            started.set()
+            release.wait(10)
+        order.append(label)
+        threads[label] = threading.current_thread()
+        return label
+
+    for i in range(3):
+        store.writer.submit_nowait(note, f"in flight {i}")
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.writer.run)
+            await trio.to_thread.run_sync(started.wait)  # a group of three is being committed
+            for i in range(3):
+                store.writer.submit_nowait(note, f"queued {i}")
+            for i in range(12):
+                nursery.start_soon(store.writer.submit_control, note, f"control {i}")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(store.writer.submit_urgent, note, "urgent")
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+            assert await store.writer.submit(note, "last") == "last"
+            nursery.cancel_scope.cancel()
+    controls = {f"control {i}" for i in range(12)}  # (their tasks start in any order)
+    assert order[:2] == ["in flight 0", "urgent"]  # the group in flight stopped for the urgent write only
+    assert set(order[2:14]) == controls  # then the control lane, ahead of the data queued before it
+    assert order[14:] == ["in flight 1", "in flight 2", "queued 0", "queued 1", "queued 2", "last"]
+    assert threads["control 0"] is not threading.current_thread()  # twelve at once: worker thread
+    assert order[-1] == "last"
+    store.close()

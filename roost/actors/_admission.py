@@ -70,7 +70,7 @@ async def admit_turn(actor: ThreadActor, turn: TurnActor) -> dict | None:
 
     # an admission is control (issue 19): ahead of the streams' queued writes; the turn's own
     # writes are all awaited, and its thread's earlier ones were too (a settled turn's end)
-    state, row = await turn.persist(write, urgent=True) or (None, None)
+    state, row = await turn.persist(write, control=True) or (None, None)
     if state is not None:
         log.info("thread %s: changed by another process; reloaded at admission", tid)
         keep = frozenset({msg.input_id}) if msg.input_id else frozenset()

@@ -205,7 +205,7 @@ class TurnActor(Actor):
         if not host.ephemeral:
             try:
                 self._hold = host.services.keeper.hold(
-                    leases.thread_lease_key(tid), ttl=host.services.lease_ttl, urgent=True
+                    leases.thread_lease_key(tid), ttl=host.services.lease_ttl, control=True
                 )
                 self.execution = await self._hold.__aenter__()
             except LeaseHeld as exc:
@@ -266,11 +266,12 @@ class TurnActor(Actor):
 
     # -- writes of the turn -----------------------------------------------------------------------
 
-    async def persist(self, fn: Any, *args: Any, urgent: bool = False) -> Any:
+    async def persist(self, fn: Any, *args: Any, urgent: bool = False, control: bool = False) -> Any:
         """Run a storage write for this turn, fenced by its lease token.
 
         ``urgent`` writes skip the writer's queue (:meth:`roost.storage.StoreWriter.submit_urgent`):
-        the end of an interrupted turn, which a client is waiting on.
+        the end of an interrupted turn, which a client is waiting on. ``control`` writes go in
+        the writer's control lane, ahead of its queue (``submit_control``): the admission.
 
         Returns:
             What ``fn`` returned (None for an ephemeral thread: nothing is written).
@@ -287,11 +288,12 @@ class TurnActor(Actor):
         if host.ephemeral:
             return None
         execution = self.execution
+        lane = "submit_urgent" if urgent else "submit_control" if control else "submit"
         if execution is not None:
-            submit = execution.submit_urgent if urgent else execution.submit
+            submit = getattr(execution, lane)
         else:
             writer = host.services.store.writer
-            submit = writer.submit_urgent if urgent else writer.submit
+            submit = getattr(writer, lane)
             if self.token is not None:
                 fn = leases.fenced(leases.thread_lease_key(host.thread.id), self.token, fn)
         result: Any = None

@@ -12,7 +12,11 @@ hand-offs to and from a worker thread, and that thread waiting for the GIL at ev
 cost about 15 ms of the 20 ms an interrupt's settle write took (traced per hop; the commit itself
 took under 1 ms). It never waits for a lock there (``busy_timeout`` 0: a lock held by another
 process sends the group to the worker thread as usual) and never runs a WAL checkpoint there (the
-next ordinary group's commit does). A function that
+next ordinary group's commit does). :meth:`StoreWriter.submit_control` writes (a new turn's
+admission) form a lane between the two: ahead of queued data, behind urgent writes, and they do
+not cut a group short (under 100 streams, admissions arrive by the dozen: committed together on
+the loop's thread they held it for 6-10 ms, and an interrupt's settle write waited behind them).
+A function that
 raises rolls back alone and its caller gets the error; the rest of the group commits. Callers
 are woken only after COMMIT returns, so an acknowledged write is durable
 (``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
@@ -53,6 +57,9 @@ _WAKE: Any = object()
 #: :func:`_carries_at_most`) commits on the event loop's thread (module doc); a larger one (e.g.
 #: a long reply's items) in the worker thread.
 _INLINE_MAX_BYTES = 64 << 10
+#: An urgent or control group of more writes than this commits in the worker thread (a bounded
+#: slice of the event loop: each such write takes ~0.1 ms of SQLite work).
+_INLINE_MAX_WRITES = 8
 
 
 class WriterState(enum.Enum):
@@ -120,6 +127,7 @@ class StoreWriter:
         self.state = WriterState.NEW
         self._send, self._receive = trio.open_memory_channel[_Write](queue_size)
         self._urgent: collections.deque[_Write] = collections.deque()
+        self._control: collections.deque[_Write] = collections.deque()  # see submit_control
         self._carried: list[_Write] = []  # taken for a group that stopped early for urgent writes
         self._autocheckpoint: int | None = None  # the write connection's wal_autocheckpoint (pages)
 
@@ -167,10 +175,25 @@ class StoreWriter:
         Raises:
             The errors of :meth:`submit`.
         """
+        return await self._ahead(self._urgent, fn, args, kwargs)
+
+    async def submit_control(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """:meth:`submit`, ahead of the queued writes but behind :meth:`submit_urgent` ones: for
+        control a client waits on that comes in bulk under load (a new turn's lease and turn
+        row: DESIGN.md section 4, "admissions"). Such writes commit together, up to
+        ``batch_max``, and do not cut the group being committed short. The caller must not depend
+        on a write of its own that is still queued. Not subject to the queue bound.
+
+        Raises:
+            The errors of :meth:`submit`.
+        """
+        return await self._ahead(self._control, fn, args, kwargs)
+
+    async def _ahead(self, lane: collections.deque[_Write], fn: Callable[..., R], args: tuple, kwargs: dict) -> R:
         if self.state is WriterState.STOPPED:
             raise StoreClosed("the store writer has stopped")
         write = _Write(fn, args, kwargs, trio.Event())
-        self._urgent.append(write)
+        lane.append(write)
         try:
             self._send.send_nowait(_WAKE)  # a full queue means the writer is not waiting anyway
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
@@ -249,9 +272,11 @@ class StoreWriter:
                 if not group:
                     continue
                 deferred: list[_Write] | None = None
+                inline = False
                 try:
-                    if urgent:
+                    if urgent and len(group) <= _INLINE_MAX_WRITES:
                         deferred = self._commit_inline(conn, group)
+                        inline = deferred is not None
                     if deferred is None:
                         deferred = await trio.to_thread.run_sync(self._commit_group, conn, group)
                 except BaseException:
@@ -262,6 +287,8 @@ class StoreWriter:
                     raise
                 finally:
                     self._answer(group, deferred or [])
+                if inline:
+                    await trio.lowlevel.checkpoint()  # the next group waits for others to run
                 if _bound_bytes([(w.args, w.kwargs) for w in group]) >= _REOPEN_AFTER_BYTES:
                     # SQLite keeps a cached statement's last bound values (a copy of them) until
                     # the statement runs again: a fresh connection frees a large write's copies.
@@ -301,37 +328,26 @@ class StoreWriter:
         self._receive.close()
 
     async def _next_group(self) -> tuple[list[_Write], bool]:
-        """The next writes to commit together, and whether they are urgent: the urgent ones alone,
-        else what is queued (up to ``batch_max``); empty after a wake-up whose urgent writes were
-        already taken."""
-        if self._carried and not self._urgent:
-            group, self._carried = self._carried, []
-            while len(group) < self.batch_max:
-                try:
-                    write = self._receive.receive_nowait()
-                except trio.WouldBlock:
-                    break
-                if write is not _WAKE:
-                    group.append(write)
-            return group, False
-        if not self._urgent:
+        """The next writes to commit together, and whether they are urgent or control writes:
+        the urgent ones alone, else the control ones (up to ``batch_max``), else what is queued
+        (up to ``batch_max``, in order); empty after a wake-up whose writes were already taken."""
+        if not (self._urgent or self._control or self._carried):
             first = await self._receive.receive()
-            if first is not _WAKE and not self._urgent:
-                group = [first]
-                while len(group) < self.batch_max:
-                    try:
-                        write = self._receive.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    if write is _WAKE:
-                        break  # urgent writes are waiting: keep this group short
-                    group.append(write)
-                return group, False
-            if first is not _WAKE:  # an urgent write came in meanwhile: it goes first
-                self._urgent.append(first)
-        group = list(self._urgent)
-        self._urgent.clear()
-        return group, bool(group)
+            if first is not _WAKE:
+                self._carried.append(first)
+        while not (self._urgent or self._control) and len(self._carried) < self.batch_max:
+            try:
+                write = self._receive.receive_nowait()
+            except trio.WouldBlock:
+                break
+            if write is not _WAKE:
+                self._carried.append(write)
+        for lane in (self._urgent, self._control):
+            if lane:
+                count = len(lane) if lane is self._urgent else min(len(lane), self.batch_max)
+                return [lane.popleft() for _ in range(count)], True
+        group, self._carried = self._carried[: self.batch_max], self._carried[self.batch_max :]
+        return group, False
 
     def _fail_queued(self) -> None:
         # No checkpoint between this drain and closing the channel, so nothing slips in between.
@@ -350,8 +366,8 @@ class StoreWriter:
             write.error = StoreClosed("the store writer stopped before this write ran")
             if write.done is not None:
                 write.done.set()
-        while self._urgent:
-            write = self._urgent.popleft()
+        while self._urgent or self._control:
+            write = (self._urgent or self._control).popleft()
             write.error = StoreClosed("the store writer stopped before this write ran")
             if write.done is not None:
                 write.done.set()
