@@ -396,3 +396,22 @@ async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp
     assert threads["control 0"] is not threading.current_thread()  # twelve at once: worker thread
     assert order[-1] == "last"
     store.close()
+
+
+async def test_the_size_of_an_urgent_write_does_not_count_what_a_library_record_leads_to() -> None:
+    """An interrupted turn's end closes over its execution, whose trio events lead to tasks and
+    the whole runtime: only Roost's records are looked into, so the write still counts as small."""
+    from roost.storage._keeper import Execution
+    from roost.storage._writer import _carries_at_most, _Write
+    from roost.storage.leases import Lease
+
+    execution = Execution(Lease(key="thread:t", owner="me", token=1, expires_at=0.0, ttl=15.0), None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(execution.lost.wait)  # a task waits on one of its events
+        await trio.testing.wait_all_tasks_blocked()
+
+        def end_of_turn(conn) -> str:
+            return execution.lease.key
+
+        assert _carries_at_most([_Write(end_of_turn, (), {}, None)], 1000, look_at=64)
+        execution.lost.set()

@@ -482,8 +482,8 @@ def _fresh(exc: StoreError) -> StoreError:
 
 def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) -> bool:
     """Whether ``group``'s writes carry at most ``limit`` bytes of text: in their arguments and in
-    what their functions close over (closures, ``functools.partial``, containers, attrs
-    instances; a write's text is often captured, e.g. an interrupted turn's items). Looks at no
+    what their functions close over (closures, ``functools.partial``, containers, Roost's attrs
+    records; a write's text is often captured, e.g. an interrupted turn's items). Looks at no
     more than ``look_at`` values: more counts as too much (an estimate, cheap for small writes)."""
     stack: list[Any] = []
     for write in group:
@@ -513,7 +513,9 @@ def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) ->
             for cell in value.__closure__ or ():
                 with contextlib.suppress(ValueError):  # an empty cell has no contents
                     stack.append(cell.cell_contents)
-        elif attrs.has(type(value)):
+        elif attrs.has(type(value)) and type(value).__module__.startswith("roost."):
+            # Roost's own records only: a library's attrs class (a trio.Event and its tasks)
+            # leads into the whole runtime.
             stack.extend(getattr(value, f.name, None) for f in attrs.fields(type(value)))
     return True
 
