@@ -221,3 +221,197 @@ async def test_a_group_in_flight_stops_for_an_urgent_write(tmp_path) -> None:
     assert results == ["urgent", "last"]
     assert store.writer.stats.writes == 12 and store.writer.stats.failed == 0
     store.close()
+
+
+async def test_a_small_urgent_write_commits_on_the_event_loop_thread_in_a_group_of_its_own(tmp_path) -> None:
+    """No worker-thread hand-off for a small urgent write (an interrupted turn's end, a lease
+    renewal): it runs on the trio thread, alone in its transaction, and is durable when answered;
+    a large one still goes to the worker thread."""
+    import sqlite3
+    import threading
+
+    from roost.storage import open_store
+
+    db = tmp_path / "roost.db"
+    store = open_store(db)
+    ran_on: dict[str, threading.Thread] = {}
+
+    def note(conn, label: str, payload: str = "") -> str:
+        ran_on[label] = threading.current_thread()
+        conn.execute("CREATE TABLE IF NOT EXISTS notes (label TEXT)")
+        conn.execute("INSERT INTO notes VALUES (?)", (label,))
+        return label
+
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            await store.writer.submit(note, "ordinary")
+            before = store.writer.stats.transactions
+            assert await store.writer.submit_urgent(note, "urgent") == "urgent"
+            assert store.writer.stats.transactions == before + 1  # a group of its own
+            assert ran_on["urgent"] is threading.current_thread()  # the event loop's thread
+            assert await store.writer.submit_urgent(note, "large", payload="x" * (1 << 20)) == "large"
+            text = "y" * (1 << 20)
+
+            def captured(conn) -> str:  # the text is in the closure, not in the arguments
+                return note(conn, "captured", payload=text)
+
+            assert await store.writer.submit_urgent(captured) == "captured"
+            nursery.cancel_scope.cancel()
+    assert ran_on["ordinary"] is not threading.main_thread()
+    assert ran_on["large"] is not threading.current_thread()  # too large for the loop's thread
+    assert ran_on["captured"] is not threading.current_thread()
+    reader = sqlite3.connect(db)  # committed (another connection sees it)
+    labels = [r[0] for r in reader.execute("SELECT label FROM notes")]
+    assert labels == ["ordinary", "urgent", "large", "captured"]
+    reader.close()
+    store.close()
+
+
+async def test_an_urgent_write_never_waits_for_a_lock_on_the_event_loop_thread(tmp_path) -> None:
+    """With the write lock held by another connection (another process), an urgent write goes to
+    the worker thread and waits there: the event loop keeps running, and it commits once the lock
+    is free."""
+    import sqlite3
+    import threading
+
+    from roost.storage import open_store
+
+    db = tmp_path / "roost.db"
+    store = open_store(db)
+    ran_on: list[threading.Thread] = []
+
+    def note(conn) -> str:
+        ran_on.append(threading.current_thread())
+        return "done"
+
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            result: list[str] = []
+            answered = trio.Event()
+
+            async def urgent() -> None:
+                result.append(await store.writer.submit_urgent(note))
+                answered.set()
+
+            nursery.start_soon(urgent)
+            # The loop is not blocked while the lock is held elsewhere: every task gets to wait
+            # (the write waits for the lock in the worker thread).
+            await trio.testing.wait_all_tasks_blocked()
+            assert result == []
+            other.execute("COMMIT")
+            await answered.wait()
+            nursery.cancel_scope.cancel()
+    assert result == ["done"] and ran_on[0] is not threading.current_thread()
+    other.close()
+    store.close()
+
+
+async def test_a_new_turns_admission_commits_ahead_of_queued_data_writes(tmp_path) -> None:
+    """The lease and the turn row of a new turn (admission: control) do not wait behind writes
+    the streams queued before them: a backlog queued behind a group in flight finds them
+    committed (with FIFO admission every backlog write ran first)."""
+    import threading
+
+    from test_compact import SCRIPT, CapturingEngine, new_thread, runtime_with
+
+    from roost.actors._messages import Origin, StartTurn
+
+    async with runtime_with(CapturingEngine(SCRIPT)) as runtime:
+        actor = await new_thread(runtime, tmp_path)
+        writer = runtime.services.store.writer
+        started, release = threading.Event(), threading.Event()
+        seen: list[int] = []
+
+        def blocking(conn) -> None:
+            started.set()
+            release.wait(10)
+
+        def backlog(conn) -> None:
+            seen.append(conn.execute("SELECT count(*) FROM turns WHERE thread_id = ?", (actor.thread.id,)).fetchone()[0])
+
+        with trio.fail_after(scaled(20)):
+            writer.submit_nowait(blocking)
+            await trio.to_thread.run_sync(started.wait)  # a group is in flight
+            for _ in range(20):
+                writer.submit_nowait(backlog)  # data queued before the turn starts
+            async with trio.open_nursery() as nursery:
+
+                async def start() -> None:
+                    await actor.ref.ask(StartTurn(prompt="hello", origin=Origin()))
+
+                nursery.start_soon(start)
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()
+            await writer.submit(backlog)
+        # Every backlog write saw the turn row, but at most the one that was running when the
+        # admission write arrived (a group in flight runs at least one write before it stops).
+        assert len(seen) == 21 and seen.count(0) <= 1 and seen[-1] == 1, seen
+
+
+async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp_path) -> None:
+    """The control lane (admissions): ahead of the queue (also of writes a group cut short by an
+    urgent write left), behind urgent writes, committed together; a bulk of them (more than a
+    few) commits in the worker thread, not on the event loop's."""
+    import threading
+
+    from roost.storage import open_store
+
+    store = open_store(tmp_path / "roost.db", batch_max=50)
+    order: list[str] = []
+    threads: dict[str, threading.Thread] = {}
+    started, release = threading.Event(), threading.Event()
+
+    def note(conn, label: str) -> str:
+        if label == "in flight 0":
+            started.set()
+            release.wait(10)
+        order.append(label)
+        threads[label] = threading.current_thread()
+        return label
+
+    for i in range(3):
+        store.writer.submit_nowait(note, f"in flight {i}")
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.writer.run)
+            await trio.to_thread.run_sync(started.wait)  # a group of three is being committed
+            for i in range(3):
+                store.writer.submit_nowait(note, f"queued {i}")
+            for i in range(12):
+                nursery.start_soon(store.writer.submit_control, note, f"control {i}")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(store.writer.submit_urgent, note, "urgent")
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+            assert await store.writer.submit(note, "last") == "last"
+            nursery.cancel_scope.cancel()
+    controls = {f"control {i}" for i in range(12)}  # (their tasks start in any order)
+    assert order[:2] == ["in flight 0", "urgent"]  # the group in flight stopped for the urgent write only
+    assert set(order[2:14]) == controls  # then the control lane, ahead of the data queued before it
+    assert order[14:] == ["in flight 1", "in flight 2", "queued 0", "queued 1", "queued 2", "last"]
+    assert threads["control 0"] is not threading.current_thread()  # twelve at once: worker thread
+    assert order[-1] == "last"
+    store.close()
+
+
+async def test_the_size_of_an_urgent_write_does_not_count_what_a_library_record_leads_to() -> None:
+    """An interrupted turn's end closes over its execution, whose trio events lead to tasks and
+    the whole runtime: only Roost's records are looked into, so the write still counts as small."""
+    from roost.storage._keeper import Execution
+    from roost.storage._writer import _carries_at_most, _Write
+    from roost.storage.leases import Lease
+
+    execution = Execution(Lease(key="thread:t", owner="me", token=1, expires_at=0.0, ttl=15.0), None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(execution.lost.wait)  # a task waits on one of its events
+        await trio.testing.wait_all_tasks_blocked()
+
+        def end_of_turn(conn) -> str:
+            return execution.lease.key
+
+        assert _carries_at_most([_Write(end_of_turn, (), {}, None)], 1000, look_at=64)
+        execution.lost.set()

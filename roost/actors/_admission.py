@@ -68,7 +68,9 @@ async def admit_turn(actor: ThreadActor, turn: TurnActor) -> dict | None:
             )
         return state, row
 
-    state, row = await turn.persist(write) or (None, None)
+    # an admission is control (issue 19): ahead of the streams' queued writes; the turn's own
+    # writes are all awaited, and its thread's earlier ones were too (a settled turn's end)
+    state, row = await turn.persist(write, control=True) or (None, None)
     if state is not None:
         log.info("thread %s: changed by another process; reloaded at admission", tid)
         keep = frozenset({msg.input_id}) if msg.input_id else frozenset()

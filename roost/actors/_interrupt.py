@@ -16,13 +16,17 @@ from typing import Any
 __all__ = ["interrupt_active"]
 
 
-def interrupt_active(actor: Any, turn_id: str | None, reason: str) -> dict | None:
+def interrupt_active(actor: Any, turn_id: str | None, reason: str, ack: Any = None) -> dict | None:
     """Interrupt ``actor``'s active turn if it is the one meant; not a checkpoint.
 
     Args:
         actor: a :class:`~roost.actors.ThreadActor`.
         turn_id: the turn to interrupt (None: whichever is active).
         reason: why (``turn.error`` of the interrupted turn names it).
+        ack: a ``trio.Event`` the caller sets once this answer is on its way to the client; the
+            turn's terminal notification waits for it (bounded: docs/app-server.md, the
+            ``turn/interrupt`` answer comes before the ``turn/completed`` it causes). None: the
+            answer is already queued (the app-server reader's path).
 
     Returns:
         The ``InterruptTurn`` reply (app-server-protocol.md, ``turn/interrupt`` result
@@ -34,6 +38,8 @@ def interrupt_active(actor: Any, turn_id: str | None, reason: str) -> dict | Non
     active = actor.active
     if active is None or (turn_id is not None and turn_id != active.id):
         return None
+    if ack is not None:
+        active.terminal_after(ack)
     view = active.view()
     view["thread_id"] = actor.thread.id
     if not active.interrupt(reason):

@@ -108,6 +108,9 @@ class InterruptTurn:
 
     turn_id: str | None = None
     reason: str = "interrupted"
+    #: set by the front door once its answer is on its way (a ``trio.Event``); the interrupted
+    #: turn's terminal notification waits for it (bounded), so a client sees the answer first
+    ack: Any = None
 
 
 @attrs.frozen(kw_only=True)

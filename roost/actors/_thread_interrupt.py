@@ -32,7 +32,7 @@ async def interrupt(actor: ThreadActor, msg: InterruptTurn) -> dict:
             inputs.dispatch_cancelled = msg.reason
         latest = actor.turns[-1] if actor.turns else None
         return {"thread_id": tid, "turn": latest, "interrupted": True, "input": public_input(inputs.dispatching)}
-    answer = interrupt_active(actor, msg.turn_id, msg.reason)  # (the app-server reader's path too)
+    answer = interrupt_active(actor, msg.turn_id, msg.reason, msg.ack)  # (the app-server reader's path too)
     if answer is not None:
         return answer
     if not actor.ephemeral and await actor.busy_elsewhere():

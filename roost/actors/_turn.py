@@ -46,6 +46,8 @@ log = logging.getLogger("roost.turn")
 
 #: Seconds a shielded write of turn state may take before the caller gives up (StoreBusy).
 PERSIST_TIMEOUT = 30.0
+#: Seconds a turn's terminal notification waits for the answer to the interrupt that ended it.
+_ANSWER_WAIT_S = 5.0
 
 
 class TurnActor(Actor):
@@ -108,6 +110,7 @@ class TurnActor(Actor):
         #: streaming text with no tool call started (only then is it cut)
         self.stream_cut: trio.CancelScope | None = None
         self.text_streaming = False
+        self._terminal_after: list[trio.Event] = []  # answers the terminal notification follows
 
     # -- the interface of the thread -------------------------------------------------------------
 
@@ -124,6 +127,11 @@ class TurnActor(Actor):
             self.interrupt_reason = reason
             self.scope.cancel()
         return True
+
+    def terminal_after(self, answer: trio.Event) -> None:
+        """Hold this turn's terminal notification until ``answer`` is set (at most
+        :data:`_ANSWER_WAIT_S`): the answer to an interrupt goes out first (docs/app-server.md)."""
+        self._terminal_after.append(answer)
 
     def cut_for_steer(self) -> None:
         """Cut the model response streaming text now, for a steer (app-server-protocol.md:
@@ -196,7 +204,9 @@ class TurnActor(Actor):
         tid = host.thread.id
         if not host.ephemeral:
             try:
-                self._hold = host.services.keeper.hold(leases.thread_lease_key(tid), ttl=host.services.lease_ttl)
+                self._hold = host.services.keeper.hold(
+                    leases.thread_lease_key(tid), ttl=host.services.lease_ttl, control=True
+                )
                 self.execution = await self._hold.__aenter__()
             except LeaseHeld as exc:
                 raise ThreadBusy(f"thread {tid} is executing in another process ({exc.owner})") from None
@@ -256,11 +266,12 @@ class TurnActor(Actor):
 
     # -- writes of the turn -----------------------------------------------------------------------
 
-    async def persist(self, fn: Any, *args: Any, urgent: bool = False) -> Any:
+    async def persist(self, fn: Any, *args: Any, urgent: bool = False, control: bool = False) -> Any:
         """Run a storage write for this turn, fenced by its lease token.
 
         ``urgent`` writes skip the writer's queue (:meth:`roost.storage.StoreWriter.submit_urgent`):
-        the end of an interrupted turn, which a client is waiting on.
+        the end of an interrupted turn, which a client is waiting on. ``control`` writes go in
+        the writer's control lane, ahead of its queue (``submit_control``): the admission.
 
         Returns:
             What ``fn`` returned (None for an ephemeral thread: nothing is written).
@@ -277,11 +288,12 @@ class TurnActor(Actor):
         if host.ephemeral:
             return None
         execution = self.execution
+        lane = "submit_urgent" if urgent else "submit_control" if control else "submit"
         if execution is not None:
-            submit = execution.submit_urgent if urgent else execution.submit
+            submit = getattr(execution, lane)
         else:
             writer = host.services.store.writer
-            submit = writer.submit_urgent if urgent else writer.submit
+            submit = getattr(writer, lane)
             if self.token is not None:
                 fn = leases.fenced(leases.thread_lease_key(host.thread.id), self.token, fn)
         result: Any = None
@@ -534,6 +546,9 @@ class TurnActor(Actor):
                     log.exception("thread %s: could not make input held work", tid)
         except Exception:
             log.exception("thread %s: could not persist the end of turn %s", tid, self.id)
+        for answer in self._terminal_after:  # an interrupt's answer goes out before the end
+            with trio.move_on_after(_ANSWER_WAIT_S):
+                await answer.wait()
         if settle:
             self.items_settled(settle, rows, open_items if open_items is not None else {})
         host.turn_finished(self, moved)

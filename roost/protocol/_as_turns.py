@@ -361,7 +361,8 @@ async def turn_interrupt(session: AppServerSession, params: Any) -> dict:
     """``turn/interrupt``: cancel the active turn (only if it is ``turn_id``, when given).
 
     Idempotent: a turn already ended (or interrupting) is reported with ``interrupted: false``.
-    Result: ``{thread_id, turn, interrupted}``. Raises TurnNotFound for an unknown ``turn_id``.
+    Result: ``{thread_id, turn, interrupted}``; it is sent before the interrupted turn's terminal
+    notification (which waits for it, bounded). Raises TurnNotFound for an unknown ``turn_id``.
     A turn running in another app-server on the store is interrupted there (over the node bus).
     """
     p = check_params("turn/interrupt", params, {"thread_id": (STR, True), "turn_id": (STR, False)})
@@ -369,7 +370,7 @@ async def turn_interrupt(session: AppServerSession, params: Any) -> dict:
     remote = await forwarded(session, actor, "interrupt", {"turn_id": p.get("turn_id")})
     if remote is not None:
         return remote
-    return await actor.ref.ask(InterruptTurn(turn_id=p.get("turn_id")))
+    return await actor.ref.ask(InterruptTurn(turn_id=p.get("turn_id"), ack=session.after_response()))
 
 
 @immediate("turn/interrupt")

@@ -149,13 +149,14 @@ def _execute_retrying(conn: sqlite3.Connection, sql: str) -> None:
 
 
 @contextlib.contextmanager
-def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def immediate(conn: sqlite3.Connection, *, begun: bool = False) -> Iterator[sqlite3.Connection]:
     """Run the block in a write transaction: ``BEGIN IMMEDIATE`` or, nested, a savepoint.
 
     Outermost: takes the write lock up front (waiting up to busy_timeout, retried a few times),
     commits on success, rolls back on any ``BaseException`` without masking it. Nested (the
     connection is already in a transaction, e.g. inside a StoreWriter group): a uniquely named
-    savepoint that rolls back alone.
+    savepoint that rolls back alone. ``begun``: the caller already ran ``BEGIN IMMEDIATE`` on
+    ``conn``; the block is that transaction (committed or rolled back here, like an outermost one).
 
     This is a blocking call (run it in a worker thread from trio).
 
@@ -163,7 +164,7 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         StoreBusy: the write lock stayed held by another connection past every retry.
         StoreError: COMMIT failed (the transaction was rolled back).
     """
-    if conn.in_transaction:
+    if conn.in_transaction and not begun:
         name = f"roost_sp_{next(_savepoints)}"
         conn.execute(f"SAVEPOINT {name}")
         try:
@@ -176,7 +177,8 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             raise
         conn.execute(f"RELEASE SAVEPOINT {name}")
         return
-    _execute_retrying(conn, "BEGIN IMMEDIATE")
+    if not begun:
+        _execute_retrying(conn, "BEGIN IMMEDIATE")
     try:
         yield conn
     except BaseException:

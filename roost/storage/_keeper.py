@@ -94,9 +94,20 @@ class Execution:
         Raises:
             The errors of :meth:`submit`.
         """
+        return await self._fenced(self._writer.submit_urgent, fn, args)
+
+    async def submit_control(self, fn: Callable[..., R], *args: Any) -> R:
+        """:meth:`submit` in the writer's control lane (:meth:`StoreWriter.submit_control`).
+
+        Raises:
+            The errors of :meth:`submit`.
+        """
+        return await self._fenced(self._writer.submit_control, fn, args)
+
+    async def _fenced(self, submit: Callable[..., Any], fn: Callable[..., R], args: tuple) -> R:
         try:
             fenced = _ops(self._writer).fenced
-            return await self._writer.submit_urgent(fenced(self.lease.key, self.lease.token, fn), *args)
+            return await submit(fenced(self.lease.key, self.lease.token, fn), *args)
         except StaleLease:
             self._lose("superseded")
             raise
@@ -224,12 +235,16 @@ class LeaseKeeper:
             execution._lose("keeper_stopped")
 
     @asynccontextmanager
-    async def hold(self, key: str, *, ttl: float | None = None) -> AsyncIterator[Execution]:
+    async def hold(self, key: str, *, ttl: float | None = None, control: bool = False) -> AsyncIterator[Execution]:
         """Acquire lease ``key`` and keep it renewed for the block.
 
         Args:
             key: the lease key (e.g. ``thread_lease_key(thread_id)``).
             ttl: lease duration in seconds (default: the keeper's).
+            control: acquire in the writer's control lane, ahead of its queue
+                (:meth:`StoreWriter.submit_control`): an admission a client waits on (control
+                before data, issue 19). The caller must not depend on a write of its own that is
+                still queued.
 
         Yields:
             The :class:`Execution`; run the work inside its ``cancel_scope``.
@@ -248,7 +263,8 @@ class LeaseKeeper:
         if self._state is _State.STOPPED:
             raise StoreClosed("the lease keeper has stopped")
         ttl = self.ttl if ttl is None else ttl
-        lease = await self.writer.submit(_ops(self.writer).acquire, key, self.owner, ttl)
+        submit = self.writer.submit_control if control else self.writer.submit
+        lease = await submit(_ops(self.writer).acquire, key, self.owner, ttl)
         async with self.adopt(lease) as execution:
             yield execution
 

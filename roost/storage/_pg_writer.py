@@ -55,6 +55,7 @@ class PgWriter(StoreWriter):
         self.state = WriterState.NEW
         self._send, self._receive = trio.open_memory_channel[_Write](queue_size)
         self._urgent: collections.deque[_Write] = collections.deque()
+        self._control: collections.deque[_Write] = collections.deque()
         self._carried: list[_Write] = []  # see StoreWriter: a group cut short for urgent writes
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -78,7 +79,7 @@ class PgWriter(StoreWriter):
             task_status.started()
             while True:
                 fault_point("store_writer")
-                group = await self._next_group()
+                group, _ = await self._next_group()
                 if not group:
                     continue
                 deferred: list[_Write] = []

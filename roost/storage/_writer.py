@@ -6,7 +6,17 @@ SAVEPOINT. :meth:`StoreWriter.submit_urgent` writes (the end of an interrupted t
 queue: they commit in a group of their own, right after the group being committed, which stops
 taking further writes as soon as an urgent one waits (control before data, issue 19: under
 saturation a group of fifty writes took 70-100 ms, and an interrupt's settle write waited for
-all of it); the writes it did not reach go first in the next ordinary group. A function that
+all of it); the writes it did not reach go first in the next ordinary group. A small urgent
+group commits on the event loop's own thread, not in a worker thread: under saturation the two
+hand-offs to and from a worker thread, and that thread waiting for the GIL at every SQLite call,
+cost about 15 ms of the 20 ms an interrupt's settle write took (traced per hop; the commit itself
+took under 1 ms). It never waits for a lock there (``busy_timeout`` 0: a lock held by another
+process sends the group to the worker thread as usual) and never runs a WAL checkpoint there (the
+next ordinary group's commit does). :meth:`StoreWriter.submit_control` writes (a new turn's
+admission) form a lane between the two: ahead of queued data, behind urgent writes, and they do
+not cut a group short (under 100 streams, admissions arrive by the dozen: committed together on
+the loop's thread they held it for 6-10 ms, and an interrupt's settle write waited behind them).
+A function that
 raises rolls back alone and its caller gets the error; the rest of the group commits. Callers
 are woken only after COMMIT returns, so an acknowledged write is durable
 (``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
@@ -16,8 +26,11 @@ transactions, never corrupt the file).
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
+import functools
 import sqlite3
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +53,13 @@ _MAX_GROUP_RESTARTS = 8
 _REOPEN_AFTER_BYTES = 1 << 20
 #: Put on the queue to wake the writer for an urgent write (never run).
 _WAKE: Any = object()
+#: An urgent group whose writes carry at most this many bytes of text (arguments and closures,
+#: :func:`_carries_at_most`) commits on the event loop's thread (module doc); a larger one (e.g.
+#: a long reply's items) in the worker thread.
+_INLINE_MAX_BYTES = 64 << 10
+#: An urgent or control group of more writes than this commits in the worker thread (a bounded
+#: slice of the event loop: each such write takes ~0.1 ms of SQLite work).
+_INLINE_MAX_WRITES = 8
 
 
 class WriterState(enum.Enum):
@@ -107,7 +127,9 @@ class StoreWriter:
         self.state = WriterState.NEW
         self._send, self._receive = trio.open_memory_channel[_Write](queue_size)
         self._urgent: collections.deque[_Write] = collections.deque()
+        self._control: collections.deque[_Write] = collections.deque()  # see submit_control
         self._carried: list[_Write] = []  # taken for a group that stopped early for urgent writes
+        self._autocheckpoint: int | None = None  # the write connection's wal_autocheckpoint (pages)
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -153,10 +175,25 @@ class StoreWriter:
         Raises:
             The errors of :meth:`submit`.
         """
+        return await self._ahead(self._urgent, fn, args, kwargs)
+
+    async def submit_control(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """:meth:`submit`, ahead of the queued writes but behind :meth:`submit_urgent` ones: for
+        control a client waits on that comes in bulk under load (a new turn's lease and turn
+        row: DESIGN.md section 4, "admissions"). Such writes commit together, up to
+        ``batch_max``, and do not cut the group being committed short. The caller must not depend
+        on a write of its own that is still queued. Not subject to the queue bound.
+
+        Raises:
+            The errors of :meth:`submit`.
+        """
+        return await self._ahead(self._control, fn, args, kwargs)
+
+    async def _ahead(self, lane: collections.deque[_Write], fn: Callable[..., R], args: tuple, kwargs: dict) -> R:
         if self.state is WriterState.STOPPED:
             raise StoreClosed("the store writer has stopped")
         write = _Write(fn, args, kwargs, trio.Event())
-        self._urgent.append(write)
+        lane.append(write)
         try:
             self._send.send_nowait(_WAKE)  # a full queue means the writer is not waiting anyway
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
@@ -231,12 +268,17 @@ class StoreWriter:
             task_status.started()
             while True:
                 fault_point("store_writer")
-                group = await self._next_group()
+                group, urgent = await self._next_group()
                 if not group:
                     continue
-                deferred: list[_Write] = []
+                deferred: list[_Write] | None = None
+                inline = False
                 try:
-                    deferred = await trio.to_thread.run_sync(self._commit_group, conn, group)
+                    if urgent and len(group) <= _INLINE_MAX_WRITES:
+                        deferred = self._commit_inline(conn, group)
+                        inline = deferred is not None
+                    if deferred is None:
+                        deferred = await trio.to_thread.run_sync(self._commit_group, conn, group)
                 except BaseException:
                     # Only a non-Exception (e.g. KeyboardInterrupt in a write) gets here: the
                     # group was rolled back; answer its callers before the writer dies.
@@ -244,7 +286,9 @@ class StoreWriter:
                         write.error = StoreClosed("the store writer crashed during this write")
                     raise
                 finally:
-                    self._answer(group, deferred)
+                    self._answer(group, deferred or [])
+                if inline:
+                    await trio.lowlevel.checkpoint()  # the next group waits for others to run
                 if _bound_bytes([(w.args, w.kwargs) for w in group]) >= _REOPEN_AFTER_BYTES:
                     # SQLite keeps a cached statement's last bound values (a copy of them) until
                     # the statement runs again: a fresh connection frees a large write's copies.
@@ -283,37 +327,27 @@ class StoreWriter:
         self._fail_queued()
         self._receive.close()
 
-    async def _next_group(self) -> list[_Write]:
-        """The next writes to commit together: the urgent ones alone, else what is queued (up to
-        ``batch_max``); empty after a wake-up whose urgent writes were already taken."""
-        if self._carried and not self._urgent:
-            group, self._carried = self._carried, []
-            while len(group) < self.batch_max:
-                try:
-                    write = self._receive.receive_nowait()
-                except trio.WouldBlock:
-                    break
-                if write is not _WAKE:
-                    group.append(write)
-            return group
-        if not self._urgent:
+    async def _next_group(self) -> tuple[list[_Write], bool]:
+        """The next writes to commit together, and whether they are urgent or control writes:
+        the urgent ones alone, else the control ones (up to ``batch_max``), else what is queued
+        (up to ``batch_max``, in order); empty after a wake-up whose writes were already taken."""
+        if not (self._urgent or self._control or self._carried):
             first = await self._receive.receive()
-            if first is not _WAKE and not self._urgent:
-                group = [first]
-                while len(group) < self.batch_max:
-                    try:
-                        write = self._receive.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    if write is _WAKE:
-                        break  # urgent writes are waiting: keep this group short
-                    group.append(write)
-                return group
-            if first is not _WAKE:  # an urgent write came in meanwhile: it goes first
-                self._urgent.append(first)
-        group = list(self._urgent)
-        self._urgent.clear()
-        return group
+            if first is not _WAKE:
+                self._carried.append(first)
+        while not (self._urgent or self._control) and len(self._carried) < self.batch_max:
+            try:
+                write = self._receive.receive_nowait()
+            except trio.WouldBlock:
+                break
+            if write is not _WAKE:
+                self._carried.append(write)
+        for lane in (self._urgent, self._control):
+            if lane:
+                count = len(lane) if lane is self._urgent else min(len(lane), self.batch_max)
+                return [lane.popleft() for _ in range(count)], True
+        group, self._carried = self._carried[: self.batch_max], self._carried[self.batch_max :]
+        return group, False
 
     def _fail_queued(self) -> None:
         # No checkpoint between this drain and closing the channel, so nothing slips in between.
@@ -332,16 +366,41 @@ class StoreWriter:
             write.error = StoreClosed("the store writer stopped before this write ran")
             if write.done is not None:
                 write.done.set()
-        while self._urgent:
-            write = self._urgent.popleft()
+        while self._urgent or self._control:
+            write = (self._urgent or self._control).popleft()
             write.error = StoreClosed("the store writer stopped before this write ran")
             if write.done is not None:
                 write.done.set()
 
     # -- worker-thread side -------------------------------------------------------------------
 
-    def _commit_group(self, conn: sqlite3.Connection, group: list[_Write]) -> list[_Write]:
-        """Run one group in one transaction (blocking, in a worker thread).
+    def _commit_inline(self, conn: sqlite3.Connection, group: list[_Write]) -> list[_Write] | None:
+        """Commit urgent ``group`` on the calling (event loop) thread if it is small and the write
+        lock is free at once (module doc); None: nothing ran, commit it in the worker thread.
+
+        Blocks for the group's own SQLite work (well under a millisecond for an interrupted
+        turn's end or a lease renewal), never for another connection's lock or a WAL checkpoint.
+        """
+        if not _carries_at_most(group, _INLINE_MAX_BYTES):
+            return None
+        if self._autocheckpoint is None:
+            self._autocheckpoint = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error:
+            return None  # locked by another process (or failing): the worker thread retries it
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        try:
+            return self._commit_group(conn, group, begun=True)
+        finally:
+            conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
+
+    def _commit_group(self, conn: sqlite3.Connection, group: list[_Write], *, begun: bool = False) -> list[_Write]:
+        """Run one group in one transaction (blocking, in a worker thread; ``begun``: its
+        ``BEGIN IMMEDIATE`` already ran, see :meth:`_commit_inline`).
 
         Returns:
             The writes not run because an urgent write came in meanwhile (untouched, in order).
@@ -352,7 +411,8 @@ class StoreWriter:
             for write in pending:
                 write.result, write.error = None, None
             try:
-                with immediate(conn):
+                with immediate(conn, begun=begun):
+                    begun = False
                     destroyed, ran = self._run_writes(conn, pending)
                     if destroyed is not None:
                         # The failing write ended the transaction; `immediate` has nothing to
@@ -418,6 +478,46 @@ def _fresh(exc: StoreError) -> StoreError:
         err = StoreError(str(exc))
     err.__cause__ = exc.__cause__ or exc
     return err
+
+
+def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) -> bool:
+    """Whether ``group``'s writes carry at most ``limit`` bytes of text: in their arguments and in
+    what their functions close over (closures, ``functools.partial``, containers, Roost's attrs
+    records; a write's text is often captured, e.g. an interrupted turn's items). Looks at no
+    more than ``look_at`` values: more counts as too much (an estimate, cheap for small writes)."""
+    stack: list[Any] = []
+    for write in group:
+        stack.extend((write.fn, write.args, write.kwargs))
+    seen: set[int] = set()
+    total = 0
+    while stack:
+        look_at -= 1
+        if look_at < 0:
+            return False
+        value = stack.pop()
+        if isinstance(value, (str, bytes, bytearray, memoryview)):
+            total += len(value)
+            if total > limit:
+                return False
+            continue
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend(value)
+        elif isinstance(value, functools.partial):
+            stack.extend((value.func, value.args, value.keywords))
+        elif isinstance(value, types.FunctionType):
+            for cell in value.__closure__ or ():
+                with contextlib.suppress(ValueError):  # an empty cell has no contents
+                    stack.append(cell.cell_contents)
+        elif attrs.has(type(value)) and type(value).__module__.startswith("roost."):
+            # Roost's own records only: a library's attrs class (a trio.Event and its tasks)
+            # leads into the whole runtime.
+            stack.extend(getattr(value, f.name, None) for f in attrs.fields(type(value)))
+    return True
 
 
 def _bound_bytes(value: Any, depth: int = 0) -> int:
