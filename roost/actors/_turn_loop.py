@@ -523,11 +523,13 @@ async def _settle(thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]
         await thread.tree.freeze(turn.interrupt_reason or "interrupted")
     partial_status = "interrupted" if turn.status == "interrupted" else "failed"
     views = list(open_items.values())
-    called = {h.call_id for h in thread.history if isinstance(h, ToolCall)}
+    called: set[str] | None = None  # the history's call ids, gathered only when a call is open
     for view in views:
         if view["type"] == "tool_call" and view.get("output") is None:
             view["output"] = INTERRUPTED_OUTPUT
             view["is_error"] = True
+            if called is None:
+                called = {h.call_id for h in thread.history if isinstance(h, ToolCall)}
             if view["call_id"] not in called:
                 thread.history.append(
                     ToolCall(call_id=view["call_id"], name=view["name"], arguments=view.get("arguments") or {})
