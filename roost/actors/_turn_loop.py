@@ -212,6 +212,8 @@ class _Response:
     def __init__(self, thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]) -> None:
         self.thread, self.turn, self.open_items = thread, turn, open_items
         self.tid = thread.thread.id
+        self.turn_id = turn.id
+        self.emit = thread.emit
         self.message: dict | None = None
         self.reasoning: dict | None = None
         self.text_parts: list[str] = []
@@ -238,7 +240,18 @@ class _Response:
 
     def on_event(self, event: Any) -> None:
         """Handle one engine event: deltas to the client, items started, usage, retries."""
-        cls, turn, tid, emit = type(event), self.turn, self.tid, self.thread.emit
+        cls = type(event)
+        if cls is TextDelta and self.text_parts:  # the message streams on (most events)
+            parts, message = self.text_parts, self.message
+            assert message is not None
+            parts.append(event.text)
+            self.checkpoints.grew(message, parts, len(event.text))
+            self.emit(
+                "item/agentMessage/delta",
+                {"thread_id": self.tid, "turn_id": self.turn_id, "item_id": message["id"], "delta": event.text},
+            )
+            return
+        turn, tid, emit = self.turn, self.tid, self.emit
         if cls is TextDelta:
             if self.message is None:
                 self.message = self.start_item(
@@ -286,7 +299,13 @@ class _Response:
                 )
             view["arguments"] = event.arguments
             self.ended.append(view)
-        elif cls is Usage:
+        else:
+            self._on_rare(event)
+
+    def _on_rare(self, event: Any) -> None:
+        """The events a response has a few of: usage, the provider's reasoning blocks, retries."""
+        cls, turn, tid, emit = type(event), self.turn, self.tid, self.emit
+        if cls is Usage:
             for key in ("input_tokens", "output_tokens", "cached_tokens"):
                 turn.usage[key] += getattr(event, key) or 0
             emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
