@@ -282,9 +282,11 @@ class ThreadActor(Actor):
         tid = self.thread.id
         view = turn.view()
         view["thread_id"] = tid
-        for index, existing in enumerate(self.turns):
-            if existing["id"] == turn.id:
-                self.turns[index] = view
+        turns = self.turns
+        for index in range(len(turns) - 1, -1, -1):  # the newest first: it is almost always last
+            if turns[index]["id"] == turn.id:
+                turns[index] = view
+                break
         for entry in moved:
             self.inputs.announce("turn/held", entry, "held", reason="turn_ended")
         if self.active is turn:
