@@ -56,15 +56,18 @@ async def test_the_ordinary_handler_answers_before_the_turn_completed_line(tmp_p
         lines: list[dict] = []
         with trio.fail_after(scaled(10)):
             async with trio.open_nursery() as nursery:
-                session._requests = nursery
+                session.serve_in(nursery)
                 # not subscribed yet: the ordinary handler (subscribe, then the actor's mailbox)
                 frame = {"id": 5, "method": "turn/interrupt", "params": {"thread_id": actor.thread.id}}
                 await session._on_frame(frame)
                 assert session._active_requests == 1
-                while not any(line.get("method") == "turn/completed" for line in lines):
-                    await session.outbox._wake.wait()
+                while True:
                     lines.extend(json.loads(line) for line in session.outbox._take())
-                    session.outbox._wake = trio.Event()
+                    if any(line.get("method") == "turn/completed" for line in lines):
+                        break
+                    session.outbox._wake = trio.Event()  # wait as its writer does (run_writer)
+                    session.outbox._writer_waiting = True
+                    await session.outbox._wake.wait()
         order = [line.get("id", line.get("method")) for line in lines if "id" in line or "turn" in line.get("params", {})]
         assert order.index(5) < order.index("turn/completed")
         answer = next(line for line in lines if line.get("id") == 5)

@@ -165,11 +165,12 @@ class Actor:
                         env.reply.set_exception(MailboxClosed(f"{self.name} stopped"))
             else:
                 fail_pending(left, f"{self.name} crashed: {crash!r}")
-            with shielded_cleanup(self.stop_timeout):
-                try:
-                    await self.on_stop()
-                except Exception:
-                    log.exception("%s: on_stop failed", self.name)
+            if type(self).on_stop is not Actor.on_stop:  # (a turn has none: no bounded scope per turn)
+                with shielded_cleanup(self.stop_timeout):
+                    try:
+                        await self.on_stop()
+                    except Exception:
+                        log.exception("%s: on_stop failed", self.name)
             self.state = ActorState.STOPPED
 
     async def _loop(self) -> None:

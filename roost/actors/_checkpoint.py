@@ -31,6 +31,7 @@ INTERVAL = 0.3
 CHUNK = 4096
 #: Characters of text beyond which the interval and the chunk grow with the text (see the module doc).
 _SCALE = 256 * 1024
+_monotonic = time.monotonic
 
 
 class StreamCheckpoints:
@@ -71,7 +72,7 @@ class StreamCheckpoints:
         if state is None:
             return
         size = state[0] = state[0] + added
-        if size < state[1] and time.monotonic() < state[2]:
+        if size < state[1] and _monotonic() < state[2]:
             return
         self._checkpoint(view, parts, state)
 

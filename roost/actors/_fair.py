@@ -38,6 +38,7 @@ BUDGET_S = 0.001
 ADMIT = 2
 #: A wait for the next event longer than this (seconds) was a real wait (I/O), not work.
 _WAITED_S = 0.0001
+_clock = time.perf_counter
 
 
 class _Gate:
@@ -115,15 +116,17 @@ class FairEvents(Generic[T]):
         return self
 
     async def __anext__(self) -> T:
-        now = time.perf_counter()
-        if self._mark is not None:
-            self._work += now - self._mark  # the consumer's handling of the previous event
-            if self._work >= SLICE_S:
-                await _gate().turn(self._work)
-                self._work = 0.0
-                now = time.perf_counter()
+        now = _clock()
+        mark = self._mark
+        if mark is not None:
+            work = self._work + (now - mark)  # the consumer's handling of the previous event
+            if work >= SLICE_S:
+                await _gate().turn(work)
+                work = 0.0
+                now = _clock()
+            self._work = work
         event = await self._events.__anext__()
-        got = time.perf_counter()
+        got = _clock()
         if got - now > _WAITED_S:
             # It waited (the network): the loop ran others meanwhile; a fresh slice, in turn.
             self._work = 0.0
@@ -131,7 +134,7 @@ class FairEvents(Generic[T]):
                 gate = _gate()
                 if gate.congested():
                     await gate.turn(0.0)
-                    got = time.perf_counter()
+                    got = _clock()
         else:
             self._work += got - now
         self._first = False

@@ -67,17 +67,20 @@ class EventHub:
         With no subscriber nothing is encoded (a worker's thread streams to nobody); the replay
         ring keeps the event and encodes it only if it is ever replayed.
         """
-        self.seq += 1
-        self._ring.append((self.seq, method, params))
-        if self._subscribers:
+        seq = self.seq = self.seq + 1
+        if self._ring.maxlen:
+            self._ring.append((seq, method, params))
+        subscribers = self._subscribers
+        if subscribers:
             line = dumps_line({"method": method, "params": params})
-            for subscriber in list(self._subscribers):
+            # One subscriber (the usual case) needs no snapshot of the list to iterate safely.
+            for subscriber in (subscribers[0],) if len(subscribers) == 1 else tuple(subscribers):
                 try:
                     subscriber.deliver(line)
                 except Exception:  # a broken subscriber is dropped; the thread goes on
                     log.exception("dropping a subscriber that failed to take an event")
                     self.unsubscribe(subscriber)
-        return self.seq
+        return seq
 
     def since(self, seq: int) -> list[bytes]:
         """Encoded lines with a seq greater than ``seq`` still in the replay ring."""

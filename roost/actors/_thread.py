@@ -111,6 +111,7 @@ class ThreadActor(Actor):
         self.registry: Any = None  # the ThreadRegistry that started this actor
         self.tree: Any = None  # the WorkerTree this thread belongs to (root's own)
         self.worker_id: str | None = None  # set when this thread is a worker
+        self._cwd: tuple[str, Path] | None = None  # (thread.cwd, resolved) of an absolute cwd
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -235,7 +236,17 @@ class ThreadActor(Actor):
 
     @property
     def cwd(self) -> Path:
-        return Path(self.thread.cwd or ".").resolve()
+        """The thread's working directory, resolved (an absolute one is resolved once per value:
+        ``facts()`` and every turn ask for it, and resolving costs a ``stat`` per component)."""
+        raw = self.thread.cwd or "."
+        cached = self._cwd
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        given = Path(raw)
+        path = given.resolve()
+        if given.is_absolute():  # a relative one follows the process's directory
+            self._cwd = (raw, path)
+        return path
 
     def emit(self, method: str, params: dict) -> None:
         self.hub.emit(method, params)
@@ -271,9 +282,11 @@ class ThreadActor(Actor):
         tid = self.thread.id
         view = turn.view()
         view["thread_id"] = tid
-        for index, existing in enumerate(self.turns):
-            if existing["id"] == turn.id:
-                self.turns[index] = view
+        turns = self.turns
+        for index in range(len(turns) - 1, -1, -1):  # the newest first: it is almost always last
+            if turns[index]["id"] == turn.id:
+                turns[index] = view
+                break
         for entry in moved:
             self.inputs.announce("turn/held", entry, "held", reason="turn_ended")
         if self.active is turn:

@@ -213,6 +213,8 @@ class _Response:
     def __init__(self, thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]) -> None:
         self.thread, self.turn, self.open_items = thread, turn, open_items
         self.tid = thread.thread.id
+        self.turn_id = turn.id
+        self.emit = thread.emit
         self.message: dict | None = None
         self.reasoning: dict | None = None
         self.text_parts: list[str] = []
@@ -239,7 +241,18 @@ class _Response:
 
     def on_event(self, event: Any) -> None:
         """Handle one engine event: deltas to the client, items started, usage, retries."""
-        cls, turn, tid, emit = type(event), self.turn, self.tid, self.thread.emit
+        cls = type(event)
+        if cls is TextDelta and self.text_parts:  # the message streams on (most events)
+            parts, message = self.text_parts, self.message
+            assert message is not None
+            parts.append(event.text)
+            self.checkpoints.grew(message, parts, len(event.text))
+            self.emit(
+                "item/agentMessage/delta",
+                {"thread_id": self.tid, "turn_id": self.turn_id, "item_id": message["id"], "delta": event.text},
+            )
+            return
+        turn, tid, emit = self.turn, self.tid, self.emit
         if cls is TextDelta:
             if self.message is None:
                 self.message = self.start_item(
@@ -287,7 +300,13 @@ class _Response:
                 )
             view["arguments"] = event.arguments
             self.ended.append(view)
-        elif cls is Usage:
+        else:
+            self._on_rare(event)
+
+    def _on_rare(self, event: Any) -> None:
+        """The events a response has a few of: usage, the provider's reasoning blocks, retries."""
+        cls, turn, tid, emit = type(event), self.turn, self.tid, self.emit
+        if cls is Usage:
             for key in ("input_tokens", "output_tokens", "cached_tokens"):
                 turn.usage[key] += getattr(event, key) or 0
             emit("turn/usage", {"thread_id": tid, "turn_id": turn.id, "usage": dict(turn.usage)})
@@ -530,11 +549,13 @@ async def _settle(thread: TurnHost, turn: TurnActor, open_items: dict[str, dict]
         await thread.tree.freeze(turn.interrupt_reason or "interrupted")
     partial_status = "interrupted" if turn.status == "interrupted" else "failed"
     views = list(open_items.values())
-    called = {h.call_id for h in thread.history if isinstance(h, ToolCall)}
+    called: set[str] | None = None  # the history's call ids, gathered only when a call is open
     for view in views:
         if view["type"] == "tool_call" and view.get("output") is None:
             view["output"] = INTERRUPTED_OUTPUT
             view["is_error"] = True
+            if called is None:
+                called = {h.call_id for h in thread.history if isinstance(h, ToolCall)}
             if view["call_id"] not in called:
                 thread.history.append(
                     ToolCall(call_id=view["call_id"], name=view["name"], arguments=view.get("arguments") or {})

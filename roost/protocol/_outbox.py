@@ -111,6 +111,7 @@ class Outbox:
         self._lanes: dict[bytes, list[bytes]] = {}  # insertion order = round-robin order
         self._queued = 0
         self._wake = trio.Event()
+        self._writer_waiting = False  # the writer waits on ``_wake`` for a line
         #: lines merged away by ``coalesce`` so far
         self.coalesced = 0
         self.overflowed = False
@@ -131,26 +132,32 @@ class Outbox:
             # A backlog: keep only the line's bytes (orjson's output buffer is often 4 KiB).
             line = bytes(memoryview(line))
         self._queued += 1
-        self.queued_bytes += size
-        if self.queued_bytes > self.peak_bytes:
-            self.peak_bytes = self.queued_bytes
-        if not (self._delta_prefixes and self._lanes_take(line)):
-            self._control.append(line)
-        self._wake.set()
-
-    def _lanes_take(self, line: bytes) -> bool:
-        """Put a delta in its thread's lane (True), or make way for a control line (False)."""
-        assert self._lane_of is not None
-        if line.startswith(self._delta_prefixes):
+        queued = self.queued_bytes = self.queued_bytes + size
+        if queued > self.peak_bytes:
+            self.peak_bytes = queued
+        prefixes = self._delta_prefixes
+        key = None
+        if prefixes and line.startswith(prefixes):
+            assert self._lane_of is not None
             key = self._lane_of(line)
-            if key is not None:
-                lane = self._lanes.get(key)
-                if lane is None:
-                    self._lanes[key] = [line]
-                else:
-                    lane.append(line)
-                return True
-        if self._lanes and not line.startswith(_RESPONSE_PREFIX):
+        if key is not None:  # a delta waits in its thread's lane
+            lane = self._lanes.get(key)
+            if lane is None:
+                self._lanes[key] = [line]
+            else:
+                lane.append(line)
+        else:
+            if self._lanes:
+                self._make_way(line)
+            self._control.append(line)
+        if self._writer_waiting:  # a check, not a call, per line
+            self._writer_waiting = False
+            self._wake.set()
+
+    def _make_way(self, line: bytes) -> None:
+        """Before control ``line`` is queued: move the deltas it must not pass ahead of it."""
+        assert self._lane_of is not None
+        if not line.startswith(_RESPONSE_PREFIX):
             key = self._lane_of(line)
             if key is None:  # about no one thread: everything waiting goes first
                 for waiting in self._lanes.values():
@@ -158,7 +165,6 @@ class Outbox:
                 self._lanes.clear()
             else:
                 self._control.extend(self._lanes.pop(key, ()))
-        return False
 
     def _give_up(self, reason: str) -> None:
         if self.overflowed:
@@ -242,6 +248,7 @@ class Outbox:
                 if self.closed:
                     return
                 self._wake = trio.Event()
+                self._writer_waiting = True
                 await self._wake.wait()
                 continue
             batch = self._take()

@@ -402,9 +402,9 @@ __all__ = [
 
 
 if TYPE_CHECKING:  # PostgreSQL (psycopg) loads only when a postgresql:// URL is opened
+    from ._backend import EarlyStore as EarlyStore
     from ._backend import configured_database_url as configured_database_url
     from ._backend import database_label as database_label
-    from ._backend import EarlyStore as EarlyStore
     from ._backend import open_backend as open_backend
     from ._pg_connect import DATABASE_URL_ENV as DATABASE_URL_ENV
     from ._pg_connect import redact_url as redact_url

@@ -61,6 +61,8 @@ def database_label(home: Path, database_url: str | None = None) -> str:
     from ._pg_connect import redact_url
 
     return redact_url(url)
+
+
 class EarlyStore:
     """An :func:`open_backend` begun in a daemon thread at construction, so that opening (and, on a
     fresh home, migrating) the store overlaps the rest of a command's start-up: SQLite and fsync

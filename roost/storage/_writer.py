@@ -520,17 +520,28 @@ def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) ->
     return True
 
 
+_TEXT = (str, bytes, bytearray, memoryview)
+#: Types that hold no text (skipped without further checks: most bound values are these).
+_NO_TEXT = frozenset({int, float, bool, type(None)})
+
+
 def _bound_bytes(value: Any, depth: int = 0) -> int:
     """Bytes of text (``str``/``bytes``) in ``value``, looking into containers up to 6 levels deep
-    and into attrs instances (an estimate of what a write binds; cheap for small writes)."""
-    if isinstance(value, (str, bytes, bytearray, memoryview)):
+    and into attrs instances (an estimate of what a write binds; cheap for small writes: it runs
+    after every group)."""
+    if isinstance(value, _TEXT):
         return len(value)
-    if depth >= 6:
+    if depth >= 6 or type(value) in _NO_TEXT:
         return 0
+    total = 0
+    depth += 1
     if isinstance(value, dict):
-        return sum(_bound_bytes(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_bound_bytes(v, depth + 1) for v in value)
-    if attrs.has(type(value)):
-        return sum(_bound_bytes(getattr(value, f.name, None), depth + 1) for f in attrs.fields(type(value)))
-    return 0
+        for v in value.values():
+            total += _bound_bytes(v, depth)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            total += _bound_bytes(v, depth)
+    elif attrs.has(type(value)):
+        for f in attrs.fields(type(value)):
+            total += _bound_bytes(getattr(value, f.name, None), depth)
+    return total
