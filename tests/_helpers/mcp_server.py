@@ -4,7 +4,9 @@
 Run it as ``python mcp_server.py stdio`` (stdin/stdout) or ``python mcp_server.py http PORT_FILE``
 (streamable HTTP on 127.0.0.1, an OS-chosen port written to PORT_FILE once it listens).
 ``noisy`` is ``stdio`` after a first stdout line that is not JSON-RPC; ``garbage`` writes that
-line and then never answers (a server whose stdout cannot be used).
+line and then never answers (a server whose stdout cannot be used). ``hang_start PID_FILE``
+writes its pid and never starts (on SIGTERM it writes ``PID_FILE.term`` and exits: it was asked
+to stop, not killed); ``die_start`` fails at start with a ``ModuleNotFoundError`` on stderr.
 
 Tools:
     echo(text): returns ``echo: <text>`` (annotated ``readOnlyHint``: never needs approval).
@@ -77,7 +79,23 @@ def _serve_http(port_file: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "http":
+    if len(sys.argv) >= 3 and sys.argv[1] == "hang_start":
+        import signal
+
+        def _asked_to_stop(*_: object) -> None:
+            with open(sys.argv[2] + ".term", "w", encoding="utf-8") as out:
+                out.write("SIGTERM")
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, _asked_to_stop)
+        with open(sys.argv[2], "w", encoding="utf-8") as out:
+            out.write(str(os.getpid()))
+        while True:
+            time.sleep(3600)
+    elif len(sys.argv) >= 2 and sys.argv[1] == "die_start":
+        print("loading the notes plugin", file=sys.stderr, flush=True)
+        import roost_test_no_such_module  # noqa: F401
+    elif len(sys.argv) >= 2 and sys.argv[1] == "http":
         _serve_http(sys.argv[2])
     elif len(sys.argv) >= 2 and sys.argv[1] in ("noisy", "garbage"):
         sys.stdout.write("starting up, not JSON\n")
