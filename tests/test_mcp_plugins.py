@@ -415,3 +415,19 @@ async def test_repl_offers_the_servers_tools(env, tmp_path) -> None:
         await repl.close()
     assert "echo: hello" in json.dumps(result)
     assert end["toolCalls"] == ["mcp__notes__echo"]
+
+
+async def test_the_example_server_of_the_operations_doc_runs(tmp_path, roost_home) -> None:
+    import re
+
+    doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    [code] = re.findall(r"```python\n(# notes_server\.py.*?)```", doc, re.S)
+    assert "from mcp.server.mcpserver import MCPServer" in code and len(code.splitlines()) <= 16
+    (tmp_path / "notes_server.py").write_text(code)
+    (roost_home / "config.toml").write_text(
+        f"[mcp_servers.notes]\ncommand = {_toml_str(sys.executable)}\nargs = [{_toml_str(str(tmp_path / 'notes_server.py'))}]\n"
+    )
+    listed = await roost(script_env(tmp_path, roost_home, SCRIPT), "plugins", "--json", "--plugin", "notes", cwd=tmp_path)
+    [notes] = json.loads(listed.stdout)["items"]
+    assert (notes["status"], notes["error"]) == ("connected", None)
+    assert notes["functions"] == [{"name": "mcp__notes__word_count", "description": "Count the words of a text."}]
