@@ -71,7 +71,9 @@ class McpServerConfig:
     Attributes:
         name: unique among the servers; the plugin name (``roost plugins``).
         transport: ``stdio`` (spawn ``command`` with ``args``) or ``http`` (streamable HTTP at ``url``).
-        command, args, env, cwd: the stdio server's process (``env`` is added to Roost's).
+        command, args, env, cwd: the stdio server's process; ``env`` is added to the few variables
+            it inherits from Roost (``HOME LOGNAME PATH SHELL TERM USER``, the ``mcp`` SDK's
+            ``get_default_environment()``: not Roost's API keys).
         url, headers: the HTTP server's endpoint and extra request headers.
         read_only: every tool of the server is read-only (never asks for approval).
         read_only_tools: these tools (the server's own names) are read-only.

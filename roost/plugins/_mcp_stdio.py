@@ -76,7 +76,7 @@ async def open_stdio(
         OSError: the command cannot be started (``filename`` names it).
 
     Cancellation: leaving the block stops the server (see the module docstring), shielded and
-    bounded (about 4.5 s at most; at once with :attr:`StdioProcess.kill_now`).
+    bounded (6.5 s at most; at once with :attr:`StdioProcess.kill_now`).
     """
     from mcp.client.stdio import get_default_environment
 
@@ -114,7 +114,8 @@ async def open_stdio(
 
 
 async def _read_stdout(process: trio.Process, out: Any, on_noise: Callable[[str], None]) -> None:
-    """Each stdout line as a ``SessionMessage`` (or the parse error, as the SDK's transport does)."""
+    """Each stdout line as a ``SessionMessage`` (or the parse error, as the SDK's transport does);
+    once the client closed its stream, the rest is read and dropped."""
     import mcp_types
     from mcp.shared.message import SessionMessage
 
@@ -135,6 +136,9 @@ async def _read_stdout(process: trio.Process, out: Any, on_noise: Callable[[str]
                         await out.send(exc)
                     else:
                         await out.send(SessionMessage(message))
+    with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+        while await process.stdout.receive_some(_CHUNK):  # the client is gone: keep a chatty server
+            pass  # from blocking on a full pipe, so it can exit when its stdin closes
 
 
 async def _write_stdin(process: trio.Process, source: Any) -> None:
