@@ -556,3 +556,25 @@ async def test_malformed_requests_push_notifications_and_the_body_limit(tmp_path
                     assert len(watcher.of_type("a2a_call")) == 1  # no bad request became a task
     log = log_path.read_text()
     assert "Traceback" not in log and "pydantic" not in log and "Unhandled exception" not in log, log
+
+
+async def test_validate_warns_about_an_agent_name_a2a_cannot_host(tmp_path: Path, roost_home: Path) -> None:
+    from _helpers.appserver import scripted_env
+    from _helpers.cli import roost
+
+    config = tmp_path / "team.yaml"
+    config.write_text(LOCAL_TEAM.replace("Name: Planner", "Name: ünï/x").replace("Lead Developer", "'Lead {Dev}'"))
+    checked = await roost(scripted_env(roost_home), "validate", "--json", str(config), cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr.decode()  # it runs; only serve --a2a leaves them out
+    item = json.loads(checked.stdout)["item"]
+    assert item["valid"] is True
+    rule = "its name cannot be one URL segment of /a2a/<name>/ (it holds '/' or '{')"
+    assert [(i["level"], i["message"]) for i in item["issues"]] == [
+        ("warning", f"Orchestration.Agents[{i}].Name: {name!r} cannot be hosted over A2A (roost serve --a2a leaves "
+         f"it out): {rule}")
+        for i, name in enumerate(["ünï/x", "Lead {Dev}"])
+    ]
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(LOCAL_TEAM.replace("Name: Planner", "Name: Plänner ünï"))
+    checked = await roost(scripted_env(roost_home), "validate", "--json", str(plain), cwd=tmp_path)
+    assert json.loads(checked.stdout)["item"]["issues"] == []

@@ -56,6 +56,25 @@ def test_a_bad_toml_field_is_named(body: dict, message: str) -> None:
     assert str(caught.value).startswith(message)
 
 
+@pytest.mark.parametrize("key", ["conect_timeout", "bogus_key"])
+def test_an_unknown_toml_key_is_refused_naming_it_and_the_known_keys(key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        mcp_servers_from_toml({"mcp_servers": {"s": {"command": "x", key: 1}}})
+    message = str(caught.value)
+    assert message.startswith(f"[mcp_servers.s] in config.toml: unknown key {key!r} (known keys: transport, command,")
+    assert "connect_timeout)" in message and "\n" not in message
+
+
+def test_an_unknown_orchestration_key_is_a_warning_not_an_error() -> None:
+    warnings: list[str] = []
+    servers, errors = mcp_servers_from_orchestration(
+        [{"Name": "a", "Command": "x", "ConectTimeout": 1}], base=None, warnings=warnings
+    )
+    assert errors == [] and [s.name for s in servers] == ["a"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("Orchestration.McpServers[0].ConectTimeout: unknown key, ignored (known keys: Name, Type,")
+
+
 def test_orchestration_servers_resolve_cwd_and_refuse_duplicates(tmp_path: Path) -> None:
     servers, errors = mcp_servers_from_orchestration(
         [{"Name": "a", "Command": "x", "Cwd": "sub"}, {"Name": "a", "Transport": "http", "Url": "http://h/mcp"}],

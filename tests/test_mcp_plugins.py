@@ -153,6 +153,52 @@ async def test_non_json_stdout_is_one_log_line_and_a_server_that_cannot_connect_
     assert all((p["error"] is None) == (p["status"] == "connected") for p in items.values()), items
 
 
+async def test_a_server_that_never_starts_is_killed_at_its_connect_timeout(tmp_path, roost_home) -> None:
+    pid_file = tmp_path / "hang.pid"
+    python, server = _toml_str(sys.executable), _toml_str(str(SERVER))
+    (roost_home / "config.toml").write_text(
+        f"[mcp_servers.slow]\ncommand = {python}\nargs = [{server}, \"hang_start\", {_toml_str(str(pid_file))}]\n"
+        f"connect_timeout = {scaled(3):g}\n"
+    )
+    env = script_env(tmp_path, roost_home, SCRIPT)
+    listed = await roost(env, "plugins", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr.decode()
+    [slow] = [p for p in json.loads(listed.stdout)["items"] if p["name"] == "slow"]
+    assert slow["status"] == "failed" and "did not finish starting" in slow["error"]
+    # killed at the deadline (SIGKILL), not given the shutdown's grace period and SIGTERM
+    assert not Path(f"{pid_file}.term").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+async def test_a_server_that_dies_at_start_names_its_stderr_error(tmp_path, roost_home) -> None:
+    python, server = _toml_str(sys.executable), _toml_str(str(SERVER))
+    (roost_home / "config.toml").write_text(f"[mcp_servers.dead]\ncommand = {python}\nargs = [{server}, \"die_start\"]\n")
+    env = script_env(tmp_path, roost_home, SCRIPT)
+    listed = await roost(env, "plugins", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr.decode()
+    [dead] = [p for p in json.loads(listed.stdout)["items"] if p["name"] == "dead"]
+    assert dead["status"] == "failed"
+    assert dead["error"].startswith("could not connect: ")
+    assert dead["error"].endswith(
+        "; its stderr ended: ModuleNotFoundError: No module named 'roost_test_no_such_module'"
+    ), dead["error"]
+    stderr = listed.stderr.decode()  # the server's stderr still goes to Roost's
+    assert "loading the notes plugin" in stderr and "Traceback (most recent call last)" in stderr
+
+
+async def test_serve_refuses_a_malformed_mcp_servers_table_as_a_configuration_error(tmp_path, roost_home) -> None:
+    from _helpers.serve_client import short_socket_path
+
+    (roost_home / "config.toml").write_text("[mcp_servers.x]\ncommand = 5\n")
+    env = script_env(tmp_path, roost_home, SCRIPT)
+    served = await roost(env, "serve", "--socket", short_socket_path(), cwd=tmp_path)
+    assert served.returncode == 2, served.stderr.decode()
+    assert served.stderr.decode().strip().splitlines()[-1] == (
+        "roost serve: [mcp_servers.x] command in config.toml: expected a string"
+    )
+
+
 async def test_an_invalid_config_toml_is_one_error(tmp_path, roost_home) -> None:
     (roost_home / "config.toml").write_text("[provider\n")
     env = script_env(tmp_path, roost_home, SCRIPT)
@@ -369,3 +415,19 @@ async def test_repl_offers_the_servers_tools(env, tmp_path) -> None:
         await repl.close()
     assert "echo: hello" in json.dumps(result)
     assert end["toolCalls"] == ["mcp__notes__echo"]
+
+
+async def test_the_example_server_of_the_operations_doc_runs(tmp_path, roost_home) -> None:
+    import re
+
+    doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    [code] = re.findall(r"```python\n(# notes_server\.py.*?)```", doc, re.S)
+    assert "from mcp.server.mcpserver import MCPServer" in code and len(code.splitlines()) <= 16
+    (tmp_path / "notes_server.py").write_text(code)
+    (roost_home / "config.toml").write_text(
+        f"[mcp_servers.notes]\ncommand = {_toml_str(sys.executable)}\nargs = [{_toml_str(str(tmp_path / 'notes_server.py'))}]\n"
+    )
+    listed = await roost(script_env(tmp_path, roost_home, SCRIPT), "plugins", "--json", "--plugin", "notes", cwd=tmp_path)
+    [notes] = json.loads(listed.stdout)["items"]
+    assert (notes["status"], notes["error"]) == ("connected", None)
+    assert notes["functions"] == [{"name": "mcp__notes__word_count", "description": "Count the words of a text."}]

@@ -34,6 +34,7 @@ __all__ = [
     "mcp_plugins",
     "known_plugin_names",
     "plugin_warnings",
+    "a2a_warnings",
     "DEFAULT_CONFIG_DIR",
     "DEFAULT_CONFIG_FILE",
 ]
@@ -117,6 +118,23 @@ def plugin_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
         for i, agent in enumerate(config.agents)
         for name in agent.plugins
         if name not in known and not (prefixes and name.startswith(prefixes))
+    ]
+
+
+def a2a_warnings(config: OrchestrationConfig) -> list[ValidationIssue]:
+    """Return a ``warning`` for each agent of ``config`` that ``roost serve --a2a`` cannot host
+    (:func:`roost.protocol.a2a_unhostable`: its name is not one URL segment); the config still
+    runs, but ``serve --a2a`` leaves that agent out."""
+    from roost.protocol import a2a_unhostable
+
+    return [
+        ValidationIssue(
+            level="warning",
+            message=f"Orchestration.Agents[{i}].Name: {agent.name!r} cannot be hosted over A2A (roost serve --a2a "
+            f"leaves it out): {why}",
+        )
+        for i, agent in enumerate(config.agents)
+        if (why := a2a_unhostable(agent.name))
     ]
 
 
@@ -294,7 +312,7 @@ def validate_command(path: str, as_json: bool, diagram: bool = False, show_paths
     config, found = validate_config_file(file)
     issues = [ValidationIssue(level=i.level, message=i.message) for i in found]
     if config is not None:
-        issues += plugin_warnings(config)
+        issues += plugin_warnings(config) + a2a_warnings(config)
     errors = [i.message for i in issues if i.level == "error"]
     summary = None if config is None else summarize(file, config, "; ".join(errors) or None)
     result = Validation(path=str(file), valid=not errors, issues=issues, config=summary)

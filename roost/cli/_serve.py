@@ -9,8 +9,8 @@ Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in t
 resumed by the next daemon), 1 when another daemon owns the socket path, the --http-port cannot be
 listened on (in use, privileged, not an address of this host) or on a runtime error,
 2 on a configuration error (no provider, a missing or broken scripted --script, unreadable tokens
-file or TLS files, an unusable ``-c`` orchestration config, or one with an agent whose model cannot
-be used, e.g. an unset API key variable).
+or TLS files, a malformed ``[mcp_servers]`` table, an unusable ``-c`` orchestration config, or one
+with an agent whose model cannot be used, e.g. an unset API key variable).
 """
 
 from __future__ import annotations
@@ -466,7 +466,7 @@ def serve_command(
     Exit status:
       0  stopped by SIGINT/SIGTERM (queued and running tasks resume with the next daemon)
       1  another daemon owns the socket, the HTTP port cannot be listened on, or a runtime error
-      2  configuration error (no provider, a missing or broken --script, unusable -c config,
+      2  configuration error (no provider, a broken --script, unusable -c config or [mcp_servers],
          tokens or TLS files, a socket path too long, a database URL that is wrong or unreachable)
     """
     from roost.protocol import DEFAULT_OUTBOX_LINES, ServeOptions, default_socket_path
@@ -589,7 +589,7 @@ def _exit_for(exc: BaseException, options: Any) -> int:
             err=True,
         )
         return 1
-    if isinstance(leaf, DatabaseSettingError):  # the database setting is wrong: a configuration error
+    if isinstance(leaf, (DatabaseSettingError, ConfigError)):  # e.g. [mcp_servers]: a configuration error
         click.echo(f"roost serve: {leaf}", err=True)
         return 2
     if isinstance(leaf, RoostError):

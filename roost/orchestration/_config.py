@@ -549,8 +549,11 @@ def validate_config_file(path: str | os.PathLike[str]) -> tuple[OrchestrationCon
     if any(i.level == "error" for i in issues):
         return None, issues
     _normalise(body)
-    mcp_servers, mcp_errors = mcp_servers_from_orchestration(body.pop("McpServers", None), base=file.parent)
-    issues += [ConfigIssue("error", message) for message in mcp_errors]
+    mcp_warnings: list[str] = []
+    mcp_servers, mcp_errors = mcp_servers_from_orchestration(
+        body.pop("McpServers", None), base=file.parent, warnings=mcp_warnings
+    )
+    issues += [ConfigIssue("error", m) for m in mcp_errors] + [ConfigIssue("warning", m) for m in mcp_warnings]
     _unknown_keys({k: v for k, v in body.items()}, OrchestrationConfig, "Orchestration", issues)
     issues[:] = [i for i in issues if not i.message.endswith("._file: unknown key, ignored")]
     files = {}

@@ -2,7 +2,8 @@
 
 Layout: ``_mcp_config`` (an orchestration config's ``McpServers``, ``config.toml``'s
 ``[mcp_servers]``), ``_mcp_conn`` (one server's connection, a supervised actor with a bounded
-mailbox, restarted with backoff), ``_mcp_host`` (the ``mcp`` supervisor, the servers' tools,
+mailbox, restarted with backoff), ``_mcp_stdio`` (a stdio server's process: its JSON-RPC lines,
+its stderr tail, its bounded stop), ``_mcp_host`` (the ``mcp`` supervisor, the servers' tools,
 ``roost plugins`` items and ``mcp/status/updated`` statuses). The connection modules are loaded
 on first use (PEP 562): commands that configure no MCP server do not import them.
 """

@@ -22,7 +22,8 @@ keys are PascalCase, ``config.toml`` keys snake_case::
     connect_timeout = 30    # seconds to start and initialize (default 30)
 
 ``Type`` (``transport``) may be left out: a command means ``stdio``, a URL ``http``; a server with
-both a command and a URL is refused. A tool is
+both a command and a URL is refused, and so is a key not listed here (a typo such as
+``conect_timeout`` would otherwise fall back to the default unnoticed). A tool is
 *read-only* (never needs approval) when the MCP server marks it with the ``readOnlyHint``
 annotation (MCP specification, "Tool annotations"), when the server is ``ReadOnly``, or when the
 tool is listed in ``ReadOnlyTools``; every other MCP tool is mutating.
@@ -70,7 +71,9 @@ class McpServerConfig:
     Attributes:
         name: unique among the servers; the plugin name (``roost plugins``).
         transport: ``stdio`` (spawn ``command`` with ``args``) or ``http`` (streamable HTTP at ``url``).
-        command, args, env, cwd: the stdio server's process (``env`` is added to Roost's).
+        command, args, env, cwd: the stdio server's process; ``env`` is added to the few variables
+            it inherits from Roost (``HOME LOGNAME PATH SHELL TERM USER``, the ``mcp`` SDK's
+            ``get_default_environment()``: not Roost's API keys).
         url, headers: the HTTP server's endpoint and extra request headers.
         read_only: every tool of the server is read-only (never asks for approval).
         read_only_tools: these tools (the server's own names) are read-only.
@@ -127,18 +130,24 @@ def mcp_servers_from_toml(config: Mapping[str, Any]) -> list[McpServerConfig]:
         where = f"[mcp_servers.{name}]"
         if not isinstance(body, Mapping):
             raise ConfigError(f"{where} in config.toml must be a table")
-        errors = _collect(str(name), body, where, toml=True, base=None, out=servers, source="config.toml")
+        errors: list[str] = []
+        _unknown_keys(body, where, toml=True, errors=errors, warnings=None)
+        errors += _collect(str(name), body, where, toml=True, base=None, out=servers, source="config.toml")
         if errors:
             raise ConfigError(errors[0])
     return servers
 
 
-def mcp_servers_from_orchestration(raw: Any, *, base: Path | None) -> tuple[list[McpServerConfig], list[str]]:
+def mcp_servers_from_orchestration(
+    raw: Any, *, base: Path | None, warnings: list[str] | None = None
+) -> tuple[list[McpServerConfig], list[str]]:
     """Parse an orchestration config's ``McpServers`` list.
 
     Args:
         raw: the value of ``Orchestration.McpServers`` (None: none).
         base: the config file's directory; a relative ``Cwd`` resolves against it.
+        warnings: receives one ``Orchestration.McpServers[i].KEY: unknown key, ignored (known
+            keys: ...)`` line per unknown key (``roost validate`` shows them as warnings).
 
     Returns:
         ``(servers, errors)``: each error starts with the field's path, e.g.
@@ -157,12 +166,26 @@ def mcp_servers_from_orchestration(raw: Any, *, base: Path | None) -> tuple[list
             errors.append(f"{where}: expected a mapping")
             continue
         body = {_ALIASES.get(k, k): v for k, v in body.items()}
+        _unknown_keys(body, where, toml=False, errors=errors, warnings=warnings)
         errors += _collect(body.get("Name"), body, where, toml=False, base=base, out=servers, source=source)
     names = [s.name for s in servers]
     errors += [
         f"Orchestration.McpServers: duplicate server name {n!r}" for n in sorted(set(names)) if names.count(n) > 1
     ]
     return servers, errors
+
+
+def _unknown_keys(body: Mapping[str, Any], where: str, *, toml: bool, errors: list, warnings: list | None) -> None:
+    """An unknown key is an error in ``config.toml`` (``toml``: a typo such as ``conect_timeout``
+    would silently fall back to the default), a warning appended to ``warnings`` in an
+    orchestration config (whose other unknown keys are warnings too, ``roost validate``)."""
+    known = [keys[0] for keys in _KEYS.values()] if toml else ["Name", *(keys[1] for keys in _KEYS.values())]
+    unknown = [str(k) for k in body if k not in known]
+    if unknown and toml:
+        keys = ", ".join(map(repr, unknown))
+        errors.append(f"{where} in config.toml: unknown key {keys} (known keys: {', '.join(known)})")
+    elif warnings is not None:
+        warnings += [f"{where}.{k}: unknown key, ignored (known keys: {', '.join(known)})" for k in unknown]
 
 
 def _collect(

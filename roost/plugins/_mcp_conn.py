@@ -16,7 +16,6 @@ does not answer the ping either is hung, and its connection is restarted.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -29,12 +28,11 @@ from roost._paths import positive_env
 from roost.actors import Envelope, Mailbox, Ref, ReplySlot
 from roost.errors import McpCallTimeout, McpUnavailable, RoostError
 from roost.plugins._mcp_config import McpServerConfig
+from roost.plugins._mcp_stdio import StdioProcess, open_stdio
 
 __all__ = ["McpServerState", "McpConnection", "CallTool", "MAILBOX_CAPACITY", "check_tunables"]
 
 log = logging.getLogger("roost.plugins")
-#: The ``mcp`` SDK's stdio transport logger (it logs a server's non-JSON-RPC stdout lines there).
-_SDK_STDIO_LOGGER = "mcp.client.stdio"
 
 #: Calls that may wait in one server's mailbox; one more is refused (``MailboxFull``).
 MAILBOX_CAPACITY = 64
@@ -143,16 +141,16 @@ class McpServerState:
 
 
 @asynccontextmanager
-async def _open_client(config: McpServerConfig) -> AsyncIterator[Any]:
-    """The connected ``mcp.Client`` of ``config`` (stdio subprocess or streamable HTTP)."""
-    from mcp import Client, StdioServerParameters
+async def _open_client(
+    config: McpServerConfig, proc: StdioProcess, on_noise: Callable[[str], None]
+) -> AsyncIterator[Any]:
+    """The connected ``mcp.Client`` of ``config`` (stdio subprocess, see :mod:`._mcp_stdio`, or
+    streamable HTTP)."""
+    from mcp import Client
 
     target: Any
     if config.transport == "stdio":
-        assert config.command is not None
-        target = StdioServerParameters(
-            command=config.command, args=list(config.args), env=dict(config.env) or None, cwd=config.cwd
-        )
+        target = open_stdio(config, proc, on_noise)
     elif config.headers:
         target = _http_transport(str(config.url), dict(config.headers))
     else:
@@ -192,8 +190,8 @@ class McpConnection:
     """
 
     def __init__(self, state: McpServerState, *, capacity: int = MAILBOX_CAPACITY) -> None:
-        install_log_filter()
         self.state = state
+        self._proc = StdioProcess()
         self.mailbox: Mailbox[CallTool] = Mailbox(capacity)
         self._lost: str | None = None
         self._logged = False
@@ -209,7 +207,7 @@ class McpConnection:
         Raises:
             _ConnectionLost: the server failed to start, died, closed the connection or hung.
 
-        Cancellation: stops the server (stdio: its process is terminated by the SDK); calls still
+        Cancellation: stops the server (stdio: :func:`~roost.plugins._mcp_stdio.open_stdio`); calls still
         held get :class:`~roost.errors.McpUnavailable`.
         """
         task_status.started(self)
@@ -218,7 +216,6 @@ class McpConnection:
         delay = state.next_delay()
         if delay:
             await trio.sleep(delay)
-        _SERVER.set(state)  # inherited by the SDK's reader task: its log filter names the server
         state.noise = None
         state.set_state("connecting")
         began = trio.current_time()
@@ -267,26 +264,44 @@ class McpConnection:
 
     async def _connect_deadline(self, connected: trio.Event, scope: trio.CancelScope) -> None:
         """Fail the attempt once ``connect_timeout`` passes without ``connected``: the state is
-        ``failed`` at that moment, not after the SDK's shielded shutdown of the server (which may
-        wait seconds for a stdio server to exit)."""
+        ``failed`` at that moment, and a stdio server that never started is killed at once
+        rather than given its grace period (``roost plugins`` waits at most ``connect_timeout``)."""
         timeout = self.state.config.connect_timeout_s
         with trio.move_on_after(timeout):
             await connected.wait()
             return
         reason = self._connect_failure(f"it did not finish starting within {timeout:g} s")
+        self._proc.kill_now = True  # it never started: no grace period, the command waits no longer
         self._lose(reason, scope)
         self._logged = True  # now, not after the server's shutdown (the command may end first)
         log.warning("MCP server %s: %s; stopping it", self.state.config.name, reason)
 
     def _connect_failure(self, why: str) -> str:
-        """The reason of a failed attempt; names the server's non-JSON-RPC stdout, if it wrote any."""
+        """The reason of a failed attempt; names the server's non-JSON-RPC stdout, if it wrote any,
+        and the last line of its stderr (a stdio server that died at start: its error)."""
         if self.state.noise is not None:
             why = f"it wrote a line that is not JSON-RPC on stdout ({self.state.noise}); {why}"
+        last = self._proc.last_error_line()
+        if last is not None:
+            why = f"{why}; its stderr ended: {last}"
         return f"could not connect: {why}"
+
+    def _noise(self, line: str) -> None:
+        """A stdout line that is not JSON-RPC: the first of the attempt is one WARNING, and kept
+        (shortened) in :attr:`McpServerState.noise` for the attempt's failure reason."""
+        first = self.state.noise is None
+        text = repr(line)
+        self.state.noise = text if len(text) <= 120 else text[:117] + "..."
+        if first:
+            log.warning(
+                "MCP server %s wrote a line that is not JSON-RPC on stdout (ignored): %s",
+                self.state.config.name,
+                self.state.noise,
+            )
 
     async def _hold_client(self, *, task_status: Any) -> None:
         """Keep the client open (in the actor's nursery) until the actor's nursery is cancelled."""
-        async with _open_client(self.state.config) as client:
+        async with _open_client(self.state.config, self._proc, self._noise) as client:
             task_status.started(client)
             await trio.sleep_forever()
 
@@ -386,49 +401,3 @@ async def _list_tools(client: Any) -> list[Any]:
         if not cursor:
             break
     return tools
-
-
-#: The state of the server whose connection the current task (and the tasks it starts) serves.
-_SERVER: contextvars.ContextVar[McpServerState | None] = contextvars.ContextVar("roost_mcp_server", default=None)
-
-
-class _StdioNoiseFilter(logging.Filter):
-    """The SDK logs each stdout line of a stdio server that is not JSON-RPC with a traceback
-    ("Failed to parse JSONRPC message from server", a pydantic ``ValidationError``); this filter
-    (on the SDK's ``mcp.client.stdio`` logger) makes the first line of a connection attempt one
-    WARNING naming the server and the line, drops the others, and keeps the line in
-    :attr:`McpServerState.noise` for the attempt's failure reason."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        state = _SERVER.get()
-        if state is None or not str(record.msg).startswith("Failed to parse JSONRPC message"):
-            return True
-        first = state.noise is None
-        state.noise = _bad_line(record.exc_info[1] if record.exc_info else None)
-        if not first:
-            return False
-        record.msg = "MCP server %s wrote a line that is not JSON-RPC on stdout (ignored): %s"
-        record.args = (state.config.name, state.noise)
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.exc_info = record.exc_text = None
-        return True
-
-
-def _bad_line(exc: BaseException | None) -> str:
-    """The offending line of the SDK's parse error (pydantic ``ValidationError.errors()``), shortened."""
-    line: Any = None
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        try:
-            line = next((e.get("input") for e in errors() if e.get("input") is not None), None)
-        except Exception:  # noqa: BLE001 - only a message is at stake
-            line = None
-    text = repr(line) if line is not None else (str(exc).splitlines() or ["?"])[0]
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def install_log_filter() -> None:
-    """Put :class:`_StdioNoiseFilter` on the SDK's stdio logger (once per process)."""
-    logger = logging.getLogger(_SDK_STDIO_LOGGER)
-    if not any(isinstance(f, _StdioNoiseFilter) for f in logger.filters):
-        logger.addFilter(_StdioNoiseFilter())

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from roost._lazy import attach as _attach
 
 if TYPE_CHECKING:
+    from roost.protocol._a2a_host import a2a_unhostable as a2a_unhostable
     from roost.protocol._a2a_host import install_a2a as install_a2a
     from roost.protocol._as_connection import StdioConnectionCrashed as StdioConnectionCrashed
     from roost.protocol._as_schema import app_server_schema as app_server_schema
@@ -76,6 +77,7 @@ _LAZY = {
     "auto_dispatched_event": "roost.protocol._serve_events",
     "app_server_schema": "roost.protocol._as_schema",
     "install_a2a": "roost.protocol._a2a_host",
+    "a2a_unhostable": "roost.protocol._a2a_host",
     "failed_result": "roost.protocol._bridge",
     "run_bridge": "roost.protocol._bridge",
     "run_session": "roost.protocol._bridge",

@@ -288,6 +288,18 @@ class A2AHost:
         return call is not None and call.cancel_requested
 
 
+def a2a_unhostable(name: str) -> str | None:
+    """Why ``roost serve --a2a`` cannot host an agent named ``name``, or None when it can.
+
+    A hosted agent's name is one path segment of ``/a2a/<name>/`` (RFC 3986, section 3.3; other
+    characters are percent-encoded in the cards' ``url``): a ``/`` would split it, and a ``{``
+    would read as a route parameter of the HTTP router.
+    """
+    if "/" in name or "{" in name:
+        return "its name cannot be one URL segment of /a2a/<name>/ (it holds '/' or '{')"
+    return None
+
+
 def install_a2a(daemon: Any) -> A2AHost:
     """Host the daemon's agents over A2A (``roost serve --a2a``); returns the host, also set as
     ``daemon.a2a`` (which :mod:`roost.protocol._serve_http` routes ``/a2a/`` and
@@ -313,8 +325,8 @@ def install_a2a(daemon: Any) -> A2AHost:
         ]
     else:
         agents = [HostedAgent(daemon.options.agent_name, "A Roost agent: one turn on the daemon's model per task")]
-    for agent in [a for a in agents if "/" in a.name or "{" in a.name]:
-        log.warning("agent %r is not hosted over A2A: its name cannot be one URL segment", agent.name)
+    for agent in [a for a in agents if a2a_unhostable(a.name)]:
+        log.warning("agent %r is not hosted over A2A: %s", agent.name, a2a_unhostable(agent.name))
         agents.remove(agent)
     host = A2AHost(daemon, agents)
     daemon.a2a = host

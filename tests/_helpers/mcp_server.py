@@ -4,7 +4,9 @@
 Run it as ``python mcp_server.py stdio`` (stdin/stdout) or ``python mcp_server.py http PORT_FILE``
 (streamable HTTP on 127.0.0.1, an OS-chosen port written to PORT_FILE once it listens).
 ``noisy`` is ``stdio`` after a first stdout line that is not JSON-RPC; ``garbage`` writes that
-line and then never answers (a server whose stdout cannot be used).
+line and then never answers (a server whose stdout cannot be used). ``hang_start PID_FILE``
+writes its pid and never starts (on SIGTERM it writes ``PID_FILE.term`` and exits: it was asked
+to stop, not killed); ``die_start`` fails at start with a ``ModuleNotFoundError`` on stderr.
 
 Tools:
     echo(text): returns ``echo: <text>`` (annotated ``readOnlyHint``: never needs approval).
@@ -21,8 +23,35 @@ import socket
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
-from mcp_types import ToolAnnotations
+
+def _before_the_sdk() -> None:
+    """The modes that never serve, handled before the SDK's (slow) import: on a loaded machine
+    their first act then comes well within the tests' ``connect_timeout``."""
+    mode = sys.argv[1] if len(sys.argv) >= 2 else ""
+    if mode == "garbage":
+        sys.stdout.write("starting up, not JSON\n")
+        sys.stdout.flush()
+        time.sleep(3600)
+    if mode == "hang_start" and len(sys.argv) >= 3:
+        import signal
+
+        def _asked_to_stop(*_: object) -> None:
+            with open(sys.argv[2] + ".term", "w", encoding="utf-8") as out:
+                out.write("SIGTERM")
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, _asked_to_stop)
+        with open(sys.argv[2], "w", encoding="utf-8") as out:
+            out.write(str(os.getpid()))
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    _before_the_sdk()
+
+from mcp.server.mcpserver import MCPServer  # noqa: E402
+from mcp_types import ToolAnnotations  # noqa: E402
 
 server = MCPServer("roost-test-mcp")
 
@@ -77,13 +106,14 @@ def _serve_http(port_file: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "http":
+    if len(sys.argv) >= 2 and sys.argv[1] == "die_start":
+        print("loading the notes plugin", file=sys.stderr, flush=True)
+        import roost_test_no_such_module  # noqa: F401
+    elif len(sys.argv) >= 2 and sys.argv[1] == "http":
         _serve_http(sys.argv[2])
-    elif len(sys.argv) >= 2 and sys.argv[1] in ("noisy", "garbage"):
+    elif len(sys.argv) >= 2 and sys.argv[1] == "noisy":
         sys.stdout.write("starting up, not JSON\n")
         sys.stdout.flush()
-        if sys.argv[1] == "garbage":
-            time.sleep(3600)
         server.run("stdio")
     else:
         server.run("stdio")
