@@ -41,6 +41,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
+import trio
 from a2a.server.apps import A2AStarletteApplication, CallContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
@@ -339,8 +340,9 @@ class DaemonRequestHandler(RequestHandler):
             return None
         if task.status in TERMINAL:
             raise ServerError(TaskNotCancelableError(message=f"task {params.id} already ended"))
-        await self.host.cancel(task)
-        task = await self.host.wait_finished(params.id, limit=CANCEL_WAIT)
+        deadline = trio.current_time() + CANCEL_WAIT
+        await self.host.cancel(task, limit=CANCEL_WAIT)
+        task = await self.host.wait_finished(params.id, limit=max(0.0, deadline - trio.current_time()))
         return a2a_task(task, self.host) if task is not None else None
 
     async def on_set_task_push_notification_config(self, params: Any, context: Any = None) -> Any:

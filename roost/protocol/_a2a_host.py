@@ -42,6 +42,8 @@ TERMINAL = ("finished", "collected")
 #: Seconds between store reads while waiting on a task whose wake-up may have been missed
 #: (a task finished by a previous daemon, or before this request started waiting).
 _RECHECK = 2.0
+#: Most seconds between two attempts of ``tasks/cancel`` to interrupt a task not started yet.
+_RETRY_S = 0.5
 #: A2A calls whose agent name (``metadata.agent``) and cancel request are remembered.
 _CALLS_KEPT = 1000
 _calls = itertools.count(1)
@@ -264,23 +266,43 @@ class A2AHost:
                 await self.wait_change(session_id, task.status)
         return await self.lookup(session_id)
 
-    async def cancel(self, task: Any) -> None:
+    async def cancel(self, task: Any, *, limit: float) -> None:
         """Ask the call's task to stop: a queued task is withdrawn at once (it never runs and
         ends ``canceled``, told to the daemon's listener as any finished task); a running turn
-        (or run) is interrupted now, and a task another node claimed meanwhile as soon as it
-        shows progress here."""
-        call = self.calls.get(task.id)
-        if call is None:  # a task of a previous daemon, resumed by this one
-            call = self.calls[task.id] = _Call(agent=None, client_key=task.client_id or "")
+        (or run) is interrupted where it runs, on this node or on the node of the cluster that
+        claimed it (over the node bus, as an attached client's ``interrupt``:
+        :meth:`TaskQueue.interrupt_task`). A task claimed but not started yet is asked again as
+        it progresses (every :data:`_RETRY_S` s at most), for at most ``limit`` seconds; on this
+        node also later, as soon as it shows progress."""
+        task_id = task.id
+        call = self.calls.get(task_id)
+        if call is None:  # a task of a previous daemon (or of another node)
+            call = self.calls[task_id] = _Call(agent=None, client_key=task.client_id or "")
         call.cancel_requested = True
-        how = "withdrawn before it started"
-        if task.status != "queued" or await self.queue.withdraw(task.id, _WITHDRAWN) is None:
-            try:
-                call.interrupted = self.queue.interrupt(call.client_key) > 0
-            except RoostError:
-                log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
-            how = "interrupted" if call.interrupted else f"{task.status}: interrupted when it runs"
-        log.info("A2A cancel of task %s (%s)", task.id, how, extra={"event": "a2a_cancel", "task_id": task.id})
+        how = f"{task.status}: not interrupted within {limit:g} s"
+        with trio.move_on_after(limit):
+            while True:
+                if task.status == "queued" and await self.queue.withdraw(task_id, _WITHDRAWN) is not None:
+                    how = "withdrawn before it started"
+                    break
+                if call.interrupted or await self._interrupt(task):
+                    call.interrupted, how = True, "interrupted"
+                    break
+                changed = call.changed
+                with trio.move_on_after(_RETRY_S):
+                    await changed.wait()
+                task = await self.lookup(task_id)
+                if task is None or task.status in TERMINAL:
+                    how = "it ended before it could be interrupted"
+                    break
+        log.info("A2A cancel of task %s (%s)", task_id, how, extra={"event": "a2a_cancel", "task_id": task_id})
+
+    async def _interrupt(self, task: Any) -> bool:
+        try:
+            return bool(await self.queue.interrupt_task(task))
+        except RoostError:
+            log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
+            return False
 
     def was_cancelled(self, session_id: str) -> bool:
         """True when this daemon was asked to cancel the task."""
