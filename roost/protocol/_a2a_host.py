@@ -44,7 +44,7 @@ TERMINAL = ("finished", "collected")
 _RECHECK = 2.0
 #: Most seconds between two attempts of ``tasks/cancel`` to interrupt a task not started yet.
 _RETRY_S = 0.5
-#: A2A calls whose agent name (``metadata.agent``) and cancel request are remembered.
+#: A2A calls whose agent name (``metadata.agent``), cancel request and ``messageId`` are remembered.
 _CALLS_KEPT = 1000
 _calls = itertools.count(1)
 #: An A2A context id a caller may give (it becomes a task and thread id).
@@ -92,6 +92,8 @@ class A2AHost:
         self.queue = daemon.queue
         self.agents = agents
         self.calls: dict[str, _Call] = {}
+        #: ``(token scope, messageId) -> sessionId`` of the latest calls (an Event: being sent)
+        self.sent: dict[tuple[str, str], str | trio.Event] = {}
         self.inner = daemon.queue.listener
         self.queue.listener = self
         self._serve: Any = None
@@ -153,14 +155,22 @@ class A2AHost:
         """The hosted agent called ``name`` (None: no such agent)."""
         return next((a for a in self.agents if a.name == name), None)
 
-    async def call(self, agent: str, text: str, scope: str, context_id: str | None = None) -> str:
+    async def call(
+        self, agent: str, text: str, scope: str, context_id: str | None = None, message_id: str | None = None
+    ) -> str:
         """Queue ``text`` as a daemon task for hosted ``agent`` and broadcast ``a2a_call``.
+
+        Idempotent per message: a ``message_id`` this token scope sent before (one of the latest
+        :data:`_CALLS_KEPT` calls of this daemon) answers the task it started, queuing nothing
+        (A2A spec 0.3: ``messageId`` identifies the message; a client retrying a send it got no
+        answer to must not start the work twice). Two sends of one id at once start one task.
 
         Args:
             agent: the hosted agent's name.
             text: the caller's message text (non-empty).
             scope: the caller's token scope (:class:`~roost.protocol._serve_auth.Grant`).
             context_id: the message's ``contextId`` (see :meth:`_context`); None: a new context.
+            message_id: the message's ``messageId``; None: not idempotent.
 
         Returns:
             The task's ``sessionId`` (the A2A task id).
@@ -170,6 +180,27 @@ class A2AHost:
             ServerOverloaded: the queue is full.
             RoostError: the task could not be queued (nothing was).
         """
+        if message_id is None:
+            return await self._dispatch(agent, text, scope, context_id)
+        key = (scope, message_id)
+        while isinstance(sent := self.sent.get(key), trio.Event):
+            await sent.wait()  # the same message, being sent now
+        if isinstance(sent, str):
+            log.info("A2A message %s sent again: task %s", message_id, sent, extra={"task_id": sent})
+            return sent
+        pending = self.sent[key] = trio.Event()
+        try:
+            session_id = await self._dispatch(agent, text, scope, context_id)
+            self.sent[key] = session_id
+            while len(self.sent) > _CALLS_KEPT:
+                self.sent.pop(next(iter(self.sent)))
+            return session_id
+        finally:
+            if self.sent.get(key) is pending:  # not queued: the next send of it tries again
+                del self.sent[key]
+            pending.set()
+
+    async def _dispatch(self, agent: str, text: str, scope: str, context_id: str | None) -> str:
         key = f"{scope}/conn-a2a-{next(_calls)}"
         task_id, thread_id = await self._context(context_id, scope)
         session_id: str = await self.queue.dispatch(
