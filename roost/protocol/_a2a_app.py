@@ -28,9 +28,11 @@ task store that a daemon restart loses; this way there is one loop and one sourc
 Authentication (each request on its own, :class:`A2AAuth`): with daemon tokens every request needs
 ``Authorization: Bearer <token>`` (401 otherwise); a read token may read agent cards and call
 ``tasks/get`` and ``tasks/resubscribe``, anything else is refused with 403; a request with an
-``Origin`` header is refused with 403 (as ``/mcp``). Then every POST body is checked before the
-SDK sees it (:mod:`roost.protocol._a2a_gate`: the ``ROOST_MAX_LINE_BYTES`` bound, malformed
-requests, push notification methods).
+``Origin`` header is refused with 403 (as ``/mcp``). Each refusal's body is a JSON-RPC error
+(-32600), its HTTP status kept. A task belongs to the full token that sent it
+(:meth:`DaemonRequestHandler._task`): another full token is answered TaskNotFound. Then
+every POST body is checked before the SDK sees it (:mod:`roost.protocol._a2a_gate`: the
+``ROOST_MAX_LINE_BYTES`` bound, malformed requests, push notification methods).
 """
 
 from __future__ import annotations
@@ -238,15 +240,16 @@ def _history(task: Task, length: int | None) -> Task:
 class DaemonRequestHandler(RequestHandler):
     """The SDK ``RequestHandler`` of one hosted agent: each message is a daemon task (see the module doc).
 
-    Errors (JSON-RPC, A2A spec 0.3 section 8): a message without text, one continuing a task
-    (``taskId`` set: every message starts a new task), or a ``contextId`` that cannot be used
-    (another caller's, malformed, its previous task still running: see
-    :meth:`A2AHost._context`) -> InvalidParams (-32602); a send with a
-    read token -> InvalidRequest (-32600; :class:`A2AAuth` refuses it with 403 first); a full
-    queue or a store failure -> InternalError (-32603); an unknown task -> TaskNotFound (-32001);
-    cancelling a finished task -> TaskNotCancelable (-32002); push notifications ->
-    PushNotificationNotSupported (-32003; :mod:`roost.protocol._a2a_gate` answers these methods
-    first, since the SDK's own capability check would answer ``.../set`` -32603).
+        Errors (JSON-RPC, A2A spec 0.3 section 8): a message without text, one continuing a task
+        (``taskId`` set: every message starts a new task), or a ``contextId`` that cannot be used
+        (another caller's, malformed, its previous task still running: see
+        :meth:`A2AHost._context`) -> InvalidParams (-32602); a send with a
+        read token -> InvalidRequest (-32600; :class:`A2AAuth` refuses it with 403 first); a full
+        queue or a store failure -> InternalError (-32603); an unknown task, or one another full
+    token sent -> TaskNotFound (-32001); a negative ``historyLength`` -> InvalidParams (-32602);
+        cancelling a finished task -> TaskNotCancelable (-32002); push notifications ->
+        PushNotificationNotSupported (-32003; :mod:`roost.protocol._a2a_gate` answers these methods
+        first, since the SDK's own capability check would answer ``.../set`` -32603).
     """
 
     def __init__(self, host: A2AHost, agent: HostedAgent) -> None:

@@ -4,8 +4,9 @@ wire-protocol.md, appendix "A2A (``serve --a2a``)", and docs/wire.md "A2A agents
 bounded by ``ROOST_MAX_LINE_BYTES`` (:func:`roost.protocol._framing.line_limit`, 64 MiB unless
 set); a larger one is refused with HTTP 413 and a JSON-RPC ``-32600`` error naming the limit and
 the setting. A body that is not JSON (or is empty) is answered ``-32700``, one that is not one
-request object (a batch array, no ``method``) ``-32600``, params that do not fit the method's
-model ``-32602``, and the push notification methods ``-32003`` (PushNotificationNotSupported,
+request object (a batch array, no ``method``, no ``id``) ``-32600``, params that are not an
+object or do not fit the method's model (strictly: no ``"yes"`` for a boolean) ``-32602``,
+and the push notification methods ``-32003`` (PushNotificationNotSupported,
 A2A spec 0.3 section 8.2; the agent card says ``pushNotifications: false``). Each message is a
 sentence naming the field at fault, without the SDK's raw pydantic data; nothing of it is
 logged beyond one line. The rest goes to the SDK unchanged.

@@ -10,7 +10,9 @@ Every A2A ``message/send`` / ``message/stream`` is one task of the daemon's
 resumed after a daemon restart, its approvals answered by the unattended policy (the caller is not
 an attached client: the task's client key is an anonymous one, ``<token scope>/conn-a2a-<n>``, so
 nobody is asked and its result is marked collected at once). The A2A task id is the task's
-``sessionId``; the context id its thread's (:meth:`A2AHost._context`).
+``sessionId``; the context id its thread's (:meth:`A2AHost._context`). A repeated ``messageId``
+of one token scope answers the task it started (:meth:`A2AHost.call`); ``tasks/cancel``
+interrupts the task wherever in the cluster it runs (:meth:`A2AHost.cancel`).
 
 :class:`A2AHost` sits in front of the daemon as the queue's :class:`~roost.actors.TaskListener`:
 it forwards every call to the daemon unchanged (a method it does not define, such as
