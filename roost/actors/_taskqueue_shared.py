@@ -162,15 +162,39 @@ class SharedQueue:
         if bus is None or not elsewhere:
             return count
         for task_id, owner in (await self._owners(elsewhere)).items():
-            if not await bus.node_alive(owner):
-                continue
-            try:
-                reply = await bus.request(owner, "task.interrupt", {"task_id": task_id, "client_id": client_id})
-            except (NodeUnreachable, RoostError) as exc:
-                log.warning("task %s: interrupt not taken by %s (%s)", task_id, owner, exc)
-                continue
-            count += bool(isinstance(reply, dict) and reply.get("interrupted"))
+            count += await self._ask_interrupt(owner, task_id, client_id)
         return count
+
+    async def interrupt_task(self, task: QueuedTask) -> bool:
+        """Ask one task to stop wherever it runs: on this node as :meth:`TaskQueue.interrupt`
+        does, else on the node of the bus holding its ``task:<id>`` lease (``task.interrupt``,
+        the path of :meth:`interrupt_everywhere`). ``task`` may be one this node never knew
+        (read back from the store: another node dispatched it).
+
+        Returns:
+            Whether it was asked to stop. False: it is not running (queued, finished, or claimed
+            and not started yet: ask again), its owner is not on the bus, or it did not take the
+            request (logged).
+        """
+        if task.id in self._local:
+            local = self.tasks.get(task.id)
+            return local is not None and self._interrupt_task(local)
+        if self.runtime.services.bus is None:
+            return False
+        owner = (await self._owners([task.id])).get(task.id)
+        return owner is not None and await self._ask_interrupt(owner, task.id, task.client_id)
+
+    async def _ask_interrupt(self, owner: str, task_id: str, client_id: str | None) -> bool:
+        """Ask node ``owner`` to interrupt its task ``task_id`` of ``client_id``; whether it did."""
+        bus = self.runtime.services.bus
+        try:
+            if not await bus.node_alive(owner):
+                return False
+            reply = await bus.request(owner, "task.interrupt", {"task_id": task_id, "client_id": client_id})
+        except (NodeUnreachable, RoostError) as exc:
+            log.warning("task %s: interrupt not taken by %s (%s)", task_id, owner, exc)
+            return False
+        return bool(isinstance(reply, dict) and reply.get("interrupted"))
 
     async def withdraw(self, task_id: str, reason: str) -> QueuedTask | None:
         """Cancel a task that is still queued, at once: it never runs, and ends as an interrupted

@@ -28,9 +28,11 @@ task store that a daemon restart loses; this way there is one loop and one sourc
 Authentication (each request on its own, :class:`A2AAuth`): with daemon tokens every request needs
 ``Authorization: Bearer <token>`` (401 otherwise); a read token may read agent cards and call
 ``tasks/get`` and ``tasks/resubscribe``, anything else is refused with 403; a request with an
-``Origin`` header is refused with 403 (as ``/mcp``). Then every POST body is checked before the
-SDK sees it (:mod:`roost.protocol._a2a_gate`: the ``ROOST_MAX_LINE_BYTES`` bound, malformed
-requests, push notification methods).
+``Origin`` header is refused with 403 (as ``/mcp``). Each refusal's body is a JSON-RPC error
+(-32600), its HTTP status kept. A task belongs to the full token that sent it
+(:meth:`DaemonRequestHandler._task`): another full token is answered TaskNotFound. Then
+every POST body is checked before the SDK sees it (:mod:`roost.protocol._a2a_gate`: the
+``ROOST_MAX_LINE_BYTES`` bound, malformed requests, push notification methods).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
+import trio
 from a2a.server.apps import A2AStarletteApplication, CallContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler
@@ -74,9 +77,8 @@ from a2a.utils.errors import ServerError
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from roost._json import JSONDecodeError, loads
 from roost.errors import InvalidParams, RoostError
-from roost.protocol._a2a_gate import QuietSdkErrors, check_request, read_body, too_large
+from roost.protocol._a2a_gate import QuietSdkErrors, check_request, read_body, refusal, request_of, too_large
 from roost.protocol._a2a_host import TERMINAL, A2AHost, HostedAgent
 from roost.protocol._framing import line_limit
 from roost.protocol._serve_auth import ServeAuth, bearer_token
@@ -213,21 +215,41 @@ def a2a_task(task: Any, host: A2AHost) -> Task:
     )
 
 
+def _check_history_length(length: int | None) -> None:
+    """Raises ServerError (InvalidParams) when a ``historyLength`` is negative."""
+    if length is not None and length < 0:
+        raise ServerError(InvalidParamsError(message="historyLength must be 0 or more"))
+
+
+def _history(task: Task, length: int | None) -> Task:
+    """``task`` with only its last ``length`` history messages (None: all; 0: none).
+
+    Raises:
+        ServerError: InvalidParams, ``length`` is negative.
+    """
+    _check_history_length(length)
+    if length is None:
+        return task
+    history = task.history or []
+    return task.model_copy(update={"history": history[len(history) - length :] if length < len(history) else history})
+
+
 # -- the SDK's RequestHandler, on the daemon's task queue ---------------------------------------------
 
 
 class DaemonRequestHandler(RequestHandler):
     """The SDK ``RequestHandler`` of one hosted agent: each message is a daemon task (see the module doc).
 
-    Errors (JSON-RPC, A2A spec 0.3 section 8): a message without text, one continuing a task
-    (``taskId`` set: every message starts a new task), or a ``contextId`` that cannot be used
-    (another caller's, malformed, its previous task still running: see
-    :meth:`A2AHost._context`) -> InvalidParams (-32602); a send with a
-    read token -> InvalidRequest (-32600; :class:`A2AAuth` refuses it with 403 first); a full
-    queue or a store failure -> InternalError (-32603); an unknown task -> TaskNotFound (-32001);
-    cancelling a finished task -> TaskNotCancelable (-32002); push notifications ->
-    PushNotificationNotSupported (-32003; :mod:`roost.protocol._a2a_gate` answers these methods
-    first, since the SDK's own capability check would answer ``.../set`` -32603).
+        Errors (JSON-RPC, A2A spec 0.3 section 8): a message without text, one continuing a task
+        (``taskId`` set: every message starts a new task), or a ``contextId`` that cannot be used
+        (another caller's, malformed, its previous task still running: see
+        :meth:`A2AHost._context`) -> InvalidParams (-32602); a send with a
+        read token -> InvalidRequest (-32600; :class:`A2AAuth` refuses it with 403 first); a full
+        queue or a store failure -> InternalError (-32603); an unknown task, or one another full
+    token sent -> TaskNotFound (-32001); a negative ``historyLength`` -> InvalidParams (-32602);
+        cancelling a finished task -> TaskNotCancelable (-32002); push notifications ->
+        PushNotificationNotSupported (-32003; :mod:`roost.protocol._a2a_gate` answers these methods
+        first, since the SDK's own capability check would answer ``.../set`` -32603).
     """
 
     def __init__(self, host: A2AHost, agent: HostedAgent) -> None:
@@ -243,22 +265,43 @@ class DaemonRequestHandler(RequestHandler):
             raise ServerError(InvalidParamsError(message="the message needs a non-empty text part"))
         grant = context.state.get("grant") if context is not None else None
         if grant is None or grant.read_only:
-            raise ServerError(InvalidRequestError(message="sending needs a full token (a read token cannot send)"))
+            raise ServerError(
+                InvalidRequestError(
+                    message="message/send and message/stream need a full token (a read token cannot call them)"
+                )
+            )
         try:
-            return await self.host.call(self.agent.name, text, grant.scope, message.context_id)
+            return await self.host.call(self.agent.name, text, grant.scope, message.context_id, message.message_id)
         except InvalidParams as exc:
             raise ServerError(InvalidParamsError(message=str(exc))) from None
         except RoostError as exc:
             raise ServerError(InternalError(message=f"the task could not be queued: {exc}")) from None
 
+    async def _task(self, task_id: str, context: ServerCallContext | None) -> Any:
+        """The A2A call's task ``task_id`` when the request's token may see it, else None (the
+        caller is answered TaskNotFound, as for an unknown id). With daemon tokens a full token
+        sees the tasks it sent (their client key is in its scope, as contexts are), a read token
+        every task (it sees every task's events on ``/attach`` too); without tokens every caller
+        sees every task."""
+        task = await self.host.lookup(task_id)
+        grant = context.state.get("grant") if context is not None else None
+        if task is None or grant is None:
+            return None
+        if grant.read_only or not self.host.daemon.options.auth.required:
+            return task
+        return task if (task.client_id or "").startswith(f"{grant.scope}/") else None
+
     async def on_message_send(self, params: MessageSendParams, context: ServerCallContext | None = None) -> Task:
-        """``message/send``: the finished task (``configuration.blocking: false``: the task as queued)."""
+        """``message/send``: the finished task (``configuration.blocking: false``: the task as
+        queued), its history the last ``configuration.historyLength`` messages (all without it)."""
+        history_length = params.configuration.history_length if params.configuration else None
+        _check_history_length(history_length)  # refused before the task is queued
         session_id = await self._start(params, context)
         blocking = params.configuration is None or params.configuration.blocking is not False
         task = await (self.host.wait_finished(session_id) if blocking else self.host.lookup(session_id))
         if task is None:
             raise ServerError(TaskNotFoundError())
-        return a2a_task(task, self.host)
+        return _history(a2a_task(task, self.host), history_length)
 
     async def on_message_send_stream(
         self, params: MessageSendParams, context: ServerCallContext | None = None
@@ -274,7 +317,7 @@ class DaemonRequestHandler(RequestHandler):
         self, params: TaskIdParams, context: ServerCallContext | None = None
     ) -> AsyncGenerator[Any]:
         """``tasks/resubscribe``: the same events as ``message/stream`` from the task's current state."""
-        if await self.host.lookup(params.id) is None:
+        if await self._task(params.id, context) is None:
             raise ServerError(TaskNotFoundError())
         async for event in self._follow(params.id):
             yield event
@@ -327,20 +370,23 @@ class DaemonRequestHandler(RequestHandler):
         )
 
     async def on_get_task(self, params: TaskQueryParams, context: ServerCallContext | None = None) -> Task | None:
-        """``tasks/get``: the task (also one finished before a daemon restart), None: TaskNotFound."""
-        task = await self.host.lookup(params.id)
-        return a2a_task(task, self.host) if task is not None else None
+        """``tasks/get``: the task (also one finished before a daemon restart), its history the
+        last ``historyLength`` messages (all without it); None: TaskNotFound."""
+        _check_history_length(params.history_length)  # refused before any lookup
+        task = await self._task(params.id, context)
+        return _history(a2a_task(task, self.host), params.history_length) if task is not None else None
 
     async def on_cancel_task(self, params: TaskIdParams, context: ServerCallContext | None = None) -> Task | None:
         """``tasks/cancel``: a queued task is withdrawn and answered ``canceled`` at once; a running
         one is interrupted and answered once it ended (at most :data:`CANCEL_WAIT` s later)."""
-        task = await self.host.lookup(params.id)
+        task = await self._task(params.id, context)
         if task is None:
             return None
         if task.status in TERMINAL:
             raise ServerError(TaskNotCancelableError(message=f"task {params.id} already ended"))
-        await self.host.cancel(task)
-        task = await self.host.wait_finished(params.id, limit=CANCEL_WAIT)
+        deadline = trio.current_time() + CANCEL_WAIT
+        await self.host.cancel(task, limit=CANCEL_WAIT)
+        task = await self.host.wait_finished(params.id, limit=max(0.0, deadline - trio.current_time()))
         return a2a_task(task, self.host) if task is not None else None
 
     async def on_set_task_push_notification_config(self, params: Any, context: Any = None) -> Any:
@@ -386,40 +432,36 @@ class A2AAuth:
         raw = scope.get("headers") or ()
         headers = {bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1") for k, v in raw}
         if "origin" in headers:
-            await _refuse(send, 403, b"refused: a request with an Origin header is not accepted\n")
+            await _refuse(send, 403, refusal("Forbidden: a request with an Origin header is not accepted"))
             return
         grant = self.auth.check(bearer_token(headers.get("authorization")))
         if grant is None:
-            await _refuse(send, 401, b"unauthorized: send Authorization: Bearer <token>\n")
+            await _refuse(send, 401, refusal("Unauthorized: send Authorization: Bearer <token>"))
             return
         if scope.get("method") == "POST":
             body, receive = await read_body(scope, receive, self.limit)
             if body is None:
-                await _refuse(send, 413, too_large(self.limit), b"application/json")
+                await _refuse(send, 413, too_large(self.limit))
                 return
-            if grant.read_only and _rpc_method(body) not in READ_METHODS:
-                await _refuse(send, 403, b"a read token may read agent cards and tasks (tasks/get), not send\n")
+            method, request_id = request_of(body)
+            if grant.read_only and method not in READ_METHODS:
+                await _refuse(send, 403, refusal(_read_only(method or "a request that names no method"), request_id))
                 return
             answer = check_request(body)
             if answer is not None:
-                await _refuse(send, 200, answer, b"application/json")
+                await _refuse(send, 200, answer)
                 return
         elif grant.read_only and scope.get("method") != "GET":
-            await _refuse(send, 403, b"a read token may read agent cards and tasks (tasks/get), not send\n")
+            await _refuse(send, 403, refusal(_read_only(f"HTTP {scope.get('method')}")))
             return
         await self.app(scope, receive, send)
 
 
-def _rpc_method(body: bytes) -> str | None:
-    try:
-        request = loads(body)
-    except (JSONDecodeError, ValueError):
-        return None
-    method = request.get("method") if isinstance(request, dict) else None
-    return method if isinstance(method, str) else None
+def _read_only(what: str) -> str:
+    return f"Forbidden: a read token may read agent cards, tasks/get and tasks/resubscribe, not {what}"
 
 
-async def _refuse(send: Send, status: int, body: bytes, content_type: bytes = b"text/plain") -> None:
+async def _refuse(send: Send, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
     extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
     await send(
         {

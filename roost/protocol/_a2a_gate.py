@@ -4,8 +4,9 @@ wire-protocol.md, appendix "A2A (``serve --a2a``)", and docs/wire.md "A2A agents
 bounded by ``ROOST_MAX_LINE_BYTES`` (:func:`roost.protocol._framing.line_limit`, 64 MiB unless
 set); a larger one is refused with HTTP 413 and a JSON-RPC ``-32600`` error naming the limit and
 the setting. A body that is not JSON (or is empty) is answered ``-32700``, one that is not one
-request object (a batch array, no ``method``) ``-32600``, params that do not fit the method's
-model ``-32602``, and the push notification methods ``-32003`` (PushNotificationNotSupported,
+request object (a batch array, no ``method``, no ``id``) ``-32600``, params that are not an
+object or do not fit the method's model (strictly: no ``"yes"`` for a boolean) ``-32602``,
+and the push notification methods ``-32003`` (PushNotificationNotSupported,
 A2A spec 0.3 section 8.2; the agent card says ``pushNotifications: false``). Each message is a
 sentence naming the field at fault, without the SDK's raw pydantic data; nothing of it is
 logged beyond one line. The rest goes to the SDK unchanged.
@@ -37,7 +38,7 @@ from pydantic import ValidationError
 
 from roost._json import JSONDecodeError, dumps, loads
 
-__all__ = ["check_request", "read_body", "too_large", "QuietSdkErrors"]
+__all__ = ["check_request", "read_body", "too_large", "refusal", "request_of", "QuietSdkErrors"]
 
 Receive = Callable[[], Awaitable[Any]]
 Send = Callable[[Any], Awaitable[None]]
@@ -105,8 +106,11 @@ def check_request(body: bytes) -> bytes | None:
     the body is one valid request of a method other than the push notification ones.
 
     Codes (JSON-RPC 2.0 section 5.1, A2A spec 0.3 section 8): -32700 not JSON or empty, -32600
-    not one request object, -32602 params invalid for the method, -32003 push notifications. An
-    unknown method passes (the SDK answers -32601).
+    not one request object or one without an ``id`` (a JSON-RPC notification: every A2A method
+    has an answer, so a missing id is a caller's mistake, told rather than silently dropped),
+    -32602 params that are not an object or do not fit the method's model (validated strictly:
+    ``"blocking": "yes"`` is not a boolean), -32003 push notifications. An unknown method with an
+    id passes (the SDK answers -32601).
     """
     if not body.strip():
         message = "Parse error: the request body is empty (send one JSON-RPC request)"
@@ -122,20 +126,50 @@ def check_request(body: bytes) -> bytes | None:
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         request_id = None
     try:
-        JSONRPCRequest.model_validate(request)
+        JSONRPCRequest.model_validate({**request, "params": None})
     except ValidationError as exc:
         return _error(request_id, InvalidRequestError(message=f"Invalid request: {_describe(exc)}"))
     method = request["method"]
+    if request.get("id") is None:
+        message = (
+            f"Invalid request: {method} has no id (every A2A method is answered; "
+            "JSON-RPC notifications are not supported)"
+        )
+        return _error(None, InvalidRequestError(message=message))
+    params = request.get("params")
+    if params is not None and not isinstance(params, dict):
+        message = f"Invalid params of {method}: params must be an object (A2A takes named params, not an array)"
+        return _error(request_id, InvalidParamsError(message=message))
     model = A2AStarletteApplication.METHOD_TO_MODEL.get(method)
     if model is None:
         return None
     try:
-        model.model_validate(request)
+        model.model_validate_json(body, strict=True)  # strict: "yes" is no boolean, "5" no integer
     except ValidationError as exc:
         return _error(request_id, InvalidParamsError(message=f"Invalid params of {method}: {_describe(exc)}"))
     if method.startswith(PUSH_PREFIX):
         return _error(request_id, PushNotificationNotSupportedError())
     return None
+
+
+def refusal(message: str, request_id: str | int | None = None) -> bytes:
+    """The JSON-RPC ``-32600`` error body of a request refused before the SDK sees it (sent with
+    its HTTP status: 401 no or a wrong token, 403 an ``Origin`` header or a read token's call)."""
+    return _error(request_id, InvalidRequestError(message=message))
+
+
+def request_of(body: bytes) -> tuple[str | None, str | int | None]:
+    """``(method, id)`` of a JSON-RPC request body, each None when it cannot be read."""
+    try:
+        request = loads(body)
+    except (JSONDecodeError, ValueError):
+        return None, None
+    if not isinstance(request, dict):
+        return None, None
+    method, request_id = request.get("method"), request.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        request_id = None
+    return (method if isinstance(method, str) else None), request_id
 
 
 def _describe(exc: ValidationError) -> str:

@@ -10,7 +10,9 @@ Every A2A ``message/send`` / ``message/stream`` is one task of the daemon's
 resumed after a daemon restart, its approvals answered by the unattended policy (the caller is not
 an attached client: the task's client key is an anonymous one, ``<token scope>/conn-a2a-<n>``, so
 nobody is asked and its result is marked collected at once). The A2A task id is the task's
-``sessionId``; the context id its thread's (:meth:`A2AHost._context`).
+``sessionId``; the context id its thread's (:meth:`A2AHost._context`). A repeated ``messageId``
+of one token scope answers the task it started (:meth:`A2AHost.call`); ``tasks/cancel``
+interrupts the task wherever in the cluster it runs (:meth:`A2AHost.cancel`).
 
 :class:`A2AHost` sits in front of the daemon as the queue's :class:`~roost.actors.TaskListener`:
 it forwards every call to the daemon unchanged (a method it does not define, such as
@@ -42,7 +44,9 @@ TERMINAL = ("finished", "collected")
 #: Seconds between store reads while waiting on a task whose wake-up may have been missed
 #: (a task finished by a previous daemon, or before this request started waiting).
 _RECHECK = 2.0
-#: A2A calls whose agent name (``metadata.agent``) and cancel request are remembered.
+#: Most seconds between two attempts of ``tasks/cancel`` to interrupt a task not started yet.
+_RETRY_S = 0.5
+#: A2A calls whose agent name (``metadata.agent``), cancel request and ``messageId`` are remembered.
 _CALLS_KEPT = 1000
 _calls = itertools.count(1)
 #: An A2A context id a caller may give (it becomes a task and thread id).
@@ -90,6 +94,8 @@ class A2AHost:
         self.queue = daemon.queue
         self.agents = agents
         self.calls: dict[str, _Call] = {}
+        #: ``(token scope, messageId) -> sessionId`` of the latest calls (an Event: being sent)
+        self.sent: dict[tuple[str, str], str | trio.Event] = {}
         self.inner = daemon.queue.listener
         self.queue.listener = self
         self._serve: Any = None
@@ -151,14 +157,22 @@ class A2AHost:
         """The hosted agent called ``name`` (None: no such agent)."""
         return next((a for a in self.agents if a.name == name), None)
 
-    async def call(self, agent: str, text: str, scope: str, context_id: str | None = None) -> str:
+    async def call(
+        self, agent: str, text: str, scope: str, context_id: str | None = None, message_id: str | None = None
+    ) -> str:
         """Queue ``text`` as a daemon task for hosted ``agent`` and broadcast ``a2a_call``.
+
+        Idempotent per message: a ``message_id`` this token scope sent before (one of the latest
+        :data:`_CALLS_KEPT` calls of this daemon) answers the task it started, queuing nothing
+        (A2A spec 0.3: ``messageId`` identifies the message; a client retrying a send it got no
+        answer to must not start the work twice). Two sends of one id at once start one task.
 
         Args:
             agent: the hosted agent's name.
             text: the caller's message text (non-empty).
             scope: the caller's token scope (:class:`~roost.protocol._serve_auth.Grant`).
             context_id: the message's ``contextId`` (see :meth:`_context`); None: a new context.
+            message_id: the message's ``messageId``; None: not idempotent.
 
         Returns:
             The task's ``sessionId`` (the A2A task id).
@@ -168,6 +182,27 @@ class A2AHost:
             ServerOverloaded: the queue is full.
             RoostError: the task could not be queued (nothing was).
         """
+        if message_id is None:
+            return await self._dispatch(agent, text, scope, context_id)
+        key = (scope, message_id)
+        while isinstance(sent := self.sent.get(key), trio.Event):
+            await sent.wait()  # the same message, being sent now
+        if isinstance(sent, str):
+            log.info("A2A message %s sent again: task %s", message_id, sent, extra={"task_id": sent})
+            return sent
+        pending = self.sent[key] = trio.Event()
+        try:
+            session_id = await self._dispatch(agent, text, scope, context_id)
+            self.sent[key] = session_id
+            while len(self.sent) > _CALLS_KEPT:
+                self.sent.pop(next(iter(self.sent)))
+            return session_id
+        finally:
+            if self.sent.get(key) is pending:  # not queued: the next send of it tries again
+                del self.sent[key]
+            pending.set()
+
+    async def _dispatch(self, agent: str, text: str, scope: str, context_id: str | None) -> str:
         key = f"{scope}/conn-a2a-{next(_calls)}"
         task_id, thread_id = await self._context(context_id, scope)
         session_id: str = await self.queue.dispatch(
@@ -264,23 +299,43 @@ class A2AHost:
                 await self.wait_change(session_id, task.status)
         return await self.lookup(session_id)
 
-    async def cancel(self, task: Any) -> None:
+    async def cancel(self, task: Any, *, limit: float) -> None:
         """Ask the call's task to stop: a queued task is withdrawn at once (it never runs and
         ends ``canceled``, told to the daemon's listener as any finished task); a running turn
-        (or run) is interrupted now, and a task another node claimed meanwhile as soon as it
-        shows progress here."""
-        call = self.calls.get(task.id)
-        if call is None:  # a task of a previous daemon, resumed by this one
-            call = self.calls[task.id] = _Call(agent=None, client_key=task.client_id or "")
+        (or run) is interrupted where it runs, on this node or on the node of the cluster that
+        claimed it (over the node bus, as an attached client's ``interrupt``:
+        :meth:`TaskQueue.interrupt_task`). A task claimed but not started yet is asked again as
+        it progresses (every :data:`_RETRY_S` s at most), for at most ``limit`` seconds; on this
+        node also later, as soon as it shows progress."""
+        task_id = task.id
+        call = self.calls.get(task_id)
+        if call is None:  # a task of a previous daemon (or of another node)
+            call = self.calls[task_id] = _Call(agent=None, client_key=task.client_id or "")
         call.cancel_requested = True
-        how = "withdrawn before it started"
-        if task.status != "queued" or await self.queue.withdraw(task.id, _WITHDRAWN) is None:
-            try:
-                call.interrupted = self.queue.interrupt(call.client_key) > 0
-            except RoostError:
-                log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
-            how = "interrupted" if call.interrupted else f"{task.status}: interrupted when it runs"
-        log.info("A2A cancel of task %s (%s)", task.id, how, extra={"event": "a2a_cancel", "task_id": task.id})
+        how = f"{task.status}: not interrupted within {limit:g} s"
+        with trio.move_on_after(limit):
+            while True:
+                if task.status == "queued" and await self.queue.withdraw(task_id, _WITHDRAWN) is not None:
+                    how = "withdrawn before it started"
+                    break
+                if call.interrupted or await self._interrupt(task):
+                    call.interrupted, how = True, "interrupted"
+                    break
+                changed = call.changed
+                with trio.move_on_after(_RETRY_S):
+                    await changed.wait()
+                task = await self.lookup(task_id)
+                if task is None or task.status in TERMINAL:
+                    how = "it ended before it could be interrupted"
+                    break
+        log.info("A2A cancel of task %s (%s)", task_id, how, extra={"event": "a2a_cancel", "task_id": task_id})
+
+    async def _interrupt(self, task: Any) -> bool:
+        try:
+            return bool(await self.queue.interrupt_task(task))
+        except RoostError:
+            log.debug("could not interrupt A2A task %s yet", task.id, exc_info=True)
+            return False
 
     def was_cancelled(self, session_id: str) -> bool:
         """True when this daemon was asked to cancel the task."""
