@@ -104,7 +104,7 @@ class EarlyInitialize:
     capabilities: dict = attrs.field(factory=dict)
     reverse_methods: set[str] = attrs.field(factory=set)
     client_name: str = "client"
-    #: set by :meth:`apply`: the runtime started and the session took the answered state
+    #: set by :meth:`apply`: the runtime started and the session, about to serve, took the answered state
     applied: bool = False
 
     def apply(self, session: Any) -> None:

@@ -80,8 +80,6 @@ async def serve_app_server(
             ) as runtime,
         ):
             session = AppServerSession(runtime, engines=engines, host=host)
-            if early is not None:
-                early.apply(session)
             _as_remote.install_run_handlers(runtime)
             if mcp.states:
                 session.mcp = mcp
@@ -99,6 +97,8 @@ async def serve_app_server(
                         await trio.to_thread.run_sync(reloader.prime)
                         # run() re-checks the file once its watcher is live: starting it late misses no edit
                         nursery.start_soon(_after_initialize, session, reloader.run)
+                    if early is not None:  # from here on, the session answers for the start
+                        early.apply(session)
                     await serve_connection(runtime, session, receive, send)
                 finally:
                     with trio.CancelScope(shield=True):
