@@ -212,3 +212,14 @@ def test_an_unusable_home_is_reported_before_any_answer(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr.decode()
     assert proc.stdout == b""
     assert proc.stderr.decode().startswith("roost app-server: error: ")
+
+
+def test_on_the_scripted_engine_the_early_answer_checks_the_script_without_trio(tmp_path: Path) -> None:
+    """The scripted engine is opened (its script checked: ``status`` ready) for the early answer
+    without loading the event loop: trio is imported by its turns, not by the engine module."""
+    proc = _serve_file(tmp_path, _INITIALIZE, argv=["app-server"], ROOST_PROVIDER="scripted")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b'"status":"ready"' in proc.stdout.split(b"\n")[0]
+    at_initialize = set(Path(f"{tmp_path / 'modules.txt'}.initialize").read_text().split("\n"))
+    assert "yaml" in at_initialize and "roost.engines._scripted" in at_initialize
+    assert _loaded(at_initialize, _RUNTIME) == []
