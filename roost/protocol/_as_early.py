@@ -196,7 +196,13 @@ def answer_initialize_early(*, engines: Any, host: dict | None, fd_in: int = 0, 
     rid, state = found
     state.prefix, state.owner = rest, default_owner()
     setup = [engines.setup_error] if engines.setup_error else []
-    result = server_description(settings=engines.default, host=host, owner=state.owner, setup_issues=setup)
+    result = server_description(
+        settings=engines.default,
+        host=host,
+        owner=state.owner,
+        setup_issues=setup,
+        config_error=getattr(engines, "config_error", None),
+    )
     out = memoryview(dumps_line({"id": rid, "result": result}))
     while out:
         out = out[os.write(fd_out, out) :]
