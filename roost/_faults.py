@@ -10,8 +10,8 @@ test-only environment variable ``ROOST_FAULT_INJECT``: a comma-separated list of
 Known points: ``turn`` (a turn's streamed engine event), ``store_writer`` (between two commit
 groups), ``lease_keeper`` (before a renewal), ``scheduler`` (before a due slot is claimed),
 ``task_queue`` (before a queued task starts), ``connection`` (before a client's input line is
-handled). Supervised children can also be crashed by path with
-:meth:`roost.supervisor.Supervisor.inject_fault`.
+handled; an app-server ``initialize`` answered before the event loop counts as its first line).
+Supervised children can also be crashed by path with :meth:`roost.supervisor.Supervisor.inject_fault`.
 
 Never set ``ROOST_FAULT_INJECT`` in production: it exists so end-to-end tests can crash parts of
 a real process deterministically.
@@ -20,10 +20,11 @@ A second, process-level form serves the crash tests of the soak suite: ``ROOST_F
 test-only) is a comma-separated list of ``point=action`` applied by :func:`point`, with the actions
 ``kill`` (the process SIGKILLs itself exactly there), ``stall`` (the calling thread blocks for an
 hour: a process frozen there) and ``raise`` (the first pass raises :class:`InjectedFault`). Its
-points: ``tool.spawned`` (a shell tool's ``sh`` was just forked), ``process.spawned`` (a
-background process's ``sh`` was just forked, before its row), ``task.running`` (a daemon task
-was just committed as ``running``), ``run.accepted`` (a ``run/start`` run row was just committed
-as ``accepted``), ``schedule.claimed`` (a schedule run was just claimed, before its dispatch),
+points: ``runtime.opened`` (a runtime's store just opened, before anything else starts),
+``tool.spawned`` (a shell tool's ``sh`` was just forked), ``process.spawned`` (a background
+process's ``sh`` was just forked, before its row), ``task.running`` (a daemon task was just
+committed as ``running``), ``run.accepted`` (a ``run/start`` run row was just committed as
+``accepted``), ``schedule.claimed`` (a schedule run was just claimed, before its dispatch),
 ``schedule.running`` (a schedule run was just recorded ``running`` with its task) and
 ``thread.<Message>`` (a thread actor is about to handle a message of that class, e.g.
 ``thread.StartTurn``). This makes "a kill lands just after X" deterministic (issue 18, findings 2

@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["roost_home", "database_path", "config_path", "run_dir", "positive_env", "check_env_settings"]
+__all__ = [
+    "roost_home",
+    "database_path",
+    "config_path",
+    "run_dir",
+    "positive_env",
+    "check_env_settings",
+    "tree_settings",
+]
 
 
 def roost_home() -> Path:
@@ -113,3 +121,9 @@ def check_env_settings() -> None:
     """
     for name, (integer, unit) in _TUNING_ENV.items():
         positive_env(name, 1, integer=integer, unit=unit)
+
+
+def tree_settings() -> tuple[int, int]:
+    """``(max_parallel, max_depth)`` from ``ROOST_MAX_PARALLEL`` / ``ROOST_MAX_DEPTH`` (5 and 3)."""
+    parallel = int(positive_env("ROOST_MAX_PARALLEL", 5, integer=True))
+    return parallel, int(positive_env("ROOST_MAX_DEPTH", 3, integer=True))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from roost._paths import positive_env
+from roost._paths import tree_settings
 from roost.actors._actor import shielded_cleanup
 from roost.actors._agent_tools import AGENT_TOOL_NAMES, agent_tool_schemas, run_agent_tool
 from roost.actors._worker_state import TERMINAL, WorkerState, worker_thread
@@ -56,12 +56,6 @@ log = logging.getLogger("roost.workers")
 
 #: Characters of a worker's final text kept in its delivered result.
 RESULT_CHARS = 8000
-
-
-def tree_settings() -> tuple[int, int]:
-    """``(max_parallel, max_depth)`` from ``ROOST_MAX_PARALLEL`` / ``ROOST_MAX_DEPTH`` (5 and 3)."""
-    parallel = int(positive_env("ROOST_MAX_PARALLEL", 5, integer=True))
-    return parallel, int(positive_env("ROOST_MAX_DEPTH", 3, integer=True))
 
 
 class WorkerTree:

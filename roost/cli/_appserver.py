@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import trio
 
 from roost.cli._engine_options import EngineFlags, engine_options
 from roost.errors import ConfigError
@@ -187,15 +186,35 @@ def app_server_command(
         watch_config=(config_path, resolve),
         mcp_servers=mcp_servers,
         open_store=early_store,
+        early=_answer_early(early_store, engines, host),
     )
+
+
+def _answer_early(early_store: Any, engines: Any, host: dict | None) -> Any:
+    """Answer a waiting first ``initialize`` before trio and the runtime load
+    (:func:`roost.protocol.answer_initialize_early`), once the store has opened; a store that
+    failed to open answers nothing here (the start reports it as before: exit 2)."""
+    from roost.protocol import EarlyInitialize, answer_initialize_early
+
+    if not early_store.opened():
+        return EarlyInitialize()
+    try:
+        return answer_initialize_early(engines=engines, host=host)
+    except BrokenPipeError:  # the client went away: as run_main does, a quiet exit 0
+        from roost.protocol import silence_stdout
+
+        silence_stdout()
+        sys.exit(0)
 
 
 def _run_app_server(**serve_options: Any) -> None:
     """Run :func:`_serve_stdio` to its end; exit 1 (with the reason on stderr) when the stdio
-    connection crashed, after the runtime has stopped."""
+    connection crashed, after the runtime has stopped. A start that fails after ``initialize`` was
+    answered early also tells the client (:func:`_report_after_early_answer`)."""
     crashed: list[BaseException] = []
+    failed: list[BaseException] = []
 
-    async def main() -> None:
+    async def serve() -> None:
         from roost.protocol import StdioConnectionCrashed
 
         try:
@@ -203,29 +222,62 @@ def _run_app_server(**serve_options: Any) -> None:
         except* StdioConnectionCrashed as group:  # logged where it happened
             crashed.extend(group.exceptions)
 
-    from roost.cli._runner import run_main
+    async def main() -> None:
+        try:
+            await serve()
+        except BaseException as exc:
+            failed.append(exc)
+            raise
 
-    run_main(main, command="app-server")
+    from roost.cli._runner import leaf_exception, run_main
+
+    early = serve_options.get("early")
+    try:
+        run_main(main, command="app-server")
+    except BaseException:
+        if failed and early is not None and early.owner is not None and not early.applied:
+            _report_after_early_answer(leaf_exception(failed[0]))
+        raise
     if crashed:
         click.echo(f"roost app-server: error: {crashed[0]}; exiting", err=True)
         sys.exit(1)
+
+
+def _report_after_early_answer(exc: BaseException) -> None:
+    """The runtime failed to start after ``initialize`` was answered early: the client also gets
+    the failure in the protocol's shape, ``{"id": null, "error": {code, message}}`` (as for a line
+    no request can be named for). The process then ends as such a start always did: a
+    :class:`~roost.errors.RoostError` is one stderr line and exit status 2, anything else a
+    traceback and exit status 1."""
+    from roost._json import dumps_line
+    from roost.protocol import wire_error
+
+    try:
+        os.set_blocking(1, True)
+        os.write(1, dumps_line({"id": None, "error": wire_error(exc, context="start-up")}))
+    except OSError:
+        pass
 
 
 async def _serve_stdio(**serve_options: Any) -> None:
     """Serve the app-server on this process's stdin/stdout until end of input; SIGTERM ends input
     like EOF (running turns are interrupted and persisted). ``serve_options``: the keyword
     arguments of :func:`roost.protocol.serve_app_server` besides its streams."""
-    from roost.protocol import open_stdio_stream, serve_app_server
+    import trio
+
+    from roost.protocol import PrefixedReceiveStream, open_stdio_stream, serve_app_server
 
     stream = open_stdio_stream()
+    early = serve_options.get("early")
+    receive = PrefixedReceiveStream(early.prefix if early is not None else b"", stream.receive_stream)
     async with trio.open_nursery() as nursery:
 
         async def stop_on_sigterm() -> None:
             with trio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
-                    await stream.receive_stream.aclose()
+                    await receive.aclose()
                     return
 
         nursery.start_soon(stop_on_sigterm)
-        await serve_app_server(stream.receive_stream, stream.send_stream, **serve_options)
+        await serve_app_server(receive, stream.send_stream, **serve_options)
         nursery.cancel_scope.cancel()

@@ -500,9 +500,9 @@ def attach_command(
             lambda: run_attach(target, token=token, client_id=client_id, json_mode=json_mode, reconnect=window)
         )
     except BaseException as exc:  # an expected end becomes one line; anything else is re-raised
-        from roost.cli._runner import _leaf
+        from roost.cli._runner import leaf_exception
 
-        leaf = _leaf(exc)
+        leaf = leaf_exception(exc)
         if isinstance(leaf, DaemonUnreachable):
             click.echo(f"roost attach: {leaf}", err=True)
             sys.exit(1)

@@ -12,13 +12,13 @@ import trio
 from roost.errors import RoostError
 from roost.protocol import silence_stdout
 
-__all__ = ["run_main", "EXIT_SETUP"]
+__all__ = ["run_main", "EXIT_SETUP", "leaf_exception"]
 
 #: Exit status when Roost cannot start: configuration, ROOST_HOME or the database is unusable.
 EXIT_SETUP = 2
 
 
-def _leaf(exc: BaseException) -> BaseException:
+def leaf_exception(exc: BaseException) -> BaseException:
     """The single exception inside (nested) one-item exception groups, or ``exc`` itself."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
@@ -38,7 +38,7 @@ def run_main(main: Callable[[], Awaitable[Any]], *, command: str) -> Any:
     try:
         return trio.run(main)
     except BaseException as exc:  # noqa: BLE001 - re-raised unless it is one of the cases above
-        leaf = _leaf(exc)
+        leaf = leaf_exception(exc)
         if isinstance(leaf, BrokenPipeError):
             silence_stdout()
             sys.exit(0)

@@ -569,11 +569,11 @@ def _exit_for(exc: BaseException, options: Any) -> int:
     status (see the module docstring); re-raise anything unexpected."""
     import errno
 
-    from roost.cli._runner import _leaf
+    from roost.cli._runner import leaf_exception
     from roost.errors import DatabaseSettingError
     from roost.protocol import DaemonRunning
 
-    leaf = _leaf(exc)
+    leaf = leaf_exception(exc)
     if isinstance(leaf, DaemonRunning):
         click.echo(f"roost serve: {leaf}", err=True)
         return 1

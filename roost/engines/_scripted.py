@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import trio
 import yaml
 
 from roost._json import JSONDecodeError, dumps, loads
@@ -376,6 +375,8 @@ class ScriptedEngine:
         """Nothing to release; present for the Engine interface."""
 
     async def _events(self, request: EngineRequest) -> AsyncGenerator[EngineEvent, None]:
+        import trio  # loaded with the runtime: opening the engine (checking a script) needs no event loop
+
         steps = self.script.steps_for(request.prompt, request.agent)
         if not steps:
             elements: tuple[dict[str, Any], ...] = ({"text": "{prompt}"},)

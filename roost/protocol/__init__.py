@@ -15,16 +15,20 @@ if TYPE_CHECKING:
     from roost.protocol._a2a_host import a2a_unhostable as a2a_unhostable
     from roost.protocol._a2a_host import install_a2a as install_a2a
     from roost.protocol._as_connection import StdioConnectionCrashed as StdioConnectionCrashed
+    from roost.protocol._as_early import EarlyInitialize as EarlyInitialize
+    from roost.protocol._as_early import answer_initialize_early as answer_initialize_early
     from roost.protocol._as_schema import app_server_schema as app_server_schema
     from roost.protocol._bridge import failed_result as failed_result
     from roost.protocol._bridge import run_bridge as run_bridge
     from roost.protocol._bridge import run_session as run_session
     from roost.protocol._engines import EngineCatalog as EngineCatalog
+    from roost.protocol._errors import wire_error as wire_error
     from roost.protocol._framing import DEFAULT_MAX_LINE_BYTES as DEFAULT_MAX_LINE_BYTES
     from roost.protocol._framing import Frame as Frame
     from roost.protocol._framing import FrameError as FrameError
     from roost.protocol._framing import JsonlWriter as JsonlWriter
     from roost.protocol._framing import LineDecoder as LineDecoder
+    from roost.protocol._framing import PrefixedReceiveStream as PrefixedReceiveStream
     from roost.protocol._framing import line_limit as line_limit
     from roost.protocol._framing import open_stdio_stream as open_stdio_stream
     from roost.protocol._framing import read_frames as read_frames
@@ -72,6 +76,10 @@ if TYPE_CHECKING:
 #: Every export is loaded on first access (PEP 562, roost/_lazy.py): `roost sessions --json` and the
 #: app-server's start-up must not import the daemon, the repl or hypercorn (issue 19).
 _LAZY = {
+    "EarlyInitialize": "roost.protocol._as_early",
+    "answer_initialize_early": "roost.protocol._as_early",
+    "PrefixedReceiveStream": "roost.protocol._framing",
+    "wire_error": "roost.protocol._errors",
     "Objective": "roost.protocol._wire_types",
     "ObjectiveTaskInfo": "roost.protocol._wire_types",
     "auto_dispatched_event": "roost.protocol._serve_events",

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
-from roost import __version__
 from roost._json import dumps_line
-from roost.actors import Origin, Subscribe, tree_settings
+from roost.actors import Origin, Subscribe
 from roost.errors import (
     InvalidRequest,
     MethodNotFound,
@@ -34,6 +32,7 @@ from roost.errors import (
     RoostError,
     Unsupported,
 )
+from roost.protocol._as_early import PROTOCOL_VERSION
 from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
 from roost.protocol._errors import to_protocol_error, wire_error
 from roost.protocol._framing import FrameError
@@ -42,9 +41,6 @@ from roost.protocol._outbox import Outbox
 __all__ = ["AppServerSession", "method", "immediate", "PROTOCOL_VERSION", "METHODS", "IMMEDIATE"]
 
 log = logging.getLogger("roost.appserver")
-
-#: app-server-protocol.md, "Transport and initialization".
-PROTOCOL_VERSION = "wuu-app-server/v0.1"
 
 Handler = Callable[["AppServerSession", Any], Awaitable[Any]]
 #: Requests handled at once per session; past that the reader waits (backpressure on the client).
@@ -131,6 +127,10 @@ class AppServerSession:
         self._requests: trio.Nursery | None = None  # where request tasks run while reading
         #: the process's :class:`roost.plugins.McpHost` (None: no MCP servers configured)
         self.mcp: Any = None
+        #: the first ``initialize`` was answered before the event loop (roost.protocol._as_early)
+        self.answered_early = False
+        #: the MCP statuses are due once serving starts (after an early answer)
+        self.announce_pending = False
 
     def after_response(self) -> trio.Event:
         """An event set right after the current request's response is queued (or its error)."""
@@ -237,6 +237,11 @@ class AppServerSession:
     def serve_in(self, nursery: trio.Nursery) -> None:
         """Run request tasks and the session's background work in ``nursery`` from now on."""
         self.nursery = self._requests = nursery
+        if self.announce_pending:  # initialize was answered before the event loop started
+            self.announce_pending = False
+            answered = trio.Event()
+            answered.set()
+            self.announce_mcp(answered)
 
     async def handle_frame(self, frame: Any) -> None:
         """Take one input frame (a request, a reverse-request reply, or a framing error): answer
@@ -426,43 +431,15 @@ def _map_error(exc: RoostError) -> ProtocolError:
 
 
 def initialize_result(session: AppServerSession) -> dict:
-    """The ``initialize`` result (docs/app-server.md, "Initialization").
+    """The ``initialize`` result (docs/app-server.md, "Initialization"):
+    :func:`roost.protocol._as_early.server_description` of the session's settings, host and
+    runtime owner (``runtime_host.instance_id`` of a local server)."""
+    from roost.protocol._as_early import server_description
 
-    ``runtime_host`` is ``{kind: "local", instance_id}`` (the runtime's owner id), or hosted mode's
-    ``{kind: "cloud", instance_id, workspace_id}`` as given on the command line;
-    ``catalog_providers`` is the built-in directory of :mod:`roost.protocol._catalog`.
-    """
-    from roost.protocol._catalog import catalog_providers
-
-    settings = session.settings
-    host = session.host or {"kind": "local", "instance_id": session.runtime.services.owner}
-    workspace: dict = {"root": os.getcwd()}
-    if host.get("workspace_id"):
-        workspace["id"] = host["workspace_id"]
-    issues = list(session.setup_issues)
-    config_error = getattr(session.engines, "config_error", None)
-    if config_error:  # a rejected configuration edit: the previous model stays for display
-        issues.append(f"the configuration file was rejected: {config_error}")
-    return {
-        "protocol_version": PROTOCOL_VERSION,
-        "status": "needs_setup" if issues else "ready",
-        "issues": issues,
-        "server": {"name": "roost", "version": __version__},
-        "core": {"name": "roost", "version": __version__, "engine": "roost"},
-        "runtime_host": dict(host),
-        "workspace": workspace,
-        "model": settings.describe() if settings is not None else None,
-        "permissions": {"modes": ["read_only", "standard", "unconfined"], "default": "standard"},
-        "extensions": [],
-        "features": {
-            "ephemeral_threads": True,
-            "worktrees": True,
-            "runs": True,
-            "steering": True,
-            "held_input": True,
-            "reverse_rpc": ["approval/request"],
-        },
-        # the effective limit of concurrently running workers per tree (ROOST_MAX_PARALLEL)
-        "max_parallel": tree_settings()[0],
-        "catalog_providers": catalog_providers(),
-    }
+    return server_description(
+        settings=session.settings,
+        host=session.host,
+        owner=session.runtime.services.owner,
+        setup_issues=session.setup_issues,
+        config_error=getattr(session.engines, "config_error", None),
+    )

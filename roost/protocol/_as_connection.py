@@ -94,6 +94,8 @@ class StdioConnection(ConnectionActor):
         self._settled = False  # the running turns were interrupted and persisted
 
     async def on_start(self) -> None:
+        if getattr(self.session, "answered_early", False):
+            fault_point("connection")  # test-only: the line answered before the event loop counts too
         self.session.serve_in(self.nursery)
         self.nursery.start_soon(self._write)
         self.nursery.start_soon(self._read)

@@ -369,3 +369,25 @@ def open_stdio_stream() -> trio.StapledStream:
         receive.close()
         raise
     return trio.StapledStream(send, receive)
+
+
+class PrefixedReceiveStream(trio.abc.ReceiveStream):
+    """``stream`` with ``prefix`` (bytes already read from it) received first: the input that
+    ``roost app-server`` read before the event loop (:mod:`roost.protocol._as_early`) reaches
+    the line decoder ahead of the rest, so no byte is lost or read twice."""
+
+    def __init__(self, prefix: bytes, stream: trio.abc.ReceiveStream) -> None:
+        self._prefix = prefix
+        self._stream = stream
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            await trio.lowlevel.checkpoint()
+            n = len(self._prefix) if max_bytes is None else max_bytes
+            data, self._prefix = self._prefix[:n], self._prefix[n:]
+            return data
+        return bytes(await self._stream.receive_some(max_bytes))
+
+    async def aclose(self) -> None:
+        self._prefix = b""
+        await self._stream.aclose()

@@ -25,6 +25,7 @@ from roost.protocol import (  # noqa: F401  (register methods)
 )
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._as_connection import STDIO_CHILD, StdioConnection, StdioConnectionCrashed
+from roost.protocol._as_early import EarlyInitialize
 from roost.protocol._engines import EngineCatalog
 from roost.supervisor import ChildSpec, Restart, Supervisor, open_runtime
 from roost.tools import builtin_tools
@@ -45,6 +46,7 @@ async def serve_app_server(
     watch_config: tuple[Path, Callable[[], Any]] | None = None,
     mcp_servers: list[Any] | None = None,
     open_store: Callable[[], Any] | None = None,
+    early: EarlyInitialize | None = None,
 ) -> None:
     """Start a runtime and serve one app-server session until end of input or ``shutdown``.
 
@@ -56,6 +58,9 @@ async def serve_app_server(
             connects in the background; a server that is down gives its calls a tool error);
             every status change is sent as ``mcp/status/updated``.
         open_store: :func:`~roost.supervisor.open_runtime`'s (instead of ``db_path``).
+        early: the first ``initialize``, answered before the event loop started
+            (:func:`~roost.protocol._as_early.answer_initialize_early`): the runtime takes the
+            owner id it reported and the session starts initialized.
 
     Background processes (``process/*``) run in a :class:`~roost.actors.ProcessManager` for the
     session's lifetime. On the way out, running turns are interrupted and persisted, and live
@@ -71,6 +76,7 @@ async def serve_app_server(
                 db_path=db_path,
                 node_kind="app-server",
                 open_store=open_store,
+                owner=early.owner if early is not None else None,
             ) as runtime,
         ):
             session = AppServerSession(runtime, engines=engines, host=host)
@@ -91,6 +97,8 @@ async def serve_app_server(
                         await trio.to_thread.run_sync(reloader.prime)
                         # run() re-checks the file once its watcher is live: starting it late misses no edit
                         nursery.start_soon(_after_initialize, session, reloader.run)
+                    if early is not None:  # from here on, the session answers for the start
+                        early.apply(session)
                     await serve_connection(runtime, session, receive, send)
                 finally:
                     with trio.CancelScope(shield=True):

@@ -202,7 +202,7 @@ del _name
 if TYPE_CHECKING:
     from ._keeper import Execution as Execution
     from ._keeper import LeaseKeeper as LeaseKeeper
-    from ._keeper import default_owner as default_owner
+    from ._owner import default_owner as default_owner
     from ._processes import ProcessHook as ProcessHook
     from ._processes import forget_tool_process as forget_tool_process
     from ._processes import list_tool_processes as list_tool_processes
@@ -221,7 +221,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Execution": "roost.storage._keeper",
     "LeaseKeeper": "roost.storage._keeper",
-    "default_owner": "roost.storage._keeper",
+    "default_owner": "roost.storage._owner",
     "ProcessHook": "roost.storage._processes",
     "forget_tool_process": "roost.storage._processes",
     "list_tool_processes": "roost.storage._processes",

@@ -93,6 +93,11 @@ class EarlyStore:
         finally:
             self._done.set()
 
+    def opened(self) -> bool:
+        """Wait for the opening; True when it succeeded (calling the instance then returns the store)."""
+        self._done.wait()
+        return self._error is None
+
     def __call__(self) -> Any:
         self._done.wait()
         if self._error is not None:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import enum
-import os
-import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -18,6 +15,7 @@ from roost._faults import fault_point
 from roost.errors import LifecycleError, StaleLease, StoreClosed, StoreError, StoreFull
 
 from . import leases as _sqlite_leases
+from ._owner import default_owner
 from ._writer import StoreWriter
 from .leases import Lease
 
@@ -30,11 +28,6 @@ def _ops(writer: StoreWriter) -> Any:
     """The lease functions of the writer's backend: PostgreSQL's for a ``PgWriter``
     (its ``lease_ops``), else SQLite's (:mod:`roost.storage.leases`)."""
     return getattr(writer, "lease_ops", _sqlite_leases)
-
-
-def default_owner() -> str:
-    """Return a lease owner identity unique to this process: ``"<host>:<pid>:<8 hex>"``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class _State(enum.Enum):

@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import trio
 
+from roost import _faults as faults
 from roost._faults import load_fault_env
 from roost._paths import positive_env
 from roost.actors import NodeBus, Services, ThreadRegistry, ThreadRemote
@@ -116,6 +117,7 @@ async def open_runtime(
     lease_ttl = lease_ttl_from_env(15.0) if lease_ttl is None else lease_ttl
     store = await trio.to_thread.run_sync(open_store or (lambda: open_backend(database_url, path=db_path)))
     owner = owner or default_owner()
+    faults.point("runtime.opened")  # test-only (ROOST_FAULTS): a start failing after the store opened
     if memory:
         tools = with_memory_tools(tools, store)
 
