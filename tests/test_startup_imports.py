@@ -154,7 +154,7 @@ def test_app_server_on_a_fresh_home_answers_initialize_before_the_runtime_loads(
     at_exit = set(out.read_text().split("\n"))
     assert "roost.supervisor._root" in at_exit  # the runtime did start
     # no file watcher library at all: the configuration file is polled (roost/protocol/_as_reload.py)
-    assert _loaded(at_exit, (*_NOT_BEFORE_A_TURN, "watchfiles")) == []
+    assert _loaded(at_exit, (*_NOT_BEFORE_A_TURN, "watchfiles", "anyio")) == []
 
 
 def test_the_early_initialize_answer_is_the_sessions_answer(tmp_path: Path) -> None:
