@@ -187,6 +187,12 @@ class TaskQueue(TaskRunner, SharedQueue):
         except BaseException:
             self.tasks.pop(item.id, None)
             raise
+        self._accepted(item)
+        return item.id
+
+    def _accepted(self, item: QueuedTask) -> None:
+        """After ``item``'s row committed: queue it here (unless a runner took it already), wake
+        one idle runner, tell the listener, log it."""
         if item.status == "queued" and item.id not in self._local:
             self._queued.append(item.id)
         self._notify_one()
@@ -195,18 +201,17 @@ class TaskQueue(TaskRunner, SharedQueue):
         log.info(
             "task %s accepted from %s (%d queued)",
             item.id,
-            source,
+            item.source,
             len(self._queued),
             extra={
                 "event": "task_accepted",
                 "task_id": item.id,
-                "source": source,
-                "client": client_id,
-                "work_dir": work_dir or self.default_work_dir,
-                "config": config,
+                "source": item.source,
+                "client": item.client_id,
+                "work_dir": item.work_dir or self.default_work_dir,
+                "config": item.config,
             },
         )
-        return item.id
 
     def position(self, task_id: str) -> int | None:
         """How many queued tasks are ahead of ``task_id`` (None when it is not queued)."""
