@@ -177,7 +177,9 @@ def app_server_command(
         return engine_flags.resolve(**resolve_options)
 
     async def main() -> None:
-        await _serve_stdio(engines=engines, host=host, watch_config=(config_path, resolve), mcp_servers=mcp_servers)
+        await _serve_stdio(
+            engines=engines, host=host, watch_config=(config_path, resolve), mcp_servers=mcp_servers, workers=True
+        )
 
     from roost.cli._runner import run_main
 

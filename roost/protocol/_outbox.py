@@ -30,6 +30,7 @@ import collections
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -111,6 +112,7 @@ class Outbox:
         self._lanes: dict[bytes, list[bytes]] = {}  # insertion order = round-robin order
         self._queued = 0
         self._wake = trio.Event()
+        self._drained = trio.Event()  # set after each write (see wait_room)
         #: lines merged away by ``coalesce`` so far
         self.coalesced = 0
         self.overflowed = False
@@ -137,6 +139,25 @@ class Outbox:
         if not (self._delta_prefixes and self._lanes_take(line)):
             self._control.append(line)
         self._wake.set()
+
+    def deliver_chunk(self, chunk: bytes) -> None:
+        """Queue ``chunk``, whole lines already encoded elsewhere (an app-server worker process's
+        output, :mod:`roost.protocol._as_workers`), as one control entry: written in order after
+        what waits in the FIFO, never coalesced or split into lanes. Callers bound what waits
+        with :meth:`wait_room` (backpressure on the producer), never with the overflow policy."""
+        if self.closed or self.overflowed or not chunk:
+            return
+        self._queued += 1
+        self.queued_bytes += len(chunk)
+        self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
+        self._control.append(_Chunk(chunk))
+        self._wake.set()
+
+    async def wait_room(self, max_bytes: int) -> None:
+        """Wait until at most ``max_bytes`` bytes wait (returns at once when closed/overflowed)."""
+        while self.queued_bytes > max_bytes and not (self.closed or self.overflowed):
+            self._drained = trio.Event()
+            await self._drained.wait()
 
     def _lanes_take(self, line: bytes) -> bool:
         """Put a delta in its thread's lane (True), or make way for a control line (False)."""
@@ -177,6 +198,7 @@ class Outbox:
         self._queued = 0
         self.queued_bytes = 0
         self._wake.set()
+        self._drained.set()
         self._maybe_trim()
 
     def _maybe_trim(self) -> None:
@@ -188,6 +210,7 @@ class Outbox:
         """No more lines; the writer drains what is queued and returns. Idempotent."""
         self.closed = True
         self._wake.set()
+        self._drained.set()
 
     def _take(self) -> list[bytes]:
         """Up to :data:`_WRITE_CHUNK` bytes: control lines first, then whole lanes round-robin."""
@@ -256,7 +279,16 @@ class Outbox:
             else:
                 await self._send_watched(stream, data, self.stall_timeout_s)
             del data
+            self._drained.set()
             self._maybe_trim()
+
+
+class _Chunk(bytes):
+    """Lines encoded elsewhere, queued as one entry (:meth:`Outbox.deliver_chunk`): no line
+    prefix matches it, so a coalescer passes it through untouched."""
+
+    def startswith(self, *args: Any, **kwargs: Any) -> bool:
+        return False
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
