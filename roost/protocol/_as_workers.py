@@ -21,10 +21,11 @@ notifications to their final JSONL bytes itself. This process (the *front*) keep
 When: with ``ROOST_APPSERVER_WORKERS`` workers at most (default: the machine's cores minus one;
 ``0``: never), started lazily, never before a thread needs one. A ``turn/start`` for an idle thread
 of this process moves the thread to the worker that owns the fewest threads when this process runs
-at least ``ROOST_APPSERVER_SPREAD_AT`` turns (default :data:`DEFAULT_SPREAD_AT`) and more than that
-worker owns; the thread leaves this process's registry first (it is loaded again, from the store,
-by the worker). ``ROOST_APPSERVER_SPREAD_AT=0`` sends every non-ephemeral ``thread/start`` to a
-worker (round-robin): the whole protocol then runs through workers (the end-to-end tests use it).
+at least ``ROOST_APPSERVER_SPREAD_AT`` turns (default :data:`DEFAULT_SPREAD_AT`), has done so at
+every ``turn/start`` for :data:`SUSTAINED_S` seconds, and runs more than that worker owns; the
+thread leaves this process's registry first (it is loaded again, from the store, by the worker).
+``ROOST_APPSERVER_SPREAD_AT=0`` sends every non-ephemeral ``thread/start`` to a worker
+(round-robin): the whole protocol then runs through workers (the end-to-end tests use it).
 
 A worker that exits while the session lasts gives its threads back: this process reconciles the
 store (:func:`roost.storage.reconcile`: the dead worker's leases are released, its running turns
@@ -62,8 +63,12 @@ PROCESS_NOTICES = frozenset({"config/changed", "config/error", "mcp/status/updat
 _INTERNAL = "roost-front-"
 #: How a response or a server-initiated request line starts.
 _ID = b'{"id":'
-#: Bytes of copied output that may wait in the client's outbox before copying pauses.
-_ROOM = 1 << 20
+#: Bytes that may wait in the client's outbox before copying pauses: small, so that a backlog
+#: waits in the worker's own outbox, which coalesces it and keeps its threads' lanes fair.
+_ROOM = 64 << 10
+#: Seconds this process must have run at least ``spread_at`` turns before a thread moves (a
+#: short burst never pays a worker's start-up).
+SUSTAINED_S = 2.0
 #: Seconds a worker may take to finish after its stdin closes, before it is killed.
 _STOP_S = 15.0
 #: Requests whose answer names a thread the worker then owns (``result.thread.id``).
@@ -145,6 +150,7 @@ class WorkerRouter:
         self._internal = 0
         self._next = 0
         self.closing = False
+        self._loaded_since: float | None = None  # since when every look saw >= spread turns
 
     # -- routing (synchronous: called by the reader for each request, in order) --------------
 
@@ -190,6 +196,12 @@ class WorkerRouter:
         registry = self.session.runtime.registry
         running = registry.running_count()
         if running < self.spread:
+            self._loaded_since = None
+            return None
+        now = trio.current_time()
+        if self._loaded_since is None:
+            self._loaded_since = now
+        if now - self._loaded_since < SUSTAINED_S:
             return None
         worker = min((w for w in self.workers if w.alive), key=lambda w: len(w.threads), default=None)
         if worker is None or running <= len(worker.threads):
