@@ -15,15 +15,16 @@ notifications to their final JSONL bytes itself. This process (the *front*) keep
   forwarded ``thread/start`` or ``thread/fork`` created, to drop the answers to this process's own
   requests and to give server-initiated requests (``approval/request``) ids unique in the session);
   a client that reads slowly stops the copy (``wait_room``), so the worker's outbox coalesces;
-* the client's ``initialize`` (and ``config/model/update (workspace scope)``) is repeated to each worker, so a
-  worker's session has the client's capabilities and defaults.
+* the client's ``initialize`` (and a workspace-scope ``config/model/update``) is repeated to each
+  worker, so a worker's session has the client's capabilities and defaults.
 
-When: with ``ROOST_APPSERVER_WORKERS`` workers at most (default: the machine's cores minus one;
-``0``: never), started lazily, never before a thread needs one. A ``turn/start`` for an idle thread
-of this process moves the thread to the worker that owns the fewest threads when this process runs
-at least ``ROOST_APPSERVER_SPREAD_AT`` turns (default :data:`DEFAULT_SPREAD_AT`), has done so at
-every ``turn/start`` for :data:`SUSTAINED_S` seconds, and runs more than that worker owns; the
-thread leaves this process's registry first (it is loaded again, from the store, by the worker).
+When: with ``ROOST_APPSERVER_WORKERS`` workers at most (default :data:`DEFAULT_WORKERS`: none;
+``auto``: the machine's cores minus one), started lazily, never before a thread needs one. A
+``turn/start`` for an idle thread of this process moves the thread to the worker that owns the
+fewest threads once this process has run at least ``ROOST_APPSERVER_SPREAD_AT`` turns (default
+:data:`DEFAULT_SPREAD_AT`) at every ``turn/start`` for :data:`SUSTAINED_S` seconds (with
+``ROOST_APPSERVER_FRONT_SHARE=1``, only while it runs more turns than that worker owns: it keeps a
+share). The thread leaves this process's registry first (the worker loads it from the store).
 ``ROOST_APPSERVER_SPREAD_AT=0`` sends every non-ephemeral ``thread/start`` to a worker
 (round-robin): the whole protocol then runs through workers (the end-to-end tests use it).
 
@@ -55,6 +56,10 @@ __all__ = ["WorkerRouter", "worker_count", "spread_at", "is_worker", "PROCESS_NO
 
 log = logging.getLogger("roost.appserver.workers")
 
+#: Worker processes without ``ROOST_APPSERVER_WORKERS``: none. Measured on the shared 2-core
+#: machine (issue 19), one worker raised throughput and CPU under saturation but did not make the
+#: harness's interrupt and first-delta latencies better than one process, so it stays opt-in.
+DEFAULT_WORKERS = 0
 #: Running turns of this process at which a ``turn/start`` moves an idle thread to a worker.
 DEFAULT_SPREAD_AT = 16
 #: Notifications about the process, not a thread: only the front sends them.
@@ -76,15 +81,17 @@ _CREATES = frozenset({"thread/start", "thread/fork", "run/start"})
 
 
 def worker_count() -> int:
-    """``ROOST_APPSERVER_WORKERS``: worker processes at most (default: cores minus one; 0: none).
-    An unreadable value counts as the default."""
+    """``ROOST_APPSERVER_WORKERS``: worker processes at most (default :data:`DEFAULT_WORKERS`,
+    none; ``auto``: the machine's cores minus one). An unreadable value counts as the default."""
     raw = os.environ.get("ROOST_APPSERVER_WORKERS", "").strip()
+    if raw == "auto":
+        return max(0, (os.cpu_count() or 1) - 1)
     if raw:
         try:
             return max(0, int(raw))
         except ValueError:
             log.warning("ROOST_APPSERVER_WORKERS=%r is not an integer; using the default", raw)
-    return max(0, (os.cpu_count() or 1) - 1)
+    return DEFAULT_WORKERS
 
 
 def spread_at() -> int:
@@ -150,6 +157,8 @@ class WorkerRouter:
         self._internal = 0
         self._next = 0
         self.closing = False
+        #: whether this process keeps a share of the threads (else all move under load)
+        self.keep_share = os.environ.get("ROOST_APPSERVER_FRONT_SHARE", "0") == "1"
         self._loaded_since: float | None = None  # since when every look saw >= spread turns
 
     # -- routing (synchronous: called by the reader for each request, in order) --------------
@@ -204,7 +213,7 @@ class WorkerRouter:
         if now - self._loaded_since < SUSTAINED_S:
             return None
         worker = min((w for w in self.workers if w.alive), key=lambda w: len(w.threads), default=None)
-        if worker is None or running <= len(worker.threads):
+        if worker is None or (self.keep_share and running <= len(worker.threads)):
             return None
         if not registry.can_hand_off(thread_id, self.session):
             return None
