@@ -156,7 +156,8 @@ class Outbox:
     async def wait_room(self, max_bytes: int) -> None:
         """Wait until at most ``max_bytes`` bytes wait (returns at once when closed/overflowed)."""
         while self.queued_bytes > max_bytes and not (self.closed or self.overflowed):
-            self._drained = trio.Event()
+            if self._drained.is_set():  # a fresh event, shared by every producer waiting now
+                self._drained = trio.Event()
             await self._drained.wait()
 
     def _lanes_take(self, line: bytes) -> bool:
