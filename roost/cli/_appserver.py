@@ -187,6 +187,7 @@ def app_server_command(
         watch_config=(config_path, resolve),
         mcp_servers=mcp_servers,
         open_store=early_store,
+        workers=True,
     )
 
 

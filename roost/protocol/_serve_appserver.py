@@ -22,6 +22,7 @@ from roost.protocol import (  # noqa: F401  (register methods)
     _as_threads,
     _as_turns,
     _as_usage,
+    _as_workers,
 )
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._as_connection import STDIO_CHILD, StdioConnection, StdioConnectionCrashed
@@ -45,6 +46,7 @@ async def serve_app_server(
     watch_config: tuple[Path, Callable[[], Any]] | None = None,
     mcp_servers: list[Any] | None = None,
     open_store: Callable[[], Any] | None = None,
+    workers: bool = False,
 ) -> None:
     """Start a runtime and serve one app-server session until end of input or ``shutdown``.
 
@@ -56,6 +58,9 @@ async def serve_app_server(
             connects in the background; a server that is down gives its calls a tool error);
             every status change is sent as ``mcp/status/updated``.
         open_store: :func:`~roost.supervisor.open_runtime`'s (instead of ``db_path``).
+        workers: hand threads to worker processes under load (``roost app-server`` only: a worker
+            runs this process's command line; :mod:`roost.protocol._as_workers`); in a worker
+            process (``ROOST_APPSERVER_WORKER=1``) it makes the session a worker's.
 
     Background processes (``process/*``) run in a :class:`~roost.actors.ProcessManager` for the
     session's lifetime. On the way out, running turns are interrupted and persisted, and live
@@ -74,6 +79,8 @@ async def serve_app_server(
             ) as runtime,
         ):
             session = AppServerSession(runtime, engines=engines, host=host)
+            if workers:
+                _as_workers.install(session)
             _as_remote.install_run_handlers(runtime)
             if mcp.states:
                 session.mcp = mcp
