@@ -39,27 +39,44 @@ _VOLATILE = ("duration_ms", "elapsed_ms", "latency_ms", "pid", "instance_id", "s
 
 def normalized(lines: list[bytes], root: Path) -> tuple[dict, dict]:
     """``(responses by request id, notifications by thread)`` with ids, times and the run's
-    folder ``root`` as placeholders."""
+    folder ``root`` as placeholders. Placeholders are numbered in an order that does not depend
+    on how two threads' concurrent turns interleave: the responses in request order, then each
+    thread's notifications, threads in the order they were named."""
+    import json
+
     names: dict[str, str] = {}
 
     def name(match: re.Match) -> str:
         return names.setdefault(match.group(0), f"<{match.group(1)}{len(names)}>")
 
-    import json
-
-    responses: dict = {}
-    threads: dict = {}
-    for raw in lines:
-        text = _TIME.sub("<time>", _ID.sub(name, raw.decode())).replace(str(root), "<root>")
-        message = json.loads(text)
+    def clean(text: str) -> dict:
+        message = json.loads(_TIME.sub("<time>", _ID.sub(name, text)).replace(str(root), "<root>"))
         _drop_volatile(message)
+        return message
+
+    raw_responses: dict = {}
+    raw_threads: dict[str, list[str]] = {}
+    for raw in lines:
+        text = raw.decode()
+        message = json.loads(text)
         if "method" not in message:
-            responses[message.get("id")] = message
+            raw_responses[message.get("id")] = text
             continue
         params = message.get("params") or {}
         thread = params.get("thread_id") or (params.get("thread") or {}).get("id") or "session"
-        threads.setdefault(thread, []).append(message)
+        raw_threads.setdefault(thread, []).append(text)
+    order = {rid: i for i, rid in enumerate(raw_responses)}
+    responses = {rid: clean(raw_responses[rid]) for rid in sorted(raw_responses, key=lambda r: (_request_number(r), order[r]))}
+    named = list(names)
+    threads = {_ID.sub(name, thread): [clean(text) for text in raw_threads[thread]]
+               for thread in sorted(raw_threads, key=lambda t: named.index(t) if t in named else len(named))}
     return responses, threads
+
+
+def _request_number(rid: object) -> int:
+    """The client's request counter in ``rid`` (``t12`` -> 12), or -1."""
+    digits = re.sub(r"\D", "", str(rid))
+    return int(digits) if digits else -1
 
 
 def _drop_volatile(value: object) -> None:
