@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-import anyio
 import attrs
 import trio
 
@@ -78,6 +77,7 @@ async def open_stdio(
     Cancellation: leaving the block stops the server (see the module docstring), shielded and
     bounded (6.5 s at most; at once with :attr:`StdioProcess.kill_now`).
     """
+    import anyio  # with the SDK, on first use (app-server loads no anyio before a server is configured)
     from mcp.client.stdio import get_default_environment
 
     assert config.command is not None
@@ -116,6 +116,7 @@ async def open_stdio(
 async def _read_stdout(process: trio.Process, out: Any, on_noise: Callable[[str], None]) -> None:
     """Each stdout line as a ``SessionMessage`` (or the parse error, as the SDK's transport does);
     once the client closed its stream, the rest is read and dropped."""
+    import anyio
     import mcp_types
     from mcp.shared.message import SessionMessage
 
@@ -143,6 +144,8 @@ async def _read_stdout(process: trio.Process, out: Any, on_noise: Callable[[str]
 
 async def _write_stdin(process: trio.Process, source: Any) -> None:
     """Each message the client sends, as one JSON line on the server's stdin."""
+    import anyio
+
     assert process.stdin is not None
     with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, trio.BrokenResourceError, OSError):
         async with source:
