@@ -20,6 +20,12 @@ latency, the mock stream of the project's bar. Phases, in order, on one server p
    ``turn/interrupt`` written to the terminal ``turn/completed`` (status ``interrupted``) read;
    the interrupt's own response time is reported as ``..._response_...``.
 
+Server CPU counts the server's whole process tree (its app-server worker processes too, issue 19
+"Every core"; ``server_processes_max``); ``--workers N`` sets ``ROOST_APPSERVER_WORKERS`` for the
+server (``0``: one process; default: the server's own default), and ``_cpu_utilisation`` is CPU
+seconds per wall second (cores) of a phase, ``interrupt_saturated_cpu_utilisation`` over the
+saturated interrupt scenario's measuring window.
+
 Server memory: ``VmRSS`` after warm-up and after each phase, ``VmRSS``/``VmHWM`` at the end
 (``/proc/<pid>/status``). ``meets_target`` compares the figures with the project's bar (below).
 
@@ -95,18 +101,56 @@ def proc_memory(pid: int) -> dict[str, int]:
     return out
 
 
+def children(pid: int) -> list[int]:
+    """The live descendants of ``pid`` (a scan of ``/proc``)."""
+    parent: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parent.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [pid]
+    while stack:
+        for child in parent.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+#: The most processes the server's tree had at a CPU reading (itself and its worker processes).
+PROCESSES_MAX = 1
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live descendants (the app-server's worker processes)."""
+    global PROCESSES_MAX
+    total = proc_cpu_s(pid)
+    kids = children(pid)
+    PROCESSES_MAX = max(PROCESSES_MAX, 1 + len(kids))
+    for child in kids:
+        try:
+            total += proc_cpu_s(child)
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 class CpuMeter:
-    """Server CPU between :meth:`start` and :meth:`stop`, whole process and main thread."""
+    """Server CPU between :meth:`start` and :meth:`stop`: its process tree, and the front
+    process's main thread."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.total = self.main = 0.0
 
     def start(self) -> None:
-        self._t0, self._m0 = proc_cpu_s(self.pid), proc_cpu_s(self.pid, self.pid)
+        self._t0, self._m0 = tree_cpu_s(self.pid), proc_cpu_s(self.pid, self.pid)
 
     def stop(self) -> None:
-        self.total = proc_cpu_s(self.pid) - self._t0
+        self.total = tree_cpu_s(self.pid) - self._t0
         self.main = proc_cpu_s(self.pid, self.pid) - self._m0
 
 
@@ -356,9 +400,12 @@ async def interrupts_under_load(client: AppClient, slow_thread: str, bg_threads:
         with trio.fail_after(120):
             await warmed.wait()
         t0 = time.perf_counter()
+        cpu0 = tree_cpu_s(client.process.pid)
         done0, lines0 = done, client.deltas
         result = await interrupts(client, slow_thread, count)
         elapsed = time.perf_counter() - t0
+        result["cpu_utilisation"] = [(tree_cpu_s(client.process.pid) - cpu0) / elapsed]
+        result["bg_turns_per_s"] = [(done - done0) / elapsed]
         # Whole turns undercount slow (paced) turns, lines undercount coalesced ones: take the larger.
         rate = max((done - done0) * deltas, client.deltas - lines0) / elapsed
         stop.set()
@@ -375,6 +422,8 @@ def summarise(prefix: str, result: dict[str, list[float]]) -> dict[str, float]:
         f"{prefix}_first_delta_p99_ms": ms(result["first_delta"], 99),
         f"{prefix}_server_cpu_p50_ms": ms(result["terminal_cpu"], 50),
         f"{prefix}_server_cpu_p99_ms": ms(result["terminal_cpu"], 99),
+        **{f"{prefix}_{key}": round(result[key][0], 3)
+           for key in ("cpu_utilisation", "bg_turns_per_s") if key in result},
     }
 
 
@@ -420,6 +469,8 @@ async def run_server(args: argparse.Namespace, tmp: Path, *, profile: Path | Non
     home.mkdir()
     script = tmp / "bench.yaml"
     env = dict(os.environ, ROOST_HOME=str(home), ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(script))
+    if args.workers is not None:
+        env["ROOST_APPSERVER_WORKERS"] = str(args.workers)
     if args.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([args.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
     workdir = str(tmp)
@@ -487,8 +538,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="roost-bench-") as raw:
         tmp = Path(raw)
         write_script(tmp / "bench.yaml", deltas=args.deltas, bg_tps=args.bg_tps)
-        figures: dict[str, Any] = {"deltas_per_reply": args.deltas, "cpus": os.cpu_count()}
+        figures: dict[str, Any] = {"deltas_per_reply": args.deltas, "cpus": os.cpu_count(),
+                                   "workers": "default" if args.workers is None else args.workers,
+                                   "load_average_start": [round(x, 2) for x in os.getloadavg()]}
         figures.update(await run_server(args, tmp))
+        figures["server_processes_max"] = PROCESSES_MAX
+        figures["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
         if args.profile:
             log(f"profile: {args.turns} sequential turns under cProfile -> {args.profile}")
             prof = Path(args.profile).resolve()
@@ -530,6 +585,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--phases", default="conc,interrupt",
                         help="phases after the sequential one, comma-separated: conc, interrupt "
                              "(default both; empty for the sequential phase only)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="ROOST_APPSERVER_WORKERS for the server (0: one process; default: its default)")
     args = parser.parse_args(argv)
     args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
     emit(trio.run(main_async, args))

@@ -231,6 +231,9 @@ class _BlockedSession:
         await self.gate.wait()
         self.handled.append(frame)
 
+    def input_ended(self) -> None:
+        pass
+
     async def wait_idle(self) -> None:
         pass
 

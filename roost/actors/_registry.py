@@ -258,6 +258,27 @@ class ThreadRegistry:
             log.debug("could not terminate the actor of thread %s", thread_id, exc_info=True)
         self.forget(thread_id)
 
+    def running_count(self) -> int:
+        """Loaded threads with an admitted turn (cheap: no copies), for load-spreading decisions."""
+        return sum(1 for a in self.actors.values() if a.active is not None)
+
+    def can_hand_off(self, thread_id: str, subscriber: Any) -> bool:
+        """Whether thread ``thread_id`` may leave this process now (another process of the store is
+        to execute it; the app-server's worker processes): not loaded, or loaded and
+        :meth:`unloadable` once ``subscriber`` (its only subscriber) is gone."""
+        actor = self.actors.get(thread_id)
+        if actor is None:
+            return True
+        others = [s for s in actor.hub.subscribers if s is not subscriber]
+        if others or actor.ephemeral or actor.state.value != "running":
+            return False
+        return (
+            actor.active is None
+            and actor._dispatching is None
+            and not actor.pending
+            and (actor.tree is None or actor.worker_id is not None or not actor.tree.live)
+        )
+
     def live_view(self, thread_id: str) -> dict | None:
         """The thread view (``thread`` object of the app-server spec) of a loaded, running thread
         actor, with its live status; None when the thread is not loaded here."""

@@ -187,6 +187,7 @@ def app_server_command(
         mcp_servers=mcp_servers,
         open_store=early_store,
         early=_answer_early(early_store, engines, host),
+        workers=True,
     )
 
 

@@ -49,6 +49,8 @@ MAX_IN_FLIGHT = 1024
 _BARRIERS = frozenset({"initialize", "shutdown"})
 #: The acknowledgement events of the request being handled (see :meth:`AppServerSession.after_response`).
 _ACKS: contextvars.ContextVar[list] = contextvars.ContextVar("roost_request_acks")
+#: Notifications about the process (not a thread) that only a front process sends (``_as_workers``).
+_PROCESS_NOTICES = frozenset({"config/changed", "config/error", "mcp/status/updated"})
 #: method name -> handler, filled by the ``_as_*`` modules.
 METHODS: dict[str, Handler] = {}
 #: A synchronous handler the reader may call as it reads a request: its result, or None to leave
@@ -131,6 +133,10 @@ class AppServerSession:
         self.answered_early = False
         #: the MCP statuses are due once serving starts (after an early answer)
         self.announce_pending = False
+        #: the :class:`~roost.protocol._as_workers.WorkerRouter` of this session's worker processes
+        self.router: Any = None
+        #: whether this session is a worker process's (it sends no process-wide notifications)
+        self.worker = False
 
     def after_response(self) -> trio.Event:
         """An event set right after the current request's response is queued (or its error)."""
@@ -164,6 +170,8 @@ class AppServerSession:
         self.outbox.deliver(dumps_line(obj))
 
     def notify(self, method_name: str, params: dict) -> None:
+        if self.worker and method_name in _PROCESS_NOTICES:
+            return  # the front process sends these
         self.deliver(dumps_line({"method": method_name, "params": params}))  # deferral applies
 
     def on_mcp_status(self, status: dict) -> None:
@@ -200,6 +208,11 @@ class AppServerSession:
         can_ask = "approval/request" in self.reverse_methods
         return Origin(client_id=self.client_name, request_approval=self.request_approval if can_ask else None)
 
+    def next_reverse_id(self) -> str:
+        """A new id for a server-initiated request (``roost-N``), unique in this session."""
+        self._reverse_counter += 1
+        return f"roost-{self._reverse_counter}"
+
     async def request_approval(self, params: dict) -> bool | None:
         """Send ``approval/request`` and wait for ``{result: {approved: bool}}``.
 
@@ -209,8 +222,7 @@ class AppServerSession:
         """
         if self.closed.is_set():
             return None
-        self._reverse_counter += 1
-        rid = f"roost-{self._reverse_counter}"
+        rid = self.next_reverse_id()
         send, recv = trio.open_memory_channel[Any](1)
         self._reverse[rid] = send
         self.send({"id": rid, "method": "approval/request", "params": params})
@@ -258,6 +270,15 @@ class AppServerSession:
         session closed."""
         await self._interrupt_all()
 
+    def input_ended(self) -> None:
+        """The client's input ended (end of file, or stdin closed). In a worker process, without
+        ``shutdown``, that means the front process went away: the worker ends at once
+        (:func:`roost.protocol._as_workers.front_gone`, which does not return)."""
+        if self.worker and not self.shutdown_requested:
+            from roost.protocol._as_workers import front_gone
+
+            front_gone()
+
     async def _on_frame(self, frame: Any) -> None:
         if isinstance(frame, FrameError):
             self.send({"id": None, "error": {"code": "parse_error", "message": frame.message}})
@@ -268,6 +289,8 @@ class AppServerSession:
         rid = frame.get("id")
         name = frame.get("method")
         if name is None and rid is not None and ("result" in frame or "error" in frame):
+            if self.router is not None and self.router.reply(frame):
+                return
             channel = self._reverse.get(str(rid))
             if channel is not None:
                 try:
@@ -289,6 +312,8 @@ class AppServerSession:
             self.send(
                 {"id": rid, "error": InvalidRequest(f"unknown envelope field(s): {', '.join(sorted(extra))}").to_wire()}
             )
+            return
+        if self.router is not None and self.router.route(rid, name, frame.get("params"), frame):
             return
         handler = METHODS.get(name)
         if handler is None and name in UNSUPPORTED_METHODS:
@@ -379,6 +404,8 @@ class AppServerSession:
                 actor.ref.tell(InterruptTurn(reason="shutdown"))
             except RoostError:
                 log.debug("could not interrupt a turn at shutdown", exc_info=True)
+        if self.router is not None:
+            await self.router.aclose()  # the workers interrupt theirs; their last lines copied
         with trio.move_on_after(15):
             for actor in actors:
                 await actor.wait_idle()

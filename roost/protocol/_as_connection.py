@@ -113,6 +113,7 @@ class StdioConnection(ConnectionActor):
                 await self._end_input("shutdown")
         elif isinstance(message, InputEnded):
             if not self._ending:
+                self.session.input_ended()  # a worker process whose front went away ends here
                 await self._end_input("end of input")
         else:
             raise TypeError(f"{self.name} cannot handle {type(message).__name__}")

@@ -104,6 +104,9 @@ class EarlyInitialize:
     capabilities: dict = attrs.field(factory=dict)
     reverse_methods: set[str] = attrs.field(factory=set)
     client_name: str = "client"
+    #: the answered request itself (the worker processes of :mod:`roost.protocol._as_workers`
+    #: are initialized with it too)
+    frame: dict | None = None
     #: set by :meth:`apply`: the runtime started and the session, about to serve, took the answered state
     applied: bool = False
 
@@ -119,6 +122,9 @@ class EarlyInitialize:
         session.answered_early = True
         session.announce_pending = True  # mcp/status/updated, as after the handler's answer
         session.answered_initialize.set()
+        router = getattr(session, "router", None)
+        if router is not None and self.frame is not None:  # replayed to each worker, as a handled one
+            router.route(self.frame.get("id"), "initialize", self.frame.get("params"), self.frame)
 
 
 def _read_available(fd: int) -> tuple[bytes, bool]:
@@ -168,7 +174,7 @@ def _plain_initialize(line: bytes) -> tuple[Any, EarlyInitialize] | None:
     if type(methods) is not list or not all(type(m) is str for m in methods):
         return None
     name = str(client.get("name") or "client")
-    return rid, EarlyInitialize(capabilities=capabilities, reverse_methods=set(methods), client_name=name)
+    return rid, EarlyInitialize(capabilities=capabilities, reverse_methods=set(methods), client_name=name, frame=frame)
 
 
 def answer_initialize_early(*, engines: Any, host: dict | None, fd_in: int = 0, fd_out: int = 1) -> EarlyInitialize:

@@ -30,6 +30,7 @@ import collections
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -112,6 +113,7 @@ class Outbox:
         self._queued = 0
         self._wake = trio.Event()
         self._writer_waiting = False  # the writer waits on ``_wake`` for a line
+        self._drained = trio.Event()  # set after each write (see wait_room)
         #: lines merged away by ``coalesce`` so far
         self.coalesced = 0
         self.overflowed = False
@@ -166,6 +168,30 @@ class Outbox:
             else:
                 self._control.extend(self._lanes.pop(key, ()))
 
+    def deliver_chunk(self, chunk: bytes) -> None:
+        """Queue ``chunk``, whole lines already encoded elsewhere (an app-server worker process's
+        output, :mod:`roost.protocol._as_workers`), as one control entry: written in order after
+        what waits in the FIFO, never coalesced or split into lanes. Callers bound what waits
+        with :meth:`wait_room` (backpressure on the producer), never with the overflow policy."""
+        if self.closed or self.overflowed or not chunk:
+            return
+        self._queued += 1
+        queued = self.queued_bytes = self.queued_bytes + len(chunk)
+        if queued > self.peak_bytes:
+            self.peak_bytes = queued
+        self._control.append(_Chunk(chunk))
+        if self._writer_waiting:
+            self._writer_waiting = False
+            self._wake.set()
+
+    async def wait_room(self, max_bytes: int) -> None:
+        """Wait until at most ``max_bytes`` bytes wait (returns at once when closed/overflowed).
+        Woken after each write of the writer; producers waiting at once share one event."""
+        while self.queued_bytes > max_bytes and not (self.closed or self.overflowed):
+            if self._drained.is_set():  # a fresh event, shared by every producer waiting now
+                self._drained = trio.Event()
+            await self._drained.wait()
+
     def _give_up(self, reason: str) -> None:
         if self.overflowed:
             return
@@ -183,6 +209,7 @@ class Outbox:
         self._queued = 0
         self.queued_bytes = 0
         self._wake.set()
+        self._drained.set()
         self._maybe_trim()
 
     def _maybe_trim(self) -> None:
@@ -194,6 +221,7 @@ class Outbox:
         """No more lines; the writer drains what is queued and returns. Idempotent."""
         self.closed = True
         self._wake.set()
+        self._drained.set()
 
     def _take(self) -> list[bytes]:
         """Up to :data:`_WRITE_CHUNK` bytes: control lines first, then whole lanes round-robin."""
@@ -263,7 +291,16 @@ class Outbox:
             else:
                 await self._send_watched(stream, data, self.stall_timeout_s)
             del data
+            self._drained.set()
             self._maybe_trim()
+
+
+class _Chunk(bytes):
+    """Lines encoded elsewhere, queued as one entry (:meth:`Outbox.deliver_chunk`): no line
+    prefix matches it, so a coalescer passes it through untouched."""
+
+    def startswith(self, *args: Any, **kwargs: Any) -> bool:
+        return False
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:

@@ -22,6 +22,7 @@ from roost.protocol import (  # noqa: F401  (register methods)
     _as_threads,
     _as_turns,
     _as_usage,
+    _as_workers,
 )
 from roost.protocol._appserver import AppServerSession
 from roost.protocol._as_connection import STDIO_CHILD, StdioConnection, StdioConnectionCrashed
@@ -47,6 +48,7 @@ async def serve_app_server(
     mcp_servers: list[Any] | None = None,
     open_store: Callable[[], Any] | None = None,
     early: EarlyInitialize | None = None,
+    workers: bool = False,
 ) -> None:
     """Start a runtime and serve one app-server session until end of input or ``shutdown``.
 
@@ -61,6 +63,9 @@ async def serve_app_server(
         early: the first ``initialize``, answered before the event loop started
             (:func:`~roost.protocol._as_early.answer_initialize_early`): the runtime takes the
             owner id it reported and the session starts initialized.
+        workers: hand threads to worker processes under load (``roost app-server`` only: a worker
+            runs this process's command line; :mod:`roost.protocol._as_workers`); in a worker
+            process (``ROOST_APPSERVER_WORKER=1``) it makes the session a worker's.
 
     Background processes (``process/*``) run in a :class:`~roost.actors.ProcessManager` for the
     session's lifetime. On the way out, running turns are interrupted and persisted, and live
@@ -80,6 +85,8 @@ async def serve_app_server(
             ) as runtime,
         ):
             session = AppServerSession(runtime, engines=engines, host=host)
+            if workers:
+                _as_workers.install(session)
             _as_remote.install_run_handlers(runtime)
             if mcp.states:
                 session.mcp = mcp
