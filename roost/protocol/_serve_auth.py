@@ -158,7 +158,8 @@ class RequireToken:
     A keep-alive connection carries many requests, and an MCP session id is never a credential:
     each request must carry ``Authorization: Bearer <full token>`` when the daemon has tokens
     (401 otherwise), a read token is refused with 403 (the MCP tools mutate), and so is any
-    request with an ``Origin`` header (a browser page). Non-HTTP scopes (``lifespan``) pass.
+    request with an ``Origin`` header (a browser page); a refused request's body is read first
+    (:func:`drain_body`), so the connection serves the next one. Non-HTTP scopes (``lifespan``) pass.
 
     Args:
         app: the ASGI application to protect.
