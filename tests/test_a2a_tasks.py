@@ -167,8 +167,7 @@ async def test_request_checks_idempotent_sends_history_length_and_refusal_bodies
             )
             assert card.status_code == 401 and card.json()["error"]["code"] == -32600
             # three tasks: m-same, m-race, and m-same of the other token (no bad request became one)
-            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {FULL}"}) as fresh:  # routed per connection
-                metrics = (await fresh.get(f"http://127.0.0.1:{daemon.port}/metrics")).text
+            metrics = (await http.get(f"http://127.0.0.1:{daemon.port}/metrics")).text  # same keep-alive pool
             assert 'roost_tasks_accepted_total{source="a2a"} 3.0' in metrics, metrics
 
 

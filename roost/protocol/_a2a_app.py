@@ -81,7 +81,7 @@ from roost.errors import InvalidParams, RoostError
 from roost.protocol._a2a_gate import QuietSdkErrors, check_request, read_body, refusal, request_of, too_large
 from roost.protocol._a2a_host import TERMINAL, A2AHost, HostedAgent
 from roost.protocol._framing import line_limit
-from roost.protocol._serve_auth import ServeAuth, bearer_token
+from roost.protocol._serve_auth import ServeAuth, bearer_token, drain_body
 
 __all__ = ["build_a2a_app", "DaemonRequestHandler", "A2AAuth", "a2a_task", "READ_METHODS"]
 
@@ -431,12 +431,13 @@ class A2AAuth:
             return
         raw = scope.get("headers") or ()
         headers = {bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1") for k, v in raw}
-        if "origin" in headers:
-            await _refuse(send, 403, refusal("Forbidden: a request with an Origin header is not accepted"))
-            return
         grant = self.auth.check(bearer_token(headers.get("authorization")))
-        if grant is None:
-            await _refuse(send, 401, refusal("Unauthorized: send Authorization: Bearer <token>"))
+        if "origin" in headers or grant is None:
+            await drain_body(scope, receive)  # so that the connection serves on (keep-alive)
+            if "origin" in headers:
+                await _refuse(send, 403, refusal("Forbidden: a request with an Origin header is not accepted"))
+            else:
+                await _refuse(send, 401, refusal("Unauthorized: send Authorization: Bearer <token>"))
             return
         if scope.get("method") == "POST":
             body, receive = await read_body(scope, receive, self.limit)
@@ -452,6 +453,7 @@ class A2AAuth:
                 await _refuse(send, 200, answer)
                 return
         elif grant.read_only and scope.get("method") != "GET":
+            await drain_body(scope, receive)
             await _refuse(send, 403, refusal(_read_only(f"HTTP {scope.get('method')}")))
             return
         await self.app(scope, receive, send)

@@ -98,18 +98,17 @@ class A2AHost:
         self.sent: dict[tuple[str, str], str | trio.Event] = {}
         self.inner = daemon.queue.listener
         self.queue.listener = self
-        self._serve: Any = None
+        self._app: Any = None
 
-    async def serve(self, stream: trio.abc.Stream) -> None:
-        """Serve one HTTP connection of the A2A endpoint (:mod:`roost.protocol._serve_http` hands
-        it over, its request head replayed). The SDK's app is built on the first connection
-        (importing the SDK takes a while) and served by Hypercorn's trio worker, as ``/mcp``."""
-        if self._serve is None:
+    def asgi_app(self) -> Any:
+        """The A2A endpoint's ASGI app (:func:`roost.protocol._a2a_app.build_a2a_app`), built on
+        the first A2A request (importing the SDK takes a while); :mod:`roost.protocol._serve_http`
+        routes every ``/a2a/`` and ``/.well-known/agent*`` request of the port to it."""
+        if self._app is None:
             from roost.protocol._a2a_app import build_a2a_app
-            from roost.protocol._serve_http import _hypercorn_server
 
-            self._serve = _hypercorn_server(build_a2a_app(self.daemon))
-        await self._serve(stream)
+            self._app = build_a2a_app(self.daemon)
+        return self._app
 
     # -- TaskListener (forwarded to the daemon) ------------------------------------------------------
 

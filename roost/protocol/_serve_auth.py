@@ -30,16 +30,30 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import trio
 
 from roost.errors import ConfigError
 
 #: An ASGI application: ``async (scope, receive, send) -> None``.
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
-__all__ = ["ServeAuth", "Grant", "CLIENT_ID_RE", "TOKEN_ENV_NAMES", "parse_client_id", "bearer_token", "RequireToken"]
+__all__ = [
+    "ServeAuth",
+    "Grant",
+    "CLIENT_ID_RE",
+    "TOKEN_ENV_NAMES",
+    "parse_client_id",
+    "bearer_token",
+    "RequireToken",
+    "drain_body",
+]
 
 TOKEN_ENV_NAMES = ("FUSERAFT_SERVE_TOKEN", "ROOST_SERVE_TOKEN")
 CLIENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: Bytes of a refused HTTP request's body read and dropped (:func:`drain_body`), and seconds
+#: spent on it at most, so that its keep-alive connection serves the next request.
+DRAIN_BYTES = 64 * 1024
+DRAIN_S = 10.0
 
 
 @attrs.frozen
@@ -144,7 +158,8 @@ class RequireToken:
     A keep-alive connection carries many requests, and an MCP session id is never a credential:
     each request must carry ``Authorization: Bearer <full token>`` when the daemon has tokens
     (401 otherwise), a read token is refused with 403 (the MCP tools mutate), and so is any
-    request with an ``Origin`` header (a browser page). Non-HTTP scopes (``lifespan``) pass.
+    request with an ``Origin`` header (a browser page); a refused request's body is read first
+    (:func:`drain_body`), so the connection serves the next one. Non-HTTP scopes (``lifespan``) pass.
 
     Args:
         app: the ASGI application to protect.
@@ -171,6 +186,7 @@ class RequireToken:
             await self.app(scope, receive, send)
             return
         status, body = refusal
+        await drain_body(scope, receive)
         extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
         await send(
             {
@@ -191,3 +207,28 @@ class RequireToken:
         if grant.read_only:
             return 403, b"a read token cannot use the MCP tools\n"
         return None
+
+
+async def drain_body(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]]) -> None:
+    """Read and drop the body of an ASGI HTTP request about to be refused unread.
+
+    Hypercorn keeps an HTTP/1.1 connection for the next request only when the request's whole
+    body has arrived by the time its response ends; a refusal sent before then (a wrong token on
+    a ``POST``) would close the connection. So up to :data:`DRAIN_BYTES` bytes, for at most
+    :data:`DRAIN_S` seconds, are read first; a request declaring a longer body (its
+    ``content-length``), or sending more or slower, is refused without it (its connection then
+    closes). Returns at once for a request without a body.
+    """
+    for name, value in scope.get("headers") or ():
+        length = bytes(value).strip()
+        if bytes(name).lower() == b"content-length" and length.isdigit() and int(length) > DRAIN_BYTES:
+            return
+    read = 0
+    with trio.move_on_after(DRAIN_S):
+        while read <= DRAIN_BYTES:
+            message = await receive()
+            if message.get("type") != "http.request":
+                return
+            read += len(message.get("body") or b"")
+            if not message.get("more_body"):
+                return

@@ -1,4 +1,4 @@
-"""One HTTP port for ``roost serve``: the WebSocket ``/attach`` and the MCP tools at ``/mcp``.
+"""One HTTP port for ``roost serve``: the WebSocket ``/attach``, ``/mcp``, ``/metrics`` and A2A.
 
 wire-protocol.md, "Daemon events": the daemon exposes ``dispatch_task``, ``get_status`` and
 ``get_result`` as MCP tools over HTTP, on the same port as ``/attach``.
@@ -6,22 +6,33 @@ wire-protocol.md, "Daemon events": the daemon exposes ``dispatch_task``, ``get_s
 Why this stack: ``/attach`` is a WebSocket on a stream Roost owns, through wsproto's public API
 (:mod:`roost.protocol._websocket`; frames encoded once for every client), run as a child of the
 daemon's ``connections`` supervisor, so a restart of this listener leaves attached clients alone.
-The MCP tools are the official ``mcp`` SDK's streamable HTTP ASGI app, served by Hypercorn's trio
-worker (Hypercorn is the ASGI server with first-class trio support; the SDK is anyio-based, so it
-runs on trio unchanged). One TCP listener owns the port and reads each connection's HTTP request
-head: a ``GET /attach`` upgrade goes to :meth:`ServeDaemon.serve_attach`, anything else to
-Hypercorn's per-connection server, with the bytes already read replayed in front of the stream.
-With ``roost serve --a2a``, ``/a2a/<agent>/`` and ``/.well-known/agent*.json`` go to the A2A
-endpoint (:mod:`roost.protocol._a2a_app`) the same way. TLS (``--tls-cert``) is terminated by
-this front before the split, so every endpoint is served over TLS alike.
+Every other request is HTTP served by Hypercorn's trio worker (Hypercorn is the ASGI server with
+first-class trio support; the ``mcp`` and ``a2a`` SDKs are anyio-based Starlette apps, so they run
+on trio unchanged). One TCP listener owns the port and reads each connection's first request
+head: a ``/attach`` request (the WebSocket upgrade) hands the connection to
+:meth:`ServeDaemon.serve_attach`; any other connection goes to Hypercorn's per-connection server,
+the bytes already read replayed in front of the stream, with one ASGI app, :class:`_Dispatch`,
+that routes *each* request of the connection by its own path (a keep-alive connection may ask
+``/a2a/NAME/``, then ``/metrics``, then ``/mcp``):
+
+===================================== =========================================================
+``/mcp``                              the MCP streamable HTTP app behind :class:`RequireToken`
+``/metrics``                          Prometheus text (:func:`roost.protocol._serve_metrics.metrics_app`)
+``/a2a/...``, ``/.well-known/agent*`` with ``roost serve --a2a``: the A2A app (:mod:`roost.protocol._a2a_app`)
+anything else                         404
+===================================== =========================================================
+
+Each endpoint applies its own token rules to every request (module docs of the apps above), so
+a request with a wrong token is refused alone and authorises nothing after it. A WebSocket
+upgrade that is not the first request of its connection is refused with 400 (the ``/attach``
+fast path owns whole connections; a WebSocket client opens a connection for its handshake).
+TLS (``--tls-cert``) is terminated by this front before the split, so every endpoint is served
+over TLS alike.
 
 Hypercorn has no public API to serve one connection Roost accepted, so :func:`_hypercorn_server`
 uses its internal ``TCPServer`` / ``WorkerContext`` / ``ASGIWrapper``: fenced by the upper bound in
 ``pyproject.toml`` (``hypercorn<0.19``) and by ``tests/test_private_api_fences.py``, which fails
 loudly when those names or signatures change. Without the ``mcp`` SDK, ``/mcp`` answers 404.
-
-MCP requests need the same bearer token as the WebSocket when the daemon has one; a read token is
-refused (403: ``dispatch_task`` would mutate), and so is a request with an ``Origin`` header.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from typing import Any
 
 import trio
 
-from roost.protocol._serve_auth import RequireToken, bearer_token
+from roost.protocol._serve_auth import RequireToken, drain_body
 from roost.protocol._serve_listeners import ACCEPT_TRANSIENT
 
 __all__ = ["serve_http", "build_mcp_app", "MAX_HEAD_BYTES"]
@@ -112,74 +123,122 @@ async def serve_http(
     *,
     task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Listen on ``host:port`` and serve ``/attach`` and ``/mcp`` until cancelled.
+    """Listen on ``host:port`` and serve ``/attach``, ``/mcp``, ``/metrics`` (and A2A) until cancelled.
 
     ``task_status.started(port)`` gives the bound port (useful with port 0).
     """
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
-    mcp: dict[str, Any] = {}
-    mcp_lock = trio.Lock()
-
-    async def run_mcp_app(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        # Built on the first /mcp request: the SDK takes about a second to build its app, which
-        # every daemon start (and every WebSocket-only daemon) would otherwise pay.
-        app = build_mcp_app(daemon)
-        async with app.router.lifespan_context(app):
-            mcp["serve"] = _hypercorn_server(app)
-            task_status.started()
-            await trio.sleep_forever()
-
-    async def serve_mcp(stream: trio.abc.Stream) -> None:
-        async with mcp_lock:
-            if "serve" not in mcp:
-                await outer.start(run_mcp_app)
-        await mcp["serve"](stream)
-
-    async def serve_one(stream: trio.SocketStream) -> None:
-        conn: trio.abc.Stream = stream
-        if ssl_context is not None:
-            conn = trio.SSLStream(stream, ssl_context, server_side=True)
-        head = await _read_head(conn)
-        if head is None:
-            return
-        method, target, headers = _parse_head(head.split(b"\r\n\r\n", 1)[0])
-        path = target.split("?", 1)[0]
-        replay = _Replay(conn, head)
-        if path == "/attach":
-            # handed over: the connection is a child of the daemon's connections supervisor
-            daemon.start_connection(functools.partial(daemon.serve_attach, conn, head), conn)
-            return
-        if path.rstrip("/") == "/mcp" and not _mcp_available():
-            await _reply(conn, "404 Not Found", b"not found: /mcp needs the mcp package installed\n")
-            await conn.aclose()
-            return
-        if path == "/metrics":  # Prometheus (roost.protocol._serve_metrics), same token rules
-            from roost.protocol._serve_metrics import serve_metrics
-
-            await serve_metrics(daemon, conn, method, headers)
-            return
-        if path.rstrip("/") == "/mcp":
-            if not await _mcp_allowed(daemon, conn, headers):
-                return
-            try:
-                await serve_mcp(replay)
-            finally:
-                await trio.aclose_forcefully(conn)
-            return
-        if getattr(daemon, "a2a", None) is not None and path.startswith(("/a2a/", "/.well-known/agent")):
-            try:
-                await daemon.a2a.serve(replay)  # roost serve --a2a (roost.protocol._a2a_host)
-            finally:
-                await trio.aclose_forcefully(conn)
-            return
-        await _reply(conn, "404 Not Found", b"not found: the endpoints are /attach (WebSocket), /mcp and /metrics\n")
-        await trio.aclose_forcefully(conn)
 
     async with trio.open_nursery() as outer:
+        serve = _hypercorn_server(_Dispatch(daemon, outer))
+
+        async def serve_one(stream: trio.SocketStream) -> None:
+            conn: trio.abc.Stream = stream
+            if ssl_context is not None:
+                conn = trio.SSLStream(stream, ssl_context, server_side=True)
+            head = await _read_head(conn)
+            if head is None:
+                return
+            _, target, _ = _parse_head(head.split(b"\r\n\r\n", 1)[0])
+            if target.split("?", 1)[0] == "/attach":
+                # handed over: the connection is a child of the daemon's connections supervisor
+                daemon.start_connection(functools.partial(daemon.serve_attach, conn, head), conn)
+                return
+            try:
+                await serve(_Replay(conn, head))  # every request of it routed by _Dispatch
+            finally:
+                await trio.aclose_forcefully(conn)
+
         for listener in listeners:
             outer.start_soon(_accept_loop, listener, functools.partial(_guarded, serve_one), outer)
         task_status.started(bound)
+
+
+class _Dispatch:
+    """The ASGI app of every HTTP request on the port but a connection's first ``/attach``: each
+    request is routed by its own path (see the module doc), so one keep-alive connection may
+    carry requests to every endpoint. The MCP app (about a second to build) and the A2A app (its
+    SDK import) are built on their first request; the MCP app's lifespan (its session manager)
+    then runs in ``nursery`` until the listener stops.
+
+    Args:
+        daemon: the ServeDaemon (``options.auth``, ``metrics``, ``a2a``).
+        nursery: the listener's nursery.
+    """
+
+    def __init__(self, daemon: Any, nursery: trio.Nursery) -> None:
+        self.daemon = daemon
+        self.nursery = nursery
+        self.mcp: Any = None
+        self.mcp_lock = trio.Lock()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path") or ""
+        if scope.get("type") == "websocket":
+            status, body = (400, _WS_NOT_FIRST) if path == "/attach" else (404, _NOT_FOUND)
+            await _refuse_websocket(scope, send, status, body)
+            return
+        if scope.get("type") != "http":
+            return  # Hypercorn's per-connection server sends no lifespan; nothing else exists
+        if (answer := self._own_answer(path)) is not None:
+            await drain_body(scope, receive)  # keep-alive: the connection serves the next request
+            await _respond(send, *answer)
+            return
+        if path == "/metrics":  # Prometheus (roost.protocol._serve_metrics), same token rules
+            from roost.protocol._serve_metrics import metrics_app
+
+            await metrics_app(self.daemon, scope, receive, send)
+        elif path.rstrip("/") == "/mcp":
+            await (await self._mcp_app())(scope, receive, send)
+        else:  # roost serve --a2a (roost.protocol._a2a_host)
+            await self.daemon.a2a.asgi_app()(scope, receive, send)
+
+    def _own_answer(self, path: str) -> tuple[int, bytes] | None:
+        """``(status, body)`` of a request no endpoint serves (None: an endpoint's app serves it)."""
+        if path == "/metrics":
+            return None
+        if path.rstrip("/") == "/mcp":
+            return None if _mcp_available() else (404, b"not found: /mcp needs the mcp package installed\n")
+        if getattr(self.daemon, "a2a", None) is not None and path.startswith(("/a2a/", "/.well-known/agent")):
+            return None
+        if path == "/attach":
+            return 400, b"bad request: expected a WebSocket handshake\n"
+        return 404, _NOT_FOUND
+
+    async def _mcp_app(self) -> Any:
+        async with self.mcp_lock:
+            if self.mcp is None:
+                self.mcp = await self.nursery.start(self._run_mcp_app)
+        return self.mcp
+
+    async def _run_mcp_app(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        app = build_mcp_app(self.daemon)
+        async with app.router.lifespan_context(app):
+            task_status.started(app)
+            await trio.sleep_forever()
+
+
+_NOT_FOUND = b"not found: the endpoints are /attach (WebSocket), /mcp and /metrics\n"
+_WS_NOT_FIRST = b"bad request: the WebSocket /attach must be the first request of its connection\n"
+
+
+async def _respond(send: Any, status: int, body: bytes) -> None:
+    """Send a complete ``text/plain`` ASGI response."""
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse_websocket(scope: dict[str, Any], send: Any, status: int, body: bytes) -> None:
+    """Refuse a WebSocket handshake with ``status`` and ``body`` (the ASGI WebSocket Denial
+    Response extension, which Hypercorn offers; without it a plain close, answered 403)."""
+    if "websocket.http.response" not in (scope.get("extensions") or {}):
+        await send({"type": "websocket.close"})
+        return
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": body})
 
 
 async def _guarded(serve_one: Any, stream: trio.SocketStream) -> None:
@@ -216,24 +275,6 @@ async def _read_head(conn: trio.abc.Stream) -> bytes | None:
         await trio.aclose_forcefully(conn)
         return None
     return head
-
-
-async def _mcp_allowed(daemon: Any, conn: trio.abc.Stream, headers: dict) -> bool:
-    """Whether an ``/mcp`` request may go on: no Origin header, and a token that is not read-only
-    (else it is answered 403/401 and ``conn`` is closed)."""
-    if "origin" in headers:
-        await _reply(conn, "403 Forbidden", b"refused: a request with an Origin header is not accepted\n")
-        await conn.aclose()
-        return False
-    grant = daemon.options.auth.check(bearer_token(headers.get("authorization")))
-    if grant is None or grant.read_only:
-        if grant is None:
-            await _reply(conn, "401 Unauthorized", b"unauthorized: send Authorization: Bearer <token>\n")
-        else:
-            await _reply(conn, "403 Forbidden", b"a read token cannot use the MCP tools\n")
-        await conn.aclose()
-        return False
-    return True
 
 
 async def _accept_loop(listener: trio.SocketListener, handle: Any, nursery: trio.Nursery) -> None:
@@ -275,6 +316,7 @@ def _hypercorn_server(app: Any) -> Any:
 
     config = Config()
     config.accesslog = None
+    config.h11_max_incomplete_size = MAX_HEAD_BYTES  # each request head, as the first one's bound
     wrapped, context = ASGIWrapper(app), WorkerContext(None)
     return lambda stream: TCPServer(wrapped, config, context, {}, stream).run()
 
@@ -284,6 +326,6 @@ def build_mcp_app(daemon: Any) -> Any:
     app (built by :func:`roost.protocol._serve_mcp.build_mcp_app`, imported on first use)."""
     from roost.protocol._serve_mcp import build_mcp_app as build
 
-    # The head check in serve_http sees only a connection's first request; keep-alive requests
-    # after it are checked by RequireToken, each on its own (issue 18, finding 1).
+    # Every request of a keep-alive connection is checked by RequireToken on its own (issue 18,
+    # finding 1): the token, a read token (403), an Origin header (403).
     return RequireToken(build(daemon), daemon.options.auth)

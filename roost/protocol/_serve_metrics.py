@@ -33,9 +33,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import trio
-
-__all__ = ["DaemonMetrics", "serve_metrics"]
+__all__ = ["DaemonMetrics", "metrics_app"]
 
 
 class _Gauges:
@@ -171,59 +169,45 @@ class _MeteredEngine:
             self.metrics.latency.labels(provider=self.provider).observe(time.monotonic() - began)
 
 
-async def _reply(stream: trio.abc.Stream, status: str, content_type: str, body: bytes, extra: bytes = b"") -> None:
-    try:
-        await stream.send_all(
-            b"HTTP/1.1 "
-            + status.encode()
-            + b"\r\ncontent-type: "
-            + content_type.encode()
-            + b"\r\ncontent-length: "
-            + str(len(body)).encode()
-            + b"\r\n"
-            + extra
-            + b"connection: close\r\n\r\n"
-            + body
-        )
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
+async def _respond(send: Any, status: int, content_type: str, body: bytes, *extra: tuple[bytes, bytes]) -> None:
+    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
-async def serve_metrics(daemon: Any, stream: trio.abc.Stream, method: str, headers: dict[str, str]) -> None:
-    """Answer one HTTP request for ``/metrics`` on ``stream`` and close it.
+async def metrics_app(daemon: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answer one ASGI HTTP request for ``/metrics`` (:mod:`roost.protocol._serve_http` routes
+    every request of a connection by its own path, so this is one request of a keep-alive one).
 
     Args:
         daemon: the ServeDaemon (its ``metrics`` and ``options.auth``).
-        method: the request method (``GET``/``HEAD``; others get 405).
-        headers: the request headers, names lower-case.
+        scope: the request's ASGI scope: ``GET``/``HEAD`` (others get 405; ``HEAD`` gets the
+            headers of the ``GET`` answer, no body), its headers the token and Origin checks.
+        receive: the ASGI receive callable (a body is read and dropped).
+        send: the ASGI send callable.
     """
-    from roost.protocol._serve_auth import bearer_token
+    from roost.protocol._serve_auth import bearer_token, drain_body
 
-    try:
-        if "origin" in headers:
-            await _reply(
-                stream, "403 Forbidden", "text/plain", b"refused: a request with an Origin header is not accepted\n"
-            )
-            return
-        if daemon.options.auth.check(bearer_token(headers.get("authorization"))) is None:
-            await _reply(
-                stream,
-                "401 Unauthorized",
-                "text/plain",
-                b"unauthorized: send Authorization: Bearer <token>\n",
-                b"www-authenticate: Bearer\r\n",
-            )
-            return
-        if method not in ("GET", "HEAD"):
-            await _reply(stream, "405 Method Not Allowed", "text/plain", b"use GET /metrics\n", b"allow: GET\r\n")
-            return
-        metrics = getattr(daemon, "metrics", None)
-        if metrics is None:
-            await _reply(stream, "404 Not Found", "text/plain", b"metrics are not enabled on this daemon\n")
-            return
-        from prometheus_client import CONTENT_TYPE_LATEST
+    await drain_body(scope, receive)  # a body (none is expected) read first: keep-alive serves on
+    headers = {bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1") for k, v in scope.get("headers") or ()}
+    method = scope.get("method") or "GET"
+    if "origin" in headers:
+        await _respond(send, 403, "text/plain", b"refused: a request with an Origin header is not accepted\n")
+        return
+    if daemon.options.auth.check(bearer_token(headers.get("authorization"))) is None:
+        body = b"unauthorized: send Authorization: Bearer <token>\n"
+        await _respond(send, 401, "text/plain", body, (b"www-authenticate", b"Bearer"))
+        return
+    if method not in ("GET", "HEAD"):
+        await _respond(send, 405, "text/plain", b"use GET /metrics\n", (b"allow", b"GET"))
+        return
+    metrics = getattr(daemon, "metrics", None)
+    if metrics is None:
+        await _respond(send, 404, "text/plain", b"metrics are not enabled on this daemon\n")
+        return
+    from prometheus_client import CONTENT_TYPE_LATEST
 
-        body = metrics.exposition()
-        await _reply(stream, "200 OK", CONTENT_TYPE_LATEST, b"" if method == "HEAD" else body)
-    finally:
-        await trio.aclose_forcefully(stream)
+    body = metrics.exposition()
+    start = [(b"content-type", CONTENT_TYPE_LATEST.encode()), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": start})
+    await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
