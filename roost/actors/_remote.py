@@ -16,6 +16,12 @@ turn/held, ...) and thread notification is. A relay lives :data:`RELAY_S` second
 forwarded input (renewed by each). A client that subscribes on A to a thread B executes at that
 moment (``thread/resume``...) gets a relay too (:meth:`ThreadRemote.follow`, ``thread.follow``).
 
+Order of a forwarded interrupt's answer: docs/app-server.md sends the ``turn/interrupt`` answer
+before the ``turn/completed`` it causes. The relayed notifications and B's answer travel as two
+bus messages, so A holds the relayed notifications of that thread while the request is in
+flight, until its answer is queued for the asking client (:meth:`ThreadRemote.hold`, at most
+:data:`HOLD_S`), and then hands them on in order.
+
 Approvals: input forwarded from A carries its client's origin (``{node, session}``); a turn that
 input starts on B asks its approvals of that client, as an ``approval.request`` back to A
 (:meth:`_ask_approval`), and the answer goes back to B. If A is gone, nobody can be asked and the
@@ -63,6 +69,8 @@ RELAY_S = 600.0
 RELAY_BUFFER = 4096
 #: Seconds a ``thread.follow`` may wait to be claimed (after that the follower simply misses it).
 CLAIM_TTL = 10.0
+#: Most seconds relayed notifications of a thread wait for a forwarded interrupt's answer (then they go on).
+HOLD_S = 30.0
 #: Forwarded ops whose actor reply is the input view (answered as ``{input}``).
 _INPUT_REPLIES = frozenset({"queue", "dequeue", "unsteer", "update_queued"})
 
@@ -136,6 +144,8 @@ class ThreadRemote:
         self.relays: dict[tuple[str, str], _Relay] = {}
         self._sessions: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._keys: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        #: thread_id -> [holders, relayed notifications waiting] (see :meth:`hold`)
+        self._held: dict[str, tuple[list[int], list[dict]]] = {}
         bus.on("thread.input", self._on_input)
         bus.on("thread.events", self._on_events, inline=True)
         bus.on("approval.request", self._on_approval)
@@ -187,6 +197,30 @@ class ThreadRemote:
         if node is not None:
             await self.bus.send(node, "thread.follow", {"thread_id": thread_id}, ttl=CLAIM_TTL)
 
+    def hold(self, thread_id: str, until: trio.Event) -> None:
+        """Keep the notifications relayed here for ``thread_id`` until ``until`` is set (at most
+        :data:`HOLD_S` seconds), then hand them on in order: the answer of a forwarded
+        ``turn/interrupt`` (queued before ``until`` is set) goes out before the ``turn/completed``
+        it causes, as in one process (docs/app-server.md). Holds nest.
+
+        Raises:
+            LifecycleError: the bus loop is not running.
+        """
+        count, _ = self._held.setdefault(thread_id, ([0], []))
+        count[0] += 1
+        self.bus.spawn(self._release, thread_id, until)
+
+    async def _release(self, thread_id: str, until: trio.Event) -> None:
+        try:
+            with trio.move_on_after(HOLD_S):
+                await until.wait()
+        finally:
+            count, events = self._held[thread_id]
+            count[0] -= 1
+            if count[0] == 0:
+                del self._held[thread_id]
+                self._hand_on(thread_id, events)
+
     def _session_key(self, session: Any) -> str | None:
         """A key naming ``session`` on this node, if it can answer approvals (else None)."""
         if session is None or getattr(session.origin(), "request_approval", None) is None:
@@ -201,11 +235,19 @@ class ThreadRemote:
     def _on_events(self, message: Any) -> None:
         """Hand relayed notifications to this node's clients subscribed to the thread (in order)."""
         data = message.body.get("data") or {}
-        actor = next((a for a in self.registry.loaded() if a.thread.id == data.get("thread_id")), None)
+        thread_id, events = str(data.get("thread_id")), list(data.get("events") or ())
+        held = self._held.get(thread_id)
+        if held is not None:
+            held[1].extend(events)  # a forwarded interrupt's answer goes first (see hold)
+            return
+        self._hand_on(thread_id, events)
+
+    def _hand_on(self, thread_id: str, events: list[dict]) -> None:
+        actor = next((a for a in self.registry.loaded() if a.thread.id == thread_id), None)
         if actor is None:
             return  # nobody here follows the thread any more
         targets = [s for s in actor.hub.subscribers if not isinstance(s, _Relay)]
-        for event in data.get("events") or ():
+        for event in events:
             line = dumps_line(event)
             for subscriber in targets:
                 try:

@@ -13,7 +13,7 @@ import trio
 from roost._json import dumps, loads
 from roost.actors import Snapshot
 from roost.errors import InvalidParams, NodeUnreachable, ReadOnly, ThreadBusy
-from roost.storage import leases
+from roost.storage import leases, list_turns
 
 __all__ = [
     "PERMISSION_MODES",
@@ -25,6 +25,7 @@ __all__ = [
     "thread_snapshot",
     "check_writable",
     "check_no_foreign_lease",
+    "mark_running_elsewhere",
     "forwarded",
     "page_limit",
     "page_start",
@@ -92,6 +93,35 @@ def check_writable(actor: Any) -> None:
         )
 
 
+async def mark_running_elsewhere(session: Any, views: list[dict]) -> None:
+    """Report threads another live process executes now as running, in place (``status:
+    "running"``, ``active_turn_id`` its running turn; the thread object of docs/app-server.md).
+
+    This process's view of a thread whose turn runs elsewhere says ``idle``; a view is changed
+    when another live owner holds the thread's execution lease (:func:`leases.held_elsewhere`)
+    and the thread has a ``running`` turn row. Ephemeral threads are never elsewhere. One store
+    read for all of ``views``.
+    """
+    ids = [v["id"] for v in views if v.get("status") == "idle" and not v.get("ephemeral")]
+    if not ids:
+        return
+    owner = session.runtime.services.owner
+
+    def read(conn: Any) -> dict[str, str]:
+        running: dict[str, str] = {}
+        for tid in ids:
+            if leases.held_elsewhere(conn, leases.thread_lease_key(tid), owner) is not None:
+                turns = list_turns(conn, tid, status="running")
+                if turns:
+                    running[tid] = turns[-1].id
+        return running
+
+    running = await read_store(session, read)
+    for view in views:
+        if view["id"] in running and view.get("status") == "idle":
+            view["status"], view["active_turn_id"] = "running", running[view["id"]]
+
+
 async def check_no_foreign_lease(session: Any, thread_id: str) -> None:
     """Refuse when another process holds the thread's live execution lease.
 
@@ -126,6 +156,8 @@ async def forwarded(session: Any, actor: Any, op: str, params: dict) -> dict | N
     node = await remote.executing_node(thread_id)
     if node is None:
         return None
+    if op == "interrupt":  # its answer goes before the turn/completed it causes (docs/app-server.md)
+        remote.hold(thread_id, session.after_response())
     try:
         return await remote.forward(node, op, thread_id, params, session=session)
     except NodeUnreachable as exc:

@@ -21,7 +21,7 @@ from roost.actors import RETRACTED, IsBusy, UpdateThread, thread_view
 from roost.errors import InvalidParams, NotFound, ThreadBusy
 from roost.model import THREAD_KINDS
 from roost.protocol._appserver import AppServerSession, method
-from roost.protocol._as_common import read_store, same_dir, thread_actor
+from roost.protocol._as_common import mark_running_elsewhere, read_store, same_dir, thread_actor
 from roost.protocol._params import BOOL, INT, STR, check_params
 from roost.protocol._worktree import remove_clean_worktree
 from roost.storage import (
@@ -85,7 +85,7 @@ async def _page(
     threads = await read_store(session, select)
     more = len(threads) > limit
     threads = threads[:limit]
-    views = _views(session, threads)
+    views = await _views(session, threads)
     if not p.get("cursor"):
         ephemeral = [
             v
@@ -98,8 +98,9 @@ async def _page(
     return {"threads": views, "next_cursor": _encode(threads[-1]) if more and threads else None}
 
 
-def _views(session: AppServerSession, threads: list) -> list[dict]:
-    """Thread views of stored rows; a loaded thread reports its live state."""
+async def _views(session: AppServerSession, threads: list) -> list[dict]:
+    """Thread views of stored rows; a loaded thread reports its live state, one another process
+    executes is ``running`` (:func:`mark_running_elsewhere`)."""
     registry = session.runtime.registry
     out = []
     for thread in threads:
@@ -107,6 +108,7 @@ def _views(session: AppServerSession, threads: list) -> list[dict]:
         out.append(
             live if live is not None else thread_view(thread, ephemeral=False, status="idle", active_turn_id=None)
         )
+    await mark_running_elsewhere(session, out)
     return out
 
 
@@ -184,7 +186,7 @@ async def thread_search(session: AppServerSession, params: Any) -> dict:
         return results[:limit]
 
     rows = await read_store(session, search)
-    views = _views(session, [r["thread"] for r in rows])
+    views = await _views(session, [r["thread"] for r in rows])
     return {
         "results": [
             {

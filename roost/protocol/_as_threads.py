@@ -28,6 +28,7 @@ from roost.protocol._as_common import (
     check_writable,
     decode_cursor,
     encode_cursor,
+    mark_running_elsewhere,
     page_limit,
     page_start,
     read_store,
@@ -280,6 +281,7 @@ async def thread_resume(session: AppServerSession, params: Any) -> dict:
         snapshot["turns"] = turns[start:]
         snapshot["has_more"] = start > 0
         _add_cursor(snapshot, thread_id)
+    await mark_running_elsewhere(session, [snapshot["thread"]])  # a turn another process runs
     if not p.get("response_only"):
         session.notify("thread/resumed", {"thread": snapshot["thread"]})
     return snapshot
