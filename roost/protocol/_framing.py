@@ -189,7 +189,7 @@ class LineDecoder:
         except JSONDecodeError as exc:
             if line.isspace() or not line:
                 return _BLANK
-            return _malformed(exc)
+            return _not_utf8(line) or _malformed(exc)
 
     def finish(self) -> list[Frame]:
         """Signal end of input: decode a last line that had no newline, and reset the decoder.
@@ -270,6 +270,15 @@ def _exact_id(line: bytes | bytearray, value: dict) -> dict:
 
 def _oversized(limit: int) -> FrameError:
     return FrameError(f"line exceeds the limit of {limit} bytes", oversized=True)
+
+
+def _not_utf8(line: bytearray) -> FrameError | None:
+    """The error of a line that is not UTF-8 (orjson's own says only "surrogates not allowed")."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return FrameError(f"line is not valid UTF-8 (byte offset {exc.start})")
+    return None
 
 
 def _malformed(exc: ValueError) -> FrameError:
