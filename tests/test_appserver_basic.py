@@ -181,3 +181,31 @@ def test_a_first_initialize_with_a_wrong_client_type_is_invalid_params(env, tmp_
     first = json.loads(done.stdout.splitlines()[0])
     assert first["id"] == 1 and first["error"]["code"] == "invalid_params", first
     assert "client.name must be a string" in first["error"]["message"]
+
+
+def test_a_client_that_stops_reading_is_disconnected_with_exit_status_3(env, tmp_path):
+    # docs/app-server.md: the slow-consumer disconnect is not a clean end of input (exit 0)
+    import subprocess
+    import threading
+
+    from _helpers.appserver import roost_argv
+
+    init = b'{"id":0,"method":"initialize","params":{"protocol_version":"wuu-app-server/v0.1"}}\n'
+    proc = subprocess.Popen([*roost_argv(), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**env, "ROOST_OUTBOX_BYTES": "4096"}, cwd=tmp_path)
+
+    def flood() -> None:  # answers pile up in the pipe, then in the outbox: never read
+        try:
+            for i in range(100_000):
+                proc.stdin.write(init.replace(b'"id":0', b'"id":%d' % i))
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    threading.Thread(target=flood, daemon=True).start()
+    try:
+        status = proc.wait(timeout=scaled(60))
+    finally:
+        proc.kill()
+    err = proc.stderr.read().decode()
+    assert status == 3, err
+    assert "roost app-server: error: the client stopped reading stdout" in err
