@@ -29,7 +29,13 @@ def roost_home() -> Path:
     except OSError as exc:
         from roost.errors import ConfigError
 
-        raise ConfigError(f"ROOST_HOME {str(home)!r} is not a usable directory: {exc.strerror or exc}") from exc
+        if home.exists() and not home.is_dir():
+            why = "it is a file, not a directory"
+        elif isinstance(exc, NotADirectoryError):
+            why = "a part of its path is a file, not a directory"
+        else:
+            why = str(exc.strerror or exc)
+        raise ConfigError(f"ROOST_HOME {str(home)!r} is not a usable directory: {why}") from exc
     return home
 
 

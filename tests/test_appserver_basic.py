@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from _helpers.appserver import RemoteError, open_app_server, scripted_env, script_env
+from _helpers.timing import scaled
 
 SCRIPT = """
 rules:
@@ -62,6 +64,10 @@ async def test_errors_are_structured_and_reading_goes_on(env, tmp_path):
         with pytest.raises(RemoteError) as exc:
             await client.request("initialize", {"protocol_version": "other/v9"})
         assert exc.value.code == "invalid_params"
+        for client_info in ({"name": 5}, {"name": "c", "version": 1}):  # wrong JSON types of client
+            with pytest.raises(RemoteError) as exc:
+                await client.initialize(client=client_info)
+            assert exc.value.code == "invalid_params" and "must be a string" in exc.value.error["message"]
         with pytest.raises(RemoteError) as exc:
             await client.request("thread/start", {"bogus": 1})
         assert exc.value.code == "invalid_params" and "bogus" in exc.value.error["message"]
@@ -161,3 +167,45 @@ async def test_needs_setup_without_provider(tmp_path, roost_home):
         with pytest.raises(RemoteError) as exc:
             await client.request("turn/start", {"thread_id": thread["id"], "prompt": "x"})
         assert exc.value.code == "invalid_params" and "ROOST_PROVIDER" in exc.value.error["message"]
+
+
+def test_a_first_initialize_with_a_wrong_client_type_is_invalid_params(env, tmp_path):
+    # the first line waits before the server starts (roost/protocol/_as_early.py): the same check
+    import subprocess
+
+    from _helpers.appserver import roost_argv
+
+    line = b'{"id":1,"method":"initialize","params":{"protocol_version":"wuu-app-server/v0.1","client":{"name":5}}}\n'
+    done = subprocess.run([*roost_argv(), "app-server"], input=line, env=env, cwd=tmp_path, capture_output=True,
+                          timeout=scaled(60))
+    first = json.loads(done.stdout.splitlines()[0])
+    assert first["id"] == 1 and first["error"]["code"] == "invalid_params", first
+    assert "client.name must be a string" in first["error"]["message"]
+
+
+def test_a_client_that_stops_reading_is_disconnected_with_exit_status_3(env, tmp_path):
+    # docs/app-server.md: the slow-consumer disconnect is not a clean end of input (exit 0)
+    import subprocess
+    import threading
+
+    from _helpers.appserver import roost_argv
+
+    init = b'{"id":0,"method":"initialize","params":{"protocol_version":"wuu-app-server/v0.1"}}\n'
+    proc = subprocess.Popen([*roost_argv(), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**env, "ROOST_OUTBOX_BYTES": "4096"}, cwd=tmp_path)
+
+    def flood() -> None:  # answers pile up in the pipe, then in the outbox: never read
+        try:
+            for i in range(100_000):
+                proc.stdin.write(init.replace(b'"id":0', b'"id":%d' % i))
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    threading.Thread(target=flood, daemon=True).start()
+    try:
+        status = proc.wait(timeout=scaled(60))
+    finally:
+        proc.kill()
+    err = proc.stderr.read().decode()
+    assert status == 3, err
+    assert "roost app-server: error: the client stopped reading stdout" in err

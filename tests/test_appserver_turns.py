@@ -243,6 +243,9 @@ async def test_queue_hold_update_dequeue_and_client_id_retries(env, tmp_path):
         assert removed["id"] == drop["id"]
         await client.wait_for("turn/dequeued", lambda p: p["input"]["id"] == drop["id"])
         await expect_error(client, "turn/dequeue", {"thread_id": tid, "input_id": drop["id"]}, "invalid_params")
+        # turn/unsteer withdraws steers only: a pending queued input is named as such, and stays
+        await expect_error(client, "turn/unsteer", {"thread_id": tid, "input_id": queued["id"]}, "invalid_params",
+                           contains=f"input {queued['id']} is queued input, not a steer: withdraw it with turn/dequeue")
         await expect_error(client, "turn/update-queued", {"thread_id": tid, "input_id": "input_nope",
                                                           "prompt": "x"}, "invalid_params")
         snap = await client.request("thread/resume", {"session_id": tid, "response_only": True})

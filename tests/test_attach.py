@@ -259,6 +259,10 @@ def test_renderer_file_write_diff_unknown_kind_and_token_lines() -> None:
                     "sessionId": "thr_0123456789"}, where="x")
     renderer.event({"type": "something_new", "sessionId": "thr_0123456789"}, where="x")
     text = "".join(out)
+    resumed: list[str] = []
+    Renderer(resumed.append).event({"type": "task_resumed", "sessionId": "thr_0123456789", "task": "t"}, where="x")
+    # resumed after a daemon restart, a killed worker or a dead node alike: no claim of which
+    assert resumed == ["[thr_0123456789] resumed (the process that ran it stopped or lost it): 't'\n"]
     # the whole session id (as `roost sessions --show` takes it), never a shortened one
     assert text.startswith("[thr_0123456789] a: hello\n[thr_0123456789] approval needed: file_write\n")
     assert "  files.write f.txt\n  --- a/f.txt\n  +++ b/f.txt\n" in text

@@ -88,6 +88,10 @@ def test_invalid_utf8_is_parse_error():
     assert isinstance(frames[0], FrameError)
     assert frames[0].code == "parse_error"
     assert frames[1] == 3
+    # the message says what is wrong and where, never orjson's "surrogates not allowed"
+    assert frames[0].message == "line is not valid UTF-8 (byte offset 1)"
+    (surrogate,) = LineDecoder().feed(b'{"a":"\xed\xa0\x80"}\n')
+    assert surrogate.message == "line is not valid UTF-8 (byte offset 6)"
 
 
 def test_frame_error_to_exception():

@@ -18,7 +18,7 @@ from _helpers.timing import scaled
 
 
 @pytest.mark.parametrize("args", [["serve", "--provider", "scripted"], ["attach"], ["repl", "--vscode"],
-                                  ["exec", "--provider", "scripted", "hi"]])
+                                  ["exec", "--provider", "scripted", "hi"], ["app-server"]])
 def test_a_regular_file_as_roost_home_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
     home = tmp_path / "not-a-dir"
     home.write_text("")
@@ -29,4 +29,4 @@ def test_a_regular_file_as_roost_home_is_one_line_and_exit_2(tmp_path: Path, arg
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert errors and "ROOST_HOME" in errors[-1] and errors[-1].startswith(f"roost {args[0]}")
-    assert "is not a usable directory" in errors[-1]
+    assert errors[-1].endswith(f"ROOST_HOME {str(home)!r} is not a usable directory: it is a file, not a directory")

@@ -4,6 +4,7 @@ naming the setting, never a traceback"); older code never writes into a newer sc
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -22,6 +23,17 @@ COMMANDS = [
     (["status"], 2),
     (["exec", "hello", "--provider", "scripted"], 2),
     (["app-server", "--provider", "scripted"], 2),
+]
+#: each command's documented status for an unusable database (docs/operations.md "Upgrades and
+#: migrations"); a --json query prints its error envelope on stdout and nothing on stderr
+DOCUMENTED = [
+    (["status", "--json"], 2),
+    (["db", "check"], 1),
+    (["schedule", "list"], 1),
+    (["schedule", "list", "--json"], 1),
+    (["memory", "list", "--json"], 1),
+    (["objective", "list", "--json"], 1),
+    (["sessions", "--json"], 1),
 ]
 
 
@@ -65,6 +77,21 @@ def test_every_command_refuses_a_newer_schema_in_one_line(
     assert "9999_from_the_future" in out and "newer Roost" in out and setting in out, out
     assert "Traceback" not in out
     assert len([line for line in done.stderr.splitlines() if "9999_from_the_future" in line]) <= 1
+
+
+@pytest.mark.parametrize(("args", "status"), DOCUMENTED, ids=[" ".join(c[0]) for c in DOCUMENTED])
+def test_each_command_exits_with_its_documented_status(
+    roost_cmd: list[str], roost_home: Path, args: list[str], status: int
+) -> None:
+    _future_home(roost_home)
+    done = subprocess.run([*roost_cmd, *args], capture_output=True, text=True, timeout=scaled(60))
+    assert done.returncode == status, (done.stdout, done.stderr)
+    if "--json" in args:
+        doc = json.loads(done.stdout)
+        assert set(doc) == {"protocolVersion", "error"} and "newer Roost" in doc["error"]
+        assert "9999_from_the_future" not in done.stderr, done.stderr
+    else:
+        assert done.stdout == "" and "newer Roost" in done.stderr
 
 
 def test_the_sqlite_file_is_left_as_it_was(roost_cmd: list[str], roost_home: Path) -> None:

@@ -139,7 +139,8 @@ async def test_workers_run_tasks_once_and_their_events_reach_the_front_doors_cli
     # one log file per process: a RotatingFileHandler rotates by renaming, safe for one process only
     logs = home / "logs"
     front_lines = [json.loads(line) for line in (logs / "roost.log").read_text().splitlines()]
-    front = [doc["pid"] for doc in front_lines if doc.get("event") != "worker_started"]  # its pid: the worker's
+    front = [doc["pid"] for doc in front_lines]  # every record's pid is the writer's (the worker's: worker_pid)
+    assert any(doc.get("event") == "worker_started" and doc["worker_pid"] == worker["pid"] for doc in front_lines)
     behind = [json.loads(line)["pid"] for line in (logs / f"roost.worker-{worker['index']}.log").read_text().splitlines()]
     assert set(front) == {daemon.process.pid} and set(behind) == {worker["pid"]}
 

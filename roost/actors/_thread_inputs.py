@@ -388,6 +388,8 @@ class PendingInputs:
                         await self.host.services.store.writer.submit(storage.remove_held_input, input_id)
                     self.announce(event, entry, "withdrawn")
                     return public_input(entry)
+                if entry["id"] == input_id:  # pending, of the other kind: only turn/dequeue takes a queued one
+                    raise InvalidParams(f"input {input_id} is queued input, not a steer: withdraw it with turn/dequeue")
         raise InvalidParams(f"no pending input {input_id}")
 
     async def dequeue(self, msg: Dequeue) -> dict:
@@ -465,6 +467,8 @@ class PendingInputs:
             for bucket in (self.held, self.pending):
                 if entry in bucket:
                     bucket.remove(entry)
+        # delivery ``queued``: the next-turn path (the spec names two, active_turn and queued); the
+        # input is the new turn's own, which ``turn`` (not ``turn_id``) carries
         return {"thread_id": tid, "delivery": "queued", "turn": turn}
 
     async def _steer_active(

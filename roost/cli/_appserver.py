@@ -152,7 +152,8 @@ def app_server_command(
     stdio connection crashed (a bug: running turns are interrupted and saved, the reason is
     logged and printed on stderr; the connection is not reopened); 2 for bad options (cloud mode
     without its required options) or when the runtime cannot start (for example, the state
-    directory is not writable).
+    directory is not writable); 3 when the client stopped reading stdout and was disconnected
+    (running turns are interrupted and saved).
     """
     if print_schema:
         import json
@@ -213,15 +214,18 @@ def _run_app_server(**serve_options: Any) -> None:
     connection crashed, after the runtime has stopped. A start that fails after ``initialize`` was
     answered early also tells the client (:func:`_report_after_early_answer`)."""
     crashed: list[BaseException] = []
+    too_slow: list[BaseException] = []
     failed: list[BaseException] = []
 
     async def serve() -> None:
-        from roost.protocol import StdioConnectionCrashed
+        from roost.protocol import StdioClientTooSlow, StdioConnectionCrashed
 
         try:
             await _serve_stdio(**serve_options)
         except* StdioConnectionCrashed as group:  # logged where it happened
             crashed.extend(group.exceptions)
+        except* StdioClientTooSlow as group:
+            too_slow.extend(group.exceptions)
 
     async def main() -> None:
         try:
@@ -242,6 +246,9 @@ def _run_app_server(**serve_options: Any) -> None:
     if crashed:
         click.echo(f"roost app-server: error: {crashed[0]}; exiting", err=True)
         sys.exit(1)
+    if too_slow:
+        click.echo(f"roost app-server: error: {leaf_exception(too_slow[0])}; exiting", err=True)
+        sys.exit(3)
 
 
 def _report_after_early_answer(exc: BaseException) -> None:

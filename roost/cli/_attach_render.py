@@ -75,7 +75,8 @@ class Renderer:
                 f"(threshold {event.get('warnThreshold')})"
             )
         elif kind == "task_resumed":
-            self.line(f"[{sid}] resumed after a daemon restart: {event.get('task')!r}")
+            # (a daemon restart, a killed `serve --workers` worker, a node of a cluster: docs/wire.md)
+            self.line(f"[{sid}] resumed (the process that ran it stopped or lost it): {event.get('task')!r}")
         elif kind == "auto_dispatched":
             self.line(f"[{sid}] dispatched by the daemon (objective {event.get('objectiveId')}): {event.get('task')!r}")
         elif kind == "a2a_call":

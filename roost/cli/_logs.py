@@ -6,7 +6,8 @@
 * ``$ROOST_HOME/logs/roost.log``: one JSON object per line (``logging.handlers.RotatingFileHandler``,
   :data:`MAX_BYTES` per file, :data:`BACKUPS` old files ``roost.log.1`` ...). Fields: ``ts`` (ISO 8601
   UTC), ``level``, ``logger``, ``msg``, ``pid``, ``exc`` (a traceback, when one was logged) and every
-  ``extra=`` field of the call (``event``, ``task_id``, ``client``, ``schedule`` ...). ``event``
+  ``extra=`` field of the call (``event``, ``task_id``, ``client``, ``schedule`` ...; one named like
+  a field of the record itself is written ``extra_<name>``). ``event``
   names what happened: ``task_accepted``, ``task_started``, ``task_finished``,
   ``client_connected``, ``client_dropped``, ``approval_asked``, ``approval_answered``,
   ``schedule_fired``, ``schedule_run_finished``, ``schedule_adopted``, ``daemon_started``.
@@ -61,6 +62,10 @@ def log_path(home: Path, worker: int | None = None) -> Path:
     return home / "logs" / ("roost.log" if worker is None else f"roost.worker-{worker}.log")
 
 
+#: The fields every record carries; an ``extra`` field of the same name is written ``extra_<name>``.
+_OWN = frozenset({"ts", "level", "logger", "msg", "pid", "exc"})
+
+
 class JsonFormatter(logging.Formatter):
     """Formats a record as one JSON object (no newline inside; see the module docstring)."""
 
@@ -76,6 +81,8 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in record.__dict__.items():
             if key not in _STANDARD and not key.startswith("_"):
+                if key in _OWN:  # an extra field never overwrites the record's own
+                    key = f"extra_{key}"
                 doc[key] = value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)

@@ -128,7 +128,7 @@ class WorkerPool:
             "worker %d started (pid %d)",
             state.index,
             process.pid,
-            extra={"event": "worker_started", "worker": state.index, "pid": process.pid},
+            extra={"event": "worker_started", "worker": state.index, "worker_pid": process.pid},
         )
         try:
             await process.wait()

@@ -178,7 +178,8 @@ def status_command(as_json: bool) -> None:
 
             sys.stdout.buffer.write(error_envelope(str(exc)))
             sys.stdout.flush()
-        click.echo(f"roost status: error: {exc}", err=True)
+        else:  # --json: the envelope alone says it (not the same line twice)
+            click.echo(f"roost status: error: {exc}", err=True)
         sys.exit(2)
     entries = registered_daemons(home)
     database = database_label(home) if found else None

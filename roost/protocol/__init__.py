@@ -14,6 +14,7 @@ from roost._lazy import attach as _attach
 if TYPE_CHECKING:
     from roost.protocol._a2a_host import a2a_unhostable as a2a_unhostable
     from roost.protocol._a2a_host import install_a2a as install_a2a
+    from roost.protocol._as_connection import StdioClientTooSlow as StdioClientTooSlow
     from roost.protocol._as_connection import StdioConnectionCrashed as StdioConnectionCrashed
     from roost.protocol._as_early import EarlyInitialize as EarlyInitialize
     from roost.protocol._as_early import answer_initialize_early as answer_initialize_early
@@ -102,6 +103,7 @@ _LAZY = {
     "serve_repl": "roost.protocol._repl_serve",
     "questions_enabled": "roost.protocol._repl_prompts",
     "serve_app_server": "roost.protocol._serve_appserver",
+    "StdioClientTooSlow": "roost.protocol._as_connection",
     "StdioConnectionCrashed": "roost.protocol._as_connection",
     "ServeAuth": "roost.protocol._serve_auth",
     "parse_client_id": "roost.protocol._serve_auth",

@@ -46,6 +46,12 @@ class StdioConnectionCrashed(Exception):
     supervisor): the session is over and the process must end (exit status 1)."""
 
 
+class StdioClientTooSlow(Exception):
+    """The app-server's client stopped reading stdout (its outbox overflowed: the slow-consumer
+    policy, :mod:`roost.protocol._outbox`): the session is over, running turns were interrupted and
+    persisted, and the process ends with exit status 3 (not 0: input did not end)."""
+
+
 class StdioConnection(ConnectionActor):
     """The app-server's stdio client as an actor (see the module docstring).
 
@@ -141,7 +147,7 @@ class StdioConnection(ConnectionActor):
         await self.session.closed.wait()
         if not self._ending:
             log.warning("app-server: the client stopped reading; the session ends")
-            self._end_normally("the client stopped reading (outbox overflow)")
+            self._end_normally(TOO_SLOW)
             self.stop(self.end_reason or "closed")
 
     async def _write(self) -> None:
@@ -161,6 +167,9 @@ class StdioConnection(ConnectionActor):
         self.session.closed.set()
         self.outbox.close()
 
+
+#: The end reason of a client that stopped reading (:class:`StdioClientTooSlow`).
+TOO_SLOW = "the client stopped reading (outbox overflow)"
 
 #: The most bytes asked of each read of stdin.
 _RECEIVE_BYTES = 64 * 1024

@@ -68,6 +68,10 @@ async def initialize(session: AppServerSession, params: Any) -> dict:
             "capabilities": (DICT, False),
         },
     )
+    for key in ("name", "version"):  # the spec's client {name, version}: strings
+        value = (p.get("client") or {}).get(key)
+        if value is not None and not isinstance(value, str):
+            raise InvalidParams(f"client.{key} must be a string, not {type(value).__name__}")
     version = p.get("protocol_version")
     if version is not None and version != PROTOCOL_VERSION:
         raise InvalidParams(f"unsupported protocol_version {version!r}; this server speaks {PROTOCOL_VERSION}")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json as _stdjson
 import os
+import sys
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
@@ -188,7 +189,7 @@ class LineDecoder:
         except JSONDecodeError as exc:
             if line.isspace() or not line:
                 return _BLANK
-            return _malformed(exc)
+            return _not_utf8(line) or _malformed(exc)
 
     def finish(self) -> list[Frame]:
         """Signal end of input: decode a last line that had no newline, and reset the decoder.
@@ -231,9 +232,27 @@ def _strict_text(line: bytearray) -> str | FrameError:
 def line_limit() -> int:
     """The line limit of every input path, in bytes: ``ROOST_MAX_LINE_BYTES`` or 64 MiB.
 
-    The variable exists so tests can exercise the oversized-line paths without 64 MiB of input.
+    The variable exists so tests can exercise the oversized-line paths without 64 MiB of input: it
+    only lowers the limit. A larger value is clamped to :data:`DEFAULT_MAX_LINE_BYTES`, with one
+    warning on stderr per process (docs/app-server.md).
+
+    Raises:
+        ConfigError: the variable is not a positive integer (:func:`roost._paths.positive_env`).
     """
-    return int(positive_env("ROOST_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES, integer=True, unit="bytes"))
+    value = int(positive_env("ROOST_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES, integer=True, unit="bytes"))
+    if value <= DEFAULT_MAX_LINE_BYTES:
+        return value
+    if not _clamp_warned:
+        _clamp_warned.append(True)
+        sys.stderr.write(
+            f"roost: warning: ROOST_MAX_LINE_BYTES={value} is above the maximum line limit; "
+            f"using {DEFAULT_MAX_LINE_BYTES} bytes (the variable only lowers it)\n"
+        )
+    return DEFAULT_MAX_LINE_BYTES
+
+
+#: Holds one item once the clamp warning of :func:`line_limit` was written (once per process).
+_clamp_warned: list[bool] = []
 
 
 def _exact_id(line: bytes | bytearray, value: dict) -> dict:
@@ -251,6 +270,15 @@ def _exact_id(line: bytes | bytearray, value: dict) -> dict:
 
 def _oversized(limit: int) -> FrameError:
     return FrameError(f"line exceeds the limit of {limit} bytes", oversized=True)
+
+
+def _not_utf8(line: bytearray) -> FrameError | None:
+    """The error of a line that is not UTF-8 (orjson's own says only "surrogates not allowed")."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return FrameError(f"line is not valid UTF-8 (byte offset {exc.start})")
+    return None
 
 
 def _malformed(exc: ValueError) -> FrameError:

@@ -25,13 +25,19 @@ from roost.protocol import (  # noqa: F401  (register methods)
     _as_workers,
 )
 from roost.protocol._appserver import AppServerSession
-from roost.protocol._as_connection import STDIO_CHILD, StdioConnection, StdioConnectionCrashed
+from roost.protocol._as_connection import (
+    STDIO_CHILD,
+    TOO_SLOW,
+    StdioClientTooSlow,
+    StdioConnection,
+    StdioConnectionCrashed,
+)
 from roost.protocol._as_early import EarlyInitialize
 from roost.protocol._engines import EngineCatalog
 from roost.supervisor import ChildSpec, Restart, Supervisor, open_runtime
 from roost.tools import builtin_tools
 
-__all__ = ["serve_app_server", "serve_connection", "StdioConnectionCrashed"]
+__all__ = ["serve_app_server", "serve_connection", "StdioClientTooSlow", "StdioConnectionCrashed"]
 
 log = logging.getLogger("roost.appserver")
 
@@ -145,7 +151,9 @@ async def serve_connection(
     normal ends (this returns). Any other end of the connection (its crash, or the crash of
     ``connections``, each logged by its supervisor) has already interrupted and persisted the
     running turns; it is logged here with its reason and raised as
-    :class:`~roost.protocol._as_connection.StdioConnectionCrashed`, so the process ends.
+    :class:`~roost.protocol._as_connection.StdioConnectionCrashed`, so the process ends. A client
+    that stopped reading (its outbox overflowed) ends it normally, then this raises
+    :class:`~roost.protocol._as_connection.StdioClientTooSlow` (exit status 3).
 
     Cancellation: cancelled, the connection is stopped (its shielded clean-up interrupts and
     persists the running turns) before this returns.
@@ -187,6 +195,8 @@ async def serve_connection(
         )
         raise StdioConnectionCrashed(f"the stdio connection crashed ({reason})")
     log.info("app-server: the session ended (%s)", conn.end_reason)
+    if conn.end_reason == TOO_SLOW:
+        raise StdioClientTooSlow("the client stopped reading stdout (its outbox overflowed)")
 
 
 def _crash_reason(exc: BaseException | None) -> str:
