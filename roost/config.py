@@ -44,6 +44,7 @@ __all__ = [
     "derive_provider",
     "load_config",
     "parse_config",
+    "check_config",
     "SETUP_HINT",
     "PROVIDER_ENV_VARS",
     "configured_mcp_servers",
@@ -99,8 +100,12 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
 def parse_config(data: bytes, path: Path) -> dict[str, Any]:
     """Parse the bytes of the config file ``path`` (TOML, or JSON for a ``.json`` name).
 
+    The document is then checked by :func:`check_config`: every reader of the file (each
+    command at start-up, and ``roost app-server``'s live reload) refuses the same documents.
+
     Raises:
-        ConfigError: not valid TOML/JSON, or a JSON document that is not an object.
+        ConfigError: not valid TOML/JSON, a JSON document that is not an object, or a document
+            :func:`check_config` refuses.
     """
     if Path(path).suffix == ".json":
         import json
@@ -111,11 +116,63 @@ def parse_config(data: bytes, path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise ConfigError(f"{path} must hold a JSON object")
-        return doc
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    else:
+        try:
+            doc = tomllib.loads(data.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    check_config(doc, path)
+    return doc
+
+
+#: The tables of the config file, and the keys of ``[provider]`` (``provider`` is read as another
+#: spelling of ``name``; ``headers`` is the ``[provider.headers]`` table).
+CONFIG_TABLES = ("provider", "mcp_servers")
+PROVIDER_KEYS = (
+    "name",
+    "base_url",
+    "model",
+    "script",
+    "api_key_env",
+    "connect_timeout",
+    "read_timeout",
+    "max_attempts",
+    "images",
+    "headers",
+    "provider",
+)
+
+
+def check_config(doc: Mapping[str, Any], path: Path) -> None:
+    """Refuse a config document with a key Roost does not read, or a malformed table.
+
+    app-server-protocol.md, "Transport and initialization": unknown configuration fields remain
+    invalid (a typo such as ``modle`` would otherwise fall back to a default unnoticed). Checked:
+    the top-level tables (:data:`CONFIG_TABLES`), the keys of ``[provider]``
+    (:data:`PROVIDER_KEYS`), and ``[mcp_servers]`` as
+    :func:`roost.plugins.mcp_servers_from_toml` parses it. The provider values themselves are
+    checked by :func:`resolve_provider`.
+
+    Raises:
+        ConfigError: one message naming the first unknown key, where it is, and the known keys.
+    """
+    from roost.plugins import mcp_servers_from_toml
+
+    for key, value in doc.items():
+        if key not in CONFIG_TABLES:
+            what = f"unknown table [{key}]" if isinstance(value, Mapping) else f"unknown top-level key {key!r}"
+            raise ConfigError(f"{path}: {what} (known tables: {', '.join(f'[{t}]' for t in CONFIG_TABLES)})")
+    table = doc.get("provider")
+    if table is not None:
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"[provider] in {path} must be a table")
+        unknown = [str(k) for k in table if k not in PROVIDER_KEYS]
+        if unknown:
+            raise ConfigError(
+                f"[provider] in {path}: unknown key {', '.join(map(repr, unknown))} "
+                f"(known keys: {', '.join(PROVIDER_KEYS)})"
+            )
+    mcp_servers_from_toml(doc)
 
 
 def resolve_provider(

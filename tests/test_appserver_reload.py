@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 from _helpers.appserver import expect_error, open_app_server, roost_argv
 from _helpers.timing import scaled
 
@@ -125,3 +126,90 @@ def test_cloud_mode_names_every_missing_option(tmp_path: Path, roost_home: Path)
     err = done.stderr.decode()
     assert "--workspace-id, --workdir, --config" in err and "--instance-id," not in err
     assert "Traceback" not in err and done.stdout == b""
+
+
+async def _watcher_live(client, config: Path, good: str) -> None:
+    """Edit ``good`` (comments only) until a ``config/changed`` shows the watcher saw the edit (an
+    edit made before the watcher primed is its starting document)."""
+    for i in range(20):
+        config.write_text(good + f"# edit {i}\n")
+        with trio.move_on_after(scaled(1)):
+            await client.wait_for("config/changed")
+            return
+    raise AssertionError("the configuration watcher never reported an edit")
+
+
+UNKNOWN_FIELDS = [
+    ('[provider]\nname = "scripted"\nmodle = "x"\n', "[provider]", "'modle'"),
+    ('bogus_top = 1\n[provider]\nname = "scripted"\n', "top-level key", "'bogus_top'"),
+    ('[provider]\nname = "scripted"\n[bogus_table]\n', "unknown table", "[bogus_table]"),
+]
+
+
+@pytest.mark.parametrize(("text", "where", "key"), UNKNOWN_FIELDS)
+async def test_unknown_fields_are_refused_at_start_and_on_reload(tmp_path: Path, roost_home: Path, scripts,
+                                                                 text: str, where: str, key: str) -> None:
+    one, _ = scripts
+    config = roost_home / "config.toml"
+    good = _config(one)
+    config.write_text(text)
+    async with open_app_server(env=_env(roost_home), cwd=tmp_path) as client:  # at start
+        init = await client.initialize()
+        assert init["status"] == "needs_setup" and where in init["issues"][0] and key in init["issues"][0]
+        error = await client.wait_for("config/error")
+        assert error["path"] == str(config) and key in error["message"] and "known" in error["message"]
+    config.write_text(good)
+    async with open_app_server(env=_env(roost_home), cwd=tmp_path) as client:  # on reload
+        assert (await client.initialize())["status"] == "ready"
+        await _watcher_live(client, config, good)
+        config.write_text(text)
+        error = await client.wait_for("config/error")
+        assert where in error["message"] and key in error["message"]
+        assert len(client.notifications("config/changed")) == 1
+        assert (await client.request("initialize", {}))["status"] == "needs_setup"
+
+
+async def test_reload_checks_mcp_servers_as_start_up_does(tmp_path: Path, roost_home: Path, scripts) -> None:
+    one, _ = scripts
+    config = roost_home / "config.toml"
+    config.write_text(_config(one))
+    async with open_app_server(env=_env(roost_home), cwd=tmp_path) as client:
+        assert (await client.initialize())["status"] == "ready"
+        await _watcher_live(client, config, _config(one))
+        config.write_text(_config(one) + "[mcp_servers.x]\ncommand = 5\n")
+        error = await client.wait_for("config/error")
+        assert "[mcp_servers.x] command" in error["message"] and "expected a string" in error["message"]
+        assert len(client.notifications("config/changed")) == 1
+        assert (await client.request("initialize", {}))["status"] == "needs_setup"
+
+
+async def test_a_broken_config_at_start_is_needs_setup_and_recovers(tmp_path: Path, roost_home: Path,
+                                                                    scripts) -> None:
+    one, _ = scripts
+    config = roost_home / "config.toml"
+    config.write_text("[provider\n")  # not TOML
+    async with open_app_server(env=_env(roost_home), cwd=tmp_path) as client:
+        init = await client.initialize()
+        assert init["status"] == "needs_setup" and "is not valid TOML" in init["issues"][0]
+        error = await client.wait_for("config/error")
+        assert error == {"path": str(config), "message": init["issues"][0]}
+        thread = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]
+        await expect_error(client, "turn/start", {"thread_id": thread["id"], "prompt": "hi"}, "invalid_params")
+        config.write_text(_config(one))
+        changed = await client.wait_for("config/changed")
+        assert changed["status"] == "ready" and changed["model"]["script"] == str(one)
+        assert (await client.request("initialize", {}))["status"] == "ready"
+        assert (await client.run_turn(thread["id"], "hello"))["turn"]["status"] == "completed"
+        assert len(client.notifications("config/error")) == 1
+
+
+@pytest.mark.parametrize("command", [["exec", "hi"], ["run", "-c", "x.yaml", "t"], ["serve"], ["repl"]])
+def test_other_commands_refuse_a_broken_config_in_one_line(tmp_path: Path, roost_home: Path,
+                                                           command: list[str]) -> None:
+    (roost_home / "config.toml").write_text('[provider]\nname = "scripted"\nmodle = "x"\n')
+    done = subprocess.run([*roost_argv(), *command], check=False, env=_env(roost_home), cwd=tmp_path,
+                          input=b"", capture_output=True, timeout=scaled(60))
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert err.startswith(f"roost {command[0]}: error: [provider] in ") and "'modle'" in err
+    assert err.count("\n") == 1 and "Usage:" not in err and "Traceback" not in err

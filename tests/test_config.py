@@ -112,3 +112,32 @@ def test_models_command_json(roost_home, monkeypatch):
     assert doc["protocolVersion"] == 1 and "ROOST_PROVIDER" in doc["error"]
     result = runner.invoke(models_command, ["--provider", "scripted"])
     assert result.exit_code == 0 and result.stdout == "* demo\n"
+
+
+def test_every_documented_key_is_accepted(roost_home):
+    path = write_config(roost_home, '[provider]\nname = "openai"\nbase_url = "http://x/v1"\nmodel = "m"\n'
+                        'script = "s"\napi_key_env = "K"\nconnect_timeout = 1\nread_timeout = 2\nmax_attempts = 3\n'
+                        'images = false\n[provider.headers]\nX-A = "1"\n[mcp_servers.n]\ncommand = "python3"\n')
+    assert set(load_config(path)) == {"provider", "mcp_servers"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('[provider]\nmodle = "x"\n', "[provider] in {path}: unknown key 'modle' (known keys: name, base_url"),
+    ("bogus_top = 1\n", "{path}: unknown top-level key 'bogus_top' (known tables: [provider], [mcp_servers])"),
+    ("[bogus_table]\n", "{path}: unknown table [bogus_table] (known tables: [provider], [mcp_servers])"),
+    ('[mcp_servers.x]\ncommand = "a"\nconect_timeout = 1\n', "[mcp_servers.x] in config.toml: unknown key"),
+])
+def test_unknown_keys_are_refused_naming_the_key_and_the_known_ones(roost_home, text, expected):
+    path = write_config(roost_home, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(expected.format(path=path))
+    with pytest.raises(ConfigError):  # a flag choosing the provider does not skip the file
+        resolve_provider(provider="scripted", config_path=path, env={})
+
+
+def test_unknown_keys_are_refused_in_a_json_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"provider": {"name": "scripted", "modle": "x"}}))
+    with pytest.raises(ConfigError, match="unknown key 'modle'"):
+        load_config(path)

@@ -195,7 +195,7 @@ async def test_serve_refuses_a_malformed_mcp_servers_table_as_a_configuration_er
     served = await roost(env, "serve", "--socket", short_socket_path(), cwd=tmp_path)
     assert served.returncode == 2, served.stderr.decode()
     assert served.stderr.decode().strip().splitlines()[-1] == (
-        "roost serve: [mcp_servers.x] command in config.toml: expected a string"
+        "roost serve: error: [mcp_servers.x] command in config.toml: expected a string"
     )
 
 

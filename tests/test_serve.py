@@ -361,6 +361,6 @@ def test_serve_refuses_a_missing_or_broken_script_at_start(tmp_path: Path) -> No
         assert execd.returncode == 2
         reason = execd.stderr.removeprefix("roost exec: error: ")
         assert reason.startswith("the scripted engine's script is unusable: ") and path.name in reason
-        assert done.stderr == "roost serve: " + reason
+        assert done.stderr == "roost serve: error: " + reason
         if path == typo:
             assert "unknown top-level key 'rule'" in reason

@@ -153,7 +153,10 @@ def app_server_command(
     logged and printed on stderr; the connection is not reopened); 2 for bad options (cloud mode
     without its required options) or when the runtime cannot start (for example, the state
     directory is not writable); 3 when the client stopped reading stdout and was disconnected
-    (running turns are interrupted and saved).
+    (running turns are interrupted and saved). A configuration file that cannot be loaded at
+    start (not valid TOML, an unknown key, a malformed table) does not stop the server:
+    initialize answers status "needs_setup" with the reason, config/error follows, and
+    repairing the file recovers.
     """
     if print_schema:
         import json
@@ -166,17 +169,13 @@ def app_server_command(
     if workdir is not None:
         os.chdir(workdir)
     setup_logging(verbose)
-    from roost.config import configured_mcp_servers
-    from roost.errors import ConfigError
-
-    try:
-        mcp_servers = configured_mcp_servers(config_path)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+    mcp_servers, broken = _configured_servers(config_path)
     from roost.storage import EarlyStore
 
     early_store = EarlyStore()  # opens (on a fresh home: migrates) while the protocol modules load
     engines = _engines(engine_flags, resolve_options=resolve_options)
+    if broken is not None and engines.default is not None:  # not expected: resolve reads the same file
+        engines.default, engines.setup_error = None, str(broken)
 
     def resolve() -> Any:
         return engine_flags.resolve(**resolve_options)
@@ -190,6 +189,19 @@ def app_server_command(
         early=_answer_early(early_store, engines, host),
         workers=True,
     )
+
+
+def _configured_servers(config_path: Path) -> tuple[list[Any], ConfigError | None]:
+    """``([mcp_servers] of the file, None)``, or ``([], the error)`` for a file that cannot be
+    loaded: the session reports that, as a reload would (app-server-protocol.md, "Transport and
+    initialization": the connection works, the configuration needs attention), so initialize
+    answers needs_setup, config/error follows and a repaired file recovers."""
+    from roost.config import configured_mcp_servers
+
+    try:
+        return configured_mcp_servers(config_path), None
+    except ConfigError as exc:
+        return [], exc
 
 
 def _answer_early(early_store: Any, engines: Any, host: dict | None) -> Any:

@@ -330,7 +330,7 @@ def exec_command(
     try:
         settings = engine_flags.resolve()
     except ConfigError as exc:
-        click.echo(f"roost exec: {exc}", err=True)
+        click.echo(f"roost exec: error: {exc}", err=True)
         sys.exit(2)
     directory = (cwd or Path(os.getcwd())).resolve()
     from roost.cli._runner import run_main

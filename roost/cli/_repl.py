@@ -68,6 +68,9 @@ def repl_command(
 
     setup_logging(verbose)
     engines = _engines(engine_flags)
+    if not vscode and engines.default is None:  # as exec/run: one line, exit status 2
+        click.echo(f"roost repl: error: {engines.setup_error or 'no model provider is configured'}", err=True)
+        sys.exit(2)
     directory = (cwd or Path(os.getcwd())).resolve()
 
     async def main() -> int:

@@ -401,7 +401,7 @@ def run_command(
             sys.stdout.write(dumps(failed_result(str(exc), task=task, config=config)).decode() + "\n")
             sys.stdout.flush()
             sys.exit(1)
-        click.echo(f"roost run: {exc}", err=True)
+        click.echo(f"roost run: error: {exc}", err=True)
         sys.exit(2)
     cwd = Path(os.getcwd()).resolve()
     config_path = str(Path(config).expanduser().resolve()) if config else None

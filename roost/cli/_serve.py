@@ -548,7 +548,7 @@ def _start_settings(
     except ConfigError as exc:
         if engines is not None:
             trio.run(engines.aclose)
-        click.echo(f"roost serve: {exc}", err=True)
+        click.echo(f"roost serve: error: {exc}", err=True)
         sys.exit(2)
     return engines, config_path, auth, context
 

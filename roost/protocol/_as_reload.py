@@ -8,9 +8,14 @@ initialization"): watch the configuration file and publish ``config/error`` / ``
   is written about 60 times per turn, and a directory watch (watchfiles) woke its thread for every
   one of those writes (a third of a millisecond of CPU per turn in ``bench_appserver.py``), while
   watchfiles' own polling backend compares mtimes in whole seconds and misses quick edits.
-- An edited document is checked the way start-up checks it: it must parse (TOML, or JSON for a
-  ``.json`` name) and resolve to a usable provider (:func:`roost.config.resolve_provider`, with the
-  server's own flags first); a scripted provider's script must open.
+- An edited document is checked the way start-up checks it, by the same functions: it must load
+  (:func:`roost.config.parse_config`: TOML, or JSON for a ``.json`` name, with no unknown key
+  and a well-formed ``[mcp_servers]`` table) and resolve to a usable provider
+  (:func:`roost.config.resolve_provider`, with the server's own flags first); a scripted
+  provider's script must open. ``[mcp_servers]`` is checked, but the servers connected are those
+  of the start (a change applies at the next start).
+- A document the server started with that does not load (the server starts anyway, ``initialize``
+  answering ``needs_setup``) is sent as ``config/error`` once the first ``initialize`` is answered.
 - A rejected document sends ``config/error`` ``{path, message}`` once per distinct document
   (sha256 of its bytes; a missing file counts as one document). The previous selection and
   provider inventory stay for display (``initialize``, ``engine/list``), but
@@ -63,6 +68,8 @@ class ConfigReloader:
         self.rejected_digest: str | None = None
         #: the bytes of the document last seen by :meth:`prime` or :meth:`run` (None: missing)
         self._seen: bytes | None | ConfigError = None
+        #: the document the server started with cannot be loaded: :meth:`run` sends it first
+        self.start_error: ConfigError | None = None
 
     def _read(self) -> bytes | None:
         try:
@@ -80,7 +87,9 @@ class ConfigReloader:
             return exc
 
     def _check(self) -> tuple[str, ProviderSettings | ConfigError]:
-        """Read and validate the document: ``(digest, settings or the rejection)``."""
+        """Read and validate the document: ``(digest, settings or the rejection)``. The document
+        is checked by :func:`roost.config.parse_config`, the function every start-up reads the
+        file with (its syntax, unknown keys, the ``[mcp_servers]`` table), then resolved."""
         data = self._snapshot()
         self._seen = data
         if isinstance(data, ConfigError):
@@ -89,6 +98,9 @@ class ConfigReloader:
         try:
             if data is not None:
                 parse_config(data, self.path)
+        except ConfigError as exc:
+            return digest, _Broken(str(exc))
+        try:
             settings = self.resolve()
             if settings.provider == "scripted":
                 self.session.engines.engine_for_settings(settings)  # the script must open
@@ -103,6 +115,12 @@ class ConfigReloader:
         digest, outcome = self._check()
         if isinstance(outcome, ConfigError):
             self.rejected_digest = digest
+            if self.session.engines.default is not None:
+                # edited since the engines were made (after an early initialize answer): rejected
+                self.session.engines.config_error = str(outcome)
+                self.start_error = outcome
+            elif isinstance(outcome, _Broken) or digest == "unreadable":
+                self.start_error = outcome  # a document that does not load, not merely no provider
         else:
             self.accepted_digest = digest
 
@@ -137,7 +155,11 @@ class ConfigReloader:
 
     async def run(self) -> None:
         """Poll until cancelled (see the module doc); an edit made between :meth:`prime` and the
-        first poll is not missed. Cancellation: at its next sleep or once a read returns."""
+        first poll is not missed; a document the server started with that does not load is
+        sent first as ``config/error``. Cancellation: at its next sleep or once a read returns."""
+        if self.start_error is not None:
+            error, self.start_error = self.start_error, None
+            self.session.notify("config/error", {"path": str(self.path), "message": str(error)})
         if not self.path.parent.is_dir():
             log.warning("not watching %s: its directory does not exist", self.path)
             return
@@ -154,6 +176,10 @@ class ConfigReloader:
                 await self.check_now()
             except Exception:  # a reload failure must never end the session
                 log.exception("configuration reload failed")
+
+
+class _Broken(ConfigError):
+    """The document itself does not load (:func:`roost.config.parse_config` refused it)."""
 
 
 def _same(a: bytes | None | ConfigError, b: bytes | None | ConfigError) -> bool:
