@@ -10,7 +10,7 @@ never on sleeps.
 from __future__ import annotations
 
 from _helpers.appserver import AppServerClient, open_app_server, scripted_env
-from test_crossnode import pair, wait_started, write_script
+from _helpers.crossnode import pair, start_running_turn, write_script
 
 
 def index_of(client: AppServerClient, start: int, predicate) -> int:
@@ -28,8 +28,7 @@ async def test_a_forwarded_interrupt_is_answered_before_the_turn_completes(tmp_p
         tid, _ = await pair(a, b, tmp_path)  # B executes, A follows
         for _ in range(2):
             start_b = len(b.lines)
-            turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "hang"}))["turn"]
-            await wait_started(b, start_b)
+            turn = await start_running_turn(b, tid, "hang")
             start_a = len(a.lines)
             reply = await a.request("turn/interrupt", {"thread_id": tid})
             assert reply["interrupted"] is True
@@ -50,8 +49,7 @@ async def test_a_thread_another_process_executes_is_reported_running(tmp_path, r
     async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
         tid, _ = await pair(a, b, tmp_path)
         start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "wait-go")
         start_a = len(a.lines)
         resumed = await a.request("thread/resume", {"session_id": tid})
         assert (resumed["thread"]["status"], resumed["thread"]["active_turn_id"]) == ("running", turn["id"])
