@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 from _helpers.appserver import RemoteError, open_app_server, scripted_env
-from _helpers.crossnode import pair, start_running_turn, wait_started, write_script
+from _helpers.crossnode import pair, start_running_turn, two_app_servers, wait_started, write_script
 from _helpers.timing import scaled
 
 
@@ -27,8 +27,7 @@ def db_rows(home: Path, sql: str, *args: object) -> list[tuple]:
 
 async def test_client_on_a_steers_and_queues_a_turn_running_on_b(tmp_path, roost_home):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, node_b = await pair(a, b, tmp_path)
         start_b = len(b.lines)
         turn = await start_running_turn(b, tid, "wait-go")
@@ -87,8 +86,7 @@ async def test_client_on_a_steers_and_queues_a_turn_running_on_b(tmp_path, roost
 
 
 async def test_client_on_a_interrupts_a_turn_running_on_b(tmp_path, roost_home):
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
         start_b = len(b.lines)
         turn = await start_running_turn(b, tid, "hang")
@@ -131,8 +129,7 @@ async def test_input_for_an_owner_off_the_bus_is_held_not_lost(tmp_path, roost_h
 
 
 async def test_client_on_a_interrupts_a_run_owned_by_b(tmp_path, roost_home):
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, node_b = await pair(a, b, tmp_path)
         start_b = len(b.lines)
         run = (await b.request("run/start", {"thread_id": tid, "prompt": "hang"}))["run"]
@@ -148,9 +145,8 @@ async def test_client_on_a_interrupts_a_run_owned_by_b(tmp_path, roost_home):
 
 async def test_approvals_of_input_queued_from_a_are_asked_of_the_client_on_a(tmp_path, roost_home):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
     caps = {"capabilities": {"reverse_rpc": {"methods": ["approval/request"]}}}
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         asked_a: list[dict] = []
         asked_b: list[dict] = []
         a.approval_handler = lambda p: asked_a.append(p) or True
@@ -178,8 +174,7 @@ async def test_approvals_of_input_queued_from_a_are_asked_of_the_client_on_a(tmp
 
 async def test_client_on_a_edits_and_withdraws_input_pending_on_b(tmp_path, roost_home):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
         turn = await start_running_turn(b, tid, "wait-go")  # the tool runs: steers wait for the next model step
         start_a = len(a.lines)
@@ -211,8 +206,7 @@ async def test_client_on_a_edits_and_withdraws_input_pending_on_b(tmp_path, roos
 async def test_input_for_a_dead_owner_follows_the_local_rules(tmp_path, roost_home):
     """B is killed mid-turn: its lease is a dead process's, so A's input is not forwarded; it is
     admitted here by the ordinary rules (the abandoned turn is settled first) and runs once."""
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
         turn = await start_running_turn(b, tid, "hang")
         b.process.kill()
@@ -233,8 +227,7 @@ async def test_input_for_a_dead_owner_follows_the_local_rules(tmp_path, roost_ho
 async def test_a_paused_owner_never_applies_input_it_did_not_take_in_time(tmp_path, roost_home):
     """B is paused (SIGSTOP) with a live lease: A's queue is withdrawn unclaimed after the claim
     timeout and held here visibly; once B resumes it never applies it, and answers again."""
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
         turn = await start_running_turn(b, tid, "hang")
         b.process.send_signal(signal.SIGSTOP)
@@ -261,8 +254,7 @@ async def test_a_paused_owner_never_applies_input_it_did_not_take_in_time(tmp_pa
 async def test_a_client_following_a_thread_b_executes_sees_its_turn_end(tmp_path, roost_home):
     """No input from A at all: subscribing on A to a thread B runs relays B's notifications of it."""
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         await a.initialize()
         await b.initialize()
         tid = (await b.request("thread/start", {"cwd": str(tmp_path), "permission_mode": "unconfined"}))["thread"]["id"]

@@ -4,8 +4,7 @@ turn running on node B; the answers and notifications arrive on A; checked in th
 
 from __future__ import annotations
 
-from _helpers.appserver import open_app_server, scripted_env
-from _helpers.crossnode import pair, start_running_turn, write_script
+from _helpers.crossnode import pair, start_running_turn, two_app_servers
 
 
 def pg_rows(url: str, sql: str, *args: object) -> list[tuple]:
@@ -17,8 +16,7 @@ def pg_rows(url: str, sql: str, *args: object) -> list[tuple]:
 
 async def test_client_on_a_steers_and_interrupts_a_turn_running_on_b_on_postgres(tmp_path, roost_home, pg_url):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go), ROOST_DATABASE_URL=pg_url)
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home, ROOST_DATABASE_URL=pg_url) as (a, b):
         tid, node_b = await pair(a, b, tmp_path)
         assert pg_rows(pg_url, "SELECT count(*) FROM threads WHERE id = %s", tid) == [(1,)]  # on PostgreSQL
         turn = await start_running_turn(b, tid, "wait-go")

@@ -9,8 +9,8 @@ never on sleeps.
 
 from __future__ import annotations
 
-from _helpers.appserver import AppServerClient, open_app_server, scripted_env
-from _helpers.crossnode import pair, start_running_turn, write_script
+from _helpers.appserver import AppServerClient
+from _helpers.crossnode import pair, start_running_turn, two_app_servers
 
 
 def index_of(client: AppServerClient, start: int, predicate) -> int:
@@ -23,8 +23,7 @@ def is_terminal(turn_id: str):
 
 
 async def test_a_forwarded_interrupt_is_answered_before_the_turn_completes(tmp_path, roost_home):
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)  # B executes, A follows
         for _ in range(2):
             start_b = len(b.lines)
@@ -45,8 +44,7 @@ async def test_a_forwarded_interrupt_is_answered_before_the_turn_completes(tmp_p
 
 async def test_a_thread_another_process_executes_is_reported_running(tmp_path, roost_home):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
         start_b = len(b.lines)
         turn = await start_running_turn(b, tid, "wait-go")

@@ -4,11 +4,13 @@ B executes and A follows, and a turn whose tool runs."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
-from _helpers.appserver import AppServerClient
+from _helpers.appserver import AppServerClient, open_app_server, scripted_env
 
-__all__ = ["pair", "start_running_turn", "wait_started", "write_script"]
+__all__ = ["pair", "start_running_turn", "two_app_servers", "wait_started", "write_script"]
 
 
 def write_script(path: Path, go: Path) -> Path:
@@ -62,3 +64,15 @@ async def start_running_turn(client: AppServerClient, thread_id: str, prompt: st
     turn = (await client.request("turn/start", {"thread_id": thread_id, "prompt": prompt}))["turn"]
     await wait_started(client, start)
     return turn
+
+
+@asynccontextmanager
+async def two_app_servers(
+    tmp_path: Path, home: Path, **env: str
+) -> AsyncIterator[tuple[AppServerClient, AppServerClient]]:
+    """Two ``roost app-server`` processes (A, B) on ROOST_HOME ``home`` with the scripted model of
+    :func:`write_script` (its ``go`` file is ``tmp_path / "go"``); ``env`` adds variables."""
+    script = write_script(tmp_path / "script.json", tmp_path / "go")
+    full = scripted_env(home, script, **env)
+    async with open_app_server(env=full, cwd=tmp_path) as a, open_app_server(env=full, cwd=tmp_path) as b:
+        yield a, b
