@@ -17,17 +17,8 @@ from typing import Any
 
 import psycopg
 import trio
-from _helpers.serve_client import short_socket_path, start_daemon
+from _helpers.serve_client import short_socket_path, start_daemon, write_resume_script
 from _helpers.timing import scaled
-
-SCRIPT = {
-    "rules": [
-        {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed and done"}]]},
-        {"match": {"prompt": "^slow"}, "steps": [[{"text": "working", "deltas": 1}, {"delay": 120},
-                                                  {"text": "never"}]]},
-    ],
-    "default": "echo",
-}
 
 
 async def _mcp(port: int, tool: str, args: dict) -> dict:
@@ -67,14 +58,8 @@ async def _stop_all(daemons: list[Any]) -> None:
             await daemon.process.wait()
 
 
-def _script(tmp_path: Path) -> Path:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(SCRIPT))
-    return path
-
-
 async def test_an_anonymous_clients_result_after_its_node_dies(tmp_path: Path, pg_url: str) -> None:
-    script = _script(tmp_path)
+    script = write_resume_script(tmp_path / "script.json")
     started: list[Any] = []
 
     def env(name: str) -> dict[str, Any]:
@@ -116,7 +101,7 @@ async def test_an_anonymous_clients_result_after_its_node_dies(tmp_path: Path, p
 
 
 async def test_a_restarted_daemons_anonymous_client_is_a_new_client(tmp_path: Path) -> None:
-    script = _script(tmp_path)
+    script = write_resume_script(tmp_path / "script.json")
     socket_path = short_socket_path()
     async with trio.open_nursery() as nursery:
         first = await start_daemon(nursery, script=script, socket=socket_path)

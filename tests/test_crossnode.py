@@ -8,7 +8,6 @@ on files the tools write, never on sleeps.
 
 from __future__ import annotations
 
-import json
 import signal
 import sqlite3
 import time
@@ -16,43 +15,9 @@ from pathlib import Path
 
 import pytest
 import trio
-from _helpers.appserver import AppServerClient, RemoteError, open_app_server, scripted_env
+from _helpers.appserver import RemoteError, open_app_server, scripted_env
+from _helpers.crossnode import pair, start_running_turn, two_app_servers, wait_started, write_script
 from _helpers.timing import scaled
-
-
-def write_script(path: Path, go: Path) -> Path:
-    """``wait-go``: a shell tool that prints ``started`` and waits for the file ``go``; ``ok-tool``:
-    one that prints ``ok``; ``hang``: one that waits forever (until interrupted)."""
-    wait = f"echo started; while [ ! -e {go} ]; do sleep 0.02; done; echo done"
-    hang = "echo started; while true; do sleep 0.02; done"
-    rules = [
-        {
-            "match": {"prompt": "^wait-go"},
-            "steps": [[{"tool_call": {"name": "shell", "arguments": {"command": wait}}}], [{"text": "went"}]],
-        },
-        {
-            "match": {"prompt": "^ok-tool"},
-            "steps": [[{"tool_call": {"name": "shell", "arguments": {"command": "echo ok"}}}], [{"text": "ran"}]],
-        },
-        {
-            "match": {"prompt": "^hang"},
-            "steps": [[{"tool_call": {"name": "shell", "arguments": {"command": hang}}}], [{"text": "never"}]],
-        },
-    ]
-    path.write_text(json.dumps({"rules": rules, "default": "echo"}))
-    return path
-
-
-async def wait_started(client: AppServerClient, start: int) -> None:
-    """Wait until a tool's streamed output says ``started`` (the turn runs its tool)."""
-    seen: list[str] = []
-
-    def check(line: dict) -> bool:
-        if line.get("method") == "item/toolCall/outputDelta":
-            seen.append(line["params"]["delta"])
-        return "started" in "".join(seen)
-
-    await client.wait_line(check, start=start)
 
 
 def db_rows(home: Path, sql: str, *args: object) -> list[tuple]:
@@ -60,23 +25,12 @@ def db_rows(home: Path, sql: str, *args: object) -> list[tuple]:
         return [tuple(r) for r in db.execute(sql, args)]
 
 
-async def pair(a: AppServerClient, b: AppServerClient, cwd: Path) -> tuple[str, str]:
-    """Initialize both; a thread started on B and resumed on A (A follows it). Returns (tid, B's node)."""
-    await a.initialize()
-    node_b = (await b.initialize())["runtime_host"]["instance_id"]
-    tid = (await b.request("thread/start", {"cwd": str(cwd), "permission_mode": "unconfined"}))["thread"]["id"]
-    await a.request("thread/resume", {"session_id": tid})
-    return tid, node_b
-
-
 async def test_client_on_a_steers_and_queues_a_turn_running_on_b(tmp_path, roost_home):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, node_b = await pair(a, b, tmp_path)
         start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "wait-go")
         assert db_rows(roost_home, "SELECT owner FROM leases WHERE key = ?", f"thread:{tid}") == [(node_b,)]
 
         start_a = len(a.lines)
@@ -132,12 +86,10 @@ async def test_client_on_a_steers_and_queues_a_turn_running_on_b(tmp_path, roost
 
 
 async def test_client_on_a_interrupts_a_turn_running_on_b(tmp_path, roost_home):
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
         start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "hang"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "hang")
         start_a = len(a.lines)
         reply = await a.request("turn/interrupt", {"thread_id": tid, "turn_id": turn["id"]})
         assert reply["interrupted"] is True and reply["turn"]["id"] == turn["id"]
@@ -177,8 +129,7 @@ async def test_input_for_an_owner_off_the_bus_is_held_not_lost(tmp_path, roost_h
 
 
 async def test_client_on_a_interrupts_a_run_owned_by_b(tmp_path, roost_home):
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, node_b = await pair(a, b, tmp_path)
         start_b = len(b.lines)
         run = (await b.request("run/start", {"thread_id": tid, "prompt": "hang"}))["run"]
@@ -194,9 +145,8 @@ async def test_client_on_a_interrupts_a_run_owned_by_b(tmp_path, roost_home):
 
 async def test_approvals_of_input_queued_from_a_are_asked_of_the_client_on_a(tmp_path, roost_home):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
     caps = {"capabilities": {"reverse_rpc": {"methods": ["approval/request"]}}}
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         asked_a: list[dict] = []
         asked_b: list[dict] = []
         a.approval_handler = lambda p: asked_a.append(p) or True
@@ -205,9 +155,7 @@ async def test_approvals_of_input_queued_from_a_are_asked_of_the_client_on_a(tmp
         await b.initialize(**caps)
         tid = (await b.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]  # standard: asks
         await a.request("thread/resume", {"session_id": tid})
-        start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "wait-go")
         start_a = len(a.lines)
         queued = (await a.request("turn/queue", {"thread_id": tid, "prompt": "ok-tool"}))["input"]
         go.touch()
@@ -226,12 +174,9 @@ async def test_approvals_of_input_queued_from_a_are_asked_of_the_client_on_a(tmp
 
 async def test_client_on_a_edits_and_withdraws_input_pending_on_b(tmp_path, roost_home):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
-        start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
-        await wait_started(b, start_b)  # the tool runs: steers wait for the next model step
+        turn = await start_running_turn(b, tid, "wait-go")  # the tool runs: steers wait for the next model step
         start_a = len(a.lines)
         queued = (await a.request("turn/queue", {"thread_id": tid, "prompt": "first", "client_id": "q"}))["input"]
         edited = await a.request("turn/update-queued", {"thread_id": tid, "input_id": queued["id"], "prompt": "second"})
@@ -261,12 +206,9 @@ async def test_client_on_a_edits_and_withdraws_input_pending_on_b(tmp_path, roos
 async def test_input_for_a_dead_owner_follows_the_local_rules(tmp_path, roost_home):
     """B is killed mid-turn: its lease is a dead process's, so A's input is not forwarded; it is
     admitted here by the ordinary rules (the abandoned turn is settled first) and runs once."""
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
-        start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "hang"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "hang")
         b.process.kill()
         await b.process.wait()
         try:  # its stdin is a broken pipe now: close it here, so the harness does not write to it
@@ -285,12 +227,9 @@ async def test_input_for_a_dead_owner_follows_the_local_rules(tmp_path, roost_ho
 async def test_a_paused_owner_never_applies_input_it_did_not_take_in_time(tmp_path, roost_home):
     """B is paused (SIGSTOP) with a live lease: A's queue is withdrawn unclaimed after the claim
     timeout and held here visibly; once B resumes it never applies it, and answers again."""
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
-        start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "hang"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "hang")
         b.process.send_signal(signal.SIGSTOP)
         try:
             queued = (
@@ -315,14 +254,11 @@ async def test_a_paused_owner_never_applies_input_it_did_not_take_in_time(tmp_pa
 async def test_a_client_following_a_thread_b_executes_sees_its_turn_end(tmp_path, roost_home):
     """No input from A at all: subscribing on A to a thread B runs relays B's notifications of it."""
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         await a.initialize()
         await b.initialize()
         tid = (await b.request("thread/start", {"cwd": str(tmp_path), "permission_mode": "unconfined"}))["thread"]["id"]
-        start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "wait-go")
         start_a = len(a.lines)
         await a.request("thread/resume", {"session_id": tid})  # follows the thread from now on
         with trio.fail_after(scaled(20)):  # the relay is set up once B claims the follow request

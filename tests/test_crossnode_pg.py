@@ -4,8 +4,7 @@ turn running on node B; the answers and notifications arrive on A; checked in th
 
 from __future__ import annotations
 
-from _helpers.appserver import open_app_server, scripted_env
-from test_crossnode import pair, wait_started, write_script
+from _helpers.crossnode import pair, start_running_turn, two_app_servers
 
 
 def pg_rows(url: str, sql: str, *args: object) -> list[tuple]:
@@ -17,13 +16,10 @@ def pg_rows(url: str, sql: str, *args: object) -> list[tuple]:
 
 async def test_client_on_a_steers_and_interrupts_a_turn_running_on_b_on_postgres(tmp_path, roost_home, pg_url):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go), ROOST_DATABASE_URL=pg_url)
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home, ROOST_DATABASE_URL=pg_url) as (a, b):
         tid, node_b = await pair(a, b, tmp_path)
         assert pg_rows(pg_url, "SELECT count(*) FROM threads WHERE id = %s", tid) == [(1,)]  # on PostgreSQL
-        start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "wait-go")
         assert pg_rows(pg_url, "SELECT owner FROM leases WHERE key = %s", f"thread:{tid}") == [(node_b,)]
         start_a = len(a.lines)
         steer = await a.request(
@@ -36,9 +32,7 @@ async def test_client_on_a_steers_and_interrupts_a_turn_running_on_b_on_postgres
         await a.wait_for("turn/steered", lambda p: p["state"] == "admitted", start=start_a)
         assert (await a.wait_terminal(turn["id"], start=start_a))["turn"]["status"] == "completed"
 
-        start_b = len(b.lines)
-        hang = (await b.request("turn/start", {"thread_id": tid, "prompt": "hang"}))["turn"]
-        await wait_started(b, start_b)
+        hang = await start_running_turn(b, tid, "hang")
         start_a = len(a.lines)
         reply = await a.request("turn/interrupt", {"thread_id": tid, "turn_id": hang["id"]})
         assert reply["interrupted"] is True

@@ -9,8 +9,8 @@ never on sleeps.
 
 from __future__ import annotations
 
-from _helpers.appserver import AppServerClient, open_app_server, scripted_env
-from test_crossnode import pair, wait_started, write_script
+from _helpers.appserver import AppServerClient
+from _helpers.crossnode import pair, start_running_turn, two_app_servers
 
 
 def index_of(client: AppServerClient, start: int, predicate) -> int:
@@ -23,13 +23,11 @@ def is_terminal(turn_id: str):
 
 
 async def test_a_forwarded_interrupt_is_answered_before_the_turn_completes(tmp_path, roost_home):
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", tmp_path / "go"))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)  # B executes, A follows
         for _ in range(2):
             start_b = len(b.lines)
-            turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "hang"}))["turn"]
-            await wait_started(b, start_b)
+            turn = await start_running_turn(b, tid, "hang")
             start_a = len(a.lines)
             reply = await a.request("turn/interrupt", {"thread_id": tid})
             assert reply["interrupted"] is True
@@ -46,12 +44,10 @@ async def test_a_forwarded_interrupt_is_answered_before_the_turn_completes(tmp_p
 
 async def test_a_thread_another_process_executes_is_reported_running(tmp_path, roost_home):
     go = tmp_path / "go"
-    env = scripted_env(roost_home, write_script(tmp_path / "script.json", go))
-    async with open_app_server(env=env, cwd=tmp_path) as a, open_app_server(env=env, cwd=tmp_path) as b:
+    async with two_app_servers(tmp_path, roost_home) as (a, b):
         tid, _ = await pair(a, b, tmp_path)
         start_b = len(b.lines)
-        turn = (await b.request("turn/start", {"thread_id": tid, "prompt": "wait-go"}))["turn"]
-        await wait_started(b, start_b)
+        turn = await start_running_turn(b, tid, "wait-go")
         start_a = len(a.lines)
         resumed = await a.request("thread/resume", {"session_id": tid})
         assert (resumed["thread"]["status"], resumed["thread"]["active_turn_id"]) == ("running", turn["id"])

@@ -17,25 +17,15 @@ from typing import Any
 
 import pytest
 import trio
-from _helpers.serve_client import open_daemon
+from _helpers.serve_client import open_daemon, write_resume_script
 from _helpers.timing import scaled
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
-SCRIPT = {
-    "rules": [
-        {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed and done"}]]},
-        {"match": {"prompt": "^slow"}, "steps": [[{"text": "working", "deltas": 1}, {"delay": 120},
-                                                  {"text": "never"}]]},
-    ],
-    "default": "echo",
-}
 
 
 @pytest.fixture
 def script(tmp_path: Path) -> Path:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(SCRIPT))
-    return path
+    return write_resume_script(tmp_path / "script.json")
 
 
 @pytest.fixture

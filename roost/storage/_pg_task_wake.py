@@ -13,11 +13,9 @@ a dispatch wakes every claiming node at once, while a bus message has one target
 
 from __future__ import annotations
 
-import threading
-
 import psycopg
 
-from ._pg_connect import connect_pg, translate_pg_error
+from ._pg_listen import PgListener
 
 __all__ = ["CHANNEL", "notify_task", "PgTaskWakeListener"]
 
@@ -30,54 +28,14 @@ def notify_task(conn: psycopg.Connection, task_id: str, sender: str) -> None:
     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{task_id} {sender}"))
 
 
-class PgTaskWakeListener:
-    """A dedicated autocommit connection that ``LISTEN``s on :data:`CHANNEL` for one node.
+class PgTaskWakeListener(PgListener):
+    """A :class:`~roost.storage._pg_listen.PgListener` on :data:`CHANNEL` for one node.
 
-    :meth:`wait` blocks (run it in a worker thread) until a notification sent by another owner
-    than ``owner`` arrives, or ``timeout`` passes. :meth:`close` is idempotent and safe while a
-    :meth:`wait` runs in another thread (that thread closes the connection when its wait ends).
-
-    Raises (constructor, :meth:`wait`): DatabaseUnreachable and the other errors of
-    :func:`roost.storage._pg_connect.translate_pg_error`.
+    :meth:`wait` returns True when a notification sent by another owner than ``owner`` (the
+    payload's last word) arrives, False after ``timeout`` seconds or :meth:`close`. Raises as
+    :class:`~roost.storage._pg_listen.PgListener`.
     """
 
     def __init__(self, url: str, owner: str) -> None:
         self.owner = owner
-        self._url = url
-        self._conn = connect_pg(url)
-        self._lock = threading.Lock()
-        self._closed = False
-        try:
-            self._conn.execute(f"LISTEN {CHANNEL}")
-        except psycopg.Error as exc:
-            self._conn.close()
-            raise translate_pg_error(exc, url) from exc
-
-    def wait(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for a task notification of another node.
-
-        Returns:
-            True when one arrived (claim now), False on timeout or after :meth:`close`.
-        """
-        with self._lock:
-            if self._closed:
-                return False
-            try:
-                for note in self._conn.notifies(timeout=timeout):
-                    if note.payload.rpartition(" ")[2] != self.owner:
-                        return True
-                return False
-            except psycopg.Error as exc:
-                raise translate_pg_error(exc, self._url) from exc
-            finally:
-                if self._closed:
-                    self._conn.close()
-
-    def close(self) -> None:
-        """Stop listening and close the connection (idempotent)."""
-        self._closed = True
-        if self._lock.acquire(blocking=False):
-            try:
-                self._conn.close()
-            finally:
-                self._lock.release()
+        super().__init__(url, CHANNEL, lambda payload: payload.rpartition(" ")[2] != owner)

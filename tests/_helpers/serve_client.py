@@ -33,6 +33,22 @@ from _helpers.timing import scaled
 DEFAULT_TIMEOUT = 30.0
 
 
+def write_resume_script(path: Path) -> Path:
+    """Write a scripted model to ``path`` (returned): ``slow...`` streams ``working`` then waits
+    120 s; the resume prompt after a restart (``while you were working on``) answers ``resumed and
+    done``; anything else is echoed."""
+    script = {
+        "rules": [
+            {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed and done"}]]},
+            {"match": {"prompt": "^slow"},
+             "steps": [[{"text": "working", "deltas": 1}, {"delay": 120}, {"text": "never"}]]},
+        ],
+        "default": "echo",
+    }
+    path.write_text(json.dumps(script))
+    return path
+
+
 class Client:
     """One attached client; ``events`` holds every event received, in order."""
 
