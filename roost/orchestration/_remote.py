@@ -15,6 +15,14 @@ the call together) does not fail the run: the agent's message is a one-line erro
 remote URL, ``[remote agent <Url> failed: <why>]``, logged as a warning, and the run goes on (the
 next agent, or the termination strategy, sees it). A remote Roost daemon with tokens takes the
 bearer token from the environment variable named by the additive ``TokenEnv`` key.
+
+A run keeps one remote conversation per proxy agent: the first call sends no ``contextId`` and
+the answer's ``contextId`` (its task's, or its message's) is kept in ``contexts`` (proxy agent
+name -> context id); each later call of the run to that agent sends it, so the remote agent sees
+its earlier messages (A2A spec 0.3, "Life of a task": the same ``contextId`` continues an
+interaction). The :class:`~roost.orchestration.Orchestrator` shares one ``contexts`` dict with the
+run's proxies and saves it in the run's thread metadata (``remote_contexts``), so ``--resume``
+and a daemon restart keep the remote conversation.
 """
 
 from __future__ import annotations
@@ -49,19 +57,29 @@ class RemoteAgentEngine:
         url: the remote agent's base URL (``http(s)://...``; the card is at ``{url}/.well-known/agent.json``).
         timeout: seconds one call may take, card read included (``TimeoutSeconds``).
         token: a bearer token sent on every request (None: none).
+        contexts: the run's remote context ids, proxy agent name -> ``contextId`` (read before a
+            call, written after one that answered; see the module doc).
     """
 
     agent: str
     url: str
     timeout: float
     token: str | None = None
+    contexts: dict[str, str] = attrs.field(factory=dict)
     name: str = "a2a"
 
     @classmethod
-    def from_spec(cls, agent: str, spec: Any) -> RemoteAgentEngine:
-        """The engine of an agent's ``RemoteAgent`` spec (``url``, ``timeout_seconds``, ``token_env``)."""
+    def from_spec(cls, agent: str, spec: Any, contexts: dict[str, str] | None = None) -> RemoteAgentEngine:
+        """The engine of an agent's ``RemoteAgent`` spec (``url``, ``timeout_seconds``,
+        ``token_env``); ``contexts``: the run's shared context ids (None: the engine's own)."""
         token = os.environ.get(spec.token_env) if spec.token_env else None
-        return cls(agent=agent, url=spec.url.rstrip("/"), timeout=spec.timeout_seconds, token=token or None)
+        return cls(
+            agent=agent,
+            url=spec.url.rstrip("/"),
+            timeout=spec.timeout_seconds,
+            token=token or None,
+            contexts=contexts if contexts is not None else {},
+        )
 
     @asynccontextmanager
     async def stream(self, request: EngineRequest) -> AsyncIterator[AsyncIterator[EngineEvent]]:
@@ -96,21 +114,33 @@ class RemoteAgentEngine:
         async with httpx.AsyncClient(timeout=self.timeout, headers=headers) as http:
             card = await A2ACardResolver(http, self.url, agent_card_path=CARD_PATH).get_agent_card()
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
-            message = Message(role=Role.user, parts=[Part(root=TextPart(text=text))], message_id=uuid.uuid4().hex)
+            message = Message(
+                role=Role.user,
+                parts=[Part(root=TextPart(text=text))],
+                message_id=uuid.uuid4().hex,
+                context_id=self.contexts.get(self.agent),
+            )
             last: Any = None
             async for event in client.send_message(message):
                 last = event
         if isinstance(last, Message):
+            self._keep_context(last.context_id)
             return _parts_text(last.parts)
         if not isinstance(last, tuple) or not isinstance(last[0], Task):
             raise RemoteFailed("the remote agent sent no task or message")
         task: Task = last[0]
+        self._keep_context(task.context_id)
         status_text = _parts_text(task.status.message.parts) if task.status.message else ""
         if task.status.state != TaskState.completed:
             ended = f"its task ended {task.status.state.value}"
             raise RemoteFailed(f"{ended}: {status_text}" if status_text else ended)
         artifacts = "\n".join(_parts_text(a.parts) for a in task.artifacts or [])
         return artifacts or status_text or "(the remote agent answered with no text)"
+
+    def _keep_context(self, context_id: str | None) -> None:
+        """Keep the answer's ``contextId`` for the run's next call to this agent (None: keep the old)."""
+        if context_id:
+            self.contexts[self.agent] = context_id
 
     async def list_models(self) -> list[ModelInfo]:
         return [ModelInfo(id=self.url, current=True)]
