@@ -106,7 +106,10 @@ def run_supervisor(session_id: str, agents: dict[str, AgentTurn], thread_ref: An
 
 
 def resolve_agents(
-    config: OrchestrationConfig, engines: Any, groups: Mapping[str, tuple[str, ...]] | None = None
+    config: OrchestrationConfig,
+    engines: Any,
+    groups: Mapping[str, tuple[str, ...]] | None = None,
+    remote_contexts: dict[str, str] | None = None,
 ) -> dict[str, AgentTurn]:
     """Each agent's turn settings, its ``Model`` resolved to an engine of ``engines``.
 
@@ -115,6 +118,9 @@ def resolve_agents(
         engines: a :class:`roost.protocol._engines.EngineCatalog`.
         groups: more plugin groups for the agents' ``Plugins`` (an MCP server's name -> its
             tools' names, :meth:`roost.plugins.McpHost.groups`).
+        remote_contexts: the run's remote A2A context ids, shared by its ``RemoteAgent`` proxies
+            (proxy name -> ``contextId``, see :mod:`roost.orchestration._remote`); None: each
+            proxy keeps its own.
 
     Returns:
         Agent name -> :class:`AgentTurn`, in config order.
@@ -129,14 +135,18 @@ def resolve_agents(
     out: dict[str, AgentTurn] = {}
     for agent in config.agents:
         try:
-            out[agent.name] = agent_turn(config, agent, engines, groups)
+            out[agent.name] = agent_turn(config, agent, engines, groups, remote_contexts)
         except ConfigError as exc:
             raise ConfigError(f"agent {agent.name}: {exc}") from None
     return out
 
 
 def agent_turn(
-    config: OrchestrationConfig, agent: AgentSpec, engines: Any, groups: Mapping[str, tuple[str, ...]] | None = None
+    config: OrchestrationConfig,
+    agent: AgentSpec,
+    engines: Any,
+    groups: Mapping[str, tuple[str, ...]] | None = None,
+    remote_contexts: dict[str, str] | None = None,
 ) -> AgentTurn:
     """One agent's :class:`AgentTurn` (see :func:`resolve_agents`); a ``RemoteAgent`` proxy's engine
     is a :class:`~roost.orchestration._remote.RemoteAgentEngine` and it is offered no tools."""
@@ -147,7 +157,7 @@ def agent_turn(
             name=agent.name,
             system_prompt=agent.instructions or None,
             tools=(),
-            engine=RemoteAgentEngine.from_spec(agent.name, agent.remote_agent),
+            engine=RemoteAgentEngine.from_spec(agent.name, agent.remote_agent, remote_contexts),
             model=agent.remote_agent.url,
         )
     spec = config.resolve_model(agent)

@@ -1,7 +1,8 @@
 """Running an orchestration: agents take turns on one conversation thread of kind ``orchestration``.
 
 A run is a thread of kind ``orchestration`` (``roost sessions`` lists it; its metadata holds
-``task``, ``config_path``, ``is_complete`` and the run's progress, so ``--resume`` continues it).
+``task``, ``config_path``, ``is_complete``, the run's progress and its ``RemoteAgent`` proxies'
+remote context ids, ``remote_contexts``, so ``--resume`` continues it).
 Each agent is an :class:`~roost.orchestration._agents.AgentActor` under the run's supervisor
 (:func:`~roost.orchestration._agents.run_supervisor`); the :class:`Orchestrator` asks the chosen
 agent to ``Speak`` and the agent takes a turn of the run's thread with its own instructions, tools,
@@ -183,7 +184,14 @@ class Orchestrator:
         self.after_turn = after_turn
         self.ask_question = ask_question
         self.agents: dict[str, AgentSpec] = {a.name: a for a in config.agents}
-        self.agent_turns = resolve_agents(config, engines, tool_groups)
+        meta = actor.thread.metadata or {}
+        saved_contexts = meta.get("remote_contexts")
+        #: the run's remote A2A context ids (``RemoteAgent`` proxy name -> ``contextId``), saved
+        #: with the progress (thread metadata ``remote_contexts``) and kept by a follow-up run
+        self.remote_contexts: dict[str, str] = (
+            {str(k): str(v) for k, v in saved_contexts.items()} if isinstance(saved_contexts, dict) else {}
+        )
+        self.agent_turns = resolve_agents(config, engines, tool_groups, self.remote_contexts)
         self.tool_groups = dict(tool_groups or {})
         if mcp_servers is None:
             mcp_servers = [s for s in config.mcp_servers if s.name not in self.tool_groups]
@@ -191,7 +199,6 @@ class Orchestrator:
         self.supervisor: Any = None
         #: how the run ended (set when :meth:`run` returns)
         self.outcome: RunOutcome | None = None
-        meta = actor.thread.metadata or {}
         saved = meta.get("orchestration")
         if not isinstance(saved, dict):
             saved = {}
@@ -296,7 +303,7 @@ class Orchestrator:
             tools: dict[str, Any] = {}
             host.attach(tools)  # kept current: a server that connects later adds its tools
             groups = {**self.tool_groups, **host.groups()}
-            turns = resolve_agents(self.config, self.engines, groups)
+            turns = resolve_agents(self.config, self.engines, groups, self.remote_contexts)
             self.agent_turns = {name: attrs.evolve(turn, extra_tools=tools) for name, turn in turns.items()}
             yield
 
@@ -533,6 +540,8 @@ class Orchestrator:
         meta = dict(self.actor.thread.metadata or {})
         meta["orchestration"] = attrs.asdict(self.progress)
         meta["is_complete"] = complete
+        if self.remote_contexts:
+            meta["remote_contexts"] = dict(self.remote_contexts)
         with trio.CancelScope(shield=True):
             await self.actor.ref.ask(UpdateThread(changes={"metadata": meta}), timeout=30)
 

@@ -196,7 +196,8 @@ def a2a_task(task: Any, host: A2AHost) -> Task:
     of the context's first task, see :meth:`A2AHost._context`); state ``submitted``
     (queued), ``working`` (running), ``completed``, ``canceled`` or ``failed``; the status message
     the agent's last message (or the error); the ``result`` artifact the last message of a
-    completed task; history the caller's message; metadata ``agent`` and ``lastAgent``."""
+    completed task; history the caller's message (A2A 0.3 ``Task.history`` is the messages of this task,
+    not of its context: the SDK's ``TaskManager`` keeps them so too); metadata ``agent`` and ``lastAgent``."""
     state = _state(task, host)
     result = task.result or {}
     last = result.get("lastMessage")
