@@ -136,6 +136,9 @@ async def test_reconnect_grace_reasks_approval_and_lists_pending_results(script:
             async with daemon.ws(client_id="alice") as a:
                 await a.wait_for("hello")
                 sid = await _dispatch(a, "approve after reconnect")
+                # queued behind another client's approval, answered only once alice is away (with
+                # one runner, her second task cannot end while a connection of hers is still open)
+                blocker = await _dispatch(other, "approve the blocker")
                 later = await _dispatch(a, "finishes while away")
                 await a.wait_for("approval_request")
             # alice is gone mid-approval; a newer connection with her id is asked again
@@ -153,6 +156,8 @@ async def test_reconnect_grace_reasks_approval_and_lists_pending_results(script:
                     await a3.send({"type": "approval_response", "approved": True})
                     assert (await a3.wait_for("result", lambda e: e["sessionId"] == sid))["succeeded"]
             # alice is away while her second task runs; another client's task after it marks the end
+            await other.wait_for("approval_request", lambda e: e["sessionId"] == blocker)
+            await other.send({"type": "approval_response", "approved": True})
             marker = await _dispatch(other, "marker")
             await other.wait_for("result", lambda e: e["sessionId"] == marker)
             async with daemon.ws(client_id="alice") as a4:
