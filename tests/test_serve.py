@@ -369,3 +369,31 @@ def test_serve_refuses_a_missing_or_broken_script_at_start(tmp_path: Path) -> No
         assert done.stderr == "roost serve: error: " + reason
         if path == typo:
             assert "unknown top-level key 'rule'" in reason
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "names no token"),
+        ("# tokens\n\n", "names no token"),
+        ("read\n", "a role needs its token"),
+        ("fulltoken\n", "expected 'full <token>' or 'read <token>'"),
+        ("full same\nread same\n", "both a full and a read token"),
+    ],
+)
+def test_a_tokens_file_that_would_leave_the_daemon_open_or_is_ambiguous_is_refused(
+    script: Path, tmp_path: Path, text: str, message: str
+) -> None:
+    """``--tokens-file`` sets the tokens every HTTP endpoint requires: a file naming none (which
+    would serve openly), a role without its token, a bare word, or one token in both roles stops
+    the daemon at start, one line, exit status 2 (a configuration error)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(text)
+    done = subprocess.run(
+        [*roost_argv(), "serve", "--provider", "scripted", "--script", str(script), "--http-port", "0",
+         "--socket", short_socket_path(), "--tokens-file", str(tokens)],
+        capture_output=True, text=True, timeout=scaled(60),
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in done.stderr

@@ -46,15 +46,28 @@ def test_args_summary_and_events() -> None:
 def test_tokens(tmp_path: Path) -> None:
     assert ServeAuth.load(environ={}).check(None) is not None          # no token configured: open
     file = tmp_path / "tokens"
-    file.write_text("# comment\n\nfull aaa\nread bbb\nccc\n")
+    file.write_text("# comment\n\nfull aaa\nread bbb\nfull ccc\n")
     auth = ServeAuth.load(tokens_file=file, environ={"ROOST_SERVE_TOKEN": "ddd"})
     assert auth.check(None) is None and auth.check("zzz") is None
     assert not auth.check("aaa").read_only and not auth.check("ccc").read_only and not auth.check("ddd").read_only
     assert auth.check("bbb").read_only
     assert auth.check("aaa").scope != auth.check("ccc").scope
-    file.write_text("admin eee\n")
-    with pytest.raises(ConfigError):
-        ServeAuth.load(tokens_file=file, environ={})
+    refused = {
+        "admin eee\n": "expected 'full <token>'",
+        "ccc\n": "expected 'full <token>'",  # a bare word: a token, or a role without its token?
+        "read\n": "a role needs its token",
+        "full\n": "a role needs its token",
+        "full t1\nread t1\n": "both a full and a read token",
+        "": "names no token",
+        "# only a comment\n\n": "names no token",
+    }
+    for text, message in refused.items():
+        file.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            ServeAuth.load(tokens_file=file, environ={})
+    file.write_text("read ddd\n")  # the environment's full token listed as a read one
+    with pytest.raises(ConfigError, match="both a full and a read token"):
+        ServeAuth.load(tokens_file=file, environ={"ROOST_SERVE_TOKEN": "ddd"})
     assert ServeAuth.load(environ={"FUSERAFT_SERVE_TOKEN": "x"}).check("x") is not None
 
 

@@ -12,8 +12,9 @@ wire-protocol.md, "Live sessions" (serve WebSocket row) and "Daemon events":
   under another token is another client.
 
 Tokens file (``--tokens-file``): UTF-8 text, one token per line as ``full <token>`` or
-``read <token>``; blank lines and lines starting with ``#`` are ignored. A bare ``<token>`` line is
-a full token.
+``read <token>``; blank lines and lines starting with ``#`` are ignored. Anything else is refused
+(a bare word could be a token or a role written without its token), so is one token listed in both
+roles, and so is a file that names no token at all (it would leave every endpoint open).
 
 The Unix socket (mode 0600, so only the daemon's user can connect) needs no token: it is a full
 client in the ``unix`` scope.
@@ -64,6 +65,32 @@ class Grant:
     read_only: bool = False
 
 
+def _parse_tokens(path: Path, text: str, full: set[str]) -> tuple[set[str], set[str]]:
+    """``(full, read)`` token sets: ``full`` (the environment's) plus the file's lines (see the
+    module docstring for the format and what is refused: :class:`ConfigError`, naming the line)."""
+    read: set[str] = set()
+    found = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or parts[0] not in ("full", "read"):
+            hint = " (a role needs its token)" if parts[0] in ("full", "read") else ""
+            raise ConfigError(f"{path}:{number}: expected 'full <token>' or 'read <token>'{hint}")
+        role, token = parts
+        if token in (read if role == "full" else full):  # (a full one may come from the environment)
+            raise ConfigError(f"{path}:{number}: this token is both a full and a read token; keep one role")
+        (full if role == "full" else read).add(token)
+        found += 1
+    if not found:
+        raise ConfigError(
+            f"{path} names no token (only blank or # lines), which would leave every endpoint open:"
+            " add 'full <token>' lines, or leave out --tokens-file"
+        )
+    return full, read
+
+
 def _fingerprint(token: str) -> str:
     return "tok-" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
@@ -84,7 +111,8 @@ class ServeAuth:
         """Tokens from the environment (full) and ``tokens_file``.
 
         Raises:
-            ConfigError: the tokens file cannot be read or has a line that is not ``full|read <token>``.
+            ConfigError: the tokens file cannot be read, has a line that is not ``full|read <token>``,
+                lists a token in both roles, or names no token.
         """
         environ = os.environ if environ is None else environ
         full: set[str] = set()
@@ -98,17 +126,7 @@ class ServeAuth:
                 text = tokens_file.read_text(encoding="utf-8")
             except OSError as exc:
                 raise ConfigError(f"cannot read the tokens file {tokens_file}: {exc}") from exc
-            for number, raw in enumerate(text.splitlines(), 1):
-                line = raw.strip()
-                if not line or line.startswith("#"):
-                    continue
-                parts = line.split()
-                if len(parts) == 1:
-                    full.add(parts[0])
-                elif len(parts) == 2 and parts[0] in ("full", "read"):
-                    (full if parts[0] == "full" else read).add(parts[1])
-                else:
-                    raise ConfigError(f"{tokens_file}:{number}: expected 'full <token>' or 'read <token>'")
+            full, read = _parse_tokens(tokens_file, text, full)
         return cls(full=frozenset(full), read=frozenset(read))
 
     def check(self, token: str | None) -> Grant | None:
