@@ -172,7 +172,30 @@ def check_config(doc: Mapping[str, Any], path: Path) -> None:
                 f"[provider] in {path}: unknown key {', '.join(map(repr, unknown))} "
                 f"(known keys: {', '.join(PROVIDER_KEYS)})"
             )
+        _check_provider_values(table, path)
     mcp_servers_from_toml(doc)
+
+
+def _check_provider_values(table: Mapping[str, Any], path: Path) -> None:
+    """Refuse ``name`` and ``provider`` with different values, and a ``connect_timeout`` /
+    ``read_timeout`` (seconds) or ``max_attempts`` (an integer) that is not a positive number
+    (a bool is not a number): the rule docs/operations.md states for the environment variables.
+
+    Raises:
+        ConfigError: one line naming the key(s) and ``path``.
+    """
+    if "name" in table and "provider" in table and table["name"] != table["provider"]:
+        raise ConfigError(
+            f"[provider] in {path}: name = {table['name']!r} and provider = {table['provider']!r} "
+            "disagree (provider is another spelling of name; give one)"
+        )
+    for key, kinds in (("connect_timeout", (int, float)), ("read_timeout", (int, float)), ("max_attempts", (int,))):
+        if key not in table:
+            continue
+        value = table[key]
+        if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+            what = "a positive integer" if kinds == (int,) else "a positive number (seconds)"
+            raise ConfigError(f"[provider] {key} in {path} must be {what}, not {value!r}")
 
 
 def resolve_provider(

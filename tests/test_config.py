@@ -141,3 +141,35 @@ def test_unknown_keys_are_refused_in_a_json_config(tmp_path):
     path.write_text(json.dumps({"provider": {"name": "scripted", "modle": "x"}}))
     with pytest.raises(ConfigError, match="unknown key 'modle'"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "max_attempts = -3",
+        "max_attempts = 2.5",
+        "max_attempts = 0",
+        "max_attempts = true",
+        "connect_timeout = true",
+        "connect_timeout = 0",
+        "read_timeout = -1",
+        'connect_timeout = "abc"',
+    ],
+)
+def test_provider_numbers_must_be_positive_naming_the_key_and_the_path(roost_home, line):
+    path = write_config(roost_home, f'[provider]\nname = "scripted"\n{line}\n')
+    key = line.split(" ")[0]
+    with pytest.raises(ConfigError) as info:
+        resolve_provider(env={"ROOST_HOME": str(roost_home)}, config_path=path)
+    message = str(info.value)
+    assert key in message and str(path) in message and "positive" in message and "\n" not in message
+
+
+def test_name_and_provider_must_agree(roost_home):
+    env = {"ROOST_HOME": str(roost_home)}
+    path = write_config(roost_home, '[provider]\nname = "anthropic"\nprovider = "scripted"\n')
+    with pytest.raises(ConfigError, match="name = 'anthropic' and provider = 'scripted'"):
+        resolve_provider(env=env, config_path=path)
+    write_config(roost_home, '[provider]\nname = "anthropic"\nprovider = "anthropic"\nread_timeout = 1.5\n')
+    settings = resolve_provider(env=env | {"ANTHROPIC_API_KEY": "k"}, config_path=path)
+    assert (settings.provider, settings.read_timeout) == ("anthropic", 1.5)
