@@ -164,3 +164,17 @@ async def test_a_killed_worker_gives_its_threads_back(tmp_path: Path, roost_home
         assert after["turn"]["status"] == "completed"
         snap = await client.request("thread/resume", {"thread_id": tid})
         assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed"]
+
+
+def test_worker_count_warns_on_a_negative_value_and_caps_at_the_cores_minus_one(monkeypatch, caplog):
+    from roost.protocol import _as_workers
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    expected = {"abc": _as_workers.DEFAULT_WORKERS, "-1": _as_workers.DEFAULT_WORKERS, "99": 1, "1": 1, "0": 0}
+    for raw, count in expected.items():
+        caplog.clear()
+        monkeypatch.setenv("ROOST_APPSERVER_WORKERS", raw)
+        with caplog.at_level("WARNING"):
+            assert _as_workers.worker_count() == count, raw
+        warned = [r for r in caplog.records if "ROOST_APPSERVER_WORKERS" in r.getMessage()]
+        assert len(warned) == (1 if raw in ("abc", "-1", "99") else 0), raw

@@ -82,15 +82,25 @@ _CREATES = frozenset({"thread/start", "thread/fork", "run/start"})
 
 def worker_count() -> int:
     """``ROOST_APPSERVER_WORKERS``: worker processes at most (default :data:`DEFAULT_WORKERS`,
-    none; ``auto``: the machine's cores minus one). An unreadable value counts as the default."""
+    none; ``auto``: the machine's cores minus one). A value that is not an integer >= 0 warns
+    and counts as the default; one above the cores minus one (at least 1) warns and is capped
+    there (docs/operations.md)."""
     raw = os.environ.get("ROOST_APPSERVER_WORKERS", "").strip()
+    cap = max(1, (os.cpu_count() or 1) - 1)
     if raw == "auto":
         return max(0, (os.cpu_count() or 1) - 1)
     if raw:
         try:
-            return max(0, int(raw))
+            count = int(raw)
         except ValueError:
-            log.warning("ROOST_APPSERVER_WORKERS=%r is not an integer; using the default", raw)
+            count = -1
+        if count < 0:
+            log.warning("ROOST_APPSERVER_WORKERS=%r is not an integer >= 0; using the default", raw)
+        elif count > cap:
+            log.warning("ROOST_APPSERVER_WORKERS=%d is more than the cores minus one; using %d", count, cap)
+            return cap
+        else:
+            return count
     return DEFAULT_WORKERS
 
 
