@@ -46,6 +46,7 @@ Prints one JSON line (``_ms``, ``_bytes``, ``_mib``, ``_per_s``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -131,10 +132,8 @@ def tree_cpu_s(pid: int) -> float:
     kids = children(pid)
     PROCESSES_MAX = max(PROCESSES_MAX, 1 + len(kids))
     for child in kids:
-        try:
+        with contextlib.suppress(OSError, IndexError, ValueError):  # a child that exited meanwhile
             total += proc_cpu_s(child)
-        except (OSError, IndexError, ValueError):
-            pass
     return total
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -272,11 +273,9 @@ def _report_after_early_answer(exc: BaseException) -> None:
     from roost._json import dumps_line
     from roost.protocol import wire_error
 
-    try:
+    with contextlib.suppress(OSError):  # the client closed stdout: the stderr line still says it
         os.set_blocking(1, True)
         os.write(1, dumps_line({"id": None, "error": wire_error(exc, context="start-up")}))
-    except OSError:
-        pass
 
 
 async def _serve_stdio(**serve_options: Any) -> None:
