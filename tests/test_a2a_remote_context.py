@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -61,13 +63,21 @@ def _oracle(messages: list[dict]) -> list[str]:
     return [m["content"] for m in messages if m["role"] == "assistant" and m["agentName"] == "Oracle"]
 
 
-async def test_a_run_keeps_its_remote_context(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _remote_team(tmp_path: Path) -> AsyncIterator[Path]:
+    """A second daemon hosting the remote agent over A2A, and the team config (4 turns) that
+    proxies its Oracle to it."""
     (tmp_path / "remote").mkdir()
     remote = tmp_path / "remote.json"
     remote.write_text(json.dumps(REMOTE))
     async with open_daemon(script=remote, args=["--a2a", "--work-dir", str(tmp_path / "remote")]) as other:
         config = tmp_path / "team.yaml"
         config.write_text(TEAM % {"url": f"http://127.0.0.1:{other.port}/a2a/assistant", "timeout": 60, "turns": 4})
+        yield config
+
+
+async def test_a_run_keeps_its_remote_context(tmp_path: Path) -> None:
+    async with _remote_team(tmp_path) as config:
         result = await _run(tmp_path, _env(tmp_path, LOCAL), "-c", str(config), "one")
         assert result["succeeded"] is True and result["turns"] == 4
         first, second = _oracle(await _messages(tmp_path, result["sessionId"]))
@@ -81,12 +91,7 @@ async def test_a_run_keeps_its_remote_context(tmp_path: Path) -> None:
 
 
 async def test_a_resumed_run_keeps_its_remote_context(tmp_path: Path) -> None:
-    (tmp_path / "remote").mkdir()
-    remote = tmp_path / "remote.json"
-    remote.write_text(json.dumps(REMOTE))
-    async with open_daemon(script=remote, args=["--a2a", "--work-dir", str(tmp_path / "remote")]) as other:
-        config = tmp_path / "team.yaml"
-        config.write_text(TEAM % {"url": f"http://127.0.0.1:{other.port}/a2a/assistant", "timeout": 60, "turns": 4})
+    async with _remote_team(tmp_path) as config:
         env = _env(tmp_path, LOCAL)
         # --hitl: go on after the Writer, stop after the Oracle's first answer (130, resumable)
         stopped = await _run(tmp_path, env, "--hitl", "-c", str(config), "one", stdin=b"\n/stop\n", code=130)
