@@ -178,3 +178,17 @@ def test_worker_count_warns_on_a_negative_value_and_caps_at_the_cores_minus_one(
             assert _as_workers.worker_count() == count, raw
         warned = [r for r in caplog.records if "ROOST_APPSERVER_WORKERS" in r.getMessage()]
         assert len(warned) == (1 if raw in ("abc", "-1", "99") else 0), raw
+
+
+def test_spread_at_warns_on_a_bad_value_and_uses_the_default(monkeypatch, caplog):
+    from roost.protocol import _as_workers
+
+    default = _as_workers.DEFAULT_SPREAD_AT
+    expected = {"abc": default, "-3": default, "1.5": default, "0": 0, "7": 7, "": default}
+    for raw, value in expected.items():
+        caplog.clear()
+        monkeypatch.setenv("ROOST_APPSERVER_SPREAD_AT", raw)
+        with caplog.at_level("WARNING"):
+            assert _as_workers.spread_at() == value, raw
+        warned = [r for r in caplog.records if "ROOST_APPSERVER_SPREAD_AT" in r.getMessage()]
+        assert len(warned) == (1 if raw in ("abc", "-3", "1.5") else 0), raw

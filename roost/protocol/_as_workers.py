@@ -105,12 +105,23 @@ def worker_count() -> int:
 
 
 def spread_at() -> int:
-    """``ROOST_APPSERVER_SPREAD_AT`` (running turns, >= 0) or :data:`DEFAULT_SPREAD_AT`."""
+    """``ROOST_APPSERVER_SPREAD_AT`` (running turns, an integer >= 0) or :data:`DEFAULT_SPREAD_AT`.
+
+    A value that is not an integer >= 0 warns, naming the variable, and counts as the default,
+    like ``ROOST_APPSERVER_WORKERS`` (docs/operations.md)."""
     raw = os.environ.get("ROOST_APPSERVER_SPREAD_AT", "").strip()
-    try:
-        return max(0, int(raw)) if raw else DEFAULT_SPREAD_AT
-    except ValueError:
+    if not raw:
         return DEFAULT_SPREAD_AT
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        log.warning(
+            "ROOST_APPSERVER_SPREAD_AT=%r is not an integer >= 0; using the default %d", raw, DEFAULT_SPREAD_AT
+        )
+        return DEFAULT_SPREAD_AT
+    return value
 
 
 def is_worker() -> bool:
