@@ -117,9 +117,7 @@ def spread_at() -> int:
     except ValueError:
         value = -1
     if value < 0:
-        log.warning(
-            "ROOST_APPSERVER_SPREAD_AT=%r is not an integer >= 0; using the default %d", raw, DEFAULT_SPREAD_AT
-        )
+        log.warning("ROOST_APPSERVER_SPREAD_AT=%r is not an integer >= 0; using the default %d", raw, DEFAULT_SPREAD_AT)
         return DEFAULT_SPREAD_AT
     return value
 
