@@ -26,6 +26,7 @@ raises :class:`ConfigError` naming these settings, unless the caller passes
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -179,7 +180,8 @@ def check_config(doc: Mapping[str, Any], path: Path) -> None:
 def _check_provider_values(table: Mapping[str, Any], path: Path) -> None:
     """Refuse ``name`` and ``provider`` with different values, and a ``connect_timeout`` /
     ``read_timeout`` (seconds) or ``max_attempts`` (an integer) that is not a positive number
-    (a bool is not a number): the rule docs/operations.md states for the environment variables.
+    (a bool is not a number; TOML's ``inf`` and ``nan`` are refused): the rule
+    docs/operations.md states for the environment variables.
 
     Raises:
         ConfigError: one line naming the key(s) and ``path``.
@@ -193,8 +195,8 @@ def _check_provider_values(table: Mapping[str, Any], path: Path) -> None:
         if key not in table:
             continue
         value = table[key]
-        if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
-            what = "a positive integer" if kinds == (int,) else "a positive number (seconds)"
+        if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < math.inf:
+            what = "a positive integer" if kinds == (int,) else "a positive finite number (seconds)"
             raise ConfigError(f"[provider] {key} in {path} must be {what}, not {value!r}")
 
 

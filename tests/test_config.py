@@ -153,6 +153,8 @@ def test_unknown_keys_are_refused_in_a_json_config(tmp_path):
         "connect_timeout = true",
         "connect_timeout = 0",
         "read_timeout = -1",
+        "read_timeout = inf",
+        "connect_timeout = nan",
         'connect_timeout = "abc"',
     ],
 )

@@ -40,7 +40,9 @@ def test_toml_servers_infer_the_transport_and_keep_every_field() -> None:
     ("body", "message"),
     [
         ({"args": ["x"]}, "[mcp_servers.s] command in config.toml: required for a stdio server"),
-        ({"command": "x", "timeout": 0}, "[mcp_servers.s] timeout in config.toml: must be a positive number"),
+        ({"command": "x", "timeout": 0}, "[mcp_servers.s] timeout in config.toml: must be a positive finite number"),
+        ({"command": "x", "timeout": float("inf")}, "[mcp_servers.s] timeout in config.toml: must be a positive"),
+        ({"command": "x", "connect_timeout": float("nan")}, "[mcp_servers.s] connect_timeout in config.toml: must be"),
         ({"command": "x", "args": "s.py"}, "[mcp_servers.s] args in config.toml: expected a list of strings"),
         ({"transport": "http", "url": "ftp://x"}, "[mcp_servers.s] url in config.toml: an http:// or https:// URL"),
         ({"command": "x", "read_only": "yes"}, "[mcp_servers.s] read_only in config.toml: expected true or false"),

@@ -31,6 +31,7 @@ tool is listed in ``ReadOnlyTools``; every other MCP tool is mutating.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -237,8 +238,8 @@ def _collect(
         if value is not None and not all(isinstance(v, str) for v in value.values()):
             errors.append(f"{at(key)}: expected a mapping of strings")
     for value, key in ((timeout, "timeout_s"), (connect_timeout, "connect_timeout_s")):
-        if value is not None and not value > 0:
-            errors.append(f"{at(key)}: must be a positive number of seconds")
+        if value is not None and not 0 < value < math.inf:
+            errors.append(f"{at(key)}: must be a positive finite number of seconds")
     if errors:
         return errors
     if cwd is not None and base is not None:
