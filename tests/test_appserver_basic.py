@@ -68,6 +68,11 @@ async def test_errors_are_structured_and_reading_goes_on(env, tmp_path):
             with pytest.raises(RemoteError) as exc:
                 await client.initialize(client=client_info)
             assert exc.value.code == "invalid_params" and "must be a string" in exc.value.error["message"]
+        for value in (1, "yes", {}):  # capabilities.deferred_notification_content is a boolean
+            with pytest.raises(RemoteError) as exc:
+                await client.initialize(capabilities={"deferred_notification_content": value})
+            assert exc.value.code == "invalid_params"
+            assert "deferred_notification_content must be true or false" in exc.value.error["message"]
         with pytest.raises(RemoteError) as exc:
             await client.request("thread/start", {"bogus": 1})
         assert exc.value.code == "invalid_params" and "bogus" in exc.value.error["message"]
@@ -181,6 +186,14 @@ def test_a_first_initialize_with_a_wrong_client_type_is_invalid_params(env, tmp_
     first = json.loads(done.stdout.splitlines()[0])
     assert first["id"] == 1 and first["error"]["code"] == "invalid_params", first
     assert "client.name must be a string" in first["error"]["message"]
+    # the early answer (before the runtime loads) refuses what the session refuses
+    line = (b'{"id":1,"method":"initialize","params":{"protocol_version":"wuu-app-server/v0.1",'
+            b'"capabilities":{"deferred_notification_content":1}}}\n')
+    done = subprocess.run([*roost_argv(), "app-server"], input=line, env=env, cwd=tmp_path, capture_output=True,
+                          timeout=scaled(60))
+    first = json.loads(done.stdout.splitlines()[0])
+    assert first["id"] == 1 and first["error"]["code"] == "invalid_params", first
+    assert "deferred_notification_content must be true or false" in first["error"]["message"]
 
 
 def test_a_client_that_stops_reading_is_disconnected_with_exit_status_3(env, tmp_path):

@@ -76,6 +76,11 @@ def test_schema_covers_every_method_and_rejects_what_the_server_rejects(schema):
     assert not start.is_valid({"thread_id": "thr_1", "bogus": 1})     # unknown params are refused
     assert not start.is_valid({"thread_id": 5})                       # wrong type
     assert start.is_valid({"thread_id": "thr_1", "client_id": None})  # null = absent
+    init = _validator(schema, schema["x-methods"]["initialize"]["params"])  # nested members the server checks
+    assert init.is_valid({"client": {"name": "ide", "version": "1"}, "capabilities": {"deferred_notification_content": True}})
+    assert not init.is_valid({"client": {"name": 5}})
+    assert not init.is_valid({"capabilities": {"deferred_notification_content": 1}})
+    assert not init.is_valid({"capabilities": {"reverse_rpc": {"methods": [1]}}})
 
 
 async def test_every_line_of_a_real_session_matches_the_schema(schema, tmp_path: Path, roost_home: Path):

@@ -171,6 +171,8 @@ def _plain_initialize(line: bytes) -> tuple[Any, EarlyInitialize] | None:
         return None
     if any(client.get(key) is not None and type(client.get(key)) is not str for key in ("name", "version")):
         return None  # the session's invalid_params
+    if type(capabilities.get("deferred_notification_content")) not in (bool, type(None)):
+        return None  # the session's invalid_params
     reverse = capabilities.get("reverse_rpc") or {}
     methods = (reverse.get("methods") or []) if type(reverse) is dict else None
     if type(methods) is not list or not all(type(m) is str for m in methods):

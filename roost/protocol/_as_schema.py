@@ -115,6 +115,23 @@ def params_spec(name: str) -> dict[str, tuple[tuple[type, ...], bool]]:
     raise SchemaError(f"{name}: its handler calls no check_params(method, params, spec)")
 
 
+#: Members of an object parameter that its handler checks beyond the parameter's own type:
+#: method -> parameter -> JSON Schema ``properties`` (checked by the handler, so the printed schema
+#: types them too; the ``initialize`` ones are spec "initialize": client ``{name, version}``).
+_NESTED_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
+    "initialize": {
+        "client": {"name": {"type": ["string", "null"]}, "version": {"type": ["string", "null"]}},
+        "capabilities": {
+            "deferred_notification_content": {"type": ["boolean", "null"]},
+            "reverse_rpc": {
+                "type": ["object", "null"],
+                "properties": {"methods": {"type": ["array", "null"], "items": {"type": "string"}}},
+            },
+        },
+    },
+}
+
+
 def _params_schema(name: str) -> dict:
     spec = params_spec(name)
     props: dict[str, Any] = {}
@@ -124,6 +141,9 @@ def _params_schema(name: str) -> dict:
             props[field] = {}
         else:
             props[field] = {"type": json_type if required else [json_type, "null"]}
+        nested = _NESTED_PARAMS.get(name, {}).get(field)
+        if nested is not None:
+            props[field]["properties"] = nested
     schema: dict[str, Any] = {
         "type": ["object", "null"] if not any(r for _, r in spec.values()) else "object",
         "properties": props,

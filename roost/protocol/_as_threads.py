@@ -76,6 +76,11 @@ async def initialize(session: AppServerSession, params: Any) -> dict:
     if version is not None and version != PROTOCOL_VERSION:
         raise InvalidParams(f"unsupported protocol_version {version!r}; this server speaks {PROTOCOL_VERSION}")
     capabilities = p.get("capabilities") or {}
+    deferred = capabilities.get("deferred_notification_content")
+    if deferred is not None and not isinstance(deferred, bool):
+        raise InvalidParams(
+            f"capabilities.deferred_notification_content must be true or false, not {type(deferred).__name__}"
+        )
     reverse = capabilities.get("reverse_rpc") or {}
     if not isinstance(reverse, dict):
         raise InvalidParams("capabilities.reverse_rpc must be an object with methods")
