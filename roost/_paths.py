@@ -16,8 +16,9 @@ __all__ = [
 ]
 
 
-def roost_home() -> Path:
-    """Return ``$ROOST_HOME`` (default ``~/.roost``), creating it (mode 0700) when missing.
+def roost_home(*, create: bool = True) -> Path:
+    """Return ``$ROOST_HOME`` (default ``~/.roost``), creating it (mode 0700) when missing unless
+    ``create`` is false (a read-only query such as ``roost status`` leaves no directory behind).
 
     Raises:
         ConfigError: it exists and is not a directory, or cannot be created.
@@ -25,6 +26,10 @@ def roost_home() -> Path:
     raw = os.environ.get("ROOST_HOME") or str(Path.home() / ".roost")
     home = Path(raw).expanduser()
     try:
+        if not create:
+            if home.exists() and not home.is_dir():
+                raise NotADirectoryError(20, "not a directory", str(home))
+            return home
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         from roost.errors import ConfigError

@@ -193,6 +193,18 @@ async def test_metrics_endpoint_follows_the_token_rules(tmp_path: Path) -> None:
     assert ("roost_supervisor_restarts", ()) in samples
 
 
+def test_status_of_a_home_that_does_not_exist_creates_nothing(tmp_path: Path, monkeypatch) -> None:
+    home = tmp_path / "never" / "home"
+    monkeypatch.setenv("ROOST_HOME", str(home))
+    done = roost("status", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["daemons"] == [] and not (tmp_path / "never").exists()
+    home.parent.mkdir()
+    home.write_text("")  # a file where the home should be: exit 2 with the reason
+    bad = roost("status")
+    assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
 def test_status_creates_no_database_and_names_the_one_the_daemons_use(roost_home: Path) -> None:
     import os
     import socket

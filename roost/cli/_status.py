@@ -170,7 +170,7 @@ def status_command(as_json: bool) -> None:
     from roost.storage import database_label
 
     try:
-        home = roost_home()
+        home = roost_home(create=False)
         schedules, cluster, found = _from_store(home)
     except RoostError as exc:
         if as_json:  # the error envelope on stdout, as every --json query (wire.md "Resource queries")
