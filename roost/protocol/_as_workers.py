@@ -80,46 +80,41 @@ _STOP_S = 15.0
 _CREATES = frozenset({"thread/start", "thread/fork", "run/start"})
 
 
-def worker_count() -> int:
-    """``ROOST_APPSERVER_WORKERS``: worker processes at most (default :data:`DEFAULT_WORKERS`,
-    none; ``auto``: the machine's cores minus one). A value that is not an integer >= 0 warns
-    and counts as the default; one above the cores minus one (at least 1) warns and is capped
-    there (docs/operations.md)."""
-    raw = os.environ.get("ROOST_APPSERVER_WORKERS", "").strip()
-    cap = max(1, (os.cpu_count() or 1) - 1)
-    if raw == "auto":
-        return max(0, (os.cpu_count() or 1) - 1)
-    if raw:
-        try:
-            count = int(raw)
-        except ValueError:
-            count = -1
-        if count < 0:
-            log.warning("ROOST_APPSERVER_WORKERS=%r is not an integer >= 0; using the default", raw)
-        elif count > cap:
-            log.warning("ROOST_APPSERVER_WORKERS=%d is more than the cores minus one; using %d", count, cap)
-            return cap
-        else:
-            return count
-    return DEFAULT_WORKERS
-
-
-def spread_at() -> int:
-    """``ROOST_APPSERVER_SPREAD_AT`` (running turns, an integer >= 0) or :data:`DEFAULT_SPREAD_AT`.
-
-    A value that is not an integer >= 0 warns, naming the variable, and counts as the default,
-    like ``ROOST_APPSERVER_WORKERS`` (docs/operations.md)."""
-    raw = os.environ.get("ROOST_APPSERVER_SPREAD_AT", "").strip()
+def _count_env(name: str, default: int) -> int:
+    """``$name`` as an integer >= 0, or ``default`` when unset, empty, or (with a warning naming
+    the variable) not an integer >= 0."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return DEFAULT_SPREAD_AT
+        return default
     try:
         value = int(raw)
     except ValueError:
         value = -1
     if value < 0:
-        log.warning("ROOST_APPSERVER_SPREAD_AT=%r is not an integer >= 0; using the default %d", raw, DEFAULT_SPREAD_AT)
-        return DEFAULT_SPREAD_AT
+        log.warning("%s=%r is not an integer >= 0; using the default %d", name, raw, default)
+        return default
     return value
+
+
+def worker_count() -> int:
+    """``ROOST_APPSERVER_WORKERS``: worker processes at most (default :data:`DEFAULT_WORKERS`,
+    none; ``auto``: the machine's cores minus one). A value that is not an integer >= 0 warns
+    and counts as the default; one above the cores minus one (at least 1) warns and is capped
+    there (docs/operations.md)."""
+    if os.environ.get("ROOST_APPSERVER_WORKERS", "").strip() == "auto":
+        return max(0, (os.cpu_count() or 1) - 1)
+    count = _count_env("ROOST_APPSERVER_WORKERS", DEFAULT_WORKERS)
+    cap = max(1, (os.cpu_count() or 1) - 1)
+    if count > cap:
+        log.warning("ROOST_APPSERVER_WORKERS=%d is more than the cores minus one; using %d", count, cap)
+        return cap
+    return count
+
+
+def spread_at() -> int:
+    """``ROOST_APPSERVER_SPREAD_AT`` (running turns, an integer >= 0) or :data:`DEFAULT_SPREAD_AT`;
+    a bad value warns and counts as the default, like ``ROOST_APPSERVER_WORKERS``."""
+    return _count_env("ROOST_APPSERVER_SPREAD_AT", DEFAULT_SPREAD_AT)
 
 
 def is_worker() -> bool:
