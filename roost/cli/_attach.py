@@ -45,6 +45,7 @@ import trio
 
 from roost.cli._attach_link import DaemonUnreachable, _Link, _wait_connectable, open_link
 from roost.cli._attach_render import HELP, Renderer
+from roost.cli._params import SECONDS
 
 __all__ = ["attach_command", "run_attach"]
 
@@ -446,7 +447,7 @@ def _warn(text: str) -> None:
 )
 @click.option(
     "--reconnect",
-    type=click.FloatRange(0),
+    type=SECONDS,
     default=None,
     metavar="SECONDS",
     help="After the connection is lost (e.g. a daemon restart), keep trying to attach again "

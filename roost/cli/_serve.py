@@ -29,6 +29,7 @@ import trio
 from roost._json import dumps_line
 from roost.cli._appserver import setup_logging
 from roost.cli._engine_options import EngineFlags, engine_options
+from roost.cli._params import SECONDS
 from roost.errors import ConfigError, RoostError
 
 if TYPE_CHECKING:
@@ -336,7 +337,7 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
 )
 @click.option(
     "--reconnect-grace",
-    type=click.FloatRange(0),
+    type=SECONDS,
     default=30.0,
     show_default=True,
     help="Seconds a pending approval waits for its client to reconnect.",
@@ -386,7 +387,7 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
 )
 @click.option(
     "--kick-grace",
-    type=click.FloatRange(0),
+    type=SECONDS,
     default=10.0,
     hidden=True,
     help="Seconds a slow consumer may still read what was queued before it is closed.",
