@@ -5,12 +5,12 @@ wire-protocol.md, "Live sessions" and "Daemon events (serve socket)"; the mechan
 ``{"type": "listening", "protocolVersion": 1, "socket": PATH, "httpPort": PORT|null, "pid": PID}``,
 and then logs only to stderr.
 
-Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in the store and
-resumed by the next daemon), 1 when another daemon owns the socket path, the --http-port cannot be
-listened on (in use, privileged, not an address of this host) or on a runtime error,
-2 on a configuration error (no provider, a missing or broken scripted --script, unreadable tokens
-or TLS files, a malformed ``[mcp_servers]`` table, an unusable ``-c`` orchestration config, or one
-with an agent whose model cannot be used, e.g. an unset API key variable).
+Exit status: 0 after SIGINT/SIGTERM (tasks still queued or running are kept in the store and resumed
+by the next daemon), 1 when another daemon owns the socket path, the --http-port cannot be listened
+on (in use, privileged, not an address of this host) or on a runtime error, 2 on a configuration
+error (no provider, a missing or broken scripted --script, unreadable tokens or TLS files, a
+malformed ``[mcp_servers]`` table, an unusable ``-c`` orchestration config, or one with an agent
+whose model cannot be used, e.g. an unset API key variable).
 """
 
 from __future__ import annotations
@@ -258,8 +258,7 @@ async def _start_objectives(runtime: Any, daemon: Any, auto_objectives: tuple[st
 
 
 def _check_config(path: Path | None, engines: Any) -> str | None:
-    """Validate the ``-c`` orchestration config and its agents' models; return its absolute path
-    (None without one).
+    """Validate the ``-c`` orchestration config and its agents' models; return its path or None.
 
     Each agent's model is resolved against ``engines`` (the daemon's
     :class:`~roost.protocol._engines.EngineCatalog`), as ``roost run`` does before a run, so a
