@@ -40,6 +40,26 @@ def test_acquire_increments_token_and_excludes(backend) -> None:
         assert store.get_lease(conn, "never") is None
 
 
+def test_held_elsewhere_many_agrees_with_held_elsewhere_key_by_key(backend) -> None:
+    from roost.storage import leases
+
+    store = backend
+    with store.transaction() as conn:
+        store.acquire(conn, "thread:a", "A", 60.0)
+        store.acquire(conn, "thread:b", "B", 60.0)
+        store.release(conn, store.acquire(conn, "thread:freed", "A", 60.0))
+        store.acquire(conn, "thread:expired", "A", 10.0, now=100.0)
+    # more keys than one IN (...) query holds, most of them without a row
+    keys = ["thread:a", "thread:b", "thread:freed", "thread:expired"] + [f"thread:none-{i}" for i in range(1200)]
+    with store.read() as conn:
+        many = leases.held_elsewhere_many(conn, keys, "B")
+        one_by_one = {k: row for k in keys if (row := leases.held_elsewhere(conn, k, "B")) is not None}
+        assert leases.held_elsewhere_many(conn, [], "B") == {}
+    assert set(many) == {"thread:a"}
+    assert many == one_by_one
+    assert many["thread:a"]["owner"] == "A"
+
+
 def test_renew_extends_and_detects_supersession(backend) -> None:
     store = backend
     with store.transaction() as conn:

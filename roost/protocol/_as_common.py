@@ -98,7 +98,7 @@ async def mark_running_elsewhere(session: Any, views: list[dict]) -> None:
     "running"``, ``active_turn_id`` its running turn; the thread object of docs/app-server.md).
 
     This process's view of a thread whose turn runs elsewhere says ``idle``; a view is changed
-    when another live owner holds the thread's execution lease (:func:`leases.held_elsewhere`)
+    when another live owner holds the thread's execution lease (:func:`leases.held_elsewhere_many`)
     and the thread has a ``running`` turn row. Ephemeral threads are never elsewhere. One store
     read for all of ``views``.
     """
@@ -109,8 +109,9 @@ async def mark_running_elsewhere(session: Any, views: list[dict]) -> None:
 
     def read(conn: Any) -> dict[str, str]:
         running: dict[str, str] = {}
+        held = leases.held_elsewhere_many(conn, [leases.thread_lease_key(tid) for tid in ids], owner)
         for tid in ids:
-            if leases.held_elsewhere(conn, leases.thread_lease_key(tid), owner) is not None:
+            if leases.thread_lease_key(tid) in held:
                 turns = list_turns(conn, tid, status="running")
                 if turns:
                     running[tid] = turns[-1].id

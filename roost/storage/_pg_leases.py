@@ -39,6 +39,7 @@ __all__ = [
     "check_fence",
     "fenced",
     "get_lease",
+    "get_leases",
     "db_now",
     "live_lease_owners",
 ]
@@ -58,6 +59,14 @@ def get_lease(conn: psycopg.Connection, key: str) -> dict[str, Any] | None:
     """Return the lease row as a dict (``key, owner, token, expires_at, successor``) or ``None``."""
     row = conn.execute("SELECT key, owner, token, expires_at, successor FROM leases WHERE key = %s", (key,)).fetchone()
     return None if row is None else dict(zip(_COLUMNS, row, strict=True))
+
+
+def get_leases(conn: psycopg.Connection, keys: list[str]) -> list[tuple[Any, ...]]:
+    """Return the lease rows (``key, owner, token, expires_at, successor`` tuples) of ``keys``
+    that have one, in no particular order (``key = ANY(...)``: one round trip)."""
+    return conn.execute(
+        "SELECT key, owner, token, expires_at, successor FROM leases WHERE key = ANY(%s)", (list(keys),)
+    ).fetchall()
 
 
 def acquire(conn: psycopg.Connection, key: str, owner: str, ttl: float, *, now: float | None = None) -> Lease:
