@@ -176,3 +176,30 @@ async def test_kill_9_of_the_front_door_stops_its_workers(tmp_path: Path, script
         with trio.fail_after(scaled(30)):
             while any(_alive(w["pid"]) for w in workers):
                 await trio.sleep(0.1)
+
+
+async def test_a_task_the_busy_front_door_queues_wakes_an_idle_worker(tmp_path: Path, script: Path, home: Path) -> None:
+    # the workers' poll is a minute: the task reaches the idle worker only through the wake-up byte
+    env = {**_env(home), "ROOST_TASK_POLL_S": "60"}
+    err = (tmp_path / "serve.err").open("wb")
+    async with open_daemon(script=script, env=env, stderr=err, args=["--workers", "2"]) as daemon:
+        async with daemon.unix() as client:
+            await client.wait_for("hello")
+            (worker,) = await _workers(client)
+            log = home / "logs" / f"roost.worker-{worker['index']}.log"
+            with trio.fail_after(scaled(60)):  # its runner has made its first look and sleeps
+                while not (log.exists() and '"worker_ready"' in log.read_text()):
+                    await trio.sleep(0.1)
+            await trio.sleep(scaled(1))
+            slow = [await _dispatch(client, f"slow {i}") for i in range(2)]
+            with trio.fail_after(scaled(30)):
+                while True:
+                    rows = _rows(home, "SELECT owner FROM leases WHERE key LIKE 'task:%' AND owner IS NOT NULL")
+                    if len(rows) == 2:
+                        break
+                    await trio.sleep(0.1)
+            assert {_pid(o) for (o,) in rows} == {daemon.process.pid, worker["pid"]}
+            start = len(client.events)
+            await client.send({"type": "interrupt"})
+            for sid in slow:
+                await client.wait_for("result", lambda e, s=sid: e["sessionId"] == s, start=start)

@@ -107,6 +107,9 @@ class TaskQueue(TaskRunner, SharedQueue):
         self.tasks: dict[str, QueuedTask] = {}
         #: called with ``(task)`` once a task is queued (the daemon's metrics); must not block
         self.on_accepted: Any = None
+        #: called with ``(task)`` when a task is queued and no runner of this process is idle
+        #: (``roost serve --workers``: wake a worker); must not block
+        self.on_unclaimed: Any = None
         self._queued: collections.deque[str] = collections.deque()
         #: the wake-up events of the runners that wait (or claim), oldest first
         self._sleepers: collections.deque[trio.Event] = collections.deque()
@@ -195,7 +198,8 @@ class TaskQueue(TaskRunner, SharedQueue):
         one idle runner, tell the listener, log it."""
         if item.status == "queued" and item.id not in self._local:
             self._queued.append(item.id)
-        self._notify_one()
+        if not self._notify_one() and self.on_unclaimed is not None:
+            self.on_unclaimed(item)
         if self.on_accepted is not None:
             self.on_accepted(item)
         log.info(
@@ -357,10 +361,22 @@ class TaskQueue(TaskRunner, SharedQueue):
         for event in sleepers:
             event.set()
 
-    def _notify_one(self) -> None:
-        """Wake one idle runner (one task became claimable); it wakes the next when it claims one."""
+    def _notify_one(self) -> bool:
+        """Wake one idle runner (one task became claimable); it wakes the next when it claims one.
+        Return whether a runner was idle."""
         if self._sleepers:
             self._sleepers.popleft().set()
+            return True
+        return False
+
+    def wake_one(self) -> bool:
+        """Have one idle runner look at the shared queue now, because another process of this
+        store made a task claimable (``roost serve --workers``: the front door's wake-up byte).
+
+        Returns:
+            Whether a runner was idle (False: every runner is busy; the first to finish looks).
+        """
+        return self._notify_one()
 
     async def _runner(self) -> None:
         """Claim the next task of the shared queue and run it under its lease, forever.

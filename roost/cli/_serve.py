@@ -128,7 +128,7 @@ async def run_serve(
                     if workers > 1:
                         from roost.cli._serve_workers import WorkerPool, worker_argv
 
-                        daemon.workers = WorkerPool(worker_argv(sys.argv[1:]), workers - 1)
+                        daemon.workers = WorkerPool(worker_argv(sys.argv[1:]), workers - 1, daemon.queue)
                         await nursery.start(daemon.workers.run)
                     _announce_listening(options, daemon)
                     async for _ in signals:

@@ -13,6 +13,12 @@ Supervision: :class:`WorkerPool` restarts a worker that exits (after a back-off 
 the front door; the worker stops when it reads end of file. So a front door that dies, even by
 ``kill -9``, never leaves orphans: the kernel closes the pipe and every worker stops (its running
 tasks stay ``running`` in the store and are resumed, ``task_resumed``, by the next process).
+
+Wake-up: SQLite has no ``NOTIFY``, so the same pipe carries it. When the front door queues a task
+and none of its own runners is idle (:attr:`TaskQueue.on_unclaimed`), :meth:`WorkerPool.wake`
+writes one byte to every live worker, and each byte read wakes one idle runner of the worker
+(:meth:`TaskQueue.wake_one`). Without it a worker's idle runner would find the task only at its
+next poll (``ROOST_TASK_POLL_S``, 1 s).
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ class WorkerState:
     started_at: float | None = None
     restarts: int = 0
     last_exit: int | None = None
+    #: set by :meth:`WorkerPool.wake`, cleared when the wake-up byte is written
+    wake: trio.Event = attrs.field(factory=trio.Event, repr=False)
 
     def view(self) -> dict:
         return {
@@ -85,11 +93,19 @@ class WorkerPool:
     Args:
         argv: a worker's command (:func:`worker_argv`).
         count: workers to keep running (the front door is the N-th process).
+        queue: the front door's :class:`~roost.actors.TaskQueue` (None: workers find tasks by polling).
     """
 
-    def __init__(self, argv: list[str], count: int) -> None:
-        self.argv, self.count = argv, count
+    def __init__(self, argv: list[str], count: int, queue: Any = None) -> None:
+        self.argv, self.count, self.queue = argv, count, queue
         self.workers = [WorkerState(i) for i in range(count)]
+
+    def wake(self) -> None:
+        """Ask every live worker to look at the shared queue now (a task became claimable).
+        Never blocks: each worker's pending wake-up is written by its own task."""
+        for state in self.workers:
+            if state.pid is not None:
+                state.wake.set()
 
     def views(self) -> list[dict]:
         """``[{index, pid, alive, startedAt, uptimeSeconds, restarts, lastExit}]`` of the workers:
@@ -98,11 +114,18 @@ class WorkerPool:
         return [w.view() for w in self.workers]
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep every worker running until cancelled; then stop them (bounded, shielded)."""
-        async with trio.open_nursery() as nursery:
-            for state in self.workers:
-                nursery.start_soon(self._keep, state)
-            task_status.started()
+        """Keep every worker running until cancelled; then stop them (bounded, shielded). While
+        running, a task ``queue`` (the front door's) queues with no idle runner wakes them."""
+        if self.queue is not None:
+            self.queue.on_unclaimed = lambda _task: self.wake()
+        try:
+            async with trio.open_nursery() as nursery:
+                for state in self.workers:
+                    nursery.start_soon(self._keep, state)
+                task_status.started()
+        finally:
+            if self.queue is not None:
+                self.queue.on_unclaimed = None
 
     async def _keep(self, state: WorkerState) -> None:
         backoff = 0.5
@@ -131,7 +154,10 @@ class WorkerPool:
             extra={"event": "worker_started", "worker": state.index, "worker_pid": process.pid},
         )
         try:
-            await process.wait()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_send_wakes, state, process)
+                await process.wait()
+                nursery.cancel_scope.cancel()
         finally:
             state.pid, state.last_exit = None, process.returncode
             if process.returncode is None:
@@ -139,6 +165,19 @@ class WorkerPool:
                     await _stop(process)
                     state.last_exit = process.returncode
         return process.returncode
+
+
+async def _send_wakes(state: WorkerState, process: trio.Process) -> None:
+    """Write one wake-up byte to ``process``'s stdin per :meth:`WorkerPool.wake` (coalesced while
+    one is being written), until cancelled or the pipe breaks (the worker is gone)."""
+    assert process.stdin is not None
+    while True:
+        await state.wake.wait()
+        state.wake = trio.Event()
+        try:
+            await process.stdin.send_all(b"w")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
 
 
 async def _stop(process: trio.Process) -> None:
@@ -180,7 +219,7 @@ async def run_worker(options: Any, engines: Any) -> int:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(daemon.run)
                     log.info("worker %d serving the task queue", os.getpid(), extra={"event": "worker_ready"})
-                    nursery.start_soon(_until_stdin_ends, nursery.cancel_scope)
+                    nursery.start_soon(_until_stdin_ends, nursery.cancel_scope, daemon.queue)
                     async for _ in signals:
                         nursery.cancel_scope.cancel()
                         break
@@ -189,14 +228,13 @@ async def run_worker(options: Any, engines: Any) -> int:
         await engines.aclose()
 
 
-async def _until_stdin_ends(scope: trio.CancelScope) -> None:
-    """Cancel ``scope`` when stdin (the pipe from the front door) reaches end of file."""
+async def _until_stdin_ends(scope: trio.CancelScope, queue: Any) -> None:
+    """Read the pipe from the front door: each byte wakes one idle runner of ``queue``
+    (:meth:`TaskQueue.wake_one`); at end of file cancel ``scope`` (the worker stops)."""
     fd = sys.stdin.fileno()
-
-    def read() -> None:
-        while os.read(fd, 4096):
-            pass
-
-    await trio.to_thread.run_sync(read, abandon_on_cancel=True)
+    while chunk := await trio.to_thread.run_sync(os.read, fd, 4096, abandon_on_cancel=True):
+        for _ in chunk:
+            if not queue.wake_one():
+                break
     log.info("the front door is gone (stdin closed): worker %d stops", os.getpid())
     scope.cancel()
