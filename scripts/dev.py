@@ -105,12 +105,11 @@ def main(argv: list[str]) -> int:
             return status
         # deadlines bound waits on real processes (never an outcome): on 2 loaded cores, double them
         env.setdefault("ROOST_TEST_TIMEOUT_SCALE", "2")
-        args = [str(_bin("python")), "-m", "pytest", *rest]
-    elif command == "demo":
-        args = [str(_bin("roost")), "demo", *rest]
-    else:
-        args = [str(_bin("roost")), *rest]
-    return subprocess.run(args, cwd=ROOT, env=env).returncode
+        return subprocess.run([str(_bin("python")), "-m", "pytest", *rest], cwd=ROOT, env=env).returncode
+    # `roost` runs where it was asked to, like the installed command: relative paths (a config,
+    # a work directory) and a new thread's cwd are the caller's, not this repository's
+    args = [str(_bin("roost")), "demo", *rest] if command == "demo" else [str(_bin("roost")), *rest]
+    return subprocess.run(args, env=env).returncode
 
 
 if __name__ == "__main__":

@@ -89,3 +89,26 @@ def test_the_test_command_runs_every_check_before_pytest() -> None:
     tools = [check[0] for check in dev.CHECKS]
     assert tools == ["ruff", "ruff", "mypy", "lint-imports"]
     assert ("ruff", "format", "--check") == dev.CHECKS[1][:3]
+
+
+def test_the_roost_command_of_dev_py_runs_in_the_callers_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import dev  # scripts/dev.py
+    finally:
+        sys.path.pop(0)
+    calls: list[dict] = []
+
+    def fake_run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append({"args": args, "cwd": kwargs.get("cwd"), "here": Path.cwd()})
+        return subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "compile_bytecode", lambda **_: None)
+    monkeypatch.setattr(dev.subprocess, "run", fake_run)
+    monkeypatch.chdir(tmp_path)
+    assert dev.main(["roost", "validate", "o.yaml"]) == 0
+    assert dev.main(["demo"]) == 0
+    for call in calls:  # no cwd: the child starts in the caller's directory (a relative path is the caller's)
+        assert call["cwd"] is None and call["here"] == tmp_path
+    assert calls[0]["args"][1:] == ["validate", "o.yaml"] and calls[1]["args"][1] == "demo"
