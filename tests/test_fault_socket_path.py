@@ -59,3 +59,18 @@ async def test_a_stale_socket_is_still_replaced(script: Path) -> None:
     async with open_daemon(script=script, socket=sock) as daemon:
         async with daemon.unix() as client:
             await client.wait_for("hello")
+
+
+@pytest.mark.parametrize("parent", ["missing", "file"])
+async def test_a_socket_in_a_directory_that_is_not_there_is_refused_and_nothing_created(
+    script: Path, tmp_path: Path, parent: str
+) -> None:
+    base = tmp_path / "d"
+    if parent == "file":
+        base.write_text("a file")
+    sock = base / "deeper" / "x.sock" if parent == "missing" else base / "x.sock"
+    result = await _serve(script, str(sock))
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert "the socket's directory" in err and "--socket" in err and "Traceback" not in err
+    assert (not base.exists()) if parent == "missing" else base.read_text() == "a file"

@@ -40,11 +40,20 @@ def default_socket_path(work_dir: Path) -> Path:
 def claim_socket_path(path: Path) -> int:
     """Take the single-daemon lock of ``path`` and remove a stale socket file; return the lock fd.
 
+    The default socket's directory (``$ROOST_HOME/run``) is created when missing; any other
+    directory must exist (a mistyped ``--socket`` never creates directories).
+
     Raises:
         DaemonRunning: another daemon holds the lock, or something accepts connections on ``path``.
         SocketPathTaken: ``path`` exists and is not a socket (it is left untouched).
+        ConfigError: ``path``'s directory does not exist (and is not ``$ROOST_HOME/run``), or is
+            not a directory.
     """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.parent.resolve() == run_dir().resolve():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    elif not path.parent.is_dir():
+        what = "is not a directory" if path.parent.exists() else "does not exist"
+        raise ConfigError(f"the socket's directory {path.parent} {what}; create it or give another --socket path")
     fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
