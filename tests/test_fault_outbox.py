@@ -76,11 +76,11 @@ async def test_a_client_that_reads_nothing_is_disconnected_after_the_stall_timeo
 
 def test_the_byte_bound_lets_one_long_line_through_and_drops_the_backlog_on_give_up() -> None:
     gave_up = []
-    box = Outbox(100, max_bytes=1000, on_overflow=lambda: gave_up.append(True))
+    box = Outbox(100, max_bytes=1000, on_overflow=lambda: gave_up.append(True), over_grace_s=0)
     box.deliver(b"x" * 5000 + b"\n")          # alone: the longest line must still be sendable
     assert box.queued_bytes == 5001 and not gave_up
-    box.deliver(b"y\n")                       # over the bound with something waiting
-    assert gave_up == [True] and box.reason == "outbox over 1000 bytes"
+    box.deliver(b"y\n")                       # over the bound with something waiting (no grace)
+    assert gave_up == [True] and box.reason == "outbox over 1000 bytes for 0 s"
     assert box.queued_bytes == 0              # the backlog is dropped with the client
     box.deliver(b"z\n")
     assert box.queued_bytes == 0
@@ -102,3 +102,39 @@ async def test_a_broken_stream_under_the_stall_watchdog_raises_the_plain_error()
     box.deliver(b"x\n")
     with pytest.raises(trio.BrokenResourceError):   # not an ExceptionGroup: the connection catches it
         await box.run_writer(Broken())
+
+
+def test_a_burst_over_the_byte_bound_waits_out_the_grace_and_the_hard_bound_trips_at_once() -> None:
+    gave_up = []
+    box = Outbox(100, max_bytes=1000, on_overflow=lambda: gave_up.append(True), over_grace_s=60)
+    for _ in range(7):                        # one turn's echoes of a large input: 7x the bound
+        box.deliver(b"x" * 999 + b"\n")
+    assert not gave_up and box.queued_bytes == 7000
+    box._take()                               # the writer takes it: under the bound again
+    assert box.queued_bytes == 0
+    for _ in range(8):
+        box.deliver(b"x" * 999 + b"\n")
+    assert not gave_up
+    box.deliver(b"y\n")                       # past 8x the bound: a slow consumer at once
+    assert gave_up == [True] and box.reason == "outbox over 8000 bytes"
+
+
+async def test_a_turn_with_a_large_input_reaches_a_client_that_reads(tmp_path: Path) -> None:
+    # A 6 MiB prompt: the turn/start response, turn/started, the user item's notifications and
+    # turn/completed each carry it, about 30 MB delivered at once, over the 16 MiB default bound.
+    from _helpers.appserver import open_app_server, script_env
+
+    prompt = "large input " * (1 << 19)
+    env = script_env(tmp_path, tmp_path / "home", 'rules: [{match: {prompt: "^large"}, steps: [[{text: "read it"}]]}]')
+    err = tmp_path / "err.txt"
+    with err.open("wb") as stderr:
+        async with open_app_server(env=env, cwd=tmp_path, stderr=stderr) as client:
+            await client.initialize()
+            thread = (await client.request("thread/start", {"ephemeral": True}))["thread"]
+            start = len(client.lines)
+            turn = (await client.request("turn/start", {"thread_id": thread["id"], "prompt": prompt}, timeout=120))
+            done = await client.wait_terminal(turn["turn"]["id"], start=start, timeout=120)
+            assert done["turn"]["status"] == "completed"
+            assert done["turn"]["items"][0]["text"] == prompt and done["turn"]["items"][-1]["text"] == "read it"
+        assert client.process.returncode == 0
+    assert "slow consumer" not in err.read_text()

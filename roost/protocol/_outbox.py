@@ -17,8 +17,13 @@ first delta waits for one round of the lanes, not for the whole backlog.
 
 Bounds (issue 18, finding 5): an outbox holds at most ``capacity`` lines *and* ``max_bytes``
 bytes (a single line larger than that still passes when nothing else waits, so the longest
-allowed line can be sent); with ``stall_timeout_s`` a writer that makes no progress for that long
-(the peer reads nothing) also counts as a slow consumer. Either way :attr:`Outbox.reason` says why,
+allowed line can be sent). A burst over ``max_bytes`` is not slowness by itself: one turn with a
+large input echoes it in its response and in several notifications at once (a 7 MB prompt makes
+about 30 MB of lines in the same instant), so the byte bound trips only when the backlog has stayed
+over it for ``over_grace_s`` seconds (the client does not keep up), or at once past
+:data:`HARD_BYTES_FACTOR` times ``max_bytes`` (the memory one client may hold). With
+``stall_timeout_s`` a writer that makes no progress for that long (the peer reads nothing) also
+counts as a slow consumer. Either way :attr:`Outbox.reason` says why,
 and ``on_overflow`` is called once. After a backlog of more than :data:`_TRIM_AFTER_BYTES` drains,
 freed memory is handed back to the OS (glibc ``malloc_trim``), so one large reply does not leave
 the process holding its peak.
@@ -29,6 +34,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +49,8 @@ __all__ = [
     "DEFAULT_OUTBOX_LINES",
     "DEFAULT_OUTBOX_BYTES",
     "DEFAULT_STALL_TIMEOUT_S",
+    "DEFAULT_OVER_GRACE_S",
+    "HARD_BYTES_FACTOR",
     "outbox_bytes_from_env",
     "stall_timeout_from_env",
     "release_memory",
@@ -57,6 +65,10 @@ DEFAULT_OUTBOX_BYTES = 16 << 20
 #: Seconds a socket client's writer may make no progress before the client is disconnected
 #: (``ROOST_OUTBOX_STALL_S``).
 DEFAULT_STALL_TIMEOUT_S = 30.0
+#: Seconds a backlog may stay over ``max_bytes`` before its client counts as a slow consumer.
+DEFAULT_OVER_GRACE_S = 5.0
+#: A backlog past this many times ``max_bytes`` makes its client a slow consumer at once.
+HARD_BYTES_FACTOR = 8
 #: A drained backlog larger than this (bytes) hands freed memory back to the OS.
 _TRIM_AFTER_BYTES = 4 << 20
 #: Lines waiting before queued lines are copied down to their exact size.
@@ -78,9 +90,11 @@ class Outbox:
             writes every line as it is.
         lanes: ``line -> thread key or None`` for the lines ``coalesce`` would merge (its
             ``prefixes``); given, deltas wait in per-thread lanes behind control (module doc).
-        max_bytes: bytes that may wait (default ``ROOST_OUTBOX_BYTES`` or 16 MiB).
+        max_bytes: bytes that may wait (default ``ROOST_OUTBOX_BYTES`` or 16 MiB) for longer
+            than ``over_grace_s`` seconds, and at most :data:`HARD_BYTES_FACTOR` times that.
         stall_timeout_s: seconds a write may make no progress before the client is a slow
             consumer (None: no limit).
+        over_grace_s: seconds the backlog may stay over ``max_bytes`` (module doc).
     """
 
     def __init__(
@@ -92,6 +106,7 @@ class Outbox:
         lanes: Callable[[bytes], bytes | None] | None = None,
         max_bytes: int | None = None,
         stall_timeout_s: float | None = None,
+        over_grace_s: float = DEFAULT_OVER_GRACE_S,
     ):
         self.capacity = capacity
         self._on_overflow = on_overflow
@@ -99,6 +114,9 @@ class Outbox:
         self.max_bytes = outbox_bytes_from_env() if max_bytes is None else max_bytes
         #: seconds without write progress before the client is a slow consumer (None: no limit)
         self.stall_timeout_s = stall_timeout_s
+        self.over_grace_s = over_grace_s
+        #: ``time.monotonic()`` when the backlog went over ``max_bytes`` (None: it is not over)
+        self._over_since: float | None = None
         #: bytes queued and not yet taken by the writer
         self.queued_bytes = 0
         #: the largest ``queued_bytes`` since the last trim
@@ -127,8 +145,7 @@ class Outbox:
             self._give_up(f"outbox full ({self.capacity} lines)")
             return
         size = len(line)
-        if self.queued_bytes and self.queued_bytes + size > self.max_bytes:
-            self._give_up(f"outbox over {self.max_bytes} bytes")
+        if self.queued_bytes and self.queued_bytes + size > self.max_bytes and self._over_bound(size):
             return
         if self._queued > _TRIM_AFTER:
             # A backlog: keep only the line's bytes (orjson's output buffer is often 4 KiB).
@@ -155,6 +172,20 @@ class Outbox:
         if self._writer_waiting:  # a check, not a call, per line
             self._writer_waiting = False
             self._wake.set()
+
+    def _over_bound(self, size: int) -> bool:
+        """A line of ``size`` bytes takes the backlog over ``max_bytes``: give up (and return True)
+        if it has been over for ``over_grace_s`` seconds, or would pass the hard bound."""
+        now = time.monotonic()
+        if self._over_since is None:
+            self._over_since = now
+        if self.queued_bytes + size > self.max_bytes * HARD_BYTES_FACTOR:
+            self._give_up(f"outbox over {self.max_bytes * HARD_BYTES_FACTOR} bytes")
+            return True
+        if now - self._over_since >= self.over_grace_s:
+            self._give_up(f"outbox over {self.max_bytes} bytes for {self.over_grace_s:g} s")
+            return True
+        return False
 
     def _make_way(self, line: bytes) -> None:
         """Before control ``line`` is queued: move the deltas it must not pass ahead of it."""
@@ -204,6 +235,7 @@ class Outbox:
             self._on_overflow()
 
     def _drop_backlog(self) -> None:
+        self._over_since = None
         self._control.clear()
         self._lanes.clear()
         self._queued = 0
@@ -240,6 +272,8 @@ class Outbox:
             size += sum(map(len, lane))
         self._queued -= len(batch)
         self.queued_bytes = max(0, self.queued_bytes - size)
+        if self.queued_bytes <= self.max_bytes:
+            self._over_since = None
         return batch
 
     async def _send_watched(self, stream: trio.abc.SendStream, data: bytes, stall_s: float) -> None:
