@@ -13,10 +13,13 @@ cost about 15 ms of the 20 ms an interrupt's settle write took (traced per hop; 
 took under 1 ms). It never waits for a lock there (``busy_timeout`` 0: a lock held by another
 process sends the group to the worker thread as usual) and never runs a WAL checkpoint there (the
 next ordinary group's commit does). :meth:`StoreWriter.submit_control` writes (a new turn's
-admission) form a lane between the two: ahead of queued data, behind urgent writes, and they do
-not cut a group short (under 100 streams, admissions arrive by the dozen: committed together on
-the loop's thread they held it for 6-10 ms, and an interrupt's settle write waited behind them).
-A function that
+admission) form a lane between the two: ahead of queued data, behind urgent writes, committed
+together (at most 8 on the loop's thread: under 100 streams admissions arrive by the dozen, and
+committed together there they held it for 6-10 ms). They cut a group in flight short only after
+:data:`_DATA_BEFORE_CONTROL` of its writes: an admission then waits for a bounded part of a data
+group (traced under saturation: worker-thread groups of 40-100 writes took 30-70 ms, most of it
+the thread waiting for the GIL and the CPU, and each of a new turn's two admission writes waited
+for a whole one), while data still moves under a stream of admissions. A function that
 raises rolls back alone and its caller gets the error; the rest of the group commits. Callers
 are woken only after COMMIT returns, so an acknowledged write is durable
 (``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
@@ -57,6 +60,9 @@ _WAKE: Any = object()
 #: :func:`_carries_at_most`) commits on the event loop's thread (module doc); a larger one (e.g.
 #: a long reply's items) in the worker thread.
 _INLINE_MAX_BYTES = 64 << 10
+#: Writes of an ordinary group that commit before waiting control writes cut it short (data
+#: keeps moving under a stream of admissions, and an admission waits for at most this many).
+_DATA_BEFORE_CONTROL = 16
 #: An urgent or control group of more writes than this commits in the worker thread (a bounded
 #: slice of the event loop: each such write takes ~0.1 ms of SQLite work).
 _INLINE_MAX_WRITES = 8
@@ -181,7 +187,8 @@ class StoreWriter:
         """:meth:`submit`, ahead of the queued writes but behind :meth:`submit_urgent` ones: for
         control a client waits on that comes in bulk under load (a new turn's lease and turn
         row: DESIGN.md section 4, "admissions"). Such writes commit together, up to
-        ``batch_max``, and do not cut the group being committed short. The caller must not depend
+        ``batch_max``; the group being committed stops for them once it has committed
+        :data:`_DATA_BEFORE_CONTROL` writes (module doc). The caller must not depend
         on a write of its own that is still queued. Not subject to the queue bound.
 
         Raises:
@@ -440,11 +447,11 @@ class StoreWriter:
         return deferred
 
     def _run_writes(self, conn: sqlite3.Connection, writes: list[_Write]) -> tuple[_Write | None, int]:
-        """Run each write in its own savepoint, stopping early (after at least one) once an
-        urgent write waits; return a write that destroyed the transaction (or None) and how many
-        writes ran."""
+        """Run each write in its own savepoint, stopping early once an urgent write waits (after
+        at least one) or a control write does (after :data:`_DATA_BEFORE_CONTROL`); return a
+        write that destroyed the transaction (or None) and how many writes ran."""
         for index, write in enumerate(writes):
-            if index and self._urgent:
+            if index and (self._urgent or (self._control and index >= _DATA_BEFORE_CONTROL)):
                 return None, index
             try:
                 with immediate(conn):
