@@ -394,8 +394,9 @@ async def test_control_writes_cut_a_long_group_short_after_a_bounded_number_of_i
 
 async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp_path) -> None:
     """The control lane (admissions): ahead of the queue (also of writes a group cut short by an
-    urgent write left), behind urgent writes, committed together; a bulk of them (more than a
-    few) commits in the worker thread, not on the event loop's."""
+    urgent write left), behind urgent writes, committed together in slices of at most
+    ``_INLINE_MAX_WRITES`` on the event loop's thread (a bulk of them never waits for the
+    worker thread's hand-offs)."""
     import threading
 
     from roost.storage import open_store
@@ -433,7 +434,7 @@ async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp
     assert order[:2] == ["in flight 0", "urgent"]  # the group in flight stopped for the urgent write only
     assert set(order[2:14]) == controls  # then the control lane, ahead of the data queued before it
     assert order[14:] == ["in flight 1", "in flight 2", "queued 0", "queued 1", "queued 2", "last"]
-    assert threads["control 0"] is not threading.current_thread()  # twelve at once: worker thread
+    assert all(threads[c] is threading.current_thread() for c in controls)  # twelve: two slices, inline
     assert order[-1] == "last"
     store.close()
 
