@@ -75,6 +75,48 @@ async def test_frames_are_handled_in_order_and_a_full_mailbox_stops_the_reader()
     assert t.closes and conn.alive is False
 
 
+async def test_frames_read_together_enter_the_mailbox_without_a_checkpoint_each() -> None:
+    """A chunk's frames (read in one go) are queued in one step of the reader while there is room:
+    under saturation each checkpoint costs a scheduler batch, and a turn/interrupt read behind a
+    burst of requests waited one batch per frame before it (issue 19, control before data)."""
+    ticks = 0
+    others_ran: list[int] = []
+    gate = trio.Event()
+    handled: list[Any] = []
+
+    async def frames() -> AsyncIterator[Any]:
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        for n in range(10):
+            yield n
+        others_ran.append(ticks - before)
+        await trio.sleep_forever()
+
+    async def handle(conn: ConnectionActor, frame: Any) -> None:
+        handled.append(frame)
+        await gate.wait()
+
+    async def other() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    t = _Transport()
+    conn = ConnectionActor(
+        frames=frames(), stream=t.out_send, outbox=Outbox(100), handle_line=handle, close=t.close, mailbox_size=16
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        nursery.start_soon(conn.run)
+        with trio.fail_after(scaled(5)):
+            while not others_ran:
+                await trio.sleep(0.01)
+        assert others_ran == [0]  # nothing else ran while the ten frames were queued
+        assert conn.ref.queued + len(handled) == 10
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_crashing_handler_ends_only_this_connection_and_closes_it() -> None:
     t = _Transport()
 

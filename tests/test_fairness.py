@@ -352,10 +352,51 @@ async def test_a_new_turns_admission_commits_ahead_of_queued_data_writes(tmp_pat
         assert len(seen) == 21 and seen.count(0) <= 1 and seen[-1] == 1, seen
 
 
+async def test_control_writes_cut_a_long_group_short_after_a_bounded_number_of_its_writes(tmp_path) -> None:
+    """A group of data in flight when control writes (admissions) wait commits a bounded number of
+    its writes (``_DATA_BEFORE_CONTROL``), then the control lane, then the rest: an admission
+    never waits for a whole group of ``batch_max`` data writes, and data still moves under a
+    stream of admissions."""
+    import threading
+
+    from roost.storage import open_store
+    from roost.storage._writer import _DATA_BEFORE_CONTROL
+
+    store = open_store(tmp_path / "roost.db", batch_max=100)
+    order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    def note(conn, label: str) -> str:
+        if label == "data 0":
+            started.set()
+            release.wait(10)
+        order.append(label)
+        return label
+
+    for i in range(60):
+        store.writer.submit_nowait(note, f"data {i}")
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.writer.run)
+            await trio.to_thread.run_sync(started.wait)  # one group of sixty is being committed
+            for i in range(3):
+                nursery.start_soon(store.writer.submit_control, note, f"control {i}")
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+            assert await store.writer.submit(note, "last") == "last"
+            nursery.cancel_scope.cancel()
+    cut = _DATA_BEFORE_CONTROL
+    assert order[:cut] == [f"data {i}" for i in range(cut)]
+    assert set(order[cut : cut + 3]) == {f"control {i}" for i in range(3)}
+    assert order[cut + 3 :] == [f"data {i}" for i in range(cut, 60)] + ["last"]  # FIFO kept
+    store.close()
+
+
 async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp_path) -> None:
     """The control lane (admissions): ahead of the queue (also of writes a group cut short by an
-    urgent write left), behind urgent writes, committed together; a bulk of them (more than a
-    few) commits in the worker thread, not on the event loop's."""
+    urgent write left), behind urgent writes, committed together in slices of at most
+    ``_INLINE_MAX_WRITES`` on the event loop's thread (a bulk of them never waits for the
+    worker thread's hand-offs)."""
     import threading
 
     from roost.storage import open_store
@@ -393,7 +434,7 @@ async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp
     assert order[:2] == ["in flight 0", "urgent"]  # the group in flight stopped for the urgent write only
     assert set(order[2:14]) == controls  # then the control lane, ahead of the data queued before it
     assert order[14:] == ["in flight 1", "in flight 2", "queued 0", "queued 1", "queued 2", "last"]
-    assert threads["control 0"] is not threading.current_thread()  # twelve at once: worker thread
+    assert all(threads[c] is threading.current_thread() for c in controls)  # twelve: two slices, inline
     assert order[-1] == "last"
     store.close()
 

@@ -65,6 +65,24 @@ def test_coalescing_keeps_what_a_client_reads(events: list) -> None:
     assert all(not (a[1] and a == b) for a, b in zip(keys, keys[1:]))
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.text(max_size=6), st.booleans()), max_size=40))
+def test_merging_without_decoding_writes_what_decoding_would(pieces: list) -> None:
+    """A delta whose text comes last merges as bytes (no decode); one with a field after its
+    text is decoded; a client reads the same texts either way, and the byte merge is exactly
+    the line a decode and an encode would write."""
+    lines = []
+    for item, text, trailing in pieces:
+        params = {"thread_id": "t", "turn_id": "u", "item_id": item, "delta": text}
+        if trailing:
+            params["seq"] = "\"" + text  # a field after the text (its value may hold quotes)
+        lines.append(dumps_line({"method": "item/agentMessage/delta", "params": params}))
+    merged = APP_SERVER_DELTAS(lines)
+    assert _flatten(merged) == _flatten(lines)
+    for line in merged:
+        assert line == dumps_line(json.loads(line))  # valid, and as the encoder writes it
+
+
 def test_only_consecutive_lines_of_one_stream_merge() -> None:
     lines = [_delta("a", "he"), _delta("a", "llo"), _delta("b", "x"), _delta("a", "!"),
              _delta("a", "?", method="item/reasoning/delta"), _other(1), _delta("a", "y"), _delta("a", "z"),

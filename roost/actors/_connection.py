@@ -33,7 +33,7 @@ import trio
 from roost._json import dumps_line
 from roost.actors._actor import Actor
 from roost.actors._mailbox import Envelope
-from roost.errors import MailboxClosed
+from roost.errors import MailboxClosed, MailboxFull
 
 __all__ = ["ConnectionActor", "InputFrame", "InputEnded", "CLOSE_NORMAL", "CLOSE_POLICY", "CLOSE_GOING_AWAY"]
 
@@ -208,7 +208,11 @@ class ConnectionActor(Actor):
                         self._drained = trio.Event()
                         await self._drained.wait()
                     self._waiting_bytes += size
-                    await self._mailbox.put(Envelope(InputFrame(frame, size)))
+                    envelope = Envelope(InputFrame(frame, size))
+                    try:  # room is taken without a checkpoint: a chunk's frames cost no batch each
+                        self._mailbox.put_nowait(envelope)
+                    except MailboxFull:
+                        await self._mailbox.put(envelope)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             except Exception as exc:  # transport-specific "closed" errors

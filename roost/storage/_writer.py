@@ -13,10 +13,15 @@ cost about 15 ms of the 20 ms an interrupt's settle write took (traced per hop; 
 took under 1 ms). It never waits for a lock there (``busy_timeout`` 0: a lock held by another
 process sends the group to the worker thread as usual) and never runs a WAL checkpoint there (the
 next ordinary group's commit does). :meth:`StoreWriter.submit_control` writes (a new turn's
-admission) form a lane between the two: ahead of queued data, behind urgent writes, and they do
-not cut a group short (under 100 streams, admissions arrive by the dozen: committed together on
-the loop's thread they held it for 6-10 ms, and an interrupt's settle write waited behind them).
-A function that
+admission) form a lane between the two: ahead of queued data, behind urgent writes, taken
+:data:`_INLINE_MAX_WRITES` at a time, each slice committed on the loop's thread (under 100
+streams admissions arrive by the dozen: all of them committed together there held the loop for
+6-10 ms, and in the worker thread each waited for the hand-offs and the GIL, 30 ms at p50).
+They cut a group in flight short only after :data:`_DATA_BEFORE_CONTROL` of its writes: an
+admission then waits for a bounded part of a data group (traced under saturation: worker-thread
+groups of 40-100 writes took 30-70 ms, most of it the thread waiting for the GIL and the CPU,
+and each of a new turn's two admission writes waited for a whole one), while data still moves
+under a stream of admissions. A function that
 raises rolls back alone and its caller gets the error; the rest of the group commits. Callers
 are woken only after COMMIT returns, so an acknowledged write is durable
 (``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
@@ -57,8 +62,12 @@ _WAKE: Any = object()
 #: :func:`_carries_at_most`) commits on the event loop's thread (module doc); a larger one (e.g.
 #: a long reply's items) in the worker thread.
 _INLINE_MAX_BYTES = 64 << 10
-#: An urgent or control group of more writes than this commits in the worker thread (a bounded
-#: slice of the event loop: each such write takes ~0.1 ms of SQLite work).
+#: Writes of an ordinary group that commit before waiting control writes cut it short (data
+#: keeps moving under a stream of admissions, and an admission waits for at most this many).
+_DATA_BEFORE_CONTROL = 16
+#: An urgent group of more writes than this commits in the worker thread, and control writes are
+#: taken this many at a time (a bounded slice of the event loop: each such write takes about
+#: 0.1-0.4 ms of SQLite work).
 _INLINE_MAX_WRITES = 8
 
 
@@ -180,9 +189,11 @@ class StoreWriter:
     async def submit_control(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """:meth:`submit`, ahead of the queued writes but behind :meth:`submit_urgent` ones: for
         control a client waits on that comes in bulk under load (a new turn's lease and turn
-        row: DESIGN.md section 4, "admissions"). Such writes commit together, up to
-        ``batch_max``, and do not cut the group being committed short. The caller must not depend
-        on a write of its own that is still queued. Not subject to the queue bound.
+        row: DESIGN.md section 4, "admissions"). Such writes commit together, in slices of
+        :data:`_INLINE_MAX_WRITES` on the event loop's thread; the group being committed stops
+        for them once it has committed :data:`_DATA_BEFORE_CONTROL` writes (module doc). The
+        caller must not depend on a write of its own that is still queued. Not subject to the
+        queue bound.
 
         Raises:
             The errors of :meth:`submit`.
@@ -329,8 +340,8 @@ class StoreWriter:
 
     async def _next_group(self) -> tuple[list[_Write], bool]:
         """The next writes to commit together, and whether they are urgent or control writes:
-        the urgent ones alone, else the control ones (up to ``batch_max``), else what is queued
-        (up to ``batch_max``, in order); empty after a wake-up whose writes were already taken."""
+        the urgent ones alone, else a slice of the control ones (:data:`_INLINE_MAX_WRITES`),
+        else what is queued (up to ``batch_max``, in order); empty after a wake-up whose writes were already taken."""
         if not (self._urgent or self._control or self._carried):
             first = await self._receive.receive()
             if first is not _WAKE:
@@ -344,7 +355,7 @@ class StoreWriter:
                 self._carried.append(write)
         for lane in (self._urgent, self._control):
             if lane:
-                count = len(lane) if lane is self._urgent else min(len(lane), self.batch_max)
+                count = len(lane) if lane is self._urgent else min(len(lane), _INLINE_MAX_WRITES, self.batch_max)
                 return [lane.popleft() for _ in range(count)], True
         group, self._carried = self._carried[: self.batch_max], self._carried[self.batch_max :]
         return group, False
@@ -440,11 +451,11 @@ class StoreWriter:
         return deferred
 
     def _run_writes(self, conn: sqlite3.Connection, writes: list[_Write]) -> tuple[_Write | None, int]:
-        """Run each write in its own savepoint, stopping early (after at least one) once an
-        urgent write waits; return a write that destroyed the transaction (or None) and how many
-        writes ran."""
+        """Run each write in its own savepoint, stopping early once an urgent write waits (after
+        at least one) or a control write does (after :data:`_DATA_BEFORE_CONTROL`); return a
+        write that destroyed the transaction (or None) and how many writes ran."""
         for index, write in enumerate(writes):
-            if index and self._urgent:
+            if index and (self._urgent or (self._control and index >= _DATA_BEFORE_CONTROL)):
                 return None, index
             try:
                 with immediate(conn):
