@@ -132,8 +132,8 @@ async def test_a_turn_with_a_large_input_reaches_a_client_that_reads(tmp_path: P
             await client.initialize()
             thread = (await client.request("thread/start", {"ephemeral": True}))["thread"]
             start = len(client.lines)
-            turn = (await client.request("turn/start", {"thread_id": thread["id"], "prompt": prompt}, timeout=120))
-            done = await client.wait_terminal(turn["turn"]["id"], start=start, timeout=120)
+            turn = (await client.request("turn/start", {"thread_id": thread["id"], "prompt": prompt}))
+            done = await client.wait_terminal(turn["turn"]["id"], start=start)
             assert done["turn"]["status"] == "completed"
             assert done["turn"]["items"][0]["text"] == prompt and done["turn"]["items"][-1]["text"] == "read it"
         assert client.process.returncode == 0
