@@ -1,7 +1,7 @@
 """Wire-protocol item types of the ``--json`` resource queries and their envelopes.
 
 Each attrs class below is one item type of ``spec/wire-protocol.md`` ("Resource queries"), with
-the Python field names in snake_case. :data:`wire_converter` unstructures them to the wire's
+the Python field names in snake_case. :func:`to_wire` unstructures them to the wire's
 camelCase names (``session_id`` -> ``sessionId``) and never omits a field: a nullable field that
 is ``None`` is sent as ``null`` (wire-protocol.md: "A field documented as nullable is present with
 null, not omitted"). Timestamps are ISO 8601 UTC strings, as the store keeps them.
@@ -20,14 +20,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import attrs
-from cattrs.gen import make_dict_unstructure_fn, override
-from cattrs.preconf.orjson import make_converter
 
 from roost._json import dumps_line
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "wire_converter",
     "to_wire",
     "items_envelope",
     "item_envelope",
@@ -299,25 +296,30 @@ class Objective:
     tasks: list[ObjectiveTaskInfo] = attrs.field(factory=list)
 
 
-def _make_converter() -> Any:
-    conv = make_converter(omit_if_default=False)
-
-    def factory(cls: type) -> Any:
-        renames = {a.name: override(rename=camel(a.name), omit_if_default=False) for a in attrs.fields(cls)}
-        # cattrs types **kwargs (the per-field overrides) as its keyword flags: a known stub gap.
-        return make_dict_unstructure_fn(cls, conv, **renames)  # type: ignore[arg-type]
-
-    conv.register_unstructure_hook_factory(attrs.has, factory)
-    return conv
-
-
-#: The wire dialect's converter: attrs instances -> camelCase dicts with every field present.
-wire_converter = _make_converter()
+#: attrs class -> its ``(attribute, wire name)`` pairs, in field order (filled on first use).
+_WIRE_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
 def to_wire(value: Any) -> Any:
-    """Unstructure an item (or a list of items) to JSON-ready camelCase primitives."""
-    return wire_converter.unstructure(value)
+    """Unstructure an item (or a list of items) to JSON-ready camelCase primitives.
+
+    Every field is present (``None`` as ``null``), under its camelCase name, in field order;
+    nested items, lists and dict values are unstructured alike; anything else (``str``, ``int``,
+    ``bool``, ``None``) is returned as it is. Hand-written rather than a cattrs converter: these
+    types hold nothing else, and ``roost sessions --json`` then starts without importing cattrs
+    (issue 19).
+    """
+    if isinstance(value, list | tuple):
+        return [to_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_wire(v) for k, v in value.items()}
+    cls = type(value)
+    fields = _WIRE_FIELDS.get(cls)
+    if fields is None:
+        if not attrs.has(cls):
+            return value
+        fields = _WIRE_FIELDS[cls] = tuple((a.name, camel(a.name)) for a in attrs.fields(cls))
+    return {wire: to_wire(getattr(value, name)) for name, wire in fields}
 
 
 def items_envelope(items: Iterable[Any]) -> bytes:

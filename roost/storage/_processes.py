@@ -27,7 +27,6 @@ import functools
 import logging
 import os
 import signal
-import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from roost.errors import StoreBusy
 
 from ._portable import execute
 from ._rows import utc_now
+from .leases import hostname as _hostname
 from .leases import owner_is_dead
 
 if TYPE_CHECKING:  # the writer (and trio) load only when a hook is made: `roost sessions` needs neither
@@ -281,7 +281,7 @@ def reap_tool_processes(conn: Any, owner: str) -> int:
     Returns:
         The number of process groups that were sent SIGKILL.
     """
-    this_host, this_boot = socket.gethostname(), boot_id()
+    this_host, this_boot = _hostname(), boot_id()
     killed = 0
     for row in list_tool_processes(conn):
         holder = row["owner"]
