@@ -76,10 +76,10 @@ if TYPE_CHECKING:
     from roost.engines._types import UserMessage as UserMessage
 
 #: Every export but the provider settings is loaded on first access (PEP 562): the HTTP adapters
-#: import httpx, the scripted engine PyYAML, and the request, history and event types are some twenty
-#: attrs classes (a few ms of class creation) that ``roost app-server`` needs only after it has
-#: answered ``initialize`` (issue 19), and that ``roost.config`` (which only needs the settings)
-#: never needs.
+#: import httpx, the scripted engine its script parser, and the request, history and event types
+#: are some twenty attrs classes (a few ms of class creation) that ``roost app-server`` on an HTTP
+#: provider needs only after it has answered ``initialize`` (issue 19), and that ``roost.config``
+#: (which only needs the settings) never needs.
 _LAZY = {
     "INTERRUPTED_OUTPUT": "roost.engines._history",
     "new_call_id": "roost.engines._history",

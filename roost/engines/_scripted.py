@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import yaml
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._types import (
@@ -72,8 +71,6 @@ from roost.engines._types import (
     UserMessage,
 )
 from roost.errors import ConfigError, EngineFailure
-
-_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 __all__ = ["Script", "Rule", "ScriptedEngine", "load_script", "parse_script", "builtin_scripts", "split_deltas"]
 
@@ -129,9 +126,12 @@ def load_script(source: str | Path) -> Script:
     text: str
     name: str
     path = Path(source).expanduser()
+    suffix = path.suffix
     if isinstance(source, str) and source in builtin_scripts() and not path.exists():
-        res = importlib.resources.files("roost.engines") / "scripts" / f"{source}.yaml"
-        text, name = res.read_text("utf-8"), source
+        # the parsed twin of scripts/NAME.yaml (tests/test_engine_scripted.py keeps them equal):
+        # PyYAML need not load for the built-in scripts (issue 19: start-up)
+        res = importlib.resources.files("roost.engines") / "scripts" / f"{source}.json"
+        text, name, suffix = res.read_text("utf-8"), source, ".json"
     else:
         try:
             text = path.read_text("utf-8")
@@ -142,9 +142,8 @@ def load_script(source: str | Path) -> Script:
             ) from exc
         name = path.stem
     try:
-        # libyaml's safe loader when PyYAML has it: the same documents, a quarter of the time
-        doc = loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SAFE_LOADER)
-    except (JSONDecodeError, ValueError, yaml.YAMLError) as exc:
+        doc = loads(text) if suffix == ".json" else _load_yaml(text)
+    except (JSONDecodeError, ValueError) as exc:
         raise ConfigError(f"script {str(source)!r} is not valid YAML/JSON: {exc}") from exc
     if name == source:
         return parse_script(doc, name=name)
@@ -152,6 +151,21 @@ def load_script(source: str | Path) -> Script:
         return parse_script(doc, name=name)
     except ConfigError as exc:  # name the file, not only its stem
         raise ConfigError(f"{exc} (in {str(path)!r})") from exc
+
+
+def _load_yaml(text: str) -> Any:
+    """Decode a YAML script with libyaml's safe loader when PyYAML has it (the same documents, a
+    quarter of the time); PyYAML (some 25 ms to import) loads with the first YAML script.
+
+    Raises:
+        ValueError: not valid YAML (the message is PyYAML's).
+    """
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def parse_script(doc: Any, *, name: str = "script") -> Script:
