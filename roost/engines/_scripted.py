@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.resources
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -111,9 +110,14 @@ class Script:
         return None if self.default == "echo" else self.default  # type: ignore[return-value]
 
 
+#: The built-in scripts' folder (package data beside this module; a plain path rather than
+#: importlib.resources, whose import is some 5 ms of roost app-server's start on this engine).
+_SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
 def builtin_scripts() -> list[str]:
     """Names of the scripts shipped in ``roost/engines/scripts/`` (e.g. ``["demo"]``)."""
-    root = importlib.resources.files("roost.engines") / "scripts"
+    root = _SCRIPTS
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -130,7 +134,7 @@ def load_script(source: str | Path) -> Script:
     if isinstance(source, str) and source in builtin_scripts() and not path.exists():
         # the parsed twin of scripts/NAME.yaml (tests/test_engine_scripted.py keeps them equal):
         # PyYAML need not load for the built-in scripts (issue 19: start-up)
-        res = importlib.resources.files("roost.engines") / "scripts" / f"{source}.json"
+        res = _SCRIPTS / f"{source}.json"
         text, name, suffix = res.read_text("utf-8"), source, ".json"
     else:
         try:
