@@ -183,8 +183,9 @@ def _prepare(args: argparse.Namespace, python: str, env: dict[str, str], tmp: Pa
     """Set up ``env`` for ``--bytecode`` and return the package's bytecode state."""
     state = bytecode_state(python, env)
     if args.bytecode == "off":
-        roost_dir = Path(subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
-                                        capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()).resolve()
+        where = subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
+                               capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()
+        roost_dir = Path(where).resolve()
         _hide_package_bytecode(roost_dir, tmp / f"pycache-{name}")
         env["PYTHONPYCACHEPREFIX"] = str(tmp / f"pycache-{name}")
         state = "missing"
@@ -228,7 +229,8 @@ def main() -> None:
                                                for p in sides}
         for i in range(args.runs):
             order = list(sides) if i % 2 == 0 else list(sides)[::-1]
-            notes = [f"{p.rstrip('_') or 'measured'}: {_run_once(args.roost, sides[p], tmp, i, samples[p])}" for p in order]
+            notes = [f"{p.rstrip('_') or 'measured'}: {_run_once(args.roost, sides[p], tmp, i, samples[p])}"
+                     for p in order]
             print(f"run {i + 1}/{args.runs}: " + "; ".join(notes), file=sys.stderr)
         figures: dict[str, Any] = {"runs": args.runs, "roost_bytecode": states[""], "pythonpath": args.pythonpath}
         if args.baseline:
