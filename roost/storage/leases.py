@@ -87,11 +87,10 @@ def thread_lease_key(thread_id: str) -> str:
 
 
 def hostname() -> str:
-    """This machine's name (``socket.gethostname()``), as lease owners and tool process rows carry
-    it; socket (a few ms of imports) loads on the first call, not with the store (issue 19)."""
-    import socket
-
-    return socket.gethostname()
+    """This machine's name, as lease owners and tool process rows carry it: the kernel's node name,
+    which is what ``socket.gethostname()`` returns (glibc reads it from ``uname``), without
+    importing socket (some 3 ms before ``roost app-server`` answers ``initialize``; issue 19)."""
+    return os.uname().nodename
 
 
 def owner_is_dead(owner: str | None) -> bool:
