@@ -15,7 +15,8 @@ Layout: ``_types`` (request, history, events), ``_settings`` (ProviderSettings),
 (tool-result pairing, call ids, argument parsing), ``_sse`` (event-stream framing), ``_http``
 (streaming, retries, error mapping, connection reuse),
 ``_openai_chat``, ``_openai_responses``, ``_anthropic`` (sans-IO parsers + adapters),
-``_scripted`` (the deterministic engine; ``scripts/demo.yaml``), ``_factory`` (open_engine).
+``_scripted`` (the deterministic engine; ``scripts/demo.yaml``, shipped parsed as ``demo.json``),
+``_factory`` (open_engine).
 This room never imports ``roost.actors``, ``roost.protocol`` or ``roost.storage``.
 """
 
