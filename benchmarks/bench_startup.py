@@ -23,8 +23,12 @@ and an editable install nothing writes them, and every start compiles Roost's so
 measures that case: ``PYTHONPYCACHEPREFIX`` points at a private folder that mirrors every
 installed ``.pyc`` (symlinks) except the ``roost`` package's own. Also ``loadavg_1m`` at the start and the end.
 
+``--baseline DIR`` also measures the package in DIR, alternating with the measured one spawn by
+spawn (a change and its parent under the same load: compare only within one run); its figures
+carry the prefix ``baseline_``.
+
 Usage: ``python benchmarks/bench_startup.py [--runs 15] [--roost .venv/bin/roost] [--pythonpath DIR]
-[--bytecode as-is|off]``
+[--baseline DIR] [--bytecode as-is|off]``
 """
 
 from __future__ import annotations
@@ -163,6 +167,31 @@ def _hide_package_bytecode(roost_dir: Path, prefix: Path) -> None:
                     link.symlink_to(pyc)
 
 
+def _run_once(roost: str, env: dict[str, str], tmp: Path, i: int, out: dict[str, list]) -> str:
+    """One timed spawn of each command with ``env``; appends to ``out``; returns a progress note."""
+    out["app"].append(spawn_app_server(roost, env))
+    home = tmp / f"fresh-{i}"
+    out["fresh"].append(spawn_app_server(roost, {**env, "ROOST_HOME": str(home), "MOCK_KEY": "mock"},
+                                         HARNESS_ARGS, out["fresh_cpu"]))
+    shutil.rmtree(home, ignore_errors=True)
+    out["sessions"].append(spawn_sessions(roost, env))
+    return (f"app-server {out['app'][-1][0] * 1000:.0f} ms, fresh home {out['fresh'][-1][0] * 1000:.0f} ms, "
+            f"sessions {out['sessions'][-1][0] * 1000:.0f} ms")
+
+
+def _prepare(args: argparse.Namespace, python: str, env: dict[str, str], tmp: Path, name: str) -> str:
+    """Set up ``env`` for ``--bytecode`` and return the package's bytecode state."""
+    state = bytecode_state(python, env)
+    if args.bytecode == "off":
+        where = subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
+                               capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()
+        roost_dir = Path(where).resolve()
+        _hide_package_bytecode(roost_dir, tmp / f"pycache-{name}")
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / f"pycache-{name}")
+        state = "missing"
+    return state
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Prints one JSON line; progress goes to stderr.")
@@ -172,6 +201,10 @@ def main() -> None:
     parser.add_argument("--pythonpath", default=None,
                         help="a directory holding another copy of the roost package to measure "
                              "(put first on PYTHONPATH), e.g. an older commit's tree")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="also measure the roost package in DIR (put first on PYTHONPATH), spawn by "
+                             "spawn alternating with the measured one (which goes first on odd runs); its "
+                             "figures carry the prefix baseline_")
     parser.add_argument("--bytecode", choices=("as-is", "off"), default="as-is",
                         help="as-is: whatever .pyc files exist; off: Roost's own modules compile from "
                              "source on every start (an editable install under PYTHONDONTWRITEBYTECODE=1)")
@@ -182,35 +215,32 @@ def main() -> None:
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
         env.update(ROOST_HOME=str(tmp / "home"), ROOST_PROVIDER="scripted", PYTHONDONTWRITEBYTECODE="1")
+        sides: dict[str, dict[str, str]] = {"": dict(env)}
         if args.pythonpath:
-            env["PYTHONPATH"] = os.path.abspath(args.pythonpath)
-        state = bytecode_state(python, env)
-        if args.bytecode == "off":
-            roost_dir = Path(subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
-                                            capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()).resolve()
-            _hide_package_bytecode(roost_dir, tmp / "pycache")
-            env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-            state = "missing"
-        spawn_sessions(args.roost, env)   # warm-up: creates the store, warms the page cache
-        spawn_app_server(args.roost, env)
-        app: list[tuple[float, float]] = []
-        fresh: list[tuple[float, float]] = []
-        fresh_cpu: list[float] = []
-        sessions: list[tuple[float, float]] = []
+            sides[""]["PYTHONPATH"] = os.path.abspath(args.pythonpath)
+        if args.baseline:
+            sides["baseline_"] = {**env, "PYTHONPATH": os.path.abspath(args.baseline)}
+        states = {prefix: _prepare(args, python, side_env, tmp, prefix or "measured")
+                  for prefix, side_env in sides.items()}
+        for side_env in sides.values():
+            spawn_sessions(args.roost, side_env)   # warm-up: creates the store, warms the page cache
+            spawn_app_server(args.roost, side_env)
+        samples: dict[str, dict[str, list]] = {p: {"app": [], "fresh": [], "fresh_cpu": [], "sessions": []}
+                                               for p in sides}
         for i in range(args.runs):
-            app.append(spawn_app_server(args.roost, env))
-            home = tmp / f"fresh-{i}"
-            fresh.append(spawn_app_server(args.roost, {**env, "ROOST_HOME": str(home), "MOCK_KEY": "mock"},
-                                          HARNESS_ARGS, fresh_cpu))
-            shutil.rmtree(home, ignore_errors=True)
-            sessions.append(spawn_sessions(args.roost, env))
-            print(f"run {i + 1}/{args.runs}: app-server {app[-1][0] * 1000:.0f} ms, fresh home "
-                  f"{fresh[-1][0] * 1000:.0f} ms, sessions {sessions[-1][0] * 1000:.0f} ms", file=sys.stderr)
-        figures: dict[str, Any] = {"runs": args.runs, "roost_bytecode": state, "pythonpath": args.pythonpath}
-        figures.update(_figures("app_server_initialize", app))
-        figures.update(_figures("app_server_fresh_home_initialize", fresh))
-        figures["app_server_fresh_home_cpu_ms_to_initialize_p50"] = round(statistics.median(fresh_cpu) * 1000, 1)
-        figures.update(_figures("sessions_json", sessions))
+            order = list(sides) if i % 2 == 0 else list(sides)[::-1]
+            notes = [f"{p.rstrip('_') or 'measured'}: {_run_once(args.roost, sides[p], tmp, i, samples[p])}"
+                     for p in order]
+            print(f"run {i + 1}/{args.runs}: " + "; ".join(notes), file=sys.stderr)
+        figures: dict[str, Any] = {"runs": args.runs, "roost_bytecode": states[""], "pythonpath": args.pythonpath}
+        if args.baseline:
+            figures.update(baseline_pythonpath=args.baseline, baseline_roost_bytecode=states["baseline_"])
+        for prefix, got in samples.items():
+            figures.update(_figures(f"{prefix}app_server_initialize", got["app"]))
+            figures.update(_figures(f"{prefix}app_server_fresh_home_initialize", got["fresh"]))
+            figures[f"{prefix}app_server_fresh_home_cpu_ms_to_initialize_p50"] = round(
+                statistics.median(got["fresh_cpu"]) * 1000, 1)
+            figures.update(_figures(f"{prefix}sessions_json", got["sessions"]))
         figures.update(loadavg_1m_start=round(load_start, 2), loadavg_1m_end=round(_loadavg(), 2))
         emit(figures)
     finally:

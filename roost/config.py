@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -118,6 +117,8 @@ def parse_config(data: bytes, path: Path) -> dict[str, Any]:
         if not isinstance(doc, dict):
             raise ConfigError(f"{path} must hold a JSON object")
     else:
+        import tomllib  # its parser compiles regexes on import; a home without config.toml never needs it
+
         try:
             doc = tomllib.loads(data.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -422,6 +423,9 @@ def configured_mcp_servers(config_path: Path | None = None) -> list[Any]:
     Raises:
         ConfigError: the file or the table is malformed (the message names the table and key).
     """
+    config = load_config(config_path)
+    if config.get("mcp_servers") is None:
+        return []  # no table: roost.plugins (attrs classes, regexes) need not load (issue 19)
     from roost.plugins import mcp_servers_from_toml
 
-    return mcp_servers_from_toml(load_config(config_path))
+    return mcp_servers_from_toml(config)

@@ -6,7 +6,8 @@
   error code.
 - docs/wire.md: every event ``type`` the wire dialects build (dict literals ``{"type": ...}`` in
   their source) is in an event table, and every event row is one the code builds; every field of
-  every resource item type (``roost/protocol/_wire_types.py``) is named in "Item types".
+  every resource item type (``roost/protocol/_wire_types.py``, ``_wire_resources.py``) is named
+  in "Item types".
 - Links in README.md and docs/ point inside the repository.
 """
 
@@ -15,11 +16,12 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 import attrs
 
 from roost.errors import PROTOCOL_ERRORS
-from roost.protocol import _wire_types
+from roost.protocol import _wire_resources, _wire_types
 from roost.protocol._as_schema import (
     METHODS,
     NOTIFICATIONS,
@@ -132,14 +134,21 @@ def test_wire_event_types_match_the_code() -> None:
 def test_wire_item_types_document_every_field() -> None:
     text = sections(DOCS / "wire.md", "### ")["Item types"]
     missing = []
-    for name in _wire_types.__all__:
-        cls = getattr(_wire_types, name)
+    for module in (_wire_types, _wire_resources):
+        missing += _undocumented_fields(module, text)
+    assert not missing, missing
+
+
+def _undocumented_fields(module: Any, text: str) -> list[str]:
+    missing = []
+    for name in module.__all__:
+        cls = getattr(module, name)
         if not (isinstance(cls, type) and attrs.has(cls)):
             continue
         for field in attrs.fields(cls):
             if f"`{_wire_types.camel(field.name)}`" not in text:
                 missing.append(f"{name}.{_wire_types.camel(field.name)}")
-    assert not missing, missing
+    return missing
 
 
 # -- links ------------------------------------------------------------------------------------------

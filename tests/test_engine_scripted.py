@@ -176,6 +176,20 @@ def test_load_errors(tmp_path):
     assert load_script(str(good)).name == "good"
 
 
+def test_each_builtin_script_ships_its_parsed_twin():
+    """scripts/NAME.json is scripts/NAME.yaml decoded (load_script reads the twin, so PyYAML does
+    not load for a built-in script): regenerate it whenever the YAML changes."""
+    import importlib.resources
+    import json
+
+    import yaml
+
+    root = importlib.resources.files("roost.engines") / "scripts"
+    for name in builtin_scripts():
+        doc = yaml.safe_load((root / f"{name}.yaml").read_text("utf-8"))
+        assert json.loads((root / f"{name}.json").read_text("utf-8")) == doc, f"regenerate scripts/{name}.json"
+
+
 async def test_demo_script_exercises_tools_and_subagents():
     assert "demo" in builtin_scripts()
     engine = ScriptedEngine(load_script("demo"), pacing=False)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.resources
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -49,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import yaml
 
 from roost._json import JSONDecodeError, dumps, loads
 from roost.engines._types import (
@@ -72,8 +70,6 @@ from roost.engines._types import (
     UserMessage,
 )
 from roost.errors import ConfigError, EngineFailure
-
-_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 __all__ = ["Script", "Rule", "ScriptedEngine", "load_script", "parse_script", "builtin_scripts", "split_deltas"]
 
@@ -114,9 +110,14 @@ class Script:
         return None if self.default == "echo" else self.default  # type: ignore[return-value]
 
 
+#: The built-in scripts' folder (package data beside this module; a plain path rather than
+#: importlib.resources, whose import is some 5 ms of roost app-server's start on this engine).
+_SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
 def builtin_scripts() -> list[str]:
     """Names of the scripts shipped in ``roost/engines/scripts/`` (e.g. ``["demo"]``)."""
-    root = importlib.resources.files("roost.engines") / "scripts"
+    root = _SCRIPTS
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -129,9 +130,12 @@ def load_script(source: str | Path) -> Script:
     text: str
     name: str
     path = Path(source).expanduser()
+    suffix = path.suffix
     if isinstance(source, str) and source in builtin_scripts() and not path.exists():
-        res = importlib.resources.files("roost.engines") / "scripts" / f"{source}.yaml"
-        text, name = res.read_text("utf-8"), source
+        # the parsed twin of scripts/NAME.yaml (tests/test_engine_scripted.py keeps them equal):
+        # PyYAML need not load for the built-in scripts (issue 19: start-up)
+        res = _SCRIPTS / f"{source}.json"
+        text, name, suffix = res.read_text("utf-8"), source, ".json"
     else:
         try:
             text = path.read_text("utf-8")
@@ -142,9 +146,8 @@ def load_script(source: str | Path) -> Script:
             ) from exc
         name = path.stem
     try:
-        # libyaml's safe loader when PyYAML has it: the same documents, a quarter of the time
-        doc = loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SAFE_LOADER)
-    except (JSONDecodeError, ValueError, yaml.YAMLError) as exc:
+        doc = loads(text) if suffix == ".json" else _load_yaml(text)
+    except (JSONDecodeError, ValueError) as exc:
         raise ConfigError(f"script {str(source)!r} is not valid YAML/JSON: {exc}") from exc
     if name == source:
         return parse_script(doc, name=name)
@@ -152,6 +155,21 @@ def load_script(source: str | Path) -> Script:
         return parse_script(doc, name=name)
     except ConfigError as exc:  # name the file, not only its stem
         raise ConfigError(f"{exc} (in {str(path)!r})") from exc
+
+
+def _load_yaml(text: str) -> Any:
+    """Decode a YAML script with libyaml's safe loader when PyYAML has it (the same documents, a
+    quarter of the time); PyYAML (some 25 ms to import) loads with the first YAML script.
+
+    Raises:
+        ValueError: not valid YAML (the message is PyYAML's).
+    """
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def parse_script(doc: Any, *, name: str = "script") -> Script:

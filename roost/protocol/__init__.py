@@ -50,25 +50,25 @@ if TYPE_CHECKING:
     from roost.protocol._serve_status import registered_daemons as registered_daemons
     from roost.protocol._serve_status import unregister_daemon as unregister_daemon
     from roost.protocol._stdout import silence_stdout as silence_stdout
+    from roost.protocol._wire_resources import ConfigSummary as ConfigSummary
+    from roost.protocol._wire_resources import ContextFileInfo as ContextFileInfo
+    from roost.protocol._wire_resources import ContextItem as ContextItem
+    from roost.protocol._wire_resources import InitResult as InitResult
+    from roost.protocol._wire_resources import McpPlugin as McpPlugin
+    from roost.protocol._wire_resources import Memory as Memory
+    from roost.protocol._wire_resources import MemoryAgent as MemoryAgent
+    from roost.protocol._wire_resources import Objective as Objective
+    from roost.protocol._wire_resources import ObjectiveTaskInfo as ObjectiveTaskInfo
+    from roost.protocol._wire_resources import Plugin as Plugin
+    from roost.protocol._wire_resources import PluginFunction as PluginFunction
+    from roost.protocol._wire_resources import Template as Template
+    from roost.protocol._wire_resources import Validation as Validation
+    from roost.protocol._wire_resources import ValidationIssue as ValidationIssue
     from roost.protocol._wire_types import AgentMessage as AgentMessage
-    from roost.protocol._wire_types import ConfigSummary as ConfigSummary
-    from roost.protocol._wire_types import ContextFileInfo as ContextFileInfo
-    from roost.protocol._wire_types import ContextItem as ContextItem
-    from roost.protocol._wire_types import InitResult as InitResult
-    from roost.protocol._wire_types import McpPlugin as McpPlugin
-    from roost.protocol._wire_types import Memory as Memory
-    from roost.protocol._wire_types import MemoryAgent as MemoryAgent
-    from roost.protocol._wire_types import Objective as Objective
-    from roost.protocol._wire_types import ObjectiveTaskInfo as ObjectiveTaskInfo
-    from roost.protocol._wire_types import Plugin as Plugin
-    from roost.protocol._wire_types import PluginFunction as PluginFunction
     from roost.protocol._wire_types import ReplSession as ReplSession
     from roost.protocol._wire_types import Session as Session
     from roost.protocol._wire_types import SessionDetail as SessionDetail
-    from roost.protocol._wire_types import Template as Template
     from roost.protocol._wire_types import ToolCallSummary as ToolCallSummary
-    from roost.protocol._wire_types import Validation as Validation
-    from roost.protocol._wire_types import ValidationIssue as ValidationIssue
     from roost.protocol._wire_types import error_envelope as error_envelope
     from roost.protocol._wire_types import item_envelope as item_envelope
     from roost.protocol._wire_types import items_envelope as items_envelope
@@ -81,8 +81,8 @@ _LAZY = {
     "answer_initialize_early": "roost.protocol._as_early",
     "PrefixedReceiveStream": "roost.protocol._framing",
     "wire_error": "roost.protocol._errors",
-    "Objective": "roost.protocol._wire_types",
-    "ObjectiveTaskInfo": "roost.protocol._wire_types",
+    "Objective": "roost.protocol._wire_resources",
+    "ObjectiveTaskInfo": "roost.protocol._wire_resources",
     "auto_dispatched_event": "roost.protocol._serve_events",
     "app_server_schema": "roost.protocol._as_schema",
     "install_a2a": "roost.protocol._a2a_host",
@@ -118,22 +118,22 @@ _LAZY = {
     "unregister_daemon": "roost.protocol._serve_status",
     "silence_stdout": "roost.protocol._stdout",
     "AgentMessage": "roost.protocol._wire_types",
-    "ConfigSummary": "roost.protocol._wire_types",
-    "ContextFileInfo": "roost.protocol._wire_types",
-    "ContextItem": "roost.protocol._wire_types",
-    "InitResult": "roost.protocol._wire_types",
-    "Memory": "roost.protocol._wire_types",
-    "MemoryAgent": "roost.protocol._wire_types",
-    "Plugin": "roost.protocol._wire_types",
-    "McpPlugin": "roost.protocol._wire_types",
-    "PluginFunction": "roost.protocol._wire_types",
+    "ConfigSummary": "roost.protocol._wire_resources",
+    "ContextFileInfo": "roost.protocol._wire_resources",
+    "ContextItem": "roost.protocol._wire_resources",
+    "InitResult": "roost.protocol._wire_resources",
+    "Memory": "roost.protocol._wire_resources",
+    "MemoryAgent": "roost.protocol._wire_resources",
+    "Plugin": "roost.protocol._wire_resources",
+    "McpPlugin": "roost.protocol._wire_resources",
+    "PluginFunction": "roost.protocol._wire_resources",
     "ReplSession": "roost.protocol._wire_types",
     "Session": "roost.protocol._wire_types",
     "SessionDetail": "roost.protocol._wire_types",
-    "Template": "roost.protocol._wire_types",
+    "Template": "roost.protocol._wire_resources",
     "ToolCallSummary": "roost.protocol._wire_types",
-    "Validation": "roost.protocol._wire_types",
-    "ValidationIssue": "roost.protocol._wire_types",
+    "Validation": "roost.protocol._wire_resources",
+    "ValidationIssue": "roost.protocol._wire_resources",
     "error_envelope": "roost.protocol._wire_types",
     "item_envelope": "roost.protocol._wire_types",
     "items_envelope": "roost.protocol._wire_types",

@@ -1,10 +1,12 @@
-"""Wire-protocol item types of the ``--json`` resource queries and their envelopes.
+"""Wire-protocol item types of the ``--json`` session queries, the conversion and the envelopes.
 
-Each attrs class below is one item type of ``spec/wire-protocol.md`` ("Resource queries"), with
-the Python field names in snake_case. :data:`wire_converter` unstructures them to the wire's
-camelCase names (``session_id`` -> ``sessionId``) and never omits a field: a nullable field that
-is ``None`` is sent as ``null`` (wire-protocol.md: "A field documented as nullable is present with
-null, not omitted"). Timestamps are ISO 8601 UTC strings, as the store keeps them.
+Each attrs class below (and in :mod:`roost.protocol._wire_resources`, the other resources' item
+types, kept apart so that ``roost sessions --json`` does not create them) is one item type of
+``spec/wire-protocol.md`` ("Resource queries"), with the Python field names in snake_case.
+:func:`to_wire` unstructures them to the wire's camelCase names (``session_id`` ->
+``sessionId``) and never omits a field: a nullable field that is ``None`` is sent as ``null``
+(wire-protocol.md: "A field documented as nullable is present with null, not omitted").
+Timestamps are ISO 8601 UTC strings, as the store keeps them.
 
 The envelopes (wire-protocol.md, "Resource queries")::
 
@@ -20,14 +22,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import attrs
-from cattrs.gen import make_dict_unstructure_fn, override
-from cattrs.preconf.orjson import make_converter
 
 from roost._json import dumps_line
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "wire_converter",
     "to_wire",
     "items_envelope",
     "item_envelope",
@@ -37,22 +36,6 @@ __all__ = [
     "AgentMessage",
     "ToolCallSummary",
     "ReplSession",
-    "Memory",
-    "MemoryAgent",
-    "ContextItem",
-    "ContextFileInfo",
-    "ScheduledJob",
-    "ConfigSummary",
-    "ValidationIssue",
-    "Validation",
-    "Template",
-    "InitResult",
-    "PluginFunction",
-    "Plugin",
-    "McpPlugin",
-    "Model",
-    "ObjectiveTaskInfo",
-    "Objective",
 ]
 
 #: wire-protocol.md, "Versioning".
@@ -133,191 +116,30 @@ class ReplSession:
     first_user_message: str
 
 
-@attrs.frozen(kw_only=True)
-class Memory:
-    """One typed memory entry (type ``user``, ``feedback``, ``project`` or ``reference``)."""
-
-    guid: str
-    name: str
-    type: str
-    description: str
-    body: str
-
-
-@attrs.frozen(kw_only=True)
-class MemoryAgent:
-    """An agent with at least one memory, and how many it has."""
-
-    agent: str
-    count: int
-
-
-@attrs.frozen(kw_only=True)
-class ContextFileInfo:
-    """``{relativePath, sizeBytes}`` of one imported context file (size in bytes)."""
-
-    relative_path: str
-    size_bytes: int
-
-
-@attrs.frozen(kw_only=True)
-class ContextItem:
-    """Reference material imported into a project's context."""
-
-    name: str
-    description: str | None
-    source_path: str
-    imported_at: str
-    size_bytes: int
-    files: list[ContextFileInfo] = attrs.field(factory=list)
-
-
-@attrs.frozen(kw_only=True)
-class ScheduledJob:
-    """A cron job (``schedule list --json``)."""
-
-    name: str
-    description: str | None
-    cron: str
-    task: str
-    config: str | None
-    work_dir: str | None
-    enabled: bool
-    due: bool
-    created_at: str
-    last_run: str | None
-    next_run: str | None
-
-
-@attrs.frozen(kw_only=True)
-class ConfigSummary:
-    """One orchestration config file; ``name``/``description``/``selectionType`` null when it failed to load."""
-
-    path: str
-    name: str | None
-    description: str | None
-    agents: list[str]
-    selection_type: str | None
-    error: str | None
-
-
-@attrs.frozen(kw_only=True)
-class ValidationIssue:
-    """``{level, message}``; level ``error`` or ``warning``."""
-
-    level: str
-    message: str
-
-
-@attrs.frozen(kw_only=True)
-class Validation:
-    """The result of ``validate PATH``: valid when no issue has level ``error``."""
-
-    path: str
-    valid: bool
-    issues: list[ValidationIssue]
-    config: ConfigSummary | None
-
-
-@attrs.frozen(kw_only=True)
-class Template:
-    """A config template of ``init``."""
-
-    key: str
-    label: str
-    description: str
-
-
-@attrs.frozen(kw_only=True)
-class InitResult:
-    """What ``init`` wrote: absolute paths of the config and of its agent files."""
-
-    template: str
-    model: str
-    endpoint: str | None
-    config_path: str
-    agent_files: list[str]
-
-
-@attrs.frozen(kw_only=True)
-class PluginFunction:
-    """``{name, description}`` of one tool a plugin provides."""
-
-    name: str
-    description: str
-
-
-@attrs.frozen(kw_only=True)
-class Plugin:
-    """A group of tools: ``source`` is ``builtin`` or ``mcp``."""
-
-    name: str
-    source: str
-    functions: list[PluginFunction]
-
-
-@attrs.frozen(kw_only=True)
-class McpPlugin(Plugin):
-    """A Plugin with ``source`` ``mcp`` (an MCP server); Roost adds ``status``, its connection state
-    after one attempt (``connected``, ``failed``, ``connecting``, ``configured``), and ``error``, why
-    it is not connected (``null`` when it is)."""
-
-    status: str
-    error: str | None
-
-
-@attrs.frozen(kw_only=True)
-class Model:
-    """A model of the configured provider; ``current`` marks the configured default."""
-
-    id: str
-    current: bool
-
-
-@attrs.frozen(kw_only=True)
-class ObjectiveTaskInfo:
-    """One task of an objective: ``outcome`` is ``pending``, ``running``, ``succeeded`` or ``skipped``;
-    ``failures`` counts consecutive failed attempts; ``sessionId`` is its latest attempt's task id."""
-
-    index: int
-    task: str
-    outcome: str
-    failures: int
-    session_id: str | None
-
-
-@attrs.frozen(kw_only=True)
-class Objective:
-    """A long-horizon objective (``objective list --json``, ``objective status ID --json``)."""
-
-    id: str
-    title: str
-    description: str | None
-    status: str
-    created_at: str
-    updated_at: str
-    tasks: list[ObjectiveTaskInfo] = attrs.field(factory=list)
-
-
-def _make_converter() -> Any:
-    conv = make_converter(omit_if_default=False)
-
-    def factory(cls: type) -> Any:
-        renames = {a.name: override(rename=camel(a.name), omit_if_default=False) for a in attrs.fields(cls)}
-        # cattrs types **kwargs (the per-field overrides) as its keyword flags: a known stub gap.
-        return make_dict_unstructure_fn(cls, conv, **renames)  # type: ignore[arg-type]
-
-    conv.register_unstructure_hook_factory(attrs.has, factory)
-    return conv
-
-
-#: The wire dialect's converter: attrs instances -> camelCase dicts with every field present.
-wire_converter = _make_converter()
+#: attrs class -> its ``(attribute, wire name)`` pairs, in field order (filled on first use).
+_WIRE_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
 def to_wire(value: Any) -> Any:
-    """Unstructure an item (or a list of items) to JSON-ready camelCase primitives."""
-    return wire_converter.unstructure(value)
+    """Unstructure an item (or a list of items) to JSON-ready camelCase primitives.
+
+    Every field is present (``None`` as ``null``), under its camelCase name, in field order;
+    nested items, lists and dict values are unstructured alike; anything else (``str``, ``int``,
+    ``bool``, ``None``) is returned as it is. Hand-written rather than a cattrs converter: these
+    types hold nothing else, and ``roost sessions --json`` then starts without importing cattrs
+    (issue 19).
+    """
+    if isinstance(value, list | tuple):
+        return [to_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_wire(v) for k, v in value.items()}
+    cls = type(value)
+    fields = _WIRE_FIELDS.get(cls)
+    if fields is None:
+        if not attrs.has(cls):
+            return value
+        fields = _WIRE_FIELDS[cls] = tuple((a.name, camel(a.name)) for a in attrs.fields(cls))
+    return {wire: to_wire(getattr(value, name)) for name, wire in fields}
 
 
 def items_envelope(items: Iterable[Any]) -> bytes:

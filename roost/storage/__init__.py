@@ -5,7 +5,8 @@ Layout: ``_connect`` (connections, ``BEGIN IMMEDIATE``, sqlite3 error translatio
 (versioned migrations), ``_writer`` (:class:`StoreWriter`), ``_store`` (:class:`Store`,
 :func:`open_store`), ``leases`` and ``_keeper`` (execution leases, :class:`LeaseKeeper`),
 ``_reconcile``, ``_processes`` (tool process groups, reaped after a crash), ``_interface`` (the
-store interface, :class:`StoreBackend`, which :class:`Store` implements through ``_sqlite_ops``)
+store interface, :class:`StoreBackend`, which :class:`Store` implements through ``_sqlite_ops``;
+its operation names are in ``_operations``)
 and the data modules ``_threads``, ``_items``, ``_workers``, ``_schedules2``, ``_tasks``,
 ``_memory``, ``_queries``, ``_cluster`` (the shared task queue's claims, node heartbeats),
 ``_bus`` (the node bus, one implementation for both backends):
@@ -68,20 +69,6 @@ from ._connect import connect as connect
 from ._connect import immediate as immediate
 from ._connect import translate_error as translate_error
 from ._dispatch import by_connection as _by_connection
-from ._interface import OPERATIONS as OPERATIONS
-from ._interface import BusStore as BusStore
-from ._interface import ConnT as ConnT
-from ._interface import InputStore as InputStore
-from ._interface import ItemStore as ItemStore
-from ._interface import LeaseStore as LeaseStore
-from ._interface import MemoryStore as MemoryStore
-from ._interface import ObjectiveStore as ObjectiveStore
-from ._interface import ProcessStore as ProcessStore
-from ._interface import ScheduleStore as ScheduleStore
-from ._interface import StoreBackend as StoreBackend
-from ._interface import TaskStore as TaskStore
-from ._interface import ThreadStore as ThreadStore
-from ._interface import WorkerStore as WorkerStore
 from ._items import add_held_input as add_held_input
 from ._items import append_item as append_item
 from ._items import discard_in_progress_item as discard_in_progress_item
@@ -110,6 +97,7 @@ from ._objectives import get_objective as get_objective
 from ._objectives import list_objectives as list_objectives
 from ._objectives import set_objective_status as set_objective_status
 from ._objectives import start_objective_task as start_objective_task
+from ._operations import OPERATIONS as OPERATIONS
 from ._queries import adopt_schedule_run as adopt_schedule_run
 from ._queries import chat_ids_with_title as chat_ids_with_title
 from ._queries import chat_threads_with_cwd as chat_threads_with_cwd
@@ -200,6 +188,19 @@ for _name in (*OPERATIONS, "put_item"):
 del _name
 
 if TYPE_CHECKING:
+    from ._interface import BusStore as BusStore
+    from ._interface import ConnT as ConnT
+    from ._interface import InputStore as InputStore
+    from ._interface import ItemStore as ItemStore
+    from ._interface import LeaseStore as LeaseStore
+    from ._interface import MemoryStore as MemoryStore
+    from ._interface import ObjectiveStore as ObjectiveStore
+    from ._interface import ProcessStore as ProcessStore
+    from ._interface import ScheduleStore as ScheduleStore
+    from ._interface import StoreBackend as StoreBackend
+    from ._interface import TaskStore as TaskStore
+    from ._interface import ThreadStore as ThreadStore
+    from ._interface import WorkerStore as WorkerStore
     from ._keeper import Execution as Execution
     from ._keeper import LeaseKeeper as LeaseKeeper
     from ._owner import default_owner as default_owner
@@ -217,8 +218,23 @@ if TYPE_CHECKING:
 
 #: Exports whose modules import trio (the writer, the lease keeper, tool process groups and the
 #: reconciliation that reaps them): loaded on first access (PEP 562), so a blocking CLI command
-#: that only reads the store does not import the async runtime.
+#: that only reads the store does not import the async runtime; and the store interface's Protocol
+#: classes (``_interface``: a few ms of typing machinery, used by type checks and conformance
+#: tests; the operation names the dispatch below needs are in ``_operations``).
 _LAZY = {
+    "BusStore": "roost.storage._interface",
+    "ConnT": "roost.storage._interface",
+    "InputStore": "roost.storage._interface",
+    "ItemStore": "roost.storage._interface",
+    "LeaseStore": "roost.storage._interface",
+    "MemoryStore": "roost.storage._interface",
+    "ObjectiveStore": "roost.storage._interface",
+    "ProcessStore": "roost.storage._interface",
+    "ScheduleStore": "roost.storage._interface",
+    "StoreBackend": "roost.storage._interface",
+    "TaskStore": "roost.storage._interface",
+    "ThreadStore": "roost.storage._interface",
+    "WorkerStore": "roost.storage._interface",
     "Execution": "roost.storage._keeper",
     "LeaseKeeper": "roost.storage._keeper",
     "default_owner": "roost.storage._owner",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 from typing import Any
 
 from ._portable import execute
@@ -59,6 +58,8 @@ def _externalize(conn: Any, payload: Any, field: str) -> Any:
         except (binascii.Error, ValueError):
             out.append(image)
             continue
+        import hashlib  # ~3 ms to import, only for a blob's digest (issue 19: start-up)
+
         digest = hashlib.sha256(raw).hexdigest()
         media = str(image.get("media_type") or "application/octet-stream")
         execute(

@@ -21,7 +21,6 @@ claimers poll.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from typing import Any
 
@@ -33,6 +32,7 @@ from ._dispatch import by_connection
 from ._portable import execute, is_sqlite, now_sql
 from ._rows import iso_from_unix, utc_now
 from ._tasks import get_daemon_task, update_daemon_task
+from .leases import hostname as _hostname
 
 _get_daemon_task = by_connection(get_daemon_task)
 _update_daemon_task = by_connection(update_daemon_task)
@@ -108,7 +108,7 @@ def claim_daemon_task(
         "SELECT t.id, t.status FROM daemon_tasks t LEFT JOIN leases l ON l.key = 'task:' || t.id"
         " WHERE t.status = 'running' AND (l.owner IS NULL OR l.expires_at <= ? OR l.owner LIKE ?)"
         " ORDER BY t.position LIMIT ?",
-        (now, socket.gethostname() + ":%", _CLAIM_SCAN),
+        (now, _hostname() + ":%", _CLAIM_SCAN),
     ).fetchall()
     rows += execute(
         conn, "SELECT id, status FROM daemon_tasks WHERE status = 'queued' ORDER BY position LIMIT ?", (_CLAIM_SCAN,)
@@ -234,7 +234,7 @@ def beat_node(conn: Any, owner: str, ttl: float, *, started_at: float | None = N
             VALUES (?, ?, ?, COALESCE(CAST(? AS DOUBLE PRECISION), {now}), {now}, ?)
             ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen, ttl = excluded.ttl
             RETURNING last_seen""",
-        (owner, socket.gethostname(), os.getpid(), started_at, ttl),
+        (owner, _hostname(), os.getpid(), started_at, ttl),
     ).fetchone()
     execute(conn, f"DELETE FROM nodes WHERE last_seen < {now} - ttl * ?", (RETENTION_TTLS,))
     return float(row[0])

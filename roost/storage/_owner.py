@@ -4,12 +4,13 @@ early ``initialize`` answer, before the event loop exists)."""
 from __future__ import annotations
 
 import os
-import socket
 import uuid
+
+from .leases import hostname
 
 __all__ = ["default_owner"]
 
 
 def default_owner() -> str:
     """Return a lease owner identity unique to this process: ``"<host>:<pid>:<8 hex>"``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{hostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

@@ -24,10 +24,8 @@ deletes their rows. Linux only in effect: without ``/proc`` no row is written.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import signal
-import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +33,7 @@ from roost.errors import StoreBusy
 
 from ._portable import execute
 from ._rows import utc_now
+from .leases import hostname as _hostname
 from .leases import owner_is_dead
 
 if TYPE_CHECKING:  # the writer (and trio) load only when a hook is made: `roost sessions` needs neither
@@ -54,7 +53,14 @@ __all__ = [
     "tool_process_hook",
 ]
 
-log = logging.getLogger("roost.storage")
+
+def _warn(message: str, *args: object, exc_info: bool = False) -> None:
+    """Log a warning on the ``roost.storage`` logger; logging is imported on the first one, so a
+    command that only reads the store (``roost sessions --json``) never loads it (issue 19)."""
+    import logging
+
+    logging.getLogger("roost.storage").warning(message, *args, exc_info=exc_info, stacklevel=2)
+
 
 #: ``async (pgid, running) -> None``: ``running`` is True when the group started, False when the
 #: tool call is done with it (the shape of ``ToolContext.on_process``).
@@ -156,7 +162,7 @@ def _kill_marked(mark: int, since: int) -> bool:
         except ProcessLookupError:
             pass
         except PermissionError:
-            log.warning("cannot kill leftover tool process %d (marker %d)", pid, mark)
+            _warn("cannot kill leftover tool process %d (marker %d)", pid, mark)
     return bool(pids)
 
 
@@ -281,7 +287,7 @@ def reap_tool_processes(conn: Any, owner: str) -> int:
     Returns:
         The number of process groups that were sent SIGKILL.
     """
-    this_host, this_boot = socket.gethostname(), boot_id()
+    this_host, this_boot = _hostname(), boot_id()
     killed = 0
     for row in list_tool_processes(conn):
         holder = row["owner"]
@@ -300,7 +306,7 @@ def reap_tool_processes(conn: Any, owner: str) -> int:
             except ProcessLookupError:
                 pass  # it ended meanwhile
             except PermissionError:
-                log.warning("cannot kill leftover tool process group %d (owner %s)", row["pgid"], holder)
+                _warn("cannot kill leftover tool process group %d (owner %s)", row["pgid"], holder)
         forget_tool_process(conn, row["pgid"], holder)
     return killed
 
@@ -346,9 +352,9 @@ def tool_process_hook(writer: StoreWriter, owner: str, thread_id: str | None = N
             with trio.move_on_after(_HOOK_TIMEOUT_S) as scope:
                 await writer.submit(record_tool_process, pgid, owner, ticks, boot_id(), thread_id)
             if scope.cancelled_caught:
-                log.warning("recording tool process group %d timed out", pgid)
+                _warn("recording tool process group %d timed out", pgid)
         except Exception:
-            log.warning("could not record tool process group %d (running=%s)", pgid, running, exc_info=True)
+            _warn("could not record tool process group %d (running=%s)", pgid, running, exc_info=True)
 
     async def _record_intent(intent: int) -> None:
         ticks = now_ticks()

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -151,6 +149,8 @@ class Store(SQLiteOperations):
         for conn in idle:
             conn.close()
         if self._tempdir is not None:
+            import shutil
+
             shutil.rmtree(self._tempdir, ignore_errors=True)
             self._tempdir = None
 
@@ -193,6 +193,8 @@ def open_store(
     if path is None:
         db_path = database_path()
     elif str(path) == ":memory:":
+        import tempfile  # only an ephemeral store needs it (issue 19: start-up)
+
         tempdir = tempfile.mkdtemp(prefix="roost-store-")
         db_path = Path(tempdir) / "roost.db"
     else:

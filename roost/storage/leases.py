@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -88,6 +87,13 @@ def thread_lease_key(thread_id: str) -> str:
     return f"thread:{thread_id}"
 
 
+def hostname() -> str:
+    """This machine's name, as lease owners and tool process rows carry it: the kernel's node name,
+    which is what ``socket.gethostname()`` returns (glibc reads it from ``uname``), without
+    importing socket (some 3 ms before ``roost app-server`` answers ``initialize``; issue 19)."""
+    return os.uname().nodename
+
+
 def owner_is_dead(owner: str | None) -> bool:
     """Whether ``owner`` names a process of this host that no longer runs.
 
@@ -102,7 +108,7 @@ def owner_is_dead(owner: str | None) -> bool:
     if not owner:
         return False
     parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or not parts[1].isdigit() or parts[0] != socket.gethostname():
+    if len(parts) != 3 or not parts[1].isdigit() or parts[0] != hostname():
         return False
     pid = int(parts[1])
     if pid <= 0 or pid == os.getpid():
