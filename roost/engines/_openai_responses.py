@@ -48,17 +48,22 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
     """
     items: list[dict[str, Any]] = []
     for item in pair_tool_results(request.history):
-        if isinstance(item, UserMessage):
-            content: list[dict[str, Any]] = [{"type": "input_text", "text": item.text}]
-            content += [{"type": "input_image", "image_url": im.data_url()} for im in item.images]
-            # OpenAI "File inputs": an input_file item with base64 file_data (a data URL) and filename
-            content += [{"type": "input_file", "filename": d.name, "file_data": d.data_url()} for d in item.documents]
-            items.append({"type": "message", "role": "user", "content": content})
-        elif isinstance(item, AgentMessage):
+        # exact types (frozen attrs classes), the common ones first: cheaper than isinstance per item
+        if type(item) is AgentMessage:
             items.append(
                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": item.text}]}
             )
-        elif isinstance(item, ToolCall):
+        elif type(item) is UserMessage:
+            content: list[dict[str, Any]] = [{"type": "input_text", "text": item.text}]
+            if item.images:
+                content += [{"type": "input_image", "image_url": im.data_url()} for im in item.images]
+            if item.documents:
+                # OpenAI "File inputs": an input_file item with base64 file_data (a data URL) and filename
+                content += [
+                    {"type": "input_file", "filename": d.name, "file_data": d.data_url()} for d in item.documents
+                ]
+            items.append({"type": "message", "role": "user", "content": content})
+        elif type(item) is ToolCall:
             items.append(
                 {
                     "type": "function_call",
@@ -67,11 +72,10 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
                     "arguments": dumps(item.arguments).decode(),
                 }
             )
-        elif isinstance(item, ToolResult):
+        elif type(item) is ToolResult:
             items.append({"type": "function_call_output", "call_id": item.call_id, "output": item.output})
-        elif isinstance(item, Reasoning):  # noqa: SIM102 (another provider's reasoning must not fall through)
-            if item.provider == "openai-responses":
-                items.extend(dict(kept) for kept in item.items)  # encrypted reasoning, unchanged
+        elif type(item) is Reasoning and item.provider == "openai-responses":
+            items.extend(dict(kept) for kept in item.items)  # encrypted reasoning, unchanged
     return items
 
 
@@ -301,7 +305,9 @@ class OpenAIResponsesEngine(OpenAIChatEngine, HttpEngine):
             body["temperature"] = request.temperature
         if request.effort is not None:
             body["reasoning"] = {"effort": request.effort, "summary": "auto"}
-        replaying = any(isinstance(i, Reasoning) and i.provider == "openai-responses" for i in request.history)
+        replaying = Reasoning in map(type, request.history) and any(
+            type(i) is Reasoning and i.provider == "openai-responses" for i in request.history
+        )
         if request.effort is not None or replaying:
             body["include"] = ["reasoning.encrypted_content"]  # store: false keeps no state
         return body
