@@ -131,3 +131,23 @@ def test_history_mapping():
     body = eng._body(EngineRequest(history=[UserMessage("q"), ToolCall("c1", "f", {"a": 1}), ToolResult("c1", "out")]))
     assert body["input"][1] == {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'}
     assert body["input"][2] == {"type": "function_call_output", "call_id": "c1", "output": "out"}
+
+
+def test_wire_body_is_the_mapped_body_with_messages_encoded_once(monkeypatch):
+    from roost.engines import AgentMessage, Image, Reasoning
+    from roost.engines._openai_responses import MessageJSON
+
+    eng = OpenAIResponsesEngine(ProviderSettings(provider="openai-responses", base_url="http://x/v1", model="m"))
+    history = [
+        UserMessage("q"), AgentMessage("a"), UserMessage("look", images=[Image("image/png", "aGk=")]),
+        Reasoning("r", "openai-responses", [{"type": "reasoning", "encrypted_content": "x"}]),
+        ToolCall("c1", "f", {"a": 1}), ToolResult("c1", "out"), AgentMessage("a"), UserMessage('q \u2603 "quoted"\n'),
+        UserMessage("a"),  # the same text in another role
+    ]
+    request = EngineRequest(system="s", history=history, effort="low")
+    for _ in range(2):  # the second time from the encoded messages
+        assert loads(eng._encode_body(request)) == eng._body(request)
+    monkeypatch.setattr(MessageJSON, "LIMIT", 100)  # full: it starts over, the body stays the same
+    for n in range(5):
+        request = EngineRequest(history=[*history, AgentMessage("x" * 60 + str(n))])
+        assert loads(eng._encode_body(request)) == eng._body(request)

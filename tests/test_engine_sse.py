@@ -60,3 +60,10 @@ def test_event_names_multiline_data_and_a_crlf_split_between_cr_and_lf():
     raw = b"event: response.output_text.delta\r\ndata: {\"x\":\r\ndata: 1}\r\n\r\n: ping\r\n\r\ndata: [DONE]\r\n\r\n"
     for cut in range(len(raw) + 1):
         assert decode(raw, [cut]) == [("response.output_text.delta", '{"x":\n1}'), ("message", "[DONE]")]
+
+
+def test_invalid_utf8_is_replaced_within_its_own_block():
+    # blocks are decoded together: a truncated sequence still ends at its line, as when decoded alone
+    raw = b"data: \xe2\x9c\n\nevent: e\xc3\ndata: \xff\n\n\ndata: ok\n\n"
+    for cut in range(len(raw) + 1):
+        assert decode(raw, [cut]) == [("message", "\ufffd"), ("e\ufffd", "\ufffd"), ("message", "ok")]

@@ -49,7 +49,8 @@ def pair_tool_results(history: Iterable[HistoryItem]) -> list[HistoryItem]:
         A new list; the input is not changed.
     """
     items = list(history)
-    if not any(type(item) is ToolCall or type(item) is ToolResult for item in items):
+    kinds = set(map(type, items))
+    if ToolCall not in kinds and ToolResult not in kinds:
         return items  # nothing to pair (most turns of a chat)
     by_id: dict[str, list[int]] = {}
     for pos, item in enumerate(items):

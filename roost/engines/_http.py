@@ -242,6 +242,10 @@ class HttpEngine:
     def _body(self, request: EngineRequest) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _encode_body(self, request: EngineRequest) -> bytes:
+        """The request body as sent (an adapter may encode parts of it once and reuse them)."""
+        return dumps(self._body(request))
+
     def _parser(self, request: EngineRequest) -> StreamParser:
         """The parser of one attempt's stream; ``request`` gives the call ids already in use."""
         raise NotImplementedError
@@ -308,7 +312,7 @@ class HttpEngine:
     # -- the stream ------------------------------------------------------------------------------
 
     async def _events(self, request: EngineRequest) -> AsyncGenerator[EngineEvent, None]:
-        body = dumps(self._body(request))
+        body = self._encode_body(request)
         url = self._url()
         headers = {"content-type": "application/json", "accept": "text/event-stream", **self._headers()}
         policy = self.retry

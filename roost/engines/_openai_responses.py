@@ -39,26 +39,39 @@ from roost.errors import EngineFailure
 __all__ = ["OpenAIResponsesEngine", "ResponsesParser", "responses_input"]
 
 
-def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
+def responses_input(request: EngineRequest, encoded: MessageJSON | None = None) -> list[Any]:
     """Map the history to Responses ``input`` items (messages, function calls and their outputs).
 
     Requests are stateless (``store: false``), so the reasoning items a response produced (with
     ``encrypted_content``) are sent back in place, before that response's message and calls
     (Responses API, "Reasoning: encrypted reasoning items").
+
+    Args:
+        encoded: when given, text-only messages come from it as encoded JSON
+            (``orjson.Fragment``; for the wire, not for inspection).
     """
-    items: list[dict[str, Any]] = []
+    items: list[Any] = []
     for item in pair_tool_results(request.history):
-        if isinstance(item, UserMessage):
-            content: list[dict[str, Any]] = [{"type": "input_text", "text": item.text}]
-            content += [{"type": "input_image", "image_url": im.data_url()} for im in item.images]
-            # OpenAI "File inputs": an input_file item with base64 file_data (a data URL) and filename
-            content += [{"type": "input_file", "filename": d.name, "file_data": d.data_url()} for d in item.documents]
-            items.append({"type": "message", "role": "user", "content": content})
-        elif isinstance(item, AgentMessage):
+        # exact types (frozen attrs classes), the common ones first: cheaper than isinstance per item
+        if encoded is not None and (
+            type(item) is AgentMessage or (type(item) is UserMessage and not item.images and not item.documents)
+        ):
+            items.append(encoded.get(item))
+        elif type(item) is AgentMessage:
             items.append(
                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": item.text}]}
             )
-        elif isinstance(item, ToolCall):
+        elif type(item) is UserMessage:
+            content: list[dict[str, Any]] = [{"type": "input_text", "text": item.text}]
+            if item.images:
+                content += [{"type": "input_image", "image_url": im.data_url()} for im in item.images]
+            if item.documents:
+                # OpenAI "File inputs": an input_file item with base64 file_data (a data URL) and filename
+                content += [
+                    {"type": "input_file", "filename": d.name, "file_data": d.data_url()} for d in item.documents
+                ]
+            items.append({"type": "message", "role": "user", "content": content})
+        elif type(item) is ToolCall:
             items.append(
                 {
                     "type": "function_call",
@@ -67,12 +80,49 @@ def responses_input(request: EngineRequest) -> list[dict[str, Any]]:
                     "arguments": dumps(item.arguments).decode(),
                 }
             )
-        elif isinstance(item, ToolResult):
+        elif type(item) is ToolResult:
             items.append({"type": "function_call_output", "call_id": item.call_id, "output": item.output})
-        elif isinstance(item, Reasoning):  # noqa: SIM102 (another provider's reasoning must not fall through)
-            if item.provider == "openai-responses":
-                items.extend(dict(kept) for kept in item.items)  # encrypted reasoning, unchanged
+        elif type(item) is Reasoning and item.provider == "openai-responses":
+            items.extend(dict(kept) for kept in item.items)  # encrypted reasoning, unchanged
     return items
+
+
+class MessageJSON:
+    """Encoded Responses ``input`` items of text-only messages, by role and text.
+
+    Every call sends the thread's whole history again (``store: false``) and its messages do not
+    change, so each is mapped and encoded once and then embedded as is (``orjson.Fragment``).
+    Kept up to :attr:`LIMIT` bytes of JSON, then started over.
+    """
+
+    __slots__ = ("_user", "_assistant", "_size")
+
+    #: bytes of encoded messages kept before the cache is cleared
+    LIMIT = 4 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self._user: dict[str, orjson.Fragment] = {}
+        self._assistant: dict[str, orjson.Fragment] = {}
+        self._size = 0
+
+    def get(self, item: UserMessage | AgentMessage) -> orjson.Fragment:
+        """The encoded item of ``item`` (a user message without images or documents, or an agent message)."""
+        assistant = type(item) is AgentMessage
+        table = self._assistant if assistant else self._user
+        fragment = table.get(item.text)
+        if fragment is None:
+            if assistant:
+                doc = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": item.text}]}
+            else:
+                doc = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": item.text}]}
+            raw = dumps(doc)
+            if self._size + len(raw) > self.LIMIT:
+                self._user.clear()
+                self._assistant.clear()
+                self._size = 0
+            fragment = table[item.text] = orjson.Fragment(raw)
+            self._size += len(raw)
+        return fragment
 
 
 #: Events named in their ``event:`` line whose data Roost does not use: not decoded at all (the
@@ -281,10 +331,18 @@ class OpenAIResponsesEngine(OpenAIChatEngine, HttpEngine):
     def _url(self) -> str:
         return self._base() + "/responses"
 
-    def _body(self, request: EngineRequest) -> dict[str, Any]:
+    _messages: MessageJSON | None = None
+
+    def _encode_body(self, request: EngineRequest) -> bytes:
+        # the same JSON as dumps(self._body(request)), with the history's messages encoded once
+        if self._messages is None:
+            self._messages = MessageJSON()
+        return dumps(self._body(request, self._messages))
+
+    def _body(self, request: EngineRequest, encoded: MessageJSON | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self._model(request),
-            "input": responses_input(request),
+            "input": responses_input(request, encoded),
             "stream": True,
             "store": False,
         }
@@ -301,7 +359,9 @@ class OpenAIResponsesEngine(OpenAIChatEngine, HttpEngine):
             body["temperature"] = request.temperature
         if request.effort is not None:
             body["reasoning"] = {"effort": request.effort, "summary": "auto"}
-        replaying = any(isinstance(i, Reasoning) and i.provider == "openai-responses" for i in request.history)
+        replaying = Reasoning in map(type, request.history) and any(
+            type(i) is Reasoning and i.provider == "openai-responses" for i in request.history
+        )
         if request.effort is not None or replaying:
             body["include"] = ["reasoning.encrypted_content"]  # store: false keeps no state
         return body

@@ -45,23 +45,33 @@ class SSEDecoder:
                 self._tail = buf
                 return []
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        blocks = buf.split(b"\n\n")
-        self._tail = blocks.pop()
-        if not blocks:
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._tail = buf
             return []
+        self._tail = buf[end + 2 :]
+        # one decode for every complete block ("\n\n" never splits a UTF-8 sequence, and an
+        # invalid one ends at the newline either way)
+        text = buf[:end].decode("utf-8", "replace")
+        if not self._started:
+            self._started = True
+            if text.startswith(_BOM):
+                text = text[1:]
         out: list[tuple[str, str]] = []
-        for block in blocks:
-            if not block:
+        for block in text.split("\n\n"):
+            # the common cases first: one data line, or an event line and one data line
+            if block.startswith("data: "):
+                if "\n" not in block:
+                    out.append(("", block[6:]))
+                    continue
+            elif block.startswith("event: "):
+                line = block.find("\n")
+                if block.startswith("data: ", line + 1) and block.find("\n", line + 1) < 0:
+                    out.append((block[7:line], block[line + 7 :]))
+                    continue
+            elif not block:
                 continue
-            text = block.decode("utf-8", "replace")
-            if not self._started:
-                self._started = True
-                if text.startswith(_BOM):
-                    text = text[1:]
-            if text.startswith("data: ") and "\n" not in text:  # the common case: one data line
-                out.append(("", text[6:]))
-                continue
-            event = _block(text)
+            event = _block(block)
             if event is not None:
                 out.append(event)
         return out
