@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 import subprocess
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any
 
 import orjson
 import trio
@@ -168,7 +169,9 @@ class AppClient:
             await stdin.send_all(data)
         return sent
 
-    async def request_timed(self, method: str, params: Any = None, *, timeout: float = 60.0) -> tuple[float, Any, float]:
+    async def request_timed(
+        self, method: str, params: Any = None, *, timeout: float = 60.0
+    ) -> tuple[float, Any, float]:
         """Send a request and wait for its response.
 
         Returns:
@@ -280,14 +283,20 @@ class AppClient:
 
 
 @asynccontextmanager
-async def open_app_client(argv: Sequence[str], *, env: dict[str, str], cwd: str,
-                          stderr: Any = subprocess.DEVNULL) -> AsyncIterator[AppClient]:
+async def open_app_client(
+    argv: Sequence[str], *, env: dict[str, str], cwd: str, stderr: Any = subprocess.DEVNULL
+) -> AsyncIterator[AppClient]:
     """Start ``argv`` (a ``roost app-server`` command line) and yield its :class:`AppClient`.
 
     On exit the server's stdin is closed and the process awaited (killed after 30 s).
     """
     process = await trio.lowlevel.open_process(
-        list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=cwd,
+        list(argv),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=env,
+        cwd=cwd,
     )
     client = AppClient(process)
     async with trio.open_nursery() as nursery:

@@ -10,7 +10,8 @@ import os
 import resource
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from roost._json import dumps_line
 

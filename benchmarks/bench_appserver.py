@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import sys
 import tempfile
@@ -74,6 +73,7 @@ TARGET_RSS_MIB = 80.0
 
 
 # -- the server's /proc figures ---------------------------------------------------------------------
+
 
 def proc_cpu_s(pid: int, tid: int | None = None) -> float:
     """CPU seconds (utime + stime) of process ``pid`` (all its threads), or of its task ``tid``."""
@@ -174,14 +174,14 @@ def write_script(path: Path, *, deltas: int, bg_tps: float) -> None:
     text = REPLY_TEXT
     path.write_text(
         "rules:\n"
-        "  - match: {prompt: \"^slow\"}\n"
+        '  - match: {prompt: "^slow"}\n'
         "    steps:\n"
-        f"      - - {{text: \"{text}\", deltas: 10000, tokens_per_second: 20}}\n"
-        "  - match: {prompt: \"^paced\"}\n"
+        f'      - - {{text: "{text}", deltas: 10000, tokens_per_second: 20}}\n'
+        '  - match: {prompt: "^paced"}\n'
         "    steps:\n"
-        f"      - - {{text: \"{text}\", deltas: {deltas}, tokens_per_second: {bg_tps}}}\n"
+        f'      - - {{text: "{text}", deltas: {deltas}, tokens_per_second: {bg_tps}}}\n'
         "default:\n"
-        f"  - - {{text: \"{text}\", deltas: {deltas}}}\n"
+        f'  - - {{text: "{text}", deltas: {deltas}}}\n'
     )
 
 
@@ -223,6 +223,7 @@ def log(msg: str) -> None:
 
 # -- phases -----------------------------------------------------------------------------------------
 
+
 async def new_thread(client: AppClient, cwd: str) -> str:
     return (await client.request("thread/start", {"cwd": cwd}))["thread"]["id"]
 
@@ -244,8 +245,10 @@ async def run_turn(client: AppClient, thread_id: str, prompt: str) -> float:
         raise RuntimeError(f"turn {turn['id']} ended {status}: {params['turn'].get('error')}")
     text, _ = client.take_text(turn["id"])
     if text != EXPECTED:
-        raise RuntimeError(f"turn {turn['id']}: received {len(text)} characters of text, not the "
-                           f"{len(EXPECTED)} of the reply: {text[:80]!r}")
+        raise RuntimeError(
+            f"turn {turn['id']}: received {len(text)} characters of text, not the "
+            f"{len(EXPECTED)} of the reply: {text[:80]!r}"
+        )
     return arrived - sent
 
 
@@ -354,7 +357,8 @@ async def interrupts(client: AppClient, thread_id: str, count: int) -> dict[str,
         await client.wait_first_delta(turn["id"])
         cpu0 = main_thread_cpu_ns(pid)
         sent, result, answered = await client.request_timed(
-            "turn/interrupt", {"thread_id": thread_id, "turn_id": turn["id"]})
+            "turn/interrupt", {"thread_id": thread_id, "turn_id": turn["id"]}
+        )
         params, arrived = await client.wait_terminal(turn["id"])
         cpu1 = main_thread_cpu_ns(pid)
         if params["turn"]["status"] != "interrupted" or not result.get("interrupted"):
@@ -367,8 +371,9 @@ async def interrupts(client: AppClient, thread_id: str, count: int) -> dict[str,
     return out
 
 
-async def interrupts_under_load(client: AppClient, slow_thread: str, bg_threads: list[str], count: int,
-                                prompt: str, deltas: int) -> tuple[dict[str, list[float]], int, float]:
+async def interrupts_under_load(
+    client: AppClient, slow_thread: str, bg_threads: list[str], count: int, prompt: str, deltas: int
+) -> tuple[dict[str, list[float]], int, float]:
     """:func:`interrupts` while every thread of ``bg_threads`` runs ``prompt`` turns back to back.
 
     Returns:
@@ -421,12 +426,16 @@ def summarise(prefix: str, result: dict[str, list[float]]) -> dict[str, float]:
         f"{prefix}_first_delta_p99_ms": ms(result["first_delta"], 99),
         f"{prefix}_server_cpu_p50_ms": ms(result["terminal_cpu"], 50),
         f"{prefix}_server_cpu_p99_ms": ms(result["terminal_cpu"], 99),
-        **{f"{prefix}_{key}": round(result[key][0], 3)
-           for key in ("cpu_utilisation", "bg_turns_per_s") if key in result},
+        **{
+            f"{prefix}_{key}": round(result[key][0], 3)
+            for key in ("cpu_utilisation", "bg_turns_per_s")
+            if key in result
+        },
     }
 
 
 # -- profiling --------------------------------------------------------------------------------------
+
 
 def top_costs(profile: Path, baseline: Path, turns: int, limit: int = 25) -> list[dict[str, Any]]:
     """The ``limit`` functions with the most own time per turn, from two cProfile runs.
@@ -444,9 +453,15 @@ def top_costs(profile: Path, baseline: Path, turns: int, limit: int = 25) -> lis
         rows.append((tottime - b[2], cumtime - b[3], ncalls - b[1], f"{_short(filename)}:{line}({name})"))
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
-    out = [{"function": where, "own_us_per_turn": round(tot / turns * 1e6, 1),
-            "cum_us_per_turn": round(cum / turns * 1e6, 1), "calls_per_turn": round(n / turns, 2)}
-           for tot, cum, n, where in rows[:limit]]
+    out = [
+        {
+            "function": where,
+            "own_us_per_turn": round(tot / turns * 1e6, 1),
+            "cum_us_per_turn": round(cum / turns * 1e6, 1),
+            "calls_per_turn": round(n / turns, 2),
+        }
+        for tot, cum, n, where in rows[:limit]
+    ]
     out.insert(0, {"function": "TOTAL (main thread, profiled)", "own_us_per_turn": round(total / turns * 1e6, 1)})
     return out
 
@@ -454,14 +469,16 @@ def top_costs(profile: Path, baseline: Path, turns: int, limit: int = 25) -> lis
 def _short(filename: str) -> str:
     for marker in ("/roost/", "/site-packages/", "/lib/python3"):
         if marker in filename:
-            return filename[filename.index(marker) + 1:]
+            return filename[filename.index(marker) + 1 :]
     return filename
 
 
 # -- main -------------------------------------------------------------------------------------------
 
-async def run_server(args: argparse.Namespace, tmp: Path, *, profile: Path | None = None,
-                     label: str = "main") -> dict[str, Any]:
+
+async def run_server(
+    args: argparse.Namespace, tmp: Path, *, profile: Path | None = None, label: str = "main"
+) -> dict[str, Any]:
     """Run the phases on one server; with ``profile``, only warm-up and ``--turns`` sequential turns
     (none when ``label`` is ``"baseline"``) under cProfile."""
     home = tmp / f"home-{label}"
@@ -474,7 +491,7 @@ async def run_server(args: argparse.Namespace, tmp: Path, *, profile: Path | Non
         env["PYTHONPATH"] = os.pathsep.join([args.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
     workdir = str(tmp)
     figures: dict[str, Any] = {}
-    stderr_log = open(tmp / f"server-{label}.log", "wb")
+    stderr_log = open(tmp / f"server-{label}.log", "wb")  # noqa: SIM115 - closed in the finally below
     try:
         argv = server_argv(profile, args.profile_clock, module=bool(args.pythonpath))
         async with open_app_client(argv, env=env, cwd=workdir, stderr=stderr_log) as client:
@@ -503,15 +520,17 @@ async def run_server(args: argparse.Namespace, tmp: Path, *, profile: Path | Non
                 log(f"interrupt: {args.interrupts} idle")
                 figures.update(summarise("interrupt_idle", await interrupts(client, slow, args.interrupts)))
                 log(f"interrupt: {args.interrupts} with {args.threads} threads streaming back to back")
-                result, done, rate = await interrupts_under_load(client, slow, threads, args.interrupts, "load",
-                                                                 args.deltas)
+                result, done, rate = await interrupts_under_load(
+                    client, slow, threads, args.interrupts, "load", args.deltas
+                )
                 figures.update(summarise("interrupt_saturated", result))
                 figures["interrupt_saturated_bg_turns"] = done
                 figures["interrupt_saturated_bg_deltas_per_s"] = round(rate)
                 figures["rss_after_saturated_bytes"] = proc_memory(pid)["VmRSS"]
                 log(f"interrupt: {args.interrupts} with {args.threads} threads streaming at {args.bg_tps} tokens/s")
-                result, done, rate = await interrupts_under_load(client, slow, threads, args.interrupts, "paced",
-                                                                 args.deltas)
+                result, done, rate = await interrupts_under_load(
+                    client, slow, threads, args.interrupts, "paced", args.deltas
+                )
                 figures.update(summarise("interrupt_paced", result))
                 figures["interrupt_paced_bg_tokens_per_s_each"] = args.bg_tps
                 figures["interrupt_paced_bg_deltas_per_s"] = round(rate)
@@ -537,9 +556,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="roost-bench-") as raw:
         tmp = Path(raw)
         write_script(tmp / "bench.yaml", deltas=args.deltas, bg_tps=args.bg_tps)
-        figures: dict[str, Any] = {"deltas_per_reply": args.deltas, "cpus": os.cpu_count(),
-                                   "workers": "default" if args.workers is None else args.workers,
-                                   "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+        figures: dict[str, Any] = {
+            "deltas_per_reply": args.deltas,
+            "cpus": os.cpu_count(),
+            "workers": "default" if args.workers is None else args.workers,
+            "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        }
         figures.update(await run_server(args, tmp))
         figures["server_processes_max"] = PROCESSES_MAX
         figures["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -554,9 +576,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             figures["profile_seq_cpu_ms_per_turn"] = profiled["seq_cpu_ms_per_turn"]
             figures["profile_top_own_time"] = top_costs(prof, baseline, args.turns)
     checks = {
-        "seq_cpu_ms_per_turn": TARGET_CPU_MS, "conc_cpu_ms_per_turn": TARGET_CPU_MS,
-        "interrupt_idle_p50_ms": TARGET_INTERRUPT_MS, "interrupt_saturated_p50_ms": TARGET_INTERRUPT_MS,
-        "interrupt_paced_p50_ms": TARGET_INTERRUPT_MS, "rss_peak_mib": TARGET_RSS_MIB,
+        "seq_cpu_ms_per_turn": TARGET_CPU_MS,
+        "conc_cpu_ms_per_turn": TARGET_CPU_MS,
+        "interrupt_idle_p50_ms": TARGET_INTERRUPT_MS,
+        "interrupt_saturated_p50_ms": TARGET_INTERRUPT_MS,
+        "interrupt_paced_p50_ms": TARGET_INTERRUPT_MS,
+        "rss_peak_mib": TARGET_RSS_MIB,
     }
     figures["meets_target"] = {key: figures[key] < limit for key, limit in checks.items() if key in figures}
     figures["wall_s"] = round(time.perf_counter() - started, 1)
@@ -571,21 +596,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns-per-thread", type=int, default=10, help="turns per concurrent thread")
     parser.add_argument("--interrupts", type=int, default=30, help="interrupts per interrupt scenario")
     parser.add_argument("--deltas", type=int, default=100, help="text deltas per reply")
-    parser.add_argument("--bg-tps", type=float, default=50.0,
-                        help="tokens/s of each background thread in the paced interrupt scenario")
-    parser.add_argument("--profile", metavar="PATH", default=None,
-                        help="also profile the sequential phase with cProfile into PATH")
-    parser.add_argument("--profile-clock", choices=("cpu", "wall"), default="cpu",
-                        help="cProfile timer: the main thread's CPU time (default; idle waits cost "
-                             "nothing) or wall time (python -m cProfile; idle waits show as epoll.poll)")
-    parser.add_argument("--pythonpath", metavar="DIR", default=None,
-                        help="run the server as python -m roost with DIR first on PYTHONPATH "
-                             "(measure a candidate copy of the roost package)")
-    parser.add_argument("--phases", default="conc,interrupt",
-                        help="phases after the sequential one, comma-separated: conc, interrupt "
-                             "(default both; empty for the sequential phase only)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="ROOST_APPSERVER_WORKERS for the server (0: one process; default: its default)")
+    parser.add_argument(
+        "--bg-tps", type=float, default=50.0, help="tokens/s of each background thread in the paced interrupt scenario"
+    )
+    parser.add_argument(
+        "--profile", metavar="PATH", default=None, help="also profile the sequential phase with cProfile into PATH"
+    )
+    parser.add_argument(
+        "--profile-clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="cProfile timer: the main thread's CPU time (default; idle waits cost "
+        "nothing) or wall time (python -m cProfile; idle waits show as epoll.poll)",
+    )
+    parser.add_argument(
+        "--pythonpath",
+        metavar="DIR",
+        default=None,
+        help="run the server as python -m roost with DIR first on PYTHONPATH "
+        "(measure a candidate copy of the roost package)",
+    )
+    parser.add_argument(
+        "--phases",
+        default="conc,interrupt",
+        help="phases after the sequential one, comma-separated: conc, interrupt "
+        "(default both; empty for the sequential phase only)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="ROOST_APPSERVER_WORKERS for the server (0: one process; default: its default)",
+    )
     args = parser.parse_args(argv)
     args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
     emit(trio.run(main_async, args))

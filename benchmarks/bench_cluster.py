@@ -98,8 +98,11 @@ async def run_cluster(tmp: Path, script: Path, url: str | None, nodes: int, task
             log = home / "serve.err"
             err = stack.enter_context(log.open("wb"))
             env = {**env_common, "ROOST_HOME": str(home)}
-            daemons.append(await stack.enter_async_context(open_daemon(script=script, env=env, stderr=err,
-                                                                       args=["--max-concurrent", "4"])))
+            daemons.append(
+                await stack.enter_async_context(
+                    open_daemon(script=script, env=env, stderr=err, args=["--max-concurrent", "4"])
+                )
+            )
             logs.append(log)
         clients = [await stack.enter_async_context(d.unix()) for d in daemons]
         for c in clients:
@@ -152,8 +155,12 @@ async def wake_latency(tmp: Path, script: Path, url: str, samples: int) -> dict[
             times.append((time.perf_counter() - queued_at) * 1000)
             await on_a.wait_for("result", lambda e, s=sid: e["sessionId"] == s, start=mark_a, timeout=60)
         ordered = sorted(times)
-        return {"p50": round(percentile(ordered, 50), 1), "p99": round(percentile(ordered, 99), 1),
-                "max": round(ordered[-1], 1), "samples": samples}
+        return {
+            "p50": round(percentile(ordered, 50), 1),
+            "p99": round(percentile(ordered, 99), 1),
+            "max": round(ordered[-1], 1),
+            "samples": samples,
+        }
 
 
 async def resume_time(tmp: Path, script: Path, url: str, nodes: int, how: signal.Signals) -> float:
@@ -167,8 +174,12 @@ async def resume_time(tmp: Path, script: Path, url: str, nodes: int, how: signal
         for i in range(nodes):
             home = tmp / f"{how.name}-home-{i}"
             home.mkdir()
-            env = {"ROOST_LEASE_TTL": str(TTL), "ROOST_TASK_POLL_S": "0.2", "ROOST_DATABASE_URL": url,
-                   "ROOST_HOME": str(home)}
+            env = {
+                "ROOST_LEASE_TTL": str(TTL),
+                "ROOST_TASK_POLL_S": "0.2",
+                "ROOST_DATABASE_URL": url,
+                "ROOST_HOME": str(home),
+            }
             daemons.append(await stack.enter_async_context(open_daemon(script=script, env=env)))
         clients = {d.process.pid: await stack.enter_async_context(d.unix()) for d in daemons}
         first = next(iter(clients.values()))
@@ -179,8 +190,9 @@ async def resume_time(tmp: Path, script: Path, url: str, nodes: int, how: signal
         with trio.fail_after(60):
             while True:
                 with psycopg.connect(url) as conn:
-                    row = conn.execute("SELECT owner FROM leases WHERE key = %s AND owner IS NOT NULL",
-                                       (f"task:{sid}",)).fetchone()
+                    row = conn.execute(
+                        "SELECT owner FROM leases WHERE key = %s AND owner IS NOT NULL", (f"task:{sid}",)
+                    ).fetchone()
                 if row:
                     break
                 await trio.sleep(0.05)
@@ -200,17 +212,29 @@ async def resume_time(tmp: Path, script: Path, url: str, nodes: int, how: signal
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     counts = [int(n) for n in args.nodes.split(",")]
-    figures: dict[str, Any] = {"tasks": args.tasks, "deltas": args.deltas, "lease_ttl_s": TTL,
-                               "cores": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
+    figures: dict[str, Any] = {
+        "tasks": args.tasks,
+        "deltas": args.deltas,
+        "lease_ttl_s": TTL,
+        "cores": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmpdir:
         tmp = Path(tmpdir)
         script = tmp / "script.json"
         text = "tok " * args.deltas
-        script.write_text(json.dumps({"rules": [
-            {"match": {"prompt": "^slow"}, "steps": [[{"text": "working", "deltas": 1}, {"delay": 300}]]},
-            {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed"}]]},
-            {"match": {"prompt": "^bench"}, "steps": [[{"text": text, "deltas": args.deltas}]]},
-        ], "default": "echo"}))
+        script.write_text(
+            json.dumps(
+                {
+                    "rules": [
+                        {"match": {"prompt": "^slow"}, "steps": [[{"text": "working", "deltas": 1}, {"delay": 300}]]},
+                        {"match": {"prompt": "while you were working on"}, "steps": [[{"text": "resumed"}]]},
+                        {"match": {"prompt": "^bench"}, "steps": [[{"text": text, "deltas": args.deltas}]]},
+                    ],
+                    "default": "echo",
+                }
+            )
+        )
         with server(args.database_url or os.environ.get("ROOST_TEST_DATABASE_URL")) as pg:
             for n in [] if args.wake_only else counts:
                 with database(pg) as url:
@@ -237,18 +261,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", type=int, default=60, help="tasks per daemon count (default 60)")
     parser.add_argument("--nodes", default="1,2,3", help="daemon counts to run, comma-separated (default 1,2,3)")
     parser.add_argument("--deltas", type=int, default=100, help="token deltas per scripted reply (default 100)")
-    parser.add_argument("--wake-samples", type=int, default=20,
-                        help="tasks of the dispatch-to-start measurement (default 20)")
-    parser.add_argument("--wake-only", action="store_true",
-                        help="measure only the dispatch-to-start latency across nodes")
-    parser.add_argument("--database-url", default=None,
-                        help="an existing PostgreSQL server (a role that may CREATE DATABASE); default: "
-                             "$ROOST_TEST_DATABASE_URL, else a throwaway cluster")
+    parser.add_argument(
+        "--wake-samples", type=int, default=20, help="tasks of the dispatch-to-start measurement (default 20)"
+    )
+    parser.add_argument(
+        "--wake-only", action="store_true", help="measure only the dispatch-to-start latency across nodes"
+    )
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="an existing PostgreSQL server (a role that may CREATE DATABASE); default: "
+        "$ROOST_TEST_DATABASE_URL, else a throwaway cluster",
+    )
     return parser.parse_args(argv)
 
 

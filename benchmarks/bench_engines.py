@@ -25,6 +25,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _helpers.sse_server import Reply, open_sse_server  # noqa: E402
+
 from roost.engines import (  # noqa: E402
     AnthropicEngine,
     EngineRequest,
@@ -39,27 +40,53 @@ from roost.engines import (  # noqa: E402
 
 
 def chat_event(i: int) -> bytes:
-    return b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"w%d "},"finish_reason":null}]}\n\n' % i
+    return (
+        b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"w%d "},"finish_reason":null}]}\n\n'  # noqa: E501 - one SSE event, as a provider sends it
+        % i
+    )
 
 
 def responses_event(i: int) -> bytes:
-    return (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"m","output_index":0,'
-            b'"content_index":0,"delta":"w%d "}\n\n' % i)
+    return (
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"m","output_index":0,'
+        b'"content_index":0,"delta":"w%d "}\n\n' % i
+    )
 
 
 def anthropic_event(i: int) -> bytes:
-    return (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-            b'"delta":{"type":"text_delta","text":"w%d "}}\n\n' % i)
+    return (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"w%d "}}\n\n' % i
+    )
 
 
 ADAPTERS = {
-    "openai": (OpenAIChatEngine, "/v1", chat_event, [], [b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n']),
-    "openai-responses": (OpenAIResponsesEngine, "/v1", responses_event, [],
-                         [b'event: response.completed\ndata: {"type":"response.completed","response":{"status":"completed"}}\n\n']),
-    "anthropic": (AnthropicEngine, "", anthropic_event,
-                  [b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'],
-                  [b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n'
-                   b'event: message_stop\ndata: {"type":"message_stop"}\n\n']),
+    "openai": (
+        OpenAIChatEngine,
+        "/v1",
+        chat_event,
+        [],
+        [b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'],
+    ),
+    "openai-responses": (
+        OpenAIResponsesEngine,
+        "/v1",
+        responses_event,
+        [],
+        [b'event: response.completed\ndata: {"type":"response.completed","response":{"status":"completed"}}\n\n'],
+    ),
+    "anthropic": (
+        AnthropicEngine,
+        "",
+        anthropic_event,
+        [
+            b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'  # noqa: E501 - one SSE event, as a provider sends it
+        ],
+        [
+            b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n'  # noqa: E501 - one SSE event, as a provider sends it
+            b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+        ],
+    ),
 }
 REQ = EngineRequest(history=[UserMessage("go")], model="bench")
 
@@ -91,7 +118,11 @@ async def throughput(name: str, deltas: int) -> dict:
                     count += type(event) is TextDelta
             elapsed = time.perf_counter() - start
     assert count == deltas, (name, count)
-    return {"events_per_s": round(deltas / elapsed), "bytes_per_s": round(total_bytes / elapsed), "seconds": round(elapsed, 3)}
+    return {
+        "events_per_s": round(deltas / elapsed),
+        "bytes_per_s": round(total_bytes / elapsed),
+        "seconds": round(elapsed, 3),
+    }
 
 
 async def latency(name: str | None, chunks: int) -> list[float]:
@@ -106,6 +137,7 @@ async def latency(name: str | None, chunks: int) -> list[float]:
             if i:
                 await seen[i - 1].wait()
             sent_at.append(time.perf_counter())
+
         return step
 
     body: list = list(head)
@@ -136,7 +168,10 @@ async def latency(name: str | None, chunks: int) -> list[float]:
 
 
 async def scripted(replies: int = 2000) -> dict:
-    engine = ScriptedEngine(parse_script({"rules": [{"steps": [[{"text": "lorem ipsum dolor sit amet " * 8, "deltas": 100}]]}]}), pacing=False)
+    engine = ScriptedEngine(
+        parse_script({"rules": [{"steps": [[{"text": "lorem ipsum dolor sit amet " * 8, "deltas": 100}]]}]}),
+        pacing=False,
+    )
     count = 0
     start = time.perf_counter()
     for _ in range(replies):

@@ -23,13 +23,14 @@ import json
 import platform
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import msgspec
 import orjson
-
 from _util import emit
+
 from roost._json import converter
 
 THREAD_ID = "thr_01J9Z6W3M4K7Q8R2T5V6X7Y8Z9"
@@ -191,18 +192,20 @@ def main() -> None:
     cases = _cases()
     wall0 = time.perf_counter()
     results = _best_rates(cases, args.ops, args.repeat)
-    emit({
-        "benchmark": "json",
-        "unit": "ops_per_s",
-        "python": platform.python_version(),
-        "versions": {"orjson": orjson.__version__, "msgspec": msgspec.__version__},
-        "ops": args.ops,
-        "best_of": args.repeat,
-        "event_bytes": len(orjson.dumps(EVENT_DICT)),
-        "request_bytes": len(REQUEST_LINE),
-        **results,
-        "wall_s": round(time.perf_counter() - wall0, 2),
-    })
+    emit(
+        {
+            "benchmark": "json",
+            "unit": "ops_per_s",
+            "python": platform.python_version(),
+            "versions": {"orjson": orjson.__version__, "msgspec": msgspec.__version__},
+            "ops": args.ops,
+            "best_of": args.repeat,
+            "event_bytes": len(orjson.dumps(EVENT_DICT)),
+            "request_bytes": len(REQUEST_LINE),
+            **results,
+            "wall_s": round(time.perf_counter() - wall0, 2),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from typing import Any
 import attrs
 import trio
 import trio.testing
-
 from _util import cpu_seconds, current_rss_bytes, emit, peak_rss_bytes, percentile
+
 from roost.actors import Actor
 from roost.errors import MailboxFull
 from roost.supervisor import ChildSpec, Restart, Supervisor
@@ -80,8 +80,12 @@ async def _tell(messages: int, mailbox: int) -> dict[str, Any]:
         cpu = cpu_seconds() - c0
         actor.stop()
     assert actor.handled == messages
-    return {"msgs_per_s": round(messages / elapsed), "s": round(elapsed, 4), "cpu_s": round(cpu, 4),
-            "mailbox_full_yields": full_hits}
+    return {
+        "msgs_per_s": round(messages / elapsed),
+        "s": round(elapsed, 4),
+        "cpu_s": round(cpu, 4),
+        "mailbox_full_yields": full_hits,
+    }
 
 
 # -- ask ------------------------------------------------------------------------------------------
@@ -220,8 +224,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000, help="messages for the tell phase")
     parser.add_argument("--asks", type=int, default=20_000, help="sequential asks for the latency phase")
     parser.add_argument("--children", type=int, default=1_000, help="dynamic supervisor children")
-    parser.add_argument("--mailbox", type=int, default=Actor.mailbox_size,
-                        help="mailbox capacity of the tell phase (sender yields when full)")
+    parser.add_argument(
+        "--mailbox",
+        type=int,
+        default=Actor.mailbox_size,
+        help="mailbox capacity of the tell phase (sender yields when full)",
+    )
     args = parser.parse_args()
     for name in ("actors", "messages", "asks", "children", "mailbox"):
         if getattr(args, name) < 1:
@@ -236,23 +244,25 @@ def main() -> None:
     traced = _phase(_traced_memory, args.actors)
     sup = _phase(_supervisor, args.children)
 
-    emit({
-        "benchmark": "kernel",
-        "python": platform.python_version(),
-        "trio": trio.__version__,
-        "tell": {"messages": args.messages, "mailbox": args.mailbox, **tell_small},
-        "tell_unbounded_sender": {"messages": args.messages, "mailbox": args.messages, **tell_big},
-        "ask": {"asks": args.asks, "timeout_s": 10.0, **ask},
-        "ask_no_timeout": {"asks": args.asks, "timeout_s": None, **ask_untimed},
-        "actors": {
-            "count": args.actors,
-            **spawn,
-            "tracemalloc_bytes_per_idle_actor": traced,
-        },
-        "supervisor_children": {"count": args.children, **sup},
-        "peak_rss_bytes": peak_rss_bytes(),
-        "wall_s": round(time.perf_counter() - wall0, 2),
-    })
+    emit(
+        {
+            "benchmark": "kernel",
+            "python": platform.python_version(),
+            "trio": trio.__version__,
+            "tell": {"messages": args.messages, "mailbox": args.mailbox, **tell_small},
+            "tell_unbounded_sender": {"messages": args.messages, "mailbox": args.messages, **tell_big},
+            "ask": {"asks": args.asks, "timeout_s": 10.0, **ask},
+            "ask_no_timeout": {"asks": args.asks, "timeout_s": None, **ask_untimed},
+            "actors": {
+                "count": args.actors,
+                **spawn,
+                "tracemalloc_bytes_per_idle_actor": traced,
+            },
+            "supervisor_children": {"count": args.children, **sup},
+            "peak_rss_bytes": peak_rss_bytes(),
+            "wall_s": round(time.perf_counter() - wall0, 2),
+        }
+    )
 
 
 if __name__ == "__main__":

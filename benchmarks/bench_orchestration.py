@@ -49,13 +49,20 @@ Orchestration:
 
 def _script(deltas: int) -> dict:
     words = "tok " * deltas
-    return {"rules": [
-        {"match": {"agent": "Planner"}, "steps": [[{"text": words, "deltas": deltas}]]},
-        {"match": {"agent": "Developer"}, "steps": [
-            [{"tool_call": {"name": "list_dir", "arguments": {"path": "."}}}],
-            [{"text": words, "deltas": deltas}]]},
-        {"match": {"agent": "Reviewer"}, "steps": [[{"text": words + "APPROVED", "deltas": deltas}]]},
-    ], "default": "echo"}
+    return {
+        "rules": [
+            {"match": {"agent": "Planner"}, "steps": [[{"text": words, "deltas": deltas}]]},
+            {
+                "match": {"agent": "Developer"},
+                "steps": [
+                    [{"tool_call": {"name": "list_dir", "arguments": {"path": "."}}}],
+                    [{"text": words, "deltas": deltas}],
+                ],
+            },
+            {"match": {"agent": "Reviewer"}, "steps": [[{"text": words + "APPROVED", "deltas": deltas}]]},
+        ],
+        "default": "echo",
+    }
 
 
 def _cpu_s(pid: int) -> float:
@@ -118,16 +125,35 @@ async def main(args: argparse.Namespace) -> dict:
     sock = os.path.join(home, "d.sock")
     env = dict(os.environ, ROOST_HOME=home, ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(script))
     t0 = time.perf_counter()
-    done = await trio.run_process([*_roost_argv(), "run", "--json", "-c", "team.yaml", "one run"], env=env,
-                                  cwd=str(work), capture_stdout=True, capture_stderr=True, check=False)
+    done = await trio.run_process(
+        [*_roost_argv(), "run", "--json", "-c", "team.yaml", "one run"],
+        env=env,
+        cwd=str(work),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     run_cli_s = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"roost run failed: {done.stderr.decode()[-2000:]}")
-    prefix = ([sys.executable, "-m", "cProfile", "-o", args.profile, "-m", "roost"] if args.profile
-              else _roost_argv())
+    prefix = [sys.executable, "-m", "cProfile", "-o", args.profile, "-m", "roost"] if args.profile else _roost_argv()
     daemon = await trio.lowlevel.open_process(
-        [*prefix, "serve", "-c", "team.yaml", "--socket", sock, "--http-port", "0",
-         "--max-concurrent", str(args.max_concurrent)], stdout=subprocess.PIPE, env=env, cwd=str(work))
+        [
+            *prefix,
+            "serve",
+            "-c",
+            "team.yaml",
+            "--socket",
+            sock,
+            "--http-port",
+            "0",
+            "--max-concurrent",
+            str(args.max_concurrent),
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=str(work),
+    )
     try:
         line = b""
         while b"\n" not in line:
@@ -137,12 +163,21 @@ async def main(args: argparse.Namespace) -> dict:
         durations, elapsed = await _dispatch_all(sock, args.runs)
         cpu = _cpu_s(daemon.pid) - cpu0
         agent_turns = args.runs * 3
-        return {"bench": "orchestration", "runs": args.runs, "max_concurrent": args.max_concurrent,
-                "deltas_per_reply": args.deltas, "agent_turns": agent_turns, "wall_s": round(elapsed, 2),
-                "runs_per_s": round(args.runs / elapsed, 1), "agent_turns_per_s": round(agent_turns / elapsed, 1),
-                "server_cpu_ms_per_agent_turn": round(cpu / agent_turns * 1000, 2),
-                "run_s_p50": round(percentile(durations, 50), 3), "run_s_p99": round(percentile(durations, 99), 3),
-                "peak_rss_mib": _hwm_mib(daemon.pid), "run_cli_s": round(run_cli_s, 2)}
+        return {
+            "bench": "orchestration",
+            "runs": args.runs,
+            "max_concurrent": args.max_concurrent,
+            "deltas_per_reply": args.deltas,
+            "agent_turns": agent_turns,
+            "wall_s": round(elapsed, 2),
+            "runs_per_s": round(args.runs / elapsed, 1),
+            "agent_turns_per_s": round(agent_turns / elapsed, 1),
+            "server_cpu_ms_per_agent_turn": round(cpu / agent_turns * 1000, 2),
+            "run_s_p50": round(percentile(durations, 50), 3),
+            "run_s_p99": round(percentile(durations, 99), 3),
+            "peak_rss_mib": _hwm_mib(daemon.pid),
+            "run_cli_s": round(run_cli_s, 2),
+        }
     finally:
         daemon.send_signal(signal.SIGTERM)
         with trio.move_on_after(10):
@@ -157,6 +192,10 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--max-concurrent", type=int, default=20)
     parser.add_argument("--deltas", type=int, default=100)
-    parser.add_argument("--profile", metavar="OUT", default=None,
-                        help="run the daemon under cProfile, writing the profile to OUT (slows it down)")
+    parser.add_argument(
+        "--profile",
+        metavar="OUT",
+        default=None,
+        help="run the daemon under cProfile, writing the profile to OUT (slows it down)",
+    )
     emit(trio.run(main, parser.parse_args()))

@@ -56,15 +56,26 @@ TARGET_RATIO = 1.5
 
 def _chat_stream(deltas: int) -> bytes:
     def chunk(delta: dict, finish: str | None = None) -> bytes:
-        body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        body = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
         return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
     parts = [chunk({"role": "assistant", "content": ""})]
     parts += [chunk({"content": TEXT}) for _ in range(deltas)]
     parts.append(chunk({}, "stop"))
-    usage = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
-             "usage": {"prompt_tokens": 10, "completion_tokens": deltas, "total_tokens": 10 + deltas}}
+    usage = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": 10, "completion_tokens": deltas, "total_tokens": 10 + deltas},
+    }
     parts.append(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n")
     parts.append(b"data: [DONE]\n\n")
     return b"".join(parts)
@@ -80,24 +91,60 @@ def _responses_stream(deltas: int) -> bytes:
         out.append(b"event: %s\ndata: %s\n\n" % (obj["type"].encode(), json.dumps(obj, separators=(",", ":")).encode()))
 
     def response(status: str, output: list, tokens: int) -> dict:
-        return {"id": "resp_1", "object": "response", "created_at": 1, "status": status, "model": "m",
-                "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-                "usage": {"input_tokens": 10, "output_tokens": tokens, "total_tokens": 10 + tokens,
-                          "input_tokens_details": {"cached_tokens": 0},
-                          "output_tokens_details": {"reasoning_tokens": 0}} if tokens else None}
+        return {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "status": status,
+            "model": "m",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": 10,
+                "output_tokens": tokens,
+                "total_tokens": 10 + tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            }
+            if tokens
+            else None,
+        }
 
     ev({"type": "response.created", "response": response("in_progress", [], 0)})
     ev({"type": "response.in_progress", "response": response("in_progress", [], 0)})
     item = {"type": "message", "id": "msg_1", "status": "in_progress", "role": "assistant", "content": []}
     ev({"type": "response.output_item.added", "output_index": 0, "item": item})
-    ev({"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-        "part": {"type": "output_text", "text": "", "annotations": []}})
+    ev(
+        {
+            "type": "response.content_part.added",
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []},
+        }
+    )
     for _ in range(deltas):
-        ev({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-            "delta": TEXT})
+        ev(
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": TEXT,
+            }
+        )
     part = {"type": "output_text", "text": TEXT * deltas, "annotations": []}
-    ev({"type": "response.output_text.done", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-        "text": TEXT * deltas})
+    ev(
+        {
+            "type": "response.output_text.done",
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "text": TEXT * deltas,
+        }
+    )
     ev({"type": "response.content_part.done", "item_id": "msg_1", "output_index": 0, "content_index": 0, "part": part})
     done = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant", "content": [part]}
     ev({"type": "response.output_item.done", "output_index": 0, "item": done})
@@ -191,9 +238,11 @@ async def measure(provider: str, *, port: int, turns: int, warmup: int, deltas: 
                 await turn()
             cpu1, wall1 = _cpu_s(pid), time.perf_counter()
             delivered = client.deltas - before_deltas
-    return {"cpu_ms_per_turn": round((cpu1 - cpu0) * 1000 / turns, 3),
-            "wall_ms_per_turn": round((wall1 - wall0) * 1000 / turns, 3),
-            "delta_lines_per_turn": round(delivered / turns, 1)}
+    return {
+        "cpu_ms_per_turn": round((cpu1 - cpu0) * 1000 / turns, 3),
+        "wall_ms_per_turn": round((wall1 - wall0) * 1000 / turns, 3),
+        "delta_lines_per_turn": round(delivered / turns, 1),
+    }
 
 
 async def engine_only(provider: str, port: int, calls: int, deltas: int) -> float:
@@ -208,10 +257,12 @@ async def engine_only(provider: str, port: int, calls: int, deltas: int) -> floa
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps({"rules": [{"steps": [[{"text": TEXT * deltas, "deltas": deltas}]]}]}))
-        settings = ProviderSettings(provider=provider, base_url=f"http://127.0.0.1:{port}/v1", model="m",
-                                    api_key="sk-bench", script=str(script))
+        settings = ProviderSettings(
+            provider=provider, base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key="sk-bench", script=str(script)
+        )
         engine = open_engine(settings, pacing=False)
         try:
+
             async def call() -> None:
                 async with engine.stream(request) as events:
                     async for _ in events:
@@ -237,17 +288,37 @@ def engine_figures(port: int, args: argparse.Namespace) -> dict:
     for provider in ("scripted", "openai", "openai-responses"):
         samples = []
         for _ in range(args.repeat):
-            done = subprocess.run([sys.executable, __file__, "--engine-only", provider, "--port", str(port),
-                                   "--deltas", str(args.deltas)], env=env, capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--engine-only",
+                    provider,
+                    "--port",
+                    str(port),
+                    "--deltas",
+                    str(args.deltas),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             samples.append(float(done.stdout.split()[-1]))
-        out[provider] = {"cpu_ms_per_call_min": round(min(samples), 3),
-                         "cpu_ms_per_call_median": round(statistics.median(samples), 3)}
+        out[provider] = {
+            "cpu_ms_per_call_min": round(min(samples), 3),
+            "cpu_ms_per_call_median": round(statistics.median(samples), 3),
+        }
     return out
 
 
 async def main(args: argparse.Namespace) -> dict:
-    mock = subprocess.Popen([sys.executable, __file__, "--mock", "--deltas", str(args.deltas)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    mock = subprocess.Popen(
+        [sys.executable, __file__, "--mock", "--deltas", str(args.deltas)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert mock.stdout is not None
         port = int(mock.stdout.readline().split()[1])
@@ -256,14 +327,29 @@ async def main(args: argparse.Namespace) -> dict:
         runs: dict[str, list[dict]] = {p: [] for p in providers}
         for _ in range(args.repeat):  # alternate the providers within each repeat
             for provider in providers:
-                runs[provider].append(await measure(provider, port=port, turns=args.turns, warmup=args.warmup,
-                                                    deltas=args.deltas, pythonpath=args.pythonpath))
+                runs[provider].append(
+                    await measure(
+                        provider,
+                        port=port,
+                        turns=args.turns,
+                        warmup=args.warmup,
+                        deltas=args.deltas,
+                        pythonpath=args.pythonpath,
+                    )
+                )
     finally:
         assert mock.stdin is not None
         mock.stdin.close()
         mock.wait(10)
-    out: dict = {"benchmark": "provider_path", "turns": args.turns, "deltas": args.deltas, "repeat": args.repeat,
-                 "pythonpath": args.pythonpath, "loadavg": os.getloadavg()[0], "providers": {}}
+    out: dict = {
+        "benchmark": "provider_path",
+        "turns": args.turns,
+        "deltas": args.deltas,
+        "repeat": args.repeat,
+        "pythonpath": args.pythonpath,
+        "loadavg": os.getloadavg()[0],
+        "providers": {},
+    }
     for provider, samples in runs.items():
         out["providers"][provider] = {
             "cpu_ms_per_turn": statistics.median(s["cpu_ms_per_turn"] for s in samples),
@@ -277,16 +363,19 @@ async def main(args: argparse.Namespace) -> dict:
         figures = out["providers"][provider]
         figures["ratio_to_scripted"] = round(figures["cpu_ms_per_turn"] / base, 2)
         figures["ratio_to_scripted_of_mins"] = round(
-            figures["cpu_ms_per_turn_min"] / out["providers"]["scripted"]["cpu_ms_per_turn_min"], 2)
+            figures["cpu_ms_per_turn_min"] / out["providers"]["scripted"]["cpu_ms_per_turn_min"], 2
+        )
     out["engine_only"] = engine
-    out["meets_target"] = all(out["providers"][p]["ratio_to_scripted"] <= TARGET_RATIO
-                              for p in ("openai", "openai-responses"))
+    out["meets_target"] = all(
+        out["providers"][p]["ratio_to_scripted"] <= TARGET_RATIO for p in ("openai", "openai-responses")
+    )
     return out
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--turns", type=int, default=200, help="timed turns per server (default 200)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed turns first (default 20)")
     parser.add_argument("--deltas", type=int, default=100, help="text deltas per reply (default 100)")

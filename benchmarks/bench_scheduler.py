@@ -35,7 +35,7 @@ from roost.scheduling import ManualClock, SystemClock, format_slot, parse_cron  
 from roost.storage import _schedules2 as db  # noqa: E402
 from roost.storage import open_store  # noqa: E402
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 LEAD_SECONDS = 4.0
 IDLE_SECONDS = 5.0
 
@@ -77,8 +77,13 @@ async def measure_memory(path: Path, n: int) -> dict:
             rss0 = current_rss_bytes()
             tracemalloc.start()
             base = tracemalloc.get_traced_memory()[0]
-            sched = Scheduler(store, dispatch=queue.dispatch, wait_task=queue.wait_task,
-                              clock=ManualClock(datetime.datetime(2026, 1, 1, tzinfo=UTC)), change_poll=None)
+            sched = Scheduler(
+                store,
+                dispatch=queue.dispatch,
+                wait_task=queue.wait_task,
+                clock=ManualClock(datetime.datetime(2026, 1, 1, tzinfo=UTC)),
+                change_poll=None,
+            )
             async with trio.open_nursery() as nursery:
                 await nursery.start(sched.run)
                 await sched.wait_quiet()
@@ -157,7 +162,8 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Prints one JSON line.")
     parser.add_argument("schedules", nargs="?", type=int, default=10_000, help="schedules stored (default 10000)")
-    parser.add_argument("firing", nargs="?", type=int, default=1_000,
-                        help="of them, how many fire in the same minute (default 1000)")
+    parser.add_argument(
+        "firing", nargs="?", type=int, default=1_000, help="of them, how many fire in the same minute (default 1000)"
+    )
     parsed = parser.parse_args()
     trio.run(main, parsed.schedules, parsed.firing)

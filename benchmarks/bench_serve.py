@@ -50,6 +50,7 @@ async def worker(port: int, count: int, expected_chars: int) -> None:
 
     try:
         import orjson as fastjson
+
         loads = fastjson.loads
     except ImportError:
         loads = json.loads
@@ -67,7 +68,7 @@ async def worker(port: int, count: int, expected_chars: int) -> None:
         async with limiter:
             ws_cm = open_websocket_url(f"ws://127.0.0.1:{port}/attach", max_message_size=64 << 20)
             ws = await ws_cm.__aenter__()
-            await ws.get_message()    # hello
+            await ws.get_message()  # hello
         attached[0] += 1
         if attached[0] == count:
             all_attached.set()
@@ -109,16 +110,44 @@ async def worker(port: int, count: int, expected_chars: int) -> None:
 async def main(args: argparse.Namespace) -> dict:
     home = tempfile.mkdtemp(prefix="roost-bench-serve-")
     script = Path(home) / "script.json"
-    script.write_text(json.dumps({"rules": [{"match": {"prompt": "^stream"}, "steps": [[
-        {"text": "tok " * args.deltas, "deltas": args.deltas, "tokens_per_second": args.rate}]]}],
-        "default": "echo"}))
+    script.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {
+                        "match": {"prompt": "^stream"},
+                        "steps": [
+                            [{"text": "tok " * args.deltas, "deltas": args.deltas, "tokens_per_second": args.rate}]
+                        ],
+                    }
+                ],
+                "default": "echo",
+            }
+        )
+    )
     sock = os.path.join(home, "d.sock")
     env = dict(os.environ, ROOST_HOME=home)
     exe = Path(sys.executable).with_name("roost")
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "roost"]
     daemon = await trio.lowlevel.open_process(
-        [*argv, "serve", "--provider", "scripted", "--script", str(script), "--socket", sock, "--http-port", "0",
-         "--max-concurrent", str(args.tasks), "--stamp-events"], stdout=subprocess.PIPE, env=env)
+        [
+            *argv,
+            "serve",
+            "--provider",
+            "scripted",
+            "--script",
+            str(script),
+            "--socket",
+            sock,
+            "--http-port",
+            "0",
+            "--max-concurrent",
+            str(args.tasks),
+            "--stamp-events",
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
     try:
         line = b""
         while b"\n" not in line:
@@ -129,9 +158,14 @@ async def main(args: argparse.Namespace) -> dict:
         # events per client: per task agent_starting + deltas tokens
         expected_chars = args.tasks * len("tok " * args.deltas)  # the script's text, per client
         started = time.perf_counter()
-        workers = [await trio.lowlevel.open_process(
-            [sys.executable, __file__, "--worker", str(port), str(n), str(expected_chars)],
-            stdout=subprocess.PIPE, stdin=subprocess.PIPE) for n in per]
+        workers = [
+            await trio.lowlevel.open_process(
+                [sys.executable, __file__, "--worker", str(port), str(n), str(expected_chars)],
+                stdout=subprocess.PIPE,
+                stdin=subprocess.PIPE,
+            )
+            for n in per
+        ]
         readers = []
         for proc in workers:
             buf = b""
@@ -142,7 +176,7 @@ async def main(args: argparse.Namespace) -> dict:
                 buf += data
             readers.append(buf.split(b"ready\n", 1)[1])
         attach_s = time.perf_counter() - started
-        await trio.sleep(1.0)        # let the daemon settle before measuring idle memory
+        await trio.sleep(1.0)  # let the daemon settle before measuring idle memory
         idle_rss = rss_kib(daemon.pid)
         stream = await trio.open_unix_socket(sock)
         start = time.perf_counter()
@@ -152,9 +186,9 @@ async def main(args: argparse.Namespace) -> dict:
         while results < args.tasks:
             buf += await stream.receive_some(1 << 16)
             *lines, buf = buf.split(b"\n")
-            results += sum(1 for l in lines if b'"type":"result"' in l)
+            results += sum(1 for line in lines if b'"type":"result"' in line)
         outputs = []
-        for proc, rest in zip(workers, readers):
+        for proc, rest in zip(workers, readers, strict=True):
             buf = rest
             while b"\n" not in buf:
                 buf += await proc.stdout.receive_some(1 << 20)
@@ -176,14 +210,24 @@ async def main(args: argparse.Namespace) -> dict:
         def pct(p: float) -> float:
             return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 2) if latencies else None
 
-        return {"bench": "serve", "clients": args.clients, "tasks": args.tasks, "deltas_per_task": args.deltas,
-                "rate_per_task": args.rate, "connections_per_s": round(args.clients / attach_s, 1),
-                "idle_conn_kib": round((idle_rss - base_rss) / args.clients, 1),
-                "events_per_s": round(received / elapsed, 1), "stream_s": round(elapsed, 2),
-                "latency_ms_p50": pct(0.50), "latency_ms_p99": pct(0.99),
-                "delivered": received, "expected": args.clients * args.tasks * (args.deltas + 1),
-                "text_chars_delivered": chars, "text_chars_expected": args.clients * expected_chars,
-                "text_complete": chars == args.clients * expected_chars}
+        return {
+            "bench": "serve",
+            "clients": args.clients,
+            "tasks": args.tasks,
+            "deltas_per_task": args.deltas,
+            "rate_per_task": args.rate,
+            "connections_per_s": round(args.clients / attach_s, 1),
+            "idle_conn_kib": round((idle_rss - base_rss) / args.clients, 1),
+            "events_per_s": round(received / elapsed, 1),
+            "stream_s": round(elapsed, 2),
+            "latency_ms_p50": pct(0.50),
+            "latency_ms_p99": pct(0.99),
+            "delivered": received,
+            "expected": args.clients * args.tasks * (args.deltas + 1),
+            "text_chars_delivered": chars,
+            "text_chars_expected": args.clients * expected_chars,
+            "text_complete": chars == args.clients * expected_chars,
+        }
     finally:
         daemon.send_signal(signal.SIGTERM)
         with trio.move_on_after(10):

@@ -64,8 +64,16 @@ def _wait_cpu(proc: subprocess.Popen) -> float:
 
 
 #: The harness's ``roost app-server`` options (``/work/shared/peers/roost_backend.py``).
-HARNESS_ARGS = ("--provider", "openai-responses", "--base-url", "http://127.0.0.1:9/v1", "--model", "mock-model",
-                "--api-key-env", "MOCK_KEY")
+HARNESS_ARGS = (
+    "--provider",
+    "openai-responses",
+    "--base-url",
+    "http://127.0.0.1:9/v1",
+    "--model",
+    "mock-model",
+    "--api-key-env",
+    "MOCK_KEY",
+)
 
 
 def _proc_cpu(pid: int) -> float:
@@ -78,8 +86,9 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def spawn_app_server(roost: str, env: dict[str, str], args: tuple[str, ...] = (),
-                     to_initialize: list[float] | None = None) -> tuple[float, float]:
+def spawn_app_server(
+    roost: str, env: dict[str, str], args: tuple[str, ...] = (), to_initialize: list[float] | None = None
+) -> tuple[float, float]:
     """Spawn ``roost app-server ARGS``, send ``initialize`` and return (seconds to the response, CPU s).
 
     ``to_initialize``, when given, gets the CPU seconds the server had used when its response
@@ -89,8 +98,9 @@ def spawn_app_server(roost: str, env: dict[str, str], args: tuple[str, ...] = ()
         RuntimeError: the first line is not the ``initialize`` response.
     """
     start = time.perf_counter()
-    proc = subprocess.Popen([roost, "app-server", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [roost, "app-server", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(_INITIALIZE)
     proc.stdin.flush()
@@ -113,8 +123,7 @@ def spawn_sessions(roost: str, env: dict[str, str]) -> tuple[float, float]:
         RuntimeError: it failed or did not print one ``items`` envelope.
     """
     start = time.perf_counter()
-    proc = subprocess.Popen([roost, "sessions", "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen([roost, "sessions", "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert proc.stdout is not None
     out = proc.stdout.read()
     cpu = _wait_cpu(proc)
@@ -126,8 +135,14 @@ def spawn_sessions(roost: str, env: dict[str, str]) -> tuple[float, float]:
 
 def bytecode_state(python: str, env: dict[str, str]) -> str:
     """Return ``cached``, ``partial`` or ``missing`` for the ``roost`` package ``python`` imports."""
-    out = subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
-                         capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()
+    out = subprocess.run(
+        [python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd="/",
+    ).stdout.strip()
     sources = list(Path(out).rglob("*.py"))
     current = 0
     for src in sources:
@@ -142,8 +157,12 @@ def bytecode_state(python: str, env: dict[str, str]) -> str:
 def _figures(name: str, samples: list[tuple[float, float]]) -> dict[str, Any]:
     walls = [w * 1000 for w, _ in samples]
     cpus = [c * 1000 for _, c in samples]
-    return {f"{name}_ms_p50": round(statistics.median(walls), 1), f"{name}_ms_min": round(min(walls), 1),
-            f"{name}_ms_max": round(max(walls), 1), f"{name}_cpu_ms_p50": round(statistics.median(cpus), 1)}
+    return {
+        f"{name}_ms_p50": round(statistics.median(walls), 1),
+        f"{name}_ms_min": round(min(walls), 1),
+        f"{name}_ms_max": round(max(walls), 1),
+        f"{name}_cpu_ms_p50": round(statistics.median(cpus), 1),
+    }
 
 
 def _hide_package_bytecode(roost_dir: Path, prefix: Path) -> None:
@@ -171,20 +190,29 @@ def _run_once(roost: str, env: dict[str, str], tmp: Path, i: int, out: dict[str,
     """One timed spawn of each command with ``env``; appends to ``out``; returns a progress note."""
     out["app"].append(spawn_app_server(roost, env))
     home = tmp / f"fresh-{i}"
-    out["fresh"].append(spawn_app_server(roost, {**env, "ROOST_HOME": str(home), "MOCK_KEY": "mock"},
-                                         HARNESS_ARGS, out["fresh_cpu"]))
+    out["fresh"].append(
+        spawn_app_server(roost, {**env, "ROOST_HOME": str(home), "MOCK_KEY": "mock"}, HARNESS_ARGS, out["fresh_cpu"])
+    )
     shutil.rmtree(home, ignore_errors=True)
     out["sessions"].append(spawn_sessions(roost, env))
-    return (f"app-server {out['app'][-1][0] * 1000:.0f} ms, fresh home {out['fresh'][-1][0] * 1000:.0f} ms, "
-            f"sessions {out['sessions'][-1][0] * 1000:.0f} ms")
+    return (
+        f"app-server {out['app'][-1][0] * 1000:.0f} ms, fresh home {out['fresh'][-1][0] * 1000:.0f} ms, "
+        f"sessions {out['sessions'][-1][0] * 1000:.0f} ms"
+    )
 
 
 def _prepare(args: argparse.Namespace, python: str, env: dict[str, str], tmp: Path, name: str) -> str:
     """Set up ``env`` for ``--bytecode`` and return the package's bytecode state."""
     state = bytecode_state(python, env)
     if args.bytecode == "off":
-        where = subprocess.run([python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
-                               capture_output=True, text=True, check=True, env=env, cwd="/").stdout.strip()
+        where = subprocess.run(
+            [python, "-c", "import roost, os; print(os.path.dirname(roost.__file__))"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            cwd="/",
+        ).stdout.strip()
         roost_dir = Path(where).resolve()
         _hide_package_bytecode(roost_dir, tmp / f"pycache-{name}")
         env["PYTHONPYCACHEPREFIX"] = str(tmp / f"pycache-{name}")
@@ -193,21 +221,36 @@ def _prepare(args: argparse.Namespace, python: str, env: dict[str, str], tmp: Pa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Prints one JSON line; progress goes to stderr.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Prints one JSON line; progress goes to stderr."
+    )
     parser.add_argument("--runs", type=int, default=15, help="timed spawns of each command (default 15)")
-    parser.add_argument("--roost", default=str(_ROOT / ".venv" / "bin" / "roost"),
-                        help="the roost executable (default: this checkout's .venv/bin/roost)")
-    parser.add_argument("--pythonpath", default=None,
-                        help="a directory holding another copy of the roost package to measure "
-                             "(put first on PYTHONPATH), e.g. an older commit's tree")
-    parser.add_argument("--baseline", default=None, metavar="DIR",
-                        help="also measure the roost package in DIR (put first on PYTHONPATH), spawn by "
-                             "spawn alternating with the measured one (which goes first on odd runs); its "
-                             "figures carry the prefix baseline_")
-    parser.add_argument("--bytecode", choices=("as-is", "off"), default="as-is",
-                        help="as-is: whatever .pyc files exist; off: Roost's own modules compile from "
-                             "source on every start (an editable install under PYTHONDONTWRITEBYTECODE=1)")
+    parser.add_argument(
+        "--roost",
+        default=str(_ROOT / ".venv" / "bin" / "roost"),
+        help="the roost executable (default: this checkout's .venv/bin/roost)",
+    )
+    parser.add_argument(
+        "--pythonpath",
+        default=None,
+        help="a directory holding another copy of the roost package to measure "
+        "(put first on PYTHONPATH), e.g. an older commit's tree",
+    )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="also measure the roost package in DIR (put first on PYTHONPATH), spawn by "
+        "spawn alternating with the measured one (which goes first on odd runs); its "
+        "figures carry the prefix baseline_",
+    )
+    parser.add_argument(
+        "--bytecode",
+        choices=("as-is", "off"),
+        default="as-is",
+        help="as-is: whatever .pyc files exist; off: Roost's own modules compile from "
+        "source on every start (an editable install under PYTHONDONTWRITEBYTECODE=1)",
+    )
     args = parser.parse_args()
     python = str(Path(args.roost).with_name("python"))
     load_start = _loadavg()
@@ -220,17 +263,20 @@ def main() -> None:
             sides[""]["PYTHONPATH"] = os.path.abspath(args.pythonpath)
         if args.baseline:
             sides["baseline_"] = {**env, "PYTHONPATH": os.path.abspath(args.baseline)}
-        states = {prefix: _prepare(args, python, side_env, tmp, prefix or "measured")
-                  for prefix, side_env in sides.items()}
+        states = {
+            prefix: _prepare(args, python, side_env, tmp, prefix or "measured") for prefix, side_env in sides.items()
+        }
         for side_env in sides.values():
-            spawn_sessions(args.roost, side_env)   # warm-up: creates the store, warms the page cache
+            spawn_sessions(args.roost, side_env)  # warm-up: creates the store, warms the page cache
             spawn_app_server(args.roost, side_env)
-        samples: dict[str, dict[str, list]] = {p: {"app": [], "fresh": [], "fresh_cpu": [], "sessions": []}
-                                               for p in sides}
+        samples: dict[str, dict[str, list]] = {
+            p: {"app": [], "fresh": [], "fresh_cpu": [], "sessions": []} for p in sides
+        }
         for i in range(args.runs):
             order = list(sides) if i % 2 == 0 else list(sides)[::-1]
-            notes = [f"{p.rstrip('_') or 'measured'}: {_run_once(args.roost, sides[p], tmp, i, samples[p])}"
-                     for p in order]
+            notes = [
+                f"{p.rstrip('_') or 'measured'}: {_run_once(args.roost, sides[p], tmp, i, samples[p])}" for p in order
+            ]
             print(f"run {i + 1}/{args.runs}: " + "; ".join(notes), file=sys.stderr)
         figures: dict[str, Any] = {"runs": args.runs, "roost_bytecode": states[""], "pythonpath": args.pythonpath}
         if args.baseline:
@@ -239,7 +285,8 @@ def main() -> None:
             figures.update(_figures(f"{prefix}app_server_initialize", got["app"]))
             figures.update(_figures(f"{prefix}app_server_fresh_home_initialize", got["fresh"]))
             figures[f"{prefix}app_server_fresh_home_cpu_ms_to_initialize_p50"] = round(
-                statistics.median(got["fresh_cpu"]) * 1000, 1)
+                statistics.median(got["fresh_cpu"]) * 1000, 1
+            )
             figures.update(_figures(f"{prefix}sessions_json", got["sessions"]))
         figures.update(loadavg_1m_start=round(load_start, 2), loadavg_1m_end=round(_loadavg(), 2))
         emit(figures)

@@ -28,8 +28,13 @@ async def _run(path: Path, batch_max: int) -> dict:
 
     async def appender(n: int) -> None:
         for i in range(PER_TASK):
-            await store.writer.submit(append_item, "bench", type="agent_message",
-                                      payload={"task": n, "i": i, "text": "x" * 100}, text="hello world")
+            await store.writer.submit(
+                append_item,
+                "bench",
+                type="agent_message",
+                payload={"task": n, "i": i, "text": "x" * 100},
+                text="hello world",
+            )
 
     async with trio.open_nursery() as nursery:
         await nursery.start(store.writer.run)

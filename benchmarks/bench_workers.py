@@ -38,14 +38,29 @@ def script(workers: int, deltas: int, tps: float | None) -> str:
     text: dict = {"text": "word " * deltas, "deltas": deltas}
     if tps:
         text["tokens_per_second"] = tps
-    spawns = [{"tool_call": {"name": "spawn_agent", "arguments": {"name": f"w{i}", "prompt": f"job {i}",
-                                                                   "run_in_background": True}}}
-              for i in range(workers)]
-    doc = {"rules": [
-        {"match": {"agent": "w[0-9]+"}, "steps": [[text]]},
-        {"match": {"prompt": "^spawn"}, "steps": [spawns, [{"tool_call": {"name": "wait_agents", "arguments": {}}}],
-                                                  [{"text": "all workers done"}]]},
-    ], "default": "echo"}
+    spawns = [
+        {
+            "tool_call": {
+                "name": "spawn_agent",
+                "arguments": {"name": f"w{i}", "prompt": f"job {i}", "run_in_background": True},
+            }
+        }
+        for i in range(workers)
+    ]
+    doc = {
+        "rules": [
+            {"match": {"agent": "w[0-9]+"}, "steps": [[text]]},
+            {
+                "match": {"prompt": "^spawn"},
+                "steps": [
+                    spawns,
+                    [{"tool_call": {"name": "wait_agents", "arguments": {}}}],
+                    [{"text": "all workers done"}],
+                ],
+            },
+        ],
+        "default": "echo",
+    }
     return orjson.dumps(doc).decode()
 
 
@@ -91,11 +106,23 @@ class Client:
 async def run_case(workers: int, parallel: int, deltas: int, tps: float | None, freeze: bool) -> dict:
     home = Path(tempfile.mkdtemp(prefix="roost-bench-workers-"))
     (home / "script.yaml").write_text(script(workers, deltas, tps))
-    env = dict(os.environ, ROOST_HOME=str(home), ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(home / "script.yaml"),
-               ROOST_MAX_PARALLEL=str(parallel), ROOST_MAX_DEPTH="3")
+    env = dict(
+        os.environ,
+        ROOST_HOME=str(home),
+        ROOST_PROVIDER="scripted",
+        ROOST_SCRIPT=str(home / "script.yaml"),
+        ROOST_MAX_PARALLEL=str(parallel),
+        ROOST_MAX_DEPTH="3",
+    )
     exe = Path(sys.executable).with_name("roost")
-    process = await trio.lowlevel.open_process([str(exe), "app-server"], stdin=subprocess.PIPE,
-                                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=str(home))
+    process = await trio.lowlevel.open_process(
+        [str(exe), "app-server"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=str(home),
+    )
     client = Client(process)
     stream = client.lines()
     result: dict = {}
@@ -143,18 +170,24 @@ async def run_case(workers: int, parallel: int, deltas: int, tps: float | None, 
         status = proc_status(process.pid)
         result = {
             **result,
-            "workers": workers, "max_parallel": parallel, "deltas_per_worker": deltas,
-            "wall_s": round(wall, 3), "agent_updated_events": agent_events,
+            "workers": workers,
+            "max_parallel": parallel,
+            "deltas_per_worker": deltas,
+            "wall_s": round(wall, 3),
+            "agent_updated_events": agent_events,
             "server_cpu_s": round(proc_cpu(process.pid) - cpu0, 3),
             "peak_rss_bytes": status["VmHWM"],
             "rss_per_worker_bytes": int((status["VmHWM"] - base_rss) / workers),
         }
         if freeze:
-            result.update({
-                "completed_before_interrupt": completed, "frozen": frozen,
-                "interrupt_to_last_worker_terminal_s": round((last_terminal or root_end) - interrupt_at, 3),
-                "interrupt_to_root_terminal_s": round(root_end - interrupt_at, 3),
-            })
+            result.update(
+                {
+                    "completed_before_interrupt": completed,
+                    "frozen": frozen,
+                    "interrupt_to_last_worker_terminal_s": round((last_terminal or root_end) - interrupt_at, 3),
+                    "interrupt_to_root_terminal_s": round(root_end - interrupt_at, 3),
+                }
+            )
         else:
             result["events_per_s"] = round((workers * deltas + agent_events) / wall)
             result["workers_completed"] = completed

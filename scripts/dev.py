@@ -51,8 +51,8 @@ def ensure_venv() -> None:
 
 # The static checks `test` runs before pytest, in order; each must exit 0 (configured in pyproject.toml).
 CHECKS = (
-    ("ruff", "check", "roost", "scripts"),
-    ("ruff", "format", "--check", "roost", "scripts"),
+    ("ruff", "check", "roost", "scripts", "benchmarks"),
+    ("ruff", "format", "--check", "roost", "scripts", "benchmarks"),
     ("mypy",),
     ("lint-imports",),
 )
