@@ -7,11 +7,14 @@ locks, many contenders) are in tests/test_pg_store.py.
 
 from __future__ import annotations
 
+import gc
 import signal
 import time
+import weakref
 
 import pytest
 import trio
+import trio.testing
 from _helpers.storage_procs import Child
 
 from roost.errors import LeaseHeld, LifecycleError, StaleLease
@@ -231,6 +234,29 @@ async def test_keeper_hand_over_between_two_keepers(backend) -> None:
             nursery.cancel_scope.cancel()
     with store.read() as conn:
         assert [i.type for i in store.list_items(conn, "t1")] == ["a", "b"]
+
+
+async def test_keeper_forgets_finished_executions(backend) -> None:
+    """A long-running server holds one execution per turn: once a hold has ended, the keeper
+    keeps no reference to it (its lease, scope and events), however many turns have run."""
+    store = _with_thread(backend)
+    finished: list[weakref.ref] = []
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            keeper = LeaseKeeper(store.writer, owner="A")
+            await nursery.start(keeper.run)
+            for n in range(5):
+                async with keeper.hold(f"thread:t{n}", ttl=30) as ex:
+                    finished.append(weakref.ref(ex))
+                    await trio.testing.wait_all_tasks_blocked()  # the keeper watches it
+                del ex
+            await trio.testing.wait_all_tasks_blocked()
+            gc.collect()
+            # (the keeper's loop may still name the last one it received)
+            assert [ref() for ref in finished[:-1]] == [None] * 4
+            assert keeper.executions == frozenset()
+            nursery.cancel_scope.cancel()
 
 
 async def test_keeper_must_be_running(backend) -> None:

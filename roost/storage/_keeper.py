@@ -210,12 +210,12 @@ class LeaseKeeper:
             async with trio.open_nursery() as nursery:
                 for execution in list(self._held):
                     watched.add(execution)
-                    nursery.start_soon(self._keep, execution, 0.0)
+                    nursery.start_soon(self._watch, execution, 0.0, watched)
                 task_status.started()
                 async for execution in self._receive:
                     if execution not in watched and not execution._done.is_set():
                         watched.add(execution)
-                        nursery.start_soon(self._keep, execution, None)
+                        nursery.start_soon(self._watch, execution, None, watched)
         finally:
             if self._state is _State.RUNNING:
                 self._state = _State.IDLE
@@ -296,6 +296,15 @@ class LeaseKeeper:
                         await self.writer.submit(_ops(self.writer).release, execution.lease)
                     except StoreError:
                         pass  # the lease expires on its own; its token fences any late write
+
+    async def _watch(self, execution: Execution, first: float | None, watched: set[Execution]) -> None:
+        """:meth:`_keep`, then forget ``execution``: ``watched`` (of :meth:`serve`) only stops a
+        second watch of a live one, and must not keep every finished execution (with its lease,
+        scope and events) for the life of the process."""
+        try:
+            await self._keep(execution, first)
+        finally:
+            watched.discard(execution)
 
     async def _keep(self, execution: Execution, first: float | None) -> None:
         """Renew ``execution``'s lease until it is done or lost (first after ``first`` seconds,

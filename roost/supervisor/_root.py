@@ -27,6 +27,7 @@ import trio
 
 from roost import _faults as faults
 from roost._faults import load_fault_env
+from roost._gc import apply_server_gc_policy
 from roost._paths import positive_env
 from roost.actors import NodeBus, Services, ThreadRegistry, ThreadRemote
 from roost.errors import StoreError
@@ -129,6 +130,8 @@ async def open_runtime(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(root.run)
+            if node_kind is not None:  # a long-running server (app-server, serve, its workers)
+                apply_server_gc_policy()
             # Not on the way to the first request: a request for one of those threads loads it
             # itself (the registry loads a thread once).
             nursery.start_soon(_resume_worker_trees, runtime)
