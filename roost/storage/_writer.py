@@ -31,7 +31,6 @@ transactions, never corrupt the file).
 from __future__ import annotations
 
 import collections
-import contextlib
 import enum
 import functools
 import sqlite3
@@ -139,6 +138,9 @@ class StoreWriter:
         self._control: collections.deque[_Write] = collections.deque()  # see submit_control
         self._carried: list[_Write] = []  # taken for a group that stopped early for urgent writes
         self._autocheckpoint: int | None = None  # the write connection's wal_autocheckpoint (pages)
+        #: the write connection has the settings of an inline group (busy_timeout and
+        #: wal_autocheckpoint 0), kept until the next group in the worker thread restores them
+        self._inline_settings = False
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -276,6 +278,7 @@ class StoreWriter:
         conn: sqlite3.Connection | None = None
         try:
             conn = await trio.to_thread.run_sync(lambda: connect(self.path, busy_timeout=self.busy_timeout))
+            self._inline_settings = False
             task_status.started()
             while True:
                 fault_point("store_writer")
@@ -289,7 +292,7 @@ class StoreWriter:
                         deferred = self._commit_inline(conn, group)
                         inline = deferred is not None
                     if deferred is None:
-                        deferred = await trio.to_thread.run_sync(self._commit_group, conn, group)
+                        deferred = await trio.to_thread.run_sync(self._commit_threaded, conn, group)
                 except BaseException:
                     # Only a non-Exception (e.g. KeyboardInterrupt in a write) gets here: the
                     # group was rolled back; answer its callers before the writer dies.
@@ -300,7 +303,7 @@ class StoreWriter:
                     self._answer(group, deferred or [])
                 if inline:
                     await trio.lowlevel.checkpoint()  # the next group waits for others to run
-                if _bound_bytes([(w.args, w.kwargs) for w in group]) >= _REOPEN_AFTER_BYTES:
+                elif _group_bound_bytes(group) >= _REOPEN_AFTER_BYTES:  # (an inline group is small)
                     # SQLite keeps a cached statement's last bound values (a copy of them) until
                     # the statement runs again: a fresh connection frees a large write's copies.
                     conn = await trio.to_thread.run_sync(self._reopen, conn)
@@ -316,6 +319,7 @@ class StoreWriter:
     def _reopen(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         """Close ``conn`` and open a fresh write connection (blocking, in a worker thread)."""
         conn.close()
+        self._inline_settings = False
         return connect(self.path, busy_timeout=self.busy_timeout)
 
     def _answer(self, group: list[_Write], deferred: list[_Write]) -> None:
@@ -394,20 +398,29 @@ class StoreWriter:
         """
         if not _carries_at_most(group, _INLINE_MAX_BYTES):
             return None
-        if self._autocheckpoint is None:
-            self._autocheckpoint = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
-        conn.execute("PRAGMA busy_timeout = 0")
+        if not self._inline_settings:
+            # Kept for the inline groups that follow (an interrupt's end after an admission, a
+            # burst of admissions): :meth:`_commit_threaded` restores them before the next group
+            # in the worker thread, so that one waits for locks and checkpoints as usual.
+            if self._autocheckpoint is None:
+                self._autocheckpoint = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            self._inline_settings = True
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error:
             return None  # locked by another process (or failing): the worker thread retries it
-        finally:
+        return self._commit_group(conn, group, begun=True)
+
+    def _commit_threaded(self, conn: sqlite3.Connection, group: list[_Write]) -> list[_Write]:
+        """:meth:`_commit_group` in the worker thread, with the connection's own lock wait and
+        WAL checkpoints (restored if an inline group left them off)."""
+        if self._inline_settings:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        try:
-            return self._commit_group(conn, group, begun=True)
-        finally:
             conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
+            self._inline_settings = False
+        return self._commit_group(conn, group)
 
     def _commit_group(self, conn: sqlite3.Connection, group: list[_Write], *, begun: bool = False) -> list[_Write]:
         """Run one group in one transaction (blocking, in a worker thread; ``begun``: its
@@ -491,6 +504,11 @@ def _fresh(exc: StoreError) -> StoreError:
     return err
 
 
+_TEXT = (str, bytes, bytearray, memoryview)
+#: Types that hold no text (skipped without further checks: most bound values are these).
+_NO_TEXT = frozenset({int, float, bool, type(None)})
+
+
 def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) -> bool:
     """Whether ``group``'s writes carry at most ``limit`` bytes of text: in their arguments and in
     what their functions close over (closures, ``functools.partial``, containers, Roost's attrs
@@ -506,10 +524,12 @@ def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) ->
         if look_at < 0:
             return False
         value = stack.pop()
-        if isinstance(value, (str, bytes, bytearray, memoryview)):
+        if isinstance(value, _TEXT):
             total += len(value)
             if total > limit:
                 return False
+            continue
+        if type(value) in _NO_TEXT:
             continue
         if id(value) in seen:
             continue
@@ -522,8 +542,10 @@ def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) ->
             stack.extend((value.func, value.args, value.keywords))
         elif isinstance(value, types.FunctionType):
             for cell in value.__closure__ or ():
-                with contextlib.suppress(ValueError):  # an empty cell has no contents
+                try:
                     stack.append(cell.cell_contents)
+                except ValueError:  # an empty cell has no contents
+                    pass
         elif attrs.has(type(value)) and type(value).__module__.startswith("roost."):
             # Roost's own records only: a library's attrs class (a trio.Event and its tasks)
             # leads into the whole runtime.
@@ -531,15 +553,15 @@ def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) ->
     return True
 
 
-_TEXT = (str, bytes, bytearray, memoryview)
-#: Types that hold no text (skipped without further checks: most bound values are these).
-_NO_TEXT = frozenset({int, float, bool, type(None)})
+def _group_bound_bytes(group: list[_Write]) -> int:
+    """:func:`_bound_bytes` of the arguments of ``group``'s writes (most have none: closures)."""
+    return sum(_bound_bytes((w.args, w.kwargs)) for w in group if w.args or w.kwargs)
 
 
 def _bound_bytes(value: Any, depth: int = 0) -> int:
     """Bytes of text (``str``/``bytes``) in ``value``, looking into containers up to 6 levels deep
     and into attrs instances (an estimate of what a write binds; cheap for small writes: it runs
-    after every group)."""
+    after every group committed in the worker thread)."""
     if isinstance(value, _TEXT):
         return len(value)
     if depth >= 6 or type(value) in _NO_TEXT:
