@@ -543,9 +543,10 @@ def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) ->
         elif isinstance(value, types.FunctionType):
             for cell in value.__closure__ or ():
                 try:
-                    stack.append(cell.cell_contents)
+                    contents = cell.cell_contents
                 except ValueError:  # an empty cell has no contents
-                    pass
+                    continue
+                stack.append(contents)
         elif attrs.has(type(value)) and type(value).__module__.startswith("roost."):
             # Roost's own records only: a library's attrs class (a trio.Event and its tasks)
             # leads into the whole runtime.

@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+#: The columns of a lease row, in the order every query here selects them.
+_COLUMNS = ("key", "owner", "token", "expires_at", "successor")
 
 
 def _pg() -> Any:
@@ -136,7 +138,7 @@ def get_lease(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
     if not is_sqlite(conn):
         return _pg().get_lease(conn, key)
     row = conn.execute("SELECT key, owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)).fetchone()
-    return None if row is None else dict(zip(("key", "owner", "token", "expires_at", "successor"), row, strict=True))
+    return None if row is None else dict(zip(_COLUMNS, row, strict=True))
 
 
 def live_elsewhere(lease: dict[str, Any] | None, owner: str, *, now: float | None = None) -> bool:
@@ -187,7 +189,7 @@ def held_elsewhere_many(conn: sqlite3.Connection, keys: list[str], owner: str) -
                 f"SELECT key, owner, token, expires_at, successor FROM leases WHERE key IN ({marks})", chunk
             ).fetchall()
         for row in rows:
-            lease = dict(zip(("key", "owner", "token", "expires_at", "successor"), row, strict=True))
+            lease = dict(zip(_COLUMNS, row, strict=True))
             if live_elsewhere(lease, owner, now=now):
                 held[lease["key"]] = lease
     return held
