@@ -26,8 +26,11 @@ from roost.storage import (
     list_usage_records,
     queue_depth,
     read_blob,
+    received_bg_processes,
+    record_bg_exit,
     read_blob_chunk,
     task_lease_key,
+    update_bg_process,
     update_daemon_task,
     update_turn,
     withdraw_daemon_task,
@@ -153,6 +156,21 @@ def test_blobs_usage_and_background_processes_on_each_backend(backend) -> None:
         assert (usage["thread_id"], usage["input_tokens"], usage["output_tokens"]) == (thread.id, 3, 4)
         assert [p["id"] for p in list_bg_processes(conn, thread.id)] == ["bg1"]
         assert get_bg_process(conn, "bg1")["status"] == "running"
+
+
+def test_an_exit_and_its_waiting_notice_commit_in_one_write(backend) -> None:
+    with backend.transaction() as conn:
+        thread = create_thread(conn, title="t")
+        for pid in ("bg1", "bg2"):
+            insert_bg_process(conn, id=pid, thread_id=thread.id, owner="o", pid=12, command="true", cwd=None)
+        update_bg_process(conn, "bg2", trigger_status="cancelled")
+    with backend.transaction() as conn:
+        row = record_bg_exit(conn, "bg1", exit_code=3, ended_at="2026-12-04T00:00:00+00:00", output_tail="x")
+        assert (row["status"], row["exit_code"], row["trigger_status"]) == ("exited", 3, "received")
+        assert record_bg_exit(conn, "bg2", exit_code=0, ended_at="2026-12-04T00:00:00+00:00",
+                              output_tail="")["trigger_status"] == "cancelled"  # no notice: kept
+    with backend.read() as conn:  # what a restart would redeliver: the received one only
+        assert [r["id"] for r in received_bg_processes(conn)] == ["bg1"]
 
 
 async def test_the_writer_serves_again_after_a_restart(backend) -> None:

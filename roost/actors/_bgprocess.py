@@ -39,6 +39,7 @@ from roost.storage import (
     mark_lost_bg_processes,
     new_id,
     received_bg_processes,
+    record_bg_exit,
     running_owners,
     tool_process_hook,
     update_bg_process,
@@ -197,10 +198,11 @@ class ProcessManager:
                 await hook(-mark, False)
             if live.stopping:
                 return  # stop() records the outcome
+            # the exit and a waiting trigger's ``received`` commit together: a crash between
+            # two writes would leave a notice no restart delivers
             row = await self._write(
-                update_bg_process,
+                record_bg_exit,
                 process_id,
-                status="exited",
                 exit_code=process.returncode,
                 ended_at=_now(),
                 output_tail=live.out.text(),
@@ -208,11 +210,10 @@ class ProcessManager:
         await self._trigger(row)
 
     async def _trigger(self, row: dict) -> None:
-        """The exit trigger: ``waiting`` -> ``received`` -> continuation input -> ``handled``."""
-        current = await self._read(get_bg_process, row["id"])
-        if current["trigger_status"] != "waiting":
+        """The exit trigger: ``waiting`` -> ``received`` (with the exit, :func:`record_bg_exit`)
+        -> continuation input -> ``handled``."""
+        if row["trigger_status"] != "received":
             return  # cancelled or stopped: no notification
-        await self._write(update_bg_process, row["id"], trigger_status="received")
         try:
             await self._deliver(row)
         except RoostError:

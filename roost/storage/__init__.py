@@ -33,6 +33,7 @@ from ._bgprocs import insert_bg_process as insert_bg_process
 from ._bgprocs import list_bg_processes as list_bg_processes
 from ._bgprocs import mark_lost_bg_processes as mark_lost_bg_processes
 from ._bgprocs import received_bg_processes as received_bg_processes
+from ._bgprocs import record_bg_exit as record_bg_exit
 from ._bgprocs import running_owners as running_owners
 from ._bgprocs import update_bg_process as update_bg_process
 from ._blobs import read_blob as read_blob
@@ -330,6 +331,7 @@ __all__ = [
     "list_bg_processes",
     "received_bg_processes",
     "update_bg_process",
+    "record_bg_exit",
     "mark_lost_bg_processes",
     "running_owners",
     "create_worker",

@@ -21,6 +21,7 @@ __all__ = [
     "insert_bg_process",
     "list_bg_processes",
     "received_bg_processes",
+    "record_bg_exit",
     "mark_lost_bg_processes",
     "running_owners",
     "update_bg_process",
@@ -92,6 +93,26 @@ def received_bg_processes(conn: Any) -> list[dict]:
         "WHERE trigger_status = 'received' AND status = 'exited' ORDER BY started_at, id",
     ).fetchall()
     return [_row(r) for r in rows]
+
+
+def record_bg_exit(conn: Any, process_id: str, *, exit_code: int | None, ended_at: str, output_tail: str) -> dict:
+    """Record that a background process exited (write); returns the row. Raises NotFound.
+
+    ``status`` becomes ``exited`` and, in the same statement, a ``waiting`` exit trigger becomes
+    ``received``: a crash can never leave an exited row whose notice is still ``waiting``, which
+    no restart would deliver (:func:`received_bg_processes` is what a restart redelivers). A
+    trigger already ``cancelled`` or ``stopped`` is kept.
+    """
+    cur = execute(
+        conn,
+        "UPDATE background_processes SET status = 'exited', exit_code = ?, ended_at = ?, output_tail = ?, "
+        "trigger_status = CASE WHEN trigger_status = 'waiting' THEN 'received' ELSE trigger_status END "
+        "WHERE id = ?",
+        (exit_code, ended_at, output_tail, process_id),
+    )
+    if cur.rowcount == 0:
+        raise NotFound(f"no background process {process_id!r}")
+    return get_bg_process(conn, process_id)
 
 
 def update_bg_process(conn: Any, process_id: str, **changes: Any) -> dict:
