@@ -36,5 +36,7 @@ def test_demo_runs_offline_and_exits_cleanly(roost_cmd, tmp_path, roost_home):
     assert "worker mapper (depth 2): completed" in text
     assert "worker reader (depth 1): completed" in text
     assert "Combined result from the team" in text
+    # the live tree: the demo's thread and one thread per worker (scout, reader, mapper)
+    assert "the demo's thread and its 3 workers' threads" in text and text.count("thread:thr_") == 4
     assert "All actors stopped cleanly" in text
     assert (roost_home / "roost.db").exists()

@@ -75,7 +75,8 @@ def demo_command(cwd: Path | None, no_color: bool) -> None:
                 turn = await actor.ref.ask(StartTurn(prompt=prompt, origin=origin))
                 await actor.wait_turn_end(turn["id"])
                 click.echo("")
-            click.echo("Supervision tree (live, with the loaded thread):")
+            workers = len(runtime.registry.loaded()) - 1  # each worker runs in a thread of its own
+            click.echo(f"Supervision tree (live: the demo's thread and its {workers} workers' threads):")
             click.echo(runtime.render_tree())
         await engines.aclose()
         click.echo("\nAll actors stopped cleanly. Try `roost app-server` next; see README.md.")
