@@ -126,6 +126,8 @@ class Store(SQLiteOperations):
         Raises:
             StoreClosed: the store is closed.
             StoreBusy: the write lock stayed held past every retry.
+            StoreReadOnly: the database cannot be written (a read-only home: the block's first
+                write failed, SQLITE_READONLY); nothing was committed.
         """
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -135,6 +137,11 @@ class Store(SQLiteOperations):
         try:
             with immediate(conn):
                 yield conn
+        except sqlite3.OperationalError as exc:
+            failure = translate_error(exc)
+            if isinstance(failure, StoreReadOnly):
+                raise failure from exc
+            raise
         finally:
             conn.close()
 
@@ -233,6 +240,11 @@ def _open_failure(db_path: Path, exc: StoreError) -> StoreError:
         return StoreCorrupt(
             f"{db_path} is not a usable Roost database ({exc}); it fails SQLite's integrity "
             "check, so move it aside (keep the copy) to start afresh"
+        )
+    if not db_path.exists() and db_path.parent.is_dir() and not os.access(db_path.parent, os.W_OK):
+        return StoreReadOnly(
+            f"{db_path} does not exist and cannot be created ({exc}): make {db_path.parent} writable "
+            "(a fresh home creates its database on first use)"
         )
     if not os.access(db_path if db_path.exists() else db_path.parent, os.W_OK):
         return StoreReadOnly(
