@@ -97,3 +97,15 @@ def test_a_read_only_home_without_a_database_names_the_directory(tmp_path: Path,
     assert last.startswith(f"roost {command[0]}: error: "), done.stderr
     assert "cannot be created" in last and f"make {roost_home} writable" in last, last
     assert "its contents are fine" not in last   # there is no file whose contents could be fine
+
+
+def test_resource_queries_on_a_read_only_home_without_a_database_are_empty(tmp_path: Path, roost_home: Path) -> None:
+    with _read_only(roost_home):
+        sessions = _roost(roost_home, tmp_path, "sessions", "--json")
+        schedules = _roost(roost_home, tmp_path, "schedule", "list", "--json")
+        refused = _roost(roost_home, tmp_path, "schedule", "add", "x", "--cron", "0 3 * * *", "--task", "t")
+    assert (sessions.returncode, sessions.stdout) == (0, '{"protocolVersion":1,"items":[]}\n'), sessions.stderr
+    assert (schedules.returncode, schedules.stdout) == (0, '{"protocolVersion":1,"items":[]}\n'), schedules.stderr
+    assert refused.returncode == 1 and f"make {roost_home} writable" in refused.stderr, refused.stderr
+    assert "Traceback" not in sessions.stderr + schedules.stderr + refused.stderr
+    assert list(roost_home.iterdir()) == []

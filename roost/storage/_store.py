@@ -189,7 +189,9 @@ def open_store(
         queue_size: bound of the writer's queue.
         read_only_ok: a command that mostly reads: when the database (or its directory) cannot
             be written but its schema is current, return a read-only store (:attr:`Store.read_only`)
-            instead of raising, so reads keep working on a read-only home (issue 18, finding 6).
+            instead of raising, so reads keep working on a read-only home (issue 18, finding 6); a
+            read-only home with no database yet gives an empty read-only store (nothing to read;
+            a write raises the :class:`StoreReadOnly` that says which directory to make writable).
 
     Raises:
         MigrationError: the schema could not be brought up to date.
@@ -218,12 +220,33 @@ def open_store(
             conn.close()
     except (sqlite3.DatabaseError, StoreError) as exc:  # "file is not a database", unwritable...
         failure = _open_failure(db_path, exc if isinstance(exc, StoreError) else translate_error(exc))
-        if read_only_ok and isinstance(failure, StoreReadOnly) and _schema_current(db_path, busy_timeout):
-            return Store(
-                db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, read_only=failure
-            )
+        if read_only_ok and isinstance(failure, StoreReadOnly):
+            if _schema_current(db_path, busy_timeout):
+                return Store(
+                    db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, read_only=failure
+                )
+            if not db_path.exists():  # a read-only home with no database yet: nothing to read
+                return _empty_read_only(failure, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size)
         raise failure from exc
     return Store(db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, _tempdir=tempdir)
+
+
+def _empty_read_only(failure: StoreReadOnly, *, busy_timeout: float, batch_max: int, queue_size: int) -> Store:
+    """An empty, current database in a private temporary directory (deleted by :meth:`Store.close`),
+    opened read-only: every read finds nothing, every write raises ``failure`` (which says what to
+    make writable). For ``open_store(read_only_ok=True)`` on a read-only home without a database."""
+    import tempfile
+
+    tempdir = tempfile.mkdtemp(prefix="roost-store-")
+    path = Path(tempdir) / "roost.db"
+    conn = connect(path, busy_timeout=busy_timeout)
+    try:
+        _migrate_patiently(conn, busy_timeout)
+    finally:
+        conn.close()
+    return Store(
+        path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, _tempdir=tempdir, read_only=failure
+    )
 
 
 def _open_failure(db_path: Path, exc: StoreError) -> StoreError:
