@@ -109,3 +109,17 @@ def test_resource_queries_on_a_read_only_home_without_a_database_are_empty(tmp_p
     assert refused.returncode == 1 and f"make {roost_home} writable" in refused.stderr, refused.stderr
     assert "Traceback" not in sessions.stderr + schedules.stderr + refused.stderr
     assert list(roost_home.iterdir()) == []
+
+
+def test_a_read_only_home_whose_schema_is_behind_says_read_only(tmp_path: Path, roost_home: Path) -> None:
+    import sqlite3
+
+    assert _roost(roost_home, tmp_path, "exec", "hi").returncode == 0
+    with contextlib.closing(sqlite3.connect(roost_home / "roost.db")) as conn:  # an older Roost's schema
+        conn.executescript("DELETE FROM _sqlite_migrations WHERE name = '0009_node_bus';"
+                           "DROP TABLE bus_messages; DROP TABLE bus_nodes;")
+    with _read_only(roost_home):
+        done = _roost(roost_home, tmp_path, "sessions", "--json")
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert "needs a migration" in done.stdout and "read-only" in done.stdout and "writable" in done.stdout
+    assert "migration failed" not in done.stdout and "Traceback" not in done.stderr

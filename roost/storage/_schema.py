@@ -350,7 +350,7 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     except sqlite3.Error as exc:
         raise translate_error(exc) from exc
     if str(mode).lower() != "wal" and not _refuses_writes(conn):
-        # (a read-only home's file, opened immutable, reports "delete": a current schema is read
+        # (a read-only home's file, opened read-only, reports "delete": a current schema is read
         # as it is, and a pending migration fails below as StoreReadOnly)
         raise MigrationError(f"could not switch the database to WAL (journal_mode={mode})")
     applied = schema_version(conn)
@@ -375,6 +375,9 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     except StoreError:
         raise
     except Exception as exc:
+        failure = translate_error(exc) if isinstance(exc, sqlite3.Error) else None
+        if isinstance(failure, StoreReadOnly):  # a read-only home whose schema is behind
+            raise StoreReadOnly(f"the schema needs a migration, but {failure}") from exc
         raise MigrationError(f"migration failed: {exc}") from exc
     return pending
 
