@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 __all__ = [
@@ -27,14 +28,13 @@ def roost_home(*, create: bool = True) -> Path:
     home = Path(raw).expanduser()
     try:
         if not create:
-            if home.exists() and not home.is_dir():
-                raise NotADirectoryError(20, "not a directory", str(home))
+            _check_existing(home)
             return home
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         from roost.errors import ConfigError
 
-        if home.exists() and not home.is_dir():
+        if _is_non_directory(home):
             why = "it is a file, not a directory"
         elif isinstance(exc, NotADirectoryError):
             why = "a part of its path is a file, not a directory"
@@ -42,6 +42,28 @@ def roost_home(*, create: bool = True) -> Path:
             why = str(exc.strerror or exc)
         raise ConfigError(f"ROOST_HOME {str(home)!r} is not a usable directory: {why}") from exc
     return home
+
+
+def _is_non_directory(path: Path) -> bool:
+    """Whether ``path`` exists and is not a directory (False when it cannot be looked at)."""
+    try:
+        return not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _check_existing(home: Path) -> None:
+    """For ``roost_home(create=False)``: a missing ``home`` is fine (nothing to read yet) when it
+    could be created; raise the OSError that makes it unusable otherwise (a file, a file in its
+    path, a directory this process cannot search or read)."""
+    try:
+        info = os.stat(home)
+    except FileNotFoundError:
+        return  # (a file in its path is ENOTDIR, raised by os.stat itself)
+    if not stat.S_ISDIR(info.st_mode):
+        raise NotADirectoryError(20, "not a directory", str(home))
+    if not os.access(home, os.R_OK | os.X_OK):
+        raise PermissionError(13, "Permission denied", str(home))
 
 
 def database_path() -> Path:

@@ -184,9 +184,28 @@ def _check_provider_values(table: Mapping[str, Any], path: Path) -> None:
     (a bool is not a number; TOML's ``inf`` and ``nan`` are refused): the rule
     docs/operations.md states for the environment variables.
 
+    Also refused, so that every reader (each command's start, ``roost app-server``'s start and
+    its live reload, which sends ``config/error``) refuses the same documents: a ``name`` /
+    ``provider`` that is not one of :data:`~roost.engines.PROVIDERS`, a ``base_url``, ``model``,
+    ``script`` or ``api_key_env`` that is not a string, a ``headers`` table whose values are not
+    all strings, and an ``images`` that is not a boolean.
+
     Raises:
         ConfigError: one line naming the key(s) and ``path``.
     """
+    for key in ("name", "provider"):
+        if key in table and (not isinstance(table[key], str) or table[key] not in PROVIDERS):
+            raise ConfigError(
+                f"[provider] {key} in {path}: unknown provider {table[key]!r}; choose one of {', '.join(PROVIDERS)}"
+            )
+    for key in ("base_url", "model", "script", "api_key_env"):
+        if key in table and not isinstance(table[key], str):
+            raise ConfigError(f"[provider] {key} in {path} must be a string, not {table[key]!r}")
+    headers = table.get("headers", {})
+    if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in headers.values()):
+        raise ConfigError(f"[provider.headers] in {path} must map header names to strings")  # (no values: secrets)
+    if "images" in table and not isinstance(table["images"], bool):
+        raise ConfigError(f"[provider] images in {path} must be true or false, not {table['images']!r}")
     if "name" in table and "provider" in table and table["name"] != table["provider"]:
         raise ConfigError(
             f"[provider] in {path}: name = {table['name']!r} and provider = {table['provider']!r} "

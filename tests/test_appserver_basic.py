@@ -95,6 +95,18 @@ async def test_errors_are_structured_and_reading_goes_on(env, tmp_path):
         assert (await client.initialize())["status"] == "ready"
 
 
+async def test_an_integer_beyond_64_bits_is_out_of_range_not_a_float(env, tmp_path):
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        await client.initialize()
+        await client.send(b'{"id":"big","method":"thread/list","params":{"limit":123456789012345678901234567890}}\n')
+        reply = await client.wait_line(lambda m: m.get("id") == "big")
+        assert reply["error"]["code"] == "invalid_params"
+        assert reply["error"]["message"] == "limit is out of range: an integer from -2^63 to 2^63-1 is expected"
+        with pytest.raises(RemoteError) as exc:  # a real float is still called one
+            await client.request("thread/list", {"limit": 2.5})
+        assert exc.value.error["message"] == "limit must be an integer, not float"
+
+
 async def test_tool_call_round_trip(env, tmp_path):
     (tmp_path / "marker.txt").write_text("x")
     async with open_app_server(env=env, cwd=tmp_path) as client:
@@ -222,3 +234,76 @@ def test_a_client_that_stops_reading_is_disconnected_with_exit_status_3(env, tmp
     err = proc.stderr.read().decode()
     assert status == 3, err
     assert "roost app-server: error: the client stopped reading stdout" in err
+
+
+def test_a_dropped_slow_client_gets_whole_lines_and_distinct_words(env, tmp_path):
+    # docs/app-server.md: the slow-consumer disconnect ends stdout at a line boundary (a write cut
+    # in a line is given the rest of it), exit status 3, words unlike a closed stdout's (exit 0)
+    import subprocess
+    import threading
+
+    from _helpers.appserver import roost_argv
+
+    # each answer is a ~20 kB line: the 64 KiB pipe fills inside one, the outbox then passes
+    # 8 x 64 KiB (an immediate drop) while that write is blocked: a cut in a line is all but certain
+    big = "x" * 20_000
+    init = b'{"id":0,"method":"initialize","params":{"protocol_version":"wuu-app-server/v0.1"}}\n'
+    start = b'{"id":"t","method":"thread/start","params":{"title":"%s"}}\n' % big.encode()
+    proc = subprocess.Popen([*roost_argv(), "app-server", "-v"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**env, "ROOST_OUTBOX_BYTES": "65536"}, cwd=tmp_path)
+    dropped = threading.Event()
+    err: list[bytes] = []
+
+    def flood() -> None:
+        try:
+            proc.stdin.write(init)
+            for i in range(2_000):
+                proc.stdin.write(start.replace(b'"id":"t"', b'"id":"t%d"' % i))
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def watch_stderr() -> None:
+        for line in proc.stderr:
+            err.append(line)
+            # the drop has cut the write (the rest of its line waits), or the session ended
+            if b"waits for the client" in line or b"the session ended" in line:
+                dropped.set()
+
+    threading.Thread(target=flood, daemon=True).start()
+    threading.Thread(target=watch_stderr, daemon=True).start()
+    try:
+        assert dropped.wait(scaled(60)), b"".join(err).decode()
+        out = proc.stdout.read()      # the client reads again once it was dropped (not before)
+        status = proc.wait(timeout=scaled(60))
+    finally:
+        proc.kill()
+    text = b"".join(err).decode()
+    assert status == 3, text
+    assert out and out.endswith(b"\n"), out[-200:]
+    for line in out.splitlines():
+        json.loads(line)              # no line is cut
+    assert "roost app-server: error: the client stopped reading stdout (its outbox overflowed)" in text
+    assert "closed stdout" not in text
+
+
+def test_a_client_that_closes_stdout_ends_with_exit_0_and_says_so(env, tmp_path):
+    import subprocess
+
+    from _helpers.appserver import roost_argv
+
+    proc = subprocess.Popen([*roost_argv(), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    proc.stdin.write(b'{"id":1,"method":"initialize","params":{}}\n')
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    proc.stdout.close()               # the client closes its end; the server's next write fails
+    proc.stdin.write(b'{"id":2,"method":"thread/start","params":{}}\n')
+    proc.stdin.flush()
+    try:
+        status = proc.wait(timeout=scaled(60))
+    finally:
+        proc.kill()
+    text = proc.stderr.read().decode()
+    assert status == 0, text
+    assert "the client closed stdout; the session ends" in text
+    assert "stopped reading" not in text and "Traceback" not in text

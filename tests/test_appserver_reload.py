@@ -203,6 +203,40 @@ async def test_a_broken_config_at_start_is_needs_setup_and_recovers(tmp_path: Pa
         assert len(client.notifications("config/error")) == 1
 
 
+#: documents that load as TOML but are rejected: a wrong type, an unknown provider, a missing script
+REJECTED_VALUES = [
+    ('[provider]\nname = 5\n', "[provider] name"),
+    ('[provider]\nname = "nope"\n', "unknown provider 'nope'"),
+    ('[provider]\nname = "scripted"\n[provider.headers]\nX-Team = 5\n', "[provider.headers]"),
+    ('[provider]\nname = "scripted"\nheaders = 3\n', "[provider.headers]"),
+    ('[provider]\nname = "scripted"\nimages = "yes"\n', "[provider] images"),
+    ('[provider]\nname = "scripted"\nmodel = 3\n', "[provider] model"),
+    ('[provider]\nname = "scripted"\nscript = "/nonexistent/script.yaml"\n', "/nonexistent/script.yaml"),
+]
+
+
+@pytest.mark.parametrize(("text", "what"), REJECTED_VALUES)
+async def test_every_rejected_config_at_start_sends_config_error(tmp_path: Path, roost_home: Path,
+                                                                 text: str, what: str) -> None:
+    """app-server-protocol.md, "Transport and initialization": a configuration that cannot be
+    loaded is config/error, at start as on reload (it was needs_setup alone for these)."""
+    config = roost_home / "config.toml"
+    config.write_text(text)
+    async with open_app_server(env=_env(roost_home), cwd=tmp_path) as client:
+        init = await client.initialize()
+        assert init["status"] == "needs_setup" and what in init["issues"][0], init["issues"]
+        error = await client.wait_for("config/error")
+        assert error == {"path": str(config), "message": init["issues"][0]}
+
+
+async def test_no_config_file_is_needs_setup_without_config_error(tmp_path: Path, roost_home: Path) -> None:
+    async with open_app_server(env=_env(roost_home), cwd=tmp_path) as client:
+        init = await client.initialize()
+        assert init["status"] == "needs_setup"
+        await client.request("thread/list", {})
+        assert client.notifications("config/error") == []   # nothing to load: nothing failed to load
+
+
 @pytest.mark.parametrize("command", [["exec", "hi"], ["run", "-c", "x.yaml", "t"], ["serve"], ["repl"]])
 def test_other_commands_refuse_a_broken_config_in_one_line(tmp_path: Path, roost_home: Path,
                                                            command: list[str]) -> None:

@@ -368,3 +368,13 @@ async def test_a_task_refused_for_a_read_token_exits_non_zero_with_a_message(scr
     err = done.stderr.decode()
     assert done.returncode == 1, (done.stdout, err)
     assert "roost attach: 1 task(s) refused by the daemon" in err and "read token" in err, err
+
+
+@pytest.mark.parametrize(("target", "words"), [("ws://[bad", "is not a valid URL"),
+                                               ("ws://host:notaport/attach", "is not a valid URL"),
+                                               ("ws:///attach", "names no host")])
+def test_a_malformed_ws_url_is_a_usage_error(roost_home: Path, target: str, words: str) -> None:
+    done = subprocess.run([*roost_argv(), "attach", target], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=scaled(60), check=False)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert f"Invalid value for TARGET: {target!r} {words}" in done.stderr and "Traceback" not in done.stderr

@@ -30,3 +30,38 @@ def test_a_regular_file_as_roost_home_is_one_line_and_exit_2(tmp_path: Path, arg
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert errors and "ROOST_HOME" in errors[-1] and errors[-1].startswith(f"roost {args[0]}")
     assert errors[-1].endswith(f"ROOST_HOME {str(home)!r} is not a usable directory: it is a file, not a directory")
+
+
+def _status(home: Path, *args: str, user: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ROOST_HOME": str(home)}
+    return subprocess.run([*(user or []), *roost_argv(), "status", *args], env=env, capture_output=True, text=True,
+                          timeout=scaled(60), check=False)
+
+
+def test_status_of_a_home_under_a_file_is_an_error_not_none_yet(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    home = tmp_path / "a-file" / "home"
+    done = _status(home)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "none yet" not in done.stdout and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"roost status: error: ROOST_HOME {str(home)!r} is not a usable directory: "
+                                   "a part of its path is a file, not a directory")
+    as_json = _status(home, "--json")
+    assert as_json.returncode == 2 and '"error":"ROOST_HOME' in as_json.stdout
+
+
+def test_status_of_an_unreadable_home_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    home = tmp_path / "private"
+    home.mkdir(mode=0o700)
+    (home / "roost.db").write_text("")
+    tmp_path.chmod(0o755)
+    user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    if not user:
+        home.chmod(0o000)
+    try:
+        done = _status(home, user=user)
+    finally:
+        home.chmod(0o700)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"roost status: error: ROOST_HOME {str(home)!r} is not a usable directory: Permission denied"

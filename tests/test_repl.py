@@ -288,6 +288,8 @@ async def test_interrupts_bad_input_and_sigint(env, work):
         await repl.send({"type": "frobnicate"})
         await repl.wait("error", lambda e: "frobnicate" in e["text"], start=start)
         assert repl.types(start) == ["error", "error", "error"]
+        # the additive code, as on the serve socket: parse_error, then invalid_request
+        assert [e.get("code") for e in repl.events[start:start + 2]] == ["parse_error", "invalid_request"]
         # interrupt mid-turn
         start = await repl.say("slow one")
         await repl.wait("token", start=start)

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from _helpers.appserver import roost_argv, scripted_env
+from _helpers.timing import scaled
 
 # The documented fields of each item type, exactly (wire-protocol.md).
 SESSION = {"sessionId", "task", "workingDirectory", "configPath", "startedAt", "lastUpdatedAt", "isComplete",
@@ -305,3 +306,22 @@ async def test_models_json_envelopes(env, tmp_path, roost_home):
     models = envelope(results["configured"])
     assert models and all(set(m) == {"id", "current"} and isinstance(m["current"], bool) for m in models)
     assert "provider" in error_of(results["unconfigured"])
+
+
+def test_empty_sessions_after_exec_point_at_repl(env, tmp_path):
+    """``roost sessions`` lists orchestration sessions (wire-protocol.md, Session); after a
+    ``roost exec`` the text output says where its thread is, and --json keeps its shape."""
+    def roost(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*roost_argv(), *args], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=scaled(60), check=False)
+
+    fresh = roost("sessions")
+    assert fresh.returncode == 0 and fresh.stdout.startswith("no sessions (") and "--repl" in fresh.stdout
+    assert roost("exec", "hello").returncode == 0
+    after = roost("sessions")
+    assert after.returncode == 0
+    assert after.stdout == ("no sessions (orchestration runs and daemon tasks); "
+                            "1 chat (roost exec, app-server, repl): roost sessions --repl\n")
+    assert json.loads(roost("sessions", "--json").stdout) == {"protocolVersion": 1, "items": []}
+    (chat,) = json.loads(roost("sessions", "--repl", "--json").stdout)["items"]
+    assert chat["firstUserMessage"] == "hello"

@@ -403,6 +403,8 @@ async def test_bad_input_lines_get_error_events_and_a_malformed_answer_denies(tm
     assert "no approval is pending" in early["text"]
     assert "unknown input type 'frobnicate'" in unknown["text"]
     assert "the pending approval is denied" in malformed["text"]
+    # the additive code, as on the serve socket
+    assert (early["code"], unknown["code"], malformed["code"]) == ("invalid_request", "invalid_request", "parse_error")
     assert not (tmp_path / "out.txt").exists()  # the shell command was denied, not run
     assert code == 0 and result["succeeded"] is True
 

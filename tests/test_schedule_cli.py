@@ -205,3 +205,20 @@ def test_add_refuses_an_empty_or_blank_task(roost_cmd):
     envelope = real(roost_cmd, "add", "nightly", "--cron", "0 0 * * *", "--task", " ", "--json")
     assert envelope.returncode == 1 and "--task must not be empty" in json.loads(envelope.stdout)["error"]
     assert items_of(real(roost_cmd, "list", "--json").stdout) == []
+
+
+def test_remove_enable_disable_confirm_in_one_line_and_json_stays_silent(roost_cmd, roost_home):
+    assert real(roost_cmd, "add", "tidy", "--cron", "0 3 * * *", "--task", "t").returncode == 0
+    disabled = real(roost_cmd, "disable", "tidy")
+    assert (disabled.returncode, disabled.stdout) == (0, "disabled tidy (a run in progress is not stopped)\n")
+    enabled = real(roost_cmd, "enable", "tidy")
+    assert enabled.returncode == 0 and enabled.stdout.startswith("enabled tidy: next run ")
+    assert enabled.stdout.count("\n") == 1 and enabled.stdout.rstrip().endswith("T03:00:00.000000Z")
+    for command in ("disable", "enable"):  # --json: success is the exit status alone (wire.md)
+        quiet = real(roost_cmd, command, "tidy", "--json")
+        assert (quiet.returncode, quiet.stdout) == (0, "")
+    removed = real(roost_cmd, "remove", "tidy")
+    assert (removed.returncode, removed.stdout) == (0, "removed tidy\n")
+    assert real(roost_cmd, "add", "again", "--cron", "0 3 * * *", "--task", "t").returncode == 0
+    quiet = real(roost_cmd, "remove", "again", "--json")
+    assert (quiet.returncode, quiet.stdout) == (0, "")

@@ -2,7 +2,8 @@
 
 wire-protocol.md "Input": on the serve socket a plain text line is dispatched as a task; a line that
 starts like JSON (``{`` or ``[``) but is not a JSON object is an input error (an ``error`` event,
-nothing queued), on the Unix socket and on the WebSocket alike.
+nothing queued: ``parse_error`` when it does not parse, ``invalid_request`` when it is JSON of
+another kind, the app-server's codes), on the Unix socket and on the WebSocket alike.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import trio
 from _helpers.appserver import roost_argv
 from _helpers.serve_client import open_daemon
 
-#: not JSON, a JSON array, a truncated object, an array holding an input message
-BROKEN = ["{not json", "[1,2]", '{"type": "user_input", "text": "hi"', '[{"type": "user_input", "text": "hi"}]']
+#: (line, code): not JSON and a truncated object are parse_error, JSON that is not an object
+#: invalid_request, as on the app-server (docs/app-server.md, "Errors")
+BROKEN = [("{not json", "parse_error"), ("[1,2]", "invalid_request"),
+          ('{"type": "user_input", "text": "hi"', "parse_error"),
+          ('[{"type": "user_input", "text": "hi"}]', "invalid_request")]
 
 
 @pytest.fixture
@@ -30,11 +34,12 @@ def script(tmp_path: Path) -> Path:
 async def _refused_then_plain_text_runs(client) -> None:
     """Send each broken line (each gets an error, none is queued), then a plain text task."""
     await client.wait_for("hello")
-    for line in BROKEN:
+    for line, code in BROKEN:
         start = len(client.events)
         await client.send(line)
         error = await client.wait_for("error", start=start)
-        assert error["code"] == "invalid_request" and "not a JSON object" in error["text"], line
+        words = "does not parse" if code == "parse_error" else "not a JSON object"
+        assert error["code"] == code and words in error["text"], (line, error)
     await client.send("plain text still works")
     result = await client.wait_for("result")
     assert result["task"] == "plain text still works" and result["lastMessage"] == "plain text still works"
@@ -66,7 +71,7 @@ async def test_attach_json_mode_does_not_wait_for_a_refused_line(script: Path) -
                                       capture_stdout=True, capture_stderr=True, check=False)
     events = [json.loads(line) for line in done.stdout.decode().splitlines()]
     assert done.returncode == 0, done.stderr.decode()
-    assert [e["code"] for e in events if e["type"] == "error"] == ["invalid_request"] * 2
+    assert [e["code"] for e in events if e["type"] == "error"] == ["parse_error", "invalid_request"]
     assert [e["task"] for e in events if e["type"] == "result"] == ["plain task"]
     assert len([e for e in events if e["type"] == "queued"]) == 1
 

@@ -149,13 +149,16 @@ def app_server_command(
     --print-schema prints the schema (request params generated from the server's own parameter
     checks; results and notifications hand-written) and exits without serving.
 
-    Exit status: 0 after end of input, shutdown or SIGTERM (and after --print-schema); 1 when the
+    Exit status: 0 after end of input, shutdown or SIGTERM (and after --print-schema), and when
+    the client closed stdout (one line on stderr: "the client closed stdout"); 1 when the
     stdio connection crashed (a bug: running turns are interrupted and saved, the reason is
     logged and printed on stderr; the connection is not reopened); 2 for bad options (cloud mode
     without its required options) or when the runtime cannot start (for example, the state
     directory is not writable); 3 when the client stopped reading stdout and was disconnected
-    (running turns are interrupted and saved). A configuration file that cannot be loaded at
-    start (not valid TOML, an unknown key, a malformed table) does not stop the server:
+    (the slow-consumer policy: "the client stopped reading stdout (its outbox overflowed)";
+    running turns are interrupted and saved, and stdout ends at a line boundary). A
+    configuration file that cannot be loaded at start (not valid TOML, an unknown key, a
+    malformed table, a value of the wrong type) does not stop the server:
     initialize answers status "needs_setup" with the reason, config/error follows, and
     repairing the file recovers.
     """
@@ -215,10 +218,11 @@ def _answer_early(early_store: Any, engines: Any, host: dict | None) -> Any:
         return EarlyInitialize()
     try:
         return answer_initialize_early(engines=engines, host=host)
-    except BrokenPipeError:  # the client went away: as run_main does, a quiet exit 0
+    except OSError:  # the client closed stdout (EPIPE; EBADF: never opened): as run_main does, exit 0
         from roost.protocol import silence_stdout
 
         silence_stdout()
+        click.echo("roost app-server: the client closed stdout; the session ends", err=True)
         sys.exit(0)
 
 

@@ -419,6 +419,24 @@ def _stdin_is_tty() -> bool:
         return False
 
 
+def _check_ws_url(target: str) -> None:
+    """Refuse a ``ws://``/``wss://`` TARGET that is no URL (``ws://[bad``, a port that is not a
+    number, no host) as a usage error (exit status 2), before anything connects.
+
+    Raises:
+        click.BadParameter: naming TARGET and what is wrong with it.
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(target)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number in range)
+    except ValueError as exc:
+        raise click.BadParameter(f"{target!r} is not a valid URL ({exc})", param_hint="TARGET") from None
+    if not parts.hostname:
+        raise click.BadParameter(f"{target!r} names no host (expected ws://HOST:PORT/attach)", param_hint="TARGET")
+
+
 def _warn(text: str) -> None:
     sys.stdout.flush()
     click.echo(f"roost attach: {text}", err=True)
@@ -492,6 +510,8 @@ def attach_command(
         target = str(default_socket_path(Path(os.getcwd())))
     elif "://" in target and not target.startswith(("ws://", "wss://")):
         raise click.BadParameter("expected a socket path or a ws:// (wss://) URL", param_hint="TARGET")
+    elif target.startswith(("ws://", "wss://")):
+        _check_ws_url(target)
     elif not target.startswith(("ws://", "wss://")) and client_id is not None:
         _warn("--client-id is only sent over ws://; the Unix socket has no client ids")
         client_id = None

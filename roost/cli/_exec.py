@@ -14,7 +14,8 @@ Output:
 
 Exit status: 0 when the turn completed, 1 when it failed or was interrupted, 130 after SIGINT
 (the first SIGINT interrupts the turn, which is persisted as ``interrupted``; a second one stops at
-once), 2 when no model provider is configured (the message names the settings) or on a usage error.
+once), 2 when no model provider is configured (the message names the settings), on a usage error,
+or when ROOST_HOME or its database is unusable (a read-only one included: exec must write its thread).
 Nobody is asked for approvals: the permission mode and the unattended policy (deny) decide.
 """
 
@@ -320,7 +321,8 @@ def exec_command(
     tool calls are shown as "$ name args" lines. Errors go to stderr.
 
     Exit status: 0 completed, 1 failed or interrupted, 2 no model provider configured (or its
-    script is missing or broken), 130 SIGINT.
+    script is missing or broken) or ROOST_HOME or its database unusable (read-only: one line
+    saying what to make writable), 130 SIGINT.
     """
     setup_logging(verbose)
     if prompt == "-":

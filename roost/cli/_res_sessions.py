@@ -272,13 +272,14 @@ def sessions_command(
                 if repl
                 else session_rows(conn, include_complete=include_all, project=project_dir)
             )
+            hint = "" if as_json or rows or repl else _empty_hint(conn, include_all=include_all, project=project_dir)
     except RoostError as exc:
         fail("sessions", str(exc), as_json=as_json)
     if as_json:
         emit_items(rows)
         return
     if not rows:
-        click.echo("no chats" if repl else "no sessions")
+        click.echo("no chats" if repl else f"no sessions{hint}")
     for row in rows:
         if repl:
             label = row.title or row.auto_title or row.first_user_message[:60]
@@ -286,6 +287,23 @@ def sessions_command(
         else:
             state = "complete" if row.is_complete else "incomplete"
             click.echo(f"{row.session_id}  {row.last_updated_at}  {state:10}  {row.task}")
+
+
+def _empty_hint(conn: Any, *, include_all: bool, project: str | None) -> str:
+    """What an empty ``roost sessions`` (text) adds: where the other threads are listed. Sessions
+    are orchestration runs and daemon tasks (wire-protocol.md, Session); the threads of ``roost
+    exec``, ``app-server`` and ``repl`` are chats (``--repl``), and completed sessions need ``--all``."""
+    notes = []
+    if not include_all:
+        done = len(session_rows(conn, include_complete=True, project=project))
+        if done:
+            notes.append(f"{done} completed: roost sessions --all")
+    chats = sum(1 for t in _threads(conn, "chat") if _in_project(t.cwd, project))
+    if chats:
+        notes.append(f"{chats} chat{'s' if chats != 1 else ''} (roost exec, app-server, repl): roost sessions --repl")
+    if not notes:
+        return " (orchestration runs and daemon tasks; chats of roost exec, app-server and repl: --repl)"
+    return f" (orchestration runs and daemon tasks); {'; '.join(notes)}"
 
 
 def _delete(session_id: str) -> None:

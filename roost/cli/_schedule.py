@@ -1,8 +1,9 @@
 """``roost schedule ...``: cron jobs, edited directly in the database (no daemon needed).
 
 Mutations (``add``, ``remove``, ``enable``, ``disable``, ``run``) report success by exit status
-(wire-protocol.md "Resource queries"; without ``--json``, ``add`` also prints ``added NAME: next
-run ...`` and ``run`` says on stderr whether a running daemon starts it); a failure exits 1, with
+(wire-protocol.md "Resource queries"; without ``--json``, each also prints one line: ``added NAME:
+next run ...``, ``removed NAME``, ``enabled NAME: next run ...``, ``disabled NAME ...``, and ``run``
+says on stderr whether a running daemon starts it); a failure exits 1, with
 ``--json`` after printing the error envelope ``{"protocolVersion":1,"error":...}``. ``list --json``
 prints ``ScheduledJob`` items ordered by next run. Each mutation bumps the ``schedule_changes``
 counter in its transaction, so a running ``roost serve`` scheduler picks it up (see :mod:`roost.actors._scheduler`).
@@ -269,15 +270,19 @@ def list_command(as_json: bool) -> None:
 @click.argument("name")
 @_json_option
 def remove_command(name: str, as_json: bool) -> None:
-    """Remove schedule NAME and its run records."""
+    """Remove schedule NAME and its run records; prints ``removed NAME`` (nothing with --json)."""
     _mutate(as_json, "remove", db.remove_job, name)
+    if not as_json:
+        click.echo(f"removed {name}")
 
 
 @schedule_command.command("enable")
 @click.argument("name")
 @_json_option
 def enable_command(name: str, as_json: bool) -> None:
-    """Enable schedule NAME; its next run is the first slot from now (no catch-up of the pause)."""
+    """Enable schedule NAME; its next run is the first slot from now (no catch-up of the pause).
+    Prints ``enabled NAME: next run ...`` (nothing with --json)."""
+    next_runs: list[str | None] = []
 
     def enable(conn: Any) -> None:
         job = db.get_job(conn, name)
@@ -287,16 +292,23 @@ def enable_command(name: str, as_json: bool) -> None:
         except ValueError:
             next_run = None  # an old row that can never fire: enabled, but never due
         db.set_job_enabled(conn, name, True, next_run=next_run)
+        next_runs.append(next_run)
 
     _mutate(as_json, "enable", enable)
+    if not as_json:
+        when = next_runs[-1] if next_runs and next_runs[-1] else "never (its cron expression has no future slot)"
+        click.echo(f"enabled {name}: next run {when}")
 
 
 @schedule_command.command("disable")
 @click.argument("name")
 @_json_option
 def disable_command(name: str, as_json: bool) -> None:
-    """Disable schedule NAME (a run in progress is not stopped)."""
+    """Disable schedule NAME (a run in progress is not stopped); prints ``disabled NAME``
+    (nothing with --json)."""
     _mutate(as_json, "disable", db.set_job_enabled, name, False, next_run=None)
+    if not as_json:
+        click.echo(f"disabled {name} (a run in progress is not stopped)")
 
 
 @schedule_command.command("run")

@@ -164,7 +164,8 @@ def status_command(as_json: bool) -> None:
     queue depth. It only reads: without a URL and without $ROOST_HOME/roost.db it creates
     nothing, and when this home's daemons use another database it says which.
 
-    Exit status: 0; 2 when ROOST_HOME or its database is unusable; 130 on Ctrl-C."""
+    Exit status: 0 (also for a ROOST_HOME that does not exist yet); 2 when ROOST_HOME or its
+    database is unusable (a file, a file in its path, a directory it cannot read); 130 on Ctrl-C."""
     from roost._paths import roost_home
     from roost.protocol import registered_daemons
     from roost.storage import database_label

@@ -13,7 +13,9 @@ supervisor. Its ends:
 * end of input (EOF, SIGTERM) or ``shutdown``: the requests already read finish, running turns
   are interrupted and persisted, what is queued is written, the actor stops (a normal end);
 * the client stops reading (outbox overflow) or closes stdout: the same clean-up, nothing more is
-  written (a normal end, logged);
+  written (a normal end, logged); a write to a slow client cut in the middle of a line is given
+  the rest of that line first (:class:`~roost.protocol._as_stdout.LineEndingFdStream`, at most
+  :data:`~roost.protocol._as_stdout.FINISH_LINE_S` seconds), so stdout ends at a line boundary;
 * a crash (a bug in a handler, or the fault hook): the clean-up still interrupts and persists the
   running turns (:meth:`on_stop`, shielded and bounded), the supervisor logs the end and does not
   restart it: a stdio connection cannot be re-opened, and reading again from the same stdin would
@@ -31,6 +33,7 @@ import trio
 
 from roost._faults import fault_point
 from roost.actors import ConnectionActor, InputEnded, InputFrame
+from roost.protocol._as_stdout import LineEndingFdStream
 from roost.protocol._framing import LineDecoder, line_limit
 
 __all__ = ["StdioConnection", "StdioConnectionCrashed", "STDIO_CHILD"]
@@ -82,6 +85,9 @@ class StdioConnection(ConnectionActor):
     ) -> None:
         async def no_close(code: int, reason: str) -> None:
             """stdout is the process's; it is left open (logs and a last line may follow)."""
+
+        if isinstance(send, trio.lowlevel.FdStream):  # the process's stdout: a drop ends lines
+            send = LineEndingFdStream(send)
 
         super().__init__(
             frames=_sized_frames(receive, LineDecoder(max_line_bytes=line_limit())),
@@ -145,8 +151,8 @@ class StdioConnection(ConnectionActor):
     async def _watch_closed(self) -> None:
         """The session closed by itself (its outbox overflowed: the client stopped reading)."""
         await self.session.closed.wait()
-        if not self._ending:
-            log.warning("app-server: the client stopped reading; the session ends")
+        if not self._ending and self.end_reason is None:  # (not: the client closed stdout, see _write)
+            log.warning("app-server: the client stopped reading stdout (its outbox overflowed); the session ends")
             self._end_normally(TOO_SLOW)
             self.stop(self.end_reason or "closed")
 
@@ -154,8 +160,9 @@ class StdioConnection(ConnectionActor):
         try:
             await self.outbox.run_writer(self._stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            log.info("client went away")
-            self._end_normally("the client went away")
+            if self.end_reason is None and not self._ending:
+                log.warning("app-server: the client closed stdout; the session ends")
+            self._end_normally(CLOSED_STDOUT)
             self.session.closed.set()
         self.stop(self.end_reason or "the outbox ended")
 
@@ -166,10 +173,20 @@ class StdioConnection(ConnectionActor):
             await self.session.interrupt_all()
         self.session.closed.set()
         self.outbox.close()
+        if isinstance(self._stream, LineEndingFdStream) and self._stream.cut_tail:
+            # a slow client dropped in the middle of a line: give it the rest of that line
+            log.info("app-server: the rest of a cut line (%d bytes) waits for the client", len(self._stream.cut_tail))
+            ended = await self._stream.finish_line()
+            log.info(
+                "app-server: the last line %s", "was completed" if ended else "stays cut (the client reads nothing)"
+            )
 
 
-#: The end reason of a client that stopped reading (:class:`StdioClientTooSlow`).
-TOO_SLOW = "the client stopped reading (outbox overflow)"
+#: The end reason of a client that stopped reading (:class:`StdioClientTooSlow`, exit status 3).
+TOO_SLOW = "the client stopped reading stdout (outbox overflow)"
+#: The end reason of a client that closed its end of stdout (a broken pipe: exit status 0, as
+#: input ending is; nothing more can be told to it).
+CLOSED_STDOUT = "the client closed stdout"
 
 #: The most bytes asked of each read of stdin.
 _RECEIVE_BYTES = 64 * 1024

@@ -14,8 +14,10 @@ initialization"): watch the configuration file and publish ``config/error`` / ``
   (:func:`roost.config.resolve_provider`, with the server's own flags first); a scripted
   provider's script must open. ``[mcp_servers]`` is checked, but the servers connected are those
   of the start (a change applies at the next start).
-- A document the server started with that does not load (the server starts anyway, ``initialize``
-  answering ``needs_setup``) is sent as ``config/error`` once the first ``initialize`` is answered.
+- A document the server started with that is rejected (it does not load, or does not resolve to
+  a usable provider: the server starts anyway, ``initialize`` answering ``needs_setup``) is sent as
+  ``config/error`` once the first ``initialize`` is answered, as a reload would send it; with no
+  file at all, ``needs_setup`` alone says what to set.
 - A rejected document sends ``config/error`` ``{path, message}`` once per distinct document
   (sha256 of its bytes; a missing file counts as one document). The previous selection and
   provider inventory stay for display (``initialize``, ``engine/list``), but
@@ -119,8 +121,13 @@ class ConfigReloader:
                 # edited since the engines were made (after an early initialize answer): rejected
                 self.session.engines.config_error = str(outcome)
                 self.start_error = outcome
-            elif isinstance(outcome, _Broken) or digest == "unreadable":
-                self.start_error = outcome  # a document that does not load, not merely no provider
+            elif isinstance(outcome, _Broken) or digest == "unreadable" or self._seen is not None:
+                # a document that does not load, or does not resolve to a usable provider (a
+                # wrong type, an unknown provider, a missing script), as a reload would report
+                # it; with no file at all there is nothing that failed to load (needs_setup only).
+                # The message is the one initialize reports.
+                setup_error = self.session.engines.setup_error
+                self.start_error = ConfigError(setup_error) if setup_error else outcome
         else:
             self.accepted_digest = digest
 

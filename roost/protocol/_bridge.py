@@ -400,8 +400,10 @@ class _BridgeControl:
         if self.pending_interrupt:
             orch.interrupt("interrupted")
 
-    def refuse(self, text: str) -> None:
-        self.emit({"type": "error", "text": text})
+    def refuse(self, text: str, code: str = "invalid_request") -> None:
+        """An ``error`` event for a refused input line, with the serve socket's additive ``code``
+        (``parse_error`` for a line that does not parse, else ``invalid_request``)."""
+        self.emit({"type": "error", "text": text, "code": code})
 
     async def read_input(self, receive: trio.abc.ReceiveStream) -> None:
         """Handle input lines until end of input, then deny what is still to be asked."""
@@ -414,7 +416,7 @@ class _BridgeControl:
                 if broker.pending_kind == "approval":  # anything malformed counts as denied
                     broker.answer({"type": "approval_response", "approved": False})
                     reason += "; the pending approval is denied"
-                self.refuse(reason)
+                self.refuse(reason, "parse_error" if isinstance(frame, FrameError) else "invalid_request")
                 continue
             kind = frame.get("type")
             if kind == "approval_response":

@@ -48,9 +48,16 @@ def check_params(method: str, params: Any, spec: Mapping[str, tuple[tuple[type, 
             if bool not in types and isinstance(value, bool) and types != ANY:
                 raise InvalidParams(f"{name} must be {_names(types)}, not a boolean")
             if not isinstance(value, types):
+                if int in types and _beyond_64_bits(value):  # orjson reads such an integer as a float
+                    raise InvalidParams(f"{name} is out of range: an integer from -2^63 to 2^63-1 is expected")
                 raise InvalidParams(f"{name} must be {_names(types)}, not {type(value).__name__}")
         out[name] = value
     return out
+
+
+def _beyond_64_bits(value: Any) -> bool:
+    """Whether ``value`` is a decoded JSON integer too large for 64 bits (orjson gives a float)."""
+    return isinstance(value, float) and value.is_integer() and abs(value) >= 2.0**63
 
 
 def _names(types: tuple[type, ...]) -> str:

@@ -311,10 +311,18 @@ class ReplSession:
     async def handle(self, frame: Any) -> None:
         """Dispatch one decoded input line (or a :class:`FrameError`)."""
         if isinstance(frame, FrameError):
-            self.emit({"type": "error", "text": f"invalid input line ({frame.message}); expected one JSON object"})
+            self.emit(
+                {
+                    "type": "error",
+                    "text": f"invalid input line ({frame.message}); expected one JSON object",
+                    "code": frame.code,  # additive, as on the serve socket: parse_error
+                }
+            )
             return
         if not isinstance(frame, dict):
-            self.emit({"type": "error", "text": "an input line must be a JSON object with a type"})
+            self.emit(
+                {"type": "error", "text": "an input line must be a JSON object with a type", "code": "invalid_request"}
+            )
             return
         kind = frame.get("type")
         await self._recover_actor()

@@ -21,9 +21,10 @@ __all__ = ["handle_line", "error_event"]
 
 async def handle_line(daemon: Any, conn: ConnectionActor, line: str | FrameError) -> None:
     """Handle one input line: plain text is a task; a line starting with ``{`` or ``[`` must be
-    a JSON object input message (anything else there gets an ``invalid_request`` error and is
-    not queued). An oversized or undecodable line (a :class:`FrameError` of the framing) gets
-    a ``parse_error`` error and never becomes input."""
+    a JSON object input message, and is not queued otherwise: one that does not parse gets a
+    ``parse_error`` error, valid JSON that is not an object an ``invalid_request`` error (the
+    app-server's codes for the same lines). An oversized or undecodable line (a
+    :class:`FrameError` of the framing) gets a ``parse_error`` error and never becomes input."""
     fault_point("connection")
     if isinstance(line, FrameError):
         conn.send(error_event(line.message, line.code))
@@ -34,12 +35,22 @@ async def handle_line(daemon: Any, conn: ConnectionActor, line: str | FrameError
     if not text.startswith(("{", "[")):  # a plain text line is a task
         await _dispatch(daemon, conn, text)
         return
-    message = _json_object(text)
-    if message is None:
+    try:
+        message = loads(text)
+    except (JSONDecodeError, ValueError) as exc:  # the app-server's code for it (docs/app-server.md)
         conn.send(
             error_event(
-                "the line starts like JSON but is not a JSON object; send a JSON input "
-                "message or plain text (not starting with '{' or '[')",
+                f"invalid JSON line ({exc}): the line starts like JSON but does not parse; send a JSON "
+                "input message or plain text (not starting with '{' or '[')",
+                "parse_error",
+            )
+        )
+        return
+    if not isinstance(message, dict):
+        conn.send(
+            error_event(
+                "the line is JSON but not a JSON object; send a JSON input message or plain text "
+                "(not starting with '{' or '[')",
                 "invalid_request",
             )
         )
@@ -94,15 +105,6 @@ def _answer(conn: ConnectionActor, kind: str, message: dict) -> None:
         return
     pending.answer, pending.done = answer_value(kind, message), True
     client.notify()
-
-
-def _json_object(text: str) -> dict | None:
-    """``text`` parsed as a JSON object, or None when it is not valid JSON or not an object."""
-    try:
-        message = loads(text)
-    except (JSONDecodeError, ValueError):
-        return None
-    return message if isinstance(message, dict) else None
 
 
 def error_event(text: str, code: str) -> dict:

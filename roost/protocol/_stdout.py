@@ -16,7 +16,8 @@ def silence_stdout() -> None:
     """
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # (sys.stdout is None when the process started with file descriptor 1 closed)
+        os.dup2(devnull, sys.stdout.fileno() if sys.stdout is not None else 1)
         os.close(devnull)
     except (OSError, ValueError):
         pass

@@ -50,6 +50,11 @@ def connect(
     thread (the caller guarantees one thread at a time). WAL mode is set once by the migration step
     and is persistent in the file.
 
+    A database that exists in a directory this process cannot write (a read-only
+    ``$ROOST_HOME``) is opened read-only, as SQLite itself opens an unwritable file: reads work and
+    every write raises :class:`StoreReadOnly` (a WAL database there has no ``-shm`` file to open
+    read-write; :func:`connect_read_only`).
+
     Args:
         path: the database file.
         query_only: refuse writes on this connection (``PRAGMA query_only``).
@@ -62,6 +67,12 @@ def connect(
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout)
     except sqlite3.Error as exc:
         raise translate_error(exc) from exc
+    if _unwritable_home(path):
+        try:
+            conn.execute("PRAGMA schema_version")  # opens the WAL's -shm now, not at the first query
+        except sqlite3.OperationalError:
+            conn.close()
+            conn = _open_read_only(Path(path), busy_timeout, query_only=False)  # (set below when asked)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -82,14 +93,32 @@ def connect_read_only(path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TI
     Raises:
         StoreError: the file cannot be opened.
     """
+    conn = _open_read_only(Path(path), busy_timeout, query_only=True)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _unwritable_home(path: str | Path) -> bool:
+    """Whether ``path`` is an existing file in a directory this process cannot write."""
     path = Path(path)
+    return path.is_file() and not os.access(path.parent, os.W_OK)
+
+
+def _open_read_only(path: Path, busy_timeout: float, *, query_only: bool) -> sqlite3.Connection:
+    """``path`` opened ``mode=ro`` (``immutable=1`` when no ``-wal`` file waits and the directory
+    is unwritable, see :func:`connect_read_only`); a write on it raises SQLITE_READONLY, which
+    :func:`translate_error` makes :class:`StoreReadOnly`.
+
+    Raises:
+        StoreError: the file cannot be opened.
+    """
     immutable = not Path(f"{path}-wal").exists() and not os.access(path.parent, os.W_OK)
     uri = f"{path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
-        conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        conn.execute("PRAGMA query_only = 1")
+        if query_only:
+            conn.execute("PRAGMA query_only = 1")
     except sqlite3.Error as exc:
         raise translate_error(exc) from exc
     return conn

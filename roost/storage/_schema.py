@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from roost.errors import MigrationError, SchemaTooNew, StoreError
+from roost.errors import MigrationError, SchemaTooNew, StoreError, StoreReadOnly
 
 from ._connect import immediate, translate_error
 
@@ -349,7 +349,9 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     except sqlite3.Error as exc:
         raise translate_error(exc) from exc
-    if str(mode).lower() != "wal":
+    if str(mode).lower() != "wal" and not _refuses_writes(conn):
+        # (a read-only home's file, opened read-only, reports "delete": a current schema is read
+        # as it is, and a pending migration fails below as StoreReadOnly)
         raise MigrationError(f"could not switch the database to WAL (journal_mode={mode})")
     applied = schema_version(conn)
     unknown = [name for name in applied if name not in set(MIGRATIONS.names())]
@@ -373,8 +375,22 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     except StoreError:
         raise
     except Exception as exc:
+        failure = translate_error(exc) if isinstance(exc, sqlite3.Error) else None
+        if isinstance(failure, StoreReadOnly):  # a read-only home whose schema is behind
+            raise StoreReadOnly(f"the schema needs a migration, but {failure}") from exc
         raise MigrationError(f"migration failed: {exc}") from exc
     return pending
+
+
+def _refuses_writes(conn: sqlite3.Connection) -> bool:
+    """Whether ``conn`` is read-only (:func:`~roost.storage._connect.connect` on a read-only home):
+    rewriting ``user_version`` with its own value fails with SQLITE_READONLY. Blocking."""
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        conn.execute(f"PRAGMA user_version = {version}")
+    except sqlite3.OperationalError as exc:
+        return isinstance(translate_error(exc), StoreReadOnly)
+    return False
 
 
 @MIGRATIONS(name="0002_schedule_jobs")

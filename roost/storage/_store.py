@@ -126,6 +126,8 @@ class Store(SQLiteOperations):
         Raises:
             StoreClosed: the store is closed.
             StoreBusy: the write lock stayed held past every retry.
+            StoreReadOnly: the database cannot be written (a read-only home: the block's first
+                write failed, SQLITE_READONLY); nothing was committed.
         """
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -135,6 +137,11 @@ class Store(SQLiteOperations):
         try:
             with immediate(conn):
                 yield conn
+        except sqlite3.OperationalError as exc:
+            failure = translate_error(exc)
+            if isinstance(failure, StoreReadOnly):
+                raise failure from exc
+            raise
         finally:
             conn.close()
 
@@ -182,7 +189,9 @@ def open_store(
         queue_size: bound of the writer's queue.
         read_only_ok: a command that mostly reads: when the database (or its directory) cannot
             be written but its schema is current, return a read-only store (:attr:`Store.read_only`)
-            instead of raising, so reads keep working on a read-only home (issue 18, finding 6).
+            instead of raising, so reads keep working on a read-only home (issue 18, finding 6); a
+            read-only home with no database yet gives an empty read-only store (nothing to read;
+            a write raises the :class:`StoreReadOnly` that says which directory to make writable).
 
     Raises:
         MigrationError: the schema could not be brought up to date.
@@ -211,12 +220,33 @@ def open_store(
             conn.close()
     except (sqlite3.DatabaseError, StoreError) as exc:  # "file is not a database", unwritable...
         failure = _open_failure(db_path, exc if isinstance(exc, StoreError) else translate_error(exc))
-        if read_only_ok and isinstance(failure, StoreReadOnly) and _schema_current(db_path, busy_timeout):
-            return Store(
-                db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, read_only=failure
-            )
+        if read_only_ok and isinstance(failure, StoreReadOnly):
+            if _schema_current(db_path, busy_timeout):
+                return Store(
+                    db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, read_only=failure
+                )
+            if not db_path.exists():  # a read-only home with no database yet: nothing to read
+                return _empty_read_only(failure, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size)
         raise failure from exc
     return Store(db_path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, _tempdir=tempdir)
+
+
+def _empty_read_only(failure: StoreReadOnly, *, busy_timeout: float, batch_max: int, queue_size: int) -> Store:
+    """An empty, current database in a private temporary directory (deleted by :meth:`Store.close`),
+    opened read-only: every read finds nothing, every write raises ``failure`` (which says what to
+    make writable). For ``open_store(read_only_ok=True)`` on a read-only home without a database."""
+    import tempfile
+
+    tempdir = tempfile.mkdtemp(prefix="roost-store-")
+    path = Path(tempdir) / "roost.db"
+    conn = connect(path, busy_timeout=busy_timeout)
+    try:
+        _migrate_patiently(conn, busy_timeout)
+    finally:
+        conn.close()
+    return Store(
+        path, busy_timeout=busy_timeout, batch_max=batch_max, queue_size=queue_size, _tempdir=tempdir, read_only=failure
+    )
 
 
 def _open_failure(db_path: Path, exc: StoreError) -> StoreError:
@@ -233,6 +263,11 @@ def _open_failure(db_path: Path, exc: StoreError) -> StoreError:
         return StoreCorrupt(
             f"{db_path} is not a usable Roost database ({exc}); it fails SQLite's integrity "
             "check, so move it aside (keep the copy) to start afresh"
+        )
+    if not db_path.exists() and db_path.parent.is_dir() and not os.access(db_path.parent, os.W_OK):
+        return StoreReadOnly(
+            f"{db_path} does not exist and cannot be created ({exc}): make {db_path.parent} writable "
+            "(a fresh home creates its database on first use)"
         )
     if not os.access(db_path if db_path.exists() else db_path.parent, os.W_OK):
         return StoreReadOnly(
