@@ -64,7 +64,8 @@ __all__ = ["WorkerRouter", "worker_count", "spread_at", "is_worker", "PROCESS_NO
 log = logging.getLogger("roost.appserver.workers")
 
 #: Worker processes without ``ROOST_APPSERVER_WORKERS``: none. Measured on the shared 2-core
-#: machine (issue 19), one worker raised throughput and CPU under saturation but did not make the
+#: machine (issue 19; again in session 26, with the spread decision fixed and the CPU of the whole
+#: process tree counted), one worker raised throughput and CPU under saturation but did not make the
 #: harness's interrupt and first-delta latencies better than one process, so it stays opt-in.
 DEFAULT_WORKERS = 0
 #: Running turns of this process at which a ``turn/start`` moves an idle thread to a worker.
