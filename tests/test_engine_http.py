@@ -225,3 +225,36 @@ async def test_consecutive_calls_reuse_one_connection_and_a_stream_left_open_sti
             # a server that keeps the stream open after [DONE]: the call still ends, complete
             events, failure = await collect(eng, REQ)
     assert failure is None and events == [TextDelta("x"), Finish("stop")]
+
+
+async def test_leaving_a_cancelled_stream_does_not_wait_for_the_response_to_close(autojump_clock):
+    """An interrupt settles its turn at once: the response is closed in the background."""
+    release, closed = trio.Event(), trio.Event()
+
+    class Body(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            yield b'data: {"choices":[{"index":0,"delta":{"content":"first"}}]}\n\n'
+            await trio.sleep_forever()
+
+        async def aclose(self) -> None:
+            await release.wait()
+            closed.set()
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Body())
+
+    settings = ProviderSettings(provider="openai", base_url="http://model.invalid/v1", model="m", api_key="k")
+    client = httpx.AsyncClient(transport=httpx.MockTransport(reply))
+    eng = OpenAIChatEngine(settings, client=client, retry=RetryPolicy(max_attempts=1, sleep=Sleeps()))
+    got: list = []
+    with trio.fail_after(60):
+        with trio.CancelScope() as scope:
+            async with eng.stream(REQ) as events:
+                async for event in events:
+                    got.append(event)
+                    scope.cancel()
+        assert scope.cancelled_caught and got == [TextDelta("first")]
+        assert not closed.is_set()  # the stream was left while its response was still closing
+        release.set()
+        await closed.wait()  # ... and the close finished in the background
+    await client.aclose()

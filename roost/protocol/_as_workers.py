@@ -19,12 +19,19 @@ notifications to their final JSONL bytes itself. This process (the *front*) keep
   worker, so a worker's session has the client's capabilities and defaults.
 
 When: with ``ROOST_APPSERVER_WORKERS`` workers at most (default :data:`DEFAULT_WORKERS`: none;
-``auto``: the machine's cores minus one), started lazily, never before a thread needs one. A
-``turn/start`` for an idle thread of this process moves the thread to the worker that owns the
-fewest threads once this process has run at least ``ROOST_APPSERVER_SPREAD_AT`` turns (default
-:data:`DEFAULT_SPREAD_AT`) at every ``turn/start`` for :data:`SUSTAINED_S` seconds (with
-``ROOST_APPSERVER_FRONT_SHARE=1``, only while it runs more turns than that worker owns: it keeps a
-share). The thread leaves this process's registry first (the worker loads it from the store).
+``auto``: the machine's cores minus one), started lazily, never before load needs them. The
+session's load is its turns in flight: this process's running turns plus each worker's (a
+forwarded ``turn/start`` until the thread's terminal line or an error answer passes through the
+copy). A ``turn/start`` for an idle thread of this process moves the thread to the worker with the
+fewest turns in flight once the load has been at least ``ROOST_APPSERVER_SPREAD_AT`` (default
+:data:`DEFAULT_SPREAD_AT`) at every ``turn/start`` for :data:`SUSTAINED_S` seconds; the workers are
+started halfway through that wait, so their start-up is over when threads begin to move. (Only
+this process's own turns were counted before: each move lowered the count, one ``turn/start``
+under the threshold restarted the wait, and a saturated session stayed split by accident.) With
+``ROOST_APPSERVER_FRONT_SHARE=1`` a thread moves only while this process runs more turns than that
+worker: it keeps a share. The thread leaves this process's registry first (the worker loads it
+from the store). Only idle threads move, at their next ``turn/start``: under a steady load the
+threads move over about one turn's duration after the wait.
 ``ROOST_APPSERVER_SPREAD_AT=0`` sends every non-ephemeral ``thread/start`` to a worker
 (round-robin): the whole protocol then runs through workers (the end-to-end tests use it).
 
@@ -57,7 +64,8 @@ __all__ = ["WorkerRouter", "worker_count", "spread_at", "is_worker", "PROCESS_NO
 log = logging.getLogger("roost.appserver.workers")
 
 #: Worker processes without ``ROOST_APPSERVER_WORKERS``: none. Measured on the shared 2-core
-#: machine (issue 19), one worker raised throughput and CPU under saturation but did not make the
+#: machine (issue 19; again in session 26, with the spread decision fixed and the CPU of the whole
+#: process tree counted), one worker raised throughput and CPU under saturation but did not make the
 #: harness's interrupt and first-delta latencies better than one process, so it stays opt-in.
 DEFAULT_WORKERS = 0
 #: Running turns of this process at which a ``turn/start`` moves an idle thread to a worker.
@@ -76,6 +84,9 @@ _ROOM = 64 << 10
 SUSTAINED_S = 2.0
 #: Seconds a worker may take to finish after its stdin closes, before it is killed.
 _STOP_S = 15.0
+#: How a worker's terminal notification of a turn is rendered (``dumps_line`` of a notification).
+_COMPLETED = b'"method":"turn/completed"'
+_FAILED = b'"method":"turn/error"'
 #: Requests whose answer names a thread the worker then owns (``result.thread.id``).
 _CREATES = frozenset({"thread/start", "thread/fork", "run/start"})
 
@@ -136,13 +147,17 @@ class _Worker:
     alive: bool = True
     pid: int | None = None
     threads: set[str] = attrs.Factory(set)
+    #: its threads with a turn in flight (a forwarded ``turn/start`` until the thread's terminal
+    #: ``turn/completed``/``turn/error`` line or an error answer passes through :meth:`WorkerRouter._copy`)
+    running: set[str] = attrs.Factory(set)
     #: forwarded request id -> method, until its answer is copied
-    pending: dict[Any, str] = attrs.Factory(dict)
+    pending: dict[Any, tuple[str, str | None]] = attrs.Factory(dict)  # id -> (method, thread id)
     done: trio.Event = attrs.Factory(trio.Event)
 
     def reset(self) -> None:
         self.send, self.recv = trio.open_memory_channel[bytes](math.inf)
         self.started, self.alive, self.pid, self.done = False, True, None, trio.Event()
+        self.running = set()
 
 
 class WorkerRouter:
@@ -212,22 +227,34 @@ class WorkerRouter:
             return True
         return False
 
+    def load(self) -> int:
+        """Turns in flight in this session: this process's running turns and its workers'
+        (:attr:`_Worker.running`)."""
+        return self.session.runtime.registry.running_count() + sum(len(w.running) for w in self.workers)
+
     def _spread_to(self, thread_id: str) -> _Worker | None:
-        """Move idle thread ``thread_id`` to a worker now, when this process is loaded enough."""
+        """Move idle thread ``thread_id`` to a worker now, when the session is loaded enough (the
+        module doc). Halfway through the wait for sustained load the workers not running yet
+        are started, so that their start-up is over when threads begin to move."""
         if self.closing or self.spread == 0:
             return None
         registry = self.session.runtime.registry
         running = registry.running_count()
-        if running < self.spread:
+        if self.load() < self.spread:
             self._loaded_since = None
             return None
+        alive = [w for w in self.workers if w.alive]
         now = trio.current_time()
         if self._loaded_since is None:
             self._loaded_since = now
-        if now - self._loaded_since < SUSTAINED_S:
+        loaded_for = now - self._loaded_since
+        if loaded_for >= SUSTAINED_S / 2:
+            for idle in alive:  # their start-up overlaps the second half of the wait
+                self._start(idle)
+        if loaded_for < SUSTAINED_S:
             return None
-        worker = min((w for w in self.workers if w.alive), key=lambda w: len(w.threads), default=None)
-        if worker is None or (self.keep_share and running <= len(worker.threads)):
+        worker = min(alive, key=lambda w: len(w.running), default=None)
+        if worker is None or (self.keep_share and running <= len(worker.running)):
             return None
         if not registry.can_hand_off(thread_id, self.session):
             return None
@@ -248,7 +275,9 @@ class WorkerRouter:
                 self._send(worker, line)
 
     def _forward(self, worker: _Worker, rid: Any, name: str, frame: dict, thread_id: str | None) -> None:
-        worker.pending[rid] = name
+        worker.pending[rid] = (name, thread_id)
+        if name == "turn/start" and thread_id is not None:
+            worker.running.add(thread_id)
         line = dumps_line(frame)
         held = self._handoffs.get(thread_id) if thread_id is not None else None
         if held is not None:
@@ -260,10 +289,14 @@ class WorkerRouter:
         self._internal += 1
         return f"{_INTERNAL}{self._internal}"
 
-    def _send(self, worker: _Worker, line: bytes) -> None:
+    def _start(self, worker: _Worker) -> None:
+        """Start ``worker``'s process now if it is not running (its setup lines go first)."""
         if not worker.started:
             worker.started = True
             self.session.nursery.start_soon(self._run, worker)
+
+    def _send(self, worker: _Worker, line: bytes) -> None:
+        self._start(worker)
         try:
             worker.send.send_nowait(line)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -337,6 +370,8 @@ class WorkerRouter:
                 data, rest = data[:cut], data[cut:]
             if not data:
                 continue
+            if worker.running and (_COMPLETED in data or _FAILED in data):
+                self._ended(worker, data)
             if _ID in data:
                 data = self._scan(worker, data)
             if data:
@@ -359,9 +394,11 @@ class WorkerRouter:
                 self._reverse[visible] = (worker, rid)
                 replacement = dumps_line(dict(message, id=visible))
             else:
-                name = worker.pending.pop(rid, None)
+                name, thread_id = worker.pending.pop(rid, (None, None))
                 if name in _CREATES:
                     self._learn(worker, line)
+                elif name == "turn/start" and b'"error":' in line and "error" in loads(line):
+                    worker.running.discard(thread_id)  # refused: no turn in flight
                 replacement = None
             if replacement is not None:
                 parts.append(chunk[start:begin])
@@ -371,6 +408,21 @@ class WorkerRouter:
             return chunk
         parts.append(chunk[start:])
         return b"".join(parts)
+
+    def _ended(self, worker: _Worker, chunk: bytes) -> None:
+        """The threads whose terminal ``turn/completed``/``turn/error`` line is in ``chunk`` have
+        no turn in flight in ``worker`` any more (one decoded line per turn)."""
+        for marker in (_COMPLETED, _FAILED):
+            pos = chunk.find(marker)
+            while pos >= 0:
+                begin = chunk.rfind(b"\n", 0, pos) + 1
+                end = chunk.index(b"\n", pos) + 1
+                try:
+                    thread_id = loads(chunk[begin:end])["params"]["thread_id"]
+                except (KeyError, TypeError, ValueError):
+                    thread_id = None
+                worker.running.discard(thread_id)
+                pos = chunk.find(marker, end)
 
     def _learn(self, worker: _Worker, line: bytes) -> None:
         """A forwarded request that creates a thread (``result.thread.id``) or a run
@@ -405,7 +457,7 @@ class WorkerRouter:
             log.warning("could not reconcile after worker %d exited", worker.index, exc_info=True)
         for thread_id in threads:
             await self._settle_thread(thread_id)
-        for rid, name in pending.items():
+        for rid, (name, _) in pending.items():
             session.send(
                 {"id": rid, "error": {"code": "internal_error", "message": f"{name}: the worker process exited"}}
             )
