@@ -322,3 +322,27 @@ def test_the_queue_finds_the_owners_of_tasks_running_elsewhere_in_one_query_by_t
         monkeypatch.setattr(time, "time", lambda: real() + 3600)  # this host's clock is an hour ahead
     owners = trio.run(queue._owners, ["task0", "task1", "task2", "task3"])
     assert owners == {"task0": "other:1:a"} and reads == [1]
+
+
+def test_a_claim_reads_the_running_and_queued_tasks_by_index_not_the_whole_history(tmp_path) -> None:
+    """A claim's reads of ``daemon_tasks`` search the status index: every task a daemon ever ran
+    stays a row, and each claim of every ``--workers`` process runs inside the write lock."""
+    store = storage.open_store(tmp_path / "roost.db")
+    try:
+        _queue(store, 3)
+        statements: list[str] = []
+        with store.transaction() as conn:
+            conn.set_trace_callback(statements.append)
+            assert claim_daemon_task(conn, "A", 10.0) is not None
+            conn.set_trace_callback(None)
+            reads = [s for s in statements if s.lstrip().upper().startswith("SELECT") and "FROM daemon_tasks" in s]
+            assert len(reads) >= 2
+            for sql in reads:
+                plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+                assert not any(step.startswith("SCAN") for step in plan), (sql, plan)
+            by_status = [s for s in reads if "status =" in s]
+            assert len(by_status) == 2  # the running ones, then the queued ones
+            for sql in by_status:
+                assert any("daemon_tasks_status" in row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")), sql
+    finally:
+        store.close()
