@@ -26,8 +26,10 @@ empty entry is this checkout) within each round: keys ``<basename>_w{N}_...``.
 ``PYTHONPATH``, so the workers inherit it) that times each SQLite ``BEGIN IMMEDIATE`` (the wait
 for the write lock, from a thread's first try to the one that took it: ``w{N}_lock_wait_ms``
 p50/p90/p99/max, the count of waits over 1 ms and their sum) and how long each process held the
-lock (``w{N}_lock_held``: seconds held over wall, per process), between two ``SIGUSR1``
-snapshots around the measured window. ``--profile DIR`` writes a cProfile
+lock (``w{N}_lock_held``: seconds held over wall, per process), and counts each process's
+``trio.to_thread.run_sync`` calls by caller (``w{N}_to_thread_calls``, the six most frequent)
+and its store writes by function (``w{N}_writes``, the twelve most frequent),
+between two ``SIGUSR1`` snapshots around the measured window. ``--profile DIR`` writes a cProfile
 of each process's main thread (thread CPU clock) over the same window to ``DIR/<role>-<N>.prof``.
 
 Also ``cores`` (``os.cpu_count()``) and ``loadavg_1m`` before and after (the machine may be shared).
@@ -111,7 +113,8 @@ sqlite3.connect = _patched
 
 def _snapshot(signum, frame):
     _snap[0] += 1
-    data = {"pid": os.getpid(), "t": time.perf_counter(), "waits": list(_waits), "held": _held[0]}
+    data = {"pid": os.getpid(), "t": time.perf_counter(), "waits": list(_waits), "held": _held[0],
+            "threads": dict(_threads), "writes": dict(_writes)}
     role = "worker-" + os.environ["ROOST_WORKER_INDEX"] if "ROOST_WORKER_INDEX" in os.environ else "front"
     if _PROFILE and _snap[0] == 1:
         import cProfile
@@ -125,6 +128,57 @@ def _snapshot(signum, frame):
 
 
 signal.signal(signal.SIGUSR1, _snapshot)
+
+_threads = {}
+
+
+def _count_threads():
+    import sys
+    import trio
+
+    run_sync = trio.to_thread.run_sync
+
+    async def counted(fn, *args, **kwargs):
+        caller = sys._getframe(1).f_code
+        key = f"{caller.co_qualname} ({os.path.basename(caller.co_filename)})"
+        _threads[key] = _threads.get(key, 0) + 1
+        return await run_sync(fn, *args, **kwargs)
+
+    trio.to_thread.run_sync = counted
+
+
+_count_threads()
+
+_writes = {}
+
+
+def _count_writes():
+    from roost.storage._writer import StoreWriter
+
+    def wrap(name):
+        original = getattr(StoreWriter, name)
+        is_async = name != "submit_nowait"
+
+        def key(fn):
+            inner = getattr(fn, "func", fn)  # functools.partial
+            return f"{name}:{getattr(inner, '__qualname__', repr(inner))}"
+
+        if is_async:
+            async def counted(self, fn, *args, **kwargs):
+                _writes[key(fn)] = _writes.get(key(fn), 0) + 1
+                return await original(self, fn, *args, **kwargs)
+        else:
+            def counted(self, fn, *args, **kwargs):
+                _writes[key(fn)] = _writes.get(key(fn), 0) + 1
+                return original(self, fn, *args, **kwargs)
+
+        setattr(StoreWriter, name, counted)
+
+    for name in ("submit", "submit_urgent", "submit_control", "submit_nowait"):
+        wrap(name)
+
+
+_count_writes()
 """
 
 
@@ -253,11 +307,17 @@ def _signal_all(pids: list[int], diag: Path, n: int) -> None:
 def _lock_figures(diag: Path, roles: dict[int, str], wall: float) -> dict[str, Any]:
     waits: list[float] = []
     held: dict[str, float] = {}
+    threads: dict[str, dict[str, int]] = {}
+    writes: dict[str, dict[str, int]] = {}
     for pid, role in roles.items():
         a = json.loads((diag / f"snap-{pid}-1.json").read_text())
         b = json.loads((diag / f"snap-{pid}-2.json").read_text())
         waits += b["waits"][len(a["waits"]) :]
         held[role] = round((b["held"] - a["held"]) / wall, 3)
+        calls = {k: n - a["threads"].get(k, 0) for k, n in b["threads"].items()}
+        threads[role] = dict(sorted(((k, n) for k, n in calls.items() if n), key=lambda kv: -kv[1])[:6])
+        done = {k: n - a["writes"].get(k, 0) for k, n in b["writes"].items()}
+        writes[role] = dict(sorted(((k, n) for k, n in done.items() if n), key=lambda kv: -kv[1])[:12])
     ms = sorted(w * 1000 for w in waits)
     return {
         "lock_wait_ms": {
@@ -270,6 +330,8 @@ def _lock_figures(diag: Path, roles: dict[int, str], wall: float) -> dict[str, A
             "total_s": round(sum(ms) / 1000, 3),
         },
         "lock_held": held,
+        "to_thread_calls": threads,
+        "writes": writes,
     }
 
 
