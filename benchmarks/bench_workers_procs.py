@@ -35,7 +35,7 @@ of each process's main thread (thread CPU clock) over the same window to ``DIR/<
 Also ``cores`` (``os.cpu_count()``) and ``loadavg_1m`` before and after (the machine may be shared).
 
 Usage: ``python benchmarks/bench_workers_procs.py [--tasks 400] [--workers 1,2] [--clients 4]
-[--rounds 3] [--deltas 100] [--max-concurrent 4] [--pythonpath A,B] [--lock-stats]
+[--rounds 3] [--deltas 100] [--max-concurrent 4] [--poll-s 0.2] [--pythonpath A,B] [--lock-stats]
 [--profile DIR]`` (about 30 s per variant).
 """
 
@@ -344,7 +344,7 @@ async def run(
     home.mkdir()
     diag = home / "diag"
     diag.mkdir()
-    env = {"ROOST_HOME": str(home), "ROOST_TASK_POLL_S": "0.2"}
+    env = {"ROOST_HOME": str(home), "ROOST_TASK_POLL_S": str(args.poll_s)}
     paths = [pythonpath, os.environ.get("PYTHONPATH", "")]
     if args.lock_stats or args.profile:
         (diag / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -424,6 +424,9 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=100, help="token deltas per reply (default 100)")
     parser.add_argument("--max-concurrent", type=int, default=4, help="runners per process (default 4)")
     parser.add_argument(
+        "--poll-s", type=float, default=0.2, help="ROOST_TASK_POLL_S of the daemon (default 0.2; Roost's own is 1)"
+    )
+    parser.add_argument(
         "--pythonpath",
         default="",
         help="comma-separated copies of roost to alternate (a directory holding roost/; empty: this checkout)",
@@ -439,6 +442,7 @@ def main() -> None:
         "rounds": args.rounds,
         "deltas": args.deltas,
         "max_concurrent": args.max_concurrent,
+        "poll_s": args.poll_s,
         "cores": os.cpu_count(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
