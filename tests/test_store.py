@@ -36,7 +36,7 @@ from _helpers.timing import scaled
 
 EVERY_MIGRATION = ["0001_core", "0002_schedule_jobs", "0003_tool_processes", "0004_schedule_settings",
                    "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
-                   "0008_cluster_nodes", "0009_node_bus"]
+                   "0008_cluster_nodes", "0009_node_bus", "0010_daemon_task_status"]
 
 
 def is_sqlite(store) -> bool:
