@@ -1,22 +1,42 @@
 """Benchmark ``roost serve --workers N`` (issue 19, "Every core"): one daemon on one SQLite
 ``$ROOST_HOME``, its front door and N-1 headless worker processes claiming from one task queue.
 
-For each N of ``--workers`` (default 1, 2): start ``roost serve --workers N --max-concurrent C``
-(scripted engine, each reply ``--deltas`` token deltas), attach one Unix-socket client, dispatch
-``--tasks`` tasks, wait for every result, check that every task's streamed text reached the
-client complete (deltas may be coalesced: the text is counted, not the lines), and report:
+For each round and each N of ``--workers`` (default 1, 2; the counts alternate within a round):
+start ``roost serve --workers N --max-concurrent C`` (scripted engine, each reply ``--deltas``
+token deltas), attach ``--clients K`` Unix-socket clients at once, each dispatching its share of
+``--tasks`` tasks one after another (waiting for each one's ``queued``), wait for every result,
+check that every task's streamed text reached its client complete (deltas may be coalesced: the
+text is counted, not the lines), and report (medians over the rounds, and each round's figures
+in ``w{N}_runs``):
 
 * ``w{N}_tasks_per_s``: tasks (one agent turn each) finished per wall second;
-* ``w{N}_cpu_cores``: CPU time (user + system) of the front door and all its workers divided by
-  the wall time: the cores the daemon used;
-* ``w{N}_cpu_ms_per_task``: that CPU time per task; ``w{N}_tasks_per_process``: tasks each
-  process ran (from the ``ranOn`` of each task's row);
+* ``w{N}_cpu_cores``: CPU time (user + system, ``/proc``) of the front door and all its workers
+  divided by the wall time: the cores the daemon used; ``w{N}_cpu_ms_per_task``: that CPU per task;
+* ``w{N}_cpu_split``: each process's share of it in cores (``front``, ``worker-1``, ...), and
+  ``w{N}_bench_cores``: this script's own (its clients parse every event; on 2 cores it competes);
+* ``w{N}_run_queue_wait``: per process, the seconds its threads were runnable but waited for a
+  CPU (``/proc/<pid>/task/*/schedstat``) over the wall time: high when the machine is shared;
+* ``w{N}_tasks_per_process``: tasks each process ran (from the ``ranOn`` of each task's row);
 * ``w{N}_text_complete``: every task's text arrived whole.
 
-Also ``cores`` (``os.cpu_count()``) and ``loadavg_1m`` at the start (the machine may be shared).
+``--pythonpath A,B`` alternates copies of ``roost`` (each a directory holding ``roost/``; an
+empty entry is this checkout) within each round: keys ``<basename>_w{N}_...``.
 
-Usage: ``python benchmarks/bench_workers_procs.py [--tasks 200] [--workers 1,2] [--deltas 100]
-[--max-concurrent 4]`` (about 20 s).
+``--lock-stats`` also runs every daemon process with a measuring ``sitecustomize`` (on
+``PYTHONPATH``, so the workers inherit it) that times each SQLite ``BEGIN IMMEDIATE`` (the wait
+for the write lock, from a thread's first try to the one that took it: ``w{N}_lock_wait_ms``
+p50/p90/p99/max, the count of waits over 1 ms and their sum) and how long each process held the
+lock (``w{N}_lock_held``: seconds held over wall, per process), and counts each process's
+``trio.to_thread.run_sync`` calls by caller (``w{N}_to_thread_calls``, the six most frequent)
+and its store writes by function (``w{N}_writes``, the twelve most frequent),
+between two ``SIGUSR1`` snapshots around the measured window. ``--profile DIR`` writes a cProfile
+of each process's main thread (thread CPU clock) over the same window to ``DIR/<role>-<N>.prof``.
+
+Also ``cores`` (``os.cpu_count()``) and ``loadavg_1m`` before and after (the machine may be shared).
+
+Usage: ``python benchmarks/bench_workers_procs.py [--tasks 400] [--workers 1,2] [--clients 4]
+[--rounds 3] [--deltas 100] [--max-concurrent 4] [--poll-s 0.2] [--pythonpath A,B] [--lock-stats]
+[--profile DIR]`` (about 30 s per variant).
 """
 
 from __future__ import annotations
@@ -24,7 +44,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -37,16 +59,136 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _util import emit  # noqa: E402
+from _util import emit, percentile  # noqa: E402
+
+_TCK = os.sysconf("SC_CLK_TCK")
+
+#: The measuring ``sitecustomize`` of ``--lock-stats`` / ``--profile`` (see the module doc).
+SITECUSTOMIZE = r"""
+import json, os, signal, sqlite3, threading, time
+
+_OUT = os.environ["ROOST_BENCH_DIAG"]
+_PROFILE = os.environ.get("ROOST_BENCH_PROFILE") == "1"
+_waits, _held, _state, _snap = [], [0.0], threading.local(), [0]
+_profiler = []
+
+
+class _Timed(sqlite3.Connection):
+    def execute(self, sql, *args):
+        head = sql[:16].upper() if isinstance(sql, str) else ""
+        if head.startswith("BEGIN IMMEDIATE"):
+            start = time.perf_counter()
+            try:
+                result = super().execute(sql, *args)
+            except sqlite3.OperationalError:
+                if getattr(_state, "first", None) is None:
+                    _state.first = start  # a wait polled in several tries counts as one
+                raise
+            now = time.perf_counter()
+            first = getattr(_state, "first", None)
+            _waits.append(now - (start if first is None else first))
+            _state.first, _state.began = None, now
+            return result
+        if head.startswith(("COMMIT", "ROLLBACK")) and not head.startswith("ROLLBACK TO"):
+            try:
+                return super().execute(sql, *args)
+            finally:
+                began = getattr(_state, "began", None)
+                if began is not None and not self.in_transaction:
+                    _held[0] += time.perf_counter() - began
+                    _state.began = None
+        return super().execute(sql, *args)
+
+
+_connect = sqlite3.connect
+
+
+def _patched(*args, **kwargs):
+    kwargs.setdefault("factory", _Timed)
+    return _connect(*args, **kwargs)
+
+
+sqlite3.connect = _patched
+
+
+def _snapshot(signum, frame):
+    _snap[0] += 1
+    data = {"pid": os.getpid(), "t": time.perf_counter(), "waits": list(_waits), "held": _held[0],
+            "threads": dict(_threads), "writes": dict(_writes)}
+    role = "worker-" + os.environ["ROOST_WORKER_INDEX"] if "ROOST_WORKER_INDEX" in os.environ else "front"
+    if _PROFILE and _snap[0] == 1:
+        import cProfile
+        _profiler.append(cProfile.Profile(time.thread_time))
+        _profiler[0].enable()
+    elif _profiler and _snap[0] == 2:
+        _profiler[0].disable()
+        _profiler[0].dump_stats(os.path.join(_OUT, f"{role}.prof"))
+    with open(os.path.join(_OUT, f"snap-{os.getpid()}-{_snap[0]}.json"), "w") as f:
+        json.dump({**data, "role": role}, f)
+
+
+signal.signal(signal.SIGUSR1, _snapshot)
+
+_threads = {}
+
+
+def _count_threads():
+    import sys
+    import trio
+
+    run_sync = trio.to_thread.run_sync
+
+    async def counted(fn, *args, **kwargs):
+        caller = sys._getframe(1).f_code
+        key = f"{caller.co_qualname} ({os.path.basename(caller.co_filename)})"
+        _threads[key] = _threads.get(key, 0) + 1
+        return await run_sync(fn, *args, **kwargs)
+
+    trio.to_thread.run_sync = counted
+
+
+_count_threads()
+
+_writes = {}
+
+
+def _count_writes():
+    from roost.storage._writer import StoreWriter
+
+    def wrap(name):
+        original = getattr(StoreWriter, name)
+        is_async = name != "submit_nowait"
+
+        def key(fn):
+            inner = getattr(fn, "func", fn)  # functools.partial
+            return f"{name}:{getattr(inner, '__qualname__', repr(inner))}"
+
+        if is_async:
+            async def counted(self, fn, *args, **kwargs):
+                _writes[key(fn)] = _writes.get(key(fn), 0) + 1
+                return await original(self, fn, *args, **kwargs)
+        else:
+            def counted(self, fn, *args, **kwargs):
+                _writes[key(fn)] = _writes.get(key(fn), 0) + 1
+                return original(self, fn, *args, **kwargs)
+
+        setattr(StoreWriter, name, counted)
+
+    for name in ("submit", "submit_urgent", "submit_control", "submit_nowait"):
+        wrap(name)
+
+
+_count_writes()
+"""
 
 
 def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its live child processes (``/proc``, Linux)."""
-    total = 0.0
+def process_cpu(pid: int) -> dict[int, float]:
+    """``pid -> user + system CPU seconds`` of ``pid`` and its live child processes (``/proc``)."""
+    found: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -55,84 +197,280 @@ def tree_cpu_s(pid: int) -> float:
         except OSError:
             continue
         if int(entry.name) == pid or int(fields[1]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / _TCK
+    return found
 
 
-async def run(tmp: Path, script: Path, workers: int, tasks: int, concurrent: int, deltas: int) -> dict[str, Any]:
+def run_queue_wait(pids: list[int]) -> dict[int, float]:
+    """``pid -> seconds`` its live threads waited on a run queue for a CPU (``schedstat``)."""
+    found: dict[int, float] = {}
+    for pid in pids:
+        total = 0
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        found[pid] = total / 1e9
+    return found
+
+
+def self_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+class LeanClient:
+    """One Unix-socket client that keeps only what the benchmark needs: each session's streamed
+    text, the ``queued`` answers and the results (no event list to scan: that cost the old
+    single-client loop quadratic CPU, inside the measured window)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.texts: dict[str, list[str]] = {}
+        self.results: set[str] = set()
+        self.queued: list[str] = []
+        self.sids: list[str] = []  # the tasks this client dispatched
+        self.hello = trio.Event()
+        self._queued = trio.Event()
+        self._result = trio.Event()
+
+    async def reader(self) -> None:
+        buffer = b""
+        while data := await self.stream.receive_some(1 << 16):
+            *lines, buffer = (buffer + data).split(b"\n")
+            for line in lines:
+                if line.strip():
+                    self._take(json.loads(line))
+
+    def _take(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "token":
+            self.texts.setdefault(event["sessionId"], []).append(event["text"])
+        elif kind == "queued":
+            self.queued.append(event["sessionId"])
+            self._queued.set()
+        elif kind == "result":
+            self.results.add(event["sessionId"])
+            self._result.set()
+        elif kind == "hello":
+            self.hello.set()
+
+    async def dispatch(self, text: str) -> str:
+        count = len(self.queued)
+        await self.stream.send_all(json.dumps({"type": "user_input", "text": text}).encode() + b"\n")
+        while len(self.queued) == count:
+            self._queued = trio.Event()
+            await self._queued.wait()
+        return self.queued[count]
+
+    async def wait_results(self, sids: list[str]) -> None:
+        while not self.results.issuperset(sids):
+            self._result = trio.Event()
+            await self._result.wait()
+
+
+async def _wait_workers(daemon: Any, workers: int) -> None:
+    """Until ``workers - 1`` workers are alive (a ``status`` request on a client of its own)."""
+    async with daemon.unix() as client:
+        await client.wait_for("hello")
+        while workers > 1:
+            mark = len(client.events)
+            await client.send({"type": "status"})
+            status = await client.wait_for("status", start=mark)
+            if len(status["workers"]) == workers - 1 and all(w["alive"] for w in status["workers"]):
+                return
+            await trio.sleep(0.2)
+
+
+async def _drive(socket: str, client_no: int, count: int, clients: list[LeanClient]) -> None:
+    stream = await trio.open_unix_socket(socket)
+    client = LeanClient(stream)
+    clients.append(client)
+    async with stream, trio.open_nursery() as nursery:
+        nursery.start_soon(client.reader)
+        await client.hello.wait()
+        client.sids = [await client.dispatch(f"bench task {client_no}-{t}") for t in range(count)]
+        with trio.fail_after(600):
+            await client.wait_results(client.sids)
+        nursery.cancel_scope.cancel()
+
+
+def _signal_all(pids: list[int], diag: Path, n: int) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all((diag / f"snap-{p}-{n}.json").exists() for p in pids):
+        time.sleep(0.01)
+
+
+def _lock_figures(diag: Path, roles: dict[int, str], wall: float) -> dict[str, Any]:
+    waits: list[float] = []
+    held: dict[str, float] = {}
+    threads: dict[str, dict[str, int]] = {}
+    writes: dict[str, dict[str, int]] = {}
+    for pid, role in roles.items():
+        a = json.loads((diag / f"snap-{pid}-1.json").read_text())
+        b = json.loads((diag / f"snap-{pid}-2.json").read_text())
+        waits += b["waits"][len(a["waits"]) :]
+        held[role] = round((b["held"] - a["held"]) / wall, 3)
+        calls = {k: n - a["threads"].get(k, 0) for k, n in b["threads"].items()}
+        threads[role] = dict(sorted(((k, n) for k, n in calls.items() if n), key=lambda kv: -kv[1])[:6])
+        done = {k: n - a["writes"].get(k, 0) for k, n in b["writes"].items()}
+        writes[role] = dict(sorted(((k, n) for k, n in done.items() if n), key=lambda kv: -kv[1])[:12])
+    ms = sorted(w * 1000 for w in waits)
+    return {
+        "lock_wait_ms": {
+            "count": len(ms),
+            "over_1ms": sum(1 for w in ms if w > 1),
+            "p50": round(percentile(ms, 50), 3) if ms else None,
+            "p90": round(percentile(ms, 90), 3) if ms else None,
+            "p99": round(percentile(ms, 99), 3) if ms else None,
+            "max": round(ms[-1], 3) if ms else None,
+            "total_s": round(sum(ms) / 1000, 3),
+        },
+        "lock_held": held,
+        "to_thread_calls": threads,
+        "writes": writes,
+    }
+
+
+async def run(
+    tmp: Path, script: Path, workers: int, args: argparse.Namespace, label: str, pythonpath: str
+) -> dict[str, Any]:
     from _helpers.serve_client import open_daemon
 
-    home = tmp / f"home-{workers}"
+    home = tmp / f"home-{label}"
     home.mkdir()
-    env = {"ROOST_HOME": str(home), "ROOST_TASK_POLL_S": "0.2"}
+    diag = home / "diag"
+    diag.mkdir()
+    env = {"ROOST_HOME": str(home), "ROOST_TASK_POLL_S": str(args.poll_s)}
+    paths = [pythonpath, os.environ.get("PYTHONPATH", "")]
+    if args.lock_stats or args.profile:
+        (diag / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        paths.insert(0, str(diag))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    if args.lock_stats or args.profile:
+        env["ROOST_BENCH_DIAG"] = str(diag)
+        env["ROOST_BENCH_PROFILE"] = "1" if args.profile else "0"
+    per_client = [args.tasks // args.clients + (c < args.tasks % args.clients) for c in range(args.clients)]
+    clients: list[LeanClient] = []
     with (home / "serve.err").open("wb") as err:
-        args = ["--workers", str(workers), "--max-concurrent", str(concurrent)]
-        async with open_daemon(script=script, env=env, stderr=err, args=args) as daemon:
-            async with daemon.unix() as client:
-                await client.wait_for("hello")
-                while workers > 1:  # every worker is up before the clock starts
-                    mark = len(client.events)
-                    await client.send({"type": "status"})
-                    status = await client.wait_for("status", start=mark)
-                    if len(status["workers"]) == workers - 1 and all(w["alive"] for w in status["workers"]):
-                        break
-                    await trio.sleep(0.2)
-                await trio.sleep(1.0)  # the workers' start-up CPU is not the workload's
-                before = tree_cpu_s(daemon.process.pid)
-                start = time.perf_counter()
-                sids = []
-                for t in range(tasks):
-                    mark = len(client.events)
-                    await client.send({"type": "user_input", "text": f"bench task {t}"})
-                    sids.append((await client.wait_for("queued", start=mark))["sessionId"])
-                for sid in sids:
-                    await client.wait_for("result", lambda e, s=sid: e["sessionId"] == s, timeout=600)
-                wall = time.perf_counter() - start
-                cpu = tree_cpu_s(daemon.process.pid) - before
-                texts: dict[str, str] = {}
-                for e in client.of_type("token"):
-                    texts[e["sessionId"]] = texts.get(e["sessionId"], "") + e["text"]
-                complete = all(texts.get(s) == "tok " * deltas for s in sids)
+        serve_args = ["--workers", str(workers), "--max-concurrent", str(args.max_concurrent)]
+        async with open_daemon(script=script, env=env, stderr=err, args=serve_args) as daemon:
+            await _wait_workers(daemon, workers)
+            await trio.sleep(1.0)  # the workers' start-up CPU is not the workload's
+            front = daemon.process.pid
+            before = process_cpu(front)
+            pids = sorted(before)
+            waited = run_queue_wait(pids)
+            if args.lock_stats or args.profile:
+                await trio.to_thread.run_sync(_signal_all, pids, diag, 1)
+            mine, start = self_cpu(), time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for c, count in enumerate(per_client):
+                    nursery.start_soon(_drive, daemon.socket, c, count, clients)
+            wall = time.perf_counter() - start
+            mine = self_cpu() - mine
+            after = process_cpu(front)
+            waited = {p: w - waited[p] for p, w in run_queue_wait(pids).items()}
+            if args.lock_stats or args.profile:
+                await trio.to_thread.run_sync(_signal_all, pids, diag, 2)
+    cpu = {pid: after.get(pid, 0.0) - before[pid] for pid in before}
+    roles = {front: "front"}
+    for i, pid in enumerate((p for p in pids if p != front), start=1):
+        roles[pid] = f"worker-{i}"
     ran: dict[str, int] = {}
     with sqlite3.connect(home / "roost.db") as conn:
         for (payload,) in conn.execute("SELECT payload FROM daemon_tasks"):
             owner = str(json.loads(payload).get("ranOn"))
             ran[owner] = ran.get(owner, 0) + 1
-    return {
-        "tasks_per_s": round(tasks / wall, 2),
-        "cpu_cores": round(cpu / wall, 2),
-        "cpu_ms_per_task": round(cpu * 1000 / tasks, 2),
+    # progress events reach every client (wire.md "Routing"): each checks the texts of its own tasks
+    complete = sum(len(c.sids) for c in clients) == args.tasks and all(
+        "".join(c.texts.get(s, ())) == "tok " * args.deltas for c in clients for s in c.sids
+    )
+    total = sum(cpu.values())
+    figures: dict[str, Any] = {
+        "tasks_per_s": round(args.tasks / wall, 2),
+        "cpu_cores": round(total / wall, 2),
+        "cpu_ms_per_task": round(total * 1000 / args.tasks, 2),
+        "cpu_split": {roles[p]: round(s / wall, 2) for p, s in sorted(cpu.items(), key=lambda x: roles[x[0]])},
+        "bench_cores": round(mine / wall, 2),
+        "run_queue_wait": {roles[p]: round(w / wall, 2) for p, w in sorted(waited.items(), key=lambda x: roles[x[0]])},
         "tasks_per_process": sorted(ran.values(), reverse=True),
         "text_complete": complete,
         "wall_s": round(wall, 2),
     }
+    if args.lock_stats:
+        figures.update(_lock_figures(diag, roles, wall))
+    if args.profile:
+        out = Path(args.profile)
+        out.mkdir(parents=True, exist_ok=True)
+        for prof in diag.glob("*.prof"):
+            prof.replace(out / f"{prof.stem}-{label}.prof")
+    return figures
+
+
+def _median(runs: list[dict], key: str) -> Any:
+    return round(statistics.median(r[key] for r in runs), 2)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=int, default=200, help="tasks per run (default 200)")
+    parser.add_argument("--tasks", type=int, default=400, help="tasks per run (default 400)")
     parser.add_argument("--workers", default="1,2", help="comma-separated process counts (default 1,2)")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent clients dispatching (default 4)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of every count (default 3)")
     parser.add_argument("--deltas", type=int, default=100, help="token deltas per reply (default 100)")
     parser.add_argument("--max-concurrent", type=int, default=4, help="runners per process (default 4)")
+    parser.add_argument(
+        "--poll-s", type=float, default=0.2, help="ROOST_TASK_POLL_S of the daemon (default 0.2; Roost's own is 1)"
+    )
+    parser.add_argument(
+        "--pythonpath",
+        default="",
+        help="comma-separated copies of roost to alternate (a directory holding roost/; empty: this checkout)",
+    )
+    parser.add_argument("--lock-stats", action="store_true", help="time every process's write-lock waits")
+    parser.add_argument("--profile", metavar="DIR", help="cProfile each process's measured window into DIR")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
     out: dict[str, Any] = {
         "bench": "workers_procs",
         "tasks": args.tasks,
+        "clients": args.clients,
+        "rounds": args.rounds,
         "deltas": args.deltas,
+        "max_concurrent": args.max_concurrent,
+        "poll_s": args.poll_s,
         "cores": os.cpu_count(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
+    variants = args.pythonpath.split(",")
+    names = [f"{Path(v).name or v}_" if len(variants) > 1 else "" for v in variants]
+    runs: dict[str, list[dict]] = {f"{name}w{n}": [] for name in names for n in counts}
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp_name:
         tmp = Path(tmp_name)
+        os.chdir(tmp)  # `python -m roost` of the workers must not find a roost/ in the working directory
         script = tmp / "script.json"
         reply = {"text": "tok " * args.deltas, "deltas": args.deltas}
         script.write_text(
             json.dumps({"rules": [{"match": {"prompt": "^bench"}, "steps": [[reply]]}], "default": "echo"})
         )
-        for n in counts:
-            figures = trio.run(run, tmp, script, n, args.tasks, args.max_concurrent, args.deltas)
-            out.update({f"w{n}_{k}": v for k, v in figures.items()})
+        for r in range(args.rounds):
+            for name, variant in zip(names, variants, strict=True):
+                for n in counts:
+                    key = f"{name}w{n}"
+                    figures = trio.run(run, tmp, script, n, args, f"{key}-{r}", variant)
+                    figures["loadavg_1m"] = round(os.getloadavg()[0], 2)
+                    print(json.dumps({"run": key, "round": r, **figures}), file=sys.stderr)
+                    runs[key].append(figures)
+    for key, rs in runs.items():
+        for field in ("tasks_per_s", "cpu_cores", "cpu_ms_per_task", "bench_cores"):
+            out[f"{key}_{field}"] = _median(rs, field)
+        out[f"{key}_text_complete"] = all(r["text_complete"] for r in rs)
+        out[f"{key}_runs"] = rs
+    out["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     emit(out)
 
 

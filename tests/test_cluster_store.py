@@ -194,6 +194,36 @@ def test_many_tasks_running_on_live_nodes_never_hide_the_queued_ones(backend) ->
     assert claimed is not None and (claimed[0].id, claimed[2]) == ("task70", False)
 
 
+def test_a_claim_judges_each_live_owner_of_this_host_once_and_resumes_a_dead_ones_task(backend, monkeypatch) -> None:
+    """``roost serve --workers``: every running task's lease is of this host. A claim asks whether
+    each owner's process is dead once per owner, not twice per task (inside the write lock), and
+    still resumes the task of a dead owner and skips the live ones' (both leases each)."""
+    import os
+
+    from roost.storage import leases
+
+    host = leases.hostname()
+    live_a, live_b, dead = f"{host}:{os.getpid()}:a", f"{host}:1:b", f"{host}:999999999:c"
+    _queue(backend, 7)
+    with backend.transaction() as conn:
+        for owner in (live_a, live_a, live_b, live_b, live_b, dead):
+            task, _lease, _ = claim_daemon_task(conn, owner, 30.0)
+            storage.acquire(conn, f"thread:{task.id}", owner, 30.0)
+    asked: list[str] = []
+    real = leases.owner_is_dead
+
+    def counted(owner):
+        asked.append(owner)
+        return owner == dead or real(owner)
+
+    monkeypatch.setattr(leases, "owner_is_dead", counted)
+    with backend.transaction() as conn:
+        claimed = claim_daemon_task(conn, "elsewhere:1:n", 30.0)
+    assert claimed is not None and (claimed[0].id, claimed[2]) == ("task5", True)  # the dead one's
+    # once each while scanning (the claimed task's own takeover asks again about its dead owner)
+    assert (asked.count(live_a), asked.count(live_b), asked[:3]) == (1, 1, [live_a, live_b, dead])
+
+
 def _age(store, owner: str, seconds: float) -> None:
     """Let ``seconds`` pass for ``owner`` alone: its heartbeat and its leases are that much older
     (as if the node stopped beating and renewing that long ago)."""
@@ -274,3 +304,63 @@ def test_nodes_show_iso_times_their_tasks_and_a_dead_pid_of_this_host_gone_at_on
         seen = datetime.datetime.fromisoformat(node["lastSeen"].replace("Z", "+00:00"))
         assert abs((datetime.datetime.now(datetime.UTC) - seen).total_seconds()) < 60
         assert 0 <= node["ageSeconds"] < 30 and node["uptimeSeconds"] >= 0
+
+
+def test_the_queue_finds_the_owners_of_tasks_running_elsewhere_in_one_query_by_the_database_clock(
+    backend, monkeypatch
+) -> None:
+    """``SharedQueue._owners`` (who to ask to interrupt a task another node runs): the live
+    leases of other owners, none of its own, an expired or released one, or a task never claimed;
+    read in one query, and on PostgreSQL judged by the database's clock (this host's may be
+    ahead)."""
+    import time
+    import types
+
+    from roost.actors._taskqueue_shared import SharedQueue
+    from roost.storage import leases
+    from roost.storage._portable import is_sqlite
+
+    _queue(backend, 4)
+    with backend.transaction() as conn:
+        for owner in ("other:1:a", "me:1:m", "other:1:b"):
+            claim_daemon_task(conn, owner, 30.0)
+    with backend.transaction() as conn:
+        conn.execute("UPDATE leases SET expires_at = expires_at - 60 WHERE owner = 'other:1:b'")
+    queue = SharedQueue()
+    queue.runtime = types.SimpleNamespace(store=backend, services=types.SimpleNamespace(owner="me:1:m"))
+    reads: list[int] = []
+    many = leases.held_elsewhere_many
+    monkeypatch.setattr(
+        leases, "held_elsewhere_many", lambda conn, keys, owner: reads.append(1) or many(conn, keys, owner)
+    )
+    with backend.read() as conn:
+        postgres = not is_sqlite(conn)
+    if postgres:
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3600)  # this host's clock is an hour ahead
+    owners = trio.run(queue._owners, ["task0", "task1", "task2", "task3"])
+    assert owners == {"task0": "other:1:a"} and reads == [1]
+
+
+def test_a_claim_reads_the_running_and_queued_tasks_by_index_not_the_whole_history(tmp_path) -> None:
+    """A claim's reads of ``daemon_tasks`` search the status index: every task a daemon ever ran
+    stays a row, and each claim of every ``--workers`` process runs inside the write lock."""
+    store = storage.open_store(tmp_path / "roost.db")
+    try:
+        _queue(store, 3)
+        statements: list[str] = []
+        with store.transaction() as conn:
+            conn.set_trace_callback(statements.append)
+            assert claim_daemon_task(conn, "A", 10.0) is not None
+            conn.set_trace_callback(None)
+            reads = [s for s in statements if s.lstrip().upper().startswith("SELECT") and "FROM daemon_tasks" in s]
+            assert len(reads) >= 2
+            for sql in reads:
+                plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+                assert not any(step.startswith("SCAN") for step in plan), (sql, plan)
+            by_status = [s for s in reads if "status =" in s]
+            assert len(by_status) == 2  # the running ones, then the queued ones
+            for sql in by_status:
+                assert any("daemon_tasks_status" in row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")), sql
+    finally:
+        store.close()

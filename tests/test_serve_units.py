@@ -92,3 +92,34 @@ def test_announce_never_sends_a_nameless_tool_call() -> None:
     assert t.translate("item/started", {"item": {"id": "i2", "type": "tool_call", "name": "shell"}}) == []
     assert [e["tool"] for e in t.announce("i2")] == ["shell"]
     assert t.announce("i2") == []
+
+
+def test_a_headless_worker_and_a_daemon_without_clients_render_nothing(monkeypatch) -> None:
+    """A worker of ``roost serve --workers`` has no clients (the front door renders what it
+    relays): it translates no notification; with no client attached an event is not encoded."""
+    import types
+
+    import roost.protocol._serve_daemon as serve_daemon
+    from roost.protocol._serve_daemon import ServeDaemon
+
+    def unused(*_args):
+        raise AssertionError("rendered for nobody")
+
+    monkeypatch.setattr(serve_daemon, "dumps_line", unused)
+    daemon = types.SimpleNamespace(
+        options=types.SimpleNamespace(headless=True, stamp_events=False),
+        metrics=None,
+        connections=set(),
+        events_broadcast=0,
+        _translator=unused,
+    )
+    task = types.SimpleNamespace(id="task_1")
+    ServeDaemon.task_notification(daemon, task, "item/agentMessage/delta", {"item_id": "i", "delta": "tok "})
+    ServeDaemon.broadcast(daemon, {"type": "token", "sessionId": "task_1", "text": "tok "})
+    assert daemon.events_broadcast == 0
+
+    sent: list[str] = []
+    daemon.connections = [types.SimpleNamespace(send_line=sent.append)]
+    monkeypatch.setattr(serve_daemon, "dumps_line", lambda event: f"{event['type']}\n")
+    ServeDaemon.broadcast(daemon, {"type": "token", "sessionId": "task_1", "text": "tok "})
+    assert sent == ["token\n"] and daemon.events_broadcast == 1

@@ -36,7 +36,7 @@ from _helpers.timing import scaled
 
 EVERY_MIGRATION = ["0001_core", "0002_schedule_jobs", "0003_tool_processes", "0004_schedule_settings",
                    "0005_attachment_blobs", "0006_background_processes", "0007_objectives",
-                   "0008_cluster_nodes", "0009_node_bus"]
+                   "0008_cluster_nodes", "0009_node_bus", "0010_daemon_task_status"]
 
 
 def is_sqlite(store) -> bool:
@@ -870,3 +870,57 @@ def test_reconcile_settles_every_non_terminal_kind_on_each_backend(backend) -> N
         assert store.get_run(conn, "run-alive").status == "accepted"   # its starter may still run
         rows = dict(conn.execute("SELECT id, status FROM background_processes").fetchall())
         assert rows == {"bg-dead": "lost", "bg-alive": "running"}
+
+
+def test_begin_immediate_polls_for_the_lock_and_a_held_lock_ends_in_store_busy(tmp_path: Path) -> None:
+    """Waiting for another process's write lock, ``BEGIN IMMEDIATE`` is tried again and again with
+    SQLite's busy handler off (its 1-2-5-10 ms sleeps made a writer wait long after the lock was
+    free); the waiter's write goes in once the lock is released. A lock held throughout ends in
+    StoreBusy naming the wait, nothing written, and the connection keeps its busy timeout."""
+    import threading
+    import time
+
+    from roost.errors import StoreBusy
+    from roost.storage import connect, immediate
+
+    path = tmp_path / "locks.db"
+    setup = connect(path)
+    setup.execute("PRAGMA journal_mode = WAL")
+    setup.execute("CREATE TABLE t (x INTEGER)")
+    holder = connect(path)
+    holder.execute("BEGIN IMMEDIATE")
+
+    waiter = connect(path, busy_timeout=30.0)
+    statements: list[str] = []
+    waiter.set_trace_callback(statements.append)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with immediate(waiter):
+                waiter.execute("INSERT INTO t VALUES (1)")
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    deadline = time.monotonic() + scaled(30)
+    while statements.count("BEGIN IMMEDIATE") < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert statements.count("BEGIN IMMEDIATE") >= 3  # tried again, not one BEGIN asleep in SQLite
+    assert "PRAGMA busy_timeout = 0" in statements
+    holder.execute("ROLLBACK")
+    thread.join(scaled(30))
+    assert not thread.is_alive() and errors == []
+    assert [tuple(r) for r in setup.execute("SELECT x FROM t")] == [(1,)]
+    assert waiter.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
+
+    holder.execute("BEGIN IMMEDIATE")
+    short = connect(path, busy_timeout=0.05)
+    with pytest.raises(StoreBusy) as busy:
+        with immediate(short):
+            short.execute("INSERT INTO t VALUES (2)")
+    assert "locked by another connection for 0.2 s" in str(busy.value)
+    assert short.execute("PRAGMA busy_timeout").fetchone()[0] == 50 and not short.in_transaction
+    holder.execute("ROLLBACK")
+    assert [tuple(r) for r in setup.execute("SELECT x FROM t")] == [(1,)]

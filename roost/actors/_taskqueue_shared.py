@@ -242,13 +242,16 @@ class SharedQueue:
         return task
 
     async def _owners(self, task_ids: list[str]) -> dict[str, str]:
-        """``task_id -> owner`` of those tasks whose lease another owner holds live now."""
+        """``task_id -> owner`` of those tasks whose lease another owner holds live now: one query
+        for all of them (:func:`roost.storage.leases.held_elsewhere_many`; on PostgreSQL expiry
+        is judged by the database's clock, not this host's)."""
         store, me = self.runtime.store, self.runtime.services.owner
+        keys = {task_lease_key(i): i for i in task_ids}
 
         def read() -> dict[str, str]:
             with store.read() as conn:
-                found = {i: leases.get_lease(conn, task_lease_key(i)) for i in task_ids}
-            return {i: str(r["owner"]) for i, r in found.items() if r is not None and leases.live_elsewhere(r, me)}
+                held = leases.held_elsewhere_many(conn, list(keys), me)
+            return {keys[key]: str(row["owner"]) for key, row in held.items()}
 
         try:
             return await trio.to_thread.run_sync(read)

@@ -382,7 +382,10 @@ class ServeDaemon:
             self.nursery.start_soon(_logged, fn, *args)
 
     def broadcast(self, event: dict) -> None:
-        """Queue ``event`` for every attached client (encoded once; never blocks)."""
+        """Queue ``event`` for every attached client (encoded once, not at all with none attached;
+        never blocks)."""
+        if not self.connections:
+            return
         if self.options.stamp_events:
             event["t"] = time.time()
         line = dumps_line(event)
@@ -420,6 +423,10 @@ class ServeDaemon:
     def task_notification(self, task: QueuedTask, method: str, params: dict) -> None:
         if self.metrics is not None:
             self.metrics.notification(method, params)
+        if self.options.headless:
+            # a worker of roost serve --workers has no clients: the front door renders the
+            # relayed notifications (each token's translation was 5 % of a worker's CPU)
+            return
         for event in self._translator(task).translate(method, params):
             self.broadcast(event)
 

@@ -72,11 +72,6 @@ def db_clock(conn: Any) -> float:
     return float(row[0])
 
 
-def _lease_free_for(conn: Any, key: str, owner: str, now: float) -> bool:
-    """Whether no live execution of another owner holds ``key``."""
-    return not leases.live_elsewhere(leases.get_lease(conn, key), owner, now=now)
-
-
 def claim_daemon_task(
     conn: Any, owner: str, ttl: float, *, node: str | None = None
 ) -> tuple[DaemonTask, leases.Lease, bool] | None:
@@ -102,23 +97,35 @@ def claim_daemon_task(
     """
     now = db_clock(conn)
     # running tasks whose lease is not live by the clock, or held on this host (its pid may be
-    # dead: judged below); then the queued ones. Each list is bounded, so neither hides the other.
+    # dead: judged below), with both their leases (task and thread) in the same query; then the
+    # queued ones. Each list is bounded, so neither hides the other.
     rows = execute(
         conn,
-        "SELECT t.id, t.status FROM daemon_tasks t LEFT JOIN leases l ON l.key = 'task:' || t.id"
+        "SELECT t.id, t.status, l.owner, l.expires_at, h.owner, h.expires_at FROM daemon_tasks t"
+        " LEFT JOIN leases l ON l.key = 'task:' || t.id LEFT JOIN leases h ON h.key = 'thread:' || t.id"
         " WHERE t.status = 'running' AND (l.owner IS NULL OR l.expires_at <= ? OR l.owner LIKE ?)"
         " ORDER BY t.position LIMIT ?",
         (now, _hostname() + ":%", _CLAIM_SCAN),
     ).fetchall()
     rows += execute(
-        conn, "SELECT id, status FROM daemon_tasks WHERE status = 'queued' ORDER BY position LIMIT ?", (_CLAIM_SCAN,)
+        conn,
+        "SELECT id, status, NULL, NULL, NULL, NULL FROM daemon_tasks WHERE status = 'queued' ORDER BY position LIMIT ?",
+        (_CLAIM_SCAN,),
     ).fetchall()
-    for task_id, status in rows:
+    # Under ``roost serve --workers`` every running task's lease is of this host: judged once per
+    # owner, not per task (one kill(2) and /proc read each), inside the write transaction.
+    dead: dict[str, bool] = {}
+
+    def live(holder: str | None, expires_at: Any) -> bool:
+        if holder is None or holder == owner or not expires_at > now:
+            return False
+        if holder not in dead:
+            dead[holder] = leases.owner_is_dead(holder)
+        return not dead[holder]
+
+    for task_id, status, task_owner, task_expiry, thread_owner, thread_expiry in rows:
         resumed = status == "running"
-        if resumed and not (
-            _lease_free_for(conn, task_lease_key(task_id), owner, now)
-            and _lease_free_for(conn, leases.thread_lease_key(task_id), owner, now)
-        ):
+        if resumed and (live(task_owner, task_expiry) or live(thread_owner, thread_expiry)):
             continue  # a live node runs it
         if not is_sqlite(conn):
             # lock this row only: another node's claim in flight holds it (skip it, not wait), and

@@ -558,3 +558,11 @@ def _m0009_node_bus(db: sqlite_utils.Database) -> None:
         )""",
         "CREATE INDEX bus_messages_target ON bus_messages(target, status, created_at)",
     )
+
+
+@MIGRATIONS(name="0010_daemon_task_status")
+def _m0010_daemon_task_status(db: sqlite_utils.Database) -> None:
+    """Daemon tasks by status in queue order: a claim (storage._cluster) reads the running and
+    the queued ones, which without it meant a scan of every task the daemon ever ran, inside the
+    write lock, at each claim of every process (``roost serve --workers``, issue 19)."""
+    _run(db, "CREATE INDEX daemon_tasks_status ON daemon_tasks(status, position)")
