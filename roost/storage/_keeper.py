@@ -251,15 +251,45 @@ class LeaseKeeper:
             On exit (normal, error or cancelled) the lease is released under a shielded scope
             bounded by ``release_timeout``; a release that fails leaves the lease to expire.
         """
-        if self._state is _State.NEW:
-            raise LifecycleError("LeaseKeeper.hold before the keeper was started")
-        if self._state is _State.STOPPED:
-            raise StoreClosed("the lease keeper has stopped")
+        self._check_state("hold")
         ttl = self.ttl if ttl is None else ttl
         submit = self.writer.submit_control if control else self.writer.submit
         lease = await submit(_ops(self.writer).acquire, key, self.owner, ttl)
         async with self.adopt(lease) as execution:
             yield execution
+
+    @asynccontextmanager
+    async def hold_with(
+        self, key: str, fn: Callable[..., R], *args: Any, ttl: float | None = None, control: bool = False
+    ) -> AsyncIterator[tuple[Execution, R]]:
+        """:meth:`hold`, with the execution's first write ``fn(conn, *args)`` committed in the
+        acquisition's own transaction (:func:`roost.storage.leases.acquire_then`): one commit
+        instead of two for a turn's admission (issue 12), and no fence to check.
+
+        Yields:
+            ``(execution, what fn returned)``.
+
+        Raises:
+            LeaseHeld: another live owner holds it (``fn`` did not run, nothing was written).
+            Exception: whatever ``fn`` raised (nothing was written and no lease was taken).
+            LifecycleError, StoreClosed, StoreFull: as :meth:`hold`.
+
+        Cancellation:
+            As :meth:`hold`. Cancelled while the acquisition is queued or committing, the lease and
+            ``fn``'s write may still commit, unreported (shield the call to keep them in step).
+        """
+        self._check_state("hold_with")
+        ttl = self.ttl if ttl is None else ttl
+        submit = self.writer.submit_control if control else self.writer.submit
+        lease, result = await submit(_ops(self.writer).acquire_then, key, self.owner, ttl, fn, *args)
+        async with self.adopt(lease) as execution:
+            yield execution, result
+
+    def _check_state(self, verb: str) -> None:
+        if self._state is _State.NEW:
+            raise LifecycleError(f"LeaseKeeper.{verb} before the keeper was started")
+        if self._state is _State.STOPPED:
+            raise StoreClosed("the lease keeper has stopped")
 
     @asynccontextmanager
     async def adopt(self, lease: Lease) -> AsyncIterator[Execution]:
