@@ -326,6 +326,28 @@ async def test_keeper_hold_with_commits_the_first_write_with_the_acquisition(bac
         assert [i.type for i in store.list_items(conn, "t1")] == ["admitted", "fenced"]
 
 
+async def test_keeper_writes_no_release_after_the_callers_own(backend) -> None:
+    """Execution.mark_released: the caller's committed write released the lease (a turn's end,
+    with its turn row), so the hold's exit commits no release of its own; without it, it does."""
+    store = _with_thread(backend)
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            keeper = LeaseKeeper(store.writer, owner="A")
+            await nursery.start(keeper.run)
+            async with keeper.hold("thread:t1", ttl=30) as ex:
+                await ex.submit(store.release, ex.lease)
+                ex.mark_released()
+                ended = store.writer.stats.transactions
+            assert store.writer.stats.transactions == ended  # no second release
+            async with keeper.hold("thread:t1", ttl=30) as ex:
+                held = store.writer.stats.transactions
+            assert store.writer.stats.transactions == held + 1  # the hold's own release
+            with store.read() as conn:
+                assert store.get_lease(conn, "thread:t1")["owner"] is None
+            nursery.cancel_scope.cancel()
+
+
 async def test_keeper_must_be_running(backend) -> None:
     keeper = LeaseKeeper(backend.writer, owner="A")
     with pytest.raises(LifecycleError):

@@ -71,7 +71,8 @@ async def test_a_turn_answers_stop_through_its_mailbox(tmp_path: Path) -> None:
 
 async def test_the_admission_takes_the_lease_and_writes_the_turn_in_one_commit(tmp_path: Path) -> None:
     """Issue 12, Performance: a turn's execution lease and its admission (turn row, user item)
-    are one control-lane transaction, not two; the turn then writes under that lease."""
+    are one control-lane transaction, not two; the turn then writes under that lease, and its
+    end (turn row and the lease's release) is one more: no separate release write follows."""
     async with runtime_with(CapturingEngine(SCRIPT)) as runtime:
         actor = await new_thread(runtime, tmp_path)
         writer = runtime.services.store.writer
@@ -100,5 +101,7 @@ async def test_the_admission_takes_the_lease_and_writes_the_turn_in_one_commit(t
             ended = await actor.wait_turn_end(turn_actor.id)
         assert ended["status"] == "completed"
         await stopped(turn_actor)
+        await trio.testing.wait_all_tasks_blocked()
+        assert writer.stats.transactions == before + 2
         with runtime.services.store.read() as conn:
             assert storage.get_lease(conn, leases.thread_lease_key(actor.thread.id))["owner"] is None

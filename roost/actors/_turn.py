@@ -547,6 +547,8 @@ class TurnActor(Actor):
         rows = None
         try:
             rows = await self.persist(write, urgent=self.status != "completed")
+            if execution is not None:
+                execution.mark_released()  # committed with the turn row: the hold writes no other
         except StaleLease:
             log.warning("thread %s: turn %s ended after its lease was lost; its end is not persisted", tid, self.id)
             if moved and not host.ephemeral:

@@ -53,6 +53,7 @@ class Execution:
         renewed: set at the next successful renewal, then replaced by a fresh event (wait on
             ``execution.renewed.wait()`` to observe one renewal).
         handed_over_to: the successor named by :meth:`hand_over`, or ``None``.
+        released: a committed write of the caller released the lease (:meth:`mark_released`).
     """
 
     lease: Lease
@@ -63,6 +64,7 @@ class Execution:
     renewals: int = 0
     renewed: trio.Event = attrs.field(factory=trio.Event)
     handed_over_to: str | None = None
+    released: bool = False
     _done: trio.Event = attrs.field(factory=trio.Event)
 
     async def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
@@ -120,6 +122,14 @@ class Execution:
             self._lose("superseded")
             raise
         self.handed_over_to = successor
+        self._done.set()
+
+    def mark_released(self) -> None:
+        """Record that a write of the caller's own, now committed, released the lease (a turn's
+        end releases it in the transaction of its turn row, :func:`roost.storage.release`): the
+        hold's exit then writes no release of its own (a transaction per turn that changed
+        nothing). Call it only once that write is durable; renewal stops."""
+        self.released = True
         self._done.set()
 
     def _lose(self, reason: str) -> None:
@@ -319,7 +329,7 @@ class LeaseKeeper:
         finally:
             execution._done.set()
             self._held.discard(execution)
-            if execution.handed_over_to is None:
+            if execution.handed_over_to is None and not execution.released:
                 with trio.move_on_after(self.release_timeout) as scope:
                     scope.shield = True
                     try:
