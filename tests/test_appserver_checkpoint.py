@@ -52,6 +52,18 @@ async def wait_checkpointed(db: Path, turn_id: str, words: int) -> str:
             await trio.sleep(0.05)
 
 
+async def wait_renewed(db: Path, key: str) -> None:
+    """Wait until lease ``key``'s expiry moves (a renewal committed)."""
+    def expiry() -> float:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("SELECT expires_at FROM leases WHERE key = ?", (key,)).fetchone()[0]
+
+    first = expiry()
+    with trio.fail_after(scaled(10)):
+        while expiry() == first:
+            await trio.sleep(0.002)
+
+
 async def test_kill_9_mid_reply_keeps_the_streamed_prefix(tmp_path, roost_home):
     env = scripted_env(roost_home, write_script(tmp_path / "script.json"))
     db = roost_home / "roost.db"
@@ -102,6 +114,9 @@ async def test_checkpoints_are_fenced_by_the_lease_token(tmp_path, roost_home):
         start = len(client.lines)
         turn = (await client.request("turn/start", {"thread_id": tid, "prompt": "slow"}))["turn"]
         await wait_checkpointed(db, turn["id"], 3)
+        # Right after a renewal (its expiry moves), so the turn streams on for most of a renewal
+        # interval (ttl / 3) before it finds the lease lost: supersede just after one.
+        await wait_renewed(db, f"thread:{tid}")
         # In one transaction: read the checkpoint, and let another owner supersede the lease.
         conn = sqlite3.connect(db, isolation_level=None)
         try:
