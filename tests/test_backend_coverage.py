@@ -41,6 +41,10 @@ BACKEND_SPECIFIC: dict[str, tuple[str, str]] = {
     "test_store.py::test_postgres_errors_are_translated": (
         "psycopg's exceptions (SQLSTATE)", "test_store.py::test_sqlite_errors_are_translated",
     ),
+    "test_store.py::test_nested_savepoints_unwind_as_a_stack_with_one_prepared_statement_each": (
+        "the SQLite savepoint SQL of storage._connect.immediate (psycopg names PostgreSQL's)",
+        "test_store.py::test_one_failing_write_rolls_back_alone",
+    ),
 }
 #: Tests that open no database at all -> why.
 NO_DATABASE: dict[str, str] = {

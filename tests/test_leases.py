@@ -43,6 +43,35 @@ def test_acquire_increments_token_and_excludes(backend) -> None:
         assert store.get_lease(conn, "never") is None
 
 
+def test_acquire_then_commits_the_lease_and_the_write_together_or_neither(backend) -> None:
+    """acquire_then (a turn's admission, issue 12): the lease and the first write in one
+    transaction; a live holder stops it before the write runs, a failing write undoes the lease."""
+    store = _with_thread(backend)
+    ran: list[str] = []
+
+    def write(conn, kind: str):
+        ran.append(kind)
+        return store.append_item(conn, "t1", type=kind)
+
+    def failing(conn) -> None:
+        store.append_item(conn, "t1", type="lost")
+        raise RuntimeError("the write failed")
+
+    with store.transaction() as conn:
+        lease, item = store.acquire_then(conn, "thread:t1", "A", 10.0, write, "first", now=100.0)
+        assert (lease.owner, lease.token, lease.expires_at, item.seq) == ("A", 1, 110.0, 1)
+        with pytest.raises(LeaseHeld):
+            store.acquire_then(conn, "thread:t1", "B", 10.0, write, "never", now=105.0)
+        assert ran == ["first"]  # a held lease: the write did not run
+        store.release(conn, lease)
+        with pytest.raises(RuntimeError):
+            store.acquire_then(conn, "thread:t1", "B", 10.0, failing, now=106.0)
+    with store.read() as conn:
+        row = store.get_lease(conn, "thread:t1")
+        assert (row["owner"], row["token"]) == (None, 1)  # the failed write took no lease
+        assert [i.type for i in store.list_items(conn, "t1")] == ["first"]
+
+
 def test_held_elsewhere_many_agrees_with_held_elsewhere_key_by_key(backend) -> None:
     from roost.storage import leases
 
@@ -256,6 +285,66 @@ async def test_keeper_forgets_finished_executions(backend) -> None:
             # (the keeper's loop may still name the last one it received)
             assert [ref() for ref in finished[:-1]] == [None] * 4
             assert keeper.executions == frozenset()
+            nursery.cancel_scope.cancel()
+
+
+async def test_keeper_hold_with_commits_the_first_write_with_the_acquisition(backend) -> None:
+    """hold_with: the acquisition and the execution's first write are one commit; then the
+    execution is held, renewed and fenced as with hold; a first write that fails takes no lease."""
+    store = _with_thread(backend)
+
+    def admit(conn, kind: str):
+        return store.append_item(conn, "t1", type=kind)
+
+    def failing(conn) -> None:
+        raise RuntimeError("the admission failed")
+
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            keeper = LeaseKeeper(store.writer, owner="A")
+            await nursery.start(keeper.run)
+            before = store.writer.stats.transactions
+            async with keeper.hold_with("thread:t1", admit, "admitted", ttl=0.6, control=True) as held:
+                ex, first = held
+                assert store.writer.stats.transactions == before + 1  # one commit for both
+                assert (first.seq, ex.lease.owner) == (1, "A")
+                with ex.cancel_scope:
+                    await ex.renewed.wait()
+                    await ex.submit(store.append_item, "t1", type="fenced")
+                    with pytest.raises(LeaseHeld):
+                        async with keeper.hold_with("thread:t1", admit, "not admitted"):
+                            pass
+            with pytest.raises(RuntimeError):
+                async with keeper.hold_with("thread:t2", failing):
+                    pass
+            with store.read() as conn:
+                assert store.get_lease(conn, "thread:t1")["owner"] is None  # released on exit
+                assert store.get_lease(conn, "thread:t2") is None  # never taken
+            nursery.cancel_scope.cancel()
+    with store.read() as conn:
+        assert [i.type for i in store.list_items(conn, "t1")] == ["admitted", "fenced"]
+
+
+async def test_keeper_writes_no_release_after_the_callers_own(backend) -> None:
+    """Execution.mark_released: the caller's committed write released the lease (a turn's end,
+    with its turn row), so the hold's exit commits no release of its own; without it, it does."""
+    store = _with_thread(backend)
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            keeper = LeaseKeeper(store.writer, owner="A")
+            await nursery.start(keeper.run)
+            async with keeper.hold("thread:t1", ttl=30) as ex:
+                await ex.submit(store.release, ex.lease)
+                ex.mark_released()
+                ended = store.writer.stats.transactions
+            assert store.writer.stats.transactions == ended  # no second release
+            async with keeper.hold("thread:t1", ttl=30) as ex:
+                held = store.writer.stats.transactions
+            assert store.writer.stats.transactions == held + 1  # the hold's own release
+            with store.read() as conn:
+                assert store.get_lease(conn, "thread:t1")["owner"] is None
             nursery.cancel_scope.cancel()
 
 

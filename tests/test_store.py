@@ -924,3 +924,29 @@ def test_begin_immediate_polls_for_the_lock_and_a_held_lock_ends_in_store_busy(t
     assert short.execute("PRAGMA busy_timeout").fetchone()[0] == 50 and not short.in_transaction
     holder.execute("ROLLBACK")
     assert [tuple(r) for r in setup.execute("SELECT x FROM t")] == [(1,)]
+
+def test_nested_savepoints_unwind_as_a_stack_with_one_prepared_statement_each(tmp_path: Path) -> None:
+    """immediate() nested: a failing inner block rolls back alone, at any depth, and the blocks
+    around it commit; every savepoint has one SQL text, so the statements stay prepared (a
+    fresh name per savepoint traced two new statements per write)."""
+    from roost.storage._connect import connect, immediate
+
+    conn = connect(tmp_path / "db.sqlite")
+    storage.migrate(conn)
+    traced: list[str] = []
+    conn.set_trace_callback(traced.append)
+    create_thread(conn, id="t1")
+    with immediate(conn):
+        append_item(conn, "t1", type="outer")
+        for depth in range(3):
+            with immediate(conn):
+                append_item(conn, "t1", type=f"kept {depth}")
+                with pytest.raises(ValueError), immediate(conn):
+                    append_item(conn, "t1", type=f"lost {depth}")
+                    with immediate(conn):
+                        append_item(conn, "t1", type=f"lost inner {depth}")
+                    raise ValueError("roll this block back")
+    assert [i.type for i in list_items(conn, "t1")] == ["outer", "kept 0", "kept 1", "kept 2"]
+    savepoints = {sql for sql in traced if "SAVEPOINT" in sql}
+    assert savepoints == {"SAVEPOINT roost_sp", "RELEASE SAVEPOINT roost_sp", "ROLLBACK TO SAVEPOINT roost_sp"}
+    conn.close()

@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 
 from test_compact import SCRIPT, CapturingEngine, new_thread, runtime_with, turn
 
 from roost.actors._messages import Origin, StartTurn
 from roost.actors._turn import StopTurn, TurnActor
+from roost import storage
+from roost.storage import leases, utc_now
 from roost.storage._rows import new_id
 from _helpers.timing import scaled
 
@@ -64,3 +67,41 @@ async def test_a_turn_answers_stop_through_its_mailbox(tmp_path: Path) -> None:
             ended = await actor.wait_turn_end(started["id"])
         assert ended["status"] == "interrupted" and ended["error"]["reason"] == "interrupted"
         await stopped(running)
+
+
+async def test_the_admission_takes_the_lease_and_writes_the_turn_in_one_commit(tmp_path: Path) -> None:
+    """Issue 12, Performance: a turn's execution lease and its admission (turn row, user item)
+    are one control-lane transaction, not two; the turn then writes under that lease, and its
+    end (turn row and the lease's release) is one more: no separate release write follows."""
+    async with runtime_with(CapturingEngine(SCRIPT)) as runtime:
+        actor = await new_thread(runtime, tmp_path)
+        writer = runtime.services.store.writer
+        release = trio.Event()
+
+        async def body(admitted: TurnActor, execution: Any) -> None:
+            assert execution.lease.token == admitted.token
+            await release.wait()
+            admitted.status, admitted.completed_at = "completed", utc_now()
+            await admitted.finish()
+
+        start = StartTurn(prompt="hello", origin=Origin())
+        turn_actor = TurnActor(actor, new_id("turn"), Origin(), start=start, body=body)
+        actor.active, actor.idle = turn_actor, trio.Event()
+        await trio.testing.wait_all_tasks_blocked()
+        before = writer.stats.transactions
+        await actor.launch(turn_actor)  # returns once admitted
+        assert writer.stats.transactions == before + 1
+        with runtime.services.store.read() as conn:
+            lease = storage.get_lease(conn, leases.thread_lease_key(actor.thread.id))
+            items = storage.list_items(conn, actor.thread.id)
+        assert lease["owner"] == runtime.services.keeper.owner and lease["token"] == turn_actor.token
+        assert [(i.type, i.turn_id) for i in items] == [("user_message", turn_actor.id)]
+        release.set()
+        with trio.fail_after(scaled(10)):
+            ended = await actor.wait_turn_end(turn_actor.id)
+        assert ended["status"] == "completed"
+        await stopped(turn_actor)
+        await trio.testing.wait_all_tasks_blocked()
+        assert writer.stats.transactions == before + 2
+        with runtime.services.store.read() as conn:
+            assert storage.get_lease(conn, leases.thread_lease_key(actor.thread.id))["owner"] is None

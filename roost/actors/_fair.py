@@ -104,39 +104,36 @@ class FairEvents(Generic[T]):
     :data:`SLICE_S` seconds of the consumer's and the stream's combined work.
     """
 
-    __slots__ = ("_events", "_first", "_mark", "_work")
+    __slots__ = ("_events", "_start")
 
     def __init__(self, events: AsyncIterable[T]) -> None:
         self._events: AsyncIterator[T] = events.__aiter__()
-        self._work = 0.0
-        self._mark: float | None = None  # when the previous event was handed to the consumer
-        self._first = True
+        #: when the current slice began (after the last yield or wait); None before the first event
+        self._start: float | None = None
 
     def __aiter__(self) -> FairEvents[T]:
         return self
 
     async def __anext__(self) -> T:
+        # A slice's work is the clock since it began (the consumer's handling of each event and
+        # the stream's own): a wait starts a fresh slice, so no wait is counted as work.
         now = _clock()
-        mark = self._mark
-        if mark is not None:
-            work = self._work + (now - mark)  # the consumer's handling of the previous event
-            if work >= SLICE_S:
-                await _gate().turn(work)
-                work = 0.0
-                now = _clock()
-            self._work = work
+        start = self._start
+        first = start is None
+        if start is None:
+            start = now
+        elif now - start >= SLICE_S:
+            await _gate().turn(now - start)
+            now = start = _clock()
         event = await self._events.__anext__()
         got = _clock()
         if got - now > _WAITED_S:
             # It waited (the network): the loop ran others meanwhile; a fresh slice, in turn.
-            self._work = 0.0
-            if not self._first:
+            if not first:
                 gate = _gate()
                 if gate.congested():
                     await gate.turn(0.0)
                     got = _clock()
-        else:
-            self._work += got - now
-        self._first = False
-        self._mark = got
+            start = got
+        self._start = start
         return event

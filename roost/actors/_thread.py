@@ -36,7 +36,7 @@ import trio
 from roost import _faults as faults
 from roost import storage
 from roost.actors._actor import Actor, ActorState
-from roost.actors._admission import admit_turn
+from roost.actors._admission import Admission, prepare_admission
 from roost.actors._compact import Compact, compact
 from roost.actors._edit import ImportHistory, RetractFrom, import_history, retract_from
 from roost.actors._hub import EventHub
@@ -461,17 +461,15 @@ class ThreadActor(Actor):
         view["thread_id"] = self.thread.id
         return view
 
-    async def admit(self, turn: TurnActor) -> dict | None:
-        """Make the turn and its user input durable in one transaction (before the request is answered).
+    def admission(self, turn: TurnActor) -> Admission:
+        """Prepare the admission of ``turn``: the turn and its user input, made durable in one
+        transaction with the thread's execution lease (before the request is answered).
 
         Under the lease the store is the truth: turns a dead or superseded execution left
         ``running`` are settled as interrupted, and if another process changed the thread since
         this actor last looked, the conversation is reloaded before the turn is added.
-
-        Raises:
-            StaleLease: the lease was superseded before the write (nothing was written).
         """
-        return await admit_turn(self, turn)
+        return prepare_admission(self, turn)
 
     async def _snapshot(self, msg: Snapshot) -> dict:
         await self._refresh_if_changed()

@@ -190,8 +190,9 @@ class TurnActor(Actor):
         self.nursery.start_soon(self._main, self._user_item)
 
     async def _admission(self) -> dict | None:
-        """Admission: hold the thread's execution lease (persistent threads), write the turn row
-        and its input (:meth:`TurnHost.admit`); then the body runs in the turn's nursery.
+        """Admission: take the thread's execution lease (persistent threads) and write the turn
+        row and its input (:meth:`TurnHost.admission`) in one control-lane transaction
+        (:meth:`roost.storage.LeaseKeeper.hold_with`); then the body runs in the turn's nursery.
 
         Returns:
             The turn's user item view (None: the turn has no user message).
@@ -199,23 +200,32 @@ class TurnActor(Actor):
         Raises:
             ThreadBusy: another execution holds the thread's lease (another process), or took it
                 while the turn was being admitted.
+            StoreBusy: the admission did not commit within :data:`PERSIST_TIMEOUT` (it may still).
+
+        Cancellation: the admission's write is shielded (bounded), as :meth:`persist` is.
         """
         host = self.host
         tid = host.thread.id
+        admission = host.admission(self)
+        result = None
         if not host.ephemeral:
+            hold = host.services.keeper.hold_with(
+                leases.thread_lease_key(tid), admission.write, ttl=host.services.lease_ttl, control=True
+            )
             try:
-                self._hold = host.services.keeper.hold(
-                    leases.thread_lease_key(tid), ttl=host.services.lease_ttl, control=True
-                )
-                self.execution = await self._hold.__aenter__()
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + PERSIST_TIMEOUT) as scope:
+                    self.execution, result = await hold.__aenter__()
             except LeaseHeld as exc:
                 raise ThreadBusy(f"thread {tid} is executing in another process ({exc.owner})") from None
+            if scope.cancelled_caught:
+                raise StoreBusy(f"thread {tid}: the admission took longer than {PERSIST_TIMEOUT:g} s")
+            self._hold = hold
             self.token = self.execution.lease.token
             if self.scope.cancel_called:  # interrupted while the lease was being taken
                 self.execution.cancel_scope.cancel()
             self.scope = self.execution.cancel_scope
         try:
-            return await host.admit(self)
+            return await admission.admitted(result)
         except BaseException as exc:
             await self._release()
             if isinstance(exc, StaleLease):
@@ -537,6 +547,8 @@ class TurnActor(Actor):
         rows = None
         try:
             rows = await self.persist(write, urgent=self.status != "completed")
+            if execution is not None:
+                execution.mark_released()  # committed with the turn row: the hold writes no other
         except StaleLease:
             log.warning("thread %s: turn %s ended after its lease was lost; its end is not persisted", tid, self.id)
             if moved and not host.ephemeral:

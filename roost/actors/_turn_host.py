@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 if TYPE_CHECKING:
+    from roost.actors._admission import Admission
     from roost.actors._turn import TurnActor
 
 __all__ = ["STOP_MESSAGES", "TurnHost", "StopTurn", "CutForSteer", "TurnBody"]
@@ -74,9 +75,9 @@ class TurnHost(Protocol):
     def has_steers(self) -> bool:
         """Whether a steer is pending for this process's turn."""
 
-    async def admit(self, turn: TurnActor) -> dict | None:
-        """Write the turn row and its user input under the lease (the admission); return the
-        user item view (None: no user message). Raises StaleLease."""
+    def admission(self, turn: TurnActor) -> Admission:
+        """Prepare the admission (:class:`~roost.actors._admission.Admission`): its write of the
+        turn row and user input, which the turn commits with the lease, then ``admitted``."""
 
     def item_settled(self, turn: TurnActor, view: dict) -> None:
         """Record a stored item of ``turn`` in the thread's conversation (``view["seq"]`` set

@@ -171,6 +171,7 @@ from ._workers import list_workers as list_workers
 from ._workers import update_worker as update_worker
 from .leases import Lease as Lease
 from .leases import acquire as acquire
+from .leases import acquire_then as acquire_then
 from .leases import check_fence as check_fence
 from .leases import fenced as fenced
 from .leases import get_lease as get_lease
@@ -181,7 +182,7 @@ from .leases import thread_lease_key as thread_lease_key
 
 # The data functions run on either backend's connection (roost/storage/_dispatch.py); the lease
 # functions, the node bus, reconcile and the portable modules choose by connection themselves.
-_LEASE_OPS = ("acquire", "renew", "release", "hand_over", "check_fence", "get_lease")
+_LEASE_OPS = ("acquire", "acquire_then", "renew", "release", "hand_over", "check_fence", "get_lease")
 _CHOOSE_THEMSELVES = frozenset((*_LEASE_OPS, *_BUS_OPERATIONS))
 for _name in (*OPERATIONS, "put_item"):
     if _name in globals() and _name not in _CHOOSE_THEMSELVES:
@@ -280,6 +281,7 @@ __all__ = [
     "WriterStats",
     "Lease",
     "acquire",
+    "acquire_then",
     "renew",
     "release",
     "hand_over",

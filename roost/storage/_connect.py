@@ -9,7 +9,6 @@ upgrade), nested ones use savepoints (the ``sqlite_utils.Database.atomic`` patte
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import random
 import sqlite3
@@ -42,7 +41,14 @@ _BUSY_RETRIES = 3
 _POLL_FIRST_S = 0.0001
 _POLL_MAX_S = 0.001
 
-_savepoints = itertools.count(1)
+#: The one savepoint name: SQLite's ``RELEASE``/``ROLLBACK TO`` act on the newest savepoint of a
+#: name, so nested blocks of one name unwind as a stack; one SQL text per statement also keeps
+#: them prepared in the connection's statement cache (a name per savepoint prepared two fresh
+#: statements for every write of a group, and pushed the group's other statements out).
+_SAVEPOINT = "roost_sp"
+_BEGIN_SAVEPOINT = f"SAVEPOINT {_SAVEPOINT}"
+_ROLLBACK_SAVEPOINT = f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}"
+_RELEASE_SAVEPOINT = f"RELEASE SAVEPOINT {_SAVEPOINT}"
 
 
 def connect(
@@ -227,9 +233,10 @@ def immediate(conn: sqlite3.Connection, *, begun: bool = False) -> Iterator[sqli
     Outermost: takes the write lock up front (polling for it up to four times the connection's
     busy_timeout, :func:`_begin_immediate`),
     commits on success, rolls back on any ``BaseException`` without masking it. Nested (the
-    connection is already in a transaction, e.g. inside a StoreWriter group): a uniquely named
-    savepoint that rolls back alone. ``begun``: the caller already ran ``BEGIN IMMEDIATE`` on
-    ``conn``; the block is that transaction (committed or rolled back here, like an outermost one).
+    connection is already in a transaction, e.g. inside a StoreWriter group): a savepoint that
+    rolls back alone (one name for all: nested ones unwind as a stack). ``begun``: the caller
+    already ran ``BEGIN IMMEDIATE`` on ``conn``; the block is that transaction (committed or rolled
+    back here, like an outermost one).
 
     This is a blocking call (run it in a worker thread from trio).
 
@@ -238,17 +245,16 @@ def immediate(conn: sqlite3.Connection, *, begun: bool = False) -> Iterator[sqli
         StoreError: COMMIT failed (the transaction was rolled back).
     """
     if conn.in_transaction and not begun:
-        name = f"roost_sp_{next(_savepoints)}"
-        conn.execute(f"SAVEPOINT {name}")
+        conn.execute(_BEGIN_SAVEPOINT)
         try:
             yield conn
         except BaseException:
             # A failure may have destroyed the whole transaction (and the savepoint with it).
             if conn.in_transaction:
-                conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
-                conn.execute(f"RELEASE SAVEPOINT {name}")
+                conn.execute(_ROLLBACK_SAVEPOINT)
+                conn.execute(_RELEASE_SAVEPOINT)
             raise
-        conn.execute(f"RELEASE SAVEPOINT {name}")
+        conn.execute(_RELEASE_SAVEPOINT)
         return
     if not begun:
         _begin_immediate(conn)

@@ -19,6 +19,7 @@ Errors are the ones of :mod:`roost.errors` (``NotFound``, ``Conflict``, ``LeaseH
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -166,6 +167,16 @@ class LeaseStore(Protocol[ConnT_contra]):
     """Execution leases with fencing tokens (the lease logic itself; :class:`LeaseKeeper` renews)."""
 
     def acquire(self, conn: ConnT_contra, key: str, owner: str, ttl: float, *, now: float | None = ...) -> Lease: ...
+    def acquire_then(
+        self,
+        conn: ConnT_contra,
+        key: str,
+        owner: str,
+        ttl: float,
+        fn: Callable[..., Any],
+        *args: Any,
+        now: float | None = ...,
+    ) -> tuple[Lease, Any]: ...
     def renew(self, conn: ConnT_contra, lease: Lease, ttl: float | None = ..., *, now: float | None = ...) -> Lease: ...
     def release(self, conn: ConnT_contra, lease: Lease) -> bool: ...
     def hand_over(

@@ -43,6 +43,7 @@ OPERATIONS: tuple[str, ...] = (
     "update_held_input",
     "remove_held_input",
     "acquire",
+    "acquire_then",
     "renew",
     "release",
     "hand_over",

@@ -33,6 +33,7 @@ from .leases import Lease, owner_is_dead
 
 __all__ = [
     "acquire",
+    "acquire_then",
     "renew",
     "release",
     "hand_over",
@@ -110,6 +111,28 @@ def acquire(conn: psycopg.Connection, key: str, owner: str, ttl: float, *, now: 
             (owner, token, expires, key),
         )
     return Lease(key=key, owner=owner, token=token, expires_at=expires, ttl=ttl)
+
+
+def acquire_then(
+    conn: psycopg.Connection,
+    key: str,
+    owner: str,
+    ttl: float,
+    fn: Callable[..., R],
+    *args: Any,
+    now: float | None = None,
+) -> tuple[Lease, R]:
+    """:func:`acquire`, then ``fn(conn, *args)`` in the same transaction (see
+    :func:`roost.storage.leases.acquire_then`): the lease row stays locked ``FOR UPDATE`` until it
+    commits, so no fence check is needed; either both commit or neither does.
+
+    Raises:
+        LeaseHeld: as :func:`acquire` (``fn`` did not run). Exception: whatever ``fn`` raised
+            (the acquisition is rolled back with it).
+    """
+    with conn.transaction():
+        lease = acquire(conn, key, owner, ttl, now=now)
+        return lease, fn(conn, *args)
 
 
 _FENCE_SQL = {

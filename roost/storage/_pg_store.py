@@ -148,6 +148,7 @@ class PostgresStore(BusOperations):
     schedule_run_status = staticmethod(_pg_schedules.schedule_run_status)
     # leases (LeaseStore)
     acquire = staticmethod(_pg_leases.acquire)
+    acquire_then = staticmethod(_pg_leases.acquire_then)
     renew = staticmethod(_pg_leases.renew)
     release = staticmethod(_pg_leases.release)
     hand_over = staticmethod(_pg_leases.hand_over)

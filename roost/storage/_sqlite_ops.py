@@ -108,6 +108,7 @@ class SQLiteOperations(_bus.BusOperations):
     claim_queued_worker = staticmethod(_workers.claim_queued_worker)
     # leases
     acquire = staticmethod(leases.acquire)
+    acquire_then = staticmethod(leases.acquire_then)
     renew = staticmethod(leases.renew)
     release = staticmethod(leases.release)
     hand_over = staticmethod(leases.hand_over)

@@ -20,7 +20,7 @@ streams admissions arrive by the dozen: all of them committed together there hel
 They cut a group in flight short only after :data:`_DATA_BEFORE_CONTROL` of its writes: an
 admission then waits for a bounded part of a data group (traced under saturation: worker-thread
 groups of 40-100 writes took 30-70 ms, most of it the thread waiting for the GIL and the CPU,
-and each of a new turn's two admission writes waited for a whole one), while data still moves
+and a new turn's admission waited for a whole one), while data still moves
 under a stream of admissions. A function that
 raises rolls back alone and its caller gets the error; the rest of the group commits. Callers
 are woken only after COMMIT returns, so an acknowledged write is durable
@@ -190,8 +190,8 @@ class StoreWriter:
 
     async def submit_control(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """:meth:`submit`, ahead of the queued writes but behind :meth:`submit_urgent` ones: for
-        control a client waits on that comes in bulk under load (a new turn's lease and turn
-        row: DESIGN.md section 4, "admissions"). Such writes commit together, in slices of
+        control a client waits on that comes in bulk under load (a new turn's admission, its
+        lease with its turn row: DESIGN.md section 4, "admissions"). Such writes commit together, in slices of
         :data:`_INLINE_MAX_WRITES` on the event loop's thread; the group being committed stops
         for them once it has committed :data:`_DATA_BEFORE_CONTROL` writes (module doc). The
         caller must not depend on a write of its own that is still queued. Not subject to the

@@ -9,6 +9,8 @@ A lease is a row ``leases(key, owner, token, expires_at, successor)``. Time is t
   deleted, so tokens only grow.
 * :func:`renew` extends the lease if its token is still current (even past expiry, when nobody
   else took it: fencing, not the clock, decides who may write).
+* :func:`acquire_then` acquires and runs a first write in the same transaction (a turn's
+  admission: one commit, not two); either both commit or neither does.
 * :func:`release` frees it; :func:`hand_over` frees it for one named successor until a deadline.
 * :func:`check_fence` guards a write: call it first inside the write's transaction; a superseded,
   released or handed-over token raises :class:`StaleLease` and the whole transaction (or the
@@ -39,6 +41,7 @@ from ._portable import is_sqlite
 __all__ = [
     "Lease",
     "acquire",
+    "acquire_then",
     "renew",
     "release",
     "hand_over",
@@ -218,27 +221,63 @@ def acquire(conn: sqlite3.Connection, key: str, owner: str, ttl: float, *, now: 
     if ttl <= 0:
         raise ValueError("ttl must be positive seconds")
     with immediate(conn):
-        now = time.time() if now is None else now
-        row = conn.execute("SELECT owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)).fetchone()
-        token = 1
-        if row is not None:
-            holder, old_token, expires_at, successor = row
-            free = holder is None and successor is None
-            if not (free or expires_at <= now or successor == owner or owner_is_dead(holder)):
-                who = holder if holder is not None else f"successor {successor}"
-                raise LeaseHeld(
-                    f"lease {key!r} is held by {who} until {expires_at:.3f}",
-                    owner=holder if holder is not None else successor,
-                    expires_at=expires_at,
-                )
-            token = old_token + 1
-        expires = now + ttl
-        conn.execute(
-            """INSERT INTO leases (key, owner, token, expires_at, successor) VALUES (?, ?, ?, ?, NULL)
-               ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-                   expires_at = excluded.expires_at, successor = NULL""",
-            (key, owner, token, expires),
-        )
+        return _take(conn, key, owner, ttl, now)
+
+
+def acquire_then(
+    conn: sqlite3.Connection,
+    key: str,
+    owner: str,
+    ttl: float,
+    fn: Callable[..., R],
+    *args: Any,
+    now: float | None = None,
+) -> tuple[Lease, R]:
+    """:func:`acquire` the lease ``key``, then run ``fn(conn, *args)`` in the same transaction (or
+    savepoint): the first write of the new execution, with no fence to check (the lease was
+    taken by this very transaction), and one commit for both (a turn's admission, issue 12).
+
+    Returns:
+        ``(lease, what fn returned)``.
+
+    Raises:
+        LeaseHeld: as :func:`acquire`; ``fn`` did not run, nothing changed.
+        ValueError: ``ttl`` is not positive.
+        Exception: whatever ``fn`` raised; the acquisition is rolled back with ``fn``'s changes
+            (the lease is not taken, its token does not move).
+    """
+    if not is_sqlite(conn):
+        return _pg().acquire_then(conn, key, owner, ttl, fn, *args, now=now)
+    if ttl <= 0:
+        raise ValueError("ttl must be positive seconds")
+    with immediate(conn):
+        lease = _take(conn, key, owner, ttl, now)
+        return lease, fn(conn, *args)
+
+
+def _take(conn: sqlite3.Connection, key: str, owner: str, ttl: float, now: float | None) -> Lease:
+    """The body of :func:`acquire`, inside the caller's transaction."""
+    now = time.time() if now is None else now
+    row = conn.execute("SELECT owner, token, expires_at, successor FROM leases WHERE key = ?", (key,)).fetchone()
+    token = 1
+    if row is not None:
+        holder, old_token, expires_at, successor = row
+        free = holder is None and successor is None
+        if not (free or expires_at <= now or successor == owner or owner_is_dead(holder)):
+            who = holder if holder is not None else f"successor {successor}"
+            raise LeaseHeld(
+                f"lease {key!r} is held by {who} until {expires_at:.3f}",
+                owner=holder if holder is not None else successor,
+                expires_at=expires_at,
+            )
+        token = old_token + 1
+    expires = now + ttl
+    conn.execute(
+        """INSERT INTO leases (key, owner, token, expires_at, successor) VALUES (?, ?, ?, ?, NULL)
+           ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+               expires_at = excluded.expires_at, successor = NULL""",
+        (key, owner, token, expires),
+    )
     return Lease(key=key, owner=owner, token=token, expires_at=expires, ttl=ttl)
 
 
