@@ -266,6 +266,7 @@ def resolve_provider(
     env: Mapping[str, str] | None = None,
     config_path: Path | None = None,
     allow_scripted_default: bool = False,
+    flags_from: str | None = None,
 ) -> ProviderSettings:
     """Resolve the provider settings: flags, then environment, then the config file.
 
@@ -276,6 +277,9 @@ def resolve_provider(
         config_path: the config file (default ``$ROOST_HOME/config.toml``).
         allow_scripted_default: with nothing configured, choose the scripted engine with the
             ``demo`` script instead of failing (``roost demo`` only).
+        flags_from: where the "flag" values come from when they are no command-line flags, as
+            error messages name it (e.g. ``the thread/start param``: "unknown provider 'x' (from
+            the thread/start param provider)"); default: the flags (``--provider``).
 
     Returns:
         The :class:`ProviderSettings`, with the API key read from the environment.
@@ -298,7 +302,7 @@ def resolve_provider(
         name, sources["provider"] = "scripted", "default"
     if name not in PROVIDERS:
         raise ConfigError(
-            f"unknown provider {name!r} (from {_describe_source(sources['provider'], 'provider')}); "
+            f"unknown provider {name!r} (from {_describe_source(sources['provider'], 'provider', flags_from)}); "
             f"choose one of {', '.join(PROVIDERS)}"
         )
     headers, options = _file_options(file_values)
@@ -463,9 +467,9 @@ def derive_provider(
     )
 
 
-def _describe_source(source: str, key: str) -> str:
+def _describe_source(source: str, key: str, flags_from: str | None = None) -> str:
     if source == "flag":
-        return f"--{key.replace('_', '-')}"
+        return f"{flags_from} {key}" if flags_from else f"--{key.replace('_', '-')}"
     if source == "env":
         return _ENV[key]
     return "[provider] in config.toml"
