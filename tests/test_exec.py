@@ -157,3 +157,25 @@ async def test_exec_exits_1_and_stores_output_closed_when_stdout_closes(env, tmp
     assert len(rows) == 1 and rows[0][0] == "interrupted"
     error = json.loads(rows[0][1])
     assert error["reason"] == "output_closed" and "output was closed" in error["message"]
+
+
+async def test_exec_text_sigint_says_interrupted_once(env, tmp_path):
+    """The text output said "interrupted: interrupted (SIGINT)"."""
+    process = await trio.lowlevel.open_process(
+        [*roost_argv(), "exec", "slow reply"], env=env, cwd=str(tmp_path),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = b""
+    try:
+        with trio.fail_after(scaled(30)):
+            assert await process.stdout.receive_some(1 << 16)  # the reply streams
+            process.send_signal(signal.SIGINT)
+            while data := await process.stderr.receive_some(1 << 16):
+                err += data
+            code = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert code == 130
+    lines = err.decode().splitlines()
+    assert "interrupted by SIGINT" in lines and not any("interrupted: interrupted" in line for line in lines)
