@@ -191,7 +191,7 @@ async def run_exec(
                 main.start_soon(_watch_signals, signals, state, err, main.cancel_scope)
                 async with (
                     open_mcp_host(servers) as mcp,
-                    open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime,
+                    open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), writes_required=True) as runtime,
                 ):
                     mcp.attach(runtime.services.tools)
                     thread = _new_thread(cwd, settings, permission_mode)
