@@ -58,10 +58,45 @@ def dumps_line(value: Any) -> bytes:
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
     """Decode one JSON value.
 
+    An integer too large for a double (about 309 digits and more), which orjson refuses
+    ("number is infinity when parsed as double"), is valid JSON: such a document is decoded by the
+    standard library instead, which keeps integers exact (up to Python's 4300-digit conversion
+    limit), so a request line that holds one keeps its ``id`` and gets the usual parameter checks.
+
     Raises:
         JSONDecodeError: (a ``ValueError``) the input is not valid JSON or not valid UTF-8.
     """
-    return orjson.loads(data)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if not str(exc).startswith("number is infinity"):
+            raise
+        return _exact_loads(data, exc)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError("number is infinity when parsed as double")
+    return value
+
+
+def _exact_loads(data: bytes | bytearray | memoryview | str, exc: orjson.JSONDecodeError) -> Any:
+    """The standard library's decoding of ``data`` (integers exact; no NaN/Infinity, no float
+    beyond a double, no lone surrogate: what orjson refuses too), or ``exc`` re-raised."""
+    import json
+
+    raw = bytes(data) if isinstance(data, memoryview) else data
+    try:
+        value = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate cannot be encoded
+    except ValueError:  # UnicodeError included; also integers past the 4300-digit limit
+        raise exc from None
+    return value
 
 
 def __getattr__(name: str) -> Any:

@@ -172,7 +172,7 @@ def check_config(doc: Mapping[str, Any], path: Path) -> None:
         if unknown:
             raise ConfigError(
                 f"[provider] in {path}: unknown key {', '.join(map(repr, unknown))} "
-                f"(known keys: {', '.join(PROVIDER_KEYS)})"
+                f"(known keys: {', '.join(PROVIDER_KEYS[:-1])}; provider is another spelling of name)"
             )
         _check_provider_values(table, path)
     mcp_servers_from_toml(doc)
@@ -185,22 +185,18 @@ def _check_provider_values(table: Mapping[str, Any], path: Path) -> None:
     docs/operations.md states for the environment variables.
 
     Also refused, so that every reader (each command's start, ``roost app-server``'s start and
-    its live reload, which sends ``config/error``) refuses the same documents: a ``name`` /
-    ``provider`` that is not one of :data:`~roost.engines.PROVIDERS`, a ``base_url``, ``model``,
+    its live reload, which sends ``config/error``) refuses the same documents: a ``base_url``, ``model``,
     ``script`` or ``api_key_env`` that is not a string, a ``headers`` table whose values are not
-    all strings, and an ``images`` that is not a boolean.
+    all strings, and an ``images`` that is not a boolean. A ``name`` / ``provider`` that is not
+    one of :data:`~roost.engines.PROVIDERS` is refused by :func:`resolve_provider` when it is the
+    one used (a ``--provider`` flag or ``ROOST_PROVIDER`` wins over it, as over every file value).
 
     Raises:
         ConfigError: one line naming the key(s) and ``path``.
     """
-    for key in ("name", "provider"):
-        if key in table and (not isinstance(table[key], str) or table[key] not in PROVIDERS):
-            raise ConfigError(
-                f"[provider] {key} in {path}: unknown provider {table[key]!r}; choose one of {', '.join(PROVIDERS)}"
-            )
     for key in ("base_url", "model", "script", "api_key_env"):
         if key in table and not isinstance(table[key], str):
-            raise ConfigError(f"[provider] {key} in {path} must be a string, not {table[key]!r}")
+            raise ConfigError(f"[provider] {key} in {path} must be a string (got {describe_toml_value(table[key])})")
     headers = table.get("headers", {})
     if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in headers.values()):
         raise ConfigError(f"[provider.headers] in {path} must map header names to strings")  # (no values: secrets)
@@ -217,7 +213,47 @@ def _check_provider_values(table: Mapping[str, Any], path: Path) -> None:
         value = table[key]
         if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < math.inf:
             what = "a positive integer" if kinds == (int,) else "a positive finite number (seconds)"
-            raise ConfigError(f"[provider] {key} in {path} must be {what}, not {value!r}")
+            raise ConfigError(f"[provider] {key} in {path} must be {what} (got {describe_toml_value(value)})")
+
+
+def describe_toml_value(value: Any) -> str:
+    """A config value as a person reads it in an error: ``the integer 5``, ``the boolean true``,
+    ``the string 'x'``, ``an array``, ``a table`` (not a Python repr such as ``True``)."""
+    if isinstance(value, bool):
+        return f"the boolean {'true' if value else 'false'}"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "a table"
+    return f"a {type(value).__name__.replace('datetime', 'date-time')}"
+
+
+def _check_file_provider(file_values: dict, spelled: str, path: Path) -> None:
+    """Refuse the file's provider name (``[provider] name``, or its spelling ``provider``) when
+    it is the one used: not a string, or not one of :data:`~roost.engines.PROVIDERS`.
+
+    Raises:
+        ConfigError: ``[provider] name in PATH must be a string (got the integer 5)`` or
+            ``unknown provider 'x' ([provider] name in PATH); choose one of ...``.
+    """
+    if "provider" not in file_values:
+        return
+    value = file_values["provider"]
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"[provider] {spelled} in {path} must be a string, one of {', '.join(PROVIDERS)} "
+            f"(got {describe_toml_value(value)})"
+        )
+    if value not in PROVIDERS:
+        raise ConfigError(
+            f"unknown provider {value!r} ([provider] {spelled} in {path}); choose one of {', '.join(PROVIDERS)}"
+        )
 
 
 def resolve_provider(
@@ -230,6 +266,7 @@ def resolve_provider(
     env: Mapping[str, str] | None = None,
     config_path: Path | None = None,
     allow_scripted_default: bool = False,
+    flags_from: str | None = None,
 ) -> ProviderSettings:
     """Resolve the provider settings: flags, then environment, then the config file.
 
@@ -240,6 +277,9 @@ def resolve_provider(
         config_path: the config file (default ``$ROOST_HOME/config.toml``).
         allow_scripted_default: with nothing configured, choose the scripted engine with the
             ``demo`` script instead of failing (``roost demo`` only).
+        flags_from: where the "flag" values come from when they are no command-line flags, as
+            error messages name it (e.g. ``the thread/start param``: "unknown provider 'x' (from
+            the thread/start param provider)"); default: the flags (``--provider``).
 
     Returns:
         The :class:`ProviderSettings`, with the API key read from the environment.
@@ -251,7 +291,9 @@ def resolve_provider(
     """
     env = os.environ if env is None else env
     flags = {"provider": provider, "base_url": base_url, "model": model, "script": script, "api_key_env": api_key_env}
-    file_values = _provider_table(env, config_path)
+    file_values, path, spelled = _provider_table(env, config_path)
+    if not (flags["provider"] or env.get(_ENV["provider"])):
+        _check_file_provider(file_values, spelled, path)
     chosen, sources = _choose(flags, env, file_values)
     name = chosen.get("provider")
     if not name:
@@ -260,7 +302,7 @@ def resolve_provider(
         name, sources["provider"] = "scripted", "default"
     if name not in PROVIDERS:
         raise ConfigError(
-            f"unknown provider {name!r} (from {_describe_source(sources['provider'], 'provider')}); "
+            f"unknown provider {name!r} (from {_describe_source(sources['provider'], 'provider', flags_from)}); "
             f"choose one of {', '.join(PROVIDERS)}"
         )
     headers, options = _file_options(file_values)
@@ -293,8 +335,9 @@ def resolve_provider(
     )
 
 
-def _provider_table(env: Mapping[str, str], config_path: Path | None) -> dict:
-    """The ``[provider]`` table of the config file (``name`` read as ``provider``).
+def _provider_table(env: Mapping[str, str], config_path: Path | None) -> tuple[dict, Path, str]:
+    """``(values, path, spelled)``: the ``[provider]`` table of the config file (``name`` read as
+    ``provider``), the file's path, and how the file spells the name's key (``name`` or ``provider``).
 
     A broken file is an error even when a flag or the environment chooses the provider: every
     command that runs agents also needs its other tables (``[mcp_servers]``), so ignoring it here
@@ -306,13 +349,15 @@ def _provider_table(env: Mapping[str, str], config_path: Path | None) -> dict:
     """
     if config_path is None and "ROOST_HOME" in env:
         config_path = Path(env["ROOST_HOME"]).expanduser() / "config.toml"
-    table = load_config(config_path).get("provider", {})
+    path = config_path if config_path is not None else default_config_path()
+    table = load_config(path).get("provider", {})
     if not isinstance(table, dict):
         raise ConfigError("[provider] in config.toml must be a table")
     file_values = dict(table)
+    spelled = "provider" if "provider" in file_values else "name"
     if "name" in file_values and "provider" not in file_values:
         file_values["provider"] = file_values.pop("name")
-    return file_values
+    return file_values, path, spelled
 
 
 def _choose(
@@ -422,9 +467,9 @@ def derive_provider(
     )
 
 
-def _describe_source(source: str, key: str) -> str:
+def _describe_source(source: str, key: str, flags_from: str | None = None) -> str:
     if source == "flag":
-        return f"--{key.replace('_', '-')}"
+        return f"{flags_from} {key}" if flags_from else f"--{key.replace('_', '-')}"
     if source == "env":
         return _ENV[key]
     return "[provider] in config.toml"

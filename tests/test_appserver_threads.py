@@ -99,7 +99,9 @@ async def test_start_selection_persistent_and_ephemeral(env, tmp_path):
         await expect_error(client, "thread/start", {"cwd": "relative/dir"}, "invalid_params")
         await expect_error(client, "thread/start", {"cwd": str(tmp_path / "missing")}, "invalid_params")
         await expect_error(client, "thread/start", {"permission_mode": "root"}, "invalid_params")
-        await expect_error(client, "thread/start", {"provider": "nope"}, "invalid_params")
+        error = await expect_error(client, "thread/start", {"provider": "nope"}, "invalid_params",
+                                   contains="unknown provider 'nope' (from the thread/start param provider)")
+        assert "--provider" not in error["message"]  # the request param is the source, not a flag
         await expect_error(client, "thread/start", {"engine": "codex"}, "unsupported")
         await expect_error(client, "thread/start", {"approve_for_me": True}, "unsupported")
         await expect_error(client, "thread/start", {"base_revision": "HEAD"}, "invalid_params",

@@ -518,3 +518,19 @@ async def test_withdrawal_fences_retries_in_its_delivery_mode(env, tmp_path):
         again = (await client.request("turn/queue", {"thread_id": tid, "prompt": "q again", "client_id": "c-1",
                                                      "hold": True}))["input"]
         assert again["client_id"] == "c-1" and again["prompt"] == "q again"
+
+
+async def test_a_huge_integer_param_keeps_the_request_id(tmp_path, roost_home):
+    """A 400-digit `limit` was `{"id":null,"error":{"code":"parse_error",...}}` (the client waited
+    forever); the line is valid JSON: its id is answered with invalid_params. An id of that size
+    is echoed exactly (ids are any JSON value the client chooses)."""
+    big = "9" * 400
+    async with open_app_server(env=scripted_env(roost_home), cwd=tmp_path) as client:
+        await client.initialize()
+        await client.send(b'{"id":"big-limit","method":"thread/list","params":{"limit":%s}}\n' % big.encode())
+        reply = await client.wait_line(lambda m: m.get("id") == "big-limit")
+        assert reply["error"]["code"] == "invalid_params" and "limit" in reply["error"]["message"]
+        await client.send(b'{"id":%s,"method":"thread/list","params":{}}\n' % big.encode())
+        reply = await client.wait_line(lambda m: m.get("id") == int(big))
+        assert "result" in reply
+        assert not [m for m in client.lines if "error" in m and m.get("id") is None]

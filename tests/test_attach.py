@@ -378,3 +378,25 @@ def test_a_malformed_ws_url_is_a_usage_error(roost_home: Path, target: str, word
                           timeout=scaled(60), check=False)
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert f"Invalid value for TARGET: {target!r} {words}" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_no_target_finds_the_work_dirs_daemon_on_a_custom_socket(script: Path, tmp_path: Path,
+                                                                       roost_home: Path) -> None:
+    """`roost serve --socket X` in a directory, then `roost attach` there with no TARGET: the
+    daemon is found through the registry `roost status` reads, not only the default path."""
+    work = tmp_path / "work"
+    work.mkdir()
+    async with open_daemon(script=script, args=["--work-dir", str(work)]) as daemon, \
+            trio.open_nursery() as nursery:
+        attach = await _run(nursery, [], cwd=str(work))
+        await attach.wait_text(f"attached to {daemon.socket} (protocol 1, read-write)")
+        await attach.send("hi there")
+        await attach.wait_text("result: succeeded ('hi there')")
+        assert await attach.finish() == 0
+
+
+async def test_empty_target_is_a_usage_error(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        attach = await _run(nursery, [""], cwd=str(tmp_path))
+        assert await attach.finish() == 2
+    assert "TARGET" in attach.err and "Invalid argument" not in attach.err

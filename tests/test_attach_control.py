@@ -53,12 +53,13 @@ async def test_interrupt_command_and_ctrl_c(script: Path) -> None:
         await attach.send("sleepy one")
         await attach.wait_text("] assistant: a ")
         await attach.send("/interrupt")
-        await attach.wait_text("result: failed ('sleepy one')")
+        await attach.wait_text("result: interrupted ('sleepy one')\n  interrupted by the client\n")
+        assert "failed" not in attach.out and "error:" not in attach.out
         # Ctrl-C while a task runs interrupts it; the attach stays
         await attach.send("sleepy two")
         await attach.wait_text("] assistant: a ", count=2)
         attach.process.send_signal(signal.SIGINT)
-        await attach.wait_text("result: failed ('sleepy two')")
+        await attach.wait_text("result: interrupted ('sleepy two')")
         assert "Ctrl-C again to detach" in attach.out
         # Ctrl-C with nothing running detaches at once, exit 0, one line, no traceback
         attach.process.send_signal(signal.SIGINT)

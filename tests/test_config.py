@@ -175,3 +175,45 @@ def test_name_and_provider_must_agree(roost_home):
     write_config(roost_home, '[provider]\nname = "anthropic"\nprovider = "anthropic"\nread_timeout = 1.5\n')
     settings = resolve_provider(env=env | {"ANTHROPIC_API_KEY": "k"}, config_path=path)
     assert (settings.provider, settings.read_timeout) == ("anthropic", 1.5)
+
+
+@pytest.mark.parametrize(("value", "shown"), [("5", "the integer 5"), ("true", "the boolean true"),
+                                              ("[1]", "an array"), ("1.5", "the number 1.5")])
+def test_a_provider_name_of_the_wrong_type_says_it_must_be_a_string(roost_home, value, shown):
+    """`[provider] name = 5` said "unknown provider 5", `name = true` "unknown provider True"."""
+    from click.testing import CliRunner
+
+    from roost.cli._main import main
+
+    write_config(roost_home, f"[provider]\nname = {value}\n")
+    env = {"ROOST_HOME": str(roost_home), "ROOST_PROVIDER": ""}
+    result = CliRunner().invoke(main, ["exec", "hi"], env=env)
+    assert result.exit_code == 2
+    assert f"[provider] name in {roost_home / 'config.toml'} must be a string" in result.stderr
+    assert f"(got {shown})" in result.stderr and "True" not in result.stderr
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_flag_or_the_environment_wins_over_a_broken_name(roost_home, how):
+    """README: flags, then environment, then config.toml; a broken file `name` does not stop
+    `roost exec --provider scripted` (the rest of the file is still checked)."""
+    from click.testing import CliRunner
+
+    from roost.cli._main import main
+
+    write_config(roost_home, '[provider]\nname = 5\nmodel = "m"\n')
+    env = {"ROOST_HOME": str(roost_home), "ROOST_PROVIDER": "scripted" if how == "env" else ""}
+    args = ["exec", *(["--provider", "scripted"] if how == "flag" else []), "--ephemeral", "plain echo"]
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 0, result.stderr
+    write_config(roost_home, "[provider]\nname = 5\nmodel = 7\n")
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 2 and "[provider] model" in result.stderr and "(got the integer 7)" in result.stderr
+
+
+def test_the_known_keys_name_provider_as_the_spelling_of_name(roost_home):
+    path = write_config(roost_home, "[provider]\nmodle = 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "known keys: name, base_url" in str(info.value)
+    assert "headers, provider" not in str(info.value) and "provider is another spelling of name" in str(info.value)

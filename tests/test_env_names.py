@@ -107,3 +107,31 @@ def test_every_command_documents_its_options_and_exit_status() -> None:
 
     walk(main, "roost")
     assert not problems, problems
+
+
+def test_no_help_text_shows_raw_rst_or_exit_statuses_that_do_not_apply() -> None:
+    """`schedule disable --help` showed ``disabled NAME``; `schedule list/enable --help`
+    listed an invalid cron and an empty --task among their failures."""
+    import click
+
+    from roost.cli._main import main
+
+    ctx = click.Context(main)
+    raw: list[str] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        text = f"{command.help or ''} {command.epilog or ''} " + " ".join(
+            getattr(p, "help", None) or "" for p in command.params)
+        if "``" in text or ":func:" in text or ":class:" in text:
+            raw.append(path)
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                walk(command.get_command(ctx, name), f"{path} {name}")
+
+    walk(main, "roost")
+    assert raw == []
+    schedule = main.get_command(ctx, "schedule")
+    for name in ("list", "enable", "disable", "remove", "run"):
+        epilog = schedule.get_command(ctx, name).epilog
+        assert "Exit status" in epilog and "cron" not in epilog and "--task" not in epilog, name
+    assert "cron" in schedule.get_command(ctx, "add").epilog

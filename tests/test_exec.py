@@ -129,3 +129,53 @@ async def test_exec_sigint_interrupts_the_turn_and_exits_130(env, tmp_path):
     assert turn["status"] == "interrupted"
     partial = [i for i in turn["items"] if i["type"] == "agent_message"]
     assert partial and partial[0]["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+async def test_exec_exits_1_and_stores_output_closed_when_stdout_closes(env, tmp_path, roost_home, as_json):
+    """`roost exec slow | head -c 10`: the turn is interrupted, stored with reason
+    ``output_closed``, and exec exits 1 as its help says ("1 failed or interrupted")."""
+    argv = [*roost_argv(), "exec", *(["--json"] if as_json else []), "slow reply"]
+    process = await trio.lowlevel.open_process(argv, env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with trio.fail_after(scaled(30)):
+            assert await process.stdout.receive_some(10)
+            await process.stdout.aclose()  # like `head -c 10` exiting
+            code = await process.wait()
+            stderr = await process.stderr.receive_some(1 << 16)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert code == 1, stderr
+    assert b"Traceback" not in stderr
+    import sqlite3
+
+    with sqlite3.connect(roost_home / "roost.db") as conn:
+        rows = conn.execute("SELECT status, error FROM turns").fetchall()
+    assert len(rows) == 1 and rows[0][0] == "interrupted"
+    error = json.loads(rows[0][1])
+    assert error["reason"] == "output_closed" and "output was closed" in error["message"]
+
+
+async def test_exec_text_sigint_says_interrupted_once(env, tmp_path):
+    """The text output said "interrupted: interrupted (SIGINT)"."""
+    process = await trio.lowlevel.open_process(
+        [*roost_argv(), "exec", "slow reply"], env=env, cwd=str(tmp_path),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = b""
+    try:
+        with trio.fail_after(scaled(30)):
+            assert await process.stdout.receive_some(1 << 16)  # the reply streams
+            process.send_signal(signal.SIGINT)
+            while data := await process.stderr.receive_some(1 << 16):
+                err += data
+            code = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert code == 130
+    lines = err.decode().splitlines()
+    assert "interrupted by SIGINT" in lines and not any("interrupted: interrupted" in line for line in lines)

@@ -256,3 +256,18 @@ async def test_open_stdio_stream_dups_descriptors():
     finally:
         os.dup2(saved, 0)
         os.close(saved)
+
+
+def test_an_integer_too_large_for_a_double_is_valid_json_and_exact():
+    """orjson refuses an integer of 309+ digits ("number is infinity when parsed as double");
+    the line is valid JSON, so it decodes (exactly) and keeps its id."""
+    big = 10**400 + 7
+    (value,) = _feed_all(LineDecoder(), [b'{"id":3,"params":{"limit":%d}}\n' % big])
+    assert value == {"id": 3, "params": {"limit": big}}
+    (value,) = _feed_all(LineDecoder(), [b'{"id":%d,"method":"m"}\n' % -big])
+    assert value["id"] == -big
+    # what orjson refuses elsewhere on such a line stays refused
+    for line in (b'{"id":1,"a":%d,"b":NaN}\n' % big, b'{"id":1,"a":%d,"b":1e400}\n' % big,
+                 b'{"id":1,"a":%d,"b":"\\ud800"}\n' % big, b'{"id":1,"a":%d,}\n' % big):
+        (frame,) = _feed_all(LineDecoder(), [line])
+        assert isinstance(frame, FrameError), line

@@ -53,7 +53,11 @@ async def test_app_server_on_a_read_only_home_serves_reads_and_refuses_writes(tm
         tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
     with _read_only(roost_home):
         async with open_app_server(env=env, cwd=tmp_path, stderr=subprocess.PIPE) as client:
-            assert (await client.initialize())["status"] == "ready"
+            init = await client.initialize()
+            # app-server-protocol.md: needs_setup with issues = the connection works, but the runtime
+            # needs attention (it answered "ready" with no issues though every write failed)
+            assert init["status"] == "needs_setup" and len(init["issues"]) == 1, init
+            assert "storage_read_only" in init["issues"][0] and "writable" in init["issues"][0]
             assert tid in [t["id"] for t in (await client.request("thread/list", {}))["threads"]]
             resumed = await client.request("thread/resume", {"session_id": tid})
             assert resumed["thread"]["id"] == tid
@@ -82,7 +86,9 @@ def test_exec_on_a_read_only_home_is_one_line_and_exit_2(tmp_path: Path, roost_h
         done = _roost(roost_home, tmp_path, "exec", "hi")
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr and done.stdout == ""
-    last = done.stderr.strip().splitlines()[-1]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # once, not also as a start-up reconciliation warning first
+    last = lines[-1]
     assert last.startswith("roost exec: error: ") and "read-only" in last and "writable" in last, done.stderr
 
 
@@ -123,3 +129,18 @@ def test_a_read_only_home_whose_schema_is_behind_says_read_only(tmp_path: Path, 
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert "needs a migration" in done.stdout and "read-only" in done.stdout and "writable" in done.stdout
     assert "migration failed" not in done.stdout and "Traceback" not in done.stderr
+
+
+def test_an_initialize_waiting_at_start_on_a_read_only_home_reports_it(tmp_path: Path, roost_home: Path) -> None:
+    """The first initialize, already on stdin at start, is answered before the runtime starts
+    (issue 19): it reports the read-only store too."""
+    import json
+
+    assert _roost(roost_home, tmp_path, "exec", "hi").returncode == 0
+    request = json.dumps({"id": 1, "method": "initialize", "params": {"protocol_version": "wuu-app-server/v0.1"}})
+    with _read_only(roost_home):
+        done = subprocess.run([*roost_argv(), "app-server"], env=scripted_env(roost_home), cwd=tmp_path,
+                              input=request + "\n", capture_output=True, text=True, timeout=scaled(60), check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[0])["result"]
+    assert result["status"] == "needs_setup" and "storage_read_only" in result["issues"][0], result

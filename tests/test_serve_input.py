@@ -115,3 +115,15 @@ async def test_a_websocket_message_is_exactly_one_line(script: Path) -> None:
             result = await client.wait_for("result")
             assert result["task"] == "three"
             assert len(client.of_type("queued")) == 1 and len(client.of_type("result")) == 1
+
+
+async def test_a_huge_integer_on_the_unix_socket_is_valid_json(script: Path) -> None:
+    """A 400-digit integer is valid JSON (orjson alone refused it as "number is infinity"): the
+    line is read as the input message it is, not refused as a parse_error."""
+    async with open_daemon(script=script) as daemon:
+        async with daemon.unix() as client:
+            await client.wait_for("hello")
+            await client.send('{"type": "user_input", "text": "big number", "n": %s}' % ("9" * 400))
+            result = await client.wait_for("result")
+            assert result["task"] == "big number"
+            assert client.of_type("error") == []

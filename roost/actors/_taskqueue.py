@@ -272,14 +272,14 @@ class TaskQueue(TaskRunner, SharedQueue):
         if task.status != "running":
             return False
         if task.orchestrator is not None:
-            task.orchestrator.interrupt("interrupted by client")
+            task.orchestrator.interrupt("interrupted")
             return True
         if task.orchestrated:  # still starting: its run is interrupted as soon as it exists
             task.interrupt_pending = True
             return True
         if task.actor is not None:
             try:
-                task.actor.ref.tell(InterruptTurn(turn_id=task.turn_id, reason="interrupted by client"))
+                task.actor.ref.tell(InterruptTurn(turn_id=task.turn_id, reason="interrupted"))
                 return True
             except RoostError:
                 log.debug("could not interrupt a task's turn", exc_info=True)

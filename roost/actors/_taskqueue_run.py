@@ -205,7 +205,7 @@ class TaskRunner:
         )
         task.orchestrator = orch
         if task.interrupt_pending:
-            orch.interrupt("interrupted by client")
+            orch.interrupt("interrupted")
         outcome = await orch.run(task.task, follow_up=task.thread_id is not None and not task.resumed)
         succeeded, task.interrupted = outcome.status == "completed", outcome.status == "interrupted"
         error = None if succeeded else outcome.error_message or f"the run ended {outcome.status}"

@@ -28,6 +28,8 @@ STOP_MESSAGES = {
     "interrupted": "interrupted by the client",
     "shutdown": "interrupted: the server is shutting down (end of input or SIGTERM)",
     "stopped": "interrupted: the thread was stopped",
+    "SIGINT": "interrupted by SIGINT",
+    "output_closed": "interrupted: the output was closed (the reader of stdout went away)",
 }
 
 #: ``await body(turn, execution)``: a turn's work; must settle the turn (:meth:`TurnActor.finish`)

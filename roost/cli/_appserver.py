@@ -217,7 +217,9 @@ def _answer_early(early_store: Any, engines: Any, host: dict | None) -> Any:
     if not early_store.opened():
         return EarlyInitialize()
     try:
-        return answer_initialize_early(engines=engines, host=host)
+        store = early_store()
+        probe = getattr(store, "write_refusal", None)  # (SQLite: a read-only home is an issue to report)
+        return answer_initialize_early(engines=engines, host=host, store_issue=probe)
     except OSError:  # the client closed stdout (EPIPE; EBADF: never opened): as run_main does, exit 0
         from roost.protocol import silence_stdout
 

@@ -437,6 +437,30 @@ def _check_ws_url(target: str) -> None:
         raise click.BadParameter(f"{target!r} names no host (expected ws://HOST:PORT/attach)", param_hint="TARGET")
 
 
+def _work_dir_socket(work_dir: Path) -> str:
+    """The socket of the daemon serving ``work_dir``: from the registry ``roost status`` reads
+    (``$ROOST_HOME/run/daemons``, so a daemon started with ``--socket`` is found), else the
+    default path ``$ROOST_HOME/run/<hash>.sock``. Of several daemons of the directory, the one
+    on the default path, else the one started last (a stderr line names the others)."""
+    from roost._paths import roost_home
+    from roost.errors import RoostError
+    from roost.protocol import default_socket_path, registered_daemons
+
+    default = str(default_socket_path(work_dir))
+    try:
+        entries = registered_daemons(roost_home(create=False))
+    except (RoostError, OSError):
+        return default
+    sockets = [str(e.get("socket")) for e in entries if e.get("workDir") == str(work_dir) and e.get("socket")]
+    if not sockets:
+        return default
+    chosen = default if default in sockets else sockets[-1]
+    if len(sockets) > 1:
+        others = ", ".join(s for s in sockets if s != chosen)
+        _warn(f"{len(sockets)} daemons serve {work_dir}; attaching to {chosen} (others: {others})")
+    return chosen
+
+
 def _warn(text: str) -> None:
     sys.stdout.flush()
     click.echo(f"roost attach: {text}", err=True)
@@ -477,7 +501,8 @@ def attach_command(
 ) -> None:
     """Attach to a running `roost serve`: TARGET is its socket path or ws://HOST:PORT/attach.
 
-    Without TARGET, the daemon of the current directory ($ROOST_HOME/run/<hash>.sock). Events are
+    Without TARGET, the daemon of the current directory: the one `roost status` lists for it (so
+    a daemon started with --socket is found), else $ROOST_HOME/run/<hash>.sock. Events are
     rendered readably; each stdin line is sent as a task; an approval is asked as `approve? [y/N]`
     and answered by the next stdin line (y/yes approves, anything else denies).
 
@@ -499,7 +524,7 @@ def attach_command(
       2    usage error
       130  detached by Ctrl-C or /quit while a task of yours was outstanding
     """
-    from roost.protocol import default_socket_path, parse_client_id
+    from roost.protocol import parse_client_id
 
     if client_id is not None:
         try:
@@ -507,7 +532,9 @@ def attach_command(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--client-id") from None
     if target is None:
-        target = str(default_socket_path(Path(os.getcwd())))
+        target = _work_dir_socket(Path(os.getcwd()).resolve())
+    elif not target:
+        raise click.BadParameter("is empty: give a socket path or a ws:// URL, or no TARGET", param_hint="TARGET")
     elif "://" in target and not target.startswith(("ws://", "wss://")):
         raise click.BadParameter("expected a socket path or a ws:// (wss://) URL", param_hint="TARGET")
     elif target.startswith(("ws://", "wss://")):

@@ -82,10 +82,15 @@ class Renderer:
         elif kind == "a2a_call":
             self.line(f"[{sid}] A2A call to {event.get('agent')}")
         elif kind == "result":
-            state = "succeeded" if event.get("succeeded") else "failed"
+            error = str(event.get("errorMessage") or "")
+            # an interrupted task's errorMessage is its turn's (or run's) "interrupted ..." message
+            interrupted = not event.get("succeeded") and error.startswith("interrupted")
+            state = "succeeded" if event.get("succeeded") else "interrupted" if interrupted else "failed"
             self.line(f"[{sid}] result: {state} ({event.get('task')!r})")
-            if event.get("errorMessage"):
-                self.line(f"  error: {event.get('errorMessage')}")
+            if interrupted and error != "interrupted":
+                self.line(f"  {error}")
+            elif error and not interrupted:
+                self.line(f"  error: {error}")
             if event.get("lastMessage"):
                 agent = event.get("lastAgent") or "agent"
                 self.line(f"  {agent}: " + str(event.get("lastMessage")).replace("\n", "\n  "))

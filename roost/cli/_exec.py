@@ -12,7 +12,9 @@ Output:
 * otherwise readable text: the agent's text streamed to stdout, each tool call as a
   ``$ name {arguments}`` line, errors and interruptions on stderr.
 
-Exit status: 0 when the turn completed, 1 when it failed or was interrupted, 130 after SIGINT
+Exit status: 0 when the turn completed, 1 when it failed or was interrupted (also when stdout's
+reader went away, e.g. ``| head``: the turn is then interrupted and stored with reason
+``output_closed``), 130 after SIGINT
 (the first SIGINT interrupts the turn, which is persisted as ``interrupted``; a second one stops at
 once), 2 when no model provider is configured (the message names the settings), on a usage error,
 or when ROOST_HOME or its database is unusable (a read-only one included: exec must write its thread).
@@ -123,7 +125,8 @@ class TextPrinter:
                 self.err.write(f"error: {error.get('category', 'error')}: {error.get('message', 'the turn failed')}\n")
             elif turn.get("status") == "interrupted":
                 self.out.flush()
-                self.err.write(f"interrupted: {error.get('message', 'interrupted')}\n")
+                text = str(error.get("message") or "interrupted")
+                self.err.write(f"{text}\n" if text.startswith("interrupted") else f"interrupted: {text}\n")
         self.out.flush()
         self.err.flush()
 
@@ -181,14 +184,14 @@ async def run_exec(
         err.write(f"roost exec: error: {engines.setup_error or 'no model provider is configured'}\n")
         err.flush()
         return 2
-    state: dict[str, Any] = {"signals": 0, "actor": None, "turn_id": None, "status": None}
+    state: dict[str, Any] = {"signals": 0, "actor": None, "turn_id": None, "status": None, "closed": False}
     try:
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async with trio.open_nursery() as main:
                 main.start_soon(_watch_signals, signals, state, err, main.cancel_scope)
                 async with (
                     open_mcp_host(servers) as mcp,
-                    open_runtime(engine_for=engines.engine_for, tools=builtin_tools()) as runtime,
+                    open_runtime(engine_for=engines.engine_for, tools=builtin_tools(), writes_required=True) as runtime,
                 ):
                     mcp.attach(runtime.services.tools)
                     thread = _new_thread(cwd, settings, permission_mode)
@@ -203,7 +206,7 @@ async def run_exec(
             pass
     if state["signals"]:
         return 130
-    return 0 if state["status"] == "completed" else 1
+    return 0 if state["status"] == "completed" and not state["closed"] else 1
 
 
 async def _watch_signals(signals: Any, state: dict[str, Any], err: TextIO, scope: trio.CancelScope) -> None:
@@ -261,7 +264,8 @@ async def _exec_turn(
     sink = _Sink()
     await actor.ref.ask(Subscribe(sink))
     started = {"method": "thread/started", "params": {"thread": actor.view()}}
-    printer.handle(started, dumps_line(started))
+    if not _show(printer, started, dumps_line(started), state):
+        return  # nobody reads stdout: no turn is started (exit status 1)
     if state["signals"]:
         scope.cancel()
     state["actor"] = actor
@@ -271,11 +275,29 @@ async def _exec_turn(
         actor.ref.tell(InterruptTurn(turn_id=turn["id"], reason="SIGINT"))
     async for line in sink.receive:
         message = loads(line)
-        printer.handle(message, line)
+        if not state["closed"] and not _show(printer, message, line, state):
+            # the reader of stdout went away (``| head``): interrupt the turn so that it is stored
+            # as interrupted with reason ``output_closed``, and wait (bounded) for it to settle
+            actor.ref.tell(InterruptTurn(turn_id=turn["id"], reason="output_closed"))
+            scope.deadline = min(scope.deadline, trio.current_time() + _INTERRUPT_GRACE)
         params = message.get("params") or {}
         if message.get("method") in TURN_TERMINAL_EVENTS and (params.get("turn") or {}).get("id") == turn["id"]:
             state["status"] = params["turn"].get("status")
             break
+
+
+def _show(printer: JsonPrinter | TextPrinter, message: dict, line: bytes, state: dict[str, Any]) -> bool:
+    """Print one notification; False (and ``state["closed"]`` set, stdout pointed at /dev/null)
+    when stdout's reader has gone away."""
+    from roost.protocol import silence_stdout
+
+    try:
+        printer.handle(message, line)
+    except BrokenPipeError:
+        state["closed"] = True
+        silence_stdout()
+        return False
+    return True
 
 
 def _text_stream(out: BinaryIO) -> TextIO:

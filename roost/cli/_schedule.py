@@ -98,9 +98,8 @@ def schedule_command() -> None:
 
     `list --json` prints the wire protocol's ScheduledJob items (docs/wire.md).
 
-    Exit status (every sub-command): 0 on success; 1 on failure (an unknown name, an invalid or
-    never-firing cron expression, an empty --task; with --json an error envelope); 2 for a usage
-    error.
+    Exit status: 0 on success; 1 on failure (each sub-command's --help says which; with --json an
+    error envelope); 2 for a usage error.
     """
 
 
@@ -270,7 +269,7 @@ def list_command(as_json: bool) -> None:
 @click.argument("name")
 @_json_option
 def remove_command(name: str, as_json: bool) -> None:
-    """Remove schedule NAME and its run records; prints ``removed NAME`` (nothing with --json)."""
+    """Remove schedule NAME and its run records; prints "removed NAME" (nothing with --json)."""
     _mutate(as_json, "remove", db.remove_job, name)
     if not as_json:
         click.echo(f"removed {name}")
@@ -281,7 +280,7 @@ def remove_command(name: str, as_json: bool) -> None:
 @_json_option
 def enable_command(name: str, as_json: bool) -> None:
     """Enable schedule NAME; its next run is the first slot from now (no catch-up of the pause).
-    Prints ``enabled NAME: next run ...`` (nothing with --json)."""
+    Prints "enabled NAME: next run ..." (nothing with --json)."""
     next_runs: list[str | None] = []
 
     def enable(conn: Any) -> None:
@@ -304,7 +303,7 @@ def enable_command(name: str, as_json: bool) -> None:
 @click.argument("name")
 @_json_option
 def disable_command(name: str, as_json: bool) -> None:
-    """Disable schedule NAME (a run in progress is not stopped); prints ``disabled NAME``
+    """Disable schedule NAME (a run in progress is not stopped); prints "disabled NAME"
     (nothing with --json)."""
     _mutate(as_json, "disable", db.set_job_enabled, name, False, next_run=None)
     if not as_json:
@@ -424,10 +423,19 @@ def _claimed_soon(run_id: str) -> bool:
         store.close()
 
 
-#: Each sub-command's --help ends with the exit statuses (issue 17: every command documents them).
-for _command in schedule_command.commands.values():
+#: What makes each sub-command fail (exit status 1), as its --help says; besides, for each, an
+#: unusable ROOST_HOME or database.
+_FAILURES = {
+    "add": "an invalid or never-firing cron expression, an empty name or --task, a name already "
+    "taken, an unusable --work-dir or --config",
+    "list": None,
+}
+
+#: Each sub-command's --help ends with its own exit statuses (issue 17: every command documents them).
+for _name, _command in schedule_command.commands.items():
+    _what = _FAILURES.get(_name, "an unknown name")
     _command.epilog = _command.epilog or (
-        "Exit status: 0 on success; 1 on failure (an unknown name, an invalid or never-firing cron "
-        "expression, an empty --task; with --json an error envelope on stdout); 2 for a usage error."
+        f"Exit status: 0 on success; 1 on failure ({_what + ', ' if _what else ''}an unusable ROOST_HOME "
+        "or database; with --json an error envelope on stdout); 2 for a usage error."
     )
-del _command
+del _name, _command, _what

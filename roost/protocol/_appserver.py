@@ -105,6 +105,8 @@ class AppServerSession:
         self.host = dict(host) if host else None
         self.settings = engines.default
         self.setup_issues = [engines.setup_error] if engines.setup_error else []
+        #: why the store refuses writes (a read-only home, found at start-up): an ``initialize`` issue
+        self.store_issue: str | None = getattr(runtime, "read_only", None)
         self.outbox = Outbox(on_overflow=self._on_overflow, coalesce=APP_SERVER_DELTAS, lanes=app_server_thread_of)
         self.capabilities: dict = {}
         #: config/workspace/update defaults (``effort``, ``permission_mode``) of this connection
@@ -469,4 +471,5 @@ def initialize_result(session: AppServerSession) -> dict:
         owner=session.runtime.services.owner,
         setup_issues=session.setup_issues,
         config_error=getattr(session.engines, "config_error", None),
+        store_issue=session.store_issue,
     )

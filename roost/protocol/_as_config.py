@@ -130,7 +130,8 @@ async def _update_thread(session: AppServerSession, p: dict) -> dict:
         probe = Thread(
             id=thread.id, provider=changes.get("provider", thread.provider), model=changes.get("model", thread.model)
         )
-        session.engines.settings_for(probe)  # InvalidParams when that provider cannot be reached
+        # InvalidParams when that provider cannot be reached
+        session.engines.settings_for(probe, origin="the config/model/update param")
     await check_no_foreign_lease(session, thread.id)
     view = await actor.ref.ask(UpdateThread(changes=changes, selection=True))
     return {"thread": view, "model": _workspace_model(session)}
@@ -151,7 +152,12 @@ def _update_workspace(session: AppServerSession, p: dict) -> dict:
         settings = attrs.evolve(current, model=p["model"])
     else:
         try:
-            settings = resolve_provider(provider=provider, model=p["model"], **session.engines.resolve_options)
+            settings = resolve_provider(
+                provider=provider,
+                model=p["model"],
+                flags_from="the config/model/update param",
+                **session.engines.resolve_options,
+            )
         except ConfigError as exc:
             raise InvalidParams(str(exc)) from None
     session.settings = settings

@@ -43,6 +43,7 @@ def server_description(
     owner: str,
     setup_issues: list[str],
     config_error: str | None = None,
+    store_issue: str | None = None,
 ) -> dict:
     """The ``initialize`` result (docs/app-server.md, "Initialization").
 
@@ -53,6 +54,8 @@ def server_description(
         owner: the runtime's lease owner id (``runtime.services.owner``).
         setup_issues: why no engine is usable (``status: needs_setup`` when any).
         config_error: a rejected configuration edit (reported as one more issue).
+        store_issue: why the store refuses writes (a read-only ``$ROOST_HOME``: one more issue;
+            reads are served, each write answers ``storage_read_only``).
     """
     from roost.protocol._catalog import catalog_providers
 
@@ -63,6 +66,8 @@ def server_description(
     issues = list(setup_issues)
     if config_error:  # a rejected configuration edit: the previous model stays for display
         issues.append(f"the configuration file was rejected: {config_error}")
+    if store_issue:
+        issues.append(f"the store refuses writes (each answers storage_read_only; reads are served): {store_issue}")
     return {
         "protocol_version": PROTOCOL_VERSION,
         "status": "needs_setup" if issues else "ready",
@@ -181,7 +186,9 @@ def _plain_initialize(line: bytes) -> tuple[Any, EarlyInitialize] | None:
     return rid, EarlyInitialize(capabilities=capabilities, reverse_methods=set(methods), client_name=name, frame=frame)
 
 
-def answer_initialize_early(*, engines: Any, host: dict | None, fd_in: int = 0, fd_out: int = 1) -> EarlyInitialize:
+def answer_initialize_early(
+    *, engines: Any, host: dict | None, fd_in: int = 0, fd_out: int = 1, store_issue: Any = None
+) -> EarlyInitialize:
     """Answer the first request on ``fd_in`` if it is a plain ``initialize`` already waiting there.
 
     Call it only once everything a start can fail on has been checked (options, configuration
@@ -191,6 +198,8 @@ def answer_initialize_early(*, engines: Any, host: dict | None, fd_in: int = 0, 
     Args:
         engines: the :class:`~roost.protocol._engines.EngineCatalog` the session will use.
         host: as for :func:`server_description`.
+        store_issue: ``store_issue() -> str | None``, called once when answering: why the store
+            refuses writes (:func:`server_description`'s ``store_issue``); None: nothing to report.
 
     Returns:
         The bytes read (after the answered line, if any) and the answered state (``owner`` None:
@@ -212,6 +221,7 @@ def answer_initialize_early(*, engines: Any, host: dict | None, fd_in: int = 0, 
         owner=state.owner,
         setup_issues=setup,
         config_error=getattr(engines, "config_error", None),
+        store_issue=store_issue() if store_issue is not None else None,
     )
     out = memoryview(dumps_line({"id": rid, "result": result}))
     while out:

@@ -204,7 +204,8 @@ async def thread_start(session: AppServerSession, params: Any) -> dict:
         metadata=metadata,
     )
     if "provider" in p:
-        session.engines.settings_for(thread)  # an unusable explicit binding fails now, not at the first turn
+        # an unusable explicit binding fails now, not at the first turn
+        session.engines.settings_for(thread, origin="the thread/start param")
     worktree = None
     if workspace == "worktree":
         worktree = await trio.to_thread.run_sync(create_worktree, cwd, p.get("base_revision"), thread_id)

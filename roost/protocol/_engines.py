@@ -53,8 +53,9 @@ class EngineCatalog:
             except InvalidParams as exc:
                 self.default, self.setup_error = None, f"the scripted engine's script is unusable: {exc}"
 
-    def settings_for(self, thread: Any) -> ProviderSettings:
-        """The settings a thread's turns use.
+    def settings_for(self, thread: Any, *, origin: str = "the thread's") -> ProviderSettings:
+        """The settings a thread's turns use (``origin``: where the thread's provider and model
+        came from, as an error names it, e.g. ``the thread/start param``).
 
         Raises:
             InvalidParams: no provider is configured (the message names the settings), the
@@ -68,7 +69,7 @@ class EngineCatalog:
         if provider is None:
             raise InvalidParams(self.setup_error or "no model provider is configured")
         try:
-            return resolve_provider(provider=provider, model=model, **self.resolve_options)
+            return resolve_provider(provider=provider, model=model, flags_from=origin, **self.resolve_options)
         except ConfigError as exc:
             raise InvalidParams(str(exc)) from None
 

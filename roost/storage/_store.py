@@ -145,6 +145,31 @@ class Store(SQLiteOperations):
         finally:
             conn.close()
 
+    def write_refusal(self) -> str | None:
+        """Why this database refuses writes (its :class:`StoreReadOnly` message: a read-only file,
+        directory or mount), or None when a write would be taken.
+
+        The probe is a write statement that changes nothing, on a connection of its own that
+        does not wait for a lock: a database another process is writing counts as writable.
+        """
+        if self._why_read_only is not None:
+            return str(self._why_read_only)
+        try:
+            conn = connect(self.path, busy_timeout=0)
+        except StoreError as exc:
+            return str(exc) if isinstance(exc, StoreReadOnly) else None
+        try:
+            conn.execute("BEGIN")
+            conn.execute("UPDATE _sqlite_migrations SET name = name WHERE 0")
+        except sqlite3.Error as exc:
+            error = translate_error(exc)
+            return str(error) if isinstance(error, StoreReadOnly) else None
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            conn.close()
+        return None
+
     def close(self) -> None:
         """Close the idle read connections (idempotent). The writer closes its own on stop.
 

@@ -30,7 +30,7 @@ from roost._faults import load_fault_env
 from roost._gc import apply_server_gc_policy
 from roost._paths import positive_env
 from roost.actors import NodeBus, Services, ThreadRegistry, ThreadRemote
-from roost.errors import StoreError
+from roost.errors import StoreError, StoreReadOnly
 from roost.storage import LeaseKeeper, default_owner, open_backend, queued_worker_roots, reconcile, translate_error
 from roost.supervisor._spec import ChildSpec, Restart, Strategy
 from roost.supervisor._supervisor import Supervisor
@@ -49,6 +49,9 @@ class Runtime:
     services: Services
     registry: ThreadRegistry
     reconciled: Any = None
+    #: why the store refuses writes (its :class:`~roost.errors.StoreReadOnly` message), found by
+    #: the start-up reconciliation; None: it took the write.
+    read_only: str | None = None
 
     def render_tree(self) -> str:
         """The live supervision tree as text."""
@@ -80,6 +83,7 @@ async def open_runtime(
     memory: bool = True,
     node_kind: str | None = None,
     open_store: Callable[[], Any] | None = None,
+    writes_required: bool = False,
 ) -> AsyncIterator[Runtime]:
     """Start the root tree; yield the :class:`Runtime`; stop it in reverse order on exit.
 
@@ -108,12 +112,15 @@ async def open_runtime(
         open_store: a blocking callable returning the opened store, called in a worker thread
             instead of opening ``database_url`` / ``db_path`` (e.g. joining an opening that began
             earlier, :class:`roost.storage.EarlyStore`); its errors are raised as they are.
+        writes_required: the command must write (``roost exec``): a read-only store raises its
+            StoreReadOnly, not a warning. False: the runtime serves reads (``Runtime.read_only``).
 
     Raises:
         StoreError: the database cannot be opened or migrated (on PostgreSQL also
             ``DatabaseUrlInvalid``, ``DatabaseUnreachable``, ``DatabasePermissionDenied``,
             ``SchemaTooNew``: each names the setting).
         ConfigError: ``$ROOST_LEASE_TTL`` is not a positive number.
+        StoreReadOnly: ``writes_required`` and the store is read-only (saying what to make writable).
     """
     lease_ttl = lease_ttl_from_env(15.0) if lease_ttl is None else lease_ttl
     store = await trio.to_thread.run_sync(open_store or (lambda: open_backend(database_url, path=db_path)))
@@ -122,10 +129,11 @@ async def open_runtime(
     if memory:
         tools = with_memory_tools(tools, store)
 
-    report = await _reconcile_at_start(store, owner)
+    report, read_only = await _reconcile_at_start(store, owner, writes_required=writes_required)
     runtime = _assemble(
         store, report, owner=owner, engine_for=engine_for, tools=tools, lease_ttl=lease_ttl, node_kind=node_kind
     )
+    runtime.read_only = read_only
     keeper, root = runtime.services.keeper, runtime.root
     try:
         async with trio.open_nursery() as nursery:
@@ -216,29 +224,36 @@ def _bus_children(services: Services) -> list[ChildSpec]:
     return [ChildSpec("node_bus", services.bus.serve, restart=Restart.PERMANENT, shutdown_timeout=5)]
 
 
-async def _reconcile_at_start(store: Any, owner: str) -> Any:
-    """Start-up reconciliation (:func:`roost.storage.reconcile`); its report, or None when it
-    failed (logged: not fatal)."""
+async def _reconcile_at_start(store: Any, owner: str, *, writes_required: bool = False) -> tuple[Any, str | None]:
+    """Start-up reconciliation (:func:`roost.storage.reconcile`): ``(report, read_only)``; the
+    report is None when it failed (logged: not fatal), ``read_only`` the message when the store
+    refused the write as read-only.
+
+    Raises:
+        StoreReadOnly: the store is read-only and ``writes_required``.
+    """
 
     def _reconcile() -> Any:
         with store.transaction() as conn:
             return reconcile(conn, owner)
 
     try:
-        report = await trio.to_thread.run_sync(_reconcile)
+        return await trio.to_thread.run_sync(_reconcile), None
     except sqlite3.Error as exc:
         # Expected on a read-only or full database: one line, no traceback (issue 18, finding 6).
-        log.warning("start-up reconciliation failed: %s", translate_error(exc))
-        report = None
+        error: StoreError = translate_error(exc)
     except StoreError as exc:
-        log.warning("start-up reconciliation failed: %s", exc)
-        report = None
+        error = exc
     except Exception:
         # Not fatal (e.g. the database stayed locked): leases still expire on their own, and each
         # admission settles the turns a dead execution left running on its thread.
         log.warning("start-up reconciliation failed", exc_info=True)
-        report = None
-    return report
+        return None, None
+    if isinstance(error, StoreReadOnly) and writes_required:
+        store.close()
+        raise error  # the command reports it (once)
+    log.warning("start-up reconciliation failed: %s", error)
+    return None, str(error) if isinstance(error, StoreReadOnly) else None
 
 
 async def _resume_worker_trees(runtime: Runtime) -> None:
