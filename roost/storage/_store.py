@@ -149,11 +149,15 @@ class Store(SQLiteOperations):
         """Why this database refuses writes (its :class:`StoreReadOnly` message: a read-only file,
         directory or mount), or None when a write would be taken.
 
-        The probe is a write statement that changes nothing, on a connection of its own that
+        A file and directory this process may write (``os.access``, which also refuses on a
+        read-only mount) count as writable at once (the usual case: no cost at start-up). Else
+        the probe is a write statement that changes nothing, on a connection of its own that
         does not wait for a lock: a database another process is writing counts as writable.
         """
         if self._why_read_only is not None:
             return str(self._why_read_only)
+        if os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK):
+            return None  # (access() also says no for a read-only mount, EROFS): no probe needed
         try:
             conn = connect(self.path, busy_timeout=0)
         except StoreError as exc:
