@@ -45,6 +45,10 @@ BACKEND_SPECIFIC: dict[str, tuple[str, str]] = {
         "the SQLite savepoint SQL of storage._connect.immediate (psycopg names PostgreSQL's)",
         "test_store.py::test_one_failing_write_rolls_back_alone",
     ),
+    "test_store.py::test_begin_immediate_polls_for_the_lock_and_a_held_lock_ends_in_store_busy": (
+        "SQLite's write lock and busy handler (PostgreSQL waits on row locks up to lock_timeout)",
+        "test_store.py::test_postgres_errors_are_translated",
+    ),
 }
 #: Tests that open no database at all -> why.
 NO_DATABASE: dict[str, str] = {

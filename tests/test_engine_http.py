@@ -247,7 +247,7 @@ async def test_leaving_a_cancelled_stream_does_not_wait_for_the_response_to_clos
     client = httpx.AsyncClient(transport=httpx.MockTransport(reply))
     eng = OpenAIChatEngine(settings, client=client, retry=RetryPolicy(max_attempts=1, sleep=Sleeps()))
     got: list = []
-    with trio.fail_after(60):
+    with trio.fail_after(scaled(60)):
         with trio.CancelScope() as scope:
             async with eng.stream(REQ) as events:
                 async for event in events:
