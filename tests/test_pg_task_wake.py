@@ -8,6 +8,7 @@ task: idle node B starts it and A's client gets its result."""
 from __future__ import annotations
 
 import json
+import signal
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -70,3 +71,41 @@ async def test_a_task_queued_on_a_full_node_wakes_an_idle_node(tmp_path: Path, p
                 await trio.sleep(0.05)
         assert f"task {quick} started" not in (tmp_path / "serve-a.err").read_text(errors="replace")
         assert _rows(pg_url, "SELECT status FROM daemon_tasks WHERE id = %s", (slow,)) == [("running",)]
+
+
+async def test_a_node_that_stops_cleanly_mid_task_wakes_an_idle_node_to_resume_it(tmp_path: Path,
+                                                                                  pg_url: str) -> None:
+    """A clean stop releases the running task's lease and sends ``NOTIFY roost_tasks``: the idle
+    node (polling once an hour) resumes the task at once, not at its next poll."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+
+    def env(name: str) -> dict[str, str]:
+        (tmp_path / f"home-{name}").mkdir()
+        return {"ROOST_HOME": str(tmp_path / f"home-{name}"), "ROOST_DATABASE_URL": pg_url,
+                "ROOST_TASK_POLL_S": "3600"}
+
+    async with AsyncExitStack() as stack:
+        logs = {n: stack.enter_context((tmp_path / f"serve-{n}.err").open("wb")) for n in "ab"}
+        args = ["--work-dir", str(tmp_path), "--max-concurrent", "1"]
+        node_a = await stack.enter_async_context(open_daemon(script=script, env=env("a"), stderr=logs["a"],
+                                                             args=args))
+        on_a = await stack.enter_async_context(node_a.unix())
+        await on_a.wait_for("hello")
+        await on_a.send({"type": "user_input", "text": "slow job"})
+        slow = (await on_a.wait_for("queued"))["sessionId"]
+        await on_a.wait_for("agent_starting", lambda e: e["sessionId"] == slow)
+        # B starts while A runs the task: its first look finds nothing claimable, then it waits
+        node_b = await stack.enter_async_context(open_daemon(script=script, env=env("b"), stderr=logs["b"],
+                                                             args=args))
+        on_b = await stack.enter_async_context(node_b.unix())
+        await on_b.wait_for("hello")
+        node_a.process.send_signal(signal.SIGTERM)  # a clean stop, mid-task
+        with trio.fail_after(scaled(30)):
+            await node_a.process.wait()
+        assert node_a.process.returncode == 0
+        with trio.fail_after(scaled(30)):  # B resumes it now (woken), not in an hour
+            while f"task {slow} started (resumed)" not in (tmp_path / "serve-b.err").read_text(errors="replace"):
+                await trio.sleep(0.05)
+        lease = _rows(pg_url, "SELECT owner, token FROM leases WHERE key = %s", (f"task:{slow}",))
+        assert len(lease) == 1 and lease[0][1] == 2  # claimed again once: by B

@@ -5,9 +5,10 @@
     root (one_for_one, intensity 3 per 10 s)
     ├── store_writer     permanent   the store's single writer (SQLite or PostgreSQL), group commit
     ├── lease_keeper     permanent   renews this process's execution leases
+    ├── node_heartbeat   permanent   PostgreSQL only: this node's row in ``nodes`` (roost status);
+    │                                its clean stop wakes the other nodes (NOTIFY roost_tasks)
     ├── threads          permanent   supervisor of ThreadActors (transient, loaded on demand)
     ├── thread_unloader  permanent   stops ThreadActors idle for ROOST_IDLE_UNLOAD_S (reloaded on use)
-    ├── node_heartbeat   permanent   PostgreSQL only: this node's row in ``nodes`` (roost status)
     └── node_bus         permanent   where the process is a node (app-server, serve): messages to
                                      and from the other processes on the store (roost.actors.NodeBus)
 """
@@ -191,6 +192,13 @@ def _root_children(
     children = [
         ChildSpec("store_writer", store.writer.serve, restart=Restart.PERMANENT, shutdown_timeout=10),
         ChildSpec("lease_keeper", keeper.serve, restart=Restart.PERMANENT, shutdown_timeout=5),
+    ]
+    if not hasattr(store, "path"):  # PostgreSQL: one node of a cluster
+        # started before the threads, so stopped after them (and after the task queue): its
+        # clean-stop write wakes the other nodes once every lease of this node is released
+        heartbeat = functools.partial(node_heartbeat, store.writer, owner, lease_ttl)
+        children.append(ChildSpec("node_heartbeat", heartbeat, restart=Restart.PERMANENT, shutdown_timeout=5))
+    children += [
         ChildSpec(
             "threads",
             functools.partial(registry.run_supervisor, make_threads),
@@ -204,9 +212,6 @@ def _root_children(
             shutdown_timeout=5,
         ),
     ]
-    if not hasattr(store, "path"):  # PostgreSQL: one node of a cluster
-        heartbeat = functools.partial(node_heartbeat, store.writer, owner, lease_ttl)
-        children.append(ChildSpec("node_heartbeat", heartbeat, restart=Restart.PERMANENT, shutdown_timeout=5))
     return children
 
 
@@ -280,12 +285,20 @@ async def node_heartbeat(
     writer: Any, owner: str, ttl: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Keep this node's ``nodes`` row fresh (:func:`roost.storage.beat_node`) every third of
-    ``ttl`` seconds until cancelled, then delete it (a clean stop); restartable.
+    ``ttl`` seconds until cancelled, then delete it (a clean stop) and, in the same transaction,
+    wake the other nodes' idle claimers (:func:`roost.storage.wake_task_claimers`: ``NOTIFY
+    roost_tasks``), so they resume the tasks this node stopped at once rather than at their next
+    poll; restartable. The root starts it before the threads and the task queue, so it stops
+    after them: by then their task and thread leases are released.
 
     A failed beat is logged and retried at the next interval: the row only ages (``roost status``
     shows the node as gone after ``ttl``), nothing else depends on it.
     """
-    from roost.storage import beat_node, forget_node
+    from roost.storage import beat_node, forget_node, wake_task_claimers
+
+    def stop(conn: Any) -> None:
+        forget_node(conn, owner)
+        wake_task_claimers(conn, "*", owner)  # (which task does not matter: they claim in order)
 
     task_status.started()
     started_at: float | None = None
@@ -301,7 +314,7 @@ async def node_heartbeat(
         with trio.move_on_after(2) as scope:
             scope.shield = True
             try:
-                await writer.submit(forget_node, owner)
+                await writer.submit(stop)
             except StoreError:
                 pass  # the row ages out: status shows the node gone after its ttl
 
