@@ -50,16 +50,32 @@ def _fail(as_json: bool, command: str, message: str) -> None:
     sys.exit(1)
 
 
-def _mutate(as_json: bool, command: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run ``fn(conn, ...)`` in one write transaction; on a Roost error, fail (exit 1)."""
+def _open_store(as_json: bool, command: str, *, read_only_ok: bool = False) -> Any:
+    """The configured store; one that cannot be opened (an unusable ROOST_HOME or database) is
+    reported by ``fail_setup``: exit status 2, or 1 with ``--json`` (wire-protocol.md)."""
+    from roost.cli._res_common import fail_setup
+
     try:
-        store = open_backend()
+        return open_backend(read_only_ok=read_only_ok)
+    except RoostError as exc:
+        fail_setup(f"schedule {command}", str(exc), as_json=as_json)
+
+
+def _mutate(as_json: bool, command: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(conn, ...)`` in one write transaction; on a Roost error, fail (exit 1; a store that
+    cannot be opened exits 2 without ``--json``)."""
+    store = _open_store(as_json, command)
+    try:
         try:
             with store.transaction() as conn:
                 return fn(conn, *args, **kwargs)
         finally:
             store.close()
     except (RoostError, ValueError) as exc:
+        from roost.cli._res_common import fail_setup, is_setup_error
+
+        if is_setup_error(exc):  # e.g. a read-only home: exit 2, like roost exec
+            fail_setup(f"schedule {command}", str(exc), as_json=as_json)
         _fail(as_json, command, str(exc))
 
 
@@ -99,7 +115,8 @@ def schedule_command() -> None:
     `list --json` prints the wire protocol's ScheduledJob items (docs/wire.md).
 
     Exit status: 0 on success; 1 on failure (each sub-command's --help says which; with --json an
-    error envelope); 2 for a usage error.
+    error envelope); 2 for a usage error, or without --json an unusable ROOST_HOME or database
+    (with --json: exit 1, as the wire protocol fixes).
     """
 
 
@@ -235,8 +252,8 @@ def _checked_config(as_json: bool, config: str | None) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Print one wire-protocol JSON line ({protocolVersion, items}).")
 def list_command(as_json: bool) -> None:
     """List schedules, ordered by next run."""
+    store = _open_store(as_json, "list", read_only_ok=True)  # reads work on a read-only home
     try:
-        store = open_backend(read_only_ok=True)  # reads work on a read-only home
         try:
             with store.read() as conn:
                 jobs = db.list_jobs(conn)
@@ -424,7 +441,7 @@ def _claimed_soon(run_id: str) -> bool:
 
 
 #: What makes each sub-command fail (exit status 1), as its --help says; besides, for each, an
-#: unusable ROOST_HOME or database.
+#: unusable ROOST_HOME or database (exit status 2 without --json, 1 with it).
 _FAILURES = {
     "add": "an invalid or never-firing cron expression, an empty name or --task, a name already "
     "taken, an unusable --work-dir or --config",
@@ -435,7 +452,8 @@ _FAILURES = {
 for _name, _command in schedule_command.commands.items():
     _what = _FAILURES.get(_name, "an unknown name")
     _command.epilog = _command.epilog or (
-        f"Exit status: 0 on success; 1 on failure ({_what + ', ' if _what else ''}an unusable ROOST_HOME "
-        "or database; with --json an error envelope on stdout); 2 for a usage error."
+        f"Exit status: 0 on success; 1 on failure ({_what + '; ' if _what else ''}with --json an error "
+        "envelope on stdout); 2 for a usage error, or without --json an unusable ROOST_HOME or database "
+        "(with --json: exit 1, as the wire protocol fixes)."
     )
 del _name, _command, _what
