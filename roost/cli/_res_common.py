@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from roost.protocol import error_envelope, item_envelope, items_envelope
+from roost.protocol import error_envelope, item_envelope, items_envelope, silence_stdout
 
 __all__ = [
     "json_option",
@@ -27,6 +27,7 @@ __all__ = [
     "fail_setup",
     "is_setup_error",
     "open_cli_store",
+    "write_line",
     "EXIT_SETUP",
 ]
 
@@ -40,25 +41,32 @@ json_option = click.option(
 )
 
 
-def _write(line: bytes) -> None:
-    sys.stdout.buffer.write(line)
-    sys.stdout.flush()
+def write_line(line: bytes) -> None:
+    """Write ``line`` to stdout and flush it. When stdout's reader has gone away (a closed pipe,
+    ``| head -c 1``) the line is dropped quietly and stdout points at /dev/null from then on: the
+    command goes on to its usual exit status (0 for a query that worked, 1 for a failure it
+    reports), as :func:`roost.cli._runner.run_main` exits 0 for a closed stdout rather than 1."""
+    try:
+        sys.stdout.buffer.write(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def emit_items(items: Iterable[Any]) -> None:
     """Print the ``items`` envelope line."""
-    _write(items_envelope(list(items)))
+    write_line(items_envelope(list(items)))
 
 
 def emit_item(item: Any) -> None:
     """Print the ``item`` envelope line."""
-    _write(item_envelope(item))
+    write_line(item_envelope(item))
 
 
 def fail(command: str, message: str, *, as_json: bool) -> NoReturn:
     """Report a failure and exit with status 1: the error envelope with ``--json``, else stderr."""
     if as_json:
-        _write(error_envelope(message))
+        write_line(error_envelope(message))
     else:
         click.echo(f"roost {command}: {message}", err=True)
     sys.exit(1)

@@ -43,8 +43,9 @@ _json_option = click.option(
 
 def _fail(as_json: bool, command: str, message: str) -> None:
     if as_json:
-        sys.stdout.buffer.write(dumps_line({"protocolVersion": PROTOCOL_VERSION, "error": message}))
-        sys.stdout.flush()
+        from roost.cli._res_common import write_line
+
+        write_line(dumps_line({"protocolVersion": PROTOCOL_VERSION, "error": message}))
     else:
         click.echo(f"roost schedule {command}: {message}", err=True)
     sys.exit(1)
@@ -265,8 +266,9 @@ def list_command(as_json: bool) -> None:
     now = datetime.datetime.now(UTC)
     items = [job_item(j, now) for j in jobs]
     if as_json:
-        sys.stdout.buffer.write(dumps_line({"protocolVersion": PROTOCOL_VERSION, "items": items}))
-        sys.stdout.flush()
+        from roost.cli._res_common import write_line
+
+        write_line(dumps_line({"protocolVersion": PROTOCOL_VERSION, "items": items}))
         return
     if not items:
         click.echo("no schedules")
