@@ -273,15 +273,24 @@ def list_command(as_json: bool) -> None:
     if not items:
         click.echo("no schedules")
         return
+    for line in _table(items):
+        click.echo(line)
+
+
+def _table(items: list[dict[str, Any]]) -> list[str]:
+    """``schedule list``'s text lines: one per ScheduledJob item, its columns (name, cron, state,
+    next run, last run and result, work directory, task) each as wide as its widest cell plus two
+    spaces, so a long name or cron expression (``*/15 9-17 * * mon-fri``) never runs into the next
+    column; the task (its first 60 characters) ends the line."""
+    rows = []
     for it in items:
-        state = "enabled" if it["enabled"] else "disabled"
-        due = " due" if it["due"] else ""
+        state = ("enabled" if it["enabled"] else "disabled") + (" due" if it["due"] else "")
         nxt = it["nextRun"] or ("-" if not it["enabled"] else "never")
         last = f"{it['lastRun']} {it['lastResult'] or ''}".strip() if it["lastRun"] else (it["lastResult"] or "-")
-        click.echo(
-            f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {nxt}"
-            f"  last {last}  in {it['workDir'] or '(first daemon)'}  {it['task'][:60]}"
-        )
+        where = it["workDir"] or "(first daemon)"
+        rows.append([it["name"], it["cron"], state, f"next {nxt}", f"last {last}", f"in {where}", it["task"][:60]])
+    widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]) - 1)] if rows else []
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)), row[-1]]) for row in rows]
 
 
 @schedule_command.command("remove")
