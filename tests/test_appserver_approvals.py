@@ -244,3 +244,22 @@ default: echo
             tool = next(i for i in done["params"]["turn"]["items"] if i["type"] == "tool_call")
             assert tool["output"] == "deployed to staging" and ran == [{"target": "staging", "force": True}]
             await client.send_stream.aclose()  # end of input: the server shuts down
+
+
+async def test_a_late_answer_to_an_approval_is_logged_at_debug_level(env, tmp_path):
+    """A second answer to an approval/request that was already answered gets no reply and does not
+    change the decision; with -v stderr names its id (debug level: a late answer is no client bug)."""
+    log_file = tmp_path / "stderr.log"
+    with log_file.open("wb") as stderr:
+        async with open_app_server(env=env, cwd=tmp_path, args=("-v",), stderr=stderr) as client:
+            await client.initialize(capabilities=APPROVALS)
+            tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+            client.approval_handler = lambda params: True
+            done = (await client.run_turn(tid, "shell please"))["turn"]
+            [line] = approval_requests(client)
+            await client.send({"id": line["id"], "result": {"approved": False}})
+            assert (await client.request("thread/list", {})) is not None
+    assert done["status"] == "completed" and "approved-42" in tool_item(done)["output"]
+    logged = log_file.read_text()
+    assert f"server request {line['id']!r}: it is no longer pending" in logged, logged
+    assert "no such request was sent" not in logged

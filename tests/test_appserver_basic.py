@@ -307,3 +307,20 @@ def test_a_client_that_closes_stdout_ends_with_exit_0_and_says_so(env, tmp_path)
     assert status == 0, text
     assert "the client closed stdout; the session ends" in text
     assert "stopped reading" not in text and "Traceback" not in text
+
+
+async def test_an_answer_to_an_unknown_server_request_is_logged_with_its_id(env, tmp_path):
+    """``{"id": "roost-999", "result": {}}`` answers a server request this session never sent: it
+    gets no reply (it is a response itself), but stderr names it so an operator can see it; the
+    session goes on. It used to be dropped without a word."""
+    log_file = tmp_path / "stderr.log"
+    with log_file.open("wb") as stderr:
+        async with open_app_server(env=env, cwd=tmp_path, stderr=stderr) as client:
+            await client.initialize(capabilities={"reverse_rpc": {"methods": ["approval/request"]}})
+            await client.send({"id": "roost-999", "result": {}})
+            await client.send({"id": 7, "error": {"code": "x", "message": "y"}})
+            assert (await client.request("thread/list", {})) is not None  # still served, in order
+    logged = log_file.read_text()
+    assert "WARNING" in logged and "'roost-999'" in logged and "no such request was sent" in logged, logged
+    assert "server request 7:" in logged, logged
+    assert not [line for line in client.lines if line.get("id") in ("roost-999", 7)]

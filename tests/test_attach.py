@@ -231,11 +231,14 @@ async def test_unreachable_daemon_and_usage_errors(tmp_path: Path, roost_home: P
         missing = str(tmp_path / "none.sock")
         attach = await _run(nursery, [missing])
         assert await attach.finish() == 1
-        assert f"cannot connect to the daemon at {missing}" in attach.err
+        # an explicit path: it does not exist, and no guess about this directory's daemon
+        assert f"cannot connect to the daemon at {missing}: the socket does not exist" in attach.err
+        assert "running for this directory" not in attach.err
         # the default target: the daemon of the current directory, under $ROOST_HOME/run
         attach = await _run(nursery, [], cwd=str(tmp_path))
         assert await attach.finish() == 1
         assert f"cannot connect to the daemon at {roost_home / 'run'}/" in attach.err
+        assert "(is `roost serve` running for this directory?)" in attach.err
         attach = await _run(nursery, ["ws://127.0.0.1:1/attach"])
         assert await attach.finish() == 1
         assert "cannot attach to the daemon at ws://127.0.0.1:1/attach" in attach.err

@@ -132,7 +132,7 @@ def test_a_read_only_home_serves_read_only_queries(tmp_path: Path, roost_home: P
         status = roost("status")
         assert status.returncode == 0 and "nightly" in status.stdout, status.stderr
         refused = roost("schedule", "add", "other", "--cron", "0 4 * * *", "--task", "t")
-        assert refused.returncode == 1 and "writable" in refused.stderr and "move it aside" not in refused.stderr
+        assert refused.returncode == 2 and "writable" in refused.stderr and "move it aside" not in refused.stderr
         assert "Traceback" not in listed.stderr + sessions.stderr + status.stderr + refused.stderr
     finally:
         for path in files:

@@ -65,3 +65,37 @@ def test_status_of_an_unreadable_home_is_one_line_not_a_traceback(tmp_path: Path
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
     assert done.stderr.strip() == f"roost status: error: ROOST_HOME {str(home)!r} is not a usable directory: Permission denied"
+
+
+_QUERIES = [["sessions"], ["sessions", "--repl"], ["schedule", "list"], ["schedule", "remove", "x"],
+            ["memory", "list"], ["memory", "agents"], ["context", "list"], ["plugins"], ["objective", "list"]]
+
+
+@pytest.mark.parametrize("args", _QUERIES)
+def test_resource_commands_on_a_file_home_exit_2_like_status_and_exec(tmp_path: Path, args: list[str]) -> None:
+    """Without --json an unusable home is the same usage/environment error (exit 2, ``error:``
+    line) as for ``status``, ``exec``, ``demo`` and ``app-server``; it used to be exit 1."""
+    home = tmp_path / "not-a-dir"
+    home.write_text("")
+    env = {**os.environ, "ROOST_HOME": str(home)}
+    done = subprocess.run([*roost_argv(), *args], env=env, capture_output=True, text=True, timeout=scaled(60),
+                          check=False)
+    assert done.returncode == 2, (args, done.returncode, done.stderr)
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    name = " ".join(args[:2]) if args[0] in ("schedule", "memory", "context", "objective") else args[0]
+    assert done.stderr.strip() == (f"roost {name}: error: ROOST_HOME {str(home)!r} is not a usable directory: "
+                                   "it is a file, not a directory")
+
+
+@pytest.mark.parametrize("args", [["sessions"], ["schedule", "list"], ["memory", "list"], ["objective", "list"]])
+def test_resource_queries_with_json_on_a_file_home_keep_the_wire_protocols_exit_1(tmp_path: Path,
+                                                                                   args: list[str]) -> None:
+    """wire-protocol.md "Resource queries": on failure a --json query exits with status 1 and
+    prints the error envelope; that contract wins over the exit 2 of the text output."""
+    home = tmp_path / "not-a-dir"
+    home.write_text("")
+    env = {**os.environ, "ROOST_HOME": str(home)}
+    done = subprocess.run([*roost_argv(), *args, "--json"], env=env, capture_output=True, text=True,
+                          timeout=scaled(60), check=False)
+    assert done.returncode == 1, (args, done.returncode, done.stdout, done.stderr)
+    assert done.stdout.startswith('{"protocolVersion":1,"error":"ROOST_HOME ') and done.stdout.count("\n") == 1

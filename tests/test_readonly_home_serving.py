@@ -112,7 +112,7 @@ def test_resource_queries_on_a_read_only_home_without_a_database_are_empty(tmp_p
         refused = _roost(roost_home, tmp_path, "schedule", "add", "x", "--cron", "0 3 * * *", "--task", "t")
     assert (sessions.returncode, sessions.stdout) == (0, '{"protocolVersion":1,"items":[]}\n'), sessions.stderr
     assert (schedules.returncode, schedules.stdout) == (0, '{"protocolVersion":1,"items":[]}\n'), schedules.stderr
-    assert refused.returncode == 1 and f"make {roost_home} writable" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and f"make {roost_home} writable" in refused.stderr, refused.stderr
     assert "Traceback" not in sessions.stderr + schedules.stderr + refused.stderr
     assert list(roost_home.iterdir()) == []
 

@@ -285,11 +285,15 @@ async def test_interrupts_bad_input_and_sigint(env, work):
         start = len(repl.events)
         await repl.send(b"this is not json\n")
         await repl.send(b"[1, 2]\n")
+        await repl.send({"text": "no type"})  # says the type field is missing, not "type None"
         await repl.send({"type": "frobnicate"})
         await repl.wait("error", lambda e: "frobnicate" in e["text"], start=start)
-        assert repl.types(start) == ["error", "error", "error"]
-        # the additive code, as on the serve socket: parse_error, then invalid_request
-        assert [e.get("code") for e in repl.events[start:start + 2]] == ["parse_error", "invalid_request"]
+        assert repl.types(start) == ["error", "error", "error", "error"]
+        missing = repl.events[start + 2]
+        assert missing["text"] == 'the input object has no "type" field' and missing["code"] == "invalid_request"
+        # the additive code, as on the serve socket: parse_error, then invalid_request (docs/wire.md:
+        # every refused input line has one; the unknown type had none)
+        assert [e.get("code") for e in repl.events[start:start + 4]] == ["parse_error", *["invalid_request"] * 3]
         # interrupt mid-turn
         start = await repl.say("slow one")
         await repl.wait("token", start=start)

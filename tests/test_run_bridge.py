@@ -396,12 +396,16 @@ async def test_bad_input_lines_get_error_events_and_a_malformed_answer_denies(tm
         early = await bridge.until("error")
         await bridge.send({"type": "frobnicate"})
         unknown = await bridge.until("error")
+        await bridge.send({"approved": True})  # no type: says so (not "type None"), and approves nothing
+        missing = await bridge.until("error")
         await bridge.until("approval_request")
         await bridge.proc.stdin.send_all(b"{not json\n")  # the pending approval is denied
         malformed = await bridge.until("error")
         result, code = await bridge.finish()
     assert "no approval is pending" in early["text"]
     assert "unknown input type 'frobnicate'" in unknown["text"]
+    assert 'no "type" field' in missing["text"] and "None" not in missing["text"]
+    assert missing["code"] == "invalid_request"
     assert "the pending approval is denied" in malformed["text"]
     # the additive code, as on the serve socket
     assert (early["code"], unknown["code"], malformed["code"]) == ("invalid_request", "invalid_request", "parse_error")

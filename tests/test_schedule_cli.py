@@ -222,3 +222,22 @@ def test_remove_enable_disable_confirm_in_one_line_and_json_stays_silent(roost_c
     assert real(roost_cmd, "add", "again", "--cron", "0 3 * * *", "--task", "t").returncode == 0
     quiet = real(roost_cmd, "remove", "again", "--json")
     assert (quiet.returncode, quiet.stdout) == (0, "")
+
+
+def test_list_columns_are_as_wide_as_their_content(roost_cmd, roost_home):
+    """A fresh-user trial saw `*/15 9-17 * * mon-fri` run into `enabled` (the cron column was a
+    fixed 16 characters): every column now starts at the same place on every line, two spaces
+    after the widest cell before it."""
+    jobs = [("a", "*/15 9-17 * * mon-fri", "check"), ("a-much-longer-name-than-twenty", "0 3 * * *", "tidy")]
+    for name, cron, task in jobs:
+        assert real(roost_cmd, "add", name, "--cron", cron, "--task", task).returncode == 0
+    assert real(roost_cmd, "disable", "a").returncode == 0  # "disabled" is wider than "enabled"
+    listed = real(roost_cmd, "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()}
+    assert set(lines) == {"a", "a-much-longer-name-than-twenty"}
+    short, long_ = lines["a"], lines["a-much-longer-name-than-twenty"]
+    assert short.index("*/15 9-17 * * mon-fri  disabled") == long_.index("0 3 * * *") == len(long_.split()[0]) + 2
+    assert short.index("disabled") == long_.index("enabled")
+    assert short.index("next ") == long_.index("next ") and short.index("last ") == long_.index("last ")
+    assert short.index(" in ") == long_.index(" in ")

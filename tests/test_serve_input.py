@@ -127,3 +127,23 @@ async def test_a_huge_integer_on_the_unix_socket_is_valid_json(script: Path) -> 
             result = await client.wait_for("result")
             assert result["task"] == "big number"
             assert client.of_type("error") == []
+
+
+async def test_an_input_object_without_a_type_says_the_field_is_missing(script: Path) -> None:
+    """A fresh-user trial got ``unknown input type None`` for ``{"text": "hi"}``: the error now
+    names the missing ``type`` field (code invalid_request, as before); an unknown type still says
+    unknown, and neither is queued."""
+    async with open_daemon(script=script) as daemon:
+        async with daemon.unix() as client:
+            await client.wait_for("hello")
+            errors = []
+            for line in ('{"text": "hi"}', "{}", '{"type": "frobnicate"}'):
+                start = len(client.events)
+                await client.send(line)
+                errors.append(await client.wait_for("error", start=start))
+    missing, empty, unknown = errors
+    for error in (missing, empty):
+        assert error["code"] == "invalid_request" and 'no "type" field' in error["text"], error
+        assert "None" not in error["text"] and "user_input" in error["text"], error
+    assert unknown["code"] == "invalid_request" and "unknown input type 'frobnicate'" in unknown["text"], unknown
+    assert client.of_type("queued") == []

@@ -314,13 +314,21 @@ async def _read_stdin(client: AttachClient) -> None:
 
 
 async def run_attach(
-    target: str, *, token: str | None, client_id: str | None, json_mode: bool, reconnect: float = 0.0
+    target: str,
+    *,
+    token: str | None,
+    client_id: str | None,
+    json_mode: bool,
+    reconnect: float = 0.0,
+    work_dir_socket: bool = False,
 ) -> int:
     """Attach to the daemon at ``target`` until stdin ends and the last result arrives.
 
     Args:
         reconnect: seconds to keep trying to connect again after the connection was lost (a
             daemon restart); 0: do not.
+        work_dir_socket: ``target`` is the current directory's socket (no TARGET was given): see
+            :func:`open_link`.
 
     Returns:
         The exit status: 0 done, 1 the daemon refused a task of this client, or the connection
@@ -342,7 +350,7 @@ async def run_attach(
         first = True
         while True:
             try:
-                async with open_link(target, token=token, client_id=client_id) as link:
+                async with open_link(target, token=token, client_id=client_id, work_dir_socket=work_dir_socket) as link:
                     client.link = link
                     client.connected.set()
                     if not first:
@@ -520,7 +528,8 @@ def attach_command(
     \b
     Exit status:
       0    end of stdin after the last result (or detached with nothing outstanding)
-      1    the daemon is unreachable, or closed the connection with tasks outstanding
+      1    the daemon is unreachable (a socket path that does not exist, a refused
+           connection), or closed the connection with tasks outstanding
       2    usage error
       130  detached by Ctrl-C or /quit while a task of yours was outstanding
     """
@@ -531,6 +540,7 @@ def attach_command(
             parse_client_id(client_id)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--client-id") from None
+    work_dir_socket = target is None
     if target is None:
         target = _work_dir_socket(Path(os.getcwd()).resolve())
     elif not target:
@@ -545,7 +555,14 @@ def attach_command(
     window = reconnect if reconnect is not None else (60.0 if client_id else 0.0)
     try:
         code = trio.run(
-            lambda: run_attach(target, token=token, client_id=client_id, json_mode=json_mode, reconnect=window)
+            lambda: run_attach(
+                target,
+                token=token,
+                client_id=client_id,
+                json_mode=json_mode,
+                reconnect=window,
+                work_dir_socket=work_dir_socket,
+            )
         )
     except BaseException as exc:  # an expected end becomes one line; anything else is re-raised
         from roost.cli._runner import leaf_exception

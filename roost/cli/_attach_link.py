@@ -95,13 +95,18 @@ class _WsLink(_Link):
 
 
 @asynccontextmanager
-async def open_link(target: str, *, token: str | None, client_id: str | None) -> AsyncIterator[_Link]:
+async def open_link(
+    target: str, *, token: str | None, client_id: str | None, work_dir_socket: bool = False
+) -> AsyncIterator[_Link]:
     """Connect to the daemon at ``target`` (a Unix socket path or a ``ws://``/``wss://`` URL).
 
     Args:
         target: socket path, or ``ws://host:port/attach`` URL.
         token: bearer token sent as ``Authorization: Bearer`` (WebSocket only).
         client_id: sent as ``Fuseraft-Client-Id`` (WebSocket only).
+        work_dir_socket: ``target`` is the current directory's socket ``roost attach`` chose (no
+            TARGET given): a failure asks whether ``roost serve`` runs for this directory. For a
+            socket path the user gave, a missing file is said as such, with no such guess.
 
     Raises:
         DaemonUnreachable: connect refused, socket missing, or the WebSocket handshake failed.
@@ -140,13 +145,20 @@ async def open_link(target: str, *, token: str | None, client_id: str | None) ->
             try:
                 stream = await trio.open_unix_socket(target)
             except OSError as exc:
-                raise DaemonUnreachable(
-                    f"cannot connect to the daemon at {target}: {exc.strerror or exc} "
-                    "(is `roost serve` running for this directory?)"
-                ) from exc
+                raise DaemonUnreachable(_socket_failure(target, exc, work_dir_socket=work_dir_socket)) from exc
             await stack.enter_async_context(stream)
             link = _UnixLink(stream)
         yield link
+
+
+def _socket_failure(target: str, exc: OSError, *, work_dir_socket: bool) -> str:
+    """The one line for a Unix socket ``target`` that did not connect."""
+    what = f"cannot connect to the daemon at {target}"
+    if work_dir_socket:
+        return f"{what}: {exc.strerror or exc} (is `roost serve` running for this directory?)"
+    if isinstance(exc, FileNotFoundError):
+        return f"{what}: the socket does not exist"
+    return f"{what}: {exc.strerror or exc}"
 
 
 def _describe(exc: BaseException) -> str:

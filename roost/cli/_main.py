@@ -138,7 +138,11 @@ class _LazyGroup(click.Group):
         A :class:`~roost.errors.RoostError` (an unusable ``ROOST_HOME``, a read-only or full
         database, bad settings), alone or as the only leaf of trio's exception groups, is printed
         as ``roost COMMAND: error: ...`` on stderr with exit status 2 (the set-up status every
-        command's help documents), never as a traceback. Anything else propagates unchanged.
+        command's help documents), never as a traceback. A ``BrokenPipeError`` while stdout's
+        reader is gone (``roost sessions --json | head -c 1``) is a quiet exit 0, as
+        :func:`roost.cli._runner.run_main` makes it for the trio commands (click alone exits 1);
+        a broken pipe of anything else (a socket) is not stdout's and propagates. Anything else
+        propagates unchanged.
         """
         try:
             return super().invoke(ctx)
@@ -150,11 +154,30 @@ class _LazyGroup(click.Group):
             leaf = exc
             while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
                 leaf = leaf.exceptions[0]
+            if isinstance(leaf, BrokenPipeError) and _stdout_reader_gone():
+                from roost.protocol import silence_stdout
+
+                silence_stdout()  # so the exit-time flush of what is left stays quiet
+                raise SystemExit(0) from None
             if not isinstance(leaf, RoostError):
                 raise
             name = ctx.invoked_subcommand or (ctx.protected_args[0] if ctx.protected_args else "")
             click.echo(f"roost {name}: error: {leaf}", err=True)
             raise SystemExit(2) from None
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout (file descriptor 1) is a pipe or socket whose reader went away: ``poll``
+    reports an error or hang-up on it. False when that cannot be told (no poll, no descriptor)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(1, select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -169,4 +192,9 @@ def main() -> None:
     The protocols (app-server, wire) are described in docs/ of the repository; names such as
     FUSERAFT_SERVE_TOKEN, Fuseraft-Client-Id and wuu-app-server/v0.1 are those contracts' names,
     kept for their clients (each FUSERAFT_* variable also has a ROOST_* twin).
+
+    Exit status: each command's --help gives its own. Common to all: 2 for a usage error or an
+    unusable ROOST_HOME, database or configuration (a --json resource query: 1 with an error
+    envelope, as the wire protocol fixes); a closed stdout (its reader went away, as in `| head`) is
+    a quiet exit 0 for a command that worked, except `roost exec` (1: its turn was interrupted).
     """

@@ -43,15 +43,17 @@ def models_command(engine_flags: EngineFlags, as_json: bool) -> None:
         models = trio.run(_list, engine_flags)
     except (ConfigError, EngineFailure) as exc:
         if as_json:
-            sys.stdout.buffer.write(dumps_line({"protocolVersion": PROTOCOL_VERSION, "error": str(exc)}))
-            sys.stdout.flush()
+            from roost.cli._res_common import write_line
+
+            write_line(dumps_line({"protocolVersion": PROTOCOL_VERSION, "error": str(exc)}))
         else:
             click.echo(f"roost models: {exc}", err=True)
         sys.exit(1)
     if as_json:
         items = [{"id": m.id, "current": m.current} for m in models]
-        sys.stdout.buffer.write(dumps_line({"protocolVersion": PROTOCOL_VERSION, "items": items}))
-        sys.stdout.flush()
+        from roost.cli._res_common import write_line
+
+        write_line(dumps_line({"protocolVersion": PROTOCOL_VERSION, "items": items}))
         return
     for m in models:
         click.echo(f"{'*' if m.current else ' '} {m.id}")

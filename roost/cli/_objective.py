@@ -71,7 +71,7 @@ def create_command(title: str, description: str | None, tasks: tuple[str, ...], 
     from roost.storage import create_objective
 
     try:
-        with open_cli_store() as store, store.transaction() as conn:
+        with open_cli_store("objective create", as_json=as_json) as store, store.transaction() as conn:
             objective = create_objective(conn, title=title, description=description, tasks=list(tasks), status=status)
     except RoostError as exc:
         fail("objective create", str(exc), as_json=as_json)
@@ -94,7 +94,7 @@ def list_command(status: str | None, as_json: bool) -> None:
     from roost.storage import list_objectives
 
     try:
-        with open_cli_store() as store, store.read() as conn:
+        with open_cli_store("objective list", as_json=as_json) as store, store.read() as conn:
             objectives = list_objectives(conn, status=status)
     except RoostError as exc:
         fail("objective list", str(exc), as_json=as_json)
@@ -115,7 +115,7 @@ def status_command(objective_id: str, as_json: bool) -> None:
     from roost.storage import get_objective
 
     try:
-        with open_cli_store() as store, store.read() as conn:
+        with open_cli_store("objective status", as_json=as_json) as store, store.read() as conn:
             objective = get_objective(conn, objective_id)
     except RoostError as exc:
         fail("objective status", str(exc), as_json=as_json)
@@ -128,7 +128,8 @@ def status_command(objective_id: str, as_json: bool) -> None:
 #: Each sub-command's --help ends with the exit statuses (issue 17: every command documents them).
 for _command in objective_group.commands.values():
     _command.epilog = _command.epilog or (
-        "Exit status: 0 on success; 1 on failure (an unknown objective id, an empty title or task, an "
-        "unusable ROOST_HOME; with --json an error envelope on stdout); 2 for a usage error."
+        "Exit status: 0 on success; 1 on failure (an unknown objective id, an empty title or task; with "
+        "--json an error envelope on stdout); 2 for a usage error, or without --json an unusable "
+        "ROOST_HOME or database (with --json: exit 1, as the wire protocol fixes)."
     )
 del _command

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from roost.cli._res_common import emit_item, emit_items, fail, json_option
+from roost.cli._res_common import emit_item, emit_items, fail, fail_setup, json_option
 from roost.orchestration import TEMPLATES, OrchestrationConfig, render_template, validate_config_file
 from roost.protocol import (
     ConfigSummary,
@@ -197,14 +197,15 @@ def plugins_command(as_json: bool, plugin_name: str | None, config_file: str | N
     protocol's (docs/wire.md, "Resource queries").
 
     Exit status: 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
-    usage error.
+    usage error, or without --json an unusable ROOST_HOME or configuration (with --json: exit 1
+    and an error envelope, as the wire protocol fixes).
     """
     from roost.errors import ConfigError
 
     try:
         plugins = builtin_plugins() + mcp_plugins(config_file)
     except ConfigError as exc:
-        fail("plugins", str(exc), as_json=as_json)
+        fail_setup("plugins", str(exc), as_json=as_json)
     if plugin_name is not None:
         everything = plugins
         plugins = [p for p in plugins if p.name.lower() == plugin_name.lower()]

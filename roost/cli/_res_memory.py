@@ -40,7 +40,7 @@ def memory_group() -> None:
     The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
 
     Exit status (every sub-command): 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
-    usage error.
+    usage error, or without --json an unusable ROOST_HOME or database (with --json: exit 1).
     """
 
 
@@ -50,7 +50,7 @@ def memory_group() -> None:
 def memory_list(as_json: bool, agent: str | None) -> None:
     """List the memories of the shared store, or of one agent's (--agent). --json: Memory items."""
     try:
-        with open_cli_store() as store, store.read() as conn:
+        with open_cli_store("memory list", as_json=as_json) as store, store.read() as conn:
             rows = [Memory(**e) for e in memory_entries(conn, agent)]
     except RoostError as exc:
         fail("memory list", str(exc), as_json=as_json)
@@ -68,7 +68,7 @@ def memory_list(as_json: bool, agent: str | None) -> None:
 def memory_agents_command(as_json: bool) -> None:
     """List the agents with at least one memory. --json: MemoryAgent items."""
     try:
-        with open_cli_store() as store, store.read() as conn:
+        with open_cli_store("memory agents", as_json=as_json) as store, store.read() as conn:
             rows = [MemoryAgent(agent=a, count=n) for a, n in memory_agents(conn)]
     except RoostError as exc:
         fail("memory agents", str(exc), as_json=as_json)
@@ -87,7 +87,7 @@ def memory_agents_command(as_json: bool) -> None:
 def memory_delete(name: str, agent: str | None) -> None:
     """Delete the memory NAME (exit status 1 when there is none)."""
     try:
-        with open_cli_store() as store, store.transaction() as conn:
+        with open_cli_store("memory delete", as_json=False) as store, store.transaction() as conn:
             existed = forget_memory(conn, agent=agent, name=name)
     except RoostError as exc:
         fail("memory delete", str(exc), as_json=False)
@@ -103,7 +103,7 @@ def context_group() -> None:
     The names and fields of --json output are the wire protocol's (docs/wire.md, "Resource queries").
 
     Exit status (every sub-command): 0 on success; 1 on failure (with --json: an error envelope on stdout); 2 for a
-    usage error.
+    usage error, or without --json an unusable ROOST_HOME or database (with --json: exit 1).
     """
 
 
@@ -114,7 +114,7 @@ def context_list(as_json: bool, project: str) -> None:
     """List the project's context items. --json: ContextItem items."""
     project_dir = Path(os.path.abspath(project))
     try:
-        with open_cli_store() as store, store.read() as conn:
+        with open_cli_store("context list", as_json=as_json) as store, store.read() as conn:
             rows = []
             for name, m in context_items(conn, project_dir):
                 files = [
@@ -155,7 +155,7 @@ def context_add(source: str, name: str | None, description: str | None, force: b
     try:
         found = scan_context_dir(src)
         files = [(rel, path.read_bytes()) for rel, path, _ in found]
-        with open_cli_store() as store, store.transaction() as conn:
+        with open_cli_store("context add", as_json=False) as store, store.transaction() as conn:
             import_context(
                 conn,
                 project=project_dir,
@@ -179,7 +179,7 @@ def context_remove(name: str, project: str) -> None:
     """Remove the context item NAME from the project (exit status 1 when there is none)."""
     project_dir = Path(os.path.abspath(project))
     try:
-        with open_cli_store() as store, store.transaction() as conn:
+        with open_cli_store("context remove", as_json=False) as store, store.transaction() as conn:
             existed = remove_context(conn, project=project_dir, name=name)
     except RoostError as exc:
         fail("context remove", str(exc), as_json=False)
@@ -192,6 +192,7 @@ for _group in (memory_group, context_group):
     for _command in _group.commands.values():
         _command.epilog = _command.epilog or (
             "Exit status: 0 on success; 1 on failure (an unknown name; with --json an error envelope "
-            "on stdout); 2 for a usage error."
+            "on stdout); 2 for a usage error, or without --json an unusable ROOST_HOME or database "
+            "(with --json: exit 1, as the wire protocol fixes)."
         )
 del _group, _command

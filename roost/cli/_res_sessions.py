@@ -241,7 +241,8 @@ def sessions_command(
     line saying how many were deleted) and cannot be combined with --json.
 
     Exit status: 0 on success; 1 on failure (an unknown or malformed id; with --json an error
-    envelope on stdout); 2 for a usage error.
+    envelope on stdout); 2 for a usage error, or without --json an unusable ROOST_HOME or
+    database (with --json: exit 1 and an error envelope, as the wire protocol fixes).
     """
     project_dir = os.path.abspath(project) if project else None
     for flag, given in (("--prune", prune), ("--cleanup", cleanup), ("--delete", delete_id is not None)):
@@ -254,7 +255,7 @@ def sessions_command(
         _sweep(project_dir, prune=prune, cleanup=cleanup)
         return
     try:
-        with open_cli_store() as store, store.read() as conn:
+        with open_cli_store("sessions", as_json=as_json) as store, store.read() as conn:
             if show_id is not None:
                 if not show_id.strip() or any(c.isspace() or ord(c) < 32 for c in show_id):
                     fail("sessions", f"malformed session id {show_id!r}", as_json=as_json)
@@ -310,7 +311,7 @@ def _delete(session_id: str) -> None:
     from roost.storage import delete_thread, get_thread
 
     try:
-        with open_cli_store() as store, store.transaction() as conn:
+        with open_cli_store("sessions", as_json=False) as store, store.transaction() as conn:
             thread = get_thread(conn, session_id)
             if thread.kind == "worker":
                 raise NotFound(f"no session with id {session_id!r}")
@@ -329,7 +330,7 @@ def _sweep(project: str | None, *, prune: bool, cleanup: bool) -> None:
 
     pruned = cleaned = 0
     try:
-        with open_cli_store() as store, store.transaction() as conn:
+        with open_cli_store("sessions", as_json=False) as store, store.transaction() as conn:
             for thread in _threads(conn, "orchestration"):
                 if not _in_project(thread.cwd, project):
                     continue

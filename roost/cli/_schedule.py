@@ -43,23 +43,40 @@ _json_option = click.option(
 
 def _fail(as_json: bool, command: str, message: str) -> None:
     if as_json:
-        sys.stdout.buffer.write(dumps_line({"protocolVersion": PROTOCOL_VERSION, "error": message}))
-        sys.stdout.flush()
+        from roost.cli._res_common import write_line
+
+        write_line(dumps_line({"protocolVersion": PROTOCOL_VERSION, "error": message}))
     else:
         click.echo(f"roost schedule {command}: {message}", err=True)
     sys.exit(1)
 
 
-def _mutate(as_json: bool, command: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run ``fn(conn, ...)`` in one write transaction; on a Roost error, fail (exit 1)."""
+def _open_store(as_json: bool, command: str, *, read_only_ok: bool = False) -> Any:
+    """The configured store; one that cannot be opened (an unusable ROOST_HOME or database) is
+    reported by ``fail_setup``: exit status 2, or 1 with ``--json`` (wire-protocol.md)."""
+    from roost.cli._res_common import fail_setup
+
     try:
-        store = open_backend()
+        return open_backend(read_only_ok=read_only_ok)
+    except RoostError as exc:
+        fail_setup(f"schedule {command}", str(exc), as_json=as_json)
+
+
+def _mutate(as_json: bool, command: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(conn, ...)`` in one write transaction; on a Roost error, fail (exit 1; a store that
+    cannot be opened exits 2 without ``--json``)."""
+    store = _open_store(as_json, command)
+    try:
         try:
             with store.transaction() as conn:
                 return fn(conn, *args, **kwargs)
         finally:
             store.close()
     except (RoostError, ValueError) as exc:
+        from roost.cli._res_common import fail_setup, is_setup_error
+
+        if is_setup_error(exc):  # e.g. a read-only home: exit 2, like roost exec
+            fail_setup(f"schedule {command}", str(exc), as_json=as_json)
         _fail(as_json, command, str(exc))
 
 
@@ -99,7 +116,8 @@ def schedule_command() -> None:
     `list --json` prints the wire protocol's ScheduledJob items (docs/wire.md).
 
     Exit status: 0 on success; 1 on failure (each sub-command's --help says which; with --json an
-    error envelope); 2 for a usage error.
+    error envelope); 2 for a usage error, or without --json an unusable ROOST_HOME or database
+    (with --json: exit 1, as the wire protocol fixes).
     """
 
 
@@ -235,8 +253,8 @@ def _checked_config(as_json: bool, config: str | None) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Print one wire-protocol JSON line ({protocolVersion, items}).")
 def list_command(as_json: bool) -> None:
     """List schedules, ordered by next run."""
+    store = _open_store(as_json, "list", read_only_ok=True)  # reads work on a read-only home
     try:
-        store = open_backend(read_only_ok=True)  # reads work on a read-only home
         try:
             with store.read() as conn:
                 jobs = db.list_jobs(conn)
@@ -248,21 +266,31 @@ def list_command(as_json: bool) -> None:
     now = datetime.datetime.now(UTC)
     items = [job_item(j, now) for j in jobs]
     if as_json:
-        sys.stdout.buffer.write(dumps_line({"protocolVersion": PROTOCOL_VERSION, "items": items}))
-        sys.stdout.flush()
+        from roost.cli._res_common import write_line
+
+        write_line(dumps_line({"protocolVersion": PROTOCOL_VERSION, "items": items}))
         return
     if not items:
         click.echo("no schedules")
         return
+    for line in _table(items):
+        click.echo(line)
+
+
+def _table(items: list[dict[str, Any]]) -> list[str]:
+    """``schedule list``'s text lines: one per ScheduledJob item, its columns (name, cron, state,
+    next run, last run and result, work directory, task) each as wide as its widest cell plus two
+    spaces, so a long name or cron expression (``*/15 9-17 * * mon-fri``) never runs into the next
+    column; the task (its first 60 characters) ends the line."""
+    rows = []
     for it in items:
-        state = "enabled" if it["enabled"] else "disabled"
-        due = " due" if it["due"] else ""
+        state = ("enabled" if it["enabled"] else "disabled") + (" due" if it["due"] else "")
         nxt = it["nextRun"] or ("-" if not it["enabled"] else "never")
         last = f"{it['lastRun']} {it['lastResult'] or ''}".strip() if it["lastRun"] else (it["lastResult"] or "-")
-        click.echo(
-            f"{it['name']:<20} {it['cron']:<16} {state}{due}  next {nxt}"
-            f"  last {last}  in {it['workDir'] or '(first daemon)'}  {it['task'][:60]}"
-        )
+        where = it["workDir"] or "(first daemon)"
+        rows.append([it["name"], it["cron"], state, f"next {nxt}", f"last {last}", f"in {where}", it["task"][:60]])
+    widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]) - 1)] if rows else []
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)), row[-1]]) for row in rows]
 
 
 @schedule_command.command("remove")
@@ -424,7 +452,7 @@ def _claimed_soon(run_id: str) -> bool:
 
 
 #: What makes each sub-command fail (exit status 1), as its --help says; besides, for each, an
-#: unusable ROOST_HOME or database.
+#: unusable ROOST_HOME or database (exit status 2 without --json, 1 with it).
 _FAILURES = {
     "add": "an invalid or never-firing cron expression, an empty name or --task, a name already "
     "taken, an unusable --work-dir or --config",
@@ -435,7 +463,8 @@ _FAILURES = {
 for _name, _command in schedule_command.commands.items():
     _what = _FAILURES.get(_name, "an unknown name")
     _command.epilog = _command.epilog or (
-        f"Exit status: 0 on success; 1 on failure ({_what + ', ' if _what else ''}an unusable ROOST_HOME "
-        "or database; with --json an error envelope on stdout); 2 for a usage error."
+        f"Exit status: 0 on success; 1 on failure ({_what + '; ' if _what else ''}with --json an error "
+        "envelope on stdout); 2 for a usage error, or without --json an unusable ROOST_HOME or database "
+        "(with --json: exit 1, as the wire protocol fixes)."
     )
 del _name, _command, _what

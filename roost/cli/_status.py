@@ -175,10 +175,10 @@ def status_command(as_json: bool) -> None:
         schedules, cluster, found = _from_store(home)
     except RoostError as exc:
         if as_json:  # the error envelope on stdout, as every --json query (wire.md "Resource queries")
+            from roost.cli._res_common import write_line
             from roost.protocol import error_envelope
 
-            sys.stdout.buffer.write(error_envelope(str(exc)))
-            sys.stdout.flush()
+            write_line(error_envelope(str(exc)))
         else:  # --json: the envelope alone says it (not the same line twice)
             click.echo(f"roost status: error: {exc}", err=True)
         sys.exit(2)
@@ -236,8 +236,9 @@ def _show(
         }
         if cluster is not None:
             body["cluster"] = cluster
-        sys.stdout.buffer.write(dumps_line(body))
-        sys.stdout.flush()
+        from roost.cli._res_common import write_line
+
+        write_line(dumps_line(body))
         return
     click.echo(f"ROOST_HOME {home}")
     click.echo(f"database: {database}" if database else "database: none yet (no SQLite file, no URL set)")

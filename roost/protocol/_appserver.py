@@ -246,6 +246,30 @@ class AppServerSession:
         result = reply.get("result") if isinstance(reply, dict) else None
         return bool(isinstance(result, dict) and result.get("approved") is True)
 
+    def _on_reply(self, frame: dict, rid: Any) -> None:
+        """Hand the client's answer to a server-initiated request to its waiter. An answer nobody
+        waits for gets no reply (it is itself a response: app-server-protocol.md "Server-initiated
+        requests" only asks the client to answer), but it is logged with its id: at warning level
+        for an id this session never sent (a client bug an operator should see), at debug level
+        for a late or repeated answer to one it did (the request was answered, or its turn ended)."""
+        channel = self._reverse.get(str(rid))
+        if channel is None:
+            if self._issued(rid):
+                log.debug("app-server: dropped an answer to server request %r: it is no longer pending", rid)
+            else:
+                log.warning("app-server: dropped an answer to server request %r: no such request was sent", rid)
+            return
+        try:
+            channel.send_nowait(frame)
+        except trio.WouldBlock:
+            log.debug("app-server: dropped a second answer to server request %r", rid)
+
+    def _issued(self, rid: Any) -> bool:
+        """Whether ``rid`` is an id :meth:`next_reverse_id` handed out in this session."""
+        text = str(rid)
+        number = text.removeprefix("roost-")
+        return text.startswith("roost-") and number.isdigit() and 0 < int(number) <= self._reverse_counter
+
     # -- serving (the frames of :class:`~roost.protocol._as_connection.StdioConnection`) ----------
 
     def serve_in(self, nursery: trio.Nursery) -> None:
@@ -291,14 +315,8 @@ class AppServerSession:
         rid = frame.get("id")
         name = frame.get("method")
         if name is None and rid is not None and ("result" in frame or "error" in frame):
-            if self.router is not None and self.router.reply(frame):
-                return
-            channel = self._reverse.get(str(rid))
-            if channel is not None:
-                try:
-                    channel.send_nowait(frame)
-                except trio.WouldBlock:
-                    pass
+            if self.router is None or not self.router.reply(frame):
+                self._on_reply(frame, rid)
             return
         if rid is not None and not isinstance(rid, (str, int)) or isinstance(rid, bool):
             self.send({"id": None, "error": InvalidRequest("id must be a string or an integer").to_wire()})

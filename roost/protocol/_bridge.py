@@ -424,6 +424,8 @@ class _BridgeControl:
                     self.refuse("approval_response ignored: no approval is pending")
             elif kind == "interrupt":
                 self.interrupt()
+            elif "type" not in frame:  # as on the serve socket: name the missing field, not a type None
+                self.refuse('the input object has no "type" field (expected approval_response or interrupt)')
             else:
                 self.refuse(f"unknown input type {kind!r} (expected approval_response or interrupt)")
         broker.close()  # end of input: nobody left to ask (a pending approval is denied)

@@ -334,8 +334,10 @@ class ReplSession:
             if not self.broker.answer(frame):
                 what = "approval_request" if kind == "approval_response" else "question"
                 self.emit({"type": "error", "text": f"{kind} ignored: no {what} is pending"})
+        elif "type" not in frame:  # as on the serve socket: name the missing field, not a type None
+            self.emit({"type": "error", "text": 'the input object has no "type" field', "code": "invalid_request"})
         else:
-            self.emit({"type": "error", "text": f"unknown input type {kind!r}"})
+            self.emit({"type": "error", "text": f"unknown input type {kind!r}", "code": "invalid_request"})
 
     async def _recover_actor(self) -> None:
         """After a crash of the chat's thread actor, go on with its restarted successor.

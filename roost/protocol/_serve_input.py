@@ -77,8 +77,14 @@ async def handle_line(daemon: Any, conn: ConnectionActor, line: str | FrameError
 
         # ``countSelf: false`` (roost status): the asking connection only asks; leave it out
         conn.send(status_snapshot(daemon, asker=None if message.get("countSelf", True) is not False else conn))
+    elif "type" not in message:  # {} or {"text": ...}: name the missing field, not a type None
+        conn.send(error_event(f'the input object has no "type" field; {_EXPECTED}', "invalid_request"))
     else:
-        conn.send(error_event(f"unknown input type {kind!r}", "invalid_request"))
+        conn.send(error_event(f"unknown input type {kind!r}; {_EXPECTED}", "invalid_request"))
+
+
+#: The input types of the serve socket (wire-protocol.md "Input", and ``status``: issue 17).
+_EXPECTED = "expected one of user_input, approval_response, question_response, interrupt, status"
 
 
 async def _dispatch(daemon: Any, conn: ConnectionActor, text: str) -> None:
