@@ -69,21 +69,21 @@ def test_add_list_enable_disable_run_remove(monkeypatch):
     monkeypatch.setattr("roost.cli._schedule.CLAIM_WAIT", 0.1)  # no daemon will claim the run
     assert items_of(cli("list", "--json").stdout) == []
     assert cli("add", "nightly", "--cron", "0 3 * * *", "--task", "t").exit_code == 0
-    assert cli("add", "often", "--cron", "*/1 * * * *", "--task", "t", "--json").stdout == ""
+    assert cli("add", "each-minute", "--cron", "*/1 * * * *", "--task", "t", "--json").stdout == ""
     items = items_of(cli("list", "--json").stdout)
-    assert [i["name"] for i in items] == ["often", "nightly"]  # ordered by next run
+    assert [i["name"] for i in items] == ["each-minute", "nightly"]  # ordered by next run (then by name: in the minute before 03:00 both are due at 03:00)
     # a schedule belongs to the directory it was added in (issue 17), resolved as `roost serve` does
     assert items[0]["description"] is None and items[0]["config"] is None
     assert items[0]["workDir"] == os.path.realpath(os.getcwd())
-    assert cli("disable", "often").exit_code == 0
-    disabled = [i for i in items_of(cli("list", "--json").stdout) if i["name"] == "often"]
+    assert cli("disable", "each-minute").exit_code == 0
+    disabled = [i for i in items_of(cli("list", "--json").stdout) if i["name"] == "each-minute"]
     assert [i["enabled"] for i in disabled] == [False]
     assert disabled[0]["nextRun"] is None and disabled[0]["due"] is False  # no next run in the past
-    assert "often" in cli("list").stdout and "next -" in cli("list").stdout
-    assert cli("enable", "often").exit_code == 0
-    assert [i["enabled"] for i in items_of(cli("list", "--json").stdout) if i["name"] == "often"] == [True]
-    assert cli("run", "often").exit_code == 0
-    assert cli("remove", "often").exit_code == 0
+    assert "each-minute" in cli("list").stdout and "next -" in cli("list").stdout
+    assert cli("enable", "each-minute").exit_code == 0
+    assert [i["enabled"] for i in items_of(cli("list", "--json").stdout) if i["name"] == "each-minute"] == [True]
+    assert cli("run", "each-minute").exit_code == 0
+    assert cli("remove", "each-minute").exit_code == 0
     assert [i["name"] for i in items_of(cli("list", "--json").stdout)] == ["nightly"]
     human = cli("list")
     assert human.exit_code == 0 and "nightly" in human.stdout and "0 3 * * *" in human.stdout
