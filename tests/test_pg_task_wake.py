@@ -11,6 +11,7 @@ import json
 import signal
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import trio
@@ -31,7 +32,10 @@ def _rows(url: str, sql: str, params: tuple = ()) -> list[tuple]:
         return conn.execute(sql, params).fetchall()
 
 
-async def test_a_task_queued_on_a_full_node_wakes_an_idle_node(tmp_path: Path, pg_url: str) -> None:
+async def _a_busy_and_b_idle(stack: AsyncExitStack, tmp_path: Path, pg_url: str) -> tuple[Any, Any, Any, str]:
+    """Node A (one runner) running the slow task, then node B started idle; both poll the queue
+    once an hour. Returns ``(node_a, client of a, client of b, the slow task's id)``; the nodes'
+    logs are ``serve-a.err`` and ``serve-b.err`` in ``tmp_path``."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
 
@@ -40,22 +44,25 @@ async def test_a_task_queued_on_a_full_node_wakes_an_idle_node(tmp_path: Path, p
         return {"ROOST_HOME": str(tmp_path / f"home-{name}"), "ROOST_DATABASE_URL": pg_url,
                 "ROOST_TASK_POLL_S": "3600"}
 
+    logs = {n: stack.enter_context((tmp_path / f"serve-{n}.err").open("wb")) for n in "ab"}
+    args = ["--work-dir", str(tmp_path), "--max-concurrent", "1"]
+    node_a = await stack.enter_async_context(open_daemon(script=script, env=env("a"), stderr=logs["a"], args=args))
+    on_a = await stack.enter_async_context(node_a.unix())
+    await on_a.wait_for("hello")
+    # A's only runner takes the slow task (A queued it: it wakes its own runner at once)
+    await on_a.send({"type": "user_input", "text": "slow job"})
+    slow = (await on_a.wait_for("queued"))["sessionId"]
+    await on_a.wait_for("agent_starting", lambda e: e["sessionId"] == slow)
+    # B starts afterwards: its first look finds nothing claimable, then it waits (an hour)
+    node_b = await stack.enter_async_context(open_daemon(script=script, env=env("b"), stderr=logs["b"], args=args))
+    on_b = await stack.enter_async_context(node_b.unix())
+    await on_b.wait_for("hello")
+    return node_a, on_a, on_b, slow
+
+
+async def test_a_task_queued_on_a_full_node_wakes_an_idle_node(tmp_path: Path, pg_url: str) -> None:
     async with AsyncExitStack() as stack:
-        logs = {n: stack.enter_context((tmp_path / f"serve-{n}.err").open("wb")) for n in "ab"}
-        args = ["--work-dir", str(tmp_path), "--max-concurrent", "1"]
-        node_a = await stack.enter_async_context(open_daemon(script=script, env=env("a"), stderr=logs["a"],
-                                                             args=args))
-        on_a = await stack.enter_async_context(node_a.unix())
-        await on_a.wait_for("hello")
-        # A's only runner takes the slow task (A queued it: it wakes its own runner at once)
-        await on_a.send({"type": "user_input", "text": "slow job"})
-        slow = (await on_a.wait_for("queued"))["sessionId"]
-        await on_a.wait_for("agent_starting", lambda e: e["sessionId"] == slow)
-        # B starts afterwards: its first look finds nothing claimable, then it waits (an hour)
-        node_b = await stack.enter_async_context(open_daemon(script=script, env=env("b"), stderr=logs["b"],
-                                                             args=args))
-        on_b = await stack.enter_async_context(node_b.unix())
-        await on_b.wait_for("hello")
+        _, on_a, on_b, slow = await _a_busy_and_b_idle(stack, tmp_path, pg_url)
         start = len(on_a.events)
         await on_a.send({"type": "user_input", "text": "quick one"})
         quick = (await on_a.wait_for("queued", start=start))["sessionId"]
@@ -77,29 +84,8 @@ async def test_a_node_that_stops_cleanly_mid_task_wakes_an_idle_node_to_resume_i
                                                                                   pg_url: str) -> None:
     """A clean stop releases the running task's lease and sends ``NOTIFY roost_tasks``: the idle
     node (polling once an hour) resumes the task at once, not at its next poll."""
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-
-    def env(name: str) -> dict[str, str]:
-        (tmp_path / f"home-{name}").mkdir()
-        return {"ROOST_HOME": str(tmp_path / f"home-{name}"), "ROOST_DATABASE_URL": pg_url,
-                "ROOST_TASK_POLL_S": "3600"}
-
     async with AsyncExitStack() as stack:
-        logs = {n: stack.enter_context((tmp_path / f"serve-{n}.err").open("wb")) for n in "ab"}
-        args = ["--work-dir", str(tmp_path), "--max-concurrent", "1"]
-        node_a = await stack.enter_async_context(open_daemon(script=script, env=env("a"), stderr=logs["a"],
-                                                             args=args))
-        on_a = await stack.enter_async_context(node_a.unix())
-        await on_a.wait_for("hello")
-        await on_a.send({"type": "user_input", "text": "slow job"})
-        slow = (await on_a.wait_for("queued"))["sessionId"]
-        await on_a.wait_for("agent_starting", lambda e: e["sessionId"] == slow)
-        # B starts while A runs the task: its first look finds nothing claimable, then it waits
-        node_b = await stack.enter_async_context(open_daemon(script=script, env=env("b"), stderr=logs["b"],
-                                                             args=args))
-        on_b = await stack.enter_async_context(node_b.unix())
-        await on_b.wait_for("hello")
+        node_a, _, _, slow = await _a_busy_and_b_idle(stack, tmp_path, pg_url)
         node_a.process.send_signal(signal.SIGTERM)  # a clean stop, mid-task
         with trio.fail_after(scaled(30)):
             await node_a.process.wait()
