@@ -29,7 +29,7 @@ COMMANDS = [
 DOCUMENTED = [
     (["status", "--json"], 2),
     (["db", "check"], 1),
-    (["schedule", "list"], 1),
+    (["schedule", "list"], 2),  # text output: an environment error, as status
     (["schedule", "list", "--json"], 1),
     (["memory", "list", "--json"], 1),
     (["objective", "list", "--json"], 1),
