@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,6 +211,14 @@ def test_a_first_initialize_with_a_wrong_client_type_is_invalid_params(env, tmp_
     assert "deferred_notification_content must be true or false" in first["error"]["message"]
 
 
+def _flood(proc: Any, lines: Any) -> None:
+    """Write ``lines`` to ``proc``'s stdin, never reading its stdout, until they are all written
+    or the server closes its end (a dropped client: the writes then fail and the flood is over)."""
+    with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+        for line in lines:
+            proc.stdin.write(line)
+
+
 def test_a_client_that_stops_reading_is_disconnected_with_exit_status_3(env, tmp_path):
     # docs/app-server.md: the slow-consumer disconnect is not a clean end of input (exit 0)
     import subprocess
@@ -219,14 +230,9 @@ def test_a_client_that_stops_reading_is_disconnected_with_exit_status_3(env, tmp
     proc = subprocess.Popen([*roost_argv(), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env={**env, "ROOST_OUTBOX_BYTES": "4096"}, cwd=tmp_path)
 
-    def flood() -> None:  # answers pile up in the pipe, then in the outbox: never read
-        try:
-            for i in range(100_000):
-                proc.stdin.write(init.replace(b'"id":0', b'"id":%d' % i))
-        except (BrokenPipeError, OSError, ValueError):
-            pass
-
-    threading.Thread(target=flood, daemon=True).start()
+    # answers pile up in the pipe, then in the outbox: never read
+    lines = (init.replace(b'"id":0', b'"id":%d' % i) for i in range(100_000))
+    threading.Thread(target=_flood, args=(proc, lines), daemon=True).start()
     try:
         status = proc.wait(timeout=scaled(60))
     finally:
@@ -254,14 +260,6 @@ def test_a_dropped_slow_client_gets_whole_lines_and_distinct_words(env, tmp_path
     dropped = threading.Event()
     err: list[bytes] = []
 
-    def flood() -> None:
-        try:
-            proc.stdin.write(init)
-            for i in range(2_000):
-                proc.stdin.write(start.replace(b'"id":"t"', b'"id":"t%d"' % i))
-        except (BrokenPipeError, OSError, ValueError):
-            pass
-
     def watch_stderr() -> None:
         for line in proc.stderr:
             err.append(line)
@@ -269,7 +267,8 @@ def test_a_dropped_slow_client_gets_whole_lines_and_distinct_words(env, tmp_path
             if b"waits for the client" in line or b"the session ended" in line:
                 dropped.set()
 
-    threading.Thread(target=flood, daemon=True).start()
+    lines = itertools.chain([init], (start.replace(b'"id":"t"', b'"id":"t%d"' % i) for i in range(2_000)))
+    threading.Thread(target=_flood, args=(proc, lines), daemon=True).start()
     threading.Thread(target=watch_stderr, daemon=True).start()
     try:
         assert dropped.wait(scaled(60)), b"".join(err).decode()

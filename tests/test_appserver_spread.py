@@ -21,6 +21,7 @@ from roost.protocol._as_workers import SUSTAINED_S, WorkerRouter
 class FakeRegistry:
     running: int = 0
     unloaded: list = attrs.Factory(list)
+    unsubscribed: list = attrs.Factory(list)
 
     def running_count(self) -> int:
         return self.running
@@ -29,7 +30,7 @@ class FakeRegistry:
         return True
 
     def remove_subscriber(self, thread_id: str, subscriber: Any) -> None:
-        pass
+        self.unsubscribed.append(thread_id)
 
     async def unload(self, thread_id: str) -> None:
         self.unloaded.append(thread_id)

@@ -314,10 +314,10 @@ async def test_keeper_hold_with_commits_the_first_write_with_the_acquisition(bac
                     await ex.submit(store.append_item, "t1", type="fenced")
                     with pytest.raises(LeaseHeld):
                         async with keeper.hold_with("thread:t1", admit, "not admitted"):
-                            pass
+                            pytest.fail("A holds thread:t1: a second hold_with must raise LeaseHeld")
             with pytest.raises(RuntimeError):
                 async with keeper.hold_with("thread:t2", failing):
-                    pass
+                    pytest.fail("the failing first write must raise, with no lease taken")
             with store.read() as conn:
                 assert store.get_lease(conn, "thread:t1")["owner"] is None  # released on exit
                 assert store.get_lease(conn, "thread:t2") is None  # never taken
