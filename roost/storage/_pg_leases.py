@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 import attrs
 import psycopg
 
-from roost.errors import LeaseHeld, StaleLease
+from roost.errors import StaleLease
 
-from .leases import Lease, owner_is_dead
+from .leases import Lease, refuse_if_held
 
 __all__ = [
     "acquire",
@@ -96,14 +96,7 @@ def acquire(conn: psycopg.Connection, key: str, owner: str, ttl: float, *, now: 
         assert row is not None
         holder, old_token, expires_at, successor, clock = row
         current = clock if now is None else now
-        free = holder is None and successor is None
-        if not (free or expires_at <= current or successor == owner or owner_is_dead(holder)):
-            who = holder if holder is not None else f"successor {successor}"
-            raise LeaseHeld(
-                f"lease {key!r} is held by {who} until {expires_at:.3f}",
-                owner=holder if holder is not None else successor,
-                expires_at=expires_at,
-            )
+        refuse_if_held(key, owner, holder, expires_at, successor, current)
         token = old_token + 1
         expires = current + ttl
         conn.execute(

@@ -42,6 +42,7 @@ __all__ = [
     "Lease",
     "acquire",
     "acquire_then",
+    "refuse_if_held",
     "renew",
     "release",
     "hand_over",
@@ -255,6 +256,23 @@ def acquire_then(
         return lease, fn(conn, *args)
 
 
+def refuse_if_held(
+    key: str, owner: str, holder: str | None, expires_at: float, successor: str | None, now: float
+) -> None:
+    """Raise :class:`LeaseHeld` unless ``owner`` may take the lease ``key`` now: it is free (no
+    holder, no successor), expired by ``now`` (unix seconds), handed over to ``owner``, or held by
+    a dead process of this host (:func:`owner_is_dead`). The rule of :func:`acquire` on both
+    backends (``_pg_leases.acquire`` judges by the database's clock)."""
+    free = holder is None and successor is None
+    if not (free or expires_at <= now or successor == owner or owner_is_dead(holder)):
+        who = holder if holder is not None else f"successor {successor}"
+        raise LeaseHeld(
+            f"lease {key!r} is held by {who} until {expires_at:.3f}",
+            owner=holder if holder is not None else successor,
+            expires_at=expires_at,
+        )
+
+
 def _take(conn: sqlite3.Connection, key: str, owner: str, ttl: float, now: float | None) -> Lease:
     """The body of :func:`acquire`, inside the caller's transaction."""
     now = time.time() if now is None else now
@@ -262,14 +280,7 @@ def _take(conn: sqlite3.Connection, key: str, owner: str, ttl: float, now: float
     token = 1
     if row is not None:
         holder, old_token, expires_at, successor = row
-        free = holder is None and successor is None
-        if not (free or expires_at <= now or successor == owner or owner_is_dead(holder)):
-            who = holder if holder is not None else f"successor {successor}"
-            raise LeaseHeld(
-                f"lease {key!r} is held by {who} until {expires_at:.3f}",
-                owner=holder if holder is not None else successor,
-                expires_at=expires_at,
-            )
+        refuse_if_held(key, owner, holder, expires_at, successor, now)
         token = old_token + 1
     expires = now + ttl
     conn.execute(
