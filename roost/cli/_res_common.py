@@ -31,9 +31,10 @@ __all__ = [
     "EXIT_SETUP",
 ]
 
-#: Exit status without ``--json`` when ROOST_HOME, the database or the configuration is unusable
-#: (the same value as :data:`roost.cli._runner.EXIT_SETUP`; with ``--json`` the status is 1, as
-#: wire-protocol.md "Resource queries" fixes it for every failure).
+#: Exit status when Roost cannot work here: ROOST_HOME, the database or the configuration is
+#: unusable (every command without ``--json``, :func:`roost.cli._runner.run_main` too; with
+#: ``--json`` a resource query exits 1, as wire-protocol.md "Resource queries" fixes it for every
+#: failure). Defined here, not in ``_runner``, so that the resource queries need not load trio.
 EXIT_SETUP = 2
 
 json_option = click.option(

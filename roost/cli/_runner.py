@@ -9,13 +9,11 @@ from typing import Any
 import click
 import trio
 
+from roost.cli._res_common import EXIT_SETUP
 from roost.errors import RoostError
 from roost.protocol import silence_stdout
 
 __all__ = ["run_main", "EXIT_SETUP", "leaf_exception"]
-
-#: Exit status when Roost cannot start: configuration, ROOST_HOME or the database is unusable.
-EXIT_SETUP = 2
 
 
 def leaf_exception(exc: BaseException) -> BaseException:
