@@ -8,20 +8,20 @@ import socket
 import httpx
 import pytest
 import trio
-
 from _helpers.sse_server import Reply, collect, json_reply, open_sse_server, sse
+from _helpers.timing import scaled
+
 from roost.engines import (
-    Retrying,
     EngineRequest,
     Finish,
     OpenAIChatEngine,
     ProviderSettings,
+    Retrying,
     RetryPolicy,
     TextDelta,
     UserMessage,
 )
 from roost.engines._http import failure_from_response, failure_from_transport
-from _helpers.timing import scaled
 
 REQ = EngineRequest(history=[UserMessage("hi")])
 OK = sse('data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n', "data: [DONE]\n\n")
@@ -225,6 +225,44 @@ async def test_consecutive_calls_reuse_one_connection_and_a_stream_left_open_sti
             # a server that keeps the stream open after [DONE]: the call still ends, complete
             events, failure = await collect(eng, REQ)
     assert failure is None and events == [TextDelta("x"), Finish("stop")]
+
+
+async def test_an_interrupt_inside_the_network_read_leaves_the_transport_clean_up_to_the_reader(autojump_clock):
+    """Cancelled while the body's read waits for the network, the consumer leaves at once: the
+    transport's own shielded clean-up (httpcore closes the connection before it lets a cancelled
+    read go) runs in the body reader's task, not the turn's (issue 19)."""
+    release, cleaned, reading = trio.Event(), trio.Event(), trio.Event()
+
+    class Body(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            yield b'data: {"choices":[{"index":0,"delta":{"content":"first"}}]}\n\n'
+            try:
+                reading.set()
+                await trio.sleep_forever()
+            finally:  # as httpcore does: the connection is closed, shielded, before the cancel goes on
+                with trio.CancelScope(shield=True):
+                    await release.wait()
+                cleaned.set()
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Body())
+
+    settings = ProviderSettings(provider="openai", base_url="http://model.invalid/v1", model="m", api_key="k")
+    client = httpx.AsyncClient(transport=httpx.MockTransport(reply))
+    eng = OpenAIChatEngine(settings, client=client, retry=RetryPolicy(max_attempts=1, sleep=Sleeps()))
+    got: list = []
+    with trio.fail_after(scaled(60)):
+        with trio.CancelScope() as scope:
+            async with eng.stream(REQ) as events:
+                async for event in events:
+                    got.append(event)
+                    await reading.wait()  # the read now waits inside the transport
+                    scope.cancel()
+        assert scope.cancelled_caught and got == [TextDelta("first")]
+        assert not cleaned.is_set()  # the consumer left while the transport was still cleaning up
+        release.set()
+        await cleaned.wait()
+    await client.aclose()
 
 
 async def test_leaving_a_cancelled_stream_does_not_wait_for_the_response_to_close(autojump_clock):

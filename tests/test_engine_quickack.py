@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from roost.engines._http import _quickack
+from roost.engines._body import quickack as _quickack
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux-only")
 

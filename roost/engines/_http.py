@@ -25,8 +25,8 @@ import httpx
 import trio
 
 from roost._json import JSONDecodeError, dumps, loads
+from roost.engines._body import HEAD_BYTES, BodyReader, close
 from roost.engines._settings import ProviderSettings
-from roost.engines._sse import SSEDecoder
 from roost.engines._types import (
     DOCUMENT_TYPES,
     EngineEvent,
@@ -42,13 +42,6 @@ _log = logging.getLogger("roost.engines.http")
 
 __all__ = ["RetryPolicy", "StreamParser", "HttpEngine", "failure_from_response", "failure_from_transport"]
 
-#: Seconds a shielded clean-up (closing a response) may take before it is abandoned.
-CLOSE_GRACE = 2.0
-#: Seconds, and SSE events, read after a stream's terminal marker to reuse its connection.
-DRAIN_GRACE = 0.5
-DRAIN_EVENTS = 16
-#: Bytes of a stream's body kept to name it when it carried no events.
-HEAD_BYTES = 300
 #: Bytes of an error response body read for its message.
 ERROR_BODY_LIMIT = 64 * 1024
 
@@ -227,8 +220,9 @@ class HttpEngine:
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout),
             follow_redirects=False,
-            # Connections are reused (see _drain); without TCP_NODELAY a request's headers and body,
-            # written separately, wait for the server's delayed ACK (about 40 ms) on a reused one.
+            # Connections are reused (roost.engines._body drains a body's end); without TCP_NODELAY
+            # a request's headers and body, written separately, wait for the server's delayed ACK
+            # (about 40 ms) on a reused one.
             transport=httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]),
         )
 
@@ -279,7 +273,9 @@ class HttpEngine:
             context does not wait for that: a system task closes the response (bounded the same
             way), so the interrupted turn settles at once (issue 19: closing a connection cut
             mid-body takes several checkpoints of httpcore's pool, each a scheduler batch under
-            saturation, about 8 ms at p50 of an interrupt's 20).
+            saturation, about 8 ms at p50 of an interrupt's 20). The body is read by a task of its
+            own (:class:`roost.engines._body.BodyReader`), so an interrupt never lands inside
+            httpcore's read, whose own shielded clean-up would run first.
         """
         async with aclosing(self._events(request)) as events:
             yield events
@@ -332,6 +328,7 @@ class HttpEngine:
             streamed = False  # this attempt yielded events (a retry then restarts the response)
             retry_headers: httpx.Headers | None = None
             response: httpx.Response | None = None
+            reader: BodyReader | None = None
             try:
                 try:
                     response = await self._client.send(
@@ -351,20 +348,21 @@ class HttpEngine:
                     received = 0
                     last: tuple[str, str] | None = None
                     head = bytearray()  # the body's first bytes, named when it carried no events
-                    async with aclosing(_sse_batches(response, head)) as batches:
-                        async for batch in batches:
-                            for last in batch:
-                                received += 1
-                                for event in parser.feed(last[0], last[1]):
-                                    if type(event) is TextDelta:
-                                        partial.append(event.text)
-                                    streamed = True
-                                    yield event
-                                if parser.done:
-                                    break
+                    reader = BodyReader(response, head)  # owns the response from here on
+                    async for batch in reader:
+                        for last in batch:
+                            received += 1
+                            for event in parser.feed(last[0], last[1]):
+                                if type(event) is TextDelta:
+                                    partial.append(event.text)
+                                streamed = True
+                                yield event
                             if parser.done:
-                                await _drain(batches)
                                 break
+                        if parser.done:
+                            break
+                    reader.finish()
+                    await reader.wait_closed()  # the rest read: the connection is back in the pool
                     for event in _finish(parser, received, last, head):
                         yield event
                     return
@@ -377,7 +375,7 @@ class HttpEngine:
             except EngineFailure as failure:
                 # the delay before the next attempt; raises ``failure`` when there is none
                 delay = self._retry_delay(failure, request, attempt, accepted, retry_headers, operation_id, partial)
-                await _close(response)
+                await _close_attempt(response, reader)
                 _log.info("%s %s: attempt %d failed (%s), retrying", self.name, operation_id, attempt, failure)
                 # restart: what this attempt streamed is void; the next one starts the response over
                 yield Retrying(attempt, max_attempts, delay, failure.category, restart=streamed)
@@ -385,10 +383,12 @@ class HttpEngine:
                 await policy.sleep(delay)
                 continue
             finally:
-                if trio.current_effective_deadline() == -math.inf:
+                if reader is not None:
+                    reader.abandon()  # (nothing left to do after finish); it closes the response
+                elif trio.current_effective_deadline() == -math.inf:
                     _close_soon(response)  # cancelled (an interrupt): the turn settles meanwhile
                 else:
-                    await _close(response)
+                    await close(response)
 
     def _retry_delay(
         self,
@@ -489,56 +489,6 @@ def _received(count: int, last: tuple[str, str] | None, head: bytes | bytearray 
     return f"received {count} events; the last: {name}data {last[1][:120]!r}"
 
 
-async def _sse_batches(response: httpx.Response, head: bytearray) -> AsyncGenerator[list[tuple[str, str]], None]:
-    """The response's SSE events with data, as ``(event, data)``, one list per network read (plus
-    the last lone-CR event at the end); keep-alive blocks (comments, ``retry:``) carry no data and
-    are left out."""
-    decoder = SSEDecoder()
-    quickack = _quickack(response)
-    quickack()
-    async for chunk in response.aiter_bytes():
-        quickack()
-        if len(head) < HEAD_BYTES:
-            head += chunk[: HEAD_BYTES - len(head)]
-        batch = [event for event in decoder.feed(chunk) if event[1]]
-        if batch:
-            yield batch
-    batch = [event for event in decoder.finish() if event[1]]
-    if batch:
-        yield batch
-
-
-def _quickack(response: httpx.Response) -> Callable[[], None]:
-    """A callable that acknowledges what the connection has received at once (Linux ``TCP_QUICKACK``).
-
-    Connections are pooled, and on a reused connection the kernel delays ACKs (up to 40 ms on
-    Linux) to piggyback them on the next request. A server that writes a reply in several small
-    writes without ``TCP_NODELAY`` (Nagle's algorithm, RFC 896; Python's ``http.server`` does) then
-    waits for that delayed ACK before each write after the first, so a streamed reply stalls about
-    40 ms per write. ``TCP_QUICKACK`` is not sticky (tcp(7)), so it is set again after every read:
-    one ``setsockopt`` per network read. Elsewhere, or without a socket (a mock transport), the
-    callable does nothing. The socket comes from httpcore's documented ``network_stream`` response
-    extension.
-    """
-    option = getattr(socket, "TCP_QUICKACK", None)
-    stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None and option is not None else None
-    if sock is None:
-        return _nothing
-
-    def ack() -> None:
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, option, 1)
-        except OSError:
-            pass  # the connection closed under us; the read that follows reports it
-
-    return ack
-
-
-def _nothing() -> None:
-    return None
-
-
 async def _read_limited(response: httpx.Response) -> bytes:
     chunks: list[bytes] = []
     size = 0
@@ -550,20 +500,14 @@ async def _read_limited(response: httpx.Response) -> bytes:
     return b"".join(chunks)
 
 
-async def _drain(batches: AsyncIterator[list[tuple[str, str]]]) -> None:
-    """Read what follows the terminal marker (normally just the end of the body), so the
-    connection goes back to httpx's pool instead of being closed and opened again for the next
-    call. Bounded: at most DRAIN_EVENTS events and DRAIN_GRACE seconds (a server that keeps the
-    stream open after its terminal marker costs a new connection, nothing more)."""
-    with trio.move_on_after(DRAIN_GRACE):
-        count = 0
-        try:
-            async for batch in batches:
-                count += len(batch)
-                if count >= DRAIN_EVENTS:
-                    return
-        except httpx.HTTPError:
-            pass  # the reply is complete; the connection is simply not reused
+async def _close_attempt(response: httpx.Response | None, reader: BodyReader | None) -> None:
+    """After a failed attempt: close its response; once a reader owns it, the reader does (its
+    read failed: it has ended, or ends now)."""
+    if reader is None:
+        await close(response)
+    else:
+        reader.abandon()
+        await reader.wait_closed()
 
 
 def _close_soon(response: httpx.Response | None) -> None:
@@ -571,20 +515,4 @@ def _close_soon(response: httpx.Response | None) -> None:
     level); not a checkpoint. For a caller that was cancelled and must not wait for the close."""
     if response is None or response.is_closed:
         return
-    trio.lowlevel.spawn_system_task(_close_quietly, response, name="roost.engine-close")
-
-
-async def _close_quietly(response: httpx.Response) -> None:
-    try:
-        with trio.move_on_after(CLOSE_GRACE):
-            await response.aclose()
-    except Exception:
-        _log.debug("closing an interrupted response failed", exc_info=True)
-
-
-async def _close(response: httpx.Response | None) -> None:
-    """Close ``response`` in a shielded scope bounded by CLOSE_GRACE (idempotent)."""
-    if response is None or response.is_closed:
-        return
-    with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_GRACE):
-        await response.aclose()
+    trio.lowlevel.spawn_system_task(close, response, name="roost.engine-close")
