@@ -6,6 +6,7 @@ import json
 
 import trio
 import trio.testing
+from _helpers.timing import scaled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +14,10 @@ from roost._json import dumps_line
 from roost.actors._fair import FairEvents
 from roost.protocol._coalesce import APP_SERVER_DELTAS, app_server_thread_of
 from roost.protocol._outbox import Outbox
-from _helpers.timing import scaled
+
+#: An argument this large makes a group commit in the store writer's worker thread, not on the
+#: event loop's thread (roost.storage._writer: a group in flight while others wait).
+IN_THREAD = "x" * (80 << 10)
 
 
 class _Greedy:
@@ -194,14 +198,15 @@ async def test_a_group_in_flight_stops_for_an_urgent_write(tmp_path) -> None:
     order: list[str] = []
     started, release = threading.Event(), threading.Event()
 
-    def note(conn, label: str) -> str:
+    def note(conn, label: str, pad: str = "") -> str:
         if label == "queued 0":
             started.set()
             release.wait(10)
         order.append(label)
         return label
 
-    for i in range(10):
+    store.writer.submit_nowait(note, "queued 0", IN_THREAD)  # the group commits in the worker thread
+    for i in range(1, 10):
         store.writer.submit_nowait(note, f"queued {i}")
     results: list[str] = []
 
@@ -224,9 +229,9 @@ async def test_a_group_in_flight_stops_for_an_urgent_write(tmp_path) -> None:
 
 
 async def test_a_small_urgent_write_commits_on_the_event_loop_thread_in_a_group_of_its_own(tmp_path) -> None:
-    """No worker-thread hand-off for a small urgent write (an interrupted turn's end, a lease
-    renewal): it runs on the trio thread, alone in its transaction, and is durable when answered;
-    a large one still goes to the worker thread."""
+    """No worker-thread hand-off for a small write (an interrupted turn's end, a lease renewal, a
+    small group of data): it runs on the trio thread, an urgent one alone in its transaction, and
+    is durable when answered; a large one still goes to the worker thread."""
     import sqlite3
     import threading
 
@@ -258,7 +263,7 @@ async def test_a_small_urgent_write_commits_on_the_event_loop_thread_in_a_group_
 
             assert await store.writer.submit_urgent(captured) == "captured"
             nursery.cancel_scope.cancel()
-    assert ran_on["ordinary"] is not threading.main_thread()
+    assert ran_on["ordinary"] is threading.current_thread()
     assert ran_on["large"] is not threading.current_thread()  # too large for the loop's thread
     assert ran_on["captured"] is not threading.current_thread()
     reader = sqlite3.connect(db)  # committed (another connection sees it)
@@ -326,7 +331,7 @@ async def test_a_new_turns_admission_commits_ahead_of_queued_data_writes(tmp_pat
         started, release = threading.Event(), threading.Event()
         seen: list[int] = []
 
-        def blocking(conn) -> None:
+        def blocking(conn, pad: str) -> None:
             started.set()
             release.wait(10)
 
@@ -334,7 +339,7 @@ async def test_a_new_turns_admission_commits_ahead_of_queued_data_writes(tmp_pat
             seen.append(conn.execute("SELECT count(*) FROM turns WHERE thread_id = ?", (actor.thread.id,)).fetchone()[0])
 
         with trio.fail_after(scaled(20)):
-            writer.submit_nowait(blocking)
+            writer.submit_nowait(blocking, IN_THREAD)
             await trio.to_thread.run_sync(started.wait)  # a group is in flight
             for _ in range(20):
                 writer.submit_nowait(backlog)  # data queued before the turn starts
@@ -366,14 +371,15 @@ async def test_control_writes_cut_a_long_group_short_after_a_bounded_number_of_i
     order: list[str] = []
     started, release = threading.Event(), threading.Event()
 
-    def note(conn, label: str) -> str:
+    def note(conn, label: str, pad: str = "") -> str:
         if label == "data 0":
             started.set()
             release.wait(10)
         order.append(label)
         return label
 
-    for i in range(60):
+    store.writer.submit_nowait(note, "data 0", IN_THREAD)  # the group commits in the worker thread
+    for i in range(1, 60):
         store.writer.submit_nowait(note, f"data {i}")
     with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
@@ -406,7 +412,7 @@ async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp
     threads: dict[str, threading.Thread] = {}
     started, release = threading.Event(), threading.Event()
 
-    def note(conn, label: str) -> str:
+    def note(conn, label: str, pad: str = "") -> str:
         if label == "in flight 0":
             started.set()
             release.wait(10)
@@ -414,7 +420,8 @@ async def test_control_writes_go_ahead_of_queued_data_and_behind_urgent_ones(tmp
         threads[label] = threading.current_thread()
         return label
 
-    for i in range(3):
+    store.writer.submit_nowait(note, "in flight 0", IN_THREAD)  # the group commits in the worker thread
+    for i in range(1, 3):
         store.writer.submit_nowait(note, f"in flight {i}")
     with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:
@@ -443,7 +450,8 @@ async def test_the_size_of_an_urgent_write_does_not_count_what_a_library_record_
     """An interrupted turn's end closes over its execution, whose trio events lead to tasks and
     the whole runtime: only Roost's records are looked into, so the write still counts as small."""
     from roost.storage._keeper import Execution
-    from roost.storage._writer import _carries_at_most, _Write
+    from roost.storage._write_size import carries_at_most as _carries_at_most
+    from roost.storage._writer import _Write
     from roost.storage.leases import Lease
 
     execution = Execution(Lease(key="thread:t", owner="me", token=1, expires_at=0.0, ttl=15.0), None)
@@ -456,3 +464,97 @@ async def test_the_size_of_an_urgent_write_does_not_count_what_a_library_record_
 
         assert _carries_at_most([_Write(end_of_turn, (), {}, None)], 1000, look_at=64)
         execution.lost.set()
+
+
+async def test_small_data_groups_commit_on_the_loop_thread_in_bounded_slices(tmp_path, monkeypatch) -> None:
+    """Ordinary (data) groups commit on the event loop's thread too, each stopping once it has
+    done ``INLINE_SLICE_S`` of SQLite work (at least one write): the rest goes first in the next
+    group, in order. With no slice left after each write, five writes are five transactions."""
+    import threading
+
+    from roost.storage import _writer, open_store
+
+    monkeypatch.setattr(_writer, "INLINE_SLICE_S", 0.0)
+    store = open_store(tmp_path / "roost.db")
+    order: list[str] = []
+    threads: set[threading.Thread] = set()
+
+    def note(conn, label: str) -> str:
+        order.append(label)
+        threads.add(threading.current_thread())
+        return label
+
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            before = store.writer.stats.transactions
+            for i in range(5):
+                store.writer.submit_nowait(note, f"data {i}")
+            assert await store.writer.submit(note, "last") == "last"
+            nursery.cancel_scope.cancel()
+    assert order == [f"data {i}" for i in range(5)] + ["last"]
+    assert store.writer.stats.transactions - before == 6  # one slice per write
+    assert threads == {threading.current_thread()}
+    store.close()
+
+
+async def test_a_data_group_commits_in_the_worker_thread_once_a_second_for_the_wal_checkpoint(
+    tmp_path, monkeypatch
+) -> None:
+    """Inline groups never run a WAL checkpoint; once ``_THREADED_EVERY_S`` has passed since the
+    last group in the worker thread, the next data group commits there (with the connection's
+    ``wal_autocheckpoint``), so the WAL cannot grow without bound."""
+    import threading
+
+    from roost.storage import _writer, open_store
+
+    store = open_store(tmp_path / "roost.db")
+    threads: list[threading.Thread] = []
+
+    def note(conn) -> int:
+        threads.append(threading.current_thread())
+        return int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            assert await store.writer.submit(note) == 0  # inline: no checkpoint on the loop's thread
+            monkeypatch.setattr(_writer, "_THREADED_EVERY_S", 0.0)  # the second is due now
+            assert await store.writer.submit(note) > 0  # the worker thread, checkpoints restored
+            nursery.cancel_scope.cancel()
+    assert threads[0] is threading.current_thread() and threads[1] is not threading.current_thread()
+    store.close()
+
+
+async def test_an_urgent_write_on_an_idle_writer_commits_before_its_caller_yields(tmp_path) -> None:
+    """With no group in the worker thread, an urgent write commits in its caller's task, at once:
+    no other task runs between the call and its answer (under saturation the writer task's turn
+    and the caller's wake-up were each a scheduler batch). Durable when answered."""
+    import sqlite3
+
+    from roost.storage import open_store
+
+    db = tmp_path / "roost.db"
+    store = open_store(db)
+    others_ran: list[bool] = []
+
+    def note(conn) -> str:
+        conn.execute("CREATE TABLE IF NOT EXISTS notes (label TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('urgent')")
+        return "urgent"
+
+    async def other() -> None:
+        others_ran.append(True)
+
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(other)  # runs at this task's next schedule point
+            assert await store.writer.submit_urgent(note) == "urgent"
+            assert others_ran == []  # answered without a schedule point
+            reader = sqlite3.connect(db)
+            assert reader.execute("SELECT label FROM notes").fetchall() == [("urgent",)]
+            reader.close()
+            nursery.cancel_scope.cancel()
+    store.close()

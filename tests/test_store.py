@@ -207,7 +207,7 @@ async def test_an_urgent_write_commits_ahead_of_the_queue_in_a_group_of_its_own(
     order: list[str] = []
     entered, in_flight = threading.Event(), threading.Event()
 
-    def note(conn, label: str) -> str:
+    def note(conn, label: str, pad: str = "") -> str:
         if label == "queued 0":
             entered.set()
             in_flight.wait(scaled(20))  # the first group is being committed until the test says
@@ -217,7 +217,9 @@ async def test_an_urgent_write_commits_ahead_of_the_queue_in_a_group_of_its_own(
     async def urgent() -> None:
         assert await store.writer.submit_urgent(note, "urgent") == "urgent"
 
-    for i in range(50):  # a backlog of five groups
+    # a backlog of five groups; the first carries enough text to commit in SQLite's worker thread
+    store.writer.submit_nowait(note, "queued 0", "x" * (80 << 10))
+    for i in range(1, 50):
         store.writer.submit_nowait(note, f"queued {i}")
     with trio.fail_after(scaled(20)):
         async with trio.open_nursery() as nursery:

@@ -1,40 +1,44 @@
 """The StoreWriter: the one task that owns a process's write connection, with group commit.
 
 Callers queue write functions; the writer takes everything queued (up to ``batch_max``) and runs
-it in one ``BEGIN IMMEDIATE ... COMMIT`` in a worker thread, each function inside its own
-SAVEPOINT. :meth:`StoreWriter.submit_urgent` writes (the end of an interrupted turn) skip the
-queue: they commit in a group of their own, right after the group being committed, which stops
-taking further writes as soon as an urgent one waits (control before data, issue 19: under
-saturation a group of fifty writes took 70-100 ms, and an interrupt's settle write waited for
-all of it); the writes it did not reach go first in the next ordinary group. A small urgent
-group commits on the event loop's own thread, not in a worker thread: under saturation the two
-hand-offs to and from a worker thread, and that thread waiting for the GIL at every SQLite call,
-cost about 15 ms of the 20 ms an interrupt's settle write took (traced per hop; the commit itself
-took under 1 ms). It never waits for a lock there (``busy_timeout`` 0: a lock held by another
-process sends the group to the worker thread as usual) and never runs a WAL checkpoint there (the
-next ordinary group's commit does). :meth:`StoreWriter.submit_control` writes (a new turn's
-admission) form a lane between the two: ahead of queued data, behind urgent writes, taken
-:data:`_INLINE_MAX_WRITES` at a time, each slice committed on the loop's thread (under 100
-streams admissions arrive by the dozen: all of them committed together there held the loop for
-6-10 ms, and in the worker thread each waited for the hand-offs and the GIL, 30 ms at p50).
-They cut a group in flight short only after :data:`_DATA_BEFORE_CONTROL` of its writes: an
-admission then waits for a bounded part of a data group (traced under saturation: worker-thread
-groups of 40-100 writes took 30-70 ms, most of it the thread waiting for the GIL and the CPU,
-and a new turn's admission waited for a whole one), while data still moves
-under a stream of admissions. A function that
+it in one ``BEGIN IMMEDIATE ... COMMIT``, each function inside its own SAVEPOINT. A function that
 raises rolls back alone and its caller gets the error; the rest of the group commits. Callers
-are woken only after COMMIT returns, so an acknowledged write is durable
-(``synchronous=NORMAL`` in WAL: durable against process crashes; an OS crash may lose the last
-transactions, never corrupt the file).
+are woken only after COMMIT returns, so an acknowledged write is durable (``synchronous=NORMAL``
+in WAL: durable against process crashes; an OS crash may lose the last transactions, never
+corrupt the file).
+
+Where a group commits (issue 19, control before data). A group whose writes carry little text
+(:data:`_INLINE_MAX_BYTES`) commits on the event loop's own thread: in a worker thread, the two
+hand-offs and that thread waiting for the GIL at every SQLite call cost far more than the commit
+(traced under the peers harness's saturated phase: a one-write group took 18 ms in the worker
+thread, under 1 ms inline). Inline, a group never waits for a lock (``busy_timeout`` 0: a lock
+held by another process sends it to the worker thread as usual), never runs a WAL checkpoint
+(once :data:`_THREADED_EVERY_S` has passed, the next data group commits in the worker thread,
+where the connection's ``wal_autocheckpoint`` runs), and a data group stops after
+:data:`INLINE_SLICE_S` of work, the rest going first in the next group: a bounded slice of the
+loop, as for streams. A group carrying more text (a long reply's items) commits in the worker
+thread.
+
+Lanes. :meth:`StoreWriter.submit_urgent` writes (the end of an interrupted turn) skip the queue:
+on an idle writer they commit in the caller's own task at once (no scheduler batch for the
+writer task, none for the caller's wake-up); otherwise in a group of their own right after the
+group being committed, which stops taking further writes as soon as an urgent one waits (under
+saturation a group of fifty writes took 70-100 ms in the worker thread, and an interrupt's
+settle write waited for all of it); the writes it did not reach go first in the next ordinary
+group. :meth:`StoreWriter.submit_control` writes (a new turn's admission) form a lane between the
+two: ahead of queued data, behind urgent writes, taken :data:`_INLINE_MAX_WRITES` at a time,
+each slice committed on the loop's thread (under 100 streams admissions arrive by the dozen: all
+of them together held the loop for 6-10 ms). They cut a group in flight short only after
+:data:`_DATA_BEFORE_CONTROL` of its writes: an admission then waits for a bounded part of a data
+group, while data still moves under a stream of admissions.
 """
 
 from __future__ import annotations
 
 import collections
 import enum
-import functools
 import sqlite3
-import types
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +50,7 @@ from roost._faults import fault_point
 from roost.errors import LifecycleError, StoreClosed, StoreError, StoreFull
 
 from ._connect import DEFAULT_BUSY_TIMEOUT, connect, immediate, translate_error
+from ._write_size import carries_at_most, group_bound_bytes
 
 __all__ = ["StoreWriter", "WriterStats", "WriterState"]
 
@@ -57,9 +62,9 @@ _MAX_GROUP_RESTARTS = 8
 _REOPEN_AFTER_BYTES = 1 << 20
 #: Put on the queue to wake the writer for an urgent write (never run).
 _WAKE: Any = object()
-#: An urgent group whose writes carry at most this many bytes of text (arguments and closures,
-#: :func:`_carries_at_most`) commits on the event loop's thread (module doc); a larger one (e.g.
-#: a long reply's items) in the worker thread.
+#: A group whose writes carry at most this many bytes of text (arguments and closures,
+#: :func:`~roost.storage._write_size.carries_at_most`) may commit on the event loop's thread
+#: (module doc); a larger one (e.g. a long reply's items) commits in the worker thread.
 _INLINE_MAX_BYTES = 64 << 10
 #: Writes of an ordinary group that commit before waiting control writes cut it short (data
 #: keeps moving under a stream of admissions, and an admission waits for at most this many).
@@ -68,6 +73,12 @@ _DATA_BEFORE_CONTROL = 16
 #: taken this many at a time (a bounded slice of the event loop: each such write takes about
 #: 0.1-0.4 ms of SQLite work).
 _INLINE_MAX_WRITES = 8
+#: Seconds of SQLite work an ordinary group does on the event loop's thread before it commits
+#: what ran (the rest goes first in the next group): a bounded slice of the loop, as for streams.
+INLINE_SLICE_S = 0.001
+#: Seconds after which the next ordinary group commits in the worker thread again, where the WAL
+#: checkpoint (``wal_autocheckpoint``) runs: inline groups never checkpoint.
+_THREADED_EVERY_S = 1.0
 
 
 class WriterState(enum.Enum):
@@ -118,6 +129,12 @@ class StoreWriter:
         busy_timeout: seconds the write connection waits for another process's lock.
     """
 
+    #: the write connection while serving (None: not serving, or no connection of this process's
+    #: own to commit on: :class:`~roost.storage._pg_writer.PgWriter` borrows one per group)
+    _conn: sqlite3.Connection | None = None
+    #: a group (or the connection's set-up) runs in the worker thread
+    _in_thread = False
+
     def __init__(
         self,
         path: str | Path,
@@ -141,6 +158,8 @@ class StoreWriter:
         #: the write connection has the settings of an inline group (busy_timeout and
         #: wal_autocheckpoint 0), kept until the next group in the worker thread restores them
         self._inline_settings = False
+        self._last_threaded = time.monotonic()  # when a group last committed in the worker thread
+        self._slice_end: float | None = None  # an inline ordinary group stops its writes then
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -150,8 +169,9 @@ class StoreWriter:
         Waits for queue space (backpressure) and then for the group's COMMIT.
 
         Args:
-            fn: a blocking function of a connection (in a transaction) and ``args``; it runs in a
-                worker thread, inside its own savepoint.
+            fn: a blocking function of a connection (in a transaction) and ``args``; it runs on
+                the event loop's thread or in a worker thread (module doc), inside its own
+                savepoint.
 
         Returns:
             What ``fn`` returned, once it is committed.
@@ -176,7 +196,8 @@ class StoreWriter:
 
     async def submit_urgent(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """:meth:`submit`, ahead of the queue: ``fn`` commits in a group of its own, right after
-        the group being committed (if any), before the writes that were queued.
+        the group being committed (if any), before the writes that were queued. On an idle
+        writer it commits in the caller's task before this returns, with no schedule point.
 
         For the few writes a person waits on under load: the end of an interrupted turn, whose
         terminal event is sent only once it is durable. The caller must not depend on a write of
@@ -206,6 +227,10 @@ class StoreWriter:
         if self.state is WriterState.STOPPED:
             raise StoreClosed("the store writer has stopped")
         write = _Write(fn, args, kwargs, trio.Event())
+        if lane is self._urgent and self._commit_now(write):  # committed: no schedule point
+            if write.error is not None:
+                raise write.error
+            return write.result
         lane.append(write)
         try:
             self._send.send_nowait(_WAKE)  # a full queue means the writer is not waiting anyway
@@ -277,8 +302,9 @@ class StoreWriter:
         self.state = WriterState.RUNNING
         conn: sqlite3.Connection | None = None
         try:
-            conn = await trio.to_thread.run_sync(lambda: connect(self.path, busy_timeout=self.busy_timeout))
+            conn = await self._in_worker_thread(lambda: connect(self.path, busy_timeout=self.busy_timeout))
             self._inline_settings = False
+            self._conn = conn
             task_status.started()
             while True:
                 fault_point("store_writer")
@@ -290,9 +316,11 @@ class StoreWriter:
                 try:
                     if urgent and len(group) <= _INLINE_MAX_WRITES:
                         deferred = self._commit_inline(conn, group)
-                        inline = deferred is not None
+                    elif not urgent and self._data_inline():
+                        deferred = self._commit_inline(conn, group, slice_s=INLINE_SLICE_S)
+                    inline = deferred is not None
                     if deferred is None:
-                        deferred = await trio.to_thread.run_sync(self._commit_threaded, conn, group)
+                        deferred = await self._in_worker_thread(self._commit_threaded, conn, group)
                 except BaseException:
                     # Only a non-Exception (e.g. KeyboardInterrupt in a write) gets here: the
                     # group was rolled back; answer its callers before the writer dies.
@@ -303,18 +331,45 @@ class StoreWriter:
                     self._answer(group, deferred or [])
                 if inline:
                     await trio.lowlevel.checkpoint()  # the next group waits for others to run
-                elif _group_bound_bytes(group) >= _REOPEN_AFTER_BYTES:  # (an inline group is small)
+                elif group_bound_bytes(group) >= _REOPEN_AFTER_BYTES:  # (an inline group is small)
                     # SQLite keeps a cached statement's last bound values (a copy of them) until
                     # the statement runs again: a fresh connection frees a large write's copies.
-                    conn = await trio.to_thread.run_sync(self._reopen, conn)
+                    conn = self._conn = await self._in_worker_thread(self._reopen, conn)
                 # Let go of the group now, not when the next write arrives: its arguments and
                 # results can be large (a 30 MiB reply's item and task rows; issue 18, finding 5).
                 del group, deferred
         finally:
+            self._conn = None
             if self.state is WriterState.RUNNING:
                 self.state = WriterState.NEW
             if conn is not None:
                 conn.close()
+
+    async def _in_worker_thread(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(*args)`` in a worker thread, the connection marked busy meanwhile (no caller
+        commits on it then: :meth:`_commit_now`)."""
+        self._in_thread = True
+        try:
+            return await trio.to_thread.run_sync(fn, *args)
+        finally:
+            self._in_thread = False
+
+    def _data_inline(self) -> bool:
+        """Whether the next ordinary group may commit on the event loop's thread: yes, but once
+        every :data:`_THREADED_EVERY_S` one commits in the worker thread, where the WAL checkpoint
+        runs."""
+        return time.monotonic() - self._last_threaded < _THREADED_EVERY_S
+
+    def _commit_now(self, write: _Write) -> bool:
+        """Commit urgent ``write`` in the caller's task, now, when the write connection is idle
+        (serving, no group in the worker thread, no urgent write waiting): the caller then waits
+        for neither the writer task's turn nor its own wake-up, two scheduler batches under
+        saturation (issue 19). False: nothing ran; queue it."""
+        conn = self._conn
+        if conn is None or self._in_thread or self._urgent or self.state is not WriterState.RUNNING:
+            return False
+        deferred = self._commit_inline(conn, [write])
+        return deferred is not None
 
     def _reopen(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         """Close ``conn`` and open a fresh write connection (blocking, in a worker thread)."""
@@ -387,16 +442,20 @@ class StoreWriter:
             if write.done is not None:
                 write.done.set()
 
-    # -- worker-thread side -------------------------------------------------------------------
+    # -- committing (on the loop's thread, or in the worker thread) ----------------------------
 
-    def _commit_inline(self, conn: sqlite3.Connection, group: list[_Write]) -> list[_Write] | None:
-        """Commit urgent ``group`` on the calling (event loop) thread if it is small and the write
-        lock is free at once (module doc); None: nothing ran, commit it in the worker thread.
+    def _commit_inline(
+        self, conn: sqlite3.Connection, group: list[_Write], *, slice_s: float | None = None
+    ) -> list[_Write] | None:
+        """Commit ``group`` on the calling (event loop) thread if it is small and the write lock
+        is free at once (module doc); None: nothing ran, commit it in the worker thread. With
+        ``slice_s``, the writes stop after that many seconds of work (at least one runs); those
+        not run are returned, for the next group.
 
         Blocks for the group's own SQLite work (well under a millisecond for an interrupted
         turn's end or a lease renewal), never for another connection's lock or a WAL checkpoint.
         """
-        if not _carries_at_most(group, _INLINE_MAX_BYTES):
+        if not carries_at_most(group, _INLINE_MAX_BYTES):
             return None
         if not self._inline_settings:
             # Kept for the inline groups that follow (an interrupt's end after an admission, a
@@ -411,7 +470,11 @@ class StoreWriter:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error:
             return None  # locked by another process (or failing): the worker thread retries it
-        return self._commit_group(conn, group, begun=True)
+        self._slice_end = None if slice_s is None else time.perf_counter() + slice_s
+        try:
+            return self._commit_group(conn, group, begun=True)
+        finally:
+            self._slice_end = None
 
     def _commit_threaded(self, conn: sqlite3.Connection, group: list[_Write]) -> list[_Write]:
         """:meth:`_commit_group` in the worker thread, with the connection's own lock wait and
@@ -420,11 +483,12 @@ class StoreWriter:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
             self._inline_settings = False
+        self._last_threaded = time.monotonic()
         return self._commit_group(conn, group)
 
     def _commit_group(self, conn: sqlite3.Connection, group: list[_Write], *, begun: bool = False) -> list[_Write]:
-        """Run one group in one transaction (blocking, in a worker thread; ``begun``: its
-        ``BEGIN IMMEDIATE`` already ran, see :meth:`_commit_inline`).
+        """Run one group in one transaction (blocking: on the loop's thread or in a worker
+        thread; ``begun``: its ``BEGIN IMMEDIATE`` already ran, see :meth:`_commit_inline`).
 
         Returns:
             The writes not run because an urgent write came in meanwhile (untouched, in order).
@@ -467,8 +531,11 @@ class StoreWriter:
         """Run each write in its own savepoint, stopping early once an urgent write waits (after
         at least one) or a control write does (after :data:`_DATA_BEFORE_CONTROL`); return a
         write that destroyed the transaction (or None) and how many writes ran."""
+        slice_end = self._slice_end
         for index, write in enumerate(writes):
             if index and (self._urgent or (self._control and index >= _DATA_BEFORE_CONTROL)):
+                return None, index
+            if slice_end is not None and index and time.perf_counter() >= slice_end:
                 return None, index
             try:
                 with immediate(conn):
@@ -502,80 +569,3 @@ def _fresh(exc: StoreError) -> StoreError:
         err = StoreError(str(exc))
     err.__cause__ = exc.__cause__ or exc
     return err
-
-
-_TEXT = (str, bytes, bytearray, memoryview)
-#: Types that hold no text (skipped without further checks: most bound values are these).
-_NO_TEXT = frozenset({int, float, bool, type(None)})
-
-
-def _carries_at_most(group: list[_Write], limit: int, *, look_at: int = 4096) -> bool:
-    """Whether ``group``'s writes carry at most ``limit`` bytes of text: in their arguments and in
-    what their functions close over (closures, ``functools.partial``, containers, Roost's attrs
-    records; a write's text is often captured, e.g. an interrupted turn's items). Looks at no
-    more than ``look_at`` values: more counts as too much (an estimate, cheap for small writes)."""
-    stack: list[Any] = []
-    for write in group:
-        stack.extend((write.fn, write.args, write.kwargs))
-    seen: set[int] = set()
-    total = 0
-    while stack:
-        look_at -= 1
-        if look_at < 0:
-            return False
-        value = stack.pop()
-        if isinstance(value, _TEXT):
-            total += len(value)
-            if total > limit:
-                return False
-            continue
-        if type(value) in _NO_TEXT:
-            continue
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            stack.extend(value)
-        elif isinstance(value, functools.partial):
-            stack.extend((value.func, value.args, value.keywords))
-        elif isinstance(value, types.FunctionType):
-            for cell in value.__closure__ or ():
-                try:
-                    contents = cell.cell_contents
-                except ValueError:  # an empty cell has no contents
-                    continue
-                stack.append(contents)
-        elif attrs.has(type(value)) and type(value).__module__.startswith("roost."):
-            # Roost's own records only: a library's attrs class (a trio.Event and its tasks)
-            # leads into the whole runtime.
-            stack.extend(getattr(value, f.name, None) for f in attrs.fields(type(value)))
-    return True
-
-
-def _group_bound_bytes(group: list[_Write]) -> int:
-    """:func:`_bound_bytes` of the arguments of ``group``'s writes (most have none: closures)."""
-    return sum(_bound_bytes((w.args, w.kwargs)) for w in group if w.args or w.kwargs)
-
-
-def _bound_bytes(value: Any, depth: int = 0) -> int:
-    """Bytes of text (``str``/``bytes``) in ``value``, looking into containers up to 6 levels deep
-    and into attrs instances (an estimate of what a write binds; cheap for small writes: it runs
-    after every group committed in the worker thread)."""
-    if isinstance(value, _TEXT):
-        return len(value)
-    if depth >= 6 or type(value) in _NO_TEXT:
-        return 0
-    total = 0
-    depth += 1
-    if isinstance(value, dict):
-        for v in value.values():
-            total += _bound_bytes(v, depth)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            total += _bound_bytes(v, depth)
-    elif attrs.has(type(value)):
-        for f in attrs.fields(type(value)):
-            total += _bound_bytes(getattr(value, f.name, None), depth)
-    return total
