@@ -31,9 +31,9 @@ __all__ = ["ADMIT", "BUDGET_S", "SLICE_S", "FairEvents"]
 T = TypeVar("T")
 
 #: Seconds of work a stream does before it yields.
-SLICE_S = 0.0005
+SLICE_S = 0.00025
 #: Seconds of streaming work per scheduler batch before further streams park.
-BUDGET_S = 0.001
+BUDGET_S = 0.0005
 #: Parked streams the pump admits per scheduler batch.
 ADMIT = 2
 #: A wait for the next event longer than this (seconds) was a real wait (I/O), not work.
