@@ -415,3 +415,27 @@ def _dump(store) -> list:
         thread = store.get_thread(conn, "t1")
         return [(thread.title, thread.updated_at), [(i.seq, i.type) for i in store.list_items(conn, "t1")],
                 store.get_lease(conn, "thread:t1")]
+
+
+async def test_the_keeper_takes_every_execution_waiting_each_time_it_runs(backend) -> None:
+    """Admissions in a burst, several per scheduler batch (100 threads starting turns), do not
+    fill the keeper's bounded queue: each time the keeper runs it takes every execution waiting,
+    not one (one a batch made ``turn/start`` fail with "the lease keeper's queue is full")."""
+    import contextlib
+
+    store = _with_thread(backend)
+    with store.transaction() as conn:
+        leases = [store.acquire(conn, f"thread:burst{i}", "A", 60.0) for i in range(30)]
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            keeper = LeaseKeeper(store.writer, owner="A", queue_size=8)
+            await nursery.start(keeper.run)
+            async with contextlib.AsyncExitStack() as stack:
+                for i in range(0, 30, 3):  # three admissions per scheduler batch
+                    for lease in leases[i : i + 3]:
+                        await stack.enter_async_context(keeper.adopt(lease))
+                    await trio.lowlevel.checkpoint()
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(keeper._held) == 30
+            nursery.cancel_scope.cancel()

@@ -222,10 +222,13 @@ class LeaseKeeper:
                     watched.add(execution)
                     nursery.start_soon(self._watch, execution, 0.0, watched)
                 task_status.started()
-                async for execution in self._receive:
-                    if execution not in watched and not execution._done.is_set():
-                        watched.add(execution)
-                        nursery.start_soon(self._watch, execution, None, watched)
+                async for first in self._receive:
+                    # Every execution waiting, not one per scheduler batch: under a burst of
+                    # admissions (100 threads) one a batch let the bounded queue fill up.
+                    for execution in _with_waiting(first, self._receive):
+                        if execution not in watched and not execution._done.is_set():
+                            watched.add(execution)
+                            nursery.start_soon(self._watch, execution, None, watched)
         finally:
             if self._state is _State.RUNNING:
                 self._state = _State.IDLE
@@ -372,3 +375,13 @@ class LeaseKeeper:
             execution.renewed, fired = trio.Event(), execution.renewed
             fired.set()
             interval = execution.lease.ttl * self.renew_fraction
+
+
+def _with_waiting(first: Execution, receive: trio.MemoryReceiveChannel[Execution]) -> list[Execution]:
+    """``first`` and every execution already waiting in ``receive`` (not a checkpoint)."""
+    batch = [first]
+    while True:
+        try:
+            batch.append(receive.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return batch
