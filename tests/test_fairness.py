@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import trio
 import trio.testing
 from _helpers.timing import scaled
@@ -556,5 +557,38 @@ async def test_an_urgent_write_on_an_idle_writer_commits_before_its_caller_yield
             reader = sqlite3.connect(db)
             assert reader.execute("SELECT label FROM notes").fetchall() == [("urgent",)]
             reader.close()
+            nursery.cancel_scope.cancel()
+    store.close()
+
+
+async def test_an_urgent_write_waiting_for_a_group_in_the_worker_thread_hurries_it(tmp_path) -> None:
+    """While an urgent write waits for a group committing in the worker thread, the interpreter's
+    switch interval is short (that thread needs the GIL back at every SQLite call); once the group
+    is done it is restored, and the urgent write has committed."""
+    import sys
+    import threading
+
+    from roost.storage import _writer, open_store
+
+    store = open_store(tmp_path / "roost.db")
+    started, release = threading.Event(), threading.Event()
+    default = sys.getswitchinterval()
+
+    def blocking(conn, pad: str) -> None:
+        started.set()
+        release.wait(10)
+
+    with trio.fail_after(scaled(20)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.run)
+            store.writer.submit_nowait(blocking, IN_THREAD)
+            await trio.to_thread.run_sync(started.wait)  # a group is in flight in the worker thread
+            assert sys.getswitchinterval() == default
+            nursery.start_soon(store.writer.submit_urgent, lambda conn: None)
+            await trio.testing.wait_all_tasks_blocked()
+            assert sys.getswitchinterval() == pytest.approx(_writer._HURRY_SWITCH_S)
+            release.set()
+            await store.writer.submit(lambda conn: None)
+            assert sys.getswitchinterval() == default
             nursery.cancel_scope.cancel()
     store.close()

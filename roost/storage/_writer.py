@@ -7,17 +7,21 @@ are woken only after COMMIT returns, so an acknowledged write is durable (``sync
 in WAL: durable against process crashes; an OS crash may lose the last transactions, never
 corrupt the file).
 
-Where a group commits (issue 19, control before data). A group whose writes carry little text
-(:data:`_INLINE_MAX_BYTES`) commits on the event loop's own thread: in a worker thread, the two
-hand-offs and that thread waiting for the GIL at every SQLite call cost far more than the commit
-(traced under the peers harness's saturated phase: a one-write group took 18 ms in the worker
-thread, under 1 ms inline). Inline, a group never waits for a lock (``busy_timeout`` 0: a lock
-held by another process sends it to the worker thread as usual), never runs a WAL checkpoint
-(once :data:`_THREADED_EVERY_S` has passed, the next data group commits in the worker thread,
-where the connection's ``wal_autocheckpoint`` runs), and a data group stops after
-:data:`INLINE_SLICE_S` of work, the rest going first in the next group: a bounded slice of the
-loop, as for streams. A group carrying more text (a long reply's items) commits in the worker
-thread.
+Where a group commits (issue 19, control before data). A small group (at most
+:data:`_INLINE_MAX_WRITES` writes carrying at most :data:`_INLINE_MAX_BYTES` of text) commits on
+the event loop's own thread: in a worker thread, the two hand-offs and that thread waiting for
+the GIL at every SQLite call cost far more than the commit (traced under the peers harness's
+saturated phase: a one-write group took 18 ms in the worker thread, under 1 ms inline). Inline,
+a group never waits for a lock (``busy_timeout`` 0: a lock held by another process sends it to
+the worker thread as usual), never runs a WAL checkpoint (once :data:`_THREADED_EVERY_S` has
+passed, the next data group commits in the worker thread, where the connection's
+``wal_autocheckpoint`` runs), and a data group stops after :data:`INLINE_SLICE_S` of work, the
+rest going first in the next group: a bounded slice of the loop, as for streams. A larger group
+(a burst of data, a long reply's items) commits in the worker thread, where SQLite's own work
+runs beside the loop on another core (with every group inline, bench_appserver's saturated
+phase went from 7 to 14 ms at interrupt p50: the loop did that work too); while an urgent or
+control write waits for such a group, the interpreter's switch interval is
+:data:`_HURRY_SWITCH_S`, so the thread gets the GIL back quickly at each SQLite call.
 
 Lanes. :meth:`StoreWriter.submit_urgent` writes (the end of an interrupted turn) skip the queue:
 on an idle writer they commit in the caller's own task at once (no scheduler batch for the
@@ -38,6 +42,7 @@ from __future__ import annotations
 import collections
 import enum
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,9 +74,9 @@ _INLINE_MAX_BYTES = 64 << 10
 #: Writes of an ordinary group that commit before waiting control writes cut it short (data
 #: keeps moving under a stream of admissions, and an admission waits for at most this many).
 _DATA_BEFORE_CONTROL = 16
-#: An urgent group of more writes than this commits in the worker thread, and control writes are
-#: taken this many at a time (a bounded slice of the event loop: each such write takes about
-#: 0.1-0.4 ms of SQLite work).
+#: A group of more writes than this (urgent or data) commits in the worker thread, and control
+#: writes are taken this many at a time (a bounded slice of the event loop: each such write takes
+#: about 0.1-0.4 ms of SQLite work).
 _INLINE_MAX_WRITES = 8
 #: Seconds of SQLite work an ordinary group does on the event loop's thread before it commits
 #: what ran (the rest goes first in the next group): a bounded slice of the loop, as for streams.
@@ -79,6 +84,9 @@ INLINE_SLICE_S = 0.001
 #: Seconds after which the next ordinary group commits in the worker thread again, where the WAL
 #: checkpoint (``wal_autocheckpoint``) runs: inline groups never checkpoint.
 _THREADED_EVERY_S = 1.0
+#: The interpreter's thread switch interval (seconds, :func:`sys.setswitchinterval`) while a
+#: group commits in the worker thread and an urgent or control write waits for it (module doc).
+_HURRY_SWITCH_S = 0.0002
 
 
 class WriterState(enum.Enum):
@@ -134,6 +142,8 @@ class StoreWriter:
     _conn: sqlite3.Connection | None = None
     #: a group (or the connection's set-up) runs in the worker thread
     _in_thread = False
+    #: the switch interval to restore once the group in the worker thread is done (None: not hurried)
+    _saved_switch: float | None = None
 
     def __init__(
         self,
@@ -227,7 +237,9 @@ class StoreWriter:
         if self.state is WriterState.STOPPED:
             raise StoreClosed("the store writer has stopped")
         write = _Write(fn, args, kwargs, trio.Event())
-        if lane is self._urgent and self._commit_now(write):  # committed: no schedule point
+        if self._in_thread:
+            self._hurry()
+        elif lane is self._urgent and self._commit_now(write):  # committed: no schedule point
             if write.error is not None:
                 raise write.error
             return write.result
@@ -316,7 +328,7 @@ class StoreWriter:
                 try:
                     if urgent and len(group) <= _INLINE_MAX_WRITES:
                         deferred = self._commit_inline(conn, group)
-                    elif not urgent and self._data_inline():
+                    elif not urgent and len(group) <= _INLINE_MAX_WRITES and self._data_inline():
                         deferred = self._commit_inline(conn, group, slice_s=INLINE_SLICE_S)
                     inline = deferred is not None
                     if deferred is None:
@@ -353,6 +365,9 @@ class StoreWriter:
             return await trio.to_thread.run_sync(fn, *args)
         finally:
             self._in_thread = False
+            if self._saved_switch is not None:
+                sys.setswitchinterval(self._saved_switch)
+                self._saved_switch = None
 
     def _data_inline(self) -> bool:
         """Whether the next ordinary group may commit on the event loop's thread: yes, but once
@@ -360,13 +375,22 @@ class StoreWriter:
         runs."""
         return time.monotonic() - self._last_threaded < _THREADED_EVERY_S
 
+    def _hurry(self) -> None:
+        """Shorten the interpreter's switch interval until the group in the worker thread is done:
+        that thread needs the GIL at every SQLite call, and with the event loop busy it waited up
+        to the default 5 ms each time (a one-write group took 18 ms). Restored by
+        :meth:`_in_worker_thread`."""
+        if self._saved_switch is None:
+            self._saved_switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._saved_switch, _HURRY_SWITCH_S))
+
     def _commit_now(self, write: _Write) -> bool:
         """Commit urgent ``write`` in the caller's task, now, when the write connection is idle
         (serving, no group in the worker thread, no urgent write waiting): the caller then waits
         for neither the writer task's turn nor its own wake-up, two scheduler batches under
         saturation (issue 19). False: nothing ran; queue it."""
         conn = self._conn
-        if conn is None or self._in_thread or self._urgent or self.state is not WriterState.RUNNING:
+        if conn is None or self._urgent or self.state is not WriterState.RUNNING:
             return False
         deferred = self._commit_inline(conn, [write])
         return deferred is not None
