@@ -341,15 +341,17 @@ class StoreWriter:
                     raise
                 finally:
                     self._answer(group, deferred or [])
-                if inline:
-                    await trio.lowlevel.checkpoint()  # the next group waits for others to run
-                elif group_bound_bytes(group) >= _REOPEN_AFTER_BYTES:  # (an inline group is small)
-                    # SQLite keeps a cached statement's last bound values (a copy of them) until
-                    # the statement runs again: a fresh connection frees a large write's copies.
-                    conn = self._conn = await self._in_worker_thread(self._reopen, conn)
-                # Let go of the group now, not when the next write arrives: its arguments and
-                # results can be large (a 30 MiB reply's item and task rows; issue 18, finding 5).
+                # SQLite keeps a cached statement's last bound values (a copy of them) until the
+                # statement runs again: a fresh connection frees a large write's copies. (Inline
+                # groups are small by estimate, which does not look into every record.)
+                reopen = group_bound_bytes(group) >= _REOPEN_AFTER_BYTES
+                # Let go of the group now, before any schedule point: its arguments and results
+                # can be large (a 30 MiB reply's item and task rows; issue 18, finding 5).
                 del group, deferred
+                if reopen:
+                    conn = self._conn = await self._in_worker_thread(self._reopen, conn)
+                elif inline:
+                    await trio.lowlevel.checkpoint()  # the next group waits for others to run
         finally:
             self._conn = None
             if self.state is WriterState.RUNNING:
