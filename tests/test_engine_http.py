@@ -227,6 +227,32 @@ async def test_consecutive_calls_reuse_one_connection_and_a_stream_left_open_sti
     assert failure is None and events == [TextDelta("x"), Finish("stop")]
 
 
+def _engine_streaming(body: type[httpx.AsyncByteStream]) -> tuple[httpx.AsyncClient, OpenAIChatEngine]:
+    """A one-attempt OpenAI Chat engine whose every reply is a 200 event stream with ``body()``."""
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body())
+
+    settings = ProviderSettings(provider="openai", base_url="http://model.invalid/v1", model="m", api_key="k")
+    client = httpx.AsyncClient(transport=httpx.MockTransport(reply))
+    return client, OpenAIChatEngine(settings, client=client, retry=RetryPolicy(max_attempts=1, sleep=Sleeps()))
+
+
+async def _cancelled_after_first_event(eng: OpenAIChatEngine, first: trio.Event | None = None) -> list:
+    """Stream ``REQ`` and cancel the consumer after its first event (once ``first`` is set, if
+    given); return the events it got."""
+    got: list = []
+    with trio.CancelScope() as scope:
+        async with eng.stream(REQ) as events:
+            async for event in events:
+                got.append(event)
+                if first is not None:
+                    await first.wait()
+                scope.cancel()
+    assert scope.cancelled_caught
+    return got
+
+
 async def test_an_interrupt_inside_the_network_read_leaves_the_transport_clean_up_to_the_reader(autojump_clock):
     """Cancelled while the body's read waits for the network, the consumer leaves at once: the
     transport's own shielded clean-up (httpcore closes the connection before it lets a cancelled
@@ -244,21 +270,10 @@ async def test_an_interrupt_inside_the_network_read_leaves_the_transport_clean_u
                     await release.wait()
                 cleaned.set()
 
-    def reply(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Body())
-
-    settings = ProviderSettings(provider="openai", base_url="http://model.invalid/v1", model="m", api_key="k")
-    client = httpx.AsyncClient(transport=httpx.MockTransport(reply))
-    eng = OpenAIChatEngine(settings, client=client, retry=RetryPolicy(max_attempts=1, sleep=Sleeps()))
-    got: list = []
+    client, eng = _engine_streaming(Body)
     with trio.fail_after(scaled(60)):
-        with trio.CancelScope() as scope:
-            async with eng.stream(REQ) as events:
-                async for event in events:
-                    got.append(event)
-                    await reading.wait()  # the read now waits inside the transport
-                    scope.cancel()
-        assert scope.cancelled_caught and got == [TextDelta("first")]
+        # cancelled once the read waits inside the transport
+        assert await _cancelled_after_first_event(eng, reading) == [TextDelta("first")]
         assert not cleaned.is_set()  # the consumer left while the transport was still cleaning up
         release.set()
         await cleaned.wait()
@@ -278,20 +293,9 @@ async def test_leaving_a_cancelled_stream_does_not_wait_for_the_response_to_clos
             await release.wait()
             closed.set()
 
-    def reply(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Body())
-
-    settings = ProviderSettings(provider="openai", base_url="http://model.invalid/v1", model="m", api_key="k")
-    client = httpx.AsyncClient(transport=httpx.MockTransport(reply))
-    eng = OpenAIChatEngine(settings, client=client, retry=RetryPolicy(max_attempts=1, sleep=Sleeps()))
-    got: list = []
+    client, eng = _engine_streaming(Body)
     with trio.fail_after(scaled(60)):
-        with trio.CancelScope() as scope:
-            async with eng.stream(REQ) as events:
-                async for event in events:
-                    got.append(event)
-                    scope.cancel()
-        assert scope.cancelled_caught and got == [TextDelta("first")]
+        assert await _cancelled_after_first_event(eng) == [TextDelta("first")]
         assert not closed.is_set()  # the stream was left while its response was still closing
         release.set()
         await closed.wait()  # ... and the close finished in the background
