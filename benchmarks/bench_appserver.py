@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -338,19 +339,20 @@ async def concurrent(client: AppClient, thread_ids: list[str], per_thread: int, 
     }
 
 
-async def interrupts(client: AppClient, thread_id: str, count: int) -> dict[str, list[float]]:
+async def interrupts(client: AppClient, thread_id: str, count: int) -> dict[str, list[Any]]:
     """Interrupt ``count`` slow turns of ``thread_id`` once each is streaming.
 
     Each turn is interrupted once its first text delta has arrived.
 
     Returns:
-        ``{"terminal": [...], "response": [...], "first_delta": [...], "terminal_cpu": [...]}``:
+        ``{"terminal": [...], "response": [...], "first_delta": [...], "terminal_cpu": [...],
+        "sent": [(turn id, perf_counter seconds), ...]}``:
         interrupt written -> terminal notification read, -> its response read, ``turn/start``
         written -> the turn's first delta read, all wall seconds; and the seconds the server's
         main thread ran on a CPU between the interrupt and the terminal notification (load on
         the machine does not inflate it).
     """
-    out: dict[str, list[float]] = {"terminal": [], "response": [], "first_delta": [], "terminal_cpu": []}
+    out: dict[str, list[Any]] = {"terminal": [], "response": [], "first_delta": [], "terminal_cpu": [], "sent": []}
     pid = client.process.pid
     for n in range(count):
         started, turn = await client.start_turn(thread_id, f"slow turn {n}")
@@ -368,12 +370,13 @@ async def interrupts(client: AppClient, thread_id: str, count: int) -> dict[str,
         out["response"].append(answered - sent)
         out["first_delta"].append(first - started)
         out["terminal_cpu"].append((cpu1 - cpu0) / 1e9)
+        out["sent"].append((turn["id"], sent))
     return out
 
 
 async def interrupts_under_load(
     client: AppClient, slow_thread: str, bg_threads: list[str], count: int, prompt: str, deltas: int
-) -> tuple[dict[str, list[float]], int, float]:
+) -> tuple[dict[str, list[Any]], int, float]:
     """:func:`interrupts` while every thread of ``bg_threads`` runs ``prompt`` turns back to back.
 
     Returns:
@@ -416,7 +419,28 @@ async def interrupts_under_load(
     return result, done, rate
 
 
-def summarise(prefix: str, result: dict[str, list[float]]) -> dict[str, float]:
+def hop_breakdown(prefix: str, trace: Path, result: dict[str, list[Any]]) -> dict[str, float]:
+    """Each hop of ``roost/_trace.py`` (``ROOST_TRACE_HOPS``) as ms after the client wrote
+    ``turn/interrupt``, p50 and p99 over the interrupts of ``result`` (``--trace-hops``). The
+    server's ``time.monotonic()`` and this client's ``time.perf_counter()`` are both
+    ``CLOCK_MONOTONIC`` on Linux."""
+    seen: dict[tuple[str, str], float] = {}
+    for line in trace.read_text().splitlines() if trace.exists() else ():
+        rec = json.loads(line)
+        seen.setdefault((rec["turn"], rec["hop"]), rec["t"])
+    hops: dict[str, list[float]] = {}
+    for turn_id, sent in result["sent"]:
+        for (turn, name), t in seen.items():
+            if turn == turn_id:
+                hops.setdefault(name, []).append(t - sent)
+    out: dict[str, float] = {}
+    for name, offsets in sorted(hops.items(), key=lambda kv: sorted(kv[1])[len(kv[1]) // 2]):
+        out[f"{prefix}_hop_{name}_p50_ms"] = ms(offsets, 50)
+        out[f"{prefix}_hop_{name}_p99_ms"] = ms(offsets, 99)
+    return out
+
+
+def summarise(prefix: str, result: dict[str, list[Any]]) -> dict[str, float]:
     return {
         f"{prefix}_p50_ms": ms(result["terminal"], 50),
         f"{prefix}_p99_ms": ms(result["terminal"], 99),
@@ -487,6 +511,9 @@ async def run_server(
     env = dict(os.environ, ROOST_HOME=str(home), ROOST_PROVIDER="scripted", ROOST_SCRIPT=str(script))
     if args.workers is not None:
         env["ROOST_APPSERVER_WORKERS"] = str(args.workers)
+    trace = tmp / f"hops-{label}.jsonl"
+    if args.trace_hops:
+        env["ROOST_TRACE_HOPS"] = str(trace)
     if args.pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([args.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
     workdir = str(tmp)
@@ -518,12 +545,17 @@ async def run_server(
             if "interrupt" in args.phases:
                 slow = await new_thread(client, workdir)
                 log(f"interrupt: {args.interrupts} idle")
-                figures.update(summarise("interrupt_idle", await interrupts(client, slow, args.interrupts)))
+                result = await interrupts(client, slow, args.interrupts)
+                figures.update(summarise("interrupt_idle", result))
+                if args.trace_hops:
+                    figures.update(hop_breakdown("interrupt_idle", trace, result))
                 log(f"interrupt: {args.interrupts} with {args.threads} threads streaming back to back")
                 result, done, rate = await interrupts_under_load(
                     client, slow, threads, args.interrupts, "load", args.deltas
                 )
                 figures.update(summarise("interrupt_saturated", result))
+                if args.trace_hops:
+                    figures.update(hop_breakdown("interrupt_saturated", trace, result))
                 figures["interrupt_saturated_bg_turns"] = done
                 figures["interrupt_saturated_bg_deltas_per_s"] = round(rate)
                 figures["rss_after_saturated_bytes"] = proc_memory(pid)["VmRSS"]
@@ -532,6 +564,8 @@ async def run_server(
                     client, slow, threads, args.interrupts, "paced", args.deltas
                 )
                 figures.update(summarise("interrupt_paced", result))
+                if args.trace_hops:
+                    figures.update(hop_breakdown("interrupt_paced", trace, result))
                 figures["interrupt_paced_bg_tokens_per_s_each"] = args.bg_tps
                 figures["interrupt_paced_bg_deltas_per_s"] = round(rate)
             mem = proc_memory(pid)
@@ -627,6 +661,12 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=None,
         help="ROOST_APPSERVER_WORKERS for the server (0: one process; default: its default)",
+    )
+    parser.add_argument(
+        "--trace-hops",
+        action="store_true",
+        help="run the server with ROOST_TRACE_HOPS and report each hop of the interrupts "
+        "(interrupt_<scenario>_hop_<hop>_p50_ms/_p99_ms: ms after the client wrote turn/interrupt)",
     )
     args = parser.parse_args(argv)
     args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}

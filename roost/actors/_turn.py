@@ -32,7 +32,7 @@ from typing import Any
 
 import trio
 
-from roost import storage
+from roost import _trace, storage
 from roost._heap import note_large_output
 from roost.actors._actor import Actor, shielded_cleanup
 from roost.actors._turn_host import STOP_MESSAGES, CutForSteer, StopTurn, TurnBody, TurnHost
@@ -126,6 +126,7 @@ class TurnActor(Actor):
                 return False
             self.interrupt_reason = reason
             self.scope.cancel()
+            _trace.hop("turn_cancelled", self.id)
         return True
 
     def terminal_after(self, answer: trio.Event) -> None:
@@ -545,6 +546,9 @@ class TurnActor(Actor):
             return rows
 
         rows = None
+        traced = _trace.enabled() and self.status != "completed"
+        if traced:
+            _trace.hop("settle_begin", self.id)
         try:
             rows = await self.persist(write, urgent=self.status != "completed")
             if execution is not None:
@@ -558,12 +562,16 @@ class TurnActor(Actor):
                     log.exception("thread %s: could not make input held work", tid)
         except Exception:
             log.exception("thread %s: could not persist the end of turn %s", tid, self.id)
+        if traced:
+            _trace.hop("settle_end", self.id)
         for answer in self._terminal_after:  # an interrupt's answer goes out before the end
             with trio.move_on_after(_ANSWER_WAIT_S):
                 await answer.wait()
         if settle:
             self.items_settled(settle, rows, open_items if open_items is not None else {})
         host.turn_finished(self, moved)
+        if traced:
+            _trace.hop("terminal_emitted", self.id)
         self.done.set()
 
 

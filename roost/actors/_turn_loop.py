@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from roost import _trace
 from roost._faults import fault_point
 from roost.actors._actor import shielded_cleanup
 from roost.actors._checkpoint import StreamCheckpoints
@@ -72,6 +73,8 @@ async def run_turn(turn: TurnActor, execution: Any) -> None:
             await trio.lowlevel.checkpoint_if_cancelled()
             turn.status = "completed"
     finally:
+        if turn.interrupt_reason is not None:
+            _trace.hop("turn_unwound", turn.id)
         # Bounded, shielded clean-up; a root turn's includes freezing its worker tree.
         with shielded_cleanup(60.0):
             await _settle(thread, turn, open_items)

@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from roost import _trace
 from roost._json import dumps_line
 from roost.actors import Origin, Subscribe
 from roost.errors import (
@@ -314,6 +315,9 @@ class AppServerSession:
             return
         rid = frame.get("id")
         name = frame.get("method")
+        if name == "turn/interrupt" and _trace.enabled():
+            params = frame.get("params")
+            _trace.hop("interrupt_read", params.get("turn_id") if isinstance(params, dict) else None)
         if name is None and rid is not None and ("result" in frame or "error" in frame):
             if self.router is None or not self.router.reply(frame):
                 self._on_reply(frame, rid)
