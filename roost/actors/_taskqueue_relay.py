@@ -9,7 +9,11 @@ clients see the task as before) and also queued for A. A sender task posts the q
 in order, as ``task.events`` messages (``{task_id, events}``); deltas of one item that follow
 each other are coalesced into one (``item/agentMessage/delta``, ``item/toolCall/delta``), so the
 bus carries one row per :data:`COALESCE_S` seconds of streaming, not one per token; a batch holds at
-most :data:`BATCH_CHARS` characters of text. Only what the daemon events are made of is relayed
+most :data:`BATCH_CHARS` characters of text. The task's end, and a full batch, are posted at once:
+the runner waits for its relay to drain before it claims its next task, so a final batch that
+waited out the window held every task at least :data:`COALESCE_S` seconds (issue 19: a worker of
+``roost serve --workers`` ran at most ``max_concurrent / COALESCE_S`` tasks a second).
+Only what the daemon events are made of is relayed
 (wire-protocol.md "Daemon events": ``turn/started``, tool-call items, tool deltas, the first output
 delta of a tool call, ``turn/usage``, the orchestrator's run events, the start and the result).
 
@@ -79,6 +83,8 @@ class TaskRelay:
         self._buf: list[dict] = []
         self._chars = 0
         self._more = trio.Event()
+        #: set when the batch being coalesced must go now (the relay closed, or a full batch)
+        self._due = trio.Event()
         self._sent = trio.Event()
         self._closed = False
         self._inflight = False
@@ -135,6 +141,7 @@ class TaskRelay:
         """No more events: the sender posts what is queued and ends."""
         self._closed = True
         self._more.set()
+        self._due.set()
 
     def _push(self, entry: dict, chars: int = 0) -> None:
         self._buf.append(entry)
@@ -143,6 +150,8 @@ class TaskRelay:
     def _grow(self, chars: int) -> None:
         self._chars += chars
         self._more.set()
+        if self._chars >= BATCH_CHARS:
+            self._due.set()
 
     async def flushed(self) -> None:
         """Until every queued event is posted (or the relay is closed and drained)."""
@@ -158,8 +167,11 @@ class TaskRelay:
         while True:
             await self._more.wait()
             self._more = trio.Event()
-            if not self._closed and self._chars < BATCH_CHARS:
-                await trio.sleep(COALESCE_S)
+            if not self._due.is_set():  # coalesce, but a close or a full batch cuts it short
+                with trio.move_on_after(COALESCE_S):
+                    await self._due.wait()
+            if not self._closed:
+                self._due = trio.Event()
             batch, self._buf, self._chars = self._buf, [], 0
             self._inflight = bool(batch)
             if batch:
