@@ -1,4 +1,5 @@
-"""Duration options take a finite number of seconds >= 0 (roost/cli/_params.py)."""
+"""Duration options take a finite number of seconds >= 0, process counts a whole number >= 1 or
+``auto`` (roost/cli/_params.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from roost.cli import main
+from roost.cli._params import PROCESS_COUNT, usable_cores
 
 
 @pytest.mark.parametrize(
@@ -31,3 +33,22 @@ def test_a_finite_duration_passes_to_the_command() -> None:
     # the option parsed; the command itself then fails to connect, with its own message
     assert "Invalid value" not in result.output
     assert "cannot connect" in result.output
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5", ""])
+def test_a_process_count_that_is_not_a_whole_number_or_auto_is_a_usage_error(value: str) -> None:
+    result = CliRunner().invoke(main, ["serve", "--workers", value])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--workers'" in result.output
+    assert "'auto'" in result.output
+
+
+def test_a_process_count_from_the_environment_is_checked_too() -> None:
+    result = CliRunner().invoke(main, ["serve"], env={"ROOST_SERVE_WORKERS": "many"})
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--workers'" in result.output
+
+
+@pytest.mark.parametrize(("value", "count"), [("3", 3), (" 2 ", 2), ("auto", usable_cores()), ("AUTO", usable_cores())])
+def test_a_process_count_is_a_whole_number_or_one_per_usable_core(value: str, count: int) -> None:
+    assert PROCESS_COUNT.convert(value, None, None) == count

@@ -20,6 +20,8 @@ import trio
 from _helpers.serve_client import open_daemon, write_resume_script
 from _helpers.timing import scaled
 
+from roost.cli._params import usable_cores
+
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 
@@ -203,3 +205,17 @@ async def test_a_task_the_busy_front_door_queues_wakes_an_idle_worker(tmp_path: 
             await client.send({"type": "interrupt"})
             for sid in slow:
                 await client.wait_for("result", lambda e, s=sid: e["sessionId"] == s, start=start)
+
+
+async def test_workers_auto_runs_one_process_per_usable_core(tmp_path: Path, script: Path, home: Path) -> None:
+    cores = usable_cores()
+    err = (tmp_path / "serve.err").open("wb")
+    async with open_daemon(script=script, env=_env(home), stderr=err, args=["--workers", "auto"]) as daemon:
+        async with daemon.unix() as client:
+            await client.wait_for("hello")
+            if cores == 1:
+                assert (await _status(client))["workers"] == []
+            else:
+                workers = await _workers(client, lambda ws: len(ws) == cores - 1 and all(w["alive"] for w in ws))
+                assert {w["index"] for w in workers} == set(range(cores - 1))
+                assert daemon.process.pid not in {w["pid"] for w in workers}

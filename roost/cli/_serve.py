@@ -29,7 +29,7 @@ import trio
 from roost._json import dumps_line
 from roost.cli._appserver import setup_logging
 from roost.cli._engine_options import EngineFlags, engine_options
-from roost.cli._params import SECONDS
+from roost.cli._params import PROCESS_COUNT, SECONDS
 from roost.errors import ConfigError, RoostError
 
 if TYPE_CHECKING:
@@ -404,13 +404,14 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
 )
 @click.option(
     "--workers",
-    type=click.IntRange(1),
+    type=PROCESS_COUNT,
+    metavar="N|auto",
     default=None,
     envvar="ROOST_SERVE_WORKERS",
     help="Processes that run tasks: this front door plus N-1 headless workers on the same store, "
-    "restarted when they die, stopped with it (env ROOST_SERVE_WORKERS). Default 1: tasks are "
-    "mostly waiting on the model, so one process serves many; raise it (up to the number of "
-    "cores) when tasks are CPU-bound or the daemon saturates a core.",
+    "restarted when they die, stopped with it (env ROOST_SERVE_WORKERS); 'auto' is one per usable "
+    "core. Default 1: tasks mostly wait on the model, so one process serves many; raise it when "
+    "tasks are CPU-bound or the daemon saturates a core.",
 )
 @click.option("--worker", is_flag=True, hidden=True, help="Run as a headless worker of a front door.")
 @click.option("--no-claim", is_flag=True, hidden=True, help="Run no tasks here (a front door only).")
