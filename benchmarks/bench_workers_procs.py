@@ -17,7 +17,12 @@ in ``w{N}_runs``):
 * ``w{N}_run_queue_wait``: per process, the seconds its threads were runnable but waited for a
   CPU (``/proc/<pid>/task/*/schedstat``) over the wall time: high when the machine is shared;
 * ``w{N}_tasks_per_process``: tasks each process ran (from the ``ranOn`` of each task's row);
-* ``w{N}_text_complete``: every task's text arrived whole.
+* ``w{N}_text_complete``: every task's text arrived whole;
+* ``w{N}_first_token_ms`` and ``w{N}_result_ms``: per process that ran the tasks (``front``,
+  ``worker``), p50 and p90 over its tasks of the ms from a task's ``queued`` to its first
+  ``token``, and to its ``result``, on its client's clock. The queue is one FIFO whichever
+  process claims, so the difference between the two roles is how late a worker's events reach
+  the client (over the node bus) against the front door's own.
 
 ``--pythonpath A,B`` alternates copies of ``roost`` (each a directory holding ``roost/``; an
 empty entry is this checkout) within each round: keys ``<basename>_w{N}_...``.
@@ -231,6 +236,10 @@ class LeanClient:
         self.results: set[str] = set()
         self.queued: list[str] = []
         self.sids: list[str] = []  # the tasks this client dispatched
+        #: sessionId -> perf_counter() of its queued, first token and result
+        self.started: dict[str, float] = {}
+        self.first_token: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
         self.hello = trio.Event()
         self._queued = trio.Event()
         self._result = trio.Event()
@@ -247,10 +256,14 @@ class LeanClient:
         kind = event.get("type")
         if kind == "token":
             self.texts.setdefault(event["sessionId"], []).append(event["text"])
+            self.first_token.setdefault(event["sessionId"], time.perf_counter())
+
         elif kind == "queued":
+            self.started[event["sessionId"]] = time.perf_counter()
             self.queued.append(event["sessionId"])
             self._queued.set()
         elif kind == "result":
+            self.finished.setdefault(event["sessionId"], time.perf_counter())
             self.results.add(event["sessionId"])
             self._result.set()
         elif kind == "hello":
@@ -381,10 +394,12 @@ async def run(
     for i, pid in enumerate((p for p in pids if p != front), start=1):
         roles[pid] = f"worker-{i}"
     ran: dict[str, int] = {}
+    ran_by: dict[str, str] = {}  # task id -> "front" or "worker"
     with sqlite3.connect(home / "roost.db") as conn:
-        for (payload,) in conn.execute("SELECT payload FROM daemon_tasks"):
+        for task_id, payload in conn.execute("SELECT id, payload FROM daemon_tasks"):
             owner = str(json.loads(payload).get("ranOn"))
             ran[owner] = ran.get(owner, 0) + 1
+            ran_by[task_id] = "front" if f":{front}:" in owner else "worker"
     # progress events reach every client (wire.md "Routing"): each checks the texts of its own tasks
     complete = sum(len(c.sids) for c in clients) == args.tasks and all(
         "".join(c.texts.get(s, ())) == "tok " * args.deltas for c in clients for s in c.sids
@@ -399,6 +414,8 @@ async def run(
         "run_queue_wait": {roles[p]: round(w / wall, 2) for p, w in sorted(waited.items(), key=lambda x: roles[x[0]])},
         "tasks_per_process": sorted(ran.values(), reverse=True),
         "text_complete": complete,
+        "first_token_ms": _latencies(clients, ran_by, "first_token"),
+        "result_ms": _latencies(clients, ran_by, "finished"),
         "wall_s": round(wall, 2),
     }
     if args.lock_stats:
@@ -408,6 +425,22 @@ async def run(
         out.mkdir(parents=True, exist_ok=True)
         for prof in diag.glob("*.prof"):
             prof.replace(out / f"{prof.stem}-{label}.prof")
+    return figures
+
+
+def _latencies(clients: list[LeanClient], ran_by: dict[str, str], field: str) -> dict[str, dict[str, float]]:
+    """``{role: {p50, p90, count}}``: ms from each task's ``queued`` to ``field``'s time, on the
+    client that dispatched it."""
+    by_role: dict[str, list[float]] = {}
+    for client in clients:
+        for sid, start in client.started.items():
+            end = getattr(client, field).get(sid)
+            if end is not None and sid in ran_by:
+                by_role.setdefault(ran_by[sid], []).append((end - start) * 1000)
+    figures: dict[str, dict[str, float]] = {}
+    for role, ms in sorted(by_role.items()):
+        ms.sort()
+        figures[role] = {"p50": round(percentile(ms, 50), 1), "p90": round(percentile(ms, 90), 1), "count": len(ms)}
     return figures
 
 
