@@ -283,7 +283,7 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
     return absolute
 
 
-@click.command("serve")
+@click.command("serve", short_help="Run the daemon: clients attach to it and dispatch tasks.")
 @engine_options
 @click.option(
     "-c",
