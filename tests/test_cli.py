@@ -83,3 +83,38 @@ def test_demo_runs_offline_and_exits_cleanly(roost_cmd, tmp_path, roost_home):
     assert "the demo's thread and its 3 workers' threads" in text and text.count("thread:thr_") == 4
     assert "All actors stopped cleanly" in text
     assert (roost_home / "roost.db").exists()
+
+
+@pytest.mark.parametrize("width", [60, 100])
+def test_serve_help_shows_the_listening_line_as_the_json_it_prints(width, monkeypatch):
+    """The example ``listening`` line in ``roost serve --help`` is valid JSON (click does not rewrap
+    it) with exactly the fields the daemon prints."""
+    import io
+    import json
+    import sys
+    from types import SimpleNamespace
+
+    from roost.cli._serve import _announce_listening
+
+    out = CliRunner().invoke(main, ["serve", "--help"], terminal_width=width)
+    assert out.exit_code == 0, out.output
+    lines = [line.strip() for line in out.output.splitlines() if '"listening"' in line]
+    assert len(lines) == 1, out.output
+    example = json.loads(lines[0])
+    stdout = io.TextIOWrapper(io.BytesIO())
+    monkeypatch.setattr(sys, "stdout", stdout)
+    _announce_listening(SimpleNamespace(socket_path="/s.sock", work_dir="/w"), SimpleNamespace(http_port=1))
+    printed = json.loads(stdout.buffer.getvalue())
+    assert example["type"] == printed["type"] == "listening"
+    assert set(example) == set(printed)
+    assert {k: type(v) for k, v in example.items()} == {k: type(v) for k, v in printed.items()}
+
+
+def test_serve_http_port_help_names_every_endpoint_of_the_port():
+    """``--http-port`` serves more than the WebSocket: its help names each path of the port
+    (roost/protocol/_serve_http.py routes /attach, /mcp, /metrics and, with --a2a, /a2a/)."""
+    from roost.cli._serve import serve_command
+
+    option = next(p for p in serve_command.params if p.name == "http_port")
+    for path in ("/attach", "/mcp", "/metrics", "/a2a/"):
+        assert path in option.help, path
