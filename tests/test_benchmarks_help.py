@@ -19,10 +19,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = [ROOT / "benchmarks" / "bench_store.py"]
+BENCHMARKS = sorted((ROOT / "benchmarks").glob("bench_*.py"))
 #: script -> arguments that make it run in about a second (and the figures it prints).
 QUICK = {
     "bench_store.py": ["--tasks", "3", "--per-task", "3"],
+    "bench_framing.py": ["--lines", "200", "--repeat", "1"],
+    "bench_leases.py": ["--operations", "10"],
+    "bench_json.py": ["--ops", "50", "--repeat", "1"],
+    "bench_kernel.py": ["--actors", "20", "--messages", "300", "--asks", "20", "--children", "5"],
+    "bench_engines.py": ["--deltas", "20", "--latency-chunks", "5"],
 }
 
 
@@ -46,6 +51,10 @@ def _keys(value, path=()):
     elif isinstance(value, list):
         for inner in value:
             yield from _keys(inner, path)
+
+
+def test_every_benchmark_is_checked():
+    assert len(BENCHMARKS) > 10 and set(QUICK) <= {b.name for b in BENCHMARKS}
 
 
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.name)
