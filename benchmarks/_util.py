@@ -1,11 +1,14 @@
 """Small shared helpers for the scripts in ``benchmarks/``: memory, CPU time, percentiles, output.
 
 Every benchmark script prints exactly one JSON line of figures to stdout (:func:`emit`); anything
-else (progress, warnings) goes to stderr.
+else (progress, warnings) goes to stderr. Its module docstring says what the line holds (an
+"Output" part naming each field and its unit) and its ``--help`` shows that docstring as written
+(:func:`arg_parser`).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import sys
@@ -15,9 +18,15 @@ from typing import Any
 
 from roost._json import dumps_line
 
-__all__ = ["peak_rss_bytes", "current_rss_bytes", "cpu_seconds", "percentile", "emit"]
+__all__ = ["arg_parser", "peak_rss_bytes", "current_rss_bytes", "cpu_seconds", "percentile", "emit"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def arg_parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` whose ``--help`` shows the script's docstring ``doc`` as written (its
+    field lists unwrapped), so that it says what each field of the JSON line means, in which unit."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
 
 
 def peak_rss_bytes() -> int:

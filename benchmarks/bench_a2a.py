@@ -2,21 +2,25 @@
 
 Starts the daemon (scripted engine, echo replies, ``--max-concurrent N``), and with the official
 ``a2a-sdk`` client sends ``--calls`` blocking ``message/send`` calls one after another, then
-``--calls`` streamed calls, then ``--calls`` sends ``--parallel`` at a time. Prints one JSON line:
+``--calls`` streamed calls, then ``--calls`` sends ``--parallel`` at a time.
 
-* ``card_ms``: reading the agent card once (client side, includes the daemon's lazy SDK app build);
+Output (one JSON line on stdout):
+
+* ``calls``, ``parallel``: the two sizes (counts);
+* ``card_ms``: reading the agent card once, in ms (client side, includes the daemon's lazy SDK
+  app build);
 * ``send_ms_p50`` / ``send_ms_p99``: one blocking ``message/send`` (a whole daemon task: queue,
-  persistence, one scripted turn, result) round trip;
-* ``stream_ms_p50`` / ``stream_ms_p99``: one ``message/stream`` until its final status update;
+  persistence, one scripted turn, result) round trip, in ms;
+* ``stream_ms_p50`` / ``stream_ms_p99``: one ``message/stream`` until its final status update, in ms;
 * ``parallel_calls_per_s``: finished sends per second with ``--parallel`` in flight;
-* ``daemon_cpu_ms_per_call``: the daemon's CPU time (``/proc``) per call over the whole run.
+* ``daemon_cpu_ms_per_call``: the daemon's CPU time (``/proc``) per call over the whole run, in ms;
+* ``loadavg_1m``: the machine's 1-minute load average at the end.
 
-Usage: ``python benchmarks/bench_a2a.py [--calls 100] [--parallel 10]``
+Run: ``.venv/bin/python benchmarks/bench_a2a.py [--calls 100] [--parallel 10]`` (about 10 s).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -28,7 +32,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import emit, percentile  # noqa: E402
+from _util import arg_parser, emit, percentile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,7 +130,7 @@ async def _main(calls: int, parallel: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arg_parser(__doc__)
     parser.add_argument("--calls", type=int, default=100, help="calls per phase (send, stream, parallel)")
     parser.add_argument("--parallel", type=int, default=10, help="sends in flight in the parallel phase")
     args = parser.parse_args()

@@ -37,10 +37,49 @@ profiler inflates small functions (about 4x in total); SQLite commits run in wor
 cProfile does not see. ``--pythonpath DIR`` runs the server from a candidate copy of the ``roost``
 package (``DIR/roost``) to measure a proposed change against the checkout.
 
+Output (one JSON line on stdout; units in the key names: ``_ms`` milliseconds, ``_s`` seconds,
+``_bytes`` bytes, ``_mib`` MiB, ``_per_s`` per second of wall time, ``_cpu_utilisation`` CPU
+seconds per wall second, i.e. cores; ``p50``/``p99`` percentiles):
+
+* the run: ``deltas_per_reply`` (a count), ``cpus`` (the machine's cores), ``workers`` (the
+  ``--workers`` given, or ``"default"``), ``load_average_start`` / ``load_average_end`` (1, 5 and
+  15-minute load averages), ``server_processes_max`` (most server processes seen at once),
+  ``wall_s`` (the whole benchmark, in seconds);
+* memory: ``rss_after_warmup_bytes``, ``rss_after_seq_bytes``, ``rss_after_conc_bytes``,
+  ``rss_after_saturated_bytes``, ``rss_end_bytes`` (VmRSS), ``rss_peak_bytes`` (VmHWM), and
+  ``rss_end_mib`` / ``rss_peak_mib``;
+* ``seq``: ``seq_turns`` (a count); ``seq_turn_p50_ms``, ``seq_turn_p99_ms``, ``seq_turn_mean_ms``,
+  ``seq_turn_first10pct_p50_ms``, ``seq_turn_last10pct_p50_ms`` (turn latency);
+  ``seq_cpu_ms_per_turn`` (server process tree), ``seq_main_thread_cpu_ms_per_turn`` (its trio
+  thread), ``seq_cpu_ms_per_turn_first10pct`` / ``_last10pct``; ``seq_turns_per_s``,
+  ``seq_deltas_per_s``; ``seq_delta_lines_received``, ``seq_text_chars_received`` (counts),
+  ``seq_text_complete`` (true when every turn's text arrived whole); ``seq_cpu_utilisation``;
+* ``conc``: ``conc_threads``, ``conc_turns`` (counts), ``conc_turns_per_s``, ``conc_deltas_per_s``,
+  ``conc_delta_lines_received``, ``conc_text_chars_received``, ``conc_text_complete``,
+  ``conc_turn_p50_ms`` / ``_p99_ms``, ``conc_cpu_ms_per_turn``, ``conc_main_thread_cpu_ms_per_turn``,
+  ``conc_cpu_utilisation``;
+* ``interrupt``, for each scenario ``<s>`` of ``idle``, ``saturated`` and ``paced``:
+  ``interrupt_<s>_p50_ms`` / ``_p99_ms`` (request to the terminal ``turn/completed``),
+  ``interrupt_<s>_response_p50_ms`` / ``_p99_ms`` (to the interrupt's response),
+  ``interrupt_<s>_first_delta_p50_ms`` / ``_p99_ms`` (the interrupted turn's ``turn/start`` to its
+  first delta), ``interrupt_<s>_server_cpu_p50_ms`` / ``_p99_ms`` (the trio thread's CPU from the
+  request to the terminal); for ``saturated`` and ``paced`` also ``interrupt_<s>_cpu_utilisation``,
+  ``interrupt_<s>_bg_turns_per_s`` (background turns completed) and
+  ``interrupt_<s>_bg_deltas_per_s``; ``interrupt_saturated_bg_turns`` (a count);
+  ``interrupt_paced_bg_tokens_per_s_each`` (``--bg-tps``);
+* with ``--trace-hops``: ``interrupt_<s>_hop_<hop>_p50_ms`` / ``_p99_ms``, each hop
+  (``interrupt_read``, ``turn_cancelled``, ``turn_unwound``, ``settle_begin``, ``settle_end``,
+  ``terminal_emitted``) in ms after the client wrote ``turn/interrupt``;
+* with ``--profile``: ``profile_seq_turn_p50_ms``, ``profile_seq_cpu_ms_per_turn`` (the profiled
+  run) and ``profile_top_own_time``: a list of ``{function, own_us_per_turn, cum_us_per_turn,
+  calls_per_turn}`` (µs and calls per turn), its first row the profiled total;
+* ``meets_target``: for each figure the bar bounds (``seq_cpu_ms_per_turn``, ``conc_cpu_ms_per_turn``,
+  ``interrupt_idle_p50_ms``, ``interrupt_saturated_p50_ms``, ``interrupt_paced_p50_ms``,
+  ``rss_peak_mib``), whether it is under the bar (a boolean).
+
 Run: ``.venv/bin/python benchmarks/bench_appserver.py [--turns 300] [--threads 100]
 [--turns-per-thread 10] [--interrupts 30] [--deltas 100] [--bg-tps 50] [--phases conc,interrupt]
 [--profile out.prof]`` (about 40 s on an idle 2-core machine, plus about 20 s with ``--profile``).
-Prints one JSON line (``_ms``, ``_bytes``, ``_mib``, ``_per_s``).
 """
 
 from __future__ import annotations
@@ -60,7 +99,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _appclient import AppClient, open_app_client  # noqa: E402
-from _util import emit, percentile  # noqa: E402
+from _util import arg_parser, emit, percentile  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _MIB = 1024 * 1024
@@ -623,7 +662,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arg_parser(__doc__)
     parser.add_argument("--turns", type=int, default=300, help="sequential turns on one thread")
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured warm-up turns")
     parser.add_argument("--threads", type=int, default=100, help="concurrent threads (and background threads)")

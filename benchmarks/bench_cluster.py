@@ -3,25 +3,34 @@
 For each daemon count of ``--nodes`` (default 1, 2, 3) on a fresh database: start the daemons
 (scripted engine, each reply ``--deltas`` token deltas, each daemon its own ROOST_HOME, socket and
 port), attach one Unix-socket client to each, dispatch ``--tasks`` tasks round-robin from the
-clients (the shared queue runs each once, on whichever node claims it), wait for every result at
-its dispatching client, and report:
+clients (the shared queue runs each once, on whichever node claims it) and wait for every result
+at its dispatching client. Then, with the largest count (at least 2), kill (``kill -9``) or stop
+(SIGSTOP) the node running a slow task and time its resumption on a surviving node (same host: the
+dead owner is recognised at once; another host waits out the lease, ``ROOST_LEASE_TTL``). The
+dispatch-to-start latency across nodes: a task dispatched on node A (``--no-claim``: A runs
+nothing) until its ``agent_starting`` at a client of idle node B, with the default
+``ROOST_TASK_POLL_S`` (1 s); each task is dispatched after a random pause, so the samples cover
+every phase of B's poll. Last, one daemon on SQLite runs the same workload.
 
-* ``n{N}_tasks_per_s``: tasks (one agent turn each) finished per wall second;
-* ``n{N}_cpu_ms_per_turn``: CPU time (user + system, from ``/proc``) of all daemons per task,
-  and ``n{N}_cpu_ms_per_turn_per_node``: each node's CPU per task it ran (list, by node);
-* ``n{N}_tasks_per_node``: tasks each node ran (from their logs).
+Output (one JSON line on stdout):
 
-Then, with the largest count (at least 2): ``kill9_to_task_resumed_s``: from ``kill -9`` of the
-node running a slow task to the ``task_resumed`` event on a surviving node (same host: the dead
-owner is recognised at once; another host waits out the lease, ``ROOST_LEASE_TTL``), and
-``sigstop_to_task_resumed_s`` for a node stopped with SIGSTOP (its lease must expire).
-``sqlite_1_tasks_per_s`` / ``sqlite_1_cpu_ms_per_turn``: one daemon on SQLite, the same workload,
-next to ``n1_*`` (PostgreSQL). ``dispatch_to_start_ms_p50``/``_p99`` (``_max``, ``_samples``): from
-the ``queued`` event of a task dispatched on node A (``--no-claim``: A runs nothing) to its
-``agent_starting`` at a client of idle node B, with the default ``ROOST_TASK_POLL_S`` (1 s): each
-task is dispatched after a random pause, so the samples cover every phase of B's poll.
-``cross_node_interrupt_ms_p50``/``_p99`` are ``null``: cross-node
-interrupts are another change (branch h/s21-xnode).
+* ``tasks``, ``deltas``: the sizes (counts); ``lease_ttl_s``: the daemons' lease TTL, in seconds;
+  ``cores``: the machine's cores; ``load_avg_1m``: its 1-minute load average at the start;
+* for each daemon count N of ``--nodes``, on PostgreSQL:
+  * ``n{N}_tasks_per_s``: tasks (one agent turn each) finished per wall second,
+  * ``n{N}_cpu_ms_per_turn``: CPU time (user + system, from ``/proc``) of all daemons per task, in
+    ms, and ``n{N}_cpu_ms_per_turn_per_node``: each node's CPU per task it ran (a list by node, ms),
+  * ``n{N}_tasks_per_node``: tasks each node ran (a list of counts, from their logs),
+  * ``n{N}_wall_s``: wall time from the first dispatch to the last result, in seconds;
+* ``kill9_to_task_resumed_s``, ``sigstop_to_task_resumed_s``: from the signal to the
+  ``task_resumed`` event on a surviving node, in seconds;
+* ``dispatch_to_start_ms_p50``, ``_p99``, ``_max`` (ms) and ``dispatch_to_start_ms_samples`` (a
+  count): the dispatch-to-start latency across nodes (all ``--wake-only`` measures, with the
+  first five fields);
+* ``sqlite_1_tasks_per_s``, ``sqlite_1_cpu_ms_per_turn``, ``sqlite_1_cpu_ms_per_turn_per_node``,
+  ``sqlite_1_tasks_per_node``, ``sqlite_1_wall_s``: the same as ``n1_*`` for one daemon on SQLite;
+* ``cross_node_interrupt_ms_p50``/``_p99``: ``null`` (cross-node interrupts are another change,
+  branch h/s21-xnode; ``bench_crossnode.py`` measures them).
 
 The machine has few cores: CPU per turn shows scaling honestly, next to the wall figures.
 
@@ -53,7 +62,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _util import emit, percentile  # noqa: E402
+from _util import arg_parser, emit, percentile  # noqa: E402
 
 TTL = 3.0
 
@@ -261,9 +270,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--tasks", type=int, default=60, help="tasks per daemon count (default 60)")
     parser.add_argument("--nodes", default="1,2,3", help="daemon counts to run, comma-separated (default 1,2,3)")
     parser.add_argument("--deltas", type=int, default=100, help="token deltas per scripted reply (default 100)")

@@ -1,8 +1,10 @@
 """Cross-node interrupt latency (issue 13, "Cross-node work"): a client on node A interrupts a turn
 that node B runs, and waits for ``turn/completed`` (interrupted) on A.
 
-Figures (one JSON line):
+Output (one JSON line on stdout; each ``_p50_ms`` / ``_p99_ms`` pair, in ms, comes with a
+``_samples`` count):
 
+* ``load_avg_1m``: the machine's 1-minute load average at the start;
 * ``sqlite_interrupt_p50_ms`` / ``_p99_ms``: two real ``roost app-server`` processes on one SQLite
   store (one ROOST_HOME). B streams a slow reply; A's client sends ``turn/interrupt``; latency is
   request written on A to ``turn/completed`` read on A (relayed from B). The bus polls (adaptive
@@ -16,7 +18,7 @@ Figures (one JSON line):
 
 PostgreSQL: ``--pg-url`` (a database this script may write), else ``$ROOST_TEST_DATABASE_URL``,
 else a throwaway cluster through ``tests/_helpers/postgres.py``. Run:
-``.venv/bin/python benchmarks/bench_crossnode.py [--interrupts 30] [--requests 200] [--pg-url URL]``
+``.venv/bin/python benchmarks/bench_crossnode.py [--interrupts 30] [--requests 50] [--pg-url URL]``
 (about 1 min).
 """
 
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _appclient import open_app_client  # noqa: E402
-from _util import emit, percentile  # noqa: E402
+from _util import arg_parser, emit, percentile  # noqa: E402
 
 SCRIPT = (
     "rules:\n"
@@ -190,7 +192,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arg_parser(__doc__)
     parser.add_argument("--interrupts", type=int, default=30, help="turns of B interrupted from A (default 30)")
     parser.add_argument("--requests", type=int, default=50, help="bus round trips per backend (default 50)")
     parser.add_argument("--pg-url", default=None, help="a PostgreSQL database URL (default: a throwaway cluster)")

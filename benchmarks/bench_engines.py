@@ -1,18 +1,29 @@
 """Engine stream throughput and per-chunk latency against a local SSE server.
 
-For each adapter (OpenAI Chat, OpenAI Responses, Anthropic): a loopback server streams 100,000 small
-text deltas in the provider's SSE format (written in ~64 KiB network chunks); we report parsed events/s
-and bytes/s. Latency: 2,000 single-event chunks sent one at a time (the next only after the client
-saw the previous), median/p99 seconds from send to the event reaching the consumer, and the
-median added over a raw httpx byte stream of the same chunks. The scripted engine is measured with
-zero-latency pacing, 100 deltas per reply.
+For each adapter (OpenAI Chat, OpenAI Responses, Anthropic): a loopback server streams ``--deltas``
+(100,000) small text deltas in the provider's SSE format (written in ~64 KiB network chunks); we
+report parsed events/s and bytes/s. Latency: ``--latency-chunks`` (2,000) single-event chunks sent
+one at a time (the next only after the client saw the previous), median/p99 seconds from send to
+the event reaching the consumer, and the median added over a raw httpx byte stream of the same
+chunks. The scripted engine is measured with zero-latency pacing, 100 deltas per reply.
 
-Prints one JSON line. Usage: python benchmarks/bench_engines.py [--deltas N] [--latency-chunks N]
+Output (one JSON line on stdout):
+
+* ``benchmark``: ``"engines"``; ``deltas``, ``latency_chunks``: the two sizes (counts);
+* ``raw_httpx_latency_median_s``: a chunk's median send-to-receipt time over raw httpx, in seconds;
+* ``adapters``: one object per adapter, ``openai``, ``openai-responses`` and ``anthropic``, of
+  * ``events_per_s``: text deltas parsed per second, ``bytes_per_s``: SSE bytes per second,
+  * ``seconds``: wall time of the throughput stream, in seconds,
+  * ``latency_median_s``, ``latency_p99_s``: send to the event reaching the consumer, in seconds,
+  * ``added_latency_median_s``: the median over ``raw_httpx_latency_median_s``, in seconds;
+* ``scripted``: the scripted engine: ``events_per_s`` (events per second), ``replies`` and
+  ``deltas_per_reply`` (counts).
+
+Run: ``.venv/bin/python benchmarks/bench_engines.py [--deltas 100000] [--latency-chunks 2000]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -25,6 +36,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _helpers.sse_server import Reply, open_sse_server  # noqa: E402
+from _util import arg_parser  # noqa: E402
 
 from roost.engines import (  # noqa: E402
     AnthropicEngine,
@@ -200,8 +212,10 @@ async def main(deltas: int, latency_chunks: int) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--deltas", type=int, default=100_000)
-    parser.add_argument("--latency-chunks", type=int, default=2000)
+    parser = arg_parser(__doc__)
+    parser.add_argument("--deltas", type=int, default=100_000, help="deltas of the throughput stream (default 100000)")
+    parser.add_argument(
+        "--latency-chunks", type=int, default=2000, help="chunks of the latency measurement (default 2000)"
+    )
     args = parser.parse_args()
     print(json.dumps(trio.run(main, args.deltas, args.latency_chunks)))

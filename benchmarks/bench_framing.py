@@ -1,13 +1,26 @@
-"""Decode 1e5 small JSON lines fed to LineDecoder in 64 KiB chunks; print one JSON line of figures.
+"""The JSONL line decoder: ``--lines`` small JSON lines fed to LineDecoder in 64 KiB chunks.
 
-Usage: python benchmarks/bench_framing.py [--lines N] [--repeat R]
+Each of ``--repeat`` passes decodes the whole input; the fastest pass is reported.
+
+Output (one JSON line on stdout):
+
+* ``benchmark``: ``"framing_decode"``;
+* ``lines``: lines decoded per pass (a count); ``bytes``: their total size, in bytes;
+* ``avg_line_bytes``: mean line size, in bytes; ``chunk_bytes``: bytes fed per call (65536);
+* ``best_of``: passes run (a count); ``seconds``: the fastest pass, in seconds;
+* ``lines_per_s``: lines decoded per second; ``mb_per_s``: input decoded per second, in MB
+  (10^6 bytes);
+* ``python``: the Python version.
+
+Run: ``.venv/bin/python benchmarks/bench_framing.py [--lines 100000] [--repeat 5]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+
+from _util import arg_parser
 
 from roost._json import dumps, dumps_line
 from roost.protocol import FrameError, LineDecoder
@@ -34,9 +47,9 @@ def _run_once(data: bytes) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--lines", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser = arg_parser(__doc__)
+    parser.add_argument("--lines", type=int, default=100_000, help="lines to decode per pass (default 100000)")
+    parser.add_argument("--repeat", type=int, default=5, help="passes; the fastest is reported (default 5)")
     args = parser.parse_args()
     data = _payload(args.lines)
     best = float("inf")

@@ -1,15 +1,30 @@
 """Actor-kernel costs: tell throughput, ask latency, spawn/cancel cost, idle memory, supervisor churn.
 
-Prints one JSON line of figures to stdout. Units are in the key names (``_per_s``, ``_us``,
-``_s``, ``_bytes``). Each phase runs in its own ``trio.run`` so phases do not share scheduler state.
+Each phase runs in its own ``trio.run`` so phases do not share scheduler state.
 
-Usage: .venv/bin/python benchmarks/bench_kernel.py [--actors N] [--messages M] [--asks A]
-           [--children C] [--mailbox SIZE]
+Output (one JSON line on stdout; units are in the key names: ``_per_s`` per second, ``_us``
+microseconds, ``_s`` seconds, ``_bytes`` bytes):
+
+* ``benchmark``: ``"kernel"``; ``python``, ``trio``: their versions;
+* ``tell`` (a ``--mailbox`` mailbox, the sender yielding on ``MailboxFull``) and
+  ``tell_unbounded_sender`` (a mailbox that holds every message): ``messages`` and ``mailbox``
+  (counts), ``msgs_per_s`` (messages handled per second), ``s`` (wall seconds), ``cpu_s`` (CPU
+  seconds), ``mailbox_full_yields`` (times the sender found the mailbox full);
+* ``ask`` (10 s timeout) and ``ask_no_timeout``: ``asks`` (a count), ``timeout_s`` (seconds, or
+  null), ``asks_per_s``, and the round trip's ``p50_us``, ``p99_us``, ``max_us``;
+* ``actors``: ``count`` idle actors; ``spawn_total_s``, ``spawn_us_per_actor``, ``spawn_cpu_s``;
+  ``cancel_total_s``, ``cancel_us_per_actor``, ``cancel_cpu_s``; memory per idle actor:
+  ``rss_bytes_per_idle_actor`` (RSS growth) and ``tracemalloc_bytes_per_idle_actor``;
+* ``supervisor_children``: ``count`` dynamic children; ``start_total_s``, ``start_us_per_child``,
+  ``stop_total_s``, ``stop_us_per_child``;
+* ``peak_rss_bytes``: the process's peak RSS; ``wall_s``: wall time of all phases.
+
+Run: ``.venv/bin/python benchmarks/bench_kernel.py [--actors 10000] [--messages 200000]
+[--asks 20000] [--children 1000] [--mailbox SIZE]`` (about 30 s).
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import platform
 import sys
@@ -20,7 +35,7 @@ from typing import Any
 import attrs
 import trio
 import trio.testing
-from _util import cpu_seconds, current_rss_bytes, emit, peak_rss_bytes, percentile
+from _util import arg_parser, cpu_seconds, current_rss_bytes, emit, peak_rss_bytes, percentile
 
 from roost.actors import Actor
 from roost.errors import MailboxFull
@@ -219,7 +234,7 @@ def _phase(fn: Any, *args: Any) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arg_parser(__doc__)
     parser.add_argument("--actors", type=int, default=10_000, help="idle actors to spawn and cancel")
     parser.add_argument("--messages", type=int, default=200_000, help="messages for the tell phase")
     parser.add_argument("--asks", type=int, default=20_000, help="sequential asks for the latency phase")

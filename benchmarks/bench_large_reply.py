@@ -9,8 +9,15 @@ its Unix socket that reads everything, runs a small warm-up task, then one task 
 ``tracemalloc`` (a wrapper installs a SIGUSR1 handler) and the top allocation sites still alive
 after the reply are printed to stderr (slow: tracemalloc costs several times the CPU).
 
-Figures (one JSON line): ``rss_base_mib`` (after the warm-up), ``rss_peak_mib``, ``rss_after_mib``,
-``held_after_mib`` (after minus base: what the large reply left the daemon holding), ``stream_s``.
+Output (one JSON line on stdout):
+
+* ``bench``: ``"large_reply"``; ``reply_mib``: the reply's size (``--mib``, MiB); ``deltas``: the
+  token events it streamed in (a count);
+* ``text_complete``: whether the client received the whole reply (a boolean);
+* ``stream_s``: from the task's dispatch to its ``result``, in seconds;
+* the daemon's ``VmRSS``, in MiB: ``rss_base_mib`` (after the warm-up), ``rss_peak_mib`` (the
+  largest sample while it streamed), ``rss_after_mib`` (``--settle`` s after the reply);
+  ``held_after_mib``: after minus base, what the large reply left the daemon holding.
 
 Run: ``.venv/bin/python benchmarks/bench_large_reply.py [--mib 30] [--deltas 3000] [--rate 1000] [--settle 2]
 [--diagnose]`` (about 15 s).
@@ -33,7 +40,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import emit  # noqa: E402
+from _util import arg_parser, emit  # noqa: E402
 
 _MIB = 1 << 20
 
@@ -175,9 +182,7 @@ async def main(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--mib", type=int, default=30, help="size of the large reply in MiB (default 30)")
     parser.add_argument("--deltas", type=int, default=3000, help="token events it streams in (default 3000)")
     parser.add_argument("--rate", type=float, default=1000, help="token events per second (default 1000)")

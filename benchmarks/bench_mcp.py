@@ -6,12 +6,21 @@ tool through :func:`roost.tools.run_tool` (argument validation, policy, the acto
 SDK client): start-up to connected (s), sequential call latency p50/p99 (µs) and calls/s, and
 calls/s with ``--concurrency`` calls in flight; then kills the server mid-run (its ``crash`` tool)
 and measures the time until it is connected again (s, with ``ROOST_MCP_BACKOFF_S``'s first delay).
-Prints one JSON line.
+
+Output (one JSON line on stdout):
+
+* ``connect_s``: host start-up to the server connected, in seconds;
+* ``calls``: calls of the sequential phase (a count); ``call_p50_us`` / ``call_p99_us``: one call's
+  latency, in µs; ``sequential_calls_per_s``: calls per second, one at a time;
+* ``concurrency``: calls in flight in the second phase (a count); ``concurrent_calls_per_s``: calls
+  per second with that many in flight;
+* ``reconnect_after_crash_s``: from the crash to connected again, in seconds.
+
+Run: ``.venv/bin/python benchmarks/bench_mcp.py [--calls 500] [--concurrency 16]`` (about 10 s).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -20,7 +29,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import emit, percentile  # noqa: E402
+from _util import arg_parser, emit, percentile  # noqa: E402
 
 from roost.plugins import McpServerConfig, open_mcp_host  # noqa: E402
 from roost.tools import ToolContext, run_tool  # noqa: E402
@@ -82,7 +91,7 @@ async def main(calls: int, concurrency: int) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arg_parser(__doc__)
     parser.add_argument("--calls", type=int, default=500, help="calls per phase (default 500)")
     parser.add_argument("--concurrency", type=int, default=16, help="calls in flight in the second phase (16)")
     args = parser.parse_args()

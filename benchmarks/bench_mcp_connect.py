@@ -3,16 +3,26 @@
 Writes a throwaway ``$ROOST_HOME/config.toml`` with one working stdio server (the test suite's
 ``tests/_helpers/mcp_server.py``) and ``--broken`` servers that never answer the handshake (the
 same script's ``garbage`` mode: a non-JSON-RPC line on stdout, then silence), each with
-``connect_timeout = --timeout``; runs the real ``roost plugins --json`` ``--runs`` times and prints
-one JSON line: wall seconds p50/min/max, the bound the servers' own timeouts set (``timeout_s``),
-what connecting and stopping them one after another would cost (``serial_bound_s``: broken x
-(timeout + the SDK's 2 s stdio shutdown grace)), each server's listed status, and whether stderr
-held a traceback.
+``connect_timeout = --timeout``; runs the real ``roost plugins --json`` ``--runs`` times.
+
+Output (one JSON line on stdout):
+
+* ``broken_servers``: servers that never connect (a count); ``timeout_s``: their
+  ``connect_timeout``, the bound the servers' own timeouts set, in seconds;
+* ``serial_bound_s``: what connecting and stopping them one after another would cost (broken x
+  (timeout + the SDK's 2 s stdio shutdown grace)), in seconds;
+* ``wall_p50_s``, ``wall_min_s``, ``wall_max_s``: one ``roost plugins --json``, spawn to exit, in
+  seconds;
+* ``statuses``: each MCP server's name -> the status it is listed with (``notes``, the working
+  one, and ``broken0``, ``broken1``, ...);
+* ``traceback_on_stderr``: whether any run's stderr held a traceback (a boolean);
+* ``loadavg``: the machine's 1-minute load average at the end.
+
+Run: ``.venv/bin/python benchmarks/bench_mcp_connect.py [--broken 2] [--timeout 3] [--runs 3]`` (about 20 s).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import emit  # noqa: E402
+from _util import arg_parser, emit  # noqa: E402
 
 SERVER = Path(__file__).resolve().parent.parent / "tests" / "_helpers" / "mcp_server.py"
 SDK_STDIO_GRACE_S = 2.0  # mcp.client.stdio.PROCESS_TERMINATION_TIMEOUT
@@ -40,7 +50,7 @@ def write_config(home: Path, broken: int, timeout: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arg_parser(__doc__)
     parser.add_argument("--broken", type=int, default=2, help="servers that never connect (default 2)")
     parser.add_argument("--timeout", type=float, default=3.0, help="their connect_timeout, s (default 3)")
     parser.add_argument("--runs", type=int, default=3, help="runs of roost plugins --json (default 3)")

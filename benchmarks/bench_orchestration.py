@@ -3,13 +3,20 @@
 Starts the real daemon on the scripted engine with a three-agent round-robin config (each agent
 replies with ``--deltas`` deltas, one agent calls ``list_dir`` first; the Reviewer's reply ends the
 run), dispatches ``--runs`` tasks over the Unix socket with ``--max-concurrent`` runners, waits for
-every ``result``, and prints one JSON line:
+every ``result``.
 
+Output (one JSON line on stdout):
+
+* ``bench``: ``"orchestration"``; ``runs``, ``max_concurrent``, ``deltas_per_reply``: the sizes
+  (counts); ``agent_turns``: agent turns run (three per run, a count);
+* ``wall_s``: from the first dispatch to the last result, in seconds;
 * ``runs_per_s``, ``agent_turns_per_s``: completed runs and agent turns per second of wall time;
-* ``server_cpu_ms_per_agent_turn``: the daemon's CPU (user + system, from ``/proc``) per agent turn;
+* ``server_cpu_ms_per_agent_turn``: the daemon's CPU (user + system, from ``/proc``) per agent
+  turn, in ms;
 * ``run_s_p50`` / ``run_s_p99``: dispatch (``queued``) to ``result`` per run, in seconds;
-* ``peak_rss_mib``: the daemon's VmHWM;
-* ``run_cli_s``: wall time of one ``roost run --json`` of the same config (process start to exit).
+* ``peak_rss_mib``: the daemon's VmHWM, in MiB;
+* ``run_cli_s``: wall time of one ``roost run --json`` of the same config (process start to exit),
+  in seconds.
 
 Usage: ``python benchmarks/bench_orchestration.py [--runs 200] [--max-concurrent 20] [--deltas 100]
 [--profile out.prof]``
@@ -31,7 +38,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import emit, percentile  # noqa: E402
+from _util import arg_parser, emit, percentile  # noqa: E402
 
 CONFIG = """
 Orchestration:
@@ -188,10 +195,10 @@ async def main(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--max-concurrent", type=int, default=20)
-    parser.add_argument("--deltas", type=int, default=100)
+    parser = arg_parser(__doc__)
+    parser.add_argument("--runs", type=int, default=200, help="runs dispatched (default 200)")
+    parser.add_argument("--max-concurrent", type=int, default=20, help="the daemon's runners (default 20)")
+    parser.add_argument("--deltas", type=int, default=100, help="token deltas per agent reply (default 100)")
     parser.add_argument(
         "--profile",
         metavar="OUT",

@@ -13,7 +13,21 @@
    Roost backend with those variables set (``NAME=`` for none), to be named in ``--backend``.
 
 Every other argument goes to the harness unchanged (``--help`` prints the harness's flags after
-these). One JSON line, the harness's, on stdout.
+these).
+
+Output (one JSON line on stdout: the harness's, which ``../shared/peers/README.md`` and
+``bench_codex.py`` define; this script adds one field and changes what the CPU figures count):
+
+* ``harness``, ``host`` (``cpus``, ``python``, ``machine``), ``workload`` (the effective workload,
+  as ``--print-workload`` shows it), ``phases`` (the phases run), ``ok`` (every run of every
+  backend passed its checks);
+* ``backends``: per ``--backend`` entry, ``class``, ``version``, ``ok``, ``median`` (the median of
+  each figure over the runs) and ``runs`` (every run's figures: per phase ``latency``,
+  ``concurrent``, ``interrupt``, ``saturated``, with ``_ms`` milliseconds, ``_s`` seconds,
+  ``_kb`` KiB, ``_per_s`` per second; ``server_cpu_*``: the server's process tree here);
+* added by this script: ``saturated.server_cpu_utilisation_in_window_pid_only``, the server pid's
+  own CPU seconds per wall second (cores) over the saturated window, as the harness alone counts
+  it.
 
 Usage: ``python benchmarks/bench_peers.py [--peers DIR] [--variant w0=ROOST_APPSERVER_WORKERS=0
 --variant w1=ROOST_APPSERVER_WORKERS=1] --backend codex_cleanhome:CodexCleanHome,
@@ -31,6 +45,8 @@ import sys
 import types
 from pathlib import Path
 from typing import Any
+
+from _util import arg_parser
 
 DEFAULT_PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers"
 if not DEFAULT_PEERS.is_dir():
@@ -95,7 +111,7 @@ def install(harness: Any, variants: dict[str, dict[str, str]]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
+    parser = arg_parser(__doc__, add_help=False)
     parser.add_argument("--peers", type=Path, default=DEFAULT_PEERS, help="the harness's folder")
     parser.add_argument("--variant", type=parse_variant, action="append", default=[], help="NAME=K=V[;K=V...]")
     args, rest = parser.parse_known_args()

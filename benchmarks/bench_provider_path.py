@@ -18,10 +18,24 @@ ticks, averaged over the turns); the client checks every turn delivered all its 
 Run: ``.venv/bin/python benchmarks/bench_provider_path.py [--turns 200] [--warmup 20] [--deltas 100]
 [--repeat 3] [--pythonpath DIR]`` (``--pythonpath`` runs the server from another copy of the
 ``roost`` package, e.g. a checkout of the previous commit, to measure before/after in one run).
-Prints one JSON line: per provider the median (and min) over the repeats of ``cpu_ms_per_turn``,
-``ratio_to_scripted`` (medians; ``meets_target`` when both are at most 1.5) and the ratio of the
-mins; and ``engine_only``: CPU ms per model call of each engine alone (in a client process, a
-100-message history), min and median of the repeats. Linux only (``/proc``).
+Linux only (``/proc``).
+
+Output (one JSON line on stdout):
+
+* ``benchmark``: ``"provider_path"``; ``turns``, ``deltas``, ``repeat``: the sizes (counts);
+  ``pythonpath``: the ``--pythonpath`` given (or null); ``loadavg``: the machine's 1-minute load
+  average at the end;
+* ``providers``: one object per provider, ``scripted``, ``openai`` and ``openai-responses``, of
+  * ``cpu_ms_per_turn``: server CPU per timed turn, in ms, the median over the repeats
+    (``cpu_ms_per_turn_min``: the smallest; ``cpu_ms_per_turn_runs``: each repeat's, a list),
+  * ``wall_ms_per_turn``: wall time per turn, in ms (median),
+  * ``delta_lines_per_turn``: delta lines the client received per turn (the smallest of the
+    repeats),
+  * for ``openai`` and ``openai-responses`` only: ``ratio_to_scripted`` (the medians' ratio) and
+    ``ratio_to_scripted_of_mins`` (the minimums' ratio);
+* ``engine_only``: per provider, CPU ms per model call of each engine alone (in a client process,
+  a 100-message history): ``cpu_ms_per_call_min`` and ``cpu_ms_per_call_median`` of the repeats;
+* ``meets_target``: whether both HTTP providers' ``ratio_to_scripted`` is at most 1.5 (a boolean).
 """
 
 from __future__ import annotations
@@ -45,7 +59,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _appclient import open_app_client
-from _util import emit
+from _util import arg_parser, emit
 
 TEXT = "tok "
 TARGET_RATIO = 1.5
@@ -373,9 +387,7 @@ async def main(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--turns", type=int, default=200, help="timed turns per server (default 200)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed turns first (default 20)")
     parser.add_argument("--deltas", type=int, default=100, help="text deltas per reply (default 100)")

@@ -1,18 +1,28 @@
 """Scheduled cron orchestrations: 10,000 schedules, 1,000 of them firing in the same minute.
 
 Measures, with the real Scheduler actor, store and writer (the TaskQueue is a stand-in whose
-``dispatch`` returns at once and whose tasks succeed at once):
+``dispatch`` returns at once and whose tasks succeed at once), the runs of one slot (all
+``FIRING`` schedules fire in it). The clock is the real wall clock shifted (``SystemClock(offset=)``)
+so that the slot comes a few seconds after start-up instead of up to a minute later.
 
-* ``delay_ms_p50/p99/max``: wall time from the slot to the start of each dispatch (the run start),
-  for the 1,000 runs of one slot. The clock is the real wall clock shifted (``SystemClock(offset=)``)
-  so that the slot comes a few seconds after start-up instead of up to a minute later.
-* ``idle_cpu_percent``: CPU used by the process over ``IDLE_SECONDS`` of real time while the
-  scheduler sleeps towards the next slot (only the 1 s change-counter read runs).
+Output (one JSON line on stdout):
+
+* ``bench``: ``"scheduler"``; ``schedules``: schedules stored, ``firing_same_minute``: of them,
+  those due in the slot (counts);
+* ``fired``: runs the slot started (a count);
+* ``delay_ms_p50``, ``delay_ms_p99``, ``delay_ms_max``: wall time from the slot to the start of
+  each dispatch (the run start), in ms;
+* ``load_ms``: reading and parsing the schedules at start-up, in ms;
+* ``idle_cpu_percent``: CPU used by the process over ``IDLE_SECONDS`` (5 s) of real time while the
+  scheduler sleeps towards the next slot (only the 1 s change-counter read runs), in percent of
+  one core; ``idle_wakeups``: times the scheduler woke up in that time (a count);
+* ``lost_claims``: due slots whose claim another owner won (a count; 0 with one scheduler);
 * ``bytes_per_schedule``: Python memory (tracemalloc) held by the loaded jobs and their heap,
-  divided by the number of schedules; ``rss_bytes_per_schedule`` the RSS growth for comparison.
-* ``load_ms``: reading and parsing the 10,000 schedules at start-up.
+  divided by the number of schedules, in bytes; ``rss_bytes_per_schedule``: the RSS growth per
+  schedule, in bytes, for comparison.
 
-Prints one JSON line. Usage: ``python benchmarks/bench_scheduler.py [N_SCHEDULES] [N_FIRING]``.
+Run: ``.venv/bin/python benchmarks/bench_scheduler.py [SCHEDULES] [FIRING]`` (defaults 10000 and
+1000; about 2 min: the slot is real time).
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import cpu_seconds, current_rss_bytes, emit, percentile  # noqa: E402
+from _util import arg_parser, cpu_seconds, current_rss_bytes, emit, percentile  # noqa: E402
 
 from roost.actors._scheduler import Scheduler  # noqa: E402
 from roost.scheduling import ManualClock, SystemClock, format_slot, parse_cron  # noqa: E402
@@ -158,9 +168,7 @@ async def main(n: int, firing: int) -> None:
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Prints one JSON line.")
+    parser = arg_parser(__doc__)
     parser.add_argument("schedules", nargs="?", type=int, default=10_000, help="schedules stored (default 10000)")
     parser.add_argument(
         "firing", nargs="?", type=int, default=1_000, help="of them, how many fire in the same minute (default 1000)"

@@ -3,19 +3,27 @@
 Starts the real daemon (scripted engine, ``--stamp-events`` so each broadcast event carries its
 emit time), attaches ``--clients`` WebSocket clients from ``--procs`` client processes, dispatches
 ``--tasks`` tasks over the Unix socket (``--max-concurrent`` = tasks, so they stream at once), each
-streaming ``--deltas`` token events at ``--rate`` deltas/s, and prints one JSON line:
+streaming ``--deltas`` token events at ``--rate`` deltas/s.
 
+Output (one JSON line on stdout):
+
+* ``bench``: ``"serve"``; ``clients``, ``tasks``, ``deltas_per_task``: the sizes (counts);
+  ``rate_per_task``: each task's token events per second;
 * ``connections_per_s``: clients attached (``hello`` received) per second, all processes at once;
-* ``idle_conn_kib``: growth of the daemon's RSS per idle attached connection (KiB);
+* ``idle_conn_kib``: growth of the daemon's RSS per idle attached connection, in KiB;
 * ``events_per_s``: broadcast events received by all clients per second of streaming;
-* ``latency_ms_p50`` / ``latency_ms_p99``: emit (daemon clock) to receipt (client clock), same host,
-  sampled on the first 25 clients of each process;
-* ``delivered`` / ``expected``: events received vs. events broadcast times clients (fewer when
-  the daemon merged a backlog's tokens for a client that ran behind);
-* ``text_chars_delivered`` / ``text_chars_expected`` / ``text_complete``: characters of streamed
-  text all clients received against what they should have: what a user sees, whatever the lines.
+* ``stream_s``: the streaming's wall time, from the dispatch until every client received
+  everything, in seconds;
+* ``latency_ms_p50`` / ``latency_ms_p99``: emit (daemon clock) to receipt (client clock), same
+  host, in ms, sampled on the first 25 clients of each process;
+* ``delivered`` / ``expected``: events received vs. events broadcast times clients (counts; fewer
+  delivered when the daemon merged a backlog's tokens for a client that ran behind);
+* ``text_chars_delivered`` / ``text_chars_expected`` (counts) / ``text_complete`` (a boolean):
+  characters of streamed text all clients received against what they should have: what a user
+  sees, whatever the lines.
 
-Usage: ``python benchmarks/bench_serve.py [--clients 1000] [--tasks 20] [--deltas 50] [--rate 10]``
+Run: ``.venv/bin/python benchmarks/bench_serve.py [--clients 1000] [--tasks 20] [--deltas 50]
+[--rate 10] [--procs 4]``
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import time
 from pathlib import Path
 
 import trio
+from _util import arg_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLED = 25
@@ -243,10 +252,10 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         trio.run(worker, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
         sys.exit(0)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=1000)
-    parser.add_argument("--tasks", type=int, default=20)
-    parser.add_argument("--deltas", type=int, default=50)
-    parser.add_argument("--rate", type=float, default=10.0)
-    parser.add_argument("--procs", type=int, default=4)
+    parser = arg_parser(__doc__)
+    parser.add_argument("--clients", type=int, default=1000, help="WebSocket clients attached (default 1000)")
+    parser.add_argument("--tasks", type=int, default=20, help="tasks streaming at once (default 20)")
+    parser.add_argument("--deltas", type=int, default=50, help="token events per task (default 50)")
+    parser.add_argument("--rate", type=float, default=10.0, help="token events per second per task (default 10)")
+    parser.add_argument("--procs", type=int, default=4, help="client processes the clients spread over (default 4)")
     print(json.dumps(trio.run(main, parser.parse_args())))

@@ -14,18 +14,31 @@ the store), alternating so that machine load hits both alike:
 * ``roost sessions --json``: wall time from ``spawn`` to exit, with its one envelope line checked.
   Goal: p50 < 200 ms.
 
-For each: ``*_ms_p50``, ``*_ms_min``, ``*_ms_max`` (wall) and ``*_cpu_ms_p50`` (the child's user +
-system CPU over its whole life, from ``wait4``; less sensitive to load on a shared machine).
-Also ``roost_bytecode``: whether the ``roost`` package the command runs has current ``.pyc``
-files (``cached``), some (``partial``) or none (``missing``): with ``PYTHONDONTWRITEBYTECODE=1``
-and an editable install nothing writes them, and every start compiles Roost's source
-(``scripts/dev.py`` compiles the venv and the package after installing). ``--bytecode off``
-measures that case: ``PYTHONPYCACHEPREFIX`` points at a private folder that mirrors every
-installed ``.pyc`` (symlinks) except the ``roost`` package's own. Also ``loadavg_1m`` at the start and the end.
+``roost_bytecode`` says whether the ``roost`` package the command runs has current ``.pyc``
+files: with ``PYTHONDONTWRITEBYTECODE=1`` and an editable install nothing writes them, and every
+start compiles Roost's source (``scripts/dev.py`` compiles the venv and the package after
+installing). ``--bytecode off`` measures that case: ``PYTHONPYCACHEPREFIX`` points at a private
+folder that mirrors every installed ``.pyc`` (symlinks) except the ``roost`` package's own.
 
 ``--baseline DIR`` also measures the package in DIR, alternating with the measured one spawn by
-spawn (a change and its parent under the same load: compare only within one run); its figures
-carry the prefix ``baseline_``.
+spawn (a change and its parent under the same load: compare only within one run).
+
+Output (one JSON line on stdout; progress goes to stderr):
+
+* ``runs``: timed spawns of each command (a count); ``pythonpath``: the ``--pythonpath`` given (or
+  null); ``roost_bytecode``: ``cached`` (current ``.pyc`` files), ``partial`` (some) or
+  ``missing`` (none);
+* for each command ``<c>`` of ``app_server_initialize`` (spawn to the ``initialize`` response),
+  ``app_server_fresh_home_initialize`` (the same as the harness spawns it) and ``sessions_json``
+  (spawn to exit): ``<c>_ms_p50``, ``<c>_ms_min``, ``<c>_ms_max`` (wall time, in ms) and
+  ``<c>_cpu_ms_p50`` (the child's user + system CPU over its whole life, from ``wait4``, in ms;
+  less sensitive to load on a shared machine);
+* ``app_server_fresh_home_cpu_ms_to_initialize_p50``: the server's CPU (every thread, ``/proc``,
+  10 ms ticks) when its response arrived, in ms;
+* with ``--baseline``: ``baseline_pythonpath``, ``baseline_roost_bytecode`` and every figure above
+  again with the prefix ``baseline_``, for the package in DIR;
+* ``loadavg_1m_start``, ``loadavg_1m_end``: the machine's 1-minute load average at the start and
+  the end.
 
 Usage: ``python benchmarks/bench_startup.py [--runs 15] [--roost .venv/bin/roost] [--pythonpath DIR]
 [--baseline DIR] [--bytecode as-is|off]``
@@ -46,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import emit  # noqa: E402
+from _util import arg_parser, emit  # noqa: E402
 
 _ROOT = Path(__file__).resolve().parent.parent
 _INITIALIZE = b'{"id":1,"method":"initialize","params":{"protocol_version":"wuu-app-server/v0.1"}}\n'
@@ -221,9 +234,7 @@ def _prepare(args: argparse.Namespace, python: str, env: dict[str, str], tmp: Pa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog="Prints one JSON line; progress goes to stderr."
-    )
+    parser = arg_parser(__doc__)
     parser.add_argument("--runs", type=int, default=15, help="timed spawns of each command (default 15)")
     parser.add_argument(
         "--roost",

@@ -1,8 +1,23 @@
 """Store write throughput: group commit against one transaction per item.
 
-Both runs use the real StoreWriter on a WAL file with synchronous=NORMAL; ``TASKS`` concurrent
-tasks each append ``PER_TASK`` items to one thread. "per_item" is the same writer with
-``batch_max=1`` (one BEGIN IMMEDIATE ... COMMIT per item). Prints one JSON line.
+Both runs use the real StoreWriter on a WAL file with synchronous=NORMAL; ``--tasks`` concurrent
+tasks each append ``--per-task`` items to one thread. The per-item run is the same writer with
+``batch_max=1`` (one BEGIN IMMEDIATE ... COMMIT per item).
+
+Output (one JSON line on stdout):
+
+* ``bench``: ``"store_writes"``;
+* ``items``: items appended in each run (tasks x per-task, a count);
+* ``concurrent_tasks``: appending tasks (a count);
+* ``group_commit``: the writer with group commit (``batch_max=512``), and ``per_item_transaction``:
+  the writer with one transaction per item; each an object of
+  * ``items_per_s``: items appended per second of wall time,
+  * ``transactions``: transactions committed (a count),
+  * ``mean_group``: items per transaction (mean),
+  * ``seconds``: wall time of the run, in seconds;
+* ``speedup``: group commit's ``items_per_s`` over the per-item run's (a ratio).
+
+Run: ``.venv/bin/python benchmarks/bench_store.py [--tasks 100] [--per-task 50]``.
 """
 
 from __future__ import annotations
@@ -13,6 +28,7 @@ import time
 from pathlib import Path
 
 import trio
+from _util import arg_parser
 
 from roost._json import dumps
 from roost.storage import append_item, create_thread, open_store
@@ -70,9 +86,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Prints one JSON line.")
+    parser = arg_parser(__doc__)
     parser.add_argument("--tasks", type=int, default=TASKS, help=f"concurrent appending tasks (default {TASKS})")
     parser.add_argument("--per-task", type=int, default=PER_TASK, help=f"items each task appends (default {PER_TASK})")
     parsed = parser.parse_args()

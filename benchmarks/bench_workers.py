@@ -1,21 +1,32 @@
 """Heavy subagent workload: one turn spawns N workers (max_parallel P), each streaming D deltas.
 
-Runs the real ``roost app-server`` (scripted engine, zero pacing unless said otherwise) and prints
-one JSON line:
+Runs the real ``roost app-server`` (scripted engine, zero pacing unless said otherwise) twice:
+``complete``, the turn runs to its end; ``freeze``, workers paced by ``--tps`` deltas/s so that
+they are mid-stream, and when half of them have completed, ``turn/interrupt``.
 
-* ``complete``: wall seconds from ``turn/start`` to the root's ``turn/completed``, engine events
-  per second (worker deltas + agent notifications, over the wall time), agent/updated events seen,
-  the server's peak RSS (VmHWM) and the RSS growth per worker, and server CPU seconds.
-* ``freeze``: workers paced by ``tokens_per_second`` so that they are mid-stream; when half of them
-  have completed, ``turn/interrupt``; the time from the interrupt request to the last worker's
-  terminal ``agent/updated`` and to the root's terminal event, and how many workers were frozen.
+Output (one JSON line on stdout):
+
+* ``benchmark``: ``"workers"``;
+* ``complete`` and ``freeze``: one object each, of
+  * ``root_status``: the root turn's final status (``completed``, ``interrupted``);
+  * ``workers``, ``max_parallel``, ``deltas_per_worker``: the sizes (counts);
+  * ``wall_s``: from ``turn/start`` to the root's terminal notification, in seconds;
+  * ``agent_updated_events``: ``agent/updated`` notifications seen (a count);
+  * ``server_cpu_s``: the server's CPU time over the case, in seconds;
+  * ``peak_rss_bytes``: the server's peak RSS (VmHWM), and ``rss_per_worker_bytes``: its growth
+    per worker, in bytes;
+* ``complete`` also: ``events_per_s`` (engine events, worker deltas + agent notifications, per
+  second of wall time) and ``workers_completed`` (a count);
+* ``freeze`` also: ``completed_before_interrupt`` and ``frozen`` (workers interrupted; counts),
+  ``interrupt_to_last_worker_terminal_s`` and ``interrupt_to_root_terminal_s``: from the
+  interrupt request to the last worker's terminal ``agent/updated`` and to the root's terminal
+  event, in seconds.
 
 Run: ``.venv/bin/python benchmarks/bench_workers.py [--workers 1000] [--parallel 100] [--deltas 50]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -27,7 +38,7 @@ import orjson
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import emit  # noqa: E402
+from _util import arg_parser, emit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = {"completed", "failed", "cancelled", "interrupted"}
@@ -201,10 +212,10 @@ async def run_case(workers: int, parallel: int, deltas: int, tps: float | None, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=1000)
-    parser.add_argument("--parallel", type=int, default=100)
-    parser.add_argument("--deltas", type=int, default=50)
+    parser = arg_parser(__doc__)
+    parser.add_argument("--workers", type=int, default=1000, help="workers the turn spawns (default 1000)")
+    parser.add_argument("--parallel", type=int, default=100, help="max_parallel: workers at once (default 100)")
+    parser.add_argument("--deltas", type=int, default=50, help="deltas each worker streams (default 50)")
     parser.add_argument("--tps", type=float, default=100.0, help="pacing of the freeze case (deltas/s per worker)")
     args = parser.parse_args()
 

@@ -6,38 +6,48 @@ start ``roost serve --workers N --max-concurrent C`` (scripted engine, each repl
 token deltas), attach ``--clients K`` Unix-socket clients at once, each dispatching its share of
 ``--tasks`` tasks one after another (waiting for each one's ``queued``), wait for every result,
 check that every task's streamed text reached its client complete (deltas may be coalesced: the
-text is counted, not the lines), and report (medians over the rounds, and each round's figures
-in ``w{N}_runs``):
-
-* ``w{N}_tasks_per_s``: tasks (one agent turn each) finished per wall second;
-* ``w{N}_cpu_cores``: CPU time (user + system, ``/proc``) of the front door and all its workers
-  divided by the wall time: the cores the daemon used; ``w{N}_cpu_ms_per_task``: that CPU per task;
-* ``w{N}_cpu_split``: each process's share of it in cores (``front``, ``worker-1``, ...), and
-  ``w{N}_bench_cores``: this script's own (its clients parse every event; on 2 cores it competes);
-* ``w{N}_run_queue_wait``: per process, the seconds its threads were runnable but waited for a
-  CPU (``/proc/<pid>/task/*/schedstat``) over the wall time: high when the machine is shared;
-* ``w{N}_tasks_per_process``: tasks each process ran (from the ``ranOn`` of each task's row);
-* ``w{N}_text_complete``: every task's text arrived whole;
-* ``w{N}_first_token_ms`` and ``w{N}_result_ms``: per process that ran the tasks (``front``,
-  ``worker``), p50 and p90 over its tasks of the ms from a task's ``queued`` to its first
-  ``token``, and to its ``result``, on its client's clock. The queue is one FIFO whichever
-  process claims, so the difference between the two roles is how late a worker's events reach
-  the client (over the node bus) against the front door's own.
+text is counted, not the lines).
 
 ``--pythonpath A,B`` alternates copies of ``roost`` (each a directory holding ``roost/``; an
 empty entry is this checkout) within each round: keys ``<basename>_w{N}_...``.
 
 ``--lock-stats`` also runs every daemon process with a measuring ``sitecustomize`` (on
-``PYTHONPATH``, so the workers inherit it) that times each SQLite ``BEGIN IMMEDIATE`` (the wait
-for the write lock, from a thread's first try to the one that took it: ``w{N}_lock_wait_ms``
-p50/p90/p99/max, the count of waits over 1 ms and their sum) and how long each process held the
-lock (``w{N}_lock_held``: seconds held over wall, per process), and counts each process's
-``trio.to_thread.run_sync`` calls by caller (``w{N}_to_thread_calls``, the six most frequent)
-and its store writes by function (``w{N}_writes``, the twelve most frequent),
-between two ``SIGUSR1`` snapshots around the measured window. ``--profile DIR`` writes a cProfile
-of each process's main thread (thread CPU clock) over the same window to ``DIR/<role>-<N>.prof``.
+``PYTHONPATH``, so the workers inherit it) that times each SQLite ``BEGIN IMMEDIATE`` and counts
+calls, between two ``SIGUSR1`` snapshots around the measured window. ``--profile DIR`` writes a
+cProfile of each process's main thread (thread CPU clock) over the same window to
+``DIR/<role>-<N>.prof``.
 
-Also ``cores`` (``os.cpu_count()``) and ``loadavg_1m`` before and after (the machine may be shared).
+Output (one JSON line on stdout; each round's row is also printed to stderr as it ends):
+
+* ``bench``: ``"workers_procs"``; ``tasks``, ``clients``, ``rounds``, ``deltas``,
+  ``max_concurrent``: the sizes (counts); ``poll_s``: the daemon's ``ROOST_TASK_POLL_S``, in
+  seconds; ``cores``: ``os.cpu_count()``; ``loadavg_1m`` / ``loadavg_1m_after``: the machine's
+  1-minute load average before and after (it may be shared);
+* for each N, medians over the rounds: ``w{N}_tasks_per_s`` (tasks, one agent turn each, finished
+  per wall second), ``w{N}_cpu_cores`` (CPU time, user + system from ``/proc``, of the front door
+  and all its workers over the wall time: the cores the daemon used), ``w{N}_cpu_ms_per_task``
+  (that CPU per task, in ms), ``w{N}_bench_cores`` (this script's own cores: its clients parse
+  every event; on 2 cores it competes); ``w{N}_text_complete``: every task's text arrived whole
+  in every round (a boolean);
+* ``w{N}_runs``: one row per round, of ``tasks_per_s``, ``cpu_cores``, ``cpu_ms_per_task``,
+  ``bench_cores``, ``text_complete`` (as above, for the round), ``wall_s`` (the round's measured
+  window, the clients' first dispatch to the last result, in seconds), ``loadavg_1m``, and
+  * ``cpu_split``: per process (``front``, ``worker-1``, ...), its share of the CPU, in cores;
+  * ``run_queue_wait``: per process, the seconds its threads were runnable but waited for a CPU
+    (``/proc/<pid>/task/*/schedstat``) per wall second: high when the machine is shared;
+  * ``tasks_per_process``: tasks each process ran (from the ``ranOn`` of each task's row; a list
+    of counts, largest first);
+  * ``first_token_ms`` and ``result_ms``: per role that ran the tasks (``front``, ``worker``),
+    ``{p50, p90}`` in ms over its tasks (and their ``count``) from a task's ``queued`` to its
+    first ``token``, and to its ``result``, on the dispatching client's clock. The queue is one
+    FIFO whichever process claims, so the difference between the two roles is how late a
+    worker's events reach the client (over the node bus) against the front door's own;
+  * with ``--lock-stats``: ``lock_wait_ms``, the waits for the SQLite write lock (a thread's first
+    try to the ``BEGIN IMMEDIATE`` that took it): ``count``, ``over_1ms`` (counts), ``p50``,
+    ``p90``, ``p99``, ``max`` (ms) and ``total_s`` (their sum, in seconds); ``lock_held``: per
+    process, seconds it held the lock per wall second; ``to_thread_calls``: per process, its
+    ``trio.to_thread.run_sync`` calls by caller (the six most frequent, counts); ``writes``: per
+    process, its store writes by function (the twelve most frequent, counts).
 
 Usage: ``python benchmarks/bench_workers_procs.py [--tasks 400] [--workers 1,2] [--clients 4]
 [--rounds 3] [--deltas 100] [--max-concurrent 4] [--poll-s 0.2] [--pythonpath A,B] [--lock-stats]
@@ -64,7 +74,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _util import emit, percentile  # noqa: E402
+from _util import arg_parser, emit, percentile  # noqa: E402
 
 _TCK = os.sysconf("SC_CLK_TCK")
 
@@ -449,7 +459,7 @@ def _median(runs: list[dict], key: str) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arg_parser(__doc__)
     parser.add_argument("--tasks", type=int, default=400, help="tasks per run (default 400)")
     parser.add_argument("--workers", default="1,2", help="comma-separated process counts (default 1,2)")
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients dispatching (default 4)")

@@ -129,7 +129,11 @@ async def test_without_the_capability_the_tool_is_denied(env, tmp_path):
         done = (await client.run_turn(tid, "shell please"))["turn"]
         tool = tool_item(done)
         assert tool["status"] == "failed" and "denied" in tool["output"].lower()
-        assert "nobody is attached" in tool["output"] and tool["metadata"]["denied"] == "unattended_policy"
+        assert tool["metadata"]["denied"] == "unattended_policy"
+        # the client is attached: the text says it did not opt in, and how to
+        assert "does not accept approval requests" in tool["output"], tool["output"]
+        assert '"approval/request" in initialize capabilities.reverse_rpc.methods' in tool["output"]
+        assert "attached" not in tool["output"]
         assert approval_requests(client) == []
         assert done["status"] == "completed"
         # read_only refuses without asking; unconfined runs without asking
@@ -263,3 +267,41 @@ async def test_a_late_answer_to_an_approval_is_logged_at_debug_level(env, tmp_pa
     logged = log_file.read_text()
     assert f"server request {line['id']!r}: it is no longer pending" in logged, logged
     assert "no such request was sent" not in logged
+
+
+async def test_a_forwarded_input_carries_why_its_client_cannot_be_asked():
+    """Input forwarded to the node executing the thread (``thread.input`` on the bus) carries the
+    origin's ``no_approver``, so a denial there says what is true of the asking client."""
+    from roost.actors import Origin
+    from roost.actors._remote import ThreadRemote
+
+    class Bus:
+        node_id = "node-a"
+        sent: dict = {}
+
+        def on(self, kind, handler, inline=False):
+            pass
+
+        async def request(self, node, kind, body):
+            self.sent = body
+            return {}
+
+    class Session:
+        client_name = "ui"
+
+        def __init__(self, origin):
+            self._origin = origin
+
+        def origin(self):
+            return self._origin
+
+    bus = Bus()
+    remote = ThreadRemote(bus, None, None)
+    await remote.forward("node-b", "queue", "thr_1", {"prompt": "x"}, session=Session(Origin(no_approver="why")))
+    origin = remote._origin(bus.sent["origin"])
+    assert origin.request_approval is None and origin.no_approver == "why" and origin.client_id == "ui"
+    # an origin that can be asked is asked; nothing to explain
+    await remote.forward("node-b", "queue", "thr_1", {"prompt": "x"},
+                         session=Session(Origin(request_approval=lambda params: None)))
+    origin = remote._origin(bus.sent["origin"])
+    assert origin.request_approval is not None and origin.no_approver is None

@@ -240,6 +240,36 @@ async def test_resume_most_recent_for_workspace_and_history_paging(env, tmp_path
         await expect_error(client, "thread/history/read", {"thread_id": "thr_nope"}, "thread_not_found")
 
 
+async def test_history_page_and_cursor_errors_name_the_documented_fields(env, tmp_path):
+    """A bad ``history_page`` is reported as ``history_page.limit`` (its documented field), the
+    older ``{turns: N}`` spelling still works, and an empty ``history_cursor`` is not taken for an
+    absent one."""
+    async with open_app_server(env=env, cwd=tmp_path) as client:
+        tid = (await client.request("thread/start", {"cwd": str(tmp_path)}))["thread"]["id"]
+        for n in range(3):
+            assert (await client.run_turn(tid, f"turn {n}"))["turn"]["status"] == "completed"
+        for method in ("thread/resume", "thread/fork"):
+            ref = {"session_id": tid} if method == "thread/resume" else {"thread_id": tid}
+            for page in ({"limit": 0}, {"limit": 101}, {"turns": 0}, {"limit": "2"}):
+                error = await expect_error(client, method, {**ref, "history_page": page}, "invalid_params",
+                                           contains="history_page.limit")
+                assert "turns must" not in error["message"], error
+            await expect_error(client, method, {**ref, "history_page": "all"}, "invalid_params",
+                               contains="{limit: N}")
+            await expect_error(client, method, {**ref, "history_page": {"count": 2}}, "invalid_params",
+                               contains="{limit: N}")
+            for page in ({"limit": 2}, {"turns": 2}, 2):  # what was accepted still is
+                result = await client.request(method, {**ref, "history_page": page})
+                assert len(result["turns"]) == 2 and result["has_more"] is True, (method, page)
+        # no cursor (omitted or null): the most recent page; an empty one is an error
+        for params in ({}, {"history_cursor": None}):
+            latest = await client.request("thread/history/read", {"thread_id": tid, "limit": 1, **params})
+            assert [t["items"][0]["text"] for t in latest["turns"]] == ["turn 2"]
+        for key in ("history_cursor", "cursor"):
+            await expect_error(client, "thread/history/read", {"thread_id": tid, key: ""}, "invalid_params",
+                               contains=f"{key} must be the opaque string a page returned")
+
+
 # -- listing, organising, search ----------------------------------------------------------------
 
 

@@ -135,3 +135,34 @@ def test_no_help_text_shows_raw_rst_or_exit_statuses_that_do_not_apply() -> None
         epilog = schedule.get_command(ctx, name).epilog
         assert "Exit status" in epilog and "cron" not in epilog and "--task" not in epilog, name
     assert "cron" in schedule.get_command(ctx, "add").epilog
+
+
+def test_readme_lists_every_variable_a_command_option_reads() -> None:
+    """Each environment variable a ``roost`` option falls back to (click ``envvar``, e.g.
+    ``roost serve --workers``' ROOST_SERVE_WORKERS) has a row in README.md's "Environment
+    variables" table."""
+    import click
+
+    from roost.cli import main
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = readme.partition("## Environment variables")[2].partition("\n\n")[2].partition("\n\n")[0]
+    rows = {line.split("|")[1] for line in table.splitlines() if line.startswith("| `")}
+
+    def commands(group: click.Group):
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            yield command
+            if isinstance(command, click.Group):
+                yield from commands(command)
+
+    read = {}
+    for command in commands(main):
+        for param in command.params:
+            envvar = getattr(param, "envvar", None)
+            for name in [envvar] if isinstance(envvar, str) else envvar or []:
+                read[name] = f"{command.name} {param.opts[-1]}"
+    assert "ROOST_SERVE_WORKERS" in read
+    missing = {name: option for name, option in read.items() if not any(f"`{name}`" in row for row in rows)}
+    assert not missing, f"README's environment table lacks {missing}"

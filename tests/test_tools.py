@@ -192,7 +192,13 @@ async def test_denial_messages_tell_the_model_why(tmp_path):
                                                  request_approval=_Approver(False)))
     assert "did not approve" in denied.output
     unattended = await run_tool(tool, {"x": 1}, _ctx(tmp_path, permission_mode="standard"))
-    assert "nobody is attached" in unattended.output and "deny" in unattended.output
+    assert "no client is attached" in unattended.output and "deny" in unattended.output
+    assert "unconfined" in unattended.output  # and what would let it run
+    # an origin that knows why it cannot be asked says that instead
+    why = "the client that started this turn does not accept approval requests"
+    unasked = await run_tool(tool, {"x": 1}, _ctx(tmp_path, permission_mode="standard", no_approver=why))
+    assert why in unasked.output and "attached" not in unasked.output
+    assert unasked.metadata["denied"] == "unattended_policy"
     refused = await run_tool(tool, {"x": 1}, _ctx(tmp_path, permission_mode="read_only"))
     assert "read_only" in refused.output
 

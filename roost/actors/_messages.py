@@ -38,12 +38,17 @@ class Origin:
     ``await ask_question(params) -> str | None`` (the ``ask_user`` tool) with ``params`` =
     ``{thread_id, turn_id, item_id, question, options, allowOther}``; None is no answer (skipped,
     or nobody could be asked). An origin without it gives tools no way to ask.
+
+    ``no_approver``: why this origin cannot be asked and what would change that, a clause for
+    the text of an unattended denial (e.g. a client that did not opt in to ``approval/request``);
+    None: the denial says no client is attached to approve.
     """
 
     client_id: str = "local"
     request_approval: Any = None
     unattended_policy: str = "deny"
     ask_question: Any = None
+    no_approver: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -187,6 +187,9 @@ class ThreadRemote:
         if op not in _BUILDERS:
             raise InvalidParams(f"cannot forward {op!r}")
         origin = {"node": self.bus.node_id, "session": self._session_key(session), "client_id": _client_id(session)}
+        no_approver = getattr(session.origin(), "no_approver", None) if session is not None else None
+        if no_approver:
+            origin["no_approver"] = no_approver
         body = {"op": op, "thread_id": thread_id, "params": params, "origin": origin}
         return await self.bus.request(node, "thread.input", body)
 
@@ -301,7 +304,12 @@ class ThreadRemote:
         """The Origin of forwarded input: approvals go back to the asking client on its node."""
         node, key = wire.get("node"), wire.get("session")
         ask = functools.partial(self._ask_approval, str(node), str(key)) if node and key else None
-        return Origin(client_id=str(wire.get("client_id") or "remote"), request_approval=ask)
+        no_approver = wire.get("no_approver")
+        return Origin(
+            client_id=str(wire.get("client_id") or "remote"),
+            request_approval=ask,
+            no_approver=str(no_approver) if no_approver and ask is None else None,
+        )
 
     async def _ask_approval(self, node: str, session_key: str, params: dict) -> bool | None:
         """Ask the client ``session_key`` on ``node`` (None when it cannot be asked)."""

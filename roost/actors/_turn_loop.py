@@ -454,6 +454,7 @@ async def _run_tool_call(thread: TurnHost, turn: TurnActor, view: dict, open_ite
         on_output=on_output,
         request_approval=functools.partial(turn.request_approval, view),
         unattended_policy=getattr(origin, "unattended_policy", "deny"),
+        no_approver=getattr(origin, "no_approver", None),
         agent=turn.agent.name if turn.agent is not None else None,
         on_process=tool_process_hook(thread.services.store.writer, thread.services.owner, tid),
         start_background=thread.services.processes.starter(tid) if thread.services.processes else None,

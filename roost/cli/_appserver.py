@@ -83,7 +83,7 @@ def setup_logging(verbose: bool) -> None:
     )
 
 
-@click.command("app-server")
+@click.command("app-server", short_help="Serve the app-server protocol as JSONL over stdin/stdout.")
 @engine_options
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output to stderr.")
 @click.option(

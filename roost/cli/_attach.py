@@ -474,7 +474,7 @@ def _warn(text: str) -> None:
     click.echo(f"roost attach: {text}", err=True)
 
 
-@click.command("attach")
+@click.command("attach", short_help="Attach to a running `roost serve` (socket or WebSocket).")
 @click.argument("target", required=False)
 @click.option(
     "--token",

@@ -25,12 +25,12 @@ database_url_option = click.option(
 )
 
 
-@click.group("db")
+@click.group("db", short_help="Show which database is used, and check that it works.")
 def db_group() -> None:
     """The database: which one is used, and whether it works."""
 
 
-@db_group.command("check")
+@db_group.command("check", short_help="Open the database; print its backend and migrations.")
 @database_url_option
 def db_check(database_url: str | None) -> None:
     """Open the database (creating and migrating its schema), then print its backend, where it

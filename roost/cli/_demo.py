@@ -15,7 +15,7 @@ DEMO_PROMPTS = (
 )
 
 
-@click.command("demo")
+@click.command("demo", short_help="Run Roost's offline demo on the built-in scripted engine.")
 @click.option(
     "--cwd",
     type=click.Path(exists=True, file_okay=False, path_type=Path),

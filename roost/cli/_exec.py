@@ -308,7 +308,7 @@ def _text_stream(out: BinaryIO) -> TextIO:
     return io.TextIOWrapper(out, encoding="utf-8", write_through=True)
 
 
-@click.command("exec")
+@click.command("exec", short_help="Run PROMPT as one turn on a new thread; print what happens.")
 @engine_options
 @click.argument("prompt")
 @click.option("--json", "as_json", is_flag=True, help="Print app-server notifications as JSONL.")

@@ -26,7 +26,7 @@ async def _list(flags: EngineFlags) -> list[ModelInfo]:
         await engine.aclose()
 
 
-@click.command("models")
+@click.command("models", short_help="List the models of the configured provider.")
 @engine_options
 @click.option("--json", "as_json", is_flag=True, help="Print one wire-protocol JSON line ({protocolVersion, items}).")
 def models_command(engine_flags: EngineFlags, as_json: bool) -> None:

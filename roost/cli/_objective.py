@@ -49,12 +49,12 @@ def _show(objective: Any) -> None:
         click.echo(f"  {t.index + 1}. [{t.outcome}] {t.task}{extra}")
 
 
-@click.group("objective")
+@click.group("objective", short_help="Manage long-horizon objectives run by `roost serve`.")
 def objective_group() -> None:
     """Long-horizon objectives: an ordered task list run by `roost serve --auto-objective ID`."""
 
 
-@objective_group.command("create")
+@objective_group.command("create", short_help="Create an objective and print its id.")
 @click.option("--title", required=True, help="The objective's title.")
 @click.option("--description", default=None, help="What the objective is for.")
 @click.option("--tasks", "tasks", multiple=True, required=True, help="One task (repeat for each, in order).")
@@ -81,7 +81,7 @@ def create_command(title: str, description: str | None, tasks: tuple[str, ...], 
         click.echo(objective.id)
 
 
-@objective_group.command("list")
+@objective_group.command("list", short_help="List objectives in id order.")
 @click.option(
     "--status",
     type=click.Choice(["active", "paused", "completed"]),
@@ -107,7 +107,7 @@ def list_command(status: str | None, as_json: bool) -> None:
         _show(objective)
 
 
-@objective_group.command("status")
+@objective_group.command("status", short_help="Show one objective and each task's outcome.")
 @click.argument("objective_id")
 @json_option
 def status_command(objective_id: str, as_json: bool) -> None:

@@ -16,7 +16,7 @@ from roost.cli._engine_options import EngineFlags, engine_options
 __all__ = ["repl_command"]
 
 
-@click.command("repl")
+@click.command("repl", short_help="Chat with the agent: one chat thread per process.")
 @engine_options
 @click.option(
     "--vscode",

@@ -177,7 +177,7 @@ def mcp_plugins(config_file: str | None) -> list[McpPlugin]:
     ]
 
 
-@click.command("plugins")
+@click.command("plugins", short_help="List the tool plugins agents can use.")
 @json_option
 @click.option("--plugin", "plugin_name", default=None, help="Only this plugin (no match is an error).")
 @click.option(
@@ -253,7 +253,7 @@ def _config_files(directory: Path) -> list[Path]:
     return sorted(found)
 
 
-@click.command("config")
+@click.command("config", short_help="List the orchestration configs of a folder (--list).")
 @json_option
 @click.option("--list", "list_configs", is_flag=True, help="List the orchestration configs in --dir.")
 @click.option(
@@ -292,7 +292,7 @@ def config_command(as_json: bool, list_configs: bool, directory: str) -> None:
         click.echo(f"{row.path}  {row.name or ''}  {status}")
 
 
-@click.command("validate")
+@click.command("validate", short_help="Check an orchestration config (exit status 1 on errors).")
 @click.argument("path", type=click.Path())
 @json_option
 @click.option("--diagram", is_flag=True, help="Also print a text diagram of the agents and their routes.")
@@ -393,7 +393,7 @@ def _ensure_gitignore(project: Path) -> None:
         fh.write(prefix + "\n".join(missing) + "\n")
 
 
-@click.command("init")
+@click.command("init", short_help="Write an orchestration config and agents from a template.")
 @click.argument("path", required=False, type=click.Path())
 @json_option
 @click.option("--template", "template_key", default="assistant", show_default=True, help="The template's key.")

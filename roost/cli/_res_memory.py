@@ -33,7 +33,7 @@ _dir_option = click.option(
 )
 
 
-@click.group("memory")
+@click.group("memory", short_help="Manage the typed memories agents save and recall.")
 def memory_group() -> None:
     """Typed memories (user, feedback, project, reference) that agents save and recall.
 
@@ -44,7 +44,7 @@ def memory_group() -> None:
     """
 
 
-@memory_group.command("list")
+@memory_group.command("list", short_help="List the shared memories, or one agent's (--agent).")
 @json_option
 @_agent_option
 def memory_list(as_json: bool, agent: str | None) -> None:
@@ -63,7 +63,7 @@ def memory_list(as_json: bool, agent: str | None) -> None:
         click.echo(f"{m.name}  [{m.type}]  {m.description}")
 
 
-@memory_group.command("agents")
+@memory_group.command("agents", short_help="List the agents with at least one memory.")
 @json_option
 def memory_agents_command(as_json: bool) -> None:
     """List the agents with at least one memory. --json: MemoryAgent items."""
@@ -81,7 +81,7 @@ def memory_agents_command(as_json: bool) -> None:
         click.echo(f"{row.agent}  {row.count}")
 
 
-@memory_group.command("delete")
+@memory_group.command("delete", short_help="Delete the memory NAME (exit status 1 when there is none).")
 @click.argument("name")
 @_agent_option
 def memory_delete(name: str, agent: str | None) -> None:
@@ -96,7 +96,7 @@ def memory_delete(name: str, agent: str | None) -> None:
         fail("memory delete", f"no memory named {name!r} in {where}", as_json=False)
 
 
-@click.group("context")
+@click.group("context", short_help="Manage the reference material agents read in a project.")
 def context_group() -> None:
     """Reference material imported into a project, readable by agents through context_read.
 
@@ -107,7 +107,7 @@ def context_group() -> None:
     """
 
 
-@context_group.command("list")
+@context_group.command("list", short_help="List the project's context items.")
 @json_option
 @_dir_option
 def context_list(as_json: bool, project: str) -> None:
@@ -142,7 +142,7 @@ def context_list(as_json: bool, project: str) -> None:
         click.echo(f"{row.name}  {len(row.files)} files, {row.size_bytes} bytes  from {row.source_path}")
 
 
-@context_group.command("add")
+@context_group.command("add", short_help="Import the files under SOURCE into the project's context.")
 @click.argument("source", type=click.Path())
 @click.option("--name", default=None, help="The item's name (default: the source's base name).")
 @click.option("--description", default=None, help="A one-line description.")
@@ -172,7 +172,7 @@ def context_add(source: str, name: str | None, description: str | None, force: b
     click.echo(f"imported {len(files)} file{'' if len(files) == 1 else 's'} as {name or src.name!r}", err=True)
 
 
-@context_group.command("remove")
+@context_group.command("remove", short_help="Remove the context item NAME from the project.")
 @click.argument("name")
 @_dir_option
 def context_remove(name: str, project: str) -> None:

@@ -208,7 +208,7 @@ def session_detail(conn: Any, session_id: str) -> SessionDetail:
     )
 
 
-@click.command("sessions")
+@click.command("sessions", short_help="List, show or delete orchestration sessions (or list chats).")
 @json_option
 @click.option("--all", "include_all", is_flag=True, help="Include completed sessions.")
 @click.option(

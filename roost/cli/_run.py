@@ -325,7 +325,7 @@ def _on_a_terminal() -> bool:
     return _isatty(sys.stdin) and _isatty(sys.stderr)
 
 
-@click.command("run")
+@click.command("run", short_help="Run TASK with a team of agents, or --resume a session.")
 @engine_options
 @click.argument("task", required=False)
 @click.option(

@@ -109,7 +109,7 @@ def job_item(job: db.ScheduledJob, now: datetime.datetime) -> dict[str, Any]:
     }
 
 
-@click.group("schedule")
+@click.group("schedule", short_help="Manage the cron schedules that start runs in `roost serve`.")
 def schedule_command() -> None:
     """Cron schedules that start runs in `roost serve` (5-field cron, UTC).
 
@@ -121,7 +121,7 @@ def schedule_command() -> None:
     """
 
 
-@schedule_command.command("add")
+@schedule_command.command("add", short_help="Add schedule NAME.")
 @click.argument("name")
 @click.option("--cron", "cron", required=True, help='5-field cron expression, UTC, e.g. "0 9 * * 1-5".')
 @click.option("--task", required=True, help="The task text each run starts with.")
@@ -249,7 +249,7 @@ def _checked_config(as_json: bool, config: str | None) -> str | None:
     return path
 
 
-@schedule_command.command("list")
+@schedule_command.command("list", short_help="List schedules, ordered by next run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one wire-protocol JSON line ({protocolVersion, items}).")
 def list_command(as_json: bool) -> None:
     """List schedules, ordered by next run."""
@@ -293,7 +293,7 @@ def _table(items: list[dict[str, Any]]) -> list[str]:
     return ["  ".join([*(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)), row[-1]]) for row in rows]
 
 
-@schedule_command.command("remove")
+@schedule_command.command("remove", short_help="Remove schedule NAME and its run records.")
 @click.argument("name")
 @_json_option
 def remove_command(name: str, as_json: bool) -> None:
@@ -303,7 +303,7 @@ def remove_command(name: str, as_json: bool) -> None:
         click.echo(f"removed {name}")
 
 
-@schedule_command.command("enable")
+@schedule_command.command("enable", short_help="Enable schedule NAME from its next slot (no catch-up).")
 @click.argument("name")
 @_json_option
 def enable_command(name: str, as_json: bool) -> None:
@@ -327,7 +327,7 @@ def enable_command(name: str, as_json: bool) -> None:
         click.echo(f"enabled {name}: next run {when}")
 
 
-@schedule_command.command("disable")
+@schedule_command.command("disable", short_help="Disable schedule NAME (a run in progress goes on).")
 @click.argument("name")
 @_json_option
 def disable_command(name: str, as_json: bool) -> None:
@@ -338,7 +338,7 @@ def disable_command(name: str, as_json: bool) -> None:
         click.echo(f"disabled {name} (a run in progress is not stopped)")
 
 
-@schedule_command.command("run")
+@schedule_command.command("run", short_help="Have `roost serve` fire schedule NAME now.")
 @click.argument("name")
 @_json_option
 def run_command(name: str, as_json: bool) -> None:

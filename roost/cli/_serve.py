@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 __all__ = ["serve_command", "run_serve"]
 
 log = logging.getLogger("roost.serve")
+#: The type of the options naming an existing file (TLS certificate and key, tokens file).
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def _mcp_servers(options: ServeOptions) -> list[Any]:
@@ -283,7 +285,7 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
     return absolute
 
 
-@click.command("serve")
+@click.command("serve", short_help="Run the daemon: clients attach to it and dispatch tasks.")
 @engine_options
 @click.option(
     "-c",
@@ -313,27 +315,14 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
     "--http-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Also listen for WebSocket clients at ws://HOST:PORT/attach (0 picks a free port).",
+    help="Also serve HTTP on HOST:PORT (0 picks a free port): WebSocket clients at /attach, the MCP "
+    "tools at /mcp, Prometheus metrics at /metrics and, with --a2a, the A2A agents at /a2a/NAME/ "
+    "(with --tls-cert: wss:// and https://).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface for --http-port.")
-@click.option(
-    "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="PEM certificate: serve wss:// (needs --tls-key).",
-)
-@click.option(
-    "--tls-key",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="PEM private key for --tls-cert.",
-)
-@click.option(
-    "--tokens-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Bearer tokens, one per line: 'full <token>' or 'read <token>'.",
-)
+@click.option("--tls-cert", type=_FILE, help="PEM certificate: serve wss:// (needs --tls-key).")
+@click.option("--tls-key", type=_FILE, help="PEM private key for --tls-cert.")
+@click.option("--tokens-file", type=_FILE, help="Bearer tokens, one per line: 'full <token>' or 'read <token>'.")
 @click.option(
     "--reconnect-grace",
     type=SECONDS,
@@ -443,25 +432,26 @@ def serve_command(
 
     \b
     Endpoints:
-      Unix socket      --socket (default under $ROOST_HOME/run/); no token
-      ws://HOST:PORT/attach   with --http-port; the same events, one per text message
-      http://HOST:PORT/mcp    with --http-port; MCP tools dispatch_task, get_status, get_result
+      Unix socket                 --socket (default under $ROOST_HOME/run/); no token
+      ws://HOST:PORT/attach       with --http-port; the same events, one per text message
+      http://HOST:PORT/mcp        with --http-port; MCP tools dispatch_task, get_status, get_result
+      http://HOST:PORT/metrics    with --http-port; Prometheus metrics (GET)
       http://HOST:PORT/a2a/NAME/  with --a2a; A2A agent NAME (message/send, message/stream,
-                              tasks/get, tasks/cancel, tasks/resubscribe); the default
-                              agent's card is also at /.well-known/agent-card.json
-
-    Cron schedules fire in UTC, each slot at most once (see `roost schedule --help`).
+                                  tasks/get, tasks/cancel, tasks/resubscribe); the default
+                                  agent's card is also at /.well-known/agent-card.json
 
     FUSERAFT_SERVE_TOKEN (the wire protocol's name; ROOST_SERVE_TOKEN is Roost's twin) or
     --tokens-file sets the bearer tokens required on every HTTP endpoint: /attach, /mcp, /a2a/
     and its agent cards, /metrics. Fuseraft-Client-Id (the wire protocol's name) is the header a
     WebSocket client sends to keep its tasks across reconnects.
 
-    It fires the cron schedules of its own --work-dir (`roost schedule`). Logs: readable lines
-    on stderr and JSON lines in $ROOST_HOME/logs/roost.log (-v adds debug). With --http-port,
-    GET /metrics serves Prometheus metrics (same token rules); `roost status` shows the daemon.
+    It fires the cron schedules of its own --work-dir in UTC, each slot at most once (`roost schedule
+    --help`). Logs: readable lines on stderr and JSON lines in $ROOST_HOME/logs/roost.log (-v adds
+    debug). `roost status` shows the daemon.
 
-    The first stdout line is {"type":"listening","protocolVersion":1,"socket","httpPort","pid"}.
+    \b
+    Once it listens, its first stdout line is one JSON object (httpPort null without --http-port):
+      {"type":"listening","protocolVersion":1,"socket":"/srv/.roost/run/d1f0.sock","httpPort":8787,"pid":42}
 
     \b
     Exit status:

@@ -154,7 +154,7 @@ def _print_daemon(d: dict) -> None:
             click.echo(f"    {line}")
 
 
-@click.command("status")
+@click.command("status", short_help="Show the daemons and schedules of this ROOST_HOME.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line (daemons and schedules).")
 def status_command(as_json: bool) -> None:
     """Show the daemons of this ROOST_HOME (queue, running tasks, attached clients, supervision

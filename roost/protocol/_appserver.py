@@ -50,6 +50,11 @@ MAX_IN_FLIGHT = 1024
 _BARRIERS = frozenset({"initialize", "shutdown"})
 #: The acknowledgement events of the request being handled (see :meth:`AppServerSession.after_response`).
 _ACKS: contextvars.ContextVar[list] = contextvars.ContextVar("roost_request_acks")
+#: The unattended denial's reason for a turn of a client without the ``approval/request`` opt-in.
+_NOT_OPTED_IN = (
+    "the client that started this turn does not accept approval requests (to be asked, it must list "
+    '"approval/request" in initialize capabilities.reverse_rpc.methods; or use permission_mode unconfined)'
+)
 #: Notifications about the process (not a thread) that only a front process sends (``_as_workers``).
 _PROCESS_NOTICES = frozenset({"config/changed", "config/error", "mcp/status/updated"})
 #: method name -> handler, filled by the ``_as_*`` modules.
@@ -207,9 +212,11 @@ class AppServerSession:
                 await remote.follow(actor.thread_id)
 
     def origin(self) -> Origin:
-        """The Origin of work this session starts: approvals come back here."""
-        can_ask = "approval/request" in self.reverse_methods
-        return Origin(client_id=self.client_name, request_approval=self.request_approval if can_ask else None)
+        """The Origin of work this session starts: approvals come back here (unless the client did
+        not opt in to ``approval/request``: then the denial says so, and how to opt in)."""
+        if "approval/request" in self.reverse_methods:
+            return Origin(client_id=self.client_name, request_approval=self.request_approval)
+        return Origin(client_id=self.client_name, no_approver=_NOT_OPTED_IN)
 
     def next_reverse_id(self) -> str:
         """A new id for a server-initiated request (``roost-N``), unique in this session."""

@@ -172,22 +172,32 @@ async def forwarded(session: Any, actor: Any, op: str, params: dict) -> dict | N
 
 
 def page_limit(value: Any, *, name: str = "history_page") -> int:
-    """The number of turns a ``history_page`` (``true``, an integer, or ``{turns|limit: N}``) asks for.
+    """The number of turns a ``history_page`` asks for.
+
+    The documented form is ``{limit: N}`` (docs/app-server.md); ``true`` (the default page), a bare
+    integer and ``{turns: N}`` (an older spelling, which wins over ``limit`` when both are given)
+    are accepted too. Error messages name the documented field.
 
     Raises:
         InvalidParams: not one of those forms, or N outside 1..100.
     """
     if value is True:
         return HISTORY_PAGE_TURNS
+    field = name
     if isinstance(value, dict):
         unknown = set(value) - {"turns", "limit"}
         if unknown:
-            raise InvalidParams(f"{name}: unknown field(s) {', '.join(sorted(unknown))}")
+            raise InvalidParams(f"{name}: unknown field(s) {', '.join(sorted(unknown))}; expected {{limit: N}}")
+        field = f"{name}.limit"
         value = value.get("turns", value.get("limit", HISTORY_PAGE_TURNS))
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidParams(f"{field} must be an integer number of turns (1 to {MAX_PAGE_TURNS})")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidParams(f"{name} must be true, a number of turns, or {{turns: N}}")
+        raise InvalidParams(f"{name} must be {{limit: N}} (N turns, 1 to {MAX_PAGE_TURNS}) or true")
     if not 1 <= value <= MAX_PAGE_TURNS:
-        raise InvalidParams(f"{name}: turns must be between 1 and {MAX_PAGE_TURNS}")
+        if field == name:  # a bare number of turns
+            field = f"{name} (a number of turns, or {{limit: N}})"
+        raise InvalidParams(f"{field} must be between 1 and {MAX_PAGE_TURNS}, not {value}")
     return value
 
 

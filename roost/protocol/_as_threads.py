@@ -301,7 +301,8 @@ async def thread_resume(session: AppServerSession, params: Any) -> dict:
 async def thread_history_read(session: AppServerSession, params: Any) -> dict:
     """``thread/history/read``: the page of turns before an opaque ``history_cursor``.
 
-    Without a cursor, the most recent page. Pages hold at most ``limit`` (default 20, at most 100)
+    Without a cursor (omitted or null), the most recent page; an empty string is not a cursor and
+    answers ``invalid_params``. Pages hold at most ``limit`` (default 20, at most 100)
     turns and about 256 KiB of items. The returned ``history_cursor`` is null on the oldest page.
     """
     p = check_params(
@@ -319,7 +320,12 @@ async def thread_history_read(session: AppServerSession, params: Any) -> dict:
         raise InvalidParams(f"limit must be between 1 and {MAX_PAGE_TURNS}")
     snapshot = await thread_snapshot(session, p["thread_id"])
     turns = snapshot["turns"]
-    cursor = p.get("history_cursor") or p.get("cursor")
+    for key in ("history_cursor", "cursor"):
+        if p.get(key) == "":
+            raise InvalidParams(
+                f"{key} must be the opaque string a page returned (omit it for the most recent page), not empty"
+            )
+    cursor = p.get("history_cursor", p.get("cursor"))
     end = len(turns)
     if cursor is not None:
         before = decode_cursor(cursor, p["thread_id"])

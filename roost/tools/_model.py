@@ -83,6 +83,8 @@ class ToolContext:
             ``None`` means nobody can be asked.
         unattended_policy: ``"deny"`` (default) or ``"allow"``: the decision when nobody can be
             asked (``request_approval`` is ``None`` or returns ``None``).
+        no_approver: why nobody can be asked and what would change that, a clause put in the
+            unattended denial's text; ``None``: the text says no client is attached to approve.
         output_cap_bytes: the most bytes of output kept in a result (default 64 KiB).
         kill_grace_s: seconds between SIGTERM and SIGKILL when stopping a process group
             (default 2 s).
@@ -107,6 +109,7 @@ class ToolContext:
     unattended_policy: UnattendedPolicy = attrs.field(
         default="deny", validator=attrs.validators.in_(frozenset({"deny", "allow"}))
     )
+    no_approver: str | None = None
     output_cap_bytes: int = attrs.field(default=DEFAULT_OUTPUT_CAP_BYTES)
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
     agent: str | None = attrs.field(

@@ -13,6 +13,11 @@ __all__ = ["run_tool", "approval_request_for"]
 
 #: The longest ``detail`` string put in a ``tool_action`` approval request, in characters.
 _DETAIL_CHARS = 2000
+#: The unattended denial's reason when the context gives none (``ToolContext.no_approver``).
+_NO_CLIENT = (
+    "no client is attached to approve it (attaching one that answers approval requests, "
+    "permission mode unconfined or unattended policy allow would let it run)"
+)
 
 
 async def approval_request_for(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, dict[str, Any]]:
@@ -67,9 +72,10 @@ async def _decide(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolRes
         )
     if ctx.unattended_policy == "allow":
         return None
+    why = ctx.no_approver or _NO_CLIENT
     return ToolResult.error(
-        f"Denied: {tool.name!r} needs approval, nobody is attached to approve it, and the "
-        "unattended policy is deny. Continue without this action or explain what is needed.",
+        f"Denied: {tool.name!r} needs approval, {why}, and the unattended policy is deny. "
+        "Continue without this action or explain what is needed.",
         denied="unattended_policy",
         approval_kind=kind,
     )
