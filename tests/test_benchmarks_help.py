@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _helpers.timing import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = sorted((ROOT / "benchmarks").glob("bench_*.py"))
@@ -33,7 +34,7 @@ QUICK = {
 
 def _help(script: Path) -> str:
     out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)
+                         timeout=scaled(120))
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -70,7 +71,7 @@ def test_help_shows_the_whole_docstring_with_its_output_fields(script):
 def test_help_names_every_field_the_benchmark_prints(name):
     script = ROOT / "benchmarks" / name
     out = subprocess.run([sys.executable, str(script), *QUICK[name]], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)
+                         timeout=scaled(120))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 1, out.stdout
