@@ -10,6 +10,8 @@ event, so every task run on a ``roost serve --workers`` worker held its runner a
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -37,6 +39,17 @@ class _Task:
     id, resumed, result = "thr_1", False, {"succeeded": True}
 
 
+@asynccontextmanager
+async def _running_relay() -> AsyncIterator[tuple[_Bus, TaskRelay]]:
+    """A relay to ``node-a`` over a recording bus, its sender running until the block ends (the
+    block closes the relay, or the sender ends with it)."""
+    bus = _Bus()
+    relay = TaskRelay(_Local(), bus, "node-a", "thr_1")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay.run)
+        yield bus, relay
+
+
 def _delta(relay: TaskRelay, text: str) -> None:
     relay.task_notification(_Task(), "item/agentMessage/delta", {"item_id": "i1", "delta": text})
 
@@ -46,10 +59,7 @@ def _texts(bus: _Bus) -> list[list[Any]]:
 
 
 async def test_deltas_wait_for_the_coalescing_window(mock_clock: trio.testing.MockClock) -> None:
-    bus = _Bus()
-    relay = TaskRelay(_Local(), bus, "node-a", "thr_1")
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(relay.run)
+    async with _running_relay() as (bus, relay):
         _delta(relay, "a")
         _delta(relay, "b")
         await trio.testing.wait_all_tasks_blocked()
@@ -62,10 +72,7 @@ async def test_deltas_wait_for_the_coalescing_window(mock_clock: trio.testing.Mo
 
 
 async def test_the_task_end_posts_its_batch_at_once(autojump_clock: trio.testing.MockClock) -> None:
-    bus = _Bus()
-    relay = TaskRelay(_Local(), bus, "node-a", "thr_1")
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(relay.run)
+    async with _running_relay() as (bus, relay):
         relay.task_started(_Task())
         _delta(relay, "hello")
         for _ in range(3):
@@ -78,10 +85,7 @@ async def test_the_task_end_posts_its_batch_at_once(autojump_clock: trio.testing
 
 
 async def test_a_full_batch_posts_at_once(mock_clock: trio.testing.MockClock) -> None:
-    bus = _Bus()
-    relay = TaskRelay(_Local(), bus, "node-a", "thr_1")
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(relay.run)
+    async with _running_relay() as (bus, relay):
         _delta(relay, "x")
         await trio.testing.wait_all_tasks_blocked()
         _delta(relay, "y" * BATCH_CHARS)
