@@ -38,7 +38,7 @@ Needs PostgreSQL: ``--database-url`` (a role that may CREATE DATABASE) or
 ``$ROOST_TEST_DATABASE_URL``, else a throwaway cluster of the Debian ``postgresql`` server
 binaries (tests/_helpers/postgres.py).
 
-Usage: ``python benchmarks/bench_cluster.py [--tasks 60] [--nodes 1,2,3] [--deltas 100]``
+Usage: ``.venv/bin/python benchmarks/bench_cluster.py [--tasks 60] [--nodes 1,2,3] [--deltas 100]``
 (about 1 min).
 """
 

@@ -18,7 +18,7 @@ Output (one JSON line on stdout):
 * ``run_cli_s``: wall time of one ``roost run --json`` of the same config (process start to exit),
   in seconds.
 
-Usage: ``python benchmarks/bench_orchestration.py [--runs 200] [--max-concurrent 20] [--deltas 100]
+Usage: ``.venv/bin/python benchmarks/bench_orchestration.py [--runs 200] [--max-concurrent 20] [--deltas 100]
 [--profile out.prof]``
 """
 

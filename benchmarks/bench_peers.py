@@ -29,7 +29,7 @@ Output (one JSON line on stdout: the harness's, which ``../shared/peers/README.m
   own CPU seconds per wall second (cores) over the saturated window, as the harness alone counts
   it.
 
-Usage: ``python benchmarks/bench_peers.py [--peers DIR] [--variant w0=ROOST_APPSERVER_WORKERS=0
+Usage: ``.venv/bin/python benchmarks/bench_peers.py [--peers DIR] [--variant w0=ROOST_APPSERVER_WORKERS=0
 --variant w1=ROOST_APPSERVER_WORKERS=1] --backend codex_cleanhome:CodexCleanHome,
 bench_peers_variants:w0,bench_peers_variants:w1 --phases saturated --repeat 3
 [--codex-bin PATH]`` (run from a Roost checkout: the backend takes ``.venv/bin/roost`` there, or

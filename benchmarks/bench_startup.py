@@ -40,7 +40,7 @@ Output (one JSON line on stdout; progress goes to stderr):
 * ``loadavg_1m_start``, ``loadavg_1m_end``: the machine's 1-minute load average at the start and
   the end.
 
-Usage: ``python benchmarks/bench_startup.py [--runs 15] [--roost .venv/bin/roost] [--pythonpath DIR]
+Usage: ``.venv/bin/python benchmarks/bench_startup.py [--runs 15] [--roost .venv/bin/roost] [--pythonpath DIR]
 [--baseline DIR] [--bytecode as-is|off]``
 """
 

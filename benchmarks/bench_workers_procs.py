@@ -32,7 +32,7 @@ Output (one JSON line on stdout; each round's row is also printed to stderr as i
 * ``w{N}_runs``: one row per round, of ``tasks_per_s``, ``cpu_cores``, ``cpu_ms_per_task``,
   ``bench_cores``, ``text_complete`` (as above, for the round), ``wall_s`` (the round's measured
   window, the clients' first dispatch to the last result, in seconds), ``loadavg_1m``, and
-  * ``cpu_split``: per process (``front``, ``worker-1``, ...), its share of the CPU, in cores;
+  * ``cpu_split``: per process (``front``, ``worker-0``, ...), its share of the CPU, in cores;
   * ``run_queue_wait``: per process, the seconds its threads were runnable but waited for a CPU
     (``/proc/<pid>/task/*/schedstat``) per wall second: high when the machine is shared;
   * ``tasks_per_process``: tasks each process ran (from the ``ranOn`` of each task's row; a list
@@ -49,7 +49,7 @@ Output (one JSON line on stdout; each round's row is also printed to stderr as i
     ``trio.to_thread.run_sync`` calls by caller (the six most frequent, counts); ``writes``: per
     process, its store writes by function (the twelve most frequent, counts).
 
-Usage: ``python benchmarks/bench_workers_procs.py [--tasks 400] [--workers 1,2] [--clients 4]
+Usage: ``.venv/bin/python benchmarks/bench_workers_procs.py [--tasks 400] [--workers 1,2] [--clients 4]
 [--rounds 3] [--deltas 100] [--max-concurrent 4] [--poll-s 0.2] [--pythonpath A,B] [--lock-stats]
 [--profile DIR]`` (about 30 s per variant).
 """
@@ -401,7 +401,7 @@ async def run(
                 await trio.to_thread.run_sync(_signal_all, pids, diag, 2)
     cpu = {pid: after.get(pid, 0.0) - before[pid] for pid in before}
     roles = {front: "front"}
-    for i, pid in enumerate((p for p in pids if p != front), start=1):
+    for i, pid in enumerate(p for p in pids if p != front):  # from 0, as roost status numbers them
         roles[pid] = f"worker-{i}"
     ran: dict[str, int] = {}
     ran_by: dict[str, str] = {}  # task id -> "front" or "worker"

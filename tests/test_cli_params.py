@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from roost.cli import main
-from roost.cli._params import PROCESS_COUNT, usable_cores
+from roost.cli._params import PROCESS_COUNT, max_processes, usable_cores
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_a_finite_duration_passes_to_the_command() -> None:
     assert "cannot connect" in result.output
 
 
-@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5", ""])
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5", "", "100000", str(max_processes() + 1)])
 def test_a_process_count_that_is_not_a_whole_number_or_auto_is_a_usage_error(value: str) -> None:
     result = CliRunner().invoke(main, ["serve", "--workers", value])
     assert result.exit_code == 2, result.output
@@ -47,8 +47,12 @@ def test_a_process_count_from_the_environment_is_checked_too() -> None:
     result = CliRunner().invoke(main, ["serve"], env={"ROOST_SERVE_WORKERS": "many"})
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--workers'" in result.output
+    assert "(from ROOST_SERVE_WORKERS)" in result.output
 
 
-@pytest.mark.parametrize(("value", "count"), [("3", 3), (" 2 ", 2), ("auto", usable_cores()), ("AUTO", usable_cores())])
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [("3", 3), (" 2 ", 2), ("auto", usable_cores()), ("AUTO", usable_cores()), (str(max_processes()), max_processes())],
+)
 def test_a_process_count_is_a_whole_number_or_one_per_usable_core(value: str, count: int) -> None:
     assert PROCESS_COUNT.convert(value, None, None) == count

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import os
+from typing import NoReturn
 
 import click
+from click.core import ParameterSource
 
 
 class Seconds(click.ParamType):
@@ -50,18 +52,34 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: Most processes per usable core a process count may ask for (more only contend for the cores).
+PROCESSES_PER_CORE = 4
+#: The bound on a process count is never below this many, so small machines can still test with a few.
+MIN_PROCESS_BOUND = 8
+
+
+def max_processes() -> int:
+    """The most processes a count may ask for: :data:`PROCESSES_PER_CORE` per usable core, at
+    least :data:`MIN_PROCESS_BOUND`."""
+    return max(MIN_PROCESS_BOUND, PROCESSES_PER_CORE * usable_cores())
+
+
 class ProcessCount(click.ParamType):
-    """A number of processes: an integer >= 1, or ``auto`` for one per usable core
-    (:func:`usable_cores`).
+    """A number of processes: a whole number from 1 to :func:`max_processes`, or ``auto`` for one
+    per usable core (:func:`usable_cores`).
 
     Raises:
-        click.BadParameter: through ``self.fail``, for anything else (exit status 2).
+        click.BadParameter: through ``self.fail``, for anything else (exit status 2); the message
+            names the accepted values (a process count past the bound would start thousands of
+            processes and fail on open files, after the daemon had reported itself listening).
     """
 
     name = "N|auto"
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
         """Return ``value`` as a count of processes, ``auto`` resolved to the usable cores."""
+        bound = max_processes()
+        accepted = f"a whole number of processes from 1 to {bound} ({usable_cores()} usable cores here), or 'auto'"
         if isinstance(value, int) and not isinstance(value, bool):
             count = value
         elif str(value).strip().lower() == "auto":
@@ -70,10 +88,23 @@ class ProcessCount(click.ParamType):
             try:
                 count = int(str(value).strip())
             except ValueError:
-                self.fail(f"{value!r} is not a whole number of processes (>= 1) or 'auto'", param, ctx)
-        if count < 1:
-            self.fail(f"{value!r} is not a whole number of processes >= 1 (or 'auto')", param, ctx)
+                self.fail(f"{value!r} is not {accepted}", param, ctx)
+        if not 1 <= count <= bound:
+            self.fail(f"{value!r} is not {accepted}", param, ctx)
         return count
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> NoReturn:
+        """:meth:`click.ParamType.fail`, naming the environment variable when the value came from it."""
+        envvar = getattr(param, "envvar", None)
+        if (
+            ctx is not None
+            and param is not None
+            and param.name
+            and isinstance(envvar, str)
+            and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT
+        ):
+            message = f"{message} (from {envvar})"
+        super().fail(message, param, ctx)
 
 
 PROCESS_COUNT = ProcessCount()

@@ -399,8 +399,8 @@ def _check_config(path: Path | None, engines: Any) -> str | None:
     envvar="ROOST_SERVE_WORKERS",
     help="Processes that run tasks: this front door plus N-1 headless workers on the same store, "
     "restarted when they die, stopped with it (env ROOST_SERVE_WORKERS); 'auto' is one per usable "
-    "core. Default 1: tasks mostly wait on the model, so one process serves many; raise it when "
-    "tasks are CPU-bound or the daemon saturates a core.",
+    "core; up to 4 per core are accepted (8 on smaller machines). Default 1: tasks mostly wait on the "
+    "model, so one process serves many; raise it when tasks are CPU-bound or the daemon saturates a core.",
 )
 @click.option("--worker", is_flag=True, hidden=True, help="Run as a headless worker of a front door.")
 @click.option("--no-claim", is_flag=True, hidden=True, help="Run no tasks here (a front door only).")

@@ -218,7 +218,12 @@ async def run_worker(options: Any, engines: Any) -> int:
                 )
                 async with trio.open_nursery() as nursery:
                     await nursery.start(daemon.run)
-                    log.info("worker %d serving the task queue", os.getpid(), extra={"event": "worker_ready"})
+                    log.info(
+                        "worker %s (pid %d) serving the task queue",
+                        os.environ.get(WORKER_INDEX_ENV, "?"),
+                        os.getpid(),
+                        extra={"event": "worker_ready"},
+                    )
                     nursery.start_soon(_until_stdin_ends, nursery.cancel_scope, daemon.queue)
                     async for _ in signals:
                         nursery.cancel_scope.cancel()
