@@ -477,7 +477,20 @@ def main() -> None:
     parser.add_argument("--lock-stats", action="store_true", help="time every process's write-lock waits")
     parser.add_argument("--profile", metavar="DIR", help="cProfile each process's measured window into DIR")
     args = parser.parse_args()
-    counts = [int(n) for n in args.workers.split(",")]
+    try:
+        counts = [int(n) for n in args.workers.split(",")]
+    except ValueError:
+        parser.error(f"--workers takes comma-separated process counts (e.g. 1,2), not {args.workers!r}")
+    for name, value in (
+        ("--tasks", args.tasks),
+        ("--clients", args.clients),
+        ("--rounds", args.rounds),
+        ("--deltas", args.deltas),
+        ("--max-concurrent", args.max_concurrent),
+        *(("--workers", n) for n in counts),
+    ):
+        if value < 1:
+            parser.error(f"{name} must be at least 1, not {value}")
     out: dict[str, Any] = {
         "bench": "workers_procs",
         "tasks": args.tasks,
