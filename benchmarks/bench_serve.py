@@ -163,7 +163,8 @@ async def main(args: argparse.Namespace) -> dict:
             line += await daemon.stdout.receive_some(4096)
         port = json.loads(line.split(b"\n")[0])["httpPort"]
         base_rss = rss_kib(daemon.pid)
-        per = [args.clients // args.procs + (1 if i < args.clients % args.procs else 0) for i in range(args.procs)]
+        procs = min(args.procs, args.clients)  # a client process with no clients would never report ready
+        per = [args.clients // procs + (1 if i < args.clients % procs else 0) for i in range(procs)]
         # events per client: per task agent_starting + deltas tokens
         expected_chars = args.tasks * len("tok " * args.deltas)  # the script's text, per client
         started = time.perf_counter()
@@ -258,4 +259,13 @@ if __name__ == "__main__":
     parser.add_argument("--deltas", type=int, default=50, help="token events per task (default 50)")
     parser.add_argument("--rate", type=float, default=10.0, help="token events per second per task (default 10)")
     parser.add_argument("--procs", type=int, default=4, help="client processes the clients spread over (default 4)")
-    print(json.dumps(trio.run(main, parser.parse_args())))
+    args = parser.parse_args()
+    for name, value in (
+        ("--clients", args.clients),
+        ("--tasks", args.tasks),
+        ("--deltas", args.deltas),
+        ("--procs", args.procs),
+    ):
+        if value < 1:
+            parser.error(f"{name} must be at least 1, not {value}")
+    print(json.dumps(trio.run(main, args)))
