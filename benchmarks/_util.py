@@ -18,7 +18,7 @@ from typing import Any
 
 from roost._json import dumps_line
 
-__all__ = ["arg_parser", "peak_rss_bytes", "current_rss_bytes", "cpu_seconds", "percentile", "emit"]
+__all__ = ["arg_parser", "at_least_one", "peak_rss_bytes", "current_rss_bytes", "cpu_seconds", "percentile", "emit"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -27,6 +27,14 @@ def arg_parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` whose ``--help`` shows the script's docstring ``doc`` as written (its
     field lists unwrapped), so that it says what each field of the JSON line means, in which unit."""
     return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+
+
+def at_least_one(parser: argparse.ArgumentParser, **sizes: int) -> None:
+    """Exit with ``parser``'s usage error (status 2) naming the first of ``sizes`` (option name,
+    ``_`` for ``-``: value) below 1; a size of 0 or less would hang or divide by zero later."""
+    for name, value in sizes.items():
+        if value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, not {value}")
 
 
 def peak_rss_bytes() -> int:

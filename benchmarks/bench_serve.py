@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 import trio
-from _util import arg_parser
+from _util import arg_parser, at_least_one
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLED = 25
@@ -260,12 +260,5 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=10.0, help="token events per second per task (default 10)")
     parser.add_argument("--procs", type=int, default=4, help="client processes the clients spread over (default 4)")
     args = parser.parse_args()
-    for name, value in (
-        ("--clients", args.clients),
-        ("--tasks", args.tasks),
-        ("--deltas", args.deltas),
-        ("--procs", args.procs),
-    ):
-        if value < 1:
-            parser.error(f"{name} must be at least 1, not {value}")
+    at_least_one(parser, clients=args.clients, tasks=args.tasks, deltas=args.deltas, procs=args.procs)
     print(json.dumps(trio.run(main, args)))

@@ -74,7 +74,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _util import arg_parser, emit, percentile  # noqa: E402
+from _util import arg_parser, at_least_one, emit, percentile  # noqa: E402
 
 _TCK = os.sysconf("SC_CLK_TCK")
 
@@ -481,16 +481,15 @@ def main() -> None:
         counts = [int(n) for n in args.workers.split(",")]
     except ValueError:
         parser.error(f"--workers takes comma-separated process counts (e.g. 1,2), not {args.workers!r}")
-    for name, value in (
-        ("--tasks", args.tasks),
-        ("--clients", args.clients),
-        ("--rounds", args.rounds),
-        ("--deltas", args.deltas),
-        ("--max-concurrent", args.max_concurrent),
-        *(("--workers", n) for n in counts),
-    ):
-        if value < 1:
-            parser.error(f"{name} must be at least 1, not {value}")
+    at_least_one(
+        parser,
+        tasks=args.tasks,
+        clients=args.clients,
+        rounds=args.rounds,
+        deltas=args.deltas,
+        max_concurrent=args.max_concurrent,
+        workers=min(counts),
+    )
     out: dict[str, Any] = {
         "bench": "workers_procs",
         "tasks": args.tasks,
