@@ -1,4 +1,5 @@
-"""Where Roost keeps its files: ``$ROOST_HOME`` (default ``~/.roost``)."""
+"""Where Roost keeps its files: ``$ROOST_HOME`` (default ``~/.roost``); and the settings of this
+process read from its environment (numeric variables, the node name, the usable cores)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ __all__ = [
     "config_path",
     "run_dir",
     "positive_env",
+    "usable_cores",
     "check_env_settings",
     "tree_settings",
 ]
@@ -104,6 +106,14 @@ def run_dir() -> Path:
             "make ROOST_HOME a writable directory, or pass --socket PATH"
         ) from exc
     return path
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``), >= 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def positive_env(name: str, default: float, *, integer: bool = False, unit: str = "") -> float:

@@ -169,7 +169,7 @@ async def test_a_killed_worker_gives_its_threads_back(tmp_path: Path, roost_home
 def test_worker_count_warns_on_a_negative_value_and_caps_at_the_cores_minus_one(monkeypatch, caplog):
     from roost.protocol import _as_workers
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(_as_workers, "usable_cores", lambda: 2)
     expected = {"abc": _as_workers.DEFAULT_WORKERS, "-1": _as_workers.DEFAULT_WORKERS, "99": 1, "1": 1, "0": 0}
     for raw, count in expected.items():
         caplog.clear()

@@ -7,7 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from roost.cli import main
-from roost.cli._params import PROCESS_COUNT, max_processes, usable_cores
+from roost._paths import usable_cores
+from roost.cli._params import PROCESS_COUNT, max_processes
 
 
 @pytest.mark.parametrize(

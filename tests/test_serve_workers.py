@@ -20,7 +20,7 @@ import trio
 from _helpers.serve_client import open_daemon, write_resume_script
 from _helpers.timing import scaled
 
-from roost.cli._params import usable_cores
+from roost._paths import usable_cores
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 

@@ -10,11 +10,12 @@ alone lets ``nan`` through (every comparison with NaN is false) and ``inf``, whi
 from __future__ import annotations
 
 import math
-import os
 from typing import NoReturn
 
 import click
 from click.core import ParameterSource
+
+from roost._paths import usable_cores
 
 
 class Seconds(click.ParamType):
@@ -42,14 +43,6 @@ class Seconds(click.ParamType):
 
 
 SECONDS = Seconds()
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``), >= 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 #: Most processes per usable core a process count may ask for (more only contend for the cores).

@@ -58,6 +58,7 @@ import attrs
 import trio
 
 from roost._json import dumps_line, loads
+from roost._paths import usable_cores
 
 __all__ = ["WorkerRouter", "worker_count", "spread_at", "is_worker", "PROCESS_NOTICES", "DEFAULT_SPREAD_AT"]
 
@@ -109,13 +110,13 @@ def _count_env(name: str, default: int) -> int:
 
 def worker_count() -> int:
     """``ROOST_APPSERVER_WORKERS``: worker processes at most (default :data:`DEFAULT_WORKERS`,
-    none; ``auto``: the machine's cores minus one). A value that is not an integer >= 0 warns
+    none; ``auto``: the cores this process may use minus one). A value that is not an integer >= 0 warns
     and counts as the default; one above the cores minus one (at least 1) warns and is capped
     there (docs/operations.md)."""
     if os.environ.get("ROOST_APPSERVER_WORKERS", "").strip() == "auto":
-        return max(0, (os.cpu_count() or 1) - 1)
+        return usable_cores() - 1
     count = _count_env("ROOST_APPSERVER_WORKERS", DEFAULT_WORKERS)
-    cap = max(1, (os.cpu_count() or 1) - 1)
+    cap = max(1, usable_cores() - 1)
     if count > cap:
         log.warning("ROOST_APPSERVER_WORKERS=%d is more than the cores minus one; using %d", count, cap)
         return cap
