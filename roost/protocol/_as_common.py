@@ -183,20 +183,19 @@ def page_limit(value: Any, *, name: str = "history_page") -> int:
     """
     if value is True:
         return HISTORY_PAGE_TURNS
-    field = name
     if isinstance(value, dict):
         unknown = set(value) - {"turns", "limit"}
         if unknown:
             raise InvalidParams(f"{name}: unknown field(s) {', '.join(sorted(unknown))}; expected {{limit: N}}")
-        field = f"{name}.limit"
         value = value.get("turns", value.get("limit", HISTORY_PAGE_TURNS))
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidParams(f"{field} must be an integer number of turns (1 to {MAX_PAGE_TURNS})")
+        field = f"{name}.limit"
+        wrong_type = f"{field} must be an integer number of turns (1 to {MAX_PAGE_TURNS})"
+    else:  # a bare number of turns
+        field = f"{name} (a number of turns, or {{limit: N}})"
+        wrong_type = f"{name} must be {{limit: N}} (N turns, 1 to {MAX_PAGE_TURNS}) or true"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidParams(f"{name} must be {{limit: N}} (N turns, 1 to {MAX_PAGE_TURNS}) or true")
+        raise InvalidParams(wrong_type)
     if not 1 <= value <= MAX_PAGE_TURNS:
-        if field == name:  # a bare number of turns
-            field = f"{name} (a number of turns, or {{limit: N}})"
         raise InvalidParams(f"{field} must be between 1 and {MAX_PAGE_TURNS}, not {value}")
     return value
 

@@ -325,7 +325,7 @@ async def thread_history_read(session: AppServerSession, params: Any) -> dict:
             raise InvalidParams(
                 f"{key} must be the opaque string a page returned (omit it for the most recent page), not empty"
             )
-    cursor = p.get("history_cursor", p.get("cursor"))
+    cursor = p.get("history_cursor") or p.get("cursor")
     end = len(turns)
     if cursor is not None:
         before = decode_cursor(cursor, p["thread_id"])
