@@ -279,8 +279,11 @@ async def test_a_forwarded_input_carries_why_its_client_cannot_be_asked():
         node_id = "node-a"
         sent: dict = {}
 
+        def __init__(self):
+            self.handlers = {}
+
         def on(self, kind, handler, inline=False):
-            pass
+            self.handlers[kind] = handler
 
         async def request(self, node, kind, body):
             self.sent = body

@@ -8,6 +8,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from _helpers.cli import walk_commands
+
 from roost import __version__
 from roost.cli import main
 
@@ -27,14 +29,9 @@ def test_version_and_help(roost_cmd):
     assert sub.returncode == 0 and "needs_setup" in sub.stdout
 
 
-def _groups(group: click.Group, path: tuple[str, ...] = ()):
+def _groups(group: click.Group):
     """``(path, group)`` for ``roost`` and each of its command groups."""
-    yield path, group
-    ctx = click.Context(group)
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        if isinstance(command, click.Group):
-            yield from _groups(command, (*path, name))
+    return [(path, command) for path, command in walk_commands(group) if isinstance(command, click.Group)]
 
 
 def _summaries(text: str) -> dict[str, str]:

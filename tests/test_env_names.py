@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from _helpers.appserver import roost_argv, script_env
+from _helpers.cli import walk_commands
 from _helpers.serve_client import open_daemon
 from test_repl import open_repl
 from trio_websocket import ConnectionRejected
@@ -89,23 +90,15 @@ def test_every_command_documents_its_options_and_exit_status() -> None:
 
     from roost.cli._main import main
 
-    ctx = click.Context(main)
     problems: list[str] = []
-
-    def walk(command: click.Command, path: str) -> None:
+    for names, command in walk_commands(main):
+        path = " ".join(("roost", *names))
         text = f"{command.help or ''} {command.epilog or ''}".lower()
-        if isinstance(command, click.Group):
-            for name in command.list_commands(ctx):
-                sub = command.get_command(ctx, name)
-                assert sub is not None
-                walk(sub, f"{path} {name}")
-        elif "exit" not in text:
+        if not isinstance(command, click.Group) and "exit" not in text:
             problems.append(f"{path}: no exit status")
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden and not param.help:
                 problems.append(f"{path} {param.opts[0]}: no help")
-
-    walk(main, "roost")
     assert not problems, problems
 
 
@@ -118,17 +111,11 @@ def test_no_help_text_shows_raw_rst_or_exit_statuses_that_do_not_apply() -> None
 
     ctx = click.Context(main)
     raw: list[str] = []
-
-    def walk(command: click.Command, path: str) -> None:
+    for names, command in walk_commands(main):
         text = f"{command.help or ''} {command.epilog or ''} " + " ".join(
             getattr(p, "help", None) or "" for p in command.params)
         if "``" in text or ":func:" in text or ":class:" in text:
-            raw.append(path)
-        if isinstance(command, click.Group):
-            for name in command.list_commands(ctx):
-                walk(command.get_command(ctx, name), f"{path} {name}")
-
-    walk(main, "roost")
+            raw.append(" ".join(("roost", *names)))
     assert raw == []
     schedule = main.get_command(ctx, "schedule")
     for name in ("list", "enable", "disable", "remove", "run"):
@@ -141,24 +128,14 @@ def test_readme_lists_every_variable_a_command_option_reads() -> None:
     """Each environment variable a ``roost`` option falls back to (click ``envvar``, e.g.
     ``roost serve --workers``' ROOST_SERVE_WORKERS) has a row in README.md's "Environment
     variables" table."""
-    import click
-
     from roost.cli import main
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     table = readme.partition("## Environment variables")[2].partition("\n\n")[2].partition("\n\n")[0]
     rows = {line.split("|")[1] for line in table.splitlines() if line.startswith("| `")}
 
-    def commands(group: click.Group):
-        ctx = click.Context(group)
-        for name in group.list_commands(ctx):
-            command = group.get_command(ctx, name)
-            yield command
-            if isinstance(command, click.Group):
-                yield from commands(command)
-
     read = {}
-    for command in commands(main):
+    for _, command in walk_commands(main):
         for param in command.params:
             envvar = getattr(param, "envvar", None)
             for name in [envvar] if isinstance(envvar, str) else envvar or []:

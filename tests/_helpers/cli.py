@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import trio
 
 from _helpers.appserver import roost_argv
@@ -43,3 +45,15 @@ async def roost_all(env: dict, *commands: tuple[str, ...], cwd: Path) -> list[su
     for args in commands[1:]:
         results.append(await cli(*args, cwd=cwd))
     return results
+
+
+def walk_commands(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """``(path, command)`` for ``command`` and every command under it, depth first, each group
+    before its commands (``path``: the names after ``roost``, ``()`` for ``command`` itself)."""
+    yield path, command
+    if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, (*path, name)
+            yield from walk_commands(sub, (*path, name))
